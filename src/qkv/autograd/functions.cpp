@@ -1,0 +1,142 @@
+#include "qkv/autograd/functions.h"
+
+namespace qkv::fn {
+namespace {
+// The gradient cell of an input, or null if it needs none: captured by backward nodes so they
+// can accumulate without keeping the input's value alive.
+using Cell = std::shared_ptr<GradCell>;
+Tensor* slot(const Cell& c) { return c ? &c->grad : nullptr; }
+}  // namespace
+
+Var linear(const Var& x, const Var& w, const Var& b) {
+  Tensor y = ops::linear_forward(x.value(), w.value(), b.defined() ? b.value() : Tensor());
+  const bool rg = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
+  return record_op(std::move(y), rg,
+                   [xv = x.value(), wv = w.value(), xc = x.cell(), wc = w.cell(),
+                    bc = b.defined() ? b.cell() : Cell()](const Tensor& dy) {
+                     ops::linear_backward(dy, xv, wv, slot(xc), slot(wc), slot(bc));
+                   });
+}
+
+Var matmul(const Var& a, const Var& b, bool transpose_b) {
+  Tensor c = ops::matmul_forward(a.value(), b.value(), transpose_b);
+  return record_op(std::move(c), a.requires_grad() || b.requires_grad(),
+                   [av = a.value(), bv = b.value(), ac = a.cell(), bc = b.cell(), transpose_b](const Tensor& dc) {
+                     ops::matmul_backward(dc, av, bv, transpose_b, slot(ac), slot(bc));
+                   });
+}
+
+Var embedding(const Var& table, const Tensor& ids) {
+  Tensor y = ops::embedding_forward(table.value(), ids);
+  return record_op(std::move(y), table.requires_grad(),
+                   [ids, tc = table.cell(), shape = table.shape()](const Tensor& dy) {
+                     ops::embedding_backward(dy, ids, slot(tc), shape);
+                   });
+}
+
+Var add(const Var& a, const Var& b) {
+  Tensor y = ops::add_forward(a.value(), b.value());
+  return record_op(std::move(y), a.requires_grad() || b.requires_grad(), [ac = a.cell(), bc = b.cell()](const Tensor& dy) {
+    if (ac) ops::accumulate(dy, &ac->grad);
+    if (bc) ops::accumulate(dy, &bc->grad);
+  });
+}
+
+Var scale(const Var& x, float s) {
+  return record_op(ops::scale_forward(x.value(), s), x.requires_grad(),
+                   [xc = x.cell(), s](const Tensor& dy) { ops::scale_backward(dy, s, slot(xc)); });
+}
+
+Var relu(const Var& x) {
+  return record_op(ops::relu_forward(x.value()), x.requires_grad(),
+                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::relu_backward(dy, xv, slot(xc)); });
+}
+
+Var gelu(const Var& x) {
+  return record_op(ops::gelu_forward(x.value()), x.requires_grad(),
+                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::gelu_backward(dy, xv, slot(xc)); });
+}
+
+Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset) {
+  if (p == 0.f) return x;  // identity: no copy, no node
+  return record_op(ops::dropout_forward(x.value(), p, seed, offset), x.requires_grad(),
+                   [xc = x.cell(), p, seed, offset](const Tensor& dy) {
+                     ops::dropout_backward(dy, p, seed, offset, slot(xc));
+                   });
+}
+
+Var layernorm(const Var& x, const Var& w, const Var& b, float eps) {
+  ops::LayerNormOut out = ops::layernorm_forward(x.value(), w.value(), b.value(), eps);
+  Tensor y = out.y;
+  out.y = Tensor();  // backward needs x, mean and rstd, not y
+  return record_op(std::move(y), x.requires_grad() || w.requires_grad() || b.requires_grad(),
+                   [xv = x.value(), wv = w.value(), saved = std::move(out), xc = x.cell(), wc = w.cell(),
+                    bc = b.cell()](const Tensor& dy) {
+                     ops::layernorm_backward(dy, xv, wv, saved, slot(xc), slot(wc), slot(bc));
+                   });
+}
+
+Var softmax(const Var& x) {
+  Tensor y = ops::softmax_forward(x.value());
+  return record_op(y, x.requires_grad(),
+                   [y, xc = x.cell()](const Tensor& dy) { ops::softmax_backward(dy, y, slot(xc)); });
+}
+
+Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
+              const ops::AttentionDropoutSpec& dropout) {
+  Tensor probs;
+  Tensor out = ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, &probs);
+  const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
+  if (!rg || !grad_enabled()) probs = Tensor();  // inference keeps nothing
+  return record_op(std::move(out), rg,
+                   [qv = q.value(), kv = k.value(), vv = v.value(), probs, masks, dropout, qc = q.cell(),
+                    kc = k.cell(), vc = v.cell()](const Tensor& dout) {
+                     ops::attention_backward(dout, qv, kv, vv, probs, masks, dropout, slot(qc), slot(kc), slot(vc));
+                   });
+}
+
+Var masked_fill(const Var& scores, const ops::AttentionMasks& masks) {
+  return record_op(ops::masked_fill_forward(scores.value(), masks), scores.requires_grad(),
+                   [masks, sc = scores.cell()](const Tensor& dy) { ops::masked_fill_backward(dy, masks, slot(sc)); });
+}
+
+Var split_heads(const Var& x, int64_t num_heads) {
+  // The forward is a view; its gradient (B, H, T, dk) is laid back out as (B, T, D).
+  return record_op(ops::split_heads(x.value(), num_heads), x.requires_grad(),
+                   [xc = x.cell()](const Tensor& dy) { ops::accumulate(ops::combine_heads(dy), &xc->grad); });
+}
+
+Var combine_heads(const Var& x) {
+  const int64_t heads = x.size(1);
+  return record_op(ops::combine_heads(x.value()), x.requires_grad(), [xc = x.cell(), heads](const Tensor& dy) {
+    ops::accumulate(ops::split_heads(dy, heads).contiguous(), &xc->grad);
+  });
+}
+
+Var add_positional(const Var& x, const Tensor& table) {
+  return record_op(ops::add_positional_forward(x.value(), table), x.requires_grad(),
+                   [xc = x.cell()](const Tensor& dy) { ops::accumulate(dy, &xc->grad); });
+}
+
+Var reshape(const Var& x, const Dims& shape) {
+  const Tensor y = x.value().contiguous().reshape(shape);
+  return record_op(y, x.requires_grad(), [xc = x.cell(), in_shape = x.shape()](const Tensor& dy) {
+    ops::accumulate(dy.contiguous().reshape(in_shape), &xc->grad);
+  });
+}
+
+Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index, float label_smoothing,
+                  Tensor* row_loss) {
+  ops::CrossEntropyOut out = ops::cross_entropy_forward(logits.value(), targets, ignore_index, label_smoothing);
+  if (row_loss) *row_loss = out.row_loss;
+  Tensor loss = out.loss;
+  out.row_loss = Tensor();
+  return record_op(std::move(loss), logits.requires_grad(),
+                   [lv = logits.value(), targets, saved = std::move(out), lc = logits.cell(), ignore_index,
+                    label_smoothing](const Tensor& dloss) {
+                     ops::cross_entropy_backward(dloss.item(), lv, targets, saved, ignore_index, label_smoothing,
+                                                 slot(lc));
+                   });
+}
+
+}  // namespace qkv::fn

@@ -1,0 +1,32 @@
+// Differentiable ops on Vars: each runs the op's forward and records its hand-written backward
+// (see qkv/ops/ops.h for shapes and derivations). These are what nn modules compose.
+#pragma once
+#include <cstdint>
+
+#include "qkv/autograd/tape.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::fn {
+
+Var linear(const Var& x, const Var& weight, const Var& bias);  // bias may be an undefined Var
+Var matmul(const Var& a, const Var& b, bool transpose_b = false);
+Var embedding(const Var& table, const Tensor& ids);
+Var add(const Var& a, const Var& b);
+Var scale(const Var& x, float s);
+Var relu(const Var& x);
+Var gelu(const Var& x);
+Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset);
+Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps);
+Var softmax(const Var& x);
+Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
+              const ops::AttentionDropoutSpec& dropout = {});
+Var masked_fill(const Var& scores, const ops::AttentionMasks& masks);
+Var split_heads(const Var& x, int64_t num_heads);
+Var combine_heads(const Var& x);
+Var add_positional(const Var& x, const Tensor& table);
+Var reshape(const Var& x, const Dims& shape);
+// Mean cross-entropy (scalar (1)). If row_loss is given it receives the per-row losses (N).
+Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index, float label_smoothing = 0.f,
+                  Tensor* row_loss = nullptr);
+
+}  // namespace qkv::fn

@@ -1,0 +1,26 @@
+// qkv's one exception type and the check macro every layer uses for bad input.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace qkv {
+
+// Thrown for any user-facing failure: wrong shapes, bad ids, bad files. The message names what was
+// wrong and where (op name, both shapes, file and line), so the CLI can print it and exit non-zero.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+}  // namespace qkv
+
+// QKV_CHECK(cond, "op: " << a << " vs " << b): throws qkv::Error with the streamed message.
+#define QKV_CHECK(cond, msg)                 \
+  do {                                       \
+    if (!(cond)) {                           \
+      std::ostringstream qkv_check_os_;      \
+      qkv_check_os_ << msg;                  \
+      throw ::qkv::Error(qkv_check_os_.str()); \
+    }                                        \
+  } while (0)

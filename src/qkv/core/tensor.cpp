@@ -1,0 +1,248 @@
+#include "qkv/core/tensor.h"
+
+#include <utility>
+
+namespace qkv {
+
+const char* dtype_name(DType dtype) { return dtype == DType::F32 ? "f32" : "i32"; }
+
+Dims contiguous_strides(const Dims& shape) {
+  Dims strides = shape;
+  int64_t s = 1;
+  for (int i = shape.size() - 1; i >= 0; --i) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+Tensor::Tensor(const Tensor& o)
+    : buffer_(o.buffer_), offset_(o.offset_), shape_(o.shape_), strides_(o.strides_), dtype_(o.dtype_) {
+  retain();
+}
+Tensor::Tensor(Tensor&& o) noexcept
+    : buffer_(o.buffer_), offset_(o.offset_), shape_(o.shape_), strides_(o.strides_), dtype_(o.dtype_) {
+  o.buffer_ = nullptr;
+}
+Tensor& Tensor::operator=(const Tensor& o) {
+  if (this != &o) {
+    o.retain();
+    drop();
+    buffer_ = o.buffer_;
+    offset_ = o.offset_;
+    shape_ = o.shape_;
+    strides_ = o.strides_;
+    dtype_ = o.dtype_;
+  }
+  return *this;
+}
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this != &o) {
+    drop();
+    buffer_ = std::exchange(o.buffer_, nullptr);
+    offset_ = o.offset_;
+    shape_ = o.shape_;
+    strides_ = o.strides_;
+    dtype_ = o.dtype_;
+  }
+  return *this;
+}
+Tensor::~Tensor() { drop(); }
+
+void Tensor::retain() const {
+  if (buffer_) buffer_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+void Tensor::drop() {
+  if (buffer_ && buffer_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) BufferPool::release(buffer_);
+  buffer_ = nullptr;
+}
+
+Tensor Tensor::empty(const Dims& shape, DType dtype) {
+  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape " << shape);
+  Tensor t;
+  t.buffer_ = BufferPool::acquire(static_cast<size_t>(shape.numel()) * 4);
+  t.buffer_->refs.store(1, std::memory_order_relaxed);
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::zeros(const Dims& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.base(), 0, static_cast<size_t>(t.numel()) * 4);
+  return t;
+}
+
+Tensor Tensor::full(const Dims& shape, float value) {
+  Tensor t = empty(shape);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const Dims& shape, const std::vector<float>& values) {
+  QKV_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
+            "from_vector: " << values.size() << " values for shape " << shape);
+  Tensor t = empty(shape);
+  if (!values.empty()) std::memcpy(t.f32(), values.data(), values.size() * 4);
+  return t;
+}
+
+Tensor Tensor::from_ids(const Dims& shape, const std::vector<int32_t>& ids) {
+  QKV_CHECK(static_cast<int64_t>(ids.size()) == shape.numel(),
+            "from_ids: " << ids.size() << " ids for shape " << shape);
+  Tensor t = empty(shape, DType::I32);
+  if (!ids.empty()) std::memcpy(t.i32(), ids.data(), ids.size() * 4);
+  return t;
+}
+
+int64_t Tensor::size(int d) const {
+  int i = d < 0 ? dim() + d : d;
+  QKV_CHECK(i >= 0 && i < dim(), "dimension " << d << " out of range for a tensor of shape " << shape_);
+  return shape_[i];
+}
+
+bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_) || numel() <= 1; }
+
+void* Tensor::base() const { return static_cast<float*>(buffer_->data) + offset_; }
+
+float* Tensor::f32() {
+  QKV_CHECK(defined() && dtype_ == DType::F32, "expected a defined f32 tensor, got " << describe());
+  return static_cast<float*>(base());
+}
+const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
+int32_t* Tensor::i32() {
+  QKV_CHECK(defined() && dtype_ == DType::I32, "expected a defined i32 tensor, got " << describe());
+  return static_cast<int32_t*>(base());
+}
+const int32_t* Tensor::i32() const { return const_cast<Tensor*>(this)->i32(); }
+
+Tensor Tensor::reshape(const Dims& shape) const {
+  QKV_CHECK(is_contiguous(), "reshape of a non-contiguous tensor " << describe() << "; call contiguous() first");
+  Dims out = shape;
+  int infer = -1;
+  int64_t known = 1;
+  for (int i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      QKV_CHECK(infer < 0, "reshape: more than one -1 in " << shape);
+      infer = i;
+    } else {
+      known *= out[i];
+    }
+  }
+  if (infer >= 0) {
+    QKV_CHECK(known > 0 && numel() % known == 0, "reshape: cannot view " << shape_ << " as " << shape);
+    out[infer] = numel() / known;
+  }
+  QKV_CHECK(out.numel() == numel(), "reshape: cannot view " << shape_ << " (" << numel() << " elements) as " << shape);
+  Tensor t = *this;
+  t.shape_ = out;
+  t.strides_ = contiguous_strides(out);
+  return t;
+}
+
+Tensor Tensor::transpose(int a, int b) const {
+  int ia = a < 0 ? dim() + a : a, ib = b < 0 ? dim() + b : b;
+  QKV_CHECK(ia >= 0 && ia < dim() && ib >= 0 && ib < dim(),
+            "transpose(" << a << ", " << b << ") out of range for shape " << shape_);
+  Tensor t = *this;
+  std::swap(t.shape_[ia], t.shape_[ib]);
+  std::swap(t.strides_[ia], t.strides_[ib]);
+  return t;
+}
+
+Tensor Tensor::slice0(int64_t begin, int64_t end) const {
+  QKV_CHECK(dim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
+            "slice0 [" << begin << ", " << end << ") out of range for shape " << shape_);
+  Tensor t = *this;
+  t.offset_ += begin * strides_[0];
+  t.shape_[0] = end - begin;
+  return t;
+}
+
+namespace {
+// Calls f(linear_index_in_row_major_order, element_offset) for every element of a strided view.
+template <class F>
+void for_each_offset(const Dims& shape, const Dims& strides, F&& f) {
+  const int n = shape.size();
+  const int64_t total = shape.numel();
+  int64_t idx[kMaxDims] = {};
+  int64_t off = 0;
+  for (int64_t linear = 0; linear < total; ++linear) {
+    f(linear, off);
+    for (int d = n - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) {
+        off += strides[d];
+        break;
+      }
+      off -= (shape[d] - 1) * strides[d];
+      idx[d] = 0;
+    }
+  }
+}
+}  // namespace
+
+void Tensor::copy_from(const Tensor& src) {
+  QKV_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_,
+            "copy_from: destination " << describe() << " vs source " << src.describe());
+  if (is_contiguous() && src.is_contiguous()) {
+    std::memmove(base(), src.base(), static_cast<size_t>(numel()) * 4);
+    return;
+  }
+  // Gather src into row-major order, then scatter into this view.
+  const uint32_t* s = static_cast<const uint32_t*>(src.base());
+  uint32_t* d = static_cast<uint32_t*>(base());
+  if (is_contiguous()) {
+    for_each_offset(src.shape_, src.strides_, [&](int64_t i, int64_t off) { d[i] = s[off]; });
+  } else {
+    Tensor tmp = src.contiguous();
+    const uint32_t* ts = static_cast<const uint32_t*>(tmp.base());
+    for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) { d[off] = ts[i]; });
+  }
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape_, dtype_);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::fill(float value) {
+  QKV_CHECK(dtype_ == DType::F32 && is_contiguous(), "fill: needs a contiguous f32 tensor, got " << describe());
+  float* p = f32();
+  for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
+}
+
+void Tensor::zero() {
+  QKV_CHECK(is_contiguous(), "zero: needs a contiguous tensor, got " << describe());
+  std::memset(base(), 0, static_cast<size_t>(numel()) * 4);
+}
+
+std::vector<float> Tensor::to_vector() const {
+  Tensor c = contiguous();
+  const float* p = c.f32();
+  return std::vector<float>(p, p + numel());
+}
+
+std::vector<int32_t> Tensor::to_ids() const {
+  Tensor c = contiguous();
+  const int32_t* p = c.i32();
+  return std::vector<int32_t>(p, p + numel());
+}
+
+float Tensor::item() const {
+  QKV_CHECK(numel() == 1, "item() of a tensor with " << numel() << " elements " << describe());
+  return *f32();
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined tensor";
+  return std::string(dtype_name(dtype_)) + shape_.str();
+}
+
+}  // namespace qkv

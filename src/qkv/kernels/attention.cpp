@@ -1,0 +1,118 @@
+#include "qkv/kernels/attention.h"
+
+#include <omp.h>
+
+#include <cmath>
+
+#include "qkv/kernels/gemm.h"
+#include "qkv/kernels/random.h"
+#include "qkv/kernels/softmax.h"
+
+namespace qkv::kernels {
+namespace {
+
+inline bool is_masked(const AttentionMask& m, int64_t b, int64_t i, int64_t j, const AttentionDims& d) {
+  if (m.key_keep && m.key_keep[b * d.Tk + j] == 0) return true;
+  if (m.query_keep && m.query_keep[b * d.Tq + i] == 0) return true;
+  return m.causal && j > i + (d.Tk - d.Tq);
+}
+
+inline uint64_t drop_counter(const AttentionDropout& dr, const AttentionDims& d, int64_t bh, int64_t i) {
+  return dr.offset + static_cast<uint64_t>((bh * d.Tq + i) * d.Tk);
+}
+
+// Pd = P * keep / (1 - p) for one head, into `out`.
+void apply_dropout(float* out, const float* p, const AttentionDims& d, const AttentionDropout& dr, int64_t bh) {
+  const float keep_scale = 1.f / (1.f - dr.p);
+  for (int64_t i = 0; i < d.Tq; ++i) {
+    const uint64_t base = drop_counter(dr, d, bh, i);
+    for (int64_t j = 0; j < d.Tk; ++j)
+      out[i * d.Tk + j] = dropout_keep(dr.seed, base + j, dr.p) ? p[i * d.Tk + j] * keep_scale : 0.f;
+  }
+}
+
+}  // namespace
+
+void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
+                       const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
+                       const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
+                       int scratch_slots) {
+  // The seed divides by math.sqrt(d_k) (a double) applied to a float tensor: divide by that float.
+  const float divisor = static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
+  const int64_t heads = d.B * d.H;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    const int64_t b = bh / d.H, h = bh % d.H;
+    const float* qh = q + b * qs.b + h * qs.h;
+    const float* kh = k + b * ks.b + h * ks.h;
+    const float* vh = v + b * vs.b + h * vs.h;
+    float* oh = out + b * os.b + h * os.h;
+    float* ph = probs + bh * d.Tq * d.Tk;  // (Tq, Tk)
+    sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
+    for (int64_t i = 0; i < d.Tq; ++i) {
+      float* row = ph + i * d.Tk;
+      for (int64_t j = 0; j < d.Tk; ++j) row[j] = is_masked(mask, b, i, j, d) ? mask.fill : row[j] / divisor;
+      softmax_row(row, d.Tk);
+    }
+    const float* weights = ph;
+    if (drop.p > 0.f) {
+      const int slot = omp_get_thread_num() % scratch_slots;
+      float* pd = scratch + static_cast<int64_t>(slot) * d.Tq * d.Tk;
+      apply_dropout(pd, ph, d, drop, bh);
+      weights = pd;
+    }
+    sgemm(false, false, d.Tq, d.dk, d.Tk, 1.f, weights, d.Tk, vh, vs.t, 0.f, oh, os.t);
+  }
+}
+
+void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
+                        const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
+                        const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
+                        float* dk_, HeadsView dks, float* dv, HeadsView dvs, bool accumulate, float* scratch,
+                        int scratch_slots) {
+  const float inv_divisor = 1.f / static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
+  const float beta = accumulate ? 1.f : 0.f;
+  const int64_t heads = d.B * d.H;
+  const int64_t area = d.Tq * d.Tk;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < heads; ++bh) {
+    const int64_t b = bh / d.H, h = bh % d.H;
+    const int slot = omp_get_thread_num() % scratch_slots;
+    float* ds = scratch + static_cast<int64_t>(slot) * 2 * area;  // dPd, then dP, then dS
+    float* pd = ds + area;
+    const float* doh = dout + b * dos.b + h * dos.h;
+    const float* qh = q + b * qs.b + h * qs.h;
+    const float* kh = k + b * ks.b + h * ks.h;
+    const float* vh = v + b * vs.b + h * vs.h;
+    const float* ph = probs + bh * area;
+
+    const float* weights = ph;
+    if (drop.p > 0.f) {
+      apply_dropout(pd, ph, d, drop, bh);
+      weights = pd;
+    }
+    // dV = Pd^T @ dO   (Tk, dk)
+    sgemm(true, false, d.Tk, d.dk, d.Tq, 1.f, weights, d.Tk, doh, dos.t, beta, dv + b * dvs.b + h * dvs.h, dvs.t);
+    // dPd = dO @ V^T   (Tq, Tk)
+    sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, doh, dos.t, vh, vs.t, 0.f, ds, d.Tk);
+    const float keep_scale = drop.p > 0.f ? 1.f / (1.f - drop.p) : 1.f;
+    for (int64_t i = 0; i < d.Tq; ++i) {
+      float* dsr = ds + i * d.Tk;
+      const float* pr = ph + i * d.Tk;
+      if (drop.p > 0.f) {
+        const uint64_t base = drop_counter(drop, d, bh, i);
+        for (int64_t j = 0; j < d.Tk; ++j)
+          dsr[j] = dropout_keep(drop.seed, base + j, drop.p) ? dsr[j] * keep_scale : 0.f;
+      }
+      float dot = 0;
+      for (int64_t j = 0; j < d.Tk; ++j) dot += dsr[j] * pr[j];
+      for (int64_t j = 0; j < d.Tk; ++j)
+        dsr[j] = is_masked(mask, b, i, j, d) ? 0.f : pr[j] * (dsr[j] - dot) * inv_divisor;
+    }
+    // dQ = dS @ K,  dK = dS^T @ Q   (the 1/sqrt(dk) is already folded into dS)
+    sgemm(false, false, d.Tq, d.dk, d.Tk, 1.f, ds, d.Tk, kh, ks.t, beta, dq + b * dqs.b + h * dqs.h, dqs.t);
+    sgemm(true, false, d.Tk, d.dk, d.Tq, 1.f, ds, d.Tk, qh, qs.t, beta, dk_ + b * dks.b + h * dks.h, dks.t);
+  }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,53 @@
+// Fused scaled dot-product attention for (B, H) heads:
+//   S = (Q @ K^T) / sqrt(dk)            (Tq, Tk) per head
+//   S[masked] = fill                     masked_fill, as seed 000 does (not an addition)
+//   P = softmax(S)                       saved for backward, (B, H, Tq, Tk)
+//   O = dropout(P) @ V                   (Tq, dk) per head
+// Q, K, V, O may be strided views (e.g. split heads of a (B, T, D) tensor); the last dim is contiguous.
+#pragma once
+#include <cstdint>
+
+namespace qkv::kernels {
+
+struct HeadsView {  // element strides of a (B, H, T, dk) view
+  int64_t b, h, t;
+};
+
+struct AttentionDims {
+  int64_t B, H, Tq, Tk, dk;
+};
+
+struct AttentionMask {
+  const int32_t* key_keep = nullptr;    // (B, Tk): 0 masks key column j for every query (padding)
+  const int32_t* query_keep = nullptr;  // (B, Tq): 0 masks every key of query row i (seed's tgt mask)
+  bool causal = false;                  // masks key j > i + (Tk - Tq)
+  float fill = -1e9f;                   // seed 000's value; -inf turns fully masked rows into NaN
+};
+
+struct AttentionDropout {
+  float p = 0.f;  // on the attention weights; 0 disables
+  uint64_t seed = 0;
+  uint64_t offset = 0;  // counter base: element (b, h, i, j) draws offset + ((b*H + h)*Tq + i)*Tk + j
+};
+
+// scratch: scratch_slots * Tq * Tk floats, one slot per OpenMP thread (used only when dropout p > 0).
+void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
+                       const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
+                       const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
+                       int scratch_slots);
+
+// Per head, with Pd = dropout(P) and dS the gradient w.r.t. the scaled scores S:
+//   dV = Pd^T @ dO
+//   dPd = dO @ V^T;  dP = dropout_mask(dPd)
+//   dS = P * (dP - rowsum(dP * P))        (softmax backward)
+//   dS[masked] = 0                        (masked_fill passes no gradient)
+//   dQ = dS @ K / sqrt(dk);  dK = dS^T @ Q / sqrt(dk)
+// dq, dk_, dv are written, or added to when accumulate is set.
+// scratch: scratch_slots * 2 * Tq * Tk floats.
+void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
+                        const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
+                        const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
+                        float* dk_, HeadsView dks, float* dv, HeadsView dvs, bool accumulate, float* scratch,
+                        int scratch_slots);
+
+}  // namespace qkv::kernels

@@ -1,0 +1,36 @@
+// Elementwise kernels over contiguous float arrays of n elements.
+#pragma once
+#include <cstdint>
+
+namespace qkv::kernels {
+
+void add(float* out, const float* a, const float* b, int64_t n);            // out = a + b
+void add_inplace(float* acc, const float* x, int64_t n);                    // acc += x
+void scale(float* out, const float* x, float s, int64_t n);                 // out = s * x
+void axpy(float* acc, const float* x, float s, int64_t n);                  // acc += s * x
+// out[r, :] = x[r, :] + row[:] for rows r of width `width` (x: (rows, width), row: (width)).
+void add_row_broadcast(float* out, const float* x, const float* row, int64_t rows, int64_t width);
+
+void relu_forward(float* y, const float* x, int64_t n);
+// dx = dy * (x > 0); accumulate adds into dx instead of overwriting.
+void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+
+// Exact GELU as PyTorch's default: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
+void gelu_forward(float* y, const float* x, int64_t n);
+// dy/dx = Phi(x) + x * phi(x), phi the standard normal density.
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+
+// Inverted dropout: y = x * keep / (1 - p), keep drawn from (seed, offset + i).
+void dropout_forward(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t offset);
+// The mask is regenerated from (seed, offset): dx = dy * keep / (1 - p).
+void dropout_backward(float* dx, const float* dy, int64_t n, float p, uint64_t seed, uint64_t offset,
+                      bool accumulate);
+
+}  // namespace qkv::kernels
+
+namespace qkv::kernels {
+// out[c] += sum_r x[r, c] for x (rows, cols): the bias gradient of a linear layer.
+void column_sum_accumulate(float* out, const float* x, int64_t rows, int64_t cols);
+// out[r, :] = row[:] for every r: the bias broadcast of a linear layer's output.
+void broadcast_rows(float* out, const float* row, int64_t rows, int64_t cols);
+}  // namespace qkv::kernels

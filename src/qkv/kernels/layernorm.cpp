@@ -1,0 +1,75 @@
+#include "qkv/kernels/layernorm.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace qkv::kernels {
+
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* weight,
+                       const float* bias, int64_t rows, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    // Two passes in double: the variance of a row with a large mean stays exact.
+    double sum = 0;
+    for (int64_t c = 0; c < C; ++c) sum += xr[c];
+    const double m = sum / C;
+    double sq = 0;
+    for (int64_t c = 0; c < C; ++c) sq += (xr[c] - m) * (xr[c] - m);
+    const float rs = static_cast<float>(1.0 / std::sqrt(sq / C + eps));
+    const float mf = static_cast<float>(m);
+    float* yr = y + r * C;
+    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mf) * rs * weight[c] + bias[c];
+    mean[r] = mf;
+    rstd[r] = rs;
+  }
+}
+
+void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
+                        const float* mean, const float* rstd, const float* weight, int64_t rows, int64_t C,
+                        bool accumulate_dx) {
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    const float* dyr = dy + r * C;
+    const float m = mean[r], rs = rstd[r];
+    float mean_g = 0, mean_gx = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (xr[c] - m) * rs;
+      const float g = dyr[c] * weight[c];
+      mean_g += g;
+      mean_gx += g * xhat;
+    }
+    mean_g /= C;
+    mean_gx /= C;
+    float* dxr = dx + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float xhat = (xr[c] - m) * rs;
+      const float v = rs * (dyr[c] * weight[c] - mean_g - xhat * mean_gx);
+      dxr[c] = accumulate_dx ? dxr[c] + v : v;
+    }
+  }
+  // Parameter gradients: each thread owns a block of columns, so no two threads write one address.
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+    float dw[kBlock] = {}, db[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x + r * C;
+      const float* dyr = dy + r * C;
+      const float m = mean[r], rs = rstd[r];
+      for (int64_t c = c0; c < c1; ++c) {
+        dw[c - c0] += dyr[c] * (xr[c] - m) * rs;
+        db[c - c0] += dyr[c];
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      dweight[c] += dw[c - c0];
+      dbias[c] += db[c - c0];
+    }
+  }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,20 @@
+#include "qkv/kernels/positional.h"
+
+#include <cmath>
+
+namespace qkv::kernels {
+
+void sinusoidal_table(float* pe, int64_t max_len, int64_t D) {
+  // PyTorch multiplies a float32 arange by the Python double scalar in float32 arithmetic.
+  const float step = static_cast<float>(-(std::log(10000.0) / static_cast<double>(D)));
+  for (int64_t pos = 0; pos < max_len; ++pos) {
+    for (int64_t i = 0; 2 * i < D; ++i) {
+      const float div = std::exp(static_cast<float>(2 * i) * step);
+      const float angle = static_cast<float>(pos) * div;
+      pe[pos * D + 2 * i] = std::sin(angle);
+      if (2 * i + 1 < D) pe[pos * D + 2 * i + 1] = std::cos(angle);
+    }
+  }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,147 @@
+#include "qkv/kernels/attention.h"
+
+#include <omp.h>
+
+#include "qkv/ops/grad_slot.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::ops {
+namespace {
+
+kernels::HeadsView heads_view(const Tensor& t) { return {t.strides()[0], t.strides()[1], t.strides()[2]}; }
+
+// Makes the last dim unit-stride (the kernels' one layout requirement); other strides are kept.
+Tensor unit_last(const Tensor& t) { return t.strides()[t.dim() - 1] == 1 ? t : t.contiguous(); }
+
+kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& m) {
+  QKV_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
+            "attention: q, k, v must be (B, H, T, dk); got q " << q.shape() << ", k " << k.shape() << ", v "
+                                                            << v.shape());
+  QKV_CHECK(k.shape() == v.shape(), "attention: k " << k.shape() << " and v " << v.shape() << " differ");
+  QKV_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
+            "attention: q " << q.shape() << " and k " << k.shape() << " disagree in B, H or dk");
+  const kernels::AttentionDims d{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  if (m.key_keep.defined())
+    QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{d.B, d.Tk}),
+              "attention: key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
+                                     << ")");
+  if (m.query_keep.defined())
+    QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{d.B, d.Tq}),
+              "attention: query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << d.B << ", "
+                                       << d.Tq << ")");
+  return d;
+}
+
+kernels::AttentionMask kernel_mask(const AttentionMasks& m, Tensor* key_c, Tensor* query_c) {
+  kernels::AttentionMask km;
+  if (m.key_keep.defined()) {
+    *key_c = m.key_keep.contiguous();
+    km.key_keep = key_c->i32();
+  }
+  if (m.query_keep.defined()) {
+    *query_c = m.query_keep.contiguous();
+    km.query_keep = query_c->i32();
+  }
+  km.causal = m.causal;
+  km.fill = m.fill;
+  return km;
+}
+
+kernels::AttentionDropout kernel_dropout(const AttentionDropoutSpec& s) {
+  QKV_CHECK(s.p >= 0.f && s.p < 1.f, "attention: dropout probability " << s.p << " outside [0, 1)");
+  return {s.p, s.seed, s.offset};
+}
+
+}  // namespace
+
+Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionMasks& masks,
+                         const AttentionDropoutSpec& dropout, Tensor* probs) {
+  const kernels::AttentionDims d = check_attention(q_in, k_in, v_in, masks);
+  const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
+  Tensor key_c, query_c;
+  const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
+  Tensor out = Tensor::empty(Dims{d.B, d.H, d.Tq, d.dk});
+  *probs = Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk});
+  const int slots = omp_get_max_threads();
+  Tensor scratch = dropout.p > 0.f ? Tensor::empty(Dims{slots * d.Tq * d.Tk}) : Tensor();
+  kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
+                             heads_view(out), probs->f32(), km, kernel_dropout(dropout),
+                             scratch.defined() ? scratch.f32() : nullptr, slots);
+  return out;
+}
+
+void attention_backward(const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                        const Tensor& probs, const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
+                        Tensor* dq, Tensor* dk, Tensor* dv) {
+  const kernels::AttentionDims d = check_attention(q_in, k_in, v_in, masks);
+  QKV_CHECK(dout_in.shape() == q_in.shape(), "attention backward: grad " << dout_in.shape() << " vs q " << q_in.shape());
+  const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), dout = unit_last(dout_in);
+  Tensor key_c, query_c;
+  const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
+  // One accumulate flag serves all three outputs: if any slot already holds a gradient, the fresh
+  // ones are zeroed and everything is added into.
+  Tensor sq, sk, sv;
+  Tensor* slot_q = dq ? dq : &sq;
+  Tensor* slot_k = dk ? dk : &sk;
+  Tensor* slot_v = dv ? dv : &sv;
+  const bool any_defined = slot_q->defined() || slot_k->defined() || slot_v->defined();
+  if (any_defined) {
+    prepare_zeroed_slot(slot_q, q.shape());
+    prepare_zeroed_slot(slot_k, k.shape());
+    prepare_zeroed_slot(slot_v, v.shape());
+  } else {
+    prepare_slot(slot_q, q.shape());
+    prepare_slot(slot_k, k.shape());
+    prepare_slot(slot_v, v.shape());
+  }
+  const int slots = omp_get_max_threads();
+  Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
+  kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
+                              v.f32(), heads_view(v), probs.f32(), km, kernel_dropout(dropout), slot_q->f32(),
+                              heads_view(*slot_q), slot_k->f32(), heads_view(*slot_k), slot_v->f32(),
+                              heads_view(*slot_v), any_defined, scratch.f32(), slots);
+}
+
+Tensor keep_mask(const Tensor& ids_in, int32_t pad_id) {
+  const Tensor ids = ids_in.contiguous();
+  Tensor keep = Tensor::empty(ids.shape(), DType::I32);
+  const int32_t* s = ids.i32();
+  int32_t* k = keep.i32();
+  for (int64_t i = 0, n = ids.numel(); i < n; ++i) k[i] = s[i] != pad_id ? 1 : 0;
+  return keep;
+}
+
+namespace {
+// Calls f(offset) for every masked score of a contiguous (B, H, Tq, Tk) tensor.
+template <class F>
+void for_each_masked(const Dims& s, const AttentionMasks& m, F&& f) {
+  const Tensor key = m.key_keep.defined() ? m.key_keep.contiguous() : Tensor();
+  const Tensor query = m.query_keep.defined() ? m.query_keep.contiguous() : Tensor();
+  const int64_t B = s[0], H = s[1], Tq = s[2], Tk = s[3];
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Tq; ++i)
+        for (int64_t j = 0; j < Tk; ++j) {
+          const bool masked = (key.defined() && key.i32()[b * Tk + j] == 0) ||
+                              (query.defined() && query.i32()[b * Tq + i] == 0) || (m.causal && j > i + (Tk - Tq));
+          if (masked) f(((b * H + h) * Tq + i) * Tk + j);
+        }
+}
+}  // namespace
+
+Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks) {
+  QKV_CHECK(scores.dim() == 4, "masked_fill: scores must be (B, H, Tq, Tk), got " << scores.shape());
+  Tensor y = scores.clone();
+  float* p = y.f32();
+  for_each_masked(y.shape(), masks, [&](int64_t off) { p[off] = masks.fill; });
+  return y;
+}
+
+void masked_fill_backward(const Tensor& dy, const AttentionMasks& masks, Tensor* dscores) {
+  Tensor g = dy.clone();
+  float* p = g.f32();
+  for_each_masked(g.shape(), masks, [&](int64_t off) { p[off] = 0.f; });
+  accumulate(g, dscores);
+}
+
+}  // namespace qkv::ops

@@ -1,0 +1,33 @@
+#include "qkv/kernels/embedding.h"
+
+#include "qkv/ops/grad_slot.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::ops {
+
+Tensor embedding_forward(const Tensor& table_in, const Tensor& ids_in) {
+  QKV_CHECK(table_in.dim() == 2, "embedding: table must be (vocab, dim), got " << table_in.shape());
+  QKV_CHECK(ids_in.dtype() == DType::I32, "embedding: ids must be i32, got " << ids_in.describe());
+  const Tensor table = table_in.contiguous(), ids = ids_in.contiguous();
+  const int64_t V = table.size(0), D = table.size(1), N = ids.numel();
+  const int32_t* id = ids.i32();
+  for (int64_t n = 0; n < N; ++n)
+    QKV_CHECK(id[n] >= 0 && id[n] < V, "embedding: id " << id[n] << " out of range for vocabulary size " << V
+                                                        << " (at flat position " << n << " of ids " << ids.shape()
+                                                        << ")");
+  Dims out_shape = ids.shape();
+  out_shape.push_back(D);
+  Tensor out = Tensor::empty(out_shape);
+  kernels::embedding_forward(out.f32(), table.f32(), id, N, D);
+  return out;
+}
+
+void embedding_backward(const Tensor& dout_in, const Tensor& ids_in, Tensor* dtable, const Dims& table_shape) {
+  const Tensor dout = dout_in.contiguous(), ids = ids_in.contiguous();
+  const int64_t D = table_shape[1], N = ids.numel();
+  QKV_CHECK(dout.numel() == N * D, "embedding backward: grad " << dout.shape() << " vs ids " << ids.shape());
+  prepare_zeroed_slot(dtable, table_shape);
+  kernels::embedding_backward(dtable->f32(), dout.f32(), ids.i32(), N, D);
+}
+
+}  // namespace qkv::ops

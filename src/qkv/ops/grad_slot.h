@@ -1,0 +1,24 @@
+// The gradient-slot convention of ops.h, in one place.
+#pragma once
+#include "qkv/core/tensor.h"
+
+namespace qkv::ops {
+
+// Makes *slot ready to receive a gradient of `shape`. Returns true when the caller must add into it
+// (the slot already held a gradient), false when it was freshly allocated and must be written.
+inline bool prepare_slot(Tensor* slot, const Dims& shape) {
+  if (slot->defined()) {
+    QKV_CHECK(slot->shape() == shape && slot->is_contiguous(),
+              "gradient slot " << slot->describe() << " does not match expected shape " << shape);
+    return true;
+  }
+  *slot = Tensor::empty(shape);
+  return false;
+}
+
+// As prepare_slot, but a fresh slot is zero-filled: for kernels that only know how to accumulate.
+inline void prepare_zeroed_slot(Tensor* slot, const Dims& shape) {
+  if (!prepare_slot(slot, shape)) slot->zero();
+}
+
+}  // namespace qkv::ops

@@ -1,0 +1,103 @@
+#include "qkv/kernels/elementwise.h"
+#include "qkv/kernels/gemm.h"
+#include "qkv/ops/grad_slot.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::ops {
+
+Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
+  QKV_CHECK(w.dim() == 2, "linear: weight must be 2-D (out, in), got " << w.shape());
+  QKV_CHECK(x_in.dim() >= 1 && x_in.size(-1) == w.size(1),
+            "linear: input " << x_in.shape() << " does not match weight " << w.shape()
+                             << " (input's last dim must equal weight.size(1))");
+  QKV_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)),
+            "linear: bias " << b.shape() << " does not match weight " << w.shape());
+  const Tensor x = x_in.contiguous();
+  const Tensor wc = w.contiguous();
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
+  Dims out_shape = x.shape();
+  out_shape[out_shape.size() - 1] = N;
+  Tensor y = Tensor::empty(out_shape);
+  // (M, N) = (M, K) @ (N, K)^T, starting from the broadcast bias so the GEMM adds onto it.
+  if (b.defined()) kernels::broadcast_rows(y.f32(), b.contiguous().f32(), M, N);
+  kernels::sgemm(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K, b.defined() ? 1.f : 0.f, y.f32(), N);
+  return y;
+}
+
+void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db) {
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), wc = w.contiguous();
+  const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
+  QKV_CHECK(dy.numel() == M * N, "linear backward: grad " << dy.shape() << " vs input " << x.shape());
+  if (dx) {  // dx (M, K) = dy (M, N) @ w (N, K)
+    const bool acc = prepare_slot(dx, x.shape());
+    kernels::sgemm(false, false, M, K, N, 1.f, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K);
+  }
+  if (dw) {  // dw (N, K) = dy^T (N, M) @ x (M, K)
+    const bool acc = prepare_slot(dw, w.shape());
+    kernels::sgemm(true, false, N, K, M, 1.f, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K);
+  }
+  if (db) {  // db (N) = sum over the M rows of dy
+    prepare_zeroed_slot(db, Dims{N});
+    kernels::column_sum_accumulate(db->f32(), dy.f32(), M, N);
+  }
+}
+
+namespace {
+struct MatmulDims {
+  int64_t batch, M, K, N;
+};
+MatmulDims check_matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
+  QKV_CHECK(a.dim() >= 2 && a.dim() == b.dim(),
+            "matmul: operands " << a.shape() << " and " << b.shape() << " need the same rank >= 2");
+  for (int i = 0; i < a.dim() - 2; ++i)
+    QKV_CHECK(a.size(i) == b.size(i), "matmul: batch dims of " << a.shape() << " and " << b.shape() << " differ");
+  const int64_t M = a.size(-2), K = a.size(-1);
+  const int64_t bK = transpose_b ? b.size(-1) : b.size(-2), N = transpose_b ? b.size(-2) : b.size(-1);
+  QKV_CHECK(K == bK, "matmul: inner dims of " << a.shape() << " and " << b.shape()
+                                             << (transpose_b ? " (b transposed)" : "") << " differ");
+  return {a.numel() / (M * K), M, K, N};
+}
+}  // namespace
+
+Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool transpose_b) {
+  const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
+  const Tensor a = a_in.contiguous(), b = b_in.contiguous();
+  Dims out_shape = a.shape();
+  out_shape[out_shape.size() - 1] = d.N;
+  Tensor c = Tensor::empty(out_shape);
+  const int64_t ldb = transpose_b ? d.K : d.N;
+#pragma omp parallel for schedule(static) if (d.batch > 1)
+  for (int64_t i = 0; i < d.batch; ++i)
+    kernels::sgemm(false, transpose_b, d.M, d.N, d.K, 1.f, a.f32() + i * d.M * d.K, d.K, b.f32() + i * d.K * d.N,
+                   ldb, 0.f, c.f32() + i * d.M * d.N, d.N);
+  return c;
+}
+
+void matmul_backward(const Tensor& dc_in, const Tensor& a_in, const Tensor& b_in, bool transpose_b, Tensor* da,
+                     Tensor* db) {
+  const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
+  const Tensor dc = dc_in.contiguous(), a = a_in.contiguous(), b = b_in.contiguous();
+  const int64_t ldb = transpose_b ? d.K : d.N;
+  if (da) {  // da (M, K) = dc (M, N) @ op(b)^T
+    const float beta = prepare_slot(da, a.shape()) ? 1.f : 0.f;
+#pragma omp parallel for schedule(static) if (d.batch > 1)
+    for (int64_t i = 0; i < d.batch; ++i)
+      kernels::sgemm(false, !transpose_b, d.M, d.K, d.N, 1.f, dc.f32() + i * d.M * d.N, d.N,
+                     b.f32() + i * d.K * d.N, ldb, beta, da->f32() + i * d.M * d.K, d.K);
+  }
+  if (db) {
+    const float beta = prepare_slot(db, b.shape()) ? 1.f : 0.f;
+#pragma omp parallel for schedule(static) if (d.batch > 1)
+    for (int64_t i = 0; i < d.batch; ++i) {
+      float* out = db->f32() + i * d.K * d.N;
+      if (transpose_b)  // db (N, K) = dc^T (N, M) @ a (M, K)
+        kernels::sgemm(true, false, d.N, d.K, d.M, 1.f, dc.f32() + i * d.M * d.N, d.N, a.f32() + i * d.M * d.K, d.K,
+                       beta, out, d.K);
+      else  // db (K, N) = a^T (K, M) @ dc (M, N)
+        kernels::sgemm(true, false, d.K, d.N, d.M, 1.f, a.f32() + i * d.M * d.K, d.K, dc.f32() + i * d.M * d.N, d.N,
+                       beta, out, d.N);
+    }
+  }
+}
+
+}  // namespace qkv::ops

@@ -1,0 +1,55 @@
+#include "qkv/kernels/layernorm.h"
+#include "qkv/kernels/softmax.h"
+#include "qkv/ops/grad_slot.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::ops {
+
+LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, float eps) {
+  QKV_CHECK(x_in.dim() >= 1, "layernorm: input must have at least one dim, got " << x_in.shape());
+  const int64_t C = x_in.size(-1);
+  QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
+            "layernorm: input " << x_in.shape() << " needs weight and bias (" << C << "), got " << weight.shape()
+                                << " and " << bias.shape());
+  const Tensor x = x_in.contiguous();
+  const int64_t rows = x.numel() / C;
+  LayerNormOut out{Tensor::empty(x.shape()), Tensor::empty(Dims{rows}), Tensor::empty(Dims{rows})};
+  kernels::layernorm_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), x.f32(), weight.contiguous().f32(),
+                             bias.contiguous().f32(), rows, C, eps);
+  return out;
+}
+
+void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight, const LayerNormOut& saved,
+                        Tensor* dx, Tensor* dweight, Tensor* dbias) {
+  QKV_CHECK(dy_in.shape() == x_in.shape(), "layernorm backward: grad " << dy_in.shape() << " vs input " << x_in.shape());
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  // The kernel always computes all three; unused parameter gradients go to a scratch tensor.
+  Tensor scratch_w, scratch_b, scratch_x;
+  Tensor* dw = dweight ? dweight : &scratch_w;
+  Tensor* db = dbias ? dbias : &scratch_b;
+  Tensor* dxs = dx ? dx : &scratch_x;
+  prepare_zeroed_slot(dw, weight.shape());
+  prepare_zeroed_slot(db, weight.shape());
+  const bool acc = prepare_slot(dxs, x.shape());
+  kernels::layernorm_backward(dxs->f32(), dw->f32(), db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
+                              saved.rstd.f32(), weight.contiguous().f32(), rows, C, acc);
+}
+
+Tensor softmax_forward(const Tensor& x_in) {
+  const Tensor x = x_in.contiguous();
+  const int64_t C = x.size(-1);
+  Tensor y = Tensor::empty(x.shape());
+  kernels::softmax_forward(y.f32(), x.f32(), x.numel() / C, C);
+  return y;
+}
+
+void softmax_backward(const Tensor& dy_in, const Tensor& y, Tensor* dx) {
+  QKV_CHECK(dy_in.shape() == y.shape(), "softmax backward: grad " << dy_in.shape() << " vs output " << y.shape());
+  const Tensor dy = dy_in.contiguous();
+  const int64_t C = y.size(-1);
+  const bool acc = prepare_slot(dx, y.shape());
+  kernels::softmax_backward(dx->f32(), dy.f32(), y.f32(), y.numel() / C, C, acc);
+}
+
+}  // namespace qkv::ops

@@ -1,0 +1,117 @@
+// qkv::ops — tensor operations with shape checks, forward and hand-written backward.
+//
+// Conventions
+// - Shapes are PyTorch's: (B, T, D) means batch, time, model width; dim 0 outermost.
+// - Every backward takes gradient slots `Tensor* dX`: a null slot is skipped; an undefined tensor is
+//   allocated and written; a defined one is accumulated into (+=). This is how a tensor used twice
+//   collects both gradients.
+// - A shape mismatch throws qkv::Error naming the op and both shapes.
+// - Ops call kernels (raw loops); nn modules never call kernels, only ops through autograd.
+#pragma once
+#include <cstdint>
+
+#include "qkv/core/tensor.h"
+
+namespace qkv::ops {
+
+// ---- linear / matmul -------------------------------------------------------------------------
+// y = x @ w^T + b.   x (..., K), w (N, K) as nn.Linear stores it, b (N) or undefined -> y (..., N)
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
+// dx = dy @ w;  dw += dy^T @ x (over all leading dims);  db += sum of dy over leading dims.
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db);
+
+// Batched matmul over matching leading dims: a (..., M, K) @ b (..., K, N) -> (..., M, N);
+// transpose_b uses b (..., N, K). Inputs may be any views (copied to contiguous if needed).
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_b = false);
+// da = dc @ b^T (or dc @ b when transpose_b);  db = a^T @ dc (or dc^T @ a).
+void matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_b, Tensor* da, Tensor* db);
+
+// ---- embedding -------------------------------------------------------------------------------
+// table (V, D), ids i32 (...) -> (..., D). An id outside [0, V) throws naming the id and V.
+Tensor embedding_forward(const Tensor& table, const Tensor& ids);
+// dtable[id] += dout[n]  (scatter-add; repeated ids add up).
+void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor* dtable, const Dims& table_shape);
+
+// ---- elementwise -----------------------------------------------------------------------------
+Tensor add_forward(const Tensor& a, const Tensor& b);   // same shapes; backward: da = db = dy
+Tensor scale_forward(const Tensor& x, float s);         // backward: dx = s * dy
+void scale_backward(const Tensor& dy, float s, Tensor* dx);
+Tensor relu_forward(const Tensor& x);
+void relu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
+Tensor gelu_forward(const Tensor& x);
+void gelu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
+// Inverted dropout with a counter-based mask drawn from (seed, offset): reproducible for any
+// thread count, regenerated in backward rather than stored. p must be in [0, 1).
+Tensor dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t offset);
+void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t offset, Tensor* dx);
+// Adds dy into *dx under the slot convention (used by ops whose input gradient is dy itself).
+void accumulate(const Tensor& dy, Tensor* dx);
+
+// ---- normalisation ---------------------------------------------------------------------------
+struct LayerNormOut {
+  Tensor y;     // x's shape
+  Tensor mean;  // (rows) = numel / C
+  Tensor rstd;  // (rows)
+};
+// Over the last dim C: weight (C), bias (C).
+LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
+void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormOut& saved,
+                        Tensor* dx, Tensor* dweight, Tensor* dbias);
+
+// Softmax over the last dim.
+Tensor softmax_forward(const Tensor& x);
+void softmax_backward(const Tensor& dy, const Tensor& y, Tensor* dx);
+
+// ---- attention -------------------------------------------------------------------------------
+struct AttentionMasks {
+  Tensor key_keep;    // i32 (B, Tk) or undefined: 0 = padding key, masked for all queries
+  Tensor query_keep;  // i32 (B, Tq) or undefined: 0 = masked query row (seed 000's target mask)
+  bool causal = false;
+  float fill = -1e9f;  // value written into masked scores (seed 000: -1e9; -inf is the other choice)
+};
+struct AttentionDropoutSpec {
+  float p = 0.f;
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+// softmax(masked_fill(Q K^T / sqrt(dk))) [dropout] @ V, one fused op.
+// q (B, H, Tq, dk), k and v (B, H, Tk, dk): may be strided views with a contiguous last dim.
+// Returns out (B, H, Tq, dk) contiguous; *probs gets the saved softmax (B, H, Tq, Tk).
+Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& masks,
+                         const AttentionDropoutSpec& dropout, Tensor* probs);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
+                        Tensor* dv);
+// 1 where ids != pad_id, else 0: i32 of ids' shape.
+Tensor keep_mask(const Tensor& ids, int32_t pad_id);
+// The composed (unfused) masked fill used to test the fused op: scores (B, H, Tq, Tk).
+Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks);
+void masked_fill_backward(const Tensor& dy, const AttentionMasks& masks, Tensor* dscores);
+
+// ---- heads -----------------------------------------------------------------------------------
+// (B, T, D) -> (B, H, T, D / H): a view (no copy), as x.view(B, T, H, dk).transpose(1, 2).
+Tensor split_heads(const Tensor& x, int64_t num_heads);
+// (B, H, T, dk) -> (B, T, H * dk) contiguous: x.transpose(1, 2).contiguous().view(B, T, D).
+Tensor combine_heads(const Tensor& x);
+// Gradients: split's backward is combine of dy; combine's backward is split of dy (then copied).
+
+// ---- positional encoding ---------------------------------------------------------------------
+// x (B, T, D) + table[:T] with table (max_len, D). T > max_len throws naming both.
+Tensor add_positional_forward(const Tensor& x, const Tensor& table);
+Tensor sinusoidal_table(int64_t max_len, int64_t d_model);
+
+// ---- loss ------------------------------------------------------------------------------------
+struct CrossEntropyOut {
+  Tensor loss;      // scalar (1): mean over non-ignored rows (NaN if none, as PyTorch)
+  Tensor lse;       // (N) log-sum-exp per row, saved for backward
+  Tensor row_loss;  // (N) unreduced per-row loss (0 for ignored rows)
+  int64_t valid = 0;
+};
+// logits (N, V), targets i32 (N) with ids in [0, V) or == ignore_index.
+CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& targets, int32_t ignore_index,
+                                      float label_smoothing);
+// dlogits = dloss / valid * (softmax - (1 - eps) onehot - eps / V), zero on ignored rows.
+void cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets, const CrossEntropyOut& saved,
+                            int32_t ignore_index, float label_smoothing, Tensor* dlogits);
+
+}  // namespace qkv::ops

@@ -1,0 +1,50 @@
+#include <gtest/gtest.h>
+
+#include "qkv/core/tensor.h"
+
+namespace qkv {
+
+TEST(Tensor, ViewsShareStorageAndCopiesDoNot) {
+  Tensor t = Tensor::from_vector(Dims{2, 3}, {0, 1, 2, 3, 4, 5});
+  Tensor tr = t.transpose(0, 1);  // (3, 2)
+  EXPECT_EQ(tr.shape(), (Dims{3, 2}));
+  EXPECT_FALSE(tr.is_contiguous());
+  EXPECT_EQ(tr.to_vector(), (std::vector<float>{0, 3, 1, 4, 2, 5}));
+  Tensor c = tr.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  t.f32()[1] = 10;
+  EXPECT_EQ(tr.to_vector()[2], 10);  // the view sees the write
+  EXPECT_EQ(c.to_vector()[2], 1);    // the copy does not
+}
+
+TEST(Tensor, Slice0AndReshape) {
+  Tensor t = Tensor::from_vector(Dims{3, 2}, {0, 1, 2, 3, 4, 5});
+  Tensor s = t.slice0(1, 3);
+  EXPECT_EQ(s.to_vector(), (std::vector<float>{2, 3, 4, 5}));
+  EXPECT_EQ(t.reshape(Dims{-1}).shape(), (Dims{6}));
+  EXPECT_EQ(t.reshape(Dims{2, -1}).shape(), (Dims{2, 3}));
+}
+
+TEST(Tensor, ReshapeErrorNamesBothShapes) {
+  Tensor t = Tensor::zeros(Dims{3, 2});
+  try {
+    t.reshape(Dims{4, 2});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(3, 2)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(4, 2)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(t.transpose(0, 1).reshape(Dims{6}), Error);  // non-contiguous
+}
+
+TEST(BufferPool, FreedBuffersAreReused) {
+  { Tensor warm = Tensor::empty(Dims{1000, 17}); }
+  const int64_t before = BufferPool::stats().system_allocs;
+  for (int i = 0; i < 10; ++i) {
+    Tensor a = Tensor::empty(Dims{1000, 17});
+    a.fill(1.f);
+  }
+  EXPECT_EQ(BufferPool::stats().system_allocs, before);
+}
+
+}  // namespace qkv
