@@ -48,8 +48,11 @@ Var scale(const Var& x, float s) {
 }
 
 Var relu(const Var& x) {
-  return record_op(ops::relu_forward(x.value()), x.requires_grad(),
-                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::relu_backward(dy, xv, slot(xc)); });
+  // Backward keeps the output, not the input: y > 0 exactly where x > 0, and y is usually saved by
+  // the next linear anyway, so the pre-activation (4x d_model wide in the FFN) can be freed.
+  Tensor y = ops::relu_forward(x.value());
+  return record_op(y, x.requires_grad(),
+                   [y, xc = x.cell()](const Tensor& dy) { ops::relu_backward(dy, y, slot(xc)); });
 }
 
 Var gelu(const Var& x) {

@@ -1,17 +1,24 @@
 #include "qkv/cli/commands.h"
 
-#include <functional>
 #include <vector>
 
 namespace qkv::cli {
 namespace {
-std::vector<std::pair<CLI::App*, std::function<int()>>>& registry() {
-  static std::vector<std::pair<CLI::App*, std::function<int()>>> r;
+std::vector<std::pair<CLI::App*, Runner>>& registry() {
+  static std::vector<std::pair<CLI::App*, Runner>> r;
   return r;
 }
 }  // namespace
 
-void register_commands(CLI::App& app) { (void)app; }
+void register_commands(CLI::App& app) {
+  auto add = [&](const char* name, const char* help, Runner (*make)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    registry().emplace_back(sub, make(*sub));
+  };
+  add("init", "Write a freshly initialised checkpoint from a config", add_init_command);
+  add("train", "Train a model (--synthetic: seed 000's example or a copy task)", add_train_command);
+  add("score", "Teacher-forced cross-entropy of id pairs under a checkpoint", add_score_command);
+}
 
 int run_selected(CLI::App& app) {
   for (auto& [sub, run] : registry())

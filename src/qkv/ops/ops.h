@@ -37,7 +37,8 @@ Tensor add_forward(const Tensor& a, const Tensor& b);   // same shapes; backward
 Tensor scale_forward(const Tensor& x, float s);         // backward: dx = s * dy
 void scale_backward(const Tensor& dy, float s, Tensor* dx);
 Tensor relu_forward(const Tensor& x);
-void relu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
+// dx = dy * (x > 0). Passing the output y instead of x gives the same mask (y > 0 iff x > 0).
+void relu_backward(const Tensor& dy, const Tensor& x_or_y, Tensor* dx);
 Tensor gelu_forward(const Tensor& x);
 void gelu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
 // Inverted dropout with a counter-based mask drawn from (seed, offset): reproducible for any

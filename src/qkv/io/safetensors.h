@@ -1,0 +1,76 @@
+// qkv/io/safetensors.h — read and write the safetensors tensor-file format.
+//
+// File layout (little-endian throughout):
+//   [8 bytes]  uint64 N: length of the JSON header in bytes
+//   [N bytes]  UTF-8 JSON object:
+//                { "<name>": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]},
+//                  ...,
+//                  "__metadata__": {"<key>": "<value>", ...} }          (optional)
+//              data_offsets are byte offsets relative to the start of the data buffer.
+//   [rest]     the data buffer: each tensor's elements, row-major, little-endian.
+//
+// This module is deliberately independent of any tensor class: tensors are
+// (name, dtype, shape, raw bytes) records, so callers convert to and from their
+// own representation.
+//
+// API (namespace qkv::io):
+//   read_safetensors(path)        -> StFile. Validates everything it reads (header size,
+//                                    JSON shape, dtypes, dims, offsets, overlap, duplicate
+//                                    names) and throws SafetensorsError naming the file,
+//                                    and where relevant the tensor and byte offset.
+//   write_safetensors(path, file) -> writes a file the HF `safetensors` package can load:
+//                                    tensors sorted by name, data contiguous, header padded
+//                                    with spaces so the data buffer starts 8-byte aligned.
+//                                    Atomic: writes "<path>.tmp.<pid>", fsyncs it, then
+//                                    renames it over <path>.
+//   st_dtype_size(d)              -> bytes per element (4 or 8).
+//   st_dtype_name(d)              -> the on-disk dtype string ("F32", "I32", ...).
+//
+// Only the dtypes the toolkit uses are supported; a file containing any other
+// dtype (F16, BF16, ...) is rejected with an "unknown dtype" error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace qkv::io {
+
+// Every failure in this module (I/O or malformed data) is reported as this type.
+class SafetensorsError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class StDtype { F32, I32, I64, F64 };
+
+struct StTensor {
+  std::string name;
+  StDtype dtype = StDtype::F32;
+  std::vector<int64_t> shape;        // empty shape = 0-dim scalar (one element)
+  std::vector<unsigned char> bytes;  // raw little-endian data, size == numel * elem_size
+};
+
+struct StFile {
+  std::vector<StTensor> tensors;                // in file order (ascending data offset)
+  std::map<std::string, std::string> metadata;  // the "__metadata__" object
+  // nullptr if no tensor has this name.
+  const StTensor* find(const std::string& name) const;
+};
+
+// Throws SafetensorsError with a message naming the file path and, for corrupt
+// data, the byte offset and tensor name involved.
+StFile read_safetensors(const std::string& path);
+
+// Atomic: writes path + ".tmp.<pid>", fsyncs, renames over path. Throws
+// SafetensorsError on any I/O failure (naming the path and the errno text) or
+// on an invalid StFile (duplicate names, negative dims, byte size mismatch).
+void write_safetensors(const std::string& path, const StFile& file);
+
+size_t st_dtype_size(StDtype dtype);
+const char* st_dtype_name(StDtype dtype);
+
+}  // namespace qkv::io

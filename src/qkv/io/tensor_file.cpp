@@ -1,0 +1,72 @@
+#include "qkv/io/tensor_file.h"
+
+#include <cstring>
+
+namespace qkv::io {
+
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const std::map<std::string, std::string>& metadata) {
+  StFile file;
+  file.metadata = metadata;
+  for (const auto& [name, t] : tensors) {
+    StTensor st;
+    st.name = name;
+    st.dtype = t.dtype() == DType::F32 ? StDtype::F32 : StDtype::I32;
+    st.shape.assign(t.shape().begin(), t.shape().end());
+    const Tensor c = t.contiguous();
+    st.bytes.resize(static_cast<size_t>(c.numel()) * 4);
+    if (!st.bytes.empty()) std::memcpy(st.bytes.data(), c.dtype() == DType::F32 ? static_cast<const void*>(c.f32()) : c.i32(), st.bytes.size());
+    file.tensors.push_back(std::move(st));
+  }
+  write_safetensors(path, file);
+}
+
+TensorFile load_tensors(const std::string& path) {
+  try {
+    return TensorFile(path, read_safetensors(path));
+  } catch (const SafetensorsError& e) {
+    throw Error(e.what());
+  }
+}
+
+namespace {
+Dims dims_of(const StTensor& st) { return Dims::from_range(st.shape.begin(), st.shape.end()); }
+}  // namespace
+
+void TensorFile::take_into(const std::string& name, Tensor& dst) {
+  const StTensor* st = file_.find(name);
+  QKV_CHECK(st, path_ << ": missing tensor '" << name << "' (expected shape " << dst.shape() << ")");
+  QKV_CHECK(st->dtype == StDtype::F32, path_ << ": tensor '" << name << "' has dtype " << st_dtype_name(st->dtype)
+                                             << ", expected F32");
+  QKV_CHECK(dims_of(*st) == dst.shape(), path_ << ": tensor '" << name << "' has shape " << dims_of(*st)
+                                               << ", expected " << dst.shape());
+  QKV_CHECK(dst.is_contiguous(), "take_into: destination of '" << name << "' is not contiguous");
+  if (!st->bytes.empty()) std::memcpy(dst.f32(), st->bytes.data(), st->bytes.size());
+  taken_.insert(name);
+}
+
+Tensor TensorFile::take(const std::string& name) {
+  const StTensor* st = file_.find(name);
+  QKV_CHECK(st, path_ << ": missing tensor '" << name << "'");
+  QKV_CHECK(st->dtype == StDtype::F32 || st->dtype == StDtype::I32,
+            path_ << ": tensor '" << name << "' has unsupported dtype " << st_dtype_name(st->dtype));
+  Tensor t = Tensor::empty(dims_of(*st), st->dtype == StDtype::F32 ? DType::F32 : DType::I32);
+  if (!st->bytes.empty()) std::memcpy(t.dtype() == DType::F32 ? static_cast<void*>(t.f32()) : t.i32(), st->bytes.data(), st->bytes.size());
+  taken_.insert(name);
+  return t;
+}
+
+void TensorFile::expect_all_taken() const {
+  std::string extra;
+  for (const StTensor& st : file_.tensors)
+    if (!taken_.count(st.name)) extra += (extra.empty() ? "'" : ", '") + st.name + "'";
+  QKV_CHECK(extra.empty(), path_ << ": unexpected tensor(s) not in the model: " << extra);
+}
+
+std::string TensorFile::metadata_value(const std::string& key) const {
+  auto it = file_.metadata.find(key);
+  QKV_CHECK(it != file_.metadata.end(), path_ << ": metadata key \"" << key << "\" is missing");
+  return it->second;
+}
+
+}  // namespace qkv::io

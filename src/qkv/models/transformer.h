@@ -1,0 +1,91 @@
+// The encoder-decoder Transformer of seed 000, module for module:
+//   EncoderLayer:  x = norm1(x + dropout(self_attn(x, x, x, src_mask)))
+//                  x = norm2(x + dropout(feed_forward(x)))
+//   DecoderLayer:  x = norm1(x + dropout(self_attn(x, x, x, tgt_mask)))
+//                  x = norm2(x + dropout(cross_attn(x, enc, enc, src_mask)))
+//                  x = norm3(x + dropout(feed_forward(x)))
+//   Transformer:   logits = fc(decoder(dropout(pe(emb(tgt))), encoder(dropout(pe(emb(src))))))
+// Masks as the seed's generate_mask: src_mask hides padding keys (src == pad); tgt_mask hides
+// padding *query rows* (tgt == pad) and future keys (no-peek). Options (pre-LN, GELU, scaled or tied
+// embeddings, -inf fill) come from TransformerConfig and default to the seed.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "qkv/models/config.h"
+#include "qkv/nn/attention.h"
+#include "qkv/nn/feed_forward.h"
+
+namespace qkv::models {
+
+// Residual block wrapper: post-LN norm(x + dropout(f(x))) or pre-LN x + dropout(f(norm(x))).
+template <class F>
+Var residual(NormPosition pos, const nn::LayerNorm& norm, const nn::Dropout& dropout, const Var& x, F&& sublayer) {
+  if (pos == NormPosition::Post) return norm.forward(fn::add(x, dropout.forward(sublayer(x))));
+  return fn::add(x, dropout.forward(sublayer(norm.forward(x))));
+}
+
+class EncoderLayer : public nn::Module {
+ public:
+  EncoderLayer(const TransformerConfig& c, Generator& gen);
+  Var forward(const Var& x, const ops::AttentionMasks& src_mask) const;  // (B, S, D) -> (B, S, D)
+  nn::MultiHeadAttention& self_attn;
+  nn::PositionWiseFeedForward& feed_forward;
+  nn::LayerNorm &norm1, &norm2;
+  nn::Dropout& dropout;
+
+ private:
+  NormPosition norm_pos_;
+};
+
+class DecoderLayer : public nn::Module {
+ public:
+  DecoderLayer(const TransformerConfig& c, Generator& gen);
+  // x (B, T, D), enc_output (B, S, D) -> (B, T, D)
+  Var forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
+              const ops::AttentionMasks& tgt_mask) const;
+  nn::MultiHeadAttention &self_attn, &cross_attn;
+  nn::PositionWiseFeedForward& feed_forward;
+  nn::LayerNorm &norm1, &norm2, &norm3;
+  nn::Dropout& dropout;
+
+ private:
+  NormPosition norm_pos_;
+};
+
+struct Masks {
+  ops::AttentionMasks src;  // key padding of the source
+  ops::AttentionMasks tgt;  // query padding of the target + no-peek
+};
+
+class Transformer : public nn::Module {
+ public:
+  // Parameters are initialised from `seed` (PyTorch's default schemes); dropout draws from the
+  // model's generator, whose state is part of a training checkpoint.
+  Transformer(const TransformerConfig& config, uint64_t seed);
+
+  // src (B, S), tgt (B, T) i32 ids -> logits (B, T, tgt_vocab_size)
+  Var forward(const Tensor& src, const Tensor& tgt) const;
+  Masks generate_mask(const Tensor& src, const Tensor& tgt) const;
+  Var encode(const Tensor& src, const ops::AttentionMasks& src_mask) const;  // (B, S, D)
+  Var decode(const Tensor& tgt, const Var& enc_output, const Masks& masks) const;  // logits
+
+  const TransformerConfig& config() const { return config_; }
+  Generator& generator() const { return gen_; }
+
+  nn::Embedding &encoder_embedding, &decoder_embedding;
+  nn::PositionalEncoding& positional_encoding;
+  std::vector<EncoderLayer*> encoder_layers;
+  std::vector<DecoderLayer*> decoder_layers;
+  nn::Linear& fc;
+  nn::Dropout& dropout;
+  nn::LayerNorm* encoder_norm = nullptr;  // pre-LN only: the final norms of each stack
+  nn::LayerNorm* decoder_norm = nullptr;
+
+ private:
+  Var embed(const nn::Embedding& table, const Tensor& ids) const;
+  TransformerConfig config_;
+  mutable Generator gen_;
+};
+
+}  // namespace qkv::models

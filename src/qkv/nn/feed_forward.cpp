@@ -1,0 +1,15 @@
+#include "qkv/nn/feed_forward.h"
+
+namespace qkv::nn {
+
+PositionWiseFeedForward::PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation)
+    : fc1(register_module("fc1", std::make_unique<Linear>(d_model, d_ff, gen))),
+      fc2(register_module("fc2", std::make_unique<Linear>(d_ff, d_model, gen))),
+      activation_(activation) {}
+
+Var PositionWiseFeedForward::forward(const Var& x) const {
+  const Var h = fc1.forward(x);  // (B, T, d_ff)
+  return fc2.forward(activation_ == Activation::ReLU ? fn::relu(h) : fn::gelu(h));
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,53 @@
+#include "qkv/nn/layers.h"
+
+#include <cmath>
+#include <random>
+
+namespace qkv::nn {
+
+namespace {
+Tensor uniform(const Dims& shape, float bound, Generator& gen) {
+  Tensor t = Tensor::empty(shape);
+  std::mt19937_64 eng = gen.engine();
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(eng);
+  return t;
+}
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, Generator& gen, bool has_bias) {
+  const float bound = 1.f / std::sqrt(static_cast<float>(in_features));
+  weight = register_parameter("weight", uniform(Dims{out_features, in_features}, bound, gen));
+  if (has_bias) bias = register_parameter("bias", uniform(Dims{out_features}, bound, gen));
+}
+
+void Linear::tie_weight(const Var& w) {
+  QKV_CHECK(w.shape() == weight.shape(), "Linear::tie_weight: " << w.shape() << " vs weight " << weight.shape());
+  weight = w;
+  replace_parameter("weight", w);
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) {
+  Tensor t = Tensor::empty(Dims{num_embeddings, dim});
+  std::mt19937_64 eng = gen.engine();
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(eng);
+  weight = register_parameter("weight", std::move(t));
+}
+
+LayerNorm::LayerNorm(int64_t dim, float eps) : eps_(eps) {
+  weight = register_parameter("weight", Tensor::full(Dims{dim}, 1.f));
+  bias = register_parameter("bias", Tensor::zeros(Dims{dim}));
+}
+
+Var Dropout::forward(const Var& x) const {
+  if (!training() || p_ == 0.f) return x;
+  const uint64_t offset = gen_->reserve(static_cast<uint64_t>(x.value().numel()));
+  return fn::dropout(x, p_, gen_->seed(), offset);
+}
+
+PositionalEncoding::PositionalEncoding(int64_t d_model, int64_t max_seq_length)
+    : pe(ops::sinusoidal_table(max_seq_length, d_model)) {}
+
+}  // namespace qkv::nn

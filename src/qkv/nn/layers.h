@@ -1,0 +1,57 @@
+// Basic layers, each as its torch.nn namesake: Linear, Embedding, LayerNorm, Dropout, and the
+// seed's PositionalEncoding. Initialisation follows PyTorch's defaults (values differ: our RNG).
+#pragma once
+#include "qkv/autograd/functions.h"
+#include "qkv/nn/module.h"
+
+namespace qkv::nn {
+
+// y = x @ W^T + b.   W (out, in), b (out).   Init U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear.
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
+  Var forward(const Var& x) const { return fn::linear(x, weight, bias); }
+  // Shares `w` as this layer's weight (tied embeddings); the old weight is dropped.
+  void tie_weight(const Var& w);
+  Var weight, bias;
+};
+
+// Lookup rows of W (num_embeddings, dim).   Init N(0, 1) as nn.Embedding.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim, Generator& gen);
+  Var forward(const Tensor& ids) const { return fn::embedding(weight, ids); }
+  Var weight;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  Var forward(const Var& x) const { return fn::layernorm(x, weight, bias, eps_); }
+  Var weight, bias;
+
+ private:
+  float eps_;
+};
+
+// Inverted dropout, active only in training mode; draws masks from the model's Generator.
+class Dropout : public Module {
+ public:
+  Dropout(float p, Generator& gen) : p_(p), gen_(&gen) {}
+  Var forward(const Var& x) const;
+  float p() const { return p_; }
+
+ private:
+  float p_;
+  Generator* gen_;
+};
+
+// x + pe[:T] with the seed's sinusoidal table (max_seq_length, d_model); a buffer, not a parameter.
+class PositionalEncoding : public Module {
+ public:
+  PositionalEncoding(int64_t d_model, int64_t max_seq_length);
+  Var forward(const Var& x) const { return fn::add_positional(x, pe); }
+  Tensor pe;
+};
+
+}  // namespace qkv::nn

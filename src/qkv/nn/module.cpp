@@ -1,0 +1,52 @@
+#include "qkv/nn/module.h"
+
+#include <unordered_set>
+
+namespace qkv::nn {
+
+Var& Module::register_parameter(const std::string& name, Tensor value) {
+  params_.emplace_back(name, Var(std::move(value), /*requires_grad=*/true, name));
+  return params_.back().second;
+}
+
+void Module::register_shared_parameter(const std::string& name, const Var& var) { params_.emplace_back(name, var); }
+
+void Module::replace_parameter(const std::string& name, const Var& var) {
+  for (auto& [n, v] : params_)
+    if (n == name) {
+      v = var;
+      return;
+    }
+  throw Error("replace_parameter: no parameter named " + name);
+}
+
+void Module::collect(const std::string& prefix, std::vector<std::pair<std::string, Var>>& out) const {
+  for (const auto& [name, var] : params_) out.emplace_back(prefix + name, var);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Var>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Var>> out;
+  collect("", out);
+  return out;
+}
+
+std::vector<Var> Module::parameters() const {
+  std::vector<Var> out;
+  std::unordered_set<const GradCell*> seen;
+  for (auto& [name, var] : named_parameters())
+    if (seen.insert(var.cell().get()).second) out.push_back(var);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& [name, var] : params_) var.zero_grad();
+  for (auto& [name, child] : children_) child->zero_grad();
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,66 @@
+#include "qkv/train/adam.h"
+
+#include <cmath>
+#include <cstring>
+#include <unordered_set>
+
+#include "qkv/io/tensor_file.h"
+#include "qkv/kernels/adam.h"
+
+namespace qkv::train {
+
+Adam::Adam(const std::vector<std::pair<std::string, Var>>& named_params, AdamOptions options) : options_(options) {
+  std::unordered_set<const GradCell*> seen;
+  for (const auto& [name, var] : named_params) {
+    QKV_CHECK(var.requires_grad(), "Adam: parameter " << name << " does not require grad");
+    if (!seen.insert(var.cell().get()).second) continue;
+    slots_.push_back({name, var, Tensor::zeros(var.shape()), Tensor::zeros(var.shape())});
+  }
+}
+
+void Adam::step() {
+  ++step_;
+  // Scalars as PyTorch computes them: in double (Python floats), rounded to float when applied.
+  const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
+  const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
+  const kernels::AdamScalars s{static_cast<float>(options_.beta1),      static_cast<float>(1.0 - options_.beta1),
+                               static_cast<float>(options_.beta2),      static_cast<float>(1.0 - options_.beta2),
+                               static_cast<float>(options_.lr / bc1),   static_cast<float>(std::sqrt(bc2)),
+                               static_cast<float>(options_.eps),        static_cast<float>(options_.weight_decay)};
+  for (Slot& slot : slots_) {
+    const Tensor& g = slot.param.grad();
+    if (!g.defined()) continue;  // as PyTorch: a parameter without a gradient is left alone
+    kernels::adam_step(slot.param.value().f32(), g.f32(), slot.exp_avg.f32(), slot.exp_avg_sq.f32(),
+                       slot.param.value().numel(), s);
+  }
+}
+
+void Adam::zero_grad() {
+  for (Slot& slot : slots_) slot.param.zero_grad();
+}
+
+void Adam::save(const std::string& path) const {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const Slot& slot : slots_) {
+    tensors.emplace_back("exp_avg." + slot.name, slot.exp_avg);
+    tensors.emplace_back("exp_avg_sq." + slot.name, slot.exp_avg_sq);
+  }
+  io::save_tensors(path, tensors, {{"step", std::to_string(step_)}, {"lr", std::to_string(options_.lr)}});
+}
+
+void Adam::load(const std::string& path) {
+  io::TensorFile file = io::load_tensors(path);
+  for (Slot& slot : slots_) {
+    file.take_into("exp_avg." + slot.name, slot.exp_avg);
+    file.take_into("exp_avg_sq." + slot.name, slot.exp_avg_sq);
+  }
+  file.expect_all_taken();
+  const std::string step = file.metadata_value("step");
+  try {
+    step_ = std::stoll(step);
+  } catch (const std::exception&) {
+    throw Error(path + ": optimizer metadata \"step\" is not an integer: '" + step + "'");
+  }
+}
+
+}  // namespace qkv::train

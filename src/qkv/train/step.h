@@ -1,0 +1,36 @@
+// One training step and batched scoring of a Transformer, as seed 000's loop:
+//   optimizer.zero_grad(); logits = model(src, tgt[:, :-1]);
+//   loss = CrossEntropyLoss(ignore_index=pad)(logits.view(-1, V), tgt[:, 1:].view(-1));
+//   loss.backward(); optimizer.step()
+#pragma once
+#include <vector>
+
+#include "qkv/data/id_lines.h"
+#include "qkv/models/transformer.h"
+#include "qkv/train/adam.h"
+
+namespace qkv::train {
+
+struct StepResult {
+  float loss = 0;
+  int64_t target_tokens = 0;  // non-pad labels
+};
+
+// Forward + backward (no optimizer step): gradients are accumulated into the parameters.
+StepResult forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
+                            float label_smoothing = 0.f);
+// zero_grad, forward_backward, optimizer step.
+StepResult train_step(const models::Transformer& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,
+                      float label_smoothing = 0.f);
+
+struct ScoreResult {
+  std::vector<double> line_log_prob;  // per pair: sum of log p(label) over its non-pad labels
+  double total_nll = 0;               // summed over all non-pad labels
+  int64_t tokens = 0;
+  double mean_loss() const { return tokens ? total_nll / tokens : 0.0; }
+};
+// Teacher-forced log-probabilities in eval mode without recording (pairs batched with padding).
+ScoreResult score(const models::Transformer& model, const std::vector<data::IdLine>& src,
+                  const std::vector<data::IdLine>& tgt, int64_t batch_size);
+
+}  // namespace qkv::train
