@@ -1,7 +1,7 @@
 // Tests for qkv/io/safetensors.h: round trips, on-disk layout guarantees, and
 // one test per validation error (each checks the message names the file, the
 // tensor and the offset where that applies). The interop test reads a file
-// written by tests/python/safetensors_io.py (path in $QKV_ST_PY_FILE).
+// written by tests/python/safetensors_io.py ($QKV_REF_DIR/py_selftest.safetensors).
 #include "qkv/io/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -467,11 +467,11 @@ TEST_F(SafetensorsTest, ErrorMetadataValueNotString) {
 // -------------------------------------------------------- Python interop ---
 
 // The file comes from `python3 tests/python/safetensors_io.py --selftest-write PATH`,
-// run by a CTest fixture that exports PATH as QKV_ST_PY_FILE.
+// run by a CTest fixture as $QKV_REF_DIR/py_selftest.safetensors.
 TEST(SafetensorsPythonInterop, ReadsFileWrittenByPythonModule) {
-  const char* py_file = std::getenv("QKV_ST_PY_FILE");
-  if (py_file == nullptr) GTEST_SKIP() << "QKV_ST_PY_FILE not set (Python fixture not run)";
-  const StFile file = read_safetensors(py_file);
+  const char* ref_dir = std::getenv("QKV_REF_DIR");
+  ASSERT_NE(ref_dir, nullptr) << "QKV_REF_DIR not set: run through ctest, which writes the Python file first";
+  const StFile file = read_safetensors(std::string(ref_dir) + "/py_selftest.safetensors");
 
   EXPECT_EQ(file.metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
   ASSERT_EQ(file.tensors.size(), 5u);
@@ -510,7 +510,7 @@ TEST(SafetensorsPythonInterop, ReadsFileWrittenByPythonModule) {
   std::vector<std::string> names;
   for (const StTensor& t : file.tensors) names.push_back(t.name);
   EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
-  EXPECT_EQ((8 + header_length_of(read_whole_file(py_file))) % 8, 0u);
+  EXPECT_EQ((8 + header_length_of(read_whole_file(std::string(ref_dir) + "/py_selftest.safetensors"))) % 8, 0u);
 }
 
 }  // namespace

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Times seed 000's PyTorch training step (the baseline qkv's step is compared against).
+
+Usage: /usr/bin/python3 bench/seed_step_torch.py --steps N --threads T
+           [--batch 64 --len 100 --layers 6 --d-model 512 --heads 8 --d-ff 2048
+            --vocab 5000 --max-len 100 --dropout 0.1 --seed 0]
+
+Defaults are the seed's training example: Transformer(5000, 5000, 512, 8, 6, 2048, 100,
+0.1), src/tgt = torch.randint(1, 5000, (64, 100)), CrossEntropyLoss(ignore_index=0),
+Adam(lr=1e-4, betas=(0.9, 0.98), eps=1e-9), train mode. One warm-up step, then N timed
+steps, each exactly the seed's loop body:
+    zero_grad; output = model(src, tgt[:, :-1]); loss = criterion(...); backward; step;
+    loss.item()
+Prints one JSON line:
+  {"step_seconds": [...], "median_step_seconds", "target_tokens_per_step" (non-pad
+   labels, = batch*(len-1)), "tokens_per_second" (= tokens / median), "peak_rss_bytes"
+   (getrusage ru_maxrss * 1024), "torch_version", "threads", "losses", "config"}
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.optim as optim
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
+import seed_transformer as st  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description="seed 000 PyTorch training-step benchmark")
+    p.add_argument("--steps", type=int, required=True, help="timed steps (after 1 warm-up)")
+    p.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--len", type=int, default=100, help="src and tgt sequence length")
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--d-ff", type=int, default=2048)
+    p.add_argument("--vocab", type=int, default=5000, help="src and tgt vocabulary size")
+    p.add_argument("--max-len", type=int, default=100, help="max_seq_length (>= --len)")
+    p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    if a.steps < 1 or a.threads < 1 or a.len < 2 or a.max_len < a.len:
+        p.error("need --steps >= 1, --threads >= 1, --len >= 2, --max-len >= --len")
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    config = {
+        "src_vocab_size": a.vocab, "tgt_vocab_size": a.vocab, "d_model": a.d_model,
+        "num_heads": a.heads, "num_layers": a.layers, "d_ff": a.d_ff,
+        "max_seq_length": a.max_len, "dropout": a.dropout,
+    }
+    transformer = st.Transformer(**config)
+    tgt_vocab_size = a.vocab
+    src_data = torch.randint(1, a.vocab, (a.batch, a.len))
+    tgt_data = torch.randint(1, a.vocab, (a.batch, a.len))
+
+    criterion = nn.CrossEntropyLoss(ignore_index=0)
+    optimizer = optim.Adam(transformer.parameters(), lr=0.0001, betas=(0.9, 0.98), eps=1e-9)
+    transformer.train()
+
+    def step():
+        optimizer.zero_grad()
+        output = transformer(src_data, tgt_data[:, :-1])
+        loss = criterion(output.contiguous().view(-1, tgt_vocab_size), tgt_data[:, 1:].contiguous().view(-1))
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    step()  # warm-up
+    times, losses = [], []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        times.append(time.perf_counter() - t0)
+
+    tokens = int((tgt_data[:, 1:] != 0).sum().item())
+    median = statistics.median(times)
+    print(json.dumps({
+        "step_seconds": times,
+        "median_step_seconds": median,
+        "target_tokens_per_step": tokens,
+        "tokens_per_second": tokens / median,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "torch_version": torch.__version__,
+        "threads": a.threads,
+        "losses": losses,
+        "config": dict(config, batch=a.batch, len=a.len, seed=a.seed),
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
