@@ -70,9 +70,19 @@ Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset) {
 
 Var layernorm(const Var& x, const Var& w, const Var& b, float eps) {
   ops::LayerNormOut out = ops::layernorm_forward(x.value(), w.value(), b.value(), eps);
+  const bool rg = x.requires_grad() || w.requires_grad() || b.requires_grad();
+  if (rg && grad_enabled() && ops::layernorm_can_use_output(w.value(), b.value())) {
+    // Save the output (which the next layer keeps anyway) rather than the input, which is then freed.
+    Tensor y = out.y;
+    return record_op(std::move(y), rg,
+                     [y, wv = w.value(), bv = b.value(), rstd = out.rstd, xc = x.cell(), wc = w.cell(),
+                      bc = b.cell()](const Tensor& dy) {
+                       ops::layernorm_backward_from_output(dy, y, wv, bv, rstd, slot(xc), slot(wc), slot(bc));
+                     });
+  }
   Tensor y = out.y;
-  out.y = Tensor();  // backward needs x, mean and rstd, not y
-  return record_op(std::move(y), x.requires_grad() || w.requires_grad() || b.requires_grad(),
+  out.y = Tensor();  // this path needs x, mean and rstd, not y
+  return record_op(std::move(y), rg,
                    [xv = x.value(), wv = w.value(), saved = std::move(out), xc = x.cell(), wc = w.cell(),
                     bc = b.cell()](const Tensor& dy) {
                      ops::layernorm_backward(dy, xv, wv, saved, slot(xc), slot(wc), slot(bc));
@@ -136,7 +146,14 @@ Var cross_entropy(const Var& logits, const Tensor& targets, int32_t ignore_index
   out.row_loss = Tensor();
   return record_op(std::move(loss), logits.requires_grad(),
                    [lv = logits.value(), targets, saved = std::move(out), lc = logits.cell(), ignore_index,
-                    label_smoothing](const Tensor& dloss) {
+                    label_smoothing](const Tensor& dloss) mutable {
+                     // When this node holds the only reference to the logits (the usual case in
+                     // training), their buffer becomes the gradient: one (N, V) buffer fewer at the peak.
+                     if (!lc->grad.defined() && lv.is_contiguous() && lv.is_unique()) {
+                       lc->grad = ops::cross_entropy_backward_inplace(dloss.item(), std::move(lv), targets, saved,
+                                                                      ignore_index, label_smoothing);
+                       return;
+                     }
                      ops::cross_entropy_backward(dloss.item(), lv, targets, saved, ignore_index, label_smoothing,
                                                  slot(lc));
                    });

@@ -32,10 +32,18 @@ bool grad_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 
-Tape& Tape::current() {
+namespace {
+Tape& root_tape() {
   thread_local Tape tape;
   return tape;
 }
+thread_local Tape* g_current = nullptr;
+}  // namespace
+
+Tape& Tape::current() { return g_current ? *g_current : root_tape(); }
+
+TapeScope::TapeScope() : previous_(g_current) { g_current = &tape_; }
+TapeScope::~TapeScope() { g_current = previous_; }
 
 void Tape::clear() { nodes_.clear(); }
 

@@ -21,6 +21,7 @@ struct Node {
 
 class Tape {
  public:
+  // The innermost active tape of this thread (see TapeScope).
   static Tape& current();
   void record(std::unique_ptr<Node> node) { nodes_.push_back(std::move(node)); }
   size_t size() const { return nodes_.size(); }
@@ -31,6 +32,19 @@ class Tape {
 
  private:
   std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+// Makes a fresh tape current for its lifetime (used by checkpoint to replay a segment).
+class TapeScope {
+ public:
+  TapeScope();
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape tape_;
+  Tape* previous_;
 };
 
 // Backward of a scalar (1-element) loss: d(loss) = 1.

@@ -35,6 +35,7 @@ struct TrainOptions {
   int threads = 0;
   int64_t save_every = 0;
   int64_t log_every = 1;
+  bool recompute_ffn = false;
 };
 
 struct Plan {
@@ -125,6 +126,7 @@ int run_train(const TrainOptions& o) {
     model = std::make_unique<models::Transformer>(plan.config, o.seed);
   }
   model->train();
+  model->set_recompute_ffn(o.recompute_ffn);
   train::Adam opt(model->named_parameters(), train::AdamOptions{plan.lr, 0.9, 0.98, 1e-9, 0.0});
   if (!o.resume.empty()) opt.load(o.resume + "/optimizer.safetensors");
 
@@ -190,6 +192,8 @@ Runner add_train_command(CLI::App& app) {
   app.add_option("--out", o->out, "Checkpoint directory (written at the end and every --save-every steps)");
   app.add_option("--save-every", o->save_every, "Save a checkpoint every N steps (0: only at the end)");
   app.add_option("--resume", o->resume, "Continue from a checkpoint written by qkv train --out");
+  app.add_flag("--recompute-ffn", o->recompute_ffn,
+               "Recompute feed-forward activations in backward: less memory, one extra fc1 forward per layer");
   app.add_option("--log-every", o->log_every, "Print a progress line every N steps")->capture_default_str();
   return [o]() { return run_train(*o); };
 }

@@ -44,6 +44,8 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   DType dtype() const { return dtype_; }
   bool is_contiguous() const;
+  // True when no other Tensor shares this storage, so it may be overwritten in place.
+  bool is_unique() const { return buffer_ && buffer_->refs.load(std::memory_order_acquire) == 1; }
 
   float* f32();
   const float* f32() const;

@@ -25,27 +25,26 @@ void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const
   }
 }
 
-void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
-                        const float* mean, const float* rstd, const float* weight, int64_t rows, int64_t C,
-                        bool accumulate_dx) {
+namespace {
+// Shared body of both backward variants; xhat_of(r, c) returns the normalised input.
+template <class XHat>
+void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const float* dy, const float* rstd,
+                             const float* weight, int64_t rows, int64_t C, bool accumulate_dx, XHat xhat_of) {
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * C;
     const float* dyr = dy + r * C;
-    const float m = mean[r], rs = rstd[r];
+    const float rs = rstd[r];
     float mean_g = 0, mean_gx = 0;
     for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (xr[c] - m) * rs;
       const float g = dyr[c] * weight[c];
       mean_g += g;
-      mean_gx += g * xhat;
+      mean_gx += g * xhat_of(r, c);
     }
     mean_g /= C;
     mean_gx /= C;
     float* dxr = dx + r * C;
     for (int64_t c = 0; c < C; ++c) {
-      const float xhat = (xr[c] - m) * rs;
-      const float v = rs * (dyr[c] * weight[c] - mean_g - xhat * mean_gx);
+      const float v = rs * (dyr[c] * weight[c] - mean_g - xhat_of(r, c) * mean_gx);
       dxr[c] = accumulate_dx ? dxr[c] + v : v;
     }
   }
@@ -57,11 +56,9 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy
     const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
     float dw[kBlock] = {}, db[kBlock] = {};
     for (int64_t r = 0; r < rows; ++r) {
-      const float* xr = x + r * C;
       const float* dyr = dy + r * C;
-      const float m = mean[r], rs = rstd[r];
       for (int64_t c = c0; c < c1; ++c) {
-        dw[c - c0] += dyr[c] * (xr[c] - m) * rs;
+        dw[c - c0] += dyr[c] * xhat_of(r, c);
         db[c - c0] += dyr[c];
       }
     }
@@ -70,6 +67,21 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy
       dbias[c] += db[c - c0];
     }
   }
+}
+}  // namespace
+
+void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
+                        const float* mean, const float* rstd, const float* weight, int64_t rows, int64_t C,
+                        bool accumulate_dx) {
+  layernorm_backward_impl(dx, dweight, dbias, dy, rstd, weight, rows, C, accumulate_dx,
+                          [&](int64_t r, int64_t c) { return (x[r * C + c] - mean[r]) * rstd[r]; });
+}
+
+void layernorm_backward_from_output(float* dx, float* dweight, float* dbias, const float* dy, const float* y,
+                                    const float* rstd, const float* weight, const float* bias, int64_t rows,
+                                    int64_t C, bool accumulate_dx) {
+  layernorm_backward_impl(dx, dweight, dbias, dy, rstd, weight, rows, C, accumulate_dx,
+                          [&](int64_t r, int64_t c) { return (y[r * C + c] - bias[c]) / weight[c]; });
 }
 
 }  // namespace qkv::kernels

@@ -17,4 +17,11 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy
                         const float* mean, const float* rstd, const float* weight, int64_t rows, int64_t C,
                         bool accumulate_dx);
 
+// The same gradients computed from the forward *output* y instead of the input x, with
+// xhat = (y - bias) / weight: the input can then be freed (in a post-LN block nothing else needs
+// it). Valid only when no |weight| is tiny; the op layer checks and otherwise saves x.
+void layernorm_backward_from_output(float* dx, float* dweight, float* dbias, const float* dy, const float* y,
+                                    const float* rstd, const float* weight, const float* bias, int64_t rows,
+                                    int64_t C, bool accumulate_dx);
+
 }  // namespace qkv::kernels

@@ -48,16 +48,16 @@ Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::Attent
 }
 
 Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
-    : encoder_embedding(register_module("encoder_embedding",
+    : config_(config),
+      gen_(seed),
+      encoder_embedding(register_module("encoder_embedding",
                                         std::make_unique<nn::Embedding>(config.src_vocab_size, config.d_model, gen_))),
       decoder_embedding(register_module("decoder_embedding",
                                         std::make_unique<nn::Embedding>(config.tgt_vocab_size, config.d_model, gen_))),
       positional_encoding(register_module(
           "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length))),
       fc(register_module("fc", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_))),
-      dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))),
-      config_(config),
-      gen_(seed) {
+      dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {
   config.validate();
   for (int64_t i = 0; i < config.num_layers; ++i)
     encoder_layers.push_back(&register_module("encoder_layers." + std::to_string(i),
@@ -70,6 +70,11 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
     decoder_norm = &register_module("decoder_norm", std::make_unique<nn::LayerNorm>(config.d_model, config.layer_norm_eps));
   }
   if (config.tie_output_embedding) fc.tie_weight(decoder_embedding.weight);  // both (V, D)
+}
+
+void Transformer::set_recompute_ffn(bool on) {
+  for (EncoderLayer* l : encoder_layers) l->feed_forward.set_recompute(on);
+  for (DecoderLayer* l : decoder_layers) l->feed_forward.set_recompute(on);
 }
 
 Masks Transformer::generate_mask(const Tensor& src, const Tensor& tgt) const {

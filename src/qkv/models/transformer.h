@@ -59,6 +59,11 @@ struct Masks {
 };
 
 class Transformer : public nn::Module {
+  // Declared first: members are initialised in declaration order, and every module below draws
+  // its initial weights from gen_.
+  TransformerConfig config_;
+  mutable Generator gen_;
+
  public:
   // Parameters are initialised from `seed` (PyTorch's default schemes); dropout draws from the
   // model's generator, whose state is part of a training checkpoint.
@@ -70,6 +75,8 @@ class Transformer : public nn::Module {
   Var encode(const Tensor& src, const ops::AttentionMasks& src_mask) const;  // (B, S, D)
   Var decode(const Tensor& tgt, const Var& enc_output, const Masks& masks) const;  // logits
 
+  // Activation checkpointing of every feed-forward block (see PositionWiseFeedForward).
+  void set_recompute_ffn(bool on);
   const TransformerConfig& config() const { return config_; }
   Generator& generator() const { return gen_; }
 
@@ -84,8 +91,6 @@ class Transformer : public nn::Module {
 
  private:
   Var embed(const nn::Embedding& table, const Tensor& ids) const;
-  TransformerConfig config_;
-  mutable Generator gen_;
 };
 
 }  // namespace qkv::models

@@ -80,6 +80,17 @@ void attention_backward(const Tensor& dout_in, const Tensor& q_in, const Tensor&
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
   // One accumulate flag serves all three outputs: if any slot already holds a gradient, the fresh
   // ones are zeroed and everything is added into.
+  // q, k and v may be one Var (self-attention on x directly): their slots then alias, and the
+  // kernel's three outputs must be computed apart and added into the shared slot afterwards.
+  if ((dq && (dq == dk || dq == dv)) || (dk && dk == dv)) {
+    Tensor gq, gk, gv;
+    attention_backward(dout_in, q_in, k_in, v_in, probs, masks, dropout, dq ? &gq : nullptr, dk ? &gk : nullptr,
+                       dv ? &gv : nullptr);
+    if (dq) accumulate(gq, dq);
+    if (dk) accumulate(gk, dk);
+    if (dv) accumulate(gv, dv);
+    return;
+  }
   Tensor sq, sk, sv;
   Tensor* slot_q = dq ? dq : &sq;
   Tensor* slot_k = dk ? dk : &sk;
@@ -129,8 +140,23 @@ void for_each_masked(const Dims& s, const AttentionMasks& m, F&& f) {
 }
 }  // namespace
 
-Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks) {
+namespace {
+void check_masks_for_scores(const Tensor& scores, const AttentionMasks& m) {
   QKV_CHECK(scores.dim() == 4, "masked_fill: scores must be (B, H, Tq, Tk), got " << scores.shape());
+  const int64_t B = scores.size(0), Tq = scores.size(2), Tk = scores.size(3);
+  if (m.key_keep.defined())
+    QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{B, Tk}),
+              "masked_fill: key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << B << ", " << Tk
+                                       << ") for scores " << scores.shape());
+  if (m.query_keep.defined())
+    QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{B, Tq}),
+              "masked_fill: query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << B << ", " << Tq
+                                         << ") for scores " << scores.shape());
+}
+}  // namespace
+
+Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks) {
+  check_masks_for_scores(scores, masks);
   Tensor y = scores.clone();
   float* p = y.f32();
   for_each_masked(y.shape(), masks, [&](int64_t off) { p[off] = masks.fill; });
@@ -138,6 +164,7 @@ Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks) {
 }
 
 void masked_fill_backward(const Tensor& dy, const AttentionMasks& masks, Tensor* dscores) {
+  check_masks_for_scores(dy, masks);
   Tensor g = dy.clone();
   float* p = g.f32();
   for_each_masked(g.shape(), masks, [&](int64_t off) { p[off] = 0.f; });

@@ -29,7 +29,8 @@ Tensor add_positional_forward(const Tensor& x_in, const Tensor& table) {
   const Tensor x = x_in.contiguous();
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2);
   Tensor y = Tensor::empty(x.shape());
-  const float* pe = table.contiguous().f32();
+  const Tensor table_c = table.contiguous();  // held: a temporary's buffer would return to the pool
+  const float* pe = table_c.f32();
   for (int64_t b = 0; b < B; ++b) kernels::add(y.f32() + b * T * D, x.f32() + b * T * D, pe, T * D);
   return y;
 }

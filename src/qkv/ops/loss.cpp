@@ -54,4 +54,16 @@ void cross_entropy_backward(float dloss, const Tensor& logits_in, const Tensor& 
   }
 }
 
+Tensor cross_entropy_backward_inplace(float dloss, Tensor logits, const Tensor& targets_in, const CrossEntropyOut& saved,
+                                      int32_t ignore_index, float label_smoothing) {
+  QKV_CHECK(logits.is_contiguous(), "cross_entropy_backward_inplace: logits must be contiguous");
+  const Tensor targets = targets_in.contiguous();
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const float scale = saved.valid > 0 ? dloss / static_cast<float>(saved.valid) : 0.f;
+  // Element c of a row is read once and then written: the kernel is safe with dlogits == logits.
+  kernels::cross_entropy_backward(logits.f32(), logits.f32(), saved.lse.f32(), targets.i32(), N, V, ignore_index,
+                                  label_smoothing, scale);
+  return logits;
+}
+
 }  // namespace qkv::ops

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "qkv/kernels/layernorm.h"
 #include "qkv/kernels/softmax.h"
 #include "qkv/ops/grad_slot.h"
@@ -34,6 +36,32 @@ void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w
   const bool acc = prepare_slot(dxs, x.shape());
   kernels::layernorm_backward(dxs->f32(), dw->f32(), db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
                               saved.rstd.f32(), weight.contiguous().f32(), rows, C, acc);
+}
+
+bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias) {
+  const Tensor w = weight.contiguous(), b = bias.contiguous();
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const float aw = std::fabs(w.f32()[i]);
+    if (!(aw >= kLayerNormMinWeight) || !(std::fabs(b.f32()[i]) <= kLayerNormMaxBiasRatio * aw)) return false;
+  }
+  return true;
+}
+
+void layernorm_backward_from_output(const Tensor& dy_in, const Tensor& y, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& rstd, Tensor* dx, Tensor* dweight, Tensor* dbias) {
+  QKV_CHECK(dy_in.shape() == y.shape() && y.is_contiguous(),
+            "layernorm backward: grad " << dy_in.shape() << " vs output " << y.shape());
+  const Tensor dy = dy_in.contiguous();
+  const int64_t C = y.size(-1), rows = y.numel() / C;
+  Tensor scratch_w, scratch_b, scratch_x;
+  Tensor* dw = dweight ? dweight : &scratch_w;
+  Tensor* db = dbias ? dbias : &scratch_b;
+  Tensor* dxs = dx ? dx : &scratch_x;
+  prepare_zeroed_slot(dw, weight.shape());
+  prepare_zeroed_slot(db, weight.shape());
+  const bool acc = prepare_slot(dxs, y.shape());
+  kernels::layernorm_backward_from_output(dxs->f32(), dw->f32(), db->f32(), dy.f32(), y.f32(), rstd.f32(),
+                                          weight.contiguous().f32(), bias.contiguous().f32(), rows, C, acc);
 }
 
 Tensor softmax_forward(const Tensor& x_in) {

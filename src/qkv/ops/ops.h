@@ -59,6 +59,16 @@ LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tens
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormOut& saved,
                         Tensor* dx, Tensor* dweight, Tensor* dbias);
 
+// The same gradients from the output y (saved instead of x, so x can be freed). Recovering
+// xhat = (y - bias) / weight costs about eps_f32 * (|xhat| + |bias / weight|) of accuracy, so this
+// is used only when every |weight| >= kLayerNormMinWeight and |bias| <= kLayerNormMaxBiasRatio * |weight|
+// (xhat then keeps ~1e-6 absolute accuracy); otherwise the op saves x.
+constexpr float kLayerNormMinWeight = 1e-3f;
+constexpr float kLayerNormMaxBiasRatio = 8.f;
+bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias);
+void layernorm_backward_from_output(const Tensor& dy, const Tensor& y, const Tensor& weight, const Tensor& bias,
+                                    const Tensor& rstd, Tensor* dx, Tensor* dweight, Tensor* dbias);
+
 // Softmax over the last dim.
 Tensor softmax_forward(const Tensor& x);
 void softmax_backward(const Tensor& dy, const Tensor& y, Tensor* dx);
@@ -114,5 +124,9 @@ CrossEntropyOut cross_entropy_forward(const Tensor& logits, const Tensor& target
 // dlogits = dloss / valid * (softmax - (1 - eps) onehot - eps / V), zero on ignored rows.
 void cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& targets, const CrossEntropyOut& saved,
                             int32_t ignore_index, float label_smoothing, Tensor* dlogits);
+// The same, overwriting `logits` (contiguous, not shared) with the gradient and returning it: saves
+// a (N, V) buffer at the memory peak of a training step.
+Tensor cross_entropy_backward_inplace(float dloss, Tensor logits, const Tensor& targets, const CrossEntropyOut& saved,
+                                      int32_t ignore_index, float label_smoothing);
 
 }  // namespace qkv::ops

@@ -1,0 +1,101 @@
+// GFLOP/s of qkv's linear and attention ops (forward and backward) at seed 000's sizes
+// (d_model 512, d_ff 2048, 8 heads, batch 64 x length 100), next to plain OpenBLAS SGEMM of the
+// same shapes, printed as a fraction. Usage: bench_ops [--threads N] [--reps R]
+#include <cblas.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include "bench_common.h"
+#include "qkv/core/threads.h"
+#include "qkv/ops/ops.h"
+
+using namespace qkv;
+
+namespace {
+Tensor randn(const Dims& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape);
+  std::mt19937_64 eng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = d(eng);
+  return t;
+}
+
+// Plain SGEMM time for C (M, N) = A (M, K) @ B^T with B (N, K), as nn.Linear's forward.
+double sgemm_seconds(int64_t M, int64_t N, int64_t K, int reps) {
+  Tensor a = randn(Dims{M, K}, 1), b = randn(Dims{N, K}, 2), c = Tensor::empty(Dims{M, N});
+  return bench::median_seconds(reps, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, a.f32(), K, b.f32(), K, 0.f, c.f32(), N);
+  });
+}
+
+void bench_linear(const char* name, int64_t M, int64_t K, int64_t N, int reps) {
+  Tensor x = randn(Dims{64, M / 64, K}, 3), w = randn(Dims{N, K}, 4), b = randn(Dims{N}, 5);
+  Tensor y = ops::linear_forward(x, w, b);
+  Tensor dy = randn(y.shape(), 6);
+  const double flops = 2.0 * M * N * K;
+  const double t_fwd = bench::median_seconds(reps, [&] { y = ops::linear_forward(x, w, b); });
+  const double t_bwd = bench::median_seconds(reps, [&] {
+    Tensor dx, dw, db;
+    ops::linear_backward(dy, x, w, &dx, &dw, &db);
+  });
+  const double t_gemm = sgemm_seconds(M, N, K, reps);
+  std::printf("%-22s fwd %7.1f GFLOP/s  bwd %7.1f GFLOP/s  | sgemm %7.1f GFLOP/s | fwd/sgemm %.2f  bwd/sgemm %.2f\n",
+              name, flops / t_fwd * 1e-9, 2 * flops / t_bwd * 1e-9, flops / t_gemm * 1e-9, t_gemm / t_fwd,
+              2 * t_gemm / t_bwd);
+}
+
+void bench_attention(const char* name, int64_t B, int64_t H, int64_t T, int64_t dk, bool causal, int reps) {
+  // q, k, v as split-head views of (B, T, D) projections, as in the model.
+  Tensor q = randn(Dims{B, T, H * dk}, 7).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  Tensor k = randn(Dims{B, T, H * dk}, 8).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  Tensor v = randn(Dims{B, T, H * dk}, 9).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  ops::AttentionMasks masks;
+  masks.causal = causal;
+  Tensor probs;
+  Tensor out = ops::attention_forward(q, k, v, masks, {}, &probs);
+  Tensor dout = randn(out.shape(), 10);
+  const double flops = 4.0 * B * H * T * T * dk;  // QK^T and PV
+  const double t_fwd = bench::median_seconds(reps, [&] { out = ops::attention_forward(q, k, v, masks, {}, &probs); });
+  const double t_bwd = bench::median_seconds(reps, [&] {
+    Tensor dq, dkk, dv;
+    ops::attention_backward(dout, q, k, v, probs, masks, {}, &dq, &dkk, &dv);
+  });
+  // The same GEMM work as one SGEMM per head, back to back (the best BLAS can do for these shapes).
+  Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), s = Tensor::empty(Dims{B * H, T, T}),
+         o = Tensor::empty(Dims{B * H, T, dk});
+  const double t_gemm = bench::median_seconds(reps, [&] {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < B * H; ++i) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, dk, 1.f, qc.f32() + i * T * dk, dk,
+                  kc.f32() + i * T * dk, dk, 0.f, s.f32() + i * T * T, T);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, dk, T, 1.f, s.f32() + i * T * T, T,
+                  vc.f32() + i * T * dk, dk, 0.f, o.f32() + i * T * dk, dk);
+    }
+  });
+  std::printf("%-22s fwd %7.1f GFLOP/s  bwd %7.1f GFLOP/s  | sgemm %7.1f GFLOP/s | fwd/sgemm %.2f  bwd/sgemm %.2f\n",
+              name, flops / t_fwd * 1e-9, 2 * flops / t_bwd * 1e-9, flops / t_gemm * 1e-9, t_gemm / t_fwd,
+              2 * t_gemm / t_bwd);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2, reps = 7;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(argv[i + 1]);
+  }
+  set_num_threads(threads);
+  std::printf("qkv op benchmark: %d threads, median of %d runs; seed sizes: batch 64 x 100, d_model 512, d_ff 2048, 8 heads\n",
+              threads, reps);
+  const int64_t M = 64 * 100;
+  bench_linear("linear 512->512", M, 512, 512, reps);
+  bench_linear("linear 512->2048", M, 512, 2048, reps);
+  bench_linear("linear 2048->512", M, 2048, 512, reps);
+  bench_linear("linear 512->5000", M, 512, 5000, reps);
+  bench_attention("attention (pad)", 64, 8, 100, 64, false, reps);
+  bench_attention("attention (causal)", 64, 8, 100, 64, true, reps);
+  return 0;
+}

@@ -1,0 +1,24 @@
+#include "qkv/autograd/checkpoint.h"
+
+#include "qkv/ops/ops.h"
+
+namespace qkv::fn {
+
+Var checkpoint(const std::function<Var(const Var&)>& f, const Var& x) {
+  if (!grad_enabled()) return f(x);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = f(Var(x.value())).value();
+  }
+  // Recorded even if x needs no gradient: the parameters inside f do.
+  return record_op(std::move(y), true, [f, xv = x.value(), xc = x.cell()](const Tensor& dy) {
+    TapeScope replay;  // a private tape: the outer tape is mid-walk
+    Var input(xv, /*requires_grad=*/xc != nullptr);
+    const Var out = f(input);
+    backward(out, dy);
+    if (xc) ops::accumulate(input.grad(), &xc->grad);
+  });
+}
+
+}  // namespace qkv::fn

@@ -1,0 +1,180 @@
+// Training-level behaviour: a steady-state step allocates no memory from the system, the copy task
+// learns, checkpoints round-trip, bad checkpoints fail with the tensor or offset named.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "qkv/data/synthetic.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/train/step.h"
+
+namespace qkv {
+namespace {
+
+models::TransformerConfig tiny_config() {
+  models::TransformerConfig c;
+  c.src_vocab_size = c.tgt_vocab_size = 24;
+  c.d_model = 32;
+  c.num_heads = 4;
+  c.num_layers = 2;
+  c.d_ff = 64;
+  c.max_seq_length = 16;
+  c.dropout = 0.1f;
+  return c;
+}
+
+TEST(Training, SteadyStateStepAllocatesNothingFromTheSystem) {
+  for (bool recompute : {false, true}) {
+    models::Transformer model(tiny_config(), 1);
+    model.train();
+    model.set_recompute_ffn(recompute);
+    train::Adam opt(model.named_parameters());
+    const data::SyntheticBatch b = data::synthetic_batch("random", 8, 12, 24, 0, 0);
+    for (int i = 0; i < 3; ++i) train::train_step(model, opt, b.src, b.tgt);  // warm-up fills the pool
+    const int64_t before = BufferPool::stats().system_allocs;
+    for (int i = 0; i < 3; ++i) train::train_step(model, opt, b.src, b.tgt);
+    EXPECT_EQ(BufferPool::stats().system_allocs, before) << "recompute_ffn=" << recompute;
+  }
+}
+
+TEST(Training, RecomputedFeedForwardGivesIdenticalGradients) {
+  const data::SyntheticBatch b = data::synthetic_batch("copy", 4, 10, 24, 3, 0);
+  std::vector<std::vector<float>> grads[2];
+  for (int recompute = 0; recompute < 2; ++recompute) {
+    auto c = tiny_config();
+    c.dropout = 0.f;
+    models::Transformer model(c, 5);
+    model.set_recompute_ffn(recompute);
+    model.zero_grad();
+    train::forward_backward(model, b.src, b.tgt);
+    for (const auto& [name, p] : model.named_parameters()) grads[recompute].push_back(p.grad().to_vector());
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_EQ(grads[0][i], grads[1][i]) << "parameter " << i;
+}
+
+TEST(Training, CopyTaskLearns) {
+  auto c = tiny_config();
+  c.dropout = 0.f;
+  c.d_model = 64;
+  c.d_ff = 128;
+  models::Transformer model(c, 0);
+  model.train();
+  train::Adam opt(model.named_parameters(), train::AdamOptions{1e-3, 0.9, 0.98, 1e-9, 0.0});
+  float first = 0, last = 0;
+  for (int step = 0; step < 300; ++step) {
+    const data::SyntheticBatch b = data::synthetic_batch("copy", 32, 10, 24, 0, step);
+    const float loss = train::train_step(model, opt, b.src, b.tgt).loss;
+    if (step == 0) first = loss;
+    last = loss;
+  }
+  EXPECT_GT(first, 2.5f);  // ~ln(22) at the start
+  EXPECT_LT(last, 0.2f) << "the copy task should be learned in 300 steps";
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/qkv_ckpt_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    model_ = std::make_unique<models::Transformer>(tiny_config(), 7);
+    models::save_model(dir_, *model_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string error_of_load() {
+    try {
+      models::load_model(dir_);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  std::string dir_;
+  std::unique_ptr<models::Transformer> model_;
+};
+
+TEST_F(CheckpointTest, RoundTripsEveryParameter) {
+  auto loaded = models::load_model(dir_);
+  const auto a = model_->named_parameters(), b = loaded->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second.value().to_vector(), b[i].second.value().to_vector()) << a[i].first;
+  }
+}
+
+TEST_F(CheckpointTest, MismatchedConfigNamesTheTensor) {
+  auto c = tiny_config();
+  c.d_ff = 48;  // every fc1/fc2 weight now has the wrong shape
+  models::save_config(dir_ + "/config.json", c);
+  const std::string msg = error_of_load();
+  EXPECT_NE(msg.find("encoder_layers.0.feed_forward.fc1.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(48, 32)"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, MissingAndExtraTensorsAreNamed) {
+  auto c = tiny_config();
+  c.num_layers = 3;  // expects encoder_layers.2.*, which the file lacks
+  models::save_config(dir_ + "/config.json", c);
+  EXPECT_NE(error_of_load().find("missing tensor 'encoder_layers.2."), std::string::npos) << error_of_load();
+  c.num_layers = 1;  // the file has encoder_layers.1.*, which the model lacks
+  models::save_config(dir_ + "/config.json", c);
+  EXPECT_NE(error_of_load().find("unexpected tensor(s)"), std::string::npos) << error_of_load();
+  EXPECT_NE(error_of_load().find("encoder_layers.1."), std::string::npos) << error_of_load();
+}
+
+TEST_F(CheckpointTest, TruncatedFileNamesTheOffset) {
+  const std::string path = dir_ + "/model.safetensors";
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 100);
+  const std::string msg = error_of_load();
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+}
+
+TEST_F(CheckpointTest, MissingDirectoryAndBadConfigAreClear) {
+  std::filesystem::remove(dir_ + "/config.json");
+  EXPECT_NE(error_of_load().find("config.json: cannot open"), std::string::npos) << error_of_load();
+  std::ofstream(dir_ + "/config.json") << "{\"d_model\": \"wide\"}";
+  EXPECT_NE(error_of_load().find("\"d_model\" has the wrong type"), std::string::npos) << error_of_load();
+  std::ofstream(dir_ + "/config.json") << "{\"d_modle\": 32}";
+  EXPECT_NE(error_of_load().find("unknown field \"d_modle\""), std::string::npos) << error_of_load();
+  EXPECT_THROW(models::load_model(dir_ + "/does-not-exist"), Error);
+}
+
+TEST(Adam, SaveAndLoadResumesExactly) {
+  const data::SyntheticBatch b = data::synthetic_batch("copy", 4, 10, 24, 1, 0);
+  auto c = tiny_config();
+  // Reference: 4 uninterrupted steps.
+  models::Transformer a(c, 3);
+  train::Adam opt_a(a.named_parameters());
+  for (int i = 0; i < 4; ++i) train::train_step(a, opt_a, b.src, b.tgt);
+  // Interrupted after 2 steps: save model, optimizer and generator; resume in a fresh process state.
+  const std::string dir = ::testing::TempDir() + "/qkv_adam_resume_" + std::to_string(::getpid());
+  {
+    models::Transformer m(c, 3);
+    train::Adam opt(m.named_parameters());
+    for (int i = 0; i < 2; ++i) train::train_step(m, opt, b.src, b.tgt);
+    models::save_model(dir, m);
+    opt.save(dir + "/optimizer.safetensors");
+    std::ofstream(dir + "/gen") << m.generator().seed() << " " << m.generator().offset();
+  }
+  auto m = models::load_model(dir);
+  uint64_t seed = 0, offset = 0;
+  std::ifstream(dir + "/gen") >> seed >> offset;
+  m->generator().set_state(seed, offset);
+  m->train();
+  train::Adam opt(m->named_parameters());
+  opt.load(dir + "/optimizer.safetensors");
+  EXPECT_EQ(opt.steps(), 2);
+  for (int i = 0; i < 2; ++i) train::train_step(*m, opt, b.src, b.tgt);
+  const auto pa = a.named_parameters(), pm = m->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.value().to_vector(), pm[i].second.value().to_vector()) << pa[i].first;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qkv

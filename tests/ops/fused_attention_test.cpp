@@ -1,0 +1,138 @@
+// The fused fn::attention against its definition composed from separate ops:
+//   fn::matmul(q, k, transpose_b) -> fn::scale(1/sqrt(dk)) -> fn::masked_fill -> fn::softmax
+//   [-> fn::dropout] -> fn::matmul(., v)
+// in values and in the gradients of q, k and v.
+//
+// Not bit-identical, by design: the fused kernel (like the seed, scores / math.sqrt(d_k)) divides
+// the scores by sqrt(dk), while the composition multiplies by the float 1/sqrt(dk); the two differ
+// by up to an ulp per score, and exp() turns an absolute score error e into a relative probability
+// error e. The GEMMs also run on other shapes (per head in the kernel, batched here) and so sum in
+// other orders. The tolerance is therefore a few ulps of the tensor's scale rather than equality:
+//   |fused - composed| <= kUlps * u * (|composed| + max|composed|),   u = 2^-24, kUlps = 16
+// (an ulp-level difference in a score of size |s| ~ 3 is ~3 ulps of the probability, then summed
+// over Tk terms in P V and again in the backward GEMMs). Observed: at most 3.5 ulps, and 0 whenever
+// dk is a power of 4 (then 1/sqrt(dk) is exact and both paths round alike); QKV_TEST_VERBOSE=1 prints them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "ops/gradcheck.h"
+#include "qkv/autograd/functions.h"
+#include "qkv/autograd/tape.h"
+
+namespace qkv::test {
+namespace {
+
+constexpr double kUlps = 16;
+
+struct FusedCase {
+  const char* name;
+  int64_t B, H, Tq, Tk, dk;
+  bool key_mask, query_mask, causal;
+  float p = 0.f;       // attention dropout
+  bool views = false;  // q, k, v as split_heads views of (B, T, H * dk) tensors
+};
+
+ops::AttentionMasks make_masks(const FusedCase& c) {
+  ops::AttentionMasks m;
+  if (c.key_mask) {  // row b pads its last b keys (b < Tk), so the last batch row has most padding
+    std::vector<std::vector<int32_t>> rows(c.B, std::vector<int32_t>(c.Tk, 1));
+    for (int64_t b = 0; b < c.B; ++b)
+      for (int64_t j = std::max<int64_t>(1, c.Tk - b); j < c.Tk; ++j) rows[b][j] = 0;
+    m.key_keep = mask_rows(rows);
+  }
+  if (c.query_mask) {  // the last batch row is fully padded on the query side, row 0 partially
+    std::vector<std::vector<int32_t>> rows(c.B, std::vector<int32_t>(c.Tq, 1));
+    rows[0][c.Tq - 1] = 0;
+    for (auto& x : rows[c.B - 1]) x = 0;
+    m.query_keep = mask_rows(rows);
+  }
+  m.causal = c.causal;
+  return m;
+}
+
+struct Result {
+  Tensor out, dq, dk, dv;
+};
+
+class FusedAttention : public ::testing::TestWithParam<FusedCase> {
+ protected:
+  void SetUp() override { Tape::current().clear(); }
+  void TearDown() override { EXPECT_EQ(Tape::current().size(), 0u); }
+};
+
+// Builds q, k, v as leaves (or as head views of leaves), runs `attn`, backward with g.
+template <class F>
+Result run(const FusedCase& c, const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& g, F attn) {
+  Var q(q0.clone(), true), k(k0.clone(), true), v(v0.clone(), true);
+  Var out = c.views ? fn::combine_heads(attn(fn::split_heads(q, c.H), fn::split_heads(k, c.H), fn::split_heads(v, c.H)))
+                    : attn(q, k, v);
+  backward(out, g);
+  return {out.value(), q.grad(), k.grad(), v.grad()};
+}
+
+::testing::AssertionResult ulp_close(const Tensor& fused, const Tensor& composed, const std::string& what) {
+  if (!fused.defined() || !composed.defined()) return ::testing::AssertionFailure() << what << ": undefined";
+  float scale = 0;
+  for (float x : composed.to_vector()) scale = std::max(scale, std::abs(x));
+  const double u = std::ldexp(1.0, -24);
+  // closeness() checks |a - b| <= atol + rtol |b| with atol = kUlps u max|b| and rtol = kUlps u.
+  Closeness c;
+  ::testing::AssertionResult r = all_close(fused, composed, kUlps * u * scale, kUlps * u, what, &c);
+  if (verbose())
+    std::cout << "[fused] " << current_test_name() << " " << what << ": max abs err " << c.max_abs << " = "
+              << (scale > 0 ? c.max_abs / (u * scale) : 0.0) << " ulps of max|x| " << scale << "\n";
+  return r;
+}
+
+TEST_P(FusedAttention, EqualsComposition) {
+  const FusedCase c = GetParam();
+  std::mt19937_64 rng(99);
+  const Dims qs = c.views ? Dims{c.B, c.Tq, c.H * c.dk} : Dims{c.B, c.H, c.Tq, c.dk};
+  const Dims ks = c.views ? Dims{c.B, c.Tk, c.H * c.dk} : Dims{c.B, c.H, c.Tk, c.dk};
+  const Tensor q0 = randn(qs, rng, 1.5f), k0 = randn(ks, rng, 1.5f), v0 = randn(ks, rng);
+  const Tensor g = randn(qs, rng);
+  const ops::AttentionMasks m = make_masks(c);
+  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+
+  const Result fused =
+      run(c, q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) { return fn::attention(q, k, v, m, drop); });
+  const Result composed = run(c, q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    const float s = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
+    Var p = fn::softmax(fn::masked_fill(fn::scale(fn::matmul(q, k, true), s), m));
+    // The kernel's dropout counter for probability (b, h, i, j) is offset + its flat index in the
+    // contiguous (B, H, Tq, Tk) tensor: exactly what fn::dropout uses on that tensor.
+    p = fn::dropout(p, drop.p, drop.seed, drop.offset);
+    return fn::matmul(p, v);
+  });
+  EXPECT_TRUE(ulp_close(fused.out, composed.out, "out"));
+  EXPECT_TRUE(ulp_close(fused.dq, composed.dq, "dq"));
+  EXPECT_TRUE(ulp_close(fused.dk, composed.dk, "dk"));
+  EXPECT_TRUE(ulp_close(fused.dv, composed.dv, "dv"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
+                         ::testing::Values(
+                             // name, B, H, Tq, Tk, dk, key mask, query mask, causal[, dropout p[, views]]
+                             FusedCase{"plain", 2, 2, 5, 5, 4, false, false, false},
+                             FusedCase{"b1_t1", 1, 1, 1, 1, 4, false, false, false},
+                             FusedCase{"b1_t1_causal", 1, 2, 1, 1, 3, false, false, true},
+                             FusedCase{"key_pad_odd", 3, 3, 7, 7, 5, true, false, false},
+                             FusedCase{"query_mask_odd", 3, 2, 7, 7, 6, false, true, false},
+                             FusedCase{"causal_odd", 3, 1, 7, 7, 5, false, false, true},
+                             FusedCase{"target_mask", 3, 2, 7, 7, 4, true, true, true},
+                             FusedCase{"cross", 3, 2, 5, 7, 6, true, false, false},
+                             FusedCase{"cross_causal", 2, 2, 3, 6, 4, true, true, true},
+                             FusedCase{"cross_tq_gt_tk", 2, 1, 6, 3, 4, true, false, true},
+                             FusedCase{"dropout", 3, 2, 7, 7, 4, true, false, true, 0.3f},
+                             FusedCase{"views_target_mask", 3, 3, 7, 7, 4, false, true, true, 0.f, true},
+                             FusedCase{"views_cross_dropout", 2, 2, 4, 7, 6, true, false, false, 0.2f, true},
+                             FusedCase{"large_dk", 2, 2, 9, 9, 64, true, true, true}),
+                         [](const ::testing::TestParamInfo<FusedCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
+}  // namespace qkv::test
