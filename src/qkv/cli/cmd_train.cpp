@@ -76,7 +76,7 @@ Plan make_plan(const TrainOptions& o) {
   if (o.dropout) p.config.dropout = *o.dropout;
   p.config.validate();
   QKV_CHECK(p.steps >= 0 && p.batch > 0 && p.len >= 2, "--steps, --batch and --len must be positive (--len >= 2)");
-  const int64_t tgt_len = p.task == "copy" ? p.len + 1 : p.len;
+  const int64_t tgt_len = p.task == "copy" ? p.len + 2 : p.len;  // copy adds BOS and EOS
   QKV_CHECK(p.len <= p.config.max_seq_length && tgt_len - 1 <= p.config.max_seq_length,
             "--len " << p.len << " exceeds the model's max_seq_length " << p.config.max_seq_length);
   return p;

@@ -160,6 +160,16 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
   return t;
 }
 
+Tensor Tensor::narrow(int d, int64_t start, int64_t length) const {
+  const int i = d < 0 ? dim() + d : d;
+  QKV_CHECK(i >= 0 && i < dim() && start >= 0 && length >= 0 && start + length <= shape_[i],
+            "narrow(" << d << ", " << start << ", " << length << ") out of range for shape " << shape_);
+  Tensor t = *this;
+  t.offset_ += start * strides_[i];
+  t.shape_[i] = length;
+  return t;
+}
+
 namespace {
 // Calls f(linear_index_in_row_major_order, element_offset) for every element of a strided view.
 template <class F>

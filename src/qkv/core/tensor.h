@@ -56,6 +56,7 @@ class Tensor {
   Tensor reshape(const Dims& shape) const;  // requires a contiguous tensor; one dim may be -1
   Tensor transpose(int a, int b) const;
   Tensor slice0(int64_t begin, int64_t end) const;  // rows [begin, end) of dim 0
+  Tensor narrow(int dim, int64_t start, int64_t length) const;  // [start, start + length) of `dim`
 
   // Copies.
   Tensor contiguous() const;  // returns *this if already contiguous

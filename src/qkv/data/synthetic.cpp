@@ -17,19 +17,21 @@ SyntheticBatch synthetic_batch(const std::string& task, int64_t B, int64_t L, in
     return b;
   }
   QKV_CHECK(task == "copy", "unknown synthetic task '" << task << "' (expected random or copy)");
-  QKV_CHECK(V >= 3 && L >= 2, "synthetic copy task needs vocabulary >= 3 and length >= 2");
+  QKV_CHECK(V > kCopyFirstId && L >= 2, "synthetic copy task needs vocabulary > " << kCopyFirstId << " and length >= 2");
   std::mt19937_64 eng(seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(step) * 0xbf58476d1ce4e5b9ULL + 29);
-  std::uniform_int_distribution<int32_t> id(2, static_cast<int32_t>(V - 1));
+  std::uniform_int_distribution<int32_t> id(kCopyFirstId, static_cast<int32_t>(V - 1));
   std::uniform_int_distribution<int64_t> len(L / 2, L);
-  SyntheticBatch b{Tensor::zeros(Dims{B, L}, DType::I32), Tensor::zeros(Dims{B, L + 1}, DType::I32)};
+  const int64_t W = L + 2;
+  SyntheticBatch b{Tensor::zeros(Dims{B, L}, DType::I32), Tensor::zeros(Dims{B, W}, DType::I32)};
   for (int64_t r = 0; r < B; ++r) {
     const int64_t n = len(eng);
-    b.tgt.i32()[r * (L + 1)] = 1;  // BOS
+    b.tgt.i32()[r * W] = kCopyBos;
     for (int64_t t = 0; t < n; ++t) {
       const int32_t v = id(eng);
       b.src.i32()[r * L + t] = v;
-      b.tgt.i32()[r * (L + 1) + t + 1] = v;
+      b.tgt.i32()[r * W + t + 1] = v;
     }
+    b.tgt.i32()[r * W + n + 1] = kCopyEos;
   }
   return b;
 }

@@ -32,6 +32,8 @@ void TransformerConfig::validate() const {
             "config: attention_dropout must be in [0, 1), got " << attention_dropout);
   QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
             "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
+  QKV_CHECK(bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size,
+            "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");
   QKV_CHECK(activation == "relu" || activation == "gelu", "config: activation must be \"relu\" or \"gelu\", got \"" << activation << "\"");
   QKV_CHECK(mask_fill == "-1e9" || mask_fill == "-inf", "config: mask_fill must be \"-1e9\" or \"-inf\", got \"" << mask_fill << "\"");
   QKV_CHECK(layer_norm_eps > 0.f, "config: layer_norm_eps must be positive, got " << layer_norm_eps);
@@ -47,6 +49,8 @@ std::string config_to_json(const TransformerConfig& c) {
             {"max_seq_length", c.max_seq_length},
             {"dropout", c.dropout},
             {"pad_id", c.pad_id},
+            {"bos_id", c.bos_id},
+            {"eos_id", c.eos_id},
             {"norm", c.norm == NormPosition::Post ? "post" : "pre"},
             {"activation", c.activation},
             {"layer_norm_eps", c.layer_norm_eps},
@@ -78,7 +82,7 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   }
   QKV_CHECK(j.is_object(), src << ": expected a JSON object");
   static const std::set<std::string> known = {
-      "src_vocab_size", "tgt_vocab_size", "d_model",        "num_heads",        "num_layers",
+      "src_vocab_size", "tgt_vocab_size", "d_model", "bos_id", "eos_id",        "num_heads",        "num_layers",
       "d_ff",           "max_seq_length", "dropout",        "pad_id",           "norm",
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
       "attention_dropout"};
@@ -94,6 +98,8 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   read_field(j, "max_seq_length", c.max_seq_length, src);
   read_field(j, "dropout", c.dropout, src);
   read_field(j, "pad_id", c.pad_id, src);
+  read_field(j, "bos_id", c.bos_id, src);
+  read_field(j, "eos_id", c.eos_id, src);
   std::string norm = "post";
   read_field(j, "norm", norm, src);
   QKV_CHECK(norm == "post" || norm == "pre", src << ": field \"norm\" must be \"post\" or \"pre\", got \"" << norm << "\"");

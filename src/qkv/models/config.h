@@ -18,6 +18,8 @@ struct TransformerConfig {
   int64_t max_seq_length = 100;
   float dropout = 0.1f;
   int32_t pad_id = 0;
+  int32_t bos_id = 2;                 // begin / end of sentence, for decoding (SentencePiece ids
+  int32_t eos_id = 3;                 // with pad 0, unk 1, bos 2, eos 3)
   NormPosition norm = NormPosition::Post;
   std::string activation = "relu";    // "relu" (seed) or "gelu"
   float layer_norm_eps = 1e-5f;       // nn.LayerNorm's default, as the seed uses it

@@ -1,6 +1,7 @@
 #include "qkv/models/transformer.h"
 
 #include <cmath>
+#include <vector>
 #include <string>
 
 namespace qkv::models {
@@ -44,6 +45,24 @@ Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::Attent
   Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask); });
   h = residual(norm_pos_, norm2, dropout, h,
                [&](const Var& in) { return cross_attn.forward(in, enc_output, enc_output, src_mask); });
+  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+}
+
+Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, int64_t pos,
+                                const ops::AttentionMasks& src_mask) const {
+  auto self = [&](const Var& in) {
+    const Var q = self_attn.project(self_attn.W_q, in);  // (N, H, 1, dk)
+    const Var k = self_attn.project(self_attn.W_k, in);
+    const Var v = self_attn.project(self_attn.W_v, in);
+    cache.self_k.narrow(2, pos, 1).copy_from(k.value());
+    cache.self_v.narrow(2, pos, 1).copy_from(v.value());
+    // The single query at `pos` sees positions [0, pos]: the no-peek mask of the full forward.
+    return self_attn.attend(q, Var(cache.self_k.narrow(2, 0, pos + 1)), Var(cache.self_v.narrow(2, 0, pos + 1)), {});
+  };
+  Var h = residual(norm_pos_, norm1, dropout, x, self);
+  h = residual(norm_pos_, norm2, dropout, h, [&](const Var& in) {
+    return cross_attn.attend(cross_attn.project(cross_attn.W_q, in), cache.cross_k, cache.cross_v, src_mask);
+  });
   return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
@@ -104,6 +123,58 @@ Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& m
   for (const DecoderLayer* layer : decoder_layers) x = layer->forward(x, enc_output, masks.src, masks.tgt);
   if (decoder_norm) x = decoder_norm->forward(x);
   return fc.forward(x);  // (B, T, V)
+}
+
+DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length) const {
+  QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
+  QKV_CHECK(max_length >= 1 && max_length <= config_.max_seq_length,
+            "decoding length " << max_length << " must be in [1, max_seq_length " << config_.max_seq_length << "]");
+  DecoderState st;
+  st.max_length = max_length;
+  st.src_mask = generate_mask(src, src).src;
+  const int64_t N = enc_output.size(0), H = config_.num_heads, dk = config_.d_model / config_.num_heads;
+  for (const DecoderLayer* layer : decoder_layers) {
+    LayerCache c;
+    c.self_k = Tensor::empty(Dims{N, H, max_length, dk});
+    c.self_v = Tensor::empty(Dims{N, H, max_length, dk});
+    c.cross_k = layer->cross_attn.project(layer->cross_attn.W_k, enc_output);  // projected once
+    c.cross_v = layer->cross_attn.project(layer->cross_attn.W_v, enc_output);
+    st.layers.push_back(std::move(c));
+  }
+  return st;
+}
+
+Var Transformer::decode_step(const Tensor& tokens, DecoderState& st) const {
+  QKV_CHECK(st.length < st.max_length, "decode_step: all " << st.max_length << " positions are used");
+  const int64_t N = tokens.numel(), pos = st.length;
+  Var e = decoder_embedding.forward(tokens.reshape(Dims{N, 1}));  // (N, 1, D)
+  if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
+  Var x = dropout.forward(fn::add_positional(e, positional_encoding.pe.narrow(0, pos, 1)));
+  for (size_t i = 0; i < decoder_layers.size(); ++i) x = decoder_layers[i]->forward_step(x, st.layers[i], pos, st.src_mask);
+  if (decoder_norm) x = decoder_norm->forward(x);
+  st.length += 1;
+  return fn::reshape(fc.forward(x), Dims{N, config_.tgt_vocab_size});  // (N, V)
+}
+
+namespace {
+// out[i] = in[rows[i]] along dim 0.
+Tensor gather_rows(const Tensor& in, const std::vector<int64_t>& rows) {
+  Dims shape = in.shape();
+  shape[0] = static_cast<int64_t>(rows.size());
+  Tensor out = Tensor::empty(shape, in.dtype());
+  for (size_t i = 0; i < rows.size(); ++i) out.slice0(i, i + 1).copy_from(in.slice0(rows[i], rows[i] + 1));
+  return out;
+}
+}  // namespace
+
+void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) const {
+  for (LayerCache& c : st.layers) {
+    c.self_k = gather_rows(c.self_k, rows);
+    c.self_v = gather_rows(c.self_v, rows);
+    c.cross_k = Var(gather_rows(c.cross_k.value().contiguous(), rows));
+    c.cross_v = Var(gather_rows(c.cross_v.value().contiguous(), rows));
+  }
+  if (st.src_mask.key_keep.defined()) st.src_mask.key_keep = gather_rows(st.src_mask.key_keep, rows);
 }
 
 Var Transformer::forward(const Tensor& src, const Tensor& tgt) const {

@@ -38,12 +38,20 @@ class EncoderLayer : public nn::Module {
   NormPosition norm_pos_;
 };
 
+// Per decoder layer state of incremental decoding (inference only).
+struct LayerCache {
+  Tensor self_k, self_v;   // (N, H, max_len, dk): keys / values of every position decoded so far
+  Var cross_k, cross_v;    // (N, H, S, dk): the encoder output projected once
+};
+
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const TransformerConfig& c, Generator& gen);
   // x (B, T, D), enc_output (B, S, D) -> (B, T, D)
   Var forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
               const ops::AttentionMasks& tgt_mask) const;
+  // One position: x (N, 1, D) at position `pos`, attending to cached positions [0, pos].
+  Var forward_step(const Var& x, LayerCache& cache, int64_t pos, const ops::AttentionMasks& src_mask) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2, &norm3;
@@ -51,6 +59,14 @@ class DecoderLayer : public nn::Module {
 
  private:
   NormPosition norm_pos_;
+};
+
+// Incremental decoding state for N sequences (N = sentences x beam).
+struct DecoderState {
+  std::vector<LayerCache> layers;
+  ops::AttentionMasks src_mask;  // key padding of the N sources
+  int64_t length = 0;            // positions decoded so far
+  int64_t max_length = 0;
 };
 
 struct Masks {
@@ -77,6 +93,15 @@ class Transformer : public nn::Module {
 
   // Activation checkpointing of every feed-forward block (see PositionWiseFeedForward).
   void set_recompute_ffn(bool on);
+  // Incremental decoding: encode once, then one position per call with cached keys and values.
+  // start_decoding takes the encoder output (N, S, D) and the sources (N, S) it came from.
+  DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length) const;
+  // tokens (N) i32 at position state.length -> logits (N, V) for the next position.
+  Var decode_step(const Tensor& tokens, DecoderState& state) const;
+  // Keeps / duplicates the sequences `rows` (beam search reordering): row i of the new state is
+  // row rows[i] of the old one.
+  void reorder(DecoderState& state, const std::vector<int64_t>& rows) const;
+
   const TransformerConfig& config() const { return config_; }
   Generator& generator() const { return gen_; }
 

@@ -16,9 +16,10 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Gener
 }
 
 Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks) const {
-  const Var q = fn::split_heads(W_q.forward(Q), num_heads_);  // (B, H, Tq, dk)
-  const Var k = fn::split_heads(W_k.forward(K), num_heads_);  // (B, H, Tk, dk)
-  const Var v = fn::split_heads(W_v.forward(V), num_heads_);  // (B, H, Tk, dk)
+  return attend(project(W_q, Q), project(W_k, K), project(W_v, V), masks);  // q (B, H, Tq, dk), k v (B, H, Tk, dk)
+}
+
+Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks) const {
   ops::AttentionDropoutSpec drop;
   if (training() && attention_dropout_ > 0.f) {
     drop.p = attention_dropout_;

@@ -12,6 +12,12 @@ class MultiHeadAttention : public Module {
   // Q (B, Tq, D); K, V (B, Tk, D) -> (B, Tq, D). masks: key padding / query rows / causal.
   Var forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks) const;
 
+  // The two halves of forward, for incremental decoding where keys and values are cached:
+  // project: (B, T, D) -> split heads of W(x), (B, H, T, dk);
+  // attend: W_o(combine_heads(attention(q, k, v))) -> (B, Tq, D).
+  Var project(const Linear& W, const Var& x) const { return fn::split_heads(W.forward(x), num_heads_); }
+  Var attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks) const;
+
   int64_t num_heads() const { return num_heads_; }
   Linear &W_q, &W_k, &W_v, &W_o;
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs everything qkv needs to build, test and benchmark on Debian 12 (run as root or with sudo).
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  build-essential cmake git \
+  libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev \
+  libsentencepiece-dev \
+  python3-torch python3-numpy python3-pip >/dev/null
+# sacreBLEU is the reference for `qkv bleu` / `qkv chrf` tests (not packaged by Debian 12).
+if ! /usr/bin/python3 -c "import sacrebleu" 2>/dev/null; then
+  $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "sacrebleu>=2.3,<3"
+fi
+echo "qkv dependencies installed"

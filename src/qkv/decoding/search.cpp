@@ -1,0 +1,233 @@
+#include "qkv/decoding/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace qkv::decoding {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// The decoder over N rows (sentences x beam), with or without the key/value cache.
+class StepDecoder {
+ public:
+  StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
+              bool use_cache)
+      : model_(model), use_cache_(use_cache) {
+    std::vector<int64_t> expand;
+    for (int64_t b = 0; b < src.size(0); ++b)
+      for (int64_t k = 0; k < rows_per_source; ++k) expand.push_back(b);
+    src_ = gather(src, expand);  // (N, S)
+    const models::Masks masks = model.generate_mask(src_, src_);
+    enc_ = model.encode(src_, masks.src);
+    if (use_cache_) state_ = model.start_decoding(enc_, src_, max_length);
+    prefix_.assign(static_cast<size_t>(src_.size(0)), std::vector<int32_t>{});
+  }
+
+  // Appends tokens (one per row) and returns log-probabilities of the next token, (N, V) row-major.
+  std::vector<float> next_log_probs(const std::vector<int32_t>& tokens) {
+    const int64_t N = static_cast<int64_t>(tokens.size()), V = model_.config().tgt_vocab_size;
+    for (int64_t i = 0; i < N; ++i) prefix_[i].push_back(tokens[i]);
+    Tensor logits;
+    if (use_cache_) {
+      logits = model_.decode_step(Tensor::from_ids(Dims{N}, tokens), state_).value();
+    } else {  // the whole prefix again; keep the last position
+      const int64_t T = static_cast<int64_t>(prefix_[0].size());
+      std::vector<int32_t> flat;
+      for (const auto& p : prefix_) flat.insert(flat.end(), p.begin(), p.end());
+      const models::Masks masks = model_.generate_mask(src_, Tensor::from_ids(Dims{N, T}, flat));
+      const Tensor all = model_.decode(Tensor::from_ids(Dims{N, T}, flat), enc_, masks).value();  // (N, T, V)
+      logits = all.narrow(1, T - 1, 1).contiguous().reshape(Dims{N, V});
+    }
+    std::vector<float> lp(logits.to_vector());
+    for (int64_t i = 0; i < N; ++i) {  // log-softmax per row, in double for the normaliser
+      float* row = lp.data() + i * V;
+      const float mx = *std::max_element(row, row + V);
+      double sum = 0;
+      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - mx));
+      const float lse = mx + static_cast<float>(std::log(sum));
+      for (int64_t v = 0; v < V; ++v) row[v] -= lse;
+      // Pad and BOS are never produced: a pad inside a hypothesis would be read as padding when
+      // the pair is scored. The others keep their true log-probabilities (not renormalised).
+      row[model_.config().pad_id] = -std::numeric_limits<float>::infinity();
+      row[model_.config().bos_id] = -std::numeric_limits<float>::infinity();
+    }
+    return lp;
+  }
+
+  void reorder(const std::vector<int64_t>& rows) {
+    std::vector<std::vector<int32_t>> prefix;
+    for (int64_t r : rows) prefix.push_back(prefix_[r]);
+    prefix_ = std::move(prefix);
+    if (use_cache_) {
+      model_.reorder(state_, rows);
+    } else {
+      src_ = gather(src_, rows);
+      enc_ = Var(gather(enc_.value(), rows));
+    }
+  }
+
+ private:
+  static Tensor gather(const Tensor& in, const std::vector<int64_t>& rows) {
+    Dims shape = in.shape();
+    shape[0] = static_cast<int64_t>(rows.size());
+    Tensor out = Tensor::empty(shape, in.dtype());
+    for (size_t i = 0; i < rows.size(); ++i) out.slice0(i, i + 1).copy_from(in.slice0(rows[i], rows[i] + 1));
+    return out;
+  }
+
+  const models::Transformer& model_;
+  bool use_cache_;
+  Tensor src_;
+  Var enc_;
+  models::DecoderState state_;
+  std::vector<std::vector<int32_t>> prefix_;
+};
+
+int64_t output_limit(const models::Transformer& model, size_t src_len, const SearchOptions& o) {
+  const int64_t by_ratio = static_cast<int64_t>(std::ceil(o.max_length_ratio * static_cast<double>(src_len))) + o.max_length_offset;
+  // Positions hold BOS + tokens; the last position predicts EOS.
+  return std::max<int64_t>(1, std::min<int64_t>(by_ratio, model.config().max_seq_length - 1));
+}
+
+double normalised(double log_prob, size_t length, float alpha) {
+  return alpha == 0.f ? log_prob : log_prob / std::pow(static_cast<double>(length), alpha);
+}
+
+void check_sources(const models::Transformer& model, const std::vector<data::IdLine>& sources, const SearchOptions& o) {
+  QKV_CHECK(o.beam_size >= 1 && o.n_best >= 1 && o.n_best <= o.beam_size,
+            "search: need beam_size >= 1 and 1 <= n_best <= beam_size, got beam " << o.beam_size << ", n_best " << o.n_best);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    QKV_CHECK(!sources[i].empty(), "search: source " << i + 1 << " is empty");
+    QKV_CHECK(static_cast<int64_t>(sources[i].size()) <= model.config().max_seq_length,
+              "search: source " << i + 1 << " has " << sources[i].size() << " tokens, more than max_seq_length "
+                                << model.config().max_seq_length);
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& model,
+                                                 const std::vector<data::IdLine>& sources, const SearchOptions& o) {
+  check_sources(model, sources, o);
+  if (sources.empty()) return {};
+  NoGradGuard no_grad;
+  const auto& c = model.config();
+  const int64_t B = static_cast<int64_t>(sources.size()), K = o.beam_size, V = c.tgt_vocab_size;
+  std::vector<int64_t> limit(B);
+  int64_t max_limit = 0;
+  for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o.use_cache);
+
+  // Row b*K + k holds beam k of sentence b. Only beam 0 is live at the start (the others are
+  // copies of it with -inf score) so the first step does not pick K copies of one token.
+  std::vector<double> cum(B * K, kNegInf);
+  for (int64_t b = 0; b < B; ++b) cum[b * K] = 0;
+  std::vector<std::vector<int32_t>> tokens(B * K);
+  std::vector<std::vector<Hypothesis>> finished(B);
+  std::vector<char> done(B, 0);
+  std::vector<int32_t> next(B * K, c.bos_id);
+
+  for (int64_t t = 0; t <= max_limit; ++t) {
+    const std::vector<float> lp = dec.next_log_probs(next);
+    std::vector<int64_t> rows(B * K);
+    std::vector<double> new_cum(B * K, kNegInf);
+    std::vector<std::vector<int32_t>> new_tokens(B * K);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t k = 0; k < K; ++k) rows[b * K + k] = b * K + k;
+      if (done[b]) continue;
+      if (t == limit[b]) {  // length limit: every live beam ends here with EOS
+        for (int64_t k = 0; k < K; ++k) {
+          const double base = cum[b * K + k];
+          if (base == kNegInf) continue;
+          const double lpe = base + lp[(b * K + k) * V + c.eos_id];
+          const std::vector<int32_t>& prev = tokens[b * K + k];
+          finished[b].push_back({prev, lpe, normalised(lpe, prev.size() + 1, o.length_penalty), true});
+        }
+        done[b] = 1;
+        continue;
+      }
+      // Top 2K candidates over (beam, token): at most K of them are EOS, so K stay alive.
+      std::vector<std::pair<double, int64_t>> cand;
+      cand.reserve(K * V);
+      for (int64_t k = 0; k < K; ++k) {
+        if (cum[b * K + k] == kNegInf) continue;
+        const float* row = lp.data() + (b * K + k) * V;
+        for (int64_t v = 0; v < V; ++v) cand.emplace_back(cum[b * K + k] + row[v], k * V + v);
+      }
+      const size_t take = std::min<size_t>(cand.size(), 2 * K);
+      std::partial_sort(cand.begin(), cand.begin() + take, cand.end(),
+                        [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+      int64_t alive = 0;
+      for (size_t i = 0; i < take && alive < K; ++i) {
+        const int64_t k = cand[i].second / V;
+        const int32_t v = static_cast<int32_t>(cand[i].second % V);
+        const std::vector<int32_t>& prev = tokens[b * K + k];
+        if (v == c.eos_id) {
+          if (static_cast<int64_t>(finished[b].size()) < K)  // EOS among the top candidates: a finished hypothesis
+            finished[b].push_back({prev, cand[i].first, normalised(cand[i].first, prev.size() + 1, o.length_penalty), true});
+          continue;
+        }
+        rows[b * K + alive] = b * K + k;
+        new_cum[b * K + alive] = cand[i].first;
+        new_tokens[b * K + alive] = prev;
+        new_tokens[b * K + alive].push_back(v);
+        next[b * K + alive] = v;
+        ++alive;
+      }
+      if (static_cast<int64_t>(finished[b].size()) >= K || alive == 0) done[b] = 1;
+    }
+    if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) break;
+    cum = std::move(new_cum);
+    tokens = std::move(new_tokens);
+    dec.reorder(rows);
+  }
+  std::vector<std::vector<Hypothesis>> out(B);
+  for (int64_t b = 0; b < B; ++b) {
+    auto& f = finished[b];
+    std::stable_sort(f.begin(), f.end(), [](const Hypothesis& x, const Hypothesis& y) { return x.score > y.score; });
+    if (static_cast<int64_t>(f.size()) > o.n_best) f.resize(o.n_best);
+    out[b] = std::move(f);
+  }
+  return out;
+}
+
+std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
+                                      const SearchOptions& o) {
+  check_sources(model, sources, SearchOptions{1, 1, o.length_penalty, o.max_length_ratio, o.max_length_offset, o.use_cache});
+  if (sources.empty()) return {};
+  NoGradGuard no_grad;
+  const auto& c = model.config();
+  const int64_t B = static_cast<int64_t>(sources.size()), V = c.tgt_vocab_size;
+  std::vector<int64_t> limit(B);
+  int64_t max_limit = 0;
+  for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o.use_cache);
+  std::vector<Hypothesis> hyps(B);
+  std::vector<int32_t> next(B, c.bos_id);
+  int64_t remaining = B;
+  for (int64_t t = 0; t <= max_limit && remaining > 0; ++t) {
+    const std::vector<float> lp = dec.next_log_probs(next);
+    for (int64_t b = 0; b < B; ++b) {
+      Hypothesis& h = hyps[b];
+      if (h.finished || t > limit[b]) continue;
+      const float* row = lp.data() + b * V;
+      // At the limit only EOS may follow, as in beam search.
+      const int32_t v = t == limit[b] ? c.eos_id : static_cast<int32_t>(std::max_element(row, row + V) - row);
+      h.log_prob += row[v];
+      if (v == c.eos_id) {
+        h.finished = true;
+        --remaining;
+      } else {
+        h.tokens.push_back(v);
+      }
+      next[b] = v;
+    }
+  }
+  for (Hypothesis& h : hyps) h.score = normalised(h.log_prob, h.tokens.size() + 1, o.length_penalty);
+  return hyps;
+}
+
+}  // namespace qkv::decoding

@@ -1,0 +1,41 @@
+// Translation search over a Transformer: greedy and beam search, batched over sentences.
+//
+// Both run the decoder incrementally: the encoder output is projected to cross-attention keys and
+// values once, and self-attention keys/values of decoded positions are cached (use_cache = false
+// re-runs the whole decoder on the prefix each step instead; it exists to test the cache).
+//
+// Scores: a hypothesis' log_prob is the sum of log p(token) over its tokens and its EOS, exactly
+// what `qkv score` computes for the pair (source, [BOS] hyp [EOS]); its score for ranking is
+// log_prob / length^length_penalty with length = tokens + 1 (fairseq's normalisation).
+#pragma once
+#include <vector>
+
+#include "qkv/data/id_lines.h"
+#include "qkv/models/transformer.h"
+
+namespace qkv::decoding {
+
+struct SearchOptions {
+  int beam_size = 4;            // 1 = greedy
+  int n_best = 1;               // hypotheses returned per sentence (<= beam_size)
+  float length_penalty = 1.0f;  // alpha in log_prob / length^alpha
+  float max_length_ratio = 2.0f;  // output limit: ratio * source length + offset,
+  int64_t max_length_offset = 10;  // capped by the model's max_seq_length - 1
+  bool use_cache = true;
+};
+
+struct Hypothesis {
+  std::vector<int32_t> tokens;  // without BOS and EOS
+  double log_prob = 0;          // includes EOS when the hypothesis finished with it
+  double score = 0;             // log_prob / length^length_penalty
+  bool finished = false;        // ended with EOS (false: cut at the length limit)
+};
+
+// Results per sentence, best first (n_best each). Sources must fit max_seq_length.
+std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& model,
+                                                 const std::vector<data::IdLine>& sources, const SearchOptions& options);
+// Greedy decoding: the argmax token each step (beam_search with beam_size 1 gives the same tokens).
+std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
+                                      const SearchOptions& options);
+
+}  // namespace qkv::decoding

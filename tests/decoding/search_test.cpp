@@ -1,0 +1,135 @@
+// Decoding: greedy and beam search on a model trained on the copy task (lengths 5-10; the right answer is
+// the source), and their invariants: a beam of 1 equals greedy; decoding with and without the
+// key/value cache gives the same tokens and scores; the score of an n-best hypothesis equals what
+// `qkv score` (train::score) computes for the pair.
+#include <gtest/gtest.h>
+
+#include "qkv/data/synthetic.h"
+#include "qkv/decoding/search.h"
+#include "qkv/train/step.h"
+
+namespace qkv {
+namespace {
+
+class SearchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    models::TransformerConfig c;
+    c.src_vocab_size = c.tgt_vocab_size = 16;
+    c.d_model = 64;
+    c.num_heads = 4;
+    c.num_layers = 2;
+    c.d_ff = 128;
+    c.max_seq_length = 28;
+    c.dropout = 0.f;
+    model_ = new models::Transformer(c, 0);
+    model_->train();
+    train::Adam opt(model_->named_parameters(), train::AdamOptions{2e-3, 0.9, 0.98, 1e-9, 0.0});
+    for (int step = 0; step < 500; ++step) {
+      const data::SyntheticBatch b = data::synthetic_batch("copy", 32, 10, 16, 0, step);
+      train::train_step(*model_, opt, b.src, b.tgt);
+    }
+    model_->eval();
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  static std::vector<data::IdLine> sources() {
+    return {{4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 4}, {15, 14, 13, 12, 11}, {7, 7, 9, 9, 11, 11}};
+  }
+  static models::Transformer* model_;
+};
+models::Transformer* SearchTest::model_ = nullptr;
+
+TEST_F(SearchTest, GreedyAndBeamCopyTheSource) {
+  const auto src = sources();
+  const auto greedy = decoding::greedy_search(*model_, src, {});
+  decoding::SearchOptions beam;
+  beam.beam_size = 4;
+  const auto beamed = decoding::beam_search(*model_, src, beam);
+  for (size_t i = 0; i < src.size(); ++i) {
+    EXPECT_EQ(greedy[i].tokens, src[i]) << "sentence " << i;
+    EXPECT_TRUE(greedy[i].finished);
+    ASSERT_EQ(beamed[i].size(), 1u);
+    EXPECT_EQ(beamed[i][0].tokens, src[i]) << "sentence " << i;
+  }
+}
+
+TEST_F(SearchTest, BeamOfOneEqualsGreedy) {
+  // Also on an untrained model, whose outputs are long and arbitrary: a stronger check.
+  models::TransformerConfig c = model_->config();
+  models::Transformer untrained(c, 42);
+  untrained.eval();
+  for (const models::Transformer* m : {static_cast<const models::Transformer*>(model_), static_cast<const models::Transformer*>(&untrained)}) {
+    decoding::SearchOptions o;
+    o.beam_size = 1;
+    const auto greedy = decoding::greedy_search(*m, sources(), o);
+    const auto beam = decoding::beam_search(*m, sources(), o);
+    for (size_t i = 0; i < greedy.size(); ++i) {
+      EXPECT_EQ(beam[i][0].tokens, greedy[i].tokens) << "sentence " << i;
+      EXPECT_NEAR(beam[i][0].log_prob, greedy[i].log_prob, 1e-4) << "sentence " << i;
+    }
+  }
+}
+
+TEST_F(SearchTest, CacheDoesNotChangeTheResult) {
+  models::Transformer untrained(model_->config(), 7);
+  untrained.eval();
+  for (const models::Transformer* m : {static_cast<const models::Transformer*>(model_), static_cast<const models::Transformer*>(&untrained)}) {
+    for (int beam : {1, 3}) {
+      decoding::SearchOptions with, without;
+      with.beam_size = without.beam_size = beam;
+      with.n_best = without.n_best = beam;
+      without.use_cache = false;
+      const auto a = decoding::beam_search(*m, sources(), with);
+      const auto b = decoding::beam_search(*m, sources(), without);
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].size(), b[i].size());
+        for (size_t j = 0; j < a[i].size(); ++j) {
+          EXPECT_EQ(a[i][j].tokens, b[i][j].tokens) << "beam " << beam << " sentence " << i << " hyp " << j;
+          EXPECT_NEAR(a[i][j].log_prob, b[i][j].log_prob, 1e-4);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(SearchTest, NBestScoresEqualTeacherForcedScores) {
+  models::Transformer untrained(model_->config(), 3);
+  untrained.eval();
+  for (const models::Transformer* m : {static_cast<const models::Transformer*>(model_), static_cast<const models::Transformer*>(&untrained)}) {
+    decoding::SearchOptions o;
+    o.beam_size = 4;
+    o.n_best = 4;
+    const auto src = sources();
+    const auto results = decoding::beam_search(*m, src, o);
+    std::vector<data::IdLine> s, t;
+    std::vector<double> want;
+    for (size_t i = 0; i < src.size(); ++i)
+      for (const auto& h : results[i]) {
+        ASSERT_TRUE(h.finished);
+        data::IdLine tgt{m->config().bos_id};
+        tgt.insert(tgt.end(), h.tokens.begin(), h.tokens.end());
+        tgt.push_back(m->config().eos_id);
+        s.push_back(src[i]);
+        t.push_back(tgt);
+        want.push_back(h.log_prob);
+      }
+    const train::ScoreResult scored = train::score(*m, s, t, 5);
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(scored.line_log_prob[i], want[i], 1e-3 + 1e-5 * std::fabs(want[i]));
+    // Best first, by length-normalised score.
+    for (const auto& r : results)
+      for (size_t j = 1; j < r.size(); ++j) EXPECT_GE(r[j - 1].score, r[j].score);
+  }
+}
+
+TEST_F(SearchTest, BadOptionsAndSourcesAreRefused) {
+  decoding::SearchOptions o;
+  o.n_best = 5;
+  o.beam_size = 2;
+  EXPECT_THROW(decoding::beam_search(*model_, sources(), o), Error);
+  EXPECT_THROW(decoding::greedy_search(*model_, {data::IdLine{}}, {}), Error);
+  EXPECT_THROW(decoding::greedy_search(*model_, {data::IdLine(30, 5)}, {}), Error);  // longer than max_seq_length
+}
+
+}  // namespace
+}  // namespace qkv
