@@ -16,5 +16,8 @@ int run_selected(CLI::App& app);
 Runner add_init_command(CLI::App& app);
 Runner add_train_command(CLI::App& app);
 Runner add_score_command(CLI::App& app);
+Runner add_translate_command(CLI::App& app);
+Runner add_bleu_command(CLI::App& app);
+Runner add_chrf_command(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -49,8 +49,12 @@ class Dims {
   // "(64, 100, 512)", as PyTorch prints a size.
   std::string str() const {
     std::string s = "(";
-    for (int i = 0; i < n_; ++i) s += (i ? ", " : "") + std::to_string(d_[i]);
-    return s + ")";
+    for (int i = 0; i < n_; ++i) {
+      if (i) s += ", ";
+      s += std::to_string(d_[i]);
+    }
+    s += ")";
+    return s;
   }
 
  private:

@@ -9,8 +9,6 @@ Var& Module::register_parameter(const std::string& name, Tensor value) {
   return params_.back().second;
 }
 
-void Module::register_shared_parameter(const std::string& name, const Var& var) { params_.emplace_back(name, var); }
-
 void Module::replace_parameter(const std::string& name, const Var& var) {
   for (auto& [n, v] : params_)
     if (n == name) {

@@ -31,8 +31,7 @@ class Module {
 
  protected:
   Var& register_parameter(const std::string& name, Tensor value);
-  // Registers an existing Var (for tying one parameter to two modules).
-  void register_shared_parameter(const std::string& name, const Var& var);
+  // Replaces a registered parameter by another Var (for tying one parameter to two modules).
   void replace_parameter(const std::string& name, const Var& var);
   template <class M>
   M& register_module(const std::string& name, std::unique_ptr<M> module) {

@@ -1,0 +1,191 @@
+// qkv translate --checkpoint DIR [--input FILE] [--beam N] [--n-best N] ...
+//
+// Reads one source sentence a line (stdin by default) and writes one translation a line to stdout,
+// in input order. Text is encoded with the checkpoint's SentencePiece models (source.spm.model,
+// target.spm.model); with --ids, lines are space-separated token ids in and out. Sentences are
+// batched (sorted by length for less padding) and a summary goes to stderr.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <numeric>
+#include <sstream>
+
+#include "qkv/cli/commands.h"
+#include "qkv/cli/progress.h"
+#include "qkv/core/threads.h"
+#include "qkv/decoding/search.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/text/sentencepiece.h"
+#include "qkv/text/utf8.h"
+
+namespace qkv::cli {
+
+namespace {
+struct TranslateOptions {
+  std::string checkpoint, input = "-";
+  bool ids = false;
+  int beam = 4, n_best = 1, threads = 0;
+  float length_penalty = 1.0f, max_length_ratio = 2.0f;
+  int64_t max_length_offset = 10, batch_size = 32;
+  std::string too_long = "truncate";
+  bool quiet = false;
+};
+
+std::vector<std::string> read_input(const std::string& path) {
+  if (path != "-") return text::read_text_lines(path);
+  std::vector<std::string> lines;
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(std::cin, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    text::check_utf8_line(line, "<stdin>", n);
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+data::IdLine parse_ids(const std::string& line, int64_t line_no, int64_t vocab) {
+  data::IdLine ids;
+  std::istringstream in(line);
+  std::string tok;
+  while (in >> tok) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(tok, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    QKV_CHECK(used == tok.size() && v >= 0 && v < vocab,
+              "input:" << line_no << ": '" << tok << "' is not a token id in [0, " << vocab << ")");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+std::string join_ids(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+int run_translate(const TranslateOptions& o) {
+  set_num_threads(o.threads);
+  auto model = models::load_model(o.checkpoint);
+  model->eval();
+  const auto& c = model->config();
+  std::unique_ptr<text::SentencePiece> src_spm, tgt_spm;
+  if (!o.ids) {
+    const std::string s = o.checkpoint + "/source.spm.model", t = o.checkpoint + "/target.spm.model";
+    QKV_CHECK(std::filesystem::exists(s) && std::filesystem::exists(t),
+              o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
+    src_spm = std::make_unique<text::SentencePiece>(s);
+    tgt_spm = std::make_unique<text::SentencePiece>(t);
+  }
+  QKV_CHECK(o.too_long == "truncate" || o.too_long == "error",
+            "--too-long must be truncate or error, got '" << o.too_long << "'");
+  const std::vector<std::string> lines = read_input(o.input);
+  std::vector<data::IdLine> sources(lines.size());
+  int64_t truncated = 0, empty = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    sources[i] = o.ids ? parse_ids(lines[i], static_cast<int64_t>(i) + 1, c.src_vocab_size) : src_spm->encode(lines[i]);
+    if (sources[i].empty()) {  // an empty line translates to an empty line
+      ++empty;
+      continue;
+    }
+    if (static_cast<int64_t>(sources[i].size()) > c.max_seq_length) {
+      QKV_CHECK(o.too_long == "truncate", "input:" << i + 1 << ": " << sources[i].size()
+                                                  << " tokens exceed the model's max_seq_length " << c.max_seq_length
+                                                  << " (use --too-long truncate)");
+      sources[i].resize(static_cast<size_t>(c.max_seq_length));
+      ++truncated;
+    }
+  }
+  if (truncated)
+    std::fprintf(stderr, "qkv translate: warning: %lld sentence(s) longer than %lld tokens were truncated\n",
+                 static_cast<long long>(truncated), static_cast<long long>(c.max_seq_length));
+
+  // Batches of similar length; results are put back in input order.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (!sources[i].empty()) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() < sources[b].size(); });
+  decoding::SearchOptions so;
+  so.beam_size = o.beam;
+  so.n_best = o.n_best;
+  so.length_penalty = o.length_penalty;
+  so.max_length_ratio = o.max_length_ratio;
+  so.max_length_offset = o.max_length_offset;
+  std::vector<std::vector<decoding::Hypothesis>> results(sources.size());
+  Stopwatch clock;
+  int64_t done = 0, out_tokens = 0;
+  const bool tty = ::isatty(STDERR_FILENO);
+  for (size_t begin = 0; begin < order.size(); begin += static_cast<size_t>(o.batch_size)) {
+    const size_t end = std::min(order.size(), begin + static_cast<size_t>(o.batch_size));
+    std::vector<data::IdLine> batch;
+    for (size_t i = begin; i < end; ++i) batch.push_back(sources[order[i]]);
+    auto r = o.beam == 1 && o.n_best == 1 ? std::vector<std::vector<decoding::Hypothesis>>() : decoding::beam_search(*model, batch, so);
+    if (r.empty())
+      for (auto& h : decoding::greedy_search(*model, batch, so)) r.push_back({h});
+    for (size_t i = begin; i < end; ++i) {
+      results[order[i]] = std::move(r[i - begin]);
+      for (const auto& h : results[order[i]]) out_tokens += static_cast<int64_t>(h.tokens.size()) + 1;
+    }
+    done += static_cast<int64_t>(end - begin);
+    if (!o.quiet) {
+      std::fprintf(stderr, tty ? "\rtranslated %lld/%zu sentences" : "translated %lld/%zu sentences\n",
+                   static_cast<long long>(done), order.size());
+      std::fflush(stderr);
+    }
+  }
+  if (!o.quiet && tty) std::fprintf(stderr, "\n");
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].empty()) {
+      std::printf("\n");
+      continue;
+    }
+    for (const auto& h : results[i]) {
+      const std::string text = o.ids ? join_ids(h.tokens) : tgt_spm->decode(h.tokens);
+      if (o.n_best > 1)  // sentence index ||| hypothesis ||| log-probability ||| normalised score
+        std::printf("%zu ||| %s ||| %.6f ||| %.6f\n", i, text.c_str(), h.log_prob, h.score);
+      else
+        std::printf("%s\n", text.c_str());
+    }
+  }
+  const double t = clock.seconds();
+  if (!o.quiet)
+    std::fprintf(stderr, "qkv translate: %lld sentences, %lld output tokens in %s (%.1f sentences/s, %.0f tokens/s), beam %d\n",
+                 static_cast<long long>(done), static_cast<long long>(out_tokens), format_duration(t).c_str(), done / t,
+                 out_tokens / t, o.beam);
+  (void)empty;
+  return 0;
+}
+}  // namespace
+
+Runner add_translate_command(CLI::App& app) {
+  auto o = std::make_shared<TranslateOptions>();
+  app.add_option("--checkpoint", o->checkpoint, "Checkpoint directory")->required();
+  app.add_option("--input", o->input, "Source text, one sentence a line ('-' = stdin)")->capture_default_str();
+  app.add_flag("--ids", o->ids, "Input and output are space-separated token ids (no SentencePiece)");
+  app.add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str();
+  app.add_option("--n-best", o->n_best, "Hypotheses per sentence: 'index ||| text ||| log-prob ||| score'")->capture_default_str();
+  app.add_option("--length-penalty", o->length_penalty, "alpha in log-prob / length^alpha")->capture_default_str();
+  app.add_option("--max-length-ratio", o->max_length_ratio, "Output limit: ratio * source length + offset")->capture_default_str();
+  app.add_option("--max-length-offset", o->max_length_offset, "See --max-length-ratio")->capture_default_str();
+  app.add_option("--batch-size", o->batch_size, "Sentences decoded together")->capture_default_str();
+  app.add_option("--too-long", o->too_long, "Sources longer than max_seq_length: truncate (with a warning) or error")
+      ->capture_default_str();
+  app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)");
+  app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
+  return [o]() { return run_translate(*o); };
+}
+
+}  // namespace qkv::cli
