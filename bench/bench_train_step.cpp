@@ -2,7 +2,7 @@
 // benchmark run: target tokens/s of each, the ratio, peak memory of each, and qkv's GFLOP/s against
 // the SGEMM ceiling.
 //
-// Usage: bench_train_step [--steps N] [--threads T] [--layers L] [--batch B] [--len T] [--recompute-ffn] [--no-torch]
+// Usage: bench_train_step [--steps N] [--threads T] [--layers L] [--batch B] [--len T] [--recompute-ffn] [--micro-batch ROWS] [--no-torch]
 // PyTorch runs as `/usr/bin/python3 bench/seed_step_torch.py` (its own process, so peak RSS is its own).
 #include <cblas.h>
 #include <sys/resource.h>
@@ -28,6 +28,7 @@ struct Args {
   int64_t layers = 6, batch = 64, len = 100;
   bool torch = true;
   bool recompute_ffn = false;
+  int64_t micro_batch = 0;
 };
 
 double peak_rss_gb() {
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--len")) a.len = next();
     else if (!std::strcmp(argv[i], "--no-torch")) a.torch = false;
     else if (!std::strcmp(argv[i], "--recompute-ffn")) a.recompute_ffn = true;
+    else if (!std::strcmp(argv[i], "--micro-batch")) a.micro_batch = next();
     else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
   }
   set_num_threads(a.threads);
@@ -81,18 +83,20 @@ int main(int argc, char** argv) {
   const data::SyntheticBatch b = data::synthetic_batch("random", a.batch, a.len, config.tgt_vocab_size, 0, 0);
   int64_t tokens = 0;
   std::vector<double> times;
-  const double t = bench::median_seconds(a.steps, [&] { tokens = train::train_step(model, opt, b.src, b.tgt).target_tokens; });
+  const double t = bench::median_seconds(a.steps, [&] { tokens = train::train_step(model, opt, b.src, b.tgt, 0.f, a.micro_batch).target_tokens; });
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
   const double flops = step_flops(config, a.batch, a.len, a.len - 1);
   const double ceiling = sgemm_ceiling_gflops();
-  std::printf("seed config: batch %lld x %lld, %lld layers, d_model 512, d_ff 2048, 8 heads, vocab 5000, dropout 0.1, %d threads%s\n",
+  std::printf("seed config: batch %lld x %lld, %lld layers, d_model 512, d_ff 2048, 8 heads, vocab 5000, dropout 0.1, %d threads%s%s\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.len), static_cast<long long>(a.layers), a.threads,
-              a.recompute_ffn ? ", qkv recomputes FFN activations" : "");
+              a.recompute_ffn ? ", qkv recomputes FFN activations" : "",
+              a.micro_batch > 0 ? (", qkv accumulates gradients over micro-batches of " + std::to_string(a.micro_batch) + " rows").c_str() : "");
   std::printf("qkv     step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB)\n", t,
               a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9);
   std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n",
               flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling);
+  std::fflush(stdout);
   if (!a.torch) return 0;
   const std::string cmd = "/usr/bin/python3 " QKV_BENCH_DIR "/seed_step_torch.py --steps " + std::to_string(a.steps) +
                           " --threads " + std::to_string(a.threads) + " --layers " + std::to_string(a.layers) +
@@ -103,7 +107,17 @@ int main(int argc, char** argv) {
   char buf[4096];
   while (std::fgets(buf, sizeof buf, pipe)) out += buf;
   if (pclose(pipe) != 0) { std::fprintf(stderr, "PyTorch benchmark failed:\n%s\n", out.c_str()); return 1; }
-  const auto j = nlohmann::json::parse(out.substr(out.rfind('{')));
+  // The script prints one JSON object on its last line.
+  std::string last_line = out;
+  while (!last_line.empty() && last_line.back() == '\n') last_line.pop_back();
+  last_line = last_line.substr(last_line.rfind('\n') == std::string::npos ? 0 : last_line.rfind('\n') + 1);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(last_line);
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "cannot parse the PyTorch benchmark's output (%s):\n%s\n", e.what(), out.c_str());
+    return 1;
+  }
   const double tt = j["median_step_seconds"].get<double>();
   const double trss = j["peak_rss_bytes"].get<double>() / 1e9;
   std::printf("pytorch step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB  (torch %s)\n", tt, a.steps,

@@ -19,6 +19,7 @@
 #include "qkv/data/synthetic.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/train/corpus_trainer.h"
 #include "qkv/train/step.h"
 
 namespace qkv::cli {
@@ -34,9 +35,73 @@ struct TrainOptions {
   uint64_t seed = 0;
   int threads = 0;
   int64_t save_every = 0;
-  int64_t log_every = 1;
+  std::optional<int64_t> log_every;  // default: every step (synthetic), every 100 steps (corpus)
   bool recompute_ffn = false;
+  int64_t micro_batch = 0;
+  // Corpus training.
+  std::string src, tgt, tsv, valid_src, valid_tgt, schedule = "inverse_sqrt", too_long = "drop", time_budget;
+  int spm_vocab = 8000, valid_beam = 1;
+  int64_t spm_sample = 0, warmup = 4000, max_tokens = 4096, max_epochs = 0, valid_every = 1000,
+          valid_bleu_sentences = 200, patience = 0;
+  std::optional<int64_t> max_len;
+  double clip_norm = 1.0;
+  std::optional<float> label_smoothing_opt;
 };
+
+// "2h", "90m", "45s" or plain seconds.
+double parse_duration(const std::string& text) {
+  if (text.empty()) return 0;
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  const double mult = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : -1;
+  QKV_CHECK(used > 0 && mult > 0 && v >= 0, "--time-budget '" << text << "': expected e.g. 2h, 90m, 45s or seconds");
+  return v * mult;
+}
+
+int run_corpus_train(const TrainOptions& o) {
+  set_num_threads(o.threads);
+  train::CorpusTrainOptions c;
+  c.src = o.src;
+  c.tgt = o.tgt;
+  c.tsv = o.tsv;
+  c.valid_src = o.valid_src;
+  c.valid_tgt = o.valid_tgt;
+  c.out = o.out.empty() ? o.resume : o.out;
+  c.resume = !o.resume.empty();
+  QKV_CHECK(o.resume.empty() || o.out.empty() || o.resume == o.out, "--resume DIR continues the run in DIR; drop --out or make it the same");
+  c.spm_vocab = o.spm_vocab;
+  c.spm_sample = o.spm_sample;
+  if (!o.config_path.empty()) c.model = models::load_config(o.config_path);
+  if (o.d_model) c.model.d_model = *o.d_model;
+  if (o.heads) c.model.num_heads = *o.heads;
+  if (o.layers) c.model.num_layers = *o.layers;
+  if (o.d_ff) c.model.d_ff = *o.d_ff;
+  if (o.dropout) c.model.dropout = *o.dropout;
+  if (o.max_len) c.model.max_seq_length = *o.max_len;
+  c.recompute_ffn = o.recompute_ffn;
+  c.micro_batch = o.micro_batch;
+  c.schedule = {o.schedule, o.lr ? *o.lr : (o.schedule == "noam" ? 1.0 : 5e-4), o.warmup, c.model.d_model};
+  c.clip_norm = o.clip_norm;
+  c.label_smoothing = o.label_smoothing_opt ? *o.label_smoothing_opt : 0.1f;
+  c.max_tokens = o.max_tokens;
+  c.too_long = o.too_long;
+  c.max_steps = o.steps ? *o.steps : 0;
+  c.max_epochs = o.max_epochs;
+  c.time_budget = parse_duration(o.time_budget);
+  c.valid_every = o.valid_every;
+  c.valid_bleu_sentences = o.valid_bleu_sentences;
+  c.valid_beam = o.valid_beam;
+  c.patience = o.patience;
+  c.seed = o.seed;
+  c.log_every = o.log_every.value_or(100);
+  return train::train_on_corpus(c);
+}
 
 struct Plan {
   models::TransformerConfig config;
@@ -98,8 +163,11 @@ void save_checkpoint(const std::string& dir, const models::Transformer& model, c
 }
 
 int run_train(const TrainOptions& o) {
+  const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
+  QKV_CHECK(!(corpus && o.synthetic), "--synthetic and corpus files (--src/--tgt/--tsv) exclude each other");
+  if (corpus) return run_corpus_train(o);
   QKV_CHECK(o.synthetic || !o.resume.empty(),
-            "training on a corpus is not available yet: use --synthetic (seed 000's example or --task copy)");
+            "nothing to train on: give --src FILE --tgt FILE (or --tsv FILE), or --synthetic");
   set_num_threads(o.threads);
   Plan plan = make_plan(o);
   int64_t start_step = 0;
@@ -148,11 +216,11 @@ int run_train(const TrainOptions& o) {
   for (int64_t step = start_step; step < plan.steps; ++step) {
     const data::SyntheticBatch b =
         data::synthetic_batch(plan.task, plan.batch, plan.len, c.tgt_vocab_size, data_seed, step);
-    const train::StepResult r = train::train_step(*model, opt, b.src, b.tgt);
+    const train::StepResult r = train::train_step(*model, opt, b.src, b.tgt, 0.f, o.micro_batch);
     loss = r.loss;
     tokens += r.target_tokens;
     const int64_t done = step + 1 - start_step, total = plan.steps - start_step;
-    if (done % o.log_every == 0 || step + 1 == plan.steps) {
+    if (done % o.log_every.value_or(1) == 0 || step + 1 == plan.steps) {
       const double t = clock.seconds();
       std::printf("step %lld/%lld  loss %.4f  %.0f tok/s  elapsed %s  eta %s\n", static_cast<long long>(step + 1),
                   static_cast<long long>(plan.steps), loss, tokens / t, format_duration(t).c_str(),
@@ -192,9 +260,36 @@ Runner add_train_command(CLI::App& app) {
   app.add_option("--out", o->out, "Checkpoint directory (written at the end and every --save-every steps)");
   app.add_option("--save-every", o->save_every, "Save a checkpoint every N steps (0: only at the end)");
   app.add_option("--resume", o->resume, "Continue from a checkpoint written by qkv train --out");
+  app.add_option("--micro-batch", o->micro_batch,
+                 "Run each batch in chunks of this many sentences, accumulating gradients (same update, less memory)");
   app.add_flag("--recompute-ffn", o->recompute_ffn,
                "Recompute feed-forward activations in backward: less memory, one extra fc1 forward per layer");
-  app.add_option("--log-every", o->log_every, "Print a progress line every N steps")->capture_default_str();
+  app.add_option("--log-every", o->log_every, "Print a progress line every N steps (default 1; corpus: 100)");
+  // Corpus training.
+  app.add_option("--src", o->src, "Training source text, one sentence a line")->group("Corpus");
+  app.add_option("--tgt", o->tgt, "Training target text, line-aligned with --src")->group("Corpus");
+  app.add_option("--tsv", o->tsv, "Training pairs as source<TAB>target lines (instead of --src/--tgt)")->group("Corpus");
+  app.add_option("--valid-src", o->valid_src, "Dev source text (validation loss and BLEU)")->group("Corpus");
+  app.add_option("--valid-tgt", o->valid_tgt, "Dev target text")->group("Corpus");
+  app.add_option("--spm-vocab", o->spm_vocab, "SentencePiece vocabulary size (joint)")->capture_default_str()->group("Corpus");
+  app.add_option("--spm-sample", o->spm_sample, "Lines sampled to train SentencePiece (0: all)")->group("Corpus");
+  app.add_option("--max-len", o->max_len, "Model max_seq_length (tokens)")->group("Corpus");
+  app.add_option("--too-long", o->too_long, "Training pairs longer than --max-len: drop or truncate")
+      ->capture_default_str()->group("Corpus");
+  app.add_option("--schedule", o->schedule, "Learning rate: inverse_sqrt (peak --lr), noam (factor --lr) or constant")
+      ->capture_default_str()->group("Corpus");
+  app.add_option("--warmup", o->warmup, "Warm-up steps")->capture_default_str()->group("Corpus");
+  app.add_option("--clip-norm", o->clip_norm, "Gradient-norm clipping (0: off)")->capture_default_str()->group("Corpus");
+  app.add_option("--label-smoothing", o->label_smoothing_opt, "Label smoothing (default 0.1)")->group("Corpus");
+  app.add_option("--max-tokens", o->max_tokens, "Tokens per batch (padded)")->capture_default_str()->group("Corpus");
+  app.add_option("--max-epochs", o->max_epochs, "Stop after N epochs (0: no limit)")->group("Corpus");
+  app.add_option("--time-budget", o->time_budget, "Stop after this much training time (2h, 90m, 45s)")->group("Corpus");
+  app.add_option("--valid-every", o->valid_every, "Validate and save every N steps")->capture_default_str()->group("Corpus");
+  app.add_option("--valid-bleu-sentences", o->valid_bleu_sentences, "Dev sentences translated for BLEU (0: all)")
+      ->capture_default_str()->group("Corpus");
+  app.add_option("--valid-beam", o->valid_beam, "Beam size for dev BLEU")->capture_default_str()->group("Corpus");
+  app.add_option("--patience", o->patience, "Early stopping: validations without improvement (0: off)")
+      ->capture_default_str()->group("Corpus");
   return [o]() { return run_train(*o); };
 }
 

@@ -1,11 +1,21 @@
 #include "qkv/train/step.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace qkv::train {
 
-StepResult forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
-                            float label_smoothing) {
+namespace {
+int64_t count_labels(const Tensor& labels, int32_t pad) {
+  int64_t n = 0;
+  const int32_t* l = labels.i32();
+  for (int64_t i = 0; i < labels.numel(); ++i) n += l[i] != pad;
+  return n;
+}
+
+// Forward and backward of one chunk; the loss gradient is d(batch loss)/d(chunk loss) = weight.
+float chunk_forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
+                             float label_smoothing, float weight) {
   const data::TeacherForcing tf = data::shift_target(tgt);
   const int64_t V = model.config().tgt_vocab_size;
   Var loss;
@@ -13,18 +23,39 @@ StepResult forward_backward(const models::Transformer& model, const Tensor& src,
     const Var logits = model.forward(src, tf.input);  // (B, T-1, V)
     loss = fn::cross_entropy(fn::reshape(logits, Dims{-1, V}), tf.labels, model.config().pad_id, label_smoothing);
   }  // the logits Var is dropped here so only the loss node holds them
+  const float value = loss.value().item();
+  backward(loss, Tensor::full(loss.shape(), weight));
+  return value;
+}
+}  // namespace
+
+StepResult forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
+                            float label_smoothing, int64_t micro_batch_rows) {
+  const int32_t pad = model.config().pad_id;
   StepResult r;
-  r.loss = loss.value().item();
-  const int32_t* labels = tf.labels.i32();
-  for (int64_t i = 0; i < tf.labels.numel(); ++i) r.target_tokens += labels[i] != model.config().pad_id;
-  backward(loss);
+  r.target_tokens = count_labels(data::shift_target(tgt).labels, pad);
+  const int64_t B = src.size(0);
+  if (micro_batch_rows <= 0 || micro_batch_rows >= B) {
+    r.loss = chunk_forward_backward(model, src, tgt, label_smoothing, 1.f);
+    return r;
+  }
+  double loss = 0;
+  for (int64_t begin = 0; begin < B; begin += micro_batch_rows) {
+    const int64_t end = std::min(B, begin + micro_batch_rows);
+    const Tensor s = src.slice0(begin, end).contiguous(), t = tgt.slice0(begin, end).contiguous();
+    const int64_t n = count_labels(data::shift_target(t).labels, pad);
+    if (n == 0) continue;  // an all-padding chunk contributes nothing
+    const float share = static_cast<float>(n) / static_cast<float>(r.target_tokens);
+    loss += static_cast<double>(chunk_forward_backward(model, s, t, label_smoothing, share)) * share;
+  }
+  r.loss = r.target_tokens ? static_cast<float>(loss) : std::numeric_limits<float>::quiet_NaN();
   return r;
 }
 
 StepResult train_step(const models::Transformer& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,
-                      float label_smoothing) {
+                      float label_smoothing, int64_t micro_batch_rows) {
   optimizer.zero_grad();
-  StepResult r = forward_backward(model, src, tgt, label_smoothing);
+  StepResult r = forward_backward(model, src, tgt, label_smoothing, micro_batch_rows);
   optimizer.step();
   return r;
 }

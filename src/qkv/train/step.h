@@ -17,11 +17,15 @@ struct StepResult {
 };
 
 // Forward + backward (no optimizer step): gradients are accumulated into the parameters.
+// micro_batch_rows > 0 runs the batch in chunks of that many rows (gradient accumulation): each
+// chunk's loss gradient is weighted by its share of the batch's non-pad labels, so the gradient is
+// that of the whole batch's mean loss (up to float summation order) while only one chunk's
+// activations are alive at a time.
 StepResult forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
-                            float label_smoothing = 0.f);
+                            float label_smoothing = 0.f, int64_t micro_batch_rows = 0);
 // zero_grad, forward_backward, optimizer step.
 StepResult train_step(const models::Transformer& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,
-                      float label_smoothing = 0.f);
+                      float label_smoothing = 0.f, int64_t micro_batch_rows = 0);
 
 struct ScoreResult {
   std::vector<double> line_log_prob;  // per pair: sum of log p(label) over its non-pad labels
