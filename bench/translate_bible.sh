@@ -28,8 +28,8 @@ RESUME=()
 "$QKV" train --src "$DATA/train.es" --tgt "$DATA/train.en" --valid-src "$DATA/dev.es" --valid-tgt "$DATA/dev.en" \
   ${RESUME[@]+"${RESUME[@]}"} --out "$OUT" --threads "$THREADS" \
   --spm-vocab 8000 --max-len 160 --d-model 256 --heads 4 --layers 4 --d-ff 1024 --dropout 0.1 \
-  --schedule inverse_sqrt --lr 7e-4 --warmup 2000 --label-smoothing 0.1 --clip-norm 1.0 --max-tokens 6000 \
-  --valid-every 1000 --valid-bleu-sentences 300 --time-budget "$BUDGET" --log-every 50
+  --schedule inverse_sqrt --lr 8e-4 --warmup 800 --label-smoothing 0.1 --clip-norm 1.0 --max-tokens 6000 \
+  --valid-every 300 --valid-bleu-sentences 300 --time-budget "$BUDGET" --log-every 50
 train_seconds=$(( $(date +%s) - start ))
 
 echo "== translating John"

@@ -235,7 +235,10 @@ int train_on_corpus(const CorpusTrainOptions& o) {
   std::signal(SIGTERM, on_stop_signal);
   const bool tty = ::isatty(STDERR_FILENO);
   const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return st.elapsed + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const double elapsed_before = st.elapsed;  // training time of earlier runs (resume)
+  auto elapsed = [&] {
+    return elapsed_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   int64_t window_tokens = 0;
   double window_loss = 0, window_start = elapsed();
   int64_t window_steps = 0;
