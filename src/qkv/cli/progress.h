@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include "qkv/core/duration.h"
+
 namespace qkv::cli {
 
-std::string format_duration(double seconds);  // "1:02:03" or "2:03"
+using qkv::format_duration;
 
 class Stopwatch {
  public:

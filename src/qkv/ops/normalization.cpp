@@ -6,6 +6,21 @@
 #include "qkv/ops/ops.h"
 
 namespace qkv::ops {
+namespace {
+// The layernorm kernels always compute dx, dweight and dbias: the gradients nobody asked for go
+// to scratch tensors; dweight / dbias are accumulated into, dx is written or accumulated.
+struct GradSlots {
+  Tensor scratch_x, scratch_w, scratch_b;
+  Tensor *dx, *dw, *db;
+  bool accumulate_dx;
+  GradSlots(Tensor* dx_in, Tensor* dw_in, Tensor* db_in, const Dims& x_shape, const Dims& w_shape)
+      : dx(dx_in ? dx_in : &scratch_x), dw(dw_in ? dw_in : &scratch_w), db(db_in ? db_in : &scratch_b) {
+    prepare_zeroed_slot(dw, w_shape);
+    prepare_zeroed_slot(db, w_shape);
+    accumulate_dx = prepare_slot(dx, x_shape);
+  }
+};
+}  // namespace
 
 LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, float eps) {
   QKV_CHECK(x_in.dim() >= 1, "layernorm: input must have at least one dim, got " << x_in.shape());
@@ -26,16 +41,9 @@ void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w
   QKV_CHECK(dy_in.shape() == x_in.shape(), "layernorm backward: grad " << dy_in.shape() << " vs input " << x_in.shape());
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   const int64_t C = x.size(-1), rows = x.numel() / C;
-  // The kernel always computes all three; unused parameter gradients go to a scratch tensor.
-  Tensor scratch_w, scratch_b, scratch_x;
-  Tensor* dw = dweight ? dweight : &scratch_w;
-  Tensor* db = dbias ? dbias : &scratch_b;
-  Tensor* dxs = dx ? dx : &scratch_x;
-  prepare_zeroed_slot(dw, weight.shape());
-  prepare_zeroed_slot(db, weight.shape());
-  const bool acc = prepare_slot(dxs, x.shape());
-  kernels::layernorm_backward(dxs->f32(), dw->f32(), db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
-                              saved.rstd.f32(), weight.contiguous().f32(), rows, C, acc);
+  GradSlots g(dx, dweight, dbias, x.shape(), weight.shape());
+  kernels::layernorm_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
+                              saved.rstd.f32(), weight.contiguous().f32(), rows, C, g.accumulate_dx);
 }
 
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias) {
@@ -53,15 +61,9 @@ void layernorm_backward_from_output(const Tensor& dy_in, const Tensor& y, const 
             "layernorm backward: grad " << dy_in.shape() << " vs output " << y.shape());
   const Tensor dy = dy_in.contiguous();
   const int64_t C = y.size(-1), rows = y.numel() / C;
-  Tensor scratch_w, scratch_b, scratch_x;
-  Tensor* dw = dweight ? dweight : &scratch_w;
-  Tensor* db = dbias ? dbias : &scratch_b;
-  Tensor* dxs = dx ? dx : &scratch_x;
-  prepare_zeroed_slot(dw, weight.shape());
-  prepare_zeroed_slot(db, weight.shape());
-  const bool acc = prepare_slot(dxs, y.shape());
-  kernels::layernorm_backward_from_output(dxs->f32(), dw->f32(), db->f32(), dy.f32(), y.f32(), rstd.f32(),
-                                          weight.contiguous().f32(), bias.contiguous().f32(), rows, C, acc);
+  GradSlots g(dx, dweight, dbias, y.shape(), weight.shape());
+  kernels::layernorm_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(), rstd.f32(),
+                                          weight.contiguous().f32(), bias.contiguous().f32(), rows, C, g.accumulate_dx);
 }
 
 Tensor softmax_forward(const Tensor& x_in) {

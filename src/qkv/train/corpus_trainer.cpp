@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/duration.h"
 #include "qkv/core/threads.h"
 #include "qkv/data/batcher.h"
 #include "qkv/data/parallel.h"
@@ -29,14 +30,6 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
-
-std::string format_seconds(double s) {
-  if (!(s >= 0) || s > 1e8) return "?";
-  const long long t = static_cast<long long>(s + 0.5);
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
-  return buf;
-}
 
 std::vector<data::IdLine> encode_all(const text::SentencePiece& spm, const std::vector<std::string>& lines) {
   std::vector<data::IdLine> out(lines.size());
@@ -279,7 +272,7 @@ int train_on_corpus(const CorpusTrainOptions& o) {
       std::fprintf(stderr, tty ? "\rstep %lld  epoch %lld  loss %.4f  lr %.2e  |g| %.2f  %.0f tok/s  elapsed %s  eta %s   "
                                : "step %lld  epoch %lld  loss %.4f  lr %.2e  |g| %.2f  %.0f tok/s  elapsed %s  eta %s\n",
                    static_cast<long long>(st.step), static_cast<long long>(batch.epoch + 1), window_loss / window_steps,
-                   lr, norm, rate, format_seconds(now).c_str(), format_seconds(eta).c_str());
+                   lr, norm, rate, format_duration(now).c_str(), format_duration(eta).c_str());
       std::fflush(stderr);
       window_loss = 0;
       window_tokens = 0;
@@ -315,7 +308,7 @@ int train_on_corpus(const CorpusTrainOptions& o) {
   snapshot();
   if (!fs::exists(best + "/model.safetensors")) save_checkpoint(best, *model, spm_path, nullptr, nullptr);
   std::fprintf(stderr, "qkv train: %s at step %lld after %s; saved %s%s\n", stop_reason.c_str(),
-               static_cast<long long>(st.step), format_seconds(elapsed()).c_str(), last.c_str(),
+               static_cast<long long>(st.step), format_duration(elapsed()).c_str(), last.c_str(),
                exit_code ? " (resume with --resume)" : "");
   return exit_code;
 }

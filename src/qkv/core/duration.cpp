@@ -1,9 +1,10 @@
-#include "qkv/cli/progress.h"
+#include "qkv/core/duration.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
-namespace qkv::cli {
+namespace qkv {
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -17,4 +18,4 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
-}  // namespace qkv::cli
+}  // namespace qkv
