@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -29,6 +30,8 @@ struct PoolState {
   std::unordered_map<size_t, Buffer*> free_lists;
   PoolStats stats;
 };
+
+constexpr int64_t kKeepCachedBytes = int64_t{256} << 20;
 
 // Buffers of 1 MiB and more are mapped pages of their own, so releasing one gives its memory back
 // to the OS at once (malloc would keep it in a fragmented heap).
@@ -82,8 +85,11 @@ Buffer* BufferPool::acquire(size_t bytes) {
       if (s.stats.bytes_live > s.stats.bytes_peak) s.stats.bytes_peak = s.stats.bytes_live;
       return b;
     }
-    // A miss: allocate. Nothing is released here, so once a step has run, the next step with the
-    // same shapes finds every buffer cached and never reaches this line.
+    // A miss. With fixed shapes (a steady training step) this line is never reached after the
+    // first step. With varying shapes (batches of different lengths) every new size misses, and the
+    // cache would grow without bound: once idle buffers outweigh the live ones (and 256 MiB), they
+    // are given back before allocating.
+    if (s.stats.bytes_cached > std::max<int64_t>(s.stats.bytes_live, kKeepCachedBytes)) release_cached(s);
     s.stats.system_allocs++;
     s.stats.bytes_live += static_cast<int64_t>(cls);
     if (s.stats.bytes_live > s.stats.bytes_peak) s.stats.bytes_peak = s.stats.bytes_live;

@@ -3,7 +3,9 @@
 // Tensors of a training step have the same sizes every step, so freed buffers are kept on a free
 // list keyed by their (rounded) byte size and handed out again. After the first step a steady-state
 // step asks the system for no memory at all; `stats().system_allocs` counts the misses so a test
-// can prove it. Buffers are 64-byte aligned (one cache line, a full AVX-512 vector).
+// can prove it. When shapes vary (batches of different lengths), idle buffers are returned to the
+// system on a miss once they outweigh the live ones, so memory stays bounded.
+// Buffers are 64-byte aligned (one cache line, a full AVX-512 vector).
 #pragma once
 #include <atomic>
 #include <cstddef>
