@@ -1,0 +1,122 @@
+// The `qkv` binary as a user runs it: exit codes, the last line of `score`, error messages naming
+// file and line, and a train -> translate round trip.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "model/ref_dir.h"
+
+namespace {
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun qkv(const std::string& args) {
+  const std::string cmd = std::string(QKV_BIN) + " " + args + " 2>&1";
+  CliRun r;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string last_line(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && t.back() == '\n') t.pop_back();
+  return t.substr(t.rfind('\n') == std::string::npos ? 0 : t.rfind('\n') + 1);
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/qkv_cli_" + std::to_string(::getpid()) + "_" + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(Cli, VersionAndHelp) {
+  EXPECT_EQ(qkv("--version").code, 0);
+  EXPECT_NE(qkv("--version").out.find("qkv "), std::string::npos);
+  const CliRun help = qkv("--help");
+  EXPECT_EQ(help.code, 0);
+  for (const char* cmd : {"train", "translate", "score", "init", "bleu", "chrf"})
+    EXPECT_NE(help.out.find(cmd), std::string::npos) << cmd;
+}
+
+TEST(Cli, ScoreMatchesPyTorchOnTheLastLine) {
+  const std::string dir = qkv::testing::ref_path("model_small_score"), model = qkv::testing::ref_path("model_small");
+  if (dir.empty() || model.empty()) return;
+  const CliRun r = qkv("score --checkpoint " + model + " --src " + dir + "/src.txt --tgt " + dir + "/tgt.txt --per-line");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(dir + "/expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  const std::string last = last_line(r.out);
+  ASSERT_EQ(last.rfind("loss ", 0), 0u) << last;
+  const double want = expected["mean_loss"].get<double>();
+  EXPECT_NEAR(std::stod(last.substr(5)), want, 1e-5 * want);
+  std::istringstream lines(r.out);
+  std::string line;
+  for (const auto& v : expected["per_line"]) {  // per-line sums come first, in order
+    ASSERT_TRUE(std::getline(lines, line));
+    EXPECT_NEAR(std::stod(line), v.get<double>(), 1e-4 * std::fabs(v.get<double>()) + 1e-4);
+  }
+}
+
+TEST(Cli, BadInputNamesFileAndLineAndExitsNonZero) {
+  const std::string model = qkv::testing::ref_path("model_small");
+  if (model.empty()) return;
+  const std::string d = temp_dir("bad");
+  std::ofstream(d + "/src.txt") << "1 2 3\n4 x 6\n";
+  std::ofstream(d + "/tgt.txt") << "1 2\n3 4\n";
+  CliRun r = qkv("score --checkpoint " + model + " --src " + d + "/src.txt --tgt " + d + "/tgt.txt");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("src.txt:2: 'x' is not a token id"), std::string::npos) << r.out;
+  std::ofstream(d + "/src2.txt") << "1 2 3\n4 99999 6\n";
+  r = qkv("score --checkpoint " + model + " --src " + d + "/src2.txt --tgt " + d + "/tgt.txt");
+  EXPECT_NE(r.out.find("src2.txt:2: id 99999 out of range for vocabulary size 37"), std::string::npos) << r.out;
+  std::ofstream(d + "/short.txt") << "1 2 3\n";
+  r = qkv("score --checkpoint " + model + " --src " + d + "/short.txt --tgt " + d + "/tgt.txt");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("has 1 lines but"), std::string::npos) << r.out;
+  r = qkv("score --checkpoint " + d + "/missing --src " + d + "/src.txt --tgt " + d + "/tgt.txt");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("missing: checkpoint directory does not exist"), std::string::npos) << r.out;
+  std::ofstream(d + "/config.json") << "{\"d_model\": 30, \"num_heads\": 4}";
+  r = qkv("init --config " + d + "/config.json --out " + d + "/ckpt");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("d_model 30 must be divisible by num_heads 4"), std::string::npos) << r.out;
+  r = qkv("train");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("nothing to train on"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(Cli, TrainThenTranslateIds) {
+  const std::string d = temp_dir("roundtrip");
+  CliRun r = qkv("train --synthetic --preset tiny --steps 300 --threads 1 --log-every 100 --out " + d + "/ckpt");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step 300/300"), std::string::npos) << r.out;
+  std::ofstream(d + "/in.txt") << "5 6 7 8 9\n\n10 11 12 13 14 15\n";
+  r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam 3 --threads 1 --input " + d + "/in.txt --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out, "5 6 7 8 9\n\n10 11 12 13 14 15\n");  // the copy task, empty line kept
+  r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam 3 --n-best 2 --threads 1 --input " + d + "/in.txt --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("0 ||| 5 6 7 8 9 ||| "), std::string::npos) << r.out;
+  r = qkv("translate --checkpoint " + d + "/ckpt --threads 1 --input " + d + "/in.txt");
+  EXPECT_EQ(r.code, 1);  // no SentencePiece models in a synthetic checkpoint
+  EXPECT_NE(r.out.find("use --ids"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+}  // namespace
