@@ -94,13 +94,10 @@ int run_translate(const TranslateOptions& o) {
             "--too-long must be truncate or error, got '" << o.too_long << "'");
   const std::vector<std::string> lines = read_input(o.input);
   std::vector<data::IdLine> sources(lines.size());
-  int64_t truncated = 0, empty = 0;
+  int64_t truncated = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     sources[i] = o.ids ? parse_ids(lines[i], static_cast<int64_t>(i) + 1, c.src_vocab_size) : src_spm->encode(lines[i]);
-    if (sources[i].empty()) {  // an empty line translates to an empty line
-      ++empty;
-      continue;
-    }
+    if (sources[i].empty()) continue;  // an empty line translates to an empty line
     if (static_cast<int64_t>(sources[i].size()) > c.max_seq_length) {
       QKV_CHECK(o.too_long == "truncate", "input:" << i + 1 << ": " << sources[i].size()
                                                   << " tokens exceed the model's max_seq_length " << c.max_seq_length
@@ -165,7 +162,6 @@ int run_translate(const TranslateOptions& o) {
     std::fprintf(stderr, "qkv translate: %lld sentences, %lld output tokens in %s (%.1f sentences/s, %.0f tokens/s), beam %d\n",
                  static_cast<long long>(done), static_cast<long long>(out_tokens), format_duration(t).c_str(), done / t,
                  out_tokens / t, o.beam);
-  (void)empty;
   return 0;
 }
 }  // namespace
