@@ -242,6 +242,27 @@ int train_on_corpus(const CorpusTrainOptions& o) {
     st.elapsed = elapsed();
     save_checkpoint(last, *model, spm_path, &opt, &st);
   };
+  int64_t last_validated = -1;
+  // Dev loss and BLEU; a better score saves OUT/best.
+  auto run_validation = [&] {
+    model->eval();
+    const DevResult d = validate(*model, dev, spm, o);
+    model->train();
+    last_validated = st.step;
+    const double dev_score = d.bleu >= 0 ? d.bleu : -d.loss;
+    const bool better = dev_score > st.best;
+    if (better) {
+      st.best = dev_score;
+      st.bad_validations = 0;
+      save_checkpoint(best, *model, spm_path, nullptr, nullptr);
+    } else {
+      ++st.bad_validations;
+    }
+    if (tty) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "validation step %lld: dev loss %.4f%s%s\n", static_cast<long long>(st.step), d.loss,
+                 d.bleu >= 0 ? ("  dev BLEU " + std::to_string(d.bleu).substr(0, 5)).c_str() : "",
+                 better ? "  (best, saved)" : "");
+  };
   int exit_code = 0;
   std::string stop_reason = "done";
   while (true) {
@@ -281,22 +302,7 @@ int train_on_corpus(const CorpusTrainOptions& o) {
     }
     if (o.valid_every > 0 && st.step % o.valid_every == 0 && dev.src.empty()) snapshot();  // no dev set: just save
     if (o.valid_every > 0 && st.step % o.valid_every == 0 && !dev.src.empty()) {
-      model->eval();
-      const DevResult d = validate(*model, dev, spm, o);
-      model->train();
-      const double dev_score = d.bleu >= 0 ? d.bleu : -d.loss;
-      const bool better = dev_score > st.best;
-      if (better) {
-        st.best = dev_score;
-        st.bad_validations = 0;
-        save_checkpoint(best, *model, spm_path, nullptr, nullptr);
-      } else {
-        ++st.bad_validations;
-      }
-      if (tty) std::fprintf(stderr, "\n");
-      std::fprintf(stderr, "validation step %lld: dev loss %.4f%s%s\n", static_cast<long long>(st.step), d.loss,
-                   d.bleu >= 0 ? ("  dev BLEU " + std::to_string(d.bleu).substr(0, 5)).c_str() : "",
-                   better ? "  (best, saved)" : "");
+      run_validation();
       snapshot();
       if (o.patience > 0 && st.bad_validations >= o.patience) {
         stop_reason = "early stopping (no improvement in " + std::to_string(o.patience) + " validations)";
@@ -305,6 +311,9 @@ int train_on_corpus(const CorpusTrainOptions& o) {
     }
   }
   if (tty) std::fprintf(stderr, "\n");
+  // Training that ends between validations (budget, step or epoch limit) is validated once more, so
+  // OUT/best also considers the final weights. Not after Ctrl-C: that should exit promptly.
+  if (exit_code == 0 && !dev.src.empty() && last_validated != st.step && st.step > 0) run_validation();
   snapshot();
   if (!fs::exists(best + "/model.safetensors")) save_checkpoint(best, *model, spm_path, nullptr, nullptr);
   std::fprintf(stderr, "qkv train: %s at step %lld after %s; saved %s%s\n", stop_reason.c_str(),
