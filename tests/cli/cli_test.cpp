@@ -113,6 +113,15 @@ TEST(Cli, TrainThenTranslateIds) {
   r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam 3 --n-best 2 --threads 1 --input " + d + "/in.txt --quiet");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("0 ||| 5 6 7 8 9 ||| "), std::string::npos) << r.out;
+  std::string long_line;
+  for (int i = 0; i < 40; ++i) long_line += (i ? " " : "") + std::to_string(4 + i % 20);  // max_seq_length is 32
+  std::ofstream(d + "/long.txt") << long_line << "\n";
+  r = qkv("translate --checkpoint " + d + "/ckpt --ids --too-long error --threads 1 --input " + d + "/long.txt");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("input:1: 40 tokens exceed the model's max_seq_length 32"), std::string::npos) << r.out;
+  r = qkv("translate --checkpoint " + d + "/ckpt --ids --threads 1 --input " + d + "/long.txt");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1 sentence(s) longer than 32 tokens were truncated"), std::string::npos) << r.out;
   r = qkv("translate --checkpoint " + d + "/ckpt --threads 1 --input " + d + "/in.txt");
   EXPECT_EQ(r.code, 1);  // no SentencePiece models in a synthetic checkpoint
   EXPECT_NE(r.out.find("use --ids"), std::string::npos) << r.out;
