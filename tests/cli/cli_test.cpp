@@ -1,14 +1,21 @@
 // The `qkv` binary as a user runs it: exit codes, the last line of `score`, error messages naming
-// file and line, and a train -> translate round trip.
+// file and line, train -> translate round trips (ids and text), and Ctrl-C during corpus training.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
+#include "data/toy_corpus.h"
 #include "model/ref_dir.h"
 
 namespace {
@@ -35,6 +42,22 @@ std::string last_line(const std::string& text) {
   std::string t = text;
   while (!t.empty() && t.back() == '\n') t.pop_back();
   return t.substr(t.rfind('\n') == std::string::npos ? 0 : t.rfind('\n') + 1);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+int count_lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
+
+// Starts `qkv args > log 2>&1` without waiting; returns the pid of qkv itself (sh execs it).
+pid_t spawn_qkv(const std::string& args, const std::string& log) {
+  const std::string cmd = "exec " + std::string(QKV_BIN) + " " + args + " > " + log + " 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = -1;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) return -1;
+  return pid;
 }
 
 std::string temp_dir(const std::string& name) {
@@ -114,17 +137,81 @@ TEST(Cli, TrainThenTranslateIds) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("0 ||| 5 6 7 8 9 ||| "), std::string::npos) << r.out;
   std::string long_line;
-  for (int i = 0; i < 40; ++i) long_line += (i ? " " : "") + std::to_string(4 + i % 20);  // max_seq_length is 32
+  for (int i = 0; i < 40; ++i) {  // max_seq_length is 32
+    if (i) long_line += ' ';
+    long_line += std::to_string(4 + i % 20);
+  }
   std::ofstream(d + "/long.txt") << long_line << "\n";
   r = qkv("translate --checkpoint " + d + "/ckpt --ids --too-long error --threads 1 --input " + d + "/long.txt");
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.out.find("input:1: 40 tokens exceed the model's max_seq_length 32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("long.txt:1: 40 tokens exceed the model's max_seq_length 32"), std::string::npos) << r.out;
   r = qkv("translate --checkpoint " + d + "/ckpt --ids --threads 1 --input " + d + "/long.txt");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("1 sentence(s) longer than 32 tokens were truncated"), std::string::npos) << r.out;
   r = qkv("translate --checkpoint " + d + "/ckpt --threads 1 --input " + d + "/in.txt");
   EXPECT_EQ(r.code, 1);  // no SentencePiece models in a synthetic checkpoint
   EXPECT_NE(r.out.find("use --ids"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+// Corpus training as a user runs it: Ctrl-C saves DIR/last and exits 130, --resume continues from
+// the saved step, and `qkv translate` turns raw text into text with the checkpoint's SentencePiece
+// model (an empty line stays empty, invalid UTF-8 is refused naming file and line).
+TEST(Cli, CorpusTrainInterruptedResumedThenTranslatesText) {
+  const std::string d = temp_dir("corpus");
+  qkv::testing::write_toy_corpus(d + "/data", 300, 5);
+  const std::string base = "train --src " + d + "/data/train.es --tgt " + d + "/data/train.en --valid-src " + d +
+                            "/data/dev.es --valid-tgt " + d + "/data/dev.en --out " + d +
+                            "/run --spm-vocab 300 --heads 4 --layers 1 --d-ff 64 --max-len 64"
+                            " --max-tokens 400 --warmup 5 --lr 1e-3 --threads 1 --log-every 1 --valid-every 25"
+                            " --valid-bleu-sentences 5";
+  const std::string flags = base + " --d-model 32 --time-budget 1h5m";
+  const pid_t pid = spawn_qkv(flags + " --steps 1000000", d + "/log");
+  ASSERT_GT(pid, 0);
+  for (int i = 0; i < 600 && read_file(d + "/log").find("\nstep 3 ") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NE(read_file(d + "/log").find("\nstep 3 "), std::string::npos) << read_file(d + "/log");
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string log = read_file(d + "/log");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << log;
+  EXPECT_NE(log.find("qkv train: interrupted at step "), std::string::npos) << log;
+  std::ifstream state_file(d + "/run/last/train_state.json");
+  ASSERT_TRUE(state_file.good()) << log;
+  const int64_t stopped_at = nlohmann::json::parse(state_file)["step"].get<int64_t>();
+  EXPECT_GE(stopped_at, 3);
+
+  const std::string until = std::to_string(stopped_at + 3);
+  CliRun r = qkv(flags + " --steps " + until + " --resume " + d + "/run");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("\nstep " + std::to_string(stopped_at) + " "), std::string::npos) << r.out;  // no step redone
+  EXPECT_NE(r.out.find("\nstep " + until + " "), std::string::npos) << r.out;
+  r = qkv(base + " --steps " + until + " --resume " + d + "/run --d-model 64");  // an incompatible model
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--d-model 64 differs from the checkpoint's 32"), std::string::npos) << r.out;
+
+  std::istringstream dev(read_file(d + "/data/dev.es"));
+  std::string input, line;
+  for (int i = 0; i < 3 && std::getline(dev, line); ++i) input += line + "\n";
+  input += "\nla me\n";  // an empty line, then a short one
+  std::ofstream(d + "/in.es") << input;
+  r = qkv("translate --checkpoint " + d + "/run/last --beam 2 --threads 1 --input " + d + "/in.es --quiet");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count_lines(r.out), 5) << r.out;
+  EXPECT_NE(r.out.find("\n\n"), std::string::npos) << r.out;  // the empty input line
+  r = qkv("translate --checkpoint " + d + "/run/last --beam 2 --threads 1 --input " + d + "/in.es");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("qkv translate: 4 sentences"), std::string::npos) << r.out;
+
+  std::ofstream(d + "/bad.es") << "la me\nti \xff sa\n";
+  r = qkv("translate --checkpoint " + d + "/run/last --threads 1 --input " + d + "/bad.es");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("bad.es:2: invalid UTF-8"), std::string::npos) << r.out;
+  r = qkv(base + " --time-budget 1h5x");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--time-budget: duration '1h5x'"), std::string::npos) << r.out;
   fs::remove_all(d);
 }
 

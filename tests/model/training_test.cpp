@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "qkv/data/synthetic.h"
+#include "qkv/models/average.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/step.h"
 
@@ -208,6 +209,38 @@ TEST(Adam, SaveAndLoadResumesExactly) {
   for (size_t i = 0; i < pa.size(); ++i)
     EXPECT_EQ(pa[i].second.value().to_vector(), pm[i].second.value().to_vector()) << pa[i].first;
   std::filesystem::remove_all(dir);
+}
+
+// `qkv average`: every parameter of the result is the mean of the inputs' (tied weights included),
+// one checkpoint averages to itself, and checkpoints of different models are refused by name.
+TEST(Checkpoint, AverageIsTheElementwiseMean) {
+  const std::string root = ::testing::TempDir() + "/qkv_average_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  for (uint64_t seed : {1, 2, 3}) models::save_model(root + "/m" + std::to_string(seed), models::Transformer(tiny_config(), seed));
+  const auto avg = models::average_checkpoints({root + "/m1", root + "/m2", root + "/m3"});
+  const auto a = models::load_model(root + "/m1"), b = models::load_model(root + "/m2"), c = models::load_model(root + "/m3");
+  const auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters(), pm = avg->named_parameters();
+  ASSERT_EQ(pm.size(), pa.size());
+  for (size_t i = 0; i < pm.size(); ++i) {
+    const std::vector<float> va = pa[i].second.value().to_vector(), vb = pb[i].second.value().to_vector(),
+                             vc = pc[i].second.value().to_vector(), vm = pm[i].second.value().to_vector();
+    for (size_t j = 0; j < vm.size(); ++j)
+      ASSERT_EQ(vm[j], static_cast<float>((static_cast<double>(va[j]) + vb[j] + vc[j]) / 3)) << pm[i].first << "[" << j << "]";
+  }
+  const auto same = models::average_checkpoints({root + "/m2"});
+  const auto ps = same->named_parameters();
+  for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(ps[i].second.value().to_vector(), pb[i].second.value().to_vector());
+
+  models::TransformerConfig wider = tiny_config();
+  wider.d_ff = 128;
+  models::save_model(root + "/wide", models::Transformer(wider, 1));
+  try {
+    models::average_checkpoints({root + "/m1", root + "/wide"});
+    ADD_FAILURE() << "averaged checkpoints of different models";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("wide/config.json differs from"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

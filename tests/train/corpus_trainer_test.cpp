@@ -5,34 +5,14 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 
+#include "data/toy_corpus.h"
 #include "qkv/io/tensor_file.h"
 #include "qkv/train/corpus_trainer.h"
 
 namespace qkv::train {
 namespace {
 namespace fs = std::filesystem;
-
-// "Spanish" = random syllable words; "English" = the same words reversed: learnable, not trivial.
-void write_corpus(const std::string& dir, int lines, uint64_t seed) {
-  fs::create_directories(dir);
-  const char* syl[] = {"la", "me", "ño", "ti", "sa", "ro", "qué", "du", "ven", "cas", "pol", "mi", "za", "gue", "bri"};
-  std::mt19937_64 eng(seed);
-  std::ofstream es(dir + "/train.es"), en(dir + "/train.en"), des(dir + "/dev.es"), den(dir + "/dev.en");
-  for (int i = 0; i < lines; ++i) {
-    std::string s, t;
-    const int words = 3 + static_cast<int>(eng() % 6);
-    for (int w = 0; w < words; ++w) {
-      std::string word;
-      for (int k = 0, n = 1 + static_cast<int>(eng() % 3); k < n; ++k) word += syl[eng() % 15];
-      s += (w ? " " : "") + word;
-      t = word + (w ? " " : "") + t;
-    }
-    (i % 10 == 0 ? des : es) << s << "\n";
-    (i % 10 == 0 ? den : en) << t << "\n";
-  }
-}
 
 CorpusTrainOptions small_options(const std::string& data, const std::string& out) {
   CorpusTrainOptions o;
@@ -69,11 +49,15 @@ std::vector<float> all_weights(const std::string& checkpoint) {
 TEST(CorpusTrainer, TrainsWritesCheckpointsAndResumesExactly) {
   const std::string root = ::testing::TempDir() + "/qkv_corpus_" + std::to_string(::getpid());
   fs::remove_all(root);
-  write_corpus(root + "/data", 400, 1);
+  qkv::testing::write_toy_corpus(root + "/data", 400, 1);
 
   CorpusTrainOptions full = small_options(root + "/data", root + "/full");
   full.max_steps = 12;
+  full.keep_checkpoints = 1;  // validations at steps 6 and 12: only step 12 stays
   ASSERT_EQ(train_on_corpus(full), 0);
+  EXPECT_FALSE(fs::exists(root + "/full/step-0000006"));
+  ASSERT_TRUE(fs::exists(root + "/full/step-0000012/target.spm.model"));
+  EXPECT_EQ(all_weights(root + "/full/step-0000012"), all_weights(root + "/full/last"));
   for (const char* f : {"last/config.json", "last/model.safetensors", "last/optimizer.safetensors", "last/train_state.json",
                         "last/source.spm.model", "last/target.spm.model", "best/model.safetensors", "best/target.spm.model"})
     EXPECT_TRUE(fs::exists(root + "/full/" + f)) << f;
@@ -91,7 +75,7 @@ TEST(CorpusTrainer, TrainsWritesCheckpointsAndResumesExactly) {
 TEST(CorpusTrainer, BadInputIsNamed) {
   const std::string root = ::testing::TempDir() + "/qkv_corpus_bad_" + std::to_string(::getpid());
   fs::remove_all(root);
-  write_corpus(root + "/data", 50, 2);
+  qkv::testing::write_toy_corpus(root + "/data", 50, 2);
   CorpusTrainOptions o = small_options(root + "/data", root + "/out");
   o.max_steps = 1;
   auto message = [&](const CorpusTrainOptions& opts) -> std::string {

@@ -15,6 +15,7 @@
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/progress.h"
+#include "qkv/core/duration.h"
 #include "qkv/core/threads.h"
 #include "qkv/data/synthetic.h"
 #include "qkv/io/atomic_file.h"
@@ -42,26 +43,29 @@ struct TrainOptions {
   std::string src, tgt, tsv, valid_src, valid_tgt, schedule = "inverse_sqrt", too_long = "drop", time_budget;
   int spm_vocab = 8000, valid_beam = 1;
   int64_t spm_sample = 0, warmup = 4000, max_tokens = 4096, max_epochs = 0, valid_every = 1000,
-          valid_bleu_sentences = 200, patience = 0;
+          valid_bleu_sentences = 200, patience = 0, keep_checkpoints = 0;
   std::optional<int64_t> max_len;
   double clip_norm = 1.0;
   std::optional<float> label_smoothing_opt;
 };
 
-// "2h", "90m", "45s" or plain seconds.
-double parse_duration(const std::string& text) {
-  if (text.empty()) return 0;
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  const std::string unit = text.substr(used);
-  const double mult = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : -1;
-  QKV_CHECK(used > 0 && mult > 0 && v >= 0, "--time-budget '" << text << "': expected e.g. 2h, 90m, 45s or seconds");
-  return v * mult;
+// A resumed run keeps the checkpoint's model. Model flags given with --resume must agree with it:
+// silently ignoring `--d-model 512` would train a different model than the user asked for.
+void check_resume_model_flags(const TrainOptions& o, const std::string& config_path) {
+  if (!std::filesystem::exists(config_path)) return;  // load_model names the missing file
+  const models::TransformerConfig c = models::load_config(config_path);
+  const auto check = [&](const char* flag, const auto& given, auto saved) {
+    if (given && static_cast<double>(*given) != static_cast<double>(saved))
+      throw Error(std::string("--resume: ") + flag + " " + std::to_string(*given) + " differs from the checkpoint's " +
+                  std::to_string(saved) + " (" + config_path + "); drop the flag to continue with the checkpoint's model");
+  };
+  check("--d-model", o.d_model, c.d_model);
+  check("--heads", o.heads, c.num_heads);
+  check("--layers", o.layers, c.num_layers);
+  check("--d-ff", o.d_ff, c.d_ff);
+  check("--dropout", o.dropout, c.dropout);
+  check("--max-len", o.max_len, c.max_seq_length);
+  check("--vocab", o.vocab, c.src_vocab_size);
 }
 
 int run_corpus_train(const TrainOptions& o) {
@@ -74,6 +78,7 @@ int run_corpus_train(const TrainOptions& o) {
   c.valid_tgt = o.valid_tgt;
   c.out = o.out.empty() ? o.resume : o.out;
   c.resume = !o.resume.empty();
+  if (c.resume) check_resume_model_flags(o, c.out + "/last/config.json");
   QKV_CHECK(o.resume.empty() || o.out.empty() || o.resume == o.out, "--resume DIR continues the run in DIR; drop --out or make it the same");
   c.spm_vocab = o.spm_vocab;
   c.spm_sample = o.spm_sample;
@@ -93,11 +98,18 @@ int run_corpus_train(const TrainOptions& o) {
   c.too_long = o.too_long;
   c.max_steps = o.steps ? *o.steps : 0;
   c.max_epochs = o.max_epochs;
-  c.time_budget = parse_duration(o.time_budget);
+  if (!o.time_budget.empty()) {
+    try {
+      c.time_budget = parse_duration(o.time_budget);
+    } catch (const Error& e) {
+      throw Error(std::string("--time-budget: ") + e.what());
+    }
+  }
   c.valid_every = o.valid_every;
   c.valid_bleu_sentences = o.valid_bleu_sentences;
   c.valid_beam = o.valid_beam;
   c.patience = o.patience;
+  c.keep_checkpoints = o.keep_checkpoints;
   c.seed = o.seed;
   c.log_every = o.log_every.value_or(100);
   return train::train_on_corpus(c);
@@ -174,6 +186,7 @@ int run_train(const TrainOptions& o) {
   uint64_t data_seed = o.seed;
   std::unique_ptr<models::Transformer> model;
   if (!o.resume.empty()) {
+    check_resume_model_flags(o, o.resume + "/config.json");
     model = models::load_model(o.resume, o.seed);
     plan.config = model->config();
     std::ifstream in(o.resume + "/train_state.json");
@@ -283,11 +296,14 @@ Runner add_train_command(CLI::App& app) {
   app.add_option("--label-smoothing", o->label_smoothing_opt, "Label smoothing (default 0.1)")->group("Corpus");
   app.add_option("--max-tokens", o->max_tokens, "Tokens per batch (padded)")->capture_default_str()->group("Corpus");
   app.add_option("--max-epochs", o->max_epochs, "Stop after N epochs (0: no limit)")->group("Corpus");
-  app.add_option("--time-budget", o->time_budget, "Stop after this much training time (2h, 90m, 45s)")->group("Corpus");
+  app.add_option("--time-budget", o->time_budget, "Stop after this much training time (2h, 90m, 1h55m, 45s)")->group("Corpus");
   app.add_option("--valid-every", o->valid_every, "Validate and save every N steps")->capture_default_str()->group("Corpus");
   app.add_option("--valid-bleu-sentences", o->valid_bleu_sentences, "Dev sentences translated for BLEU (0: all)")
       ->capture_default_str()->group("Corpus");
   app.add_option("--valid-beam", o->valid_beam, "Beam size for dev BLEU")->capture_default_str()->group("Corpus");
+  app.add_option("--keep-checkpoints", o->keep_checkpoints,
+                 "Also keep the weights of the last N validations as DIR/step-N (for qkv average)")
+      ->group("Corpus");
   app.add_option("--patience", o->patience, "Early stopping: validations without improvement (0: off)")
       ->capture_default_str()->group("Corpus");
   return [o]() { return run_train(*o); };

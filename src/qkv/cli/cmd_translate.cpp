@@ -49,7 +49,8 @@ std::vector<std::string> read_input(const std::string& path) {
   return lines;
 }
 
-data::IdLine parse_ids(const std::string& line, int64_t line_no, int64_t vocab) {
+// `where` names the input in messages: the file path, or <stdin>.
+data::IdLine parse_ids(const std::string& line, const std::string& where, int64_t line_no, int64_t vocab) {
   data::IdLine ids;
   std::istringstream in(line);
   std::string tok;
@@ -62,7 +63,7 @@ data::IdLine parse_ids(const std::string& line, int64_t line_no, int64_t vocab) 
       used = 0;
     }
     QKV_CHECK(used == tok.size() && v >= 0 && v < vocab,
-              "input:" << line_no << ": '" << tok << "' is not a token id in [0, " << vocab << ")");
+              where << ":" << line_no << ": '" << tok << "' is not a token id in [0, " << vocab << ")");
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;
@@ -93,13 +94,14 @@ int run_translate(const TranslateOptions& o) {
   QKV_CHECK(o.too_long == "truncate" || o.too_long == "error",
             "--too-long must be truncate or error, got '" << o.too_long << "'");
   const std::vector<std::string> lines = read_input(o.input);
+  const std::string where = o.input == "-" ? "<stdin>" : o.input;
   std::vector<data::IdLine> sources(lines.size());
   int64_t truncated = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    sources[i] = o.ids ? parse_ids(lines[i], static_cast<int64_t>(i) + 1, c.src_vocab_size) : src_spm->encode(lines[i]);
+    sources[i] = o.ids ? parse_ids(lines[i], where, static_cast<int64_t>(i) + 1, c.src_vocab_size) : src_spm->encode(lines[i]);
     if (sources[i].empty()) continue;  // an empty line translates to an empty line
     if (static_cast<int64_t>(sources[i].size()) > c.max_seq_length) {
-      QKV_CHECK(o.too_long == "truncate", "input:" << i + 1 << ": " << sources[i].size()
+      QKV_CHECK(o.too_long == "truncate", where << ":" << i + 1 << ": " << sources[i].size()
                                                   << " tokens exceed the model's max_seq_length " << c.max_seq_length
                                                   << " (use --too-long truncate)");
       sources[i].resize(static_cast<size_t>(c.max_seq_length));

@@ -20,6 +20,7 @@ void register_commands(CLI::App& app) {
   add("translate", "Translate text (or ids) with greedy or beam search", add_translate_command);
   add("score", "Teacher-forced cross-entropy of id pairs under a checkpoint", add_score_command);
   add("bleu", "Corpus BLEU of stdin against reference files (sacreBLEU 2.x defaults)", add_bleu_command);
+  add("average", "Average the weights of several checkpoints of one run", add_average_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
 }
 

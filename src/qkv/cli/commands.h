@@ -19,5 +19,6 @@ Runner add_score_command(CLI::App& app);
 Runner add_translate_command(CLI::App& app);
 Runner add_bleu_command(CLI::App& app);
 Runner add_chrf_command(CLI::App& app);
+Runner add_average_command(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -82,6 +82,23 @@ void save_checkpoint(const std::string& dir, const models::Transformer& model, c
   if (state) io::write_file_atomic(dir + "/train_state.json", to_json(*state).dump(2) + "\n");
 }
 
+// OUT/step-NNNNNNN for `qkv average`: written after a validation, the oldest beyond
+// keep_checkpoints deleted (zero-padded names sort by step).
+void keep_step_checkpoint(const CorpusTrainOptions& o, int64_t step, const models::Transformer& model,
+                          const std::string& spm_path) {
+  if (o.keep_checkpoints <= 0) return;
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%07lld", static_cast<long long>(step));
+  save_checkpoint(o.out + "/" + name, model, spm_path, nullptr, nullptr);
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(o.out)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.size() == 12 && n.rfind("step-", 0) == 0) kept.push_back(n);
+  }
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = 0; i + static_cast<size_t>(o.keep_checkpoints) < kept.size(); ++i) fs::remove_all(o.out + "/" + kept[i]);
+}
+
 struct DevSet {
   std::vector<data::IdLine> src, tgt_full;  // tgt_full = [BOS] tgt [EOS]
   std::vector<std::string> refs;            // raw target text, for BLEU
@@ -122,6 +139,7 @@ DevResult validate(const models::Transformer& model, const DevSet& dev, const te
 int train_on_corpus(const CorpusTrainOptions& o) {
   QKV_CHECK(!o.out.empty(), "corpus training needs --out DIR");
   QKV_CHECK(!o.tsv.empty() || (!o.src.empty() && !o.tgt.empty()), "corpus training needs --src and --tgt, or --tsv");
+  QKV_CHECK(o.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0, got " << o.keep_checkpoints);
   QKV_CHECK(o.too_long == "drop" || o.too_long == "truncate", "--too-long must be drop or truncate, got '" << o.too_long << "'");
   check_schedule(o.schedule);
   fs::create_directories(o.out);
@@ -304,6 +322,7 @@ int train_on_corpus(const CorpusTrainOptions& o) {
     if (o.valid_every > 0 && st.step % o.valid_every == 0 && !dev.src.empty()) {
       run_validation();
       snapshot();
+      keep_step_checkpoint(o, st.step, *model, spm_path);
       if (o.patience > 0 && st.bad_validations >= o.patience) {
         stop_reason = "early stopping (no improvement in " + std::to_string(o.patience) + " validations)";
         break;
@@ -313,7 +332,10 @@ int train_on_corpus(const CorpusTrainOptions& o) {
   if (tty) std::fprintf(stderr, "\n");
   // Training that ends between validations (budget, step or epoch limit) is validated once more, so
   // OUT/best also considers the final weights. Not after Ctrl-C: that should exit promptly.
-  if (exit_code == 0 && !dev.src.empty() && last_validated != st.step && st.step > 0) run_validation();
+  if (exit_code == 0 && !dev.src.empty() && last_validated != st.step && st.step > 0) {
+    run_validation();
+    keep_step_checkpoint(o, st.step, *model, spm_path);
+  }
   snapshot();
   if (!fs::exists(best + "/model.safetensors")) save_checkpoint(best, *model, spm_path, nullptr, nullptr);
   std::fprintf(stderr, "qkv train: %s at step %lld after %s; saved %s%s\n", stop_reason.c_str(),

@@ -47,6 +47,9 @@ struct CorpusTrainOptions {
   int64_t valid_bleu_sentences = 200;  // dev sentences translated for BLEU (0: all)
   int valid_beam = 1;
   int64_t patience = 0;  // stop after this many validations without a better dev score (0: never)
+  // Also keep the weights of the last N validations as OUT/step-NNNNNNN (for `qkv average`);
+  // older ones are deleted. 0: keep none.
+  int64_t keep_checkpoints = 0;
   uint64_t seed = 0;
   int64_t log_every = 100;
 };
