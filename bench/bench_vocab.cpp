@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     std::printf("%zu training pairs, %zu dev targets; model d_model %.0f, %.0f+%.0f layers, d_ff %.0f; max-len %lld\n",
                 src.size(), dev.size(), a.d_model, a.layers, a.layers, a.d_ff, static_cast<long long>(a.max_len));
     std::printf("%7s %9s %9s %8s %9s %12s %11s %14s\n", "vocab", "src mean", "tgt mean", "tgt p99", "over max",
-                "epoch PFLOP", "epoch cost", "dev rare tok");
+                "epoch TFLOP", "epoch cost", "dev rare tok");
     double first_cost = 0;
     for (const int v : a.sizes) {
       text::SpmTrainOptions so;
@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
         }
       if (first_cost == 0) first_cost = flops;
       const double n = static_cast<double>(src.size());
-      std::printf("%7d %9.1f %9.1f %8zu %9lld %12.2f %10.2fx %13.2f%%\n", v, src_tokens / n, tgt_tokens / n,
-                  tgt_len[tgt_len.size() * 99 / 100], static_cast<long long>(over), flops / 1e15, flops / first_cost,
+      std::printf("%7d %9.1f %9.1f %8zu %9lld %12.0f %10.2fx %13.2f%%\n", v, src_tokens / n, tgt_tokens / n,
+                  tgt_len[tgt_len.size() * 99 / 100], static_cast<long long>(over), flops / 1e12, flops / first_cost,
                   100.0 * static_cast<double>(dev_rare) / static_cast<double>(std::max<int64_t>(dev_tokens, 1)));
       std::fflush(stdout);
     }
