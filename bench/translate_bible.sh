@@ -36,11 +36,15 @@ RESUME=()
 train_seconds=$(( $(date +%s) - start ))
 
 # The mean of the last $AVERAGE validation checkpoints (the paper's checkpoint averaging).
-mapfile -t kept < <(ls -d "$OUT"/step-* | tail -n "$AVERAGE")
-"$QKV" average --out "$OUT/average" "${kept[@]}"
+MODELS=(best)
+mapfile -t kept < <(ls -d "$OUT"/step-* 2>/dev/null | tail -n "$AVERAGE")
+if [ "${#kept[@]}" -gt 0 ]; then
+  "$QKV" average --out "$OUT/average" "${kept[@]}"
+  MODELS+=(average)
+fi
 
 echo "== translating John"
-for model in best average; do
+for model in "${MODELS[@]}"; do
   "$QKV" translate --checkpoint "$OUT/$model" --input "$DATA/test.es" --beam 5 --length-penalty 1.0 --threads "$THREADS" \
     > "$OUT/test.$model.en"
 done
@@ -48,7 +52,7 @@ apertium -u spa-eng < "$DATA/test.es" > "$OUT/test.apertium.en"
 
 echo "== scores on John ($(wc -l < "$DATA/test.en") verses) against the KJV"
 params=$(python3 -c "import json;c=json.load(open('$OUT/best/config.json'));print(c['d_model'],c['num_heads'],c['num_layers'],c['d_ff'],c['tgt_vocab_size'])")
-for model in best average; do
+for model in "${MODELS[@]}"; do
   printf "%-12s %s\n" "qkv $model" "$("$QKV" bleu "$DATA/test.en" < "$OUT/test.$model.en")"
   printf "%-12s %s\n" "qkv $model" "$("$QKV" chrf "$DATA/test.en" < "$OUT/test.$model.en")"
 done

@@ -46,7 +46,7 @@ int run_average(const AverageOptions& o) {
   for (const char* name : spm_files)
     if (fs::exists(o.checkpoints[0] + "/" + name))
       fs::copy_file(o.checkpoints[0] + "/" + name, o.out + "/" + name, fs::copy_options::overwrite_existing);
-  std::cout << "wrote " << o.out << ": the mean of " << o.checkpoints.size() << " checkpoints\n";
+  std::cout << "wrote " << o.out << ": the mean of " << o.checkpoints.size() << (o.checkpoints.size() == 1 ? " checkpoint\n" : " checkpoints\n");
   return 0;
 }
 }  // namespace

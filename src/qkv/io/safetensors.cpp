@@ -79,7 +79,11 @@ std::string format_shape(const std::vector<int64_t>& shape) {
 }
 
 std::string format_range(uint64_t begin, uint64_t end) {
-  return "[" + std::to_string(begin) + "," + std::to_string(end) + ")";
+  std::string out = "[";  // built by appends: GCC 12 warns falsely (-Wrestrict) on "[" + std::string
+  out += std::to_string(begin);
+  out += ',';
+  out += std::to_string(end);
+  return out + ")";
 }
 
 // numel * elem_size, or false if it does not fit in uint64 (corrupt shapes).
