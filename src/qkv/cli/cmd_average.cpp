@@ -33,14 +33,14 @@ int run_average(const AverageOptions& o) {
     QKV_CHECK(fs::weakly_canonical(dir) != fs::weakly_canonical(o.out),
               "average: --out " << o.out << " is one of the inputs; write the average elsewhere");
   const auto model = models::average_checkpoints(o.checkpoints);
-  const char* spm_files[] = {"source.spm.model", "target.spm.model"};
+  const char* spm_files[] = {models::kSourceSpmFile, models::kTargetSpmFile};
   for (const char* name : spm_files) {
     const std::string first = o.checkpoints[0] + "/" + name;
-    for (const std::string& dir : o.checkpoints)
-      QKV_CHECK(fs::exists(first) == fs::exists(dir + "/" + name) &&
-                    (!fs::exists(first) || file_bytes(first) == file_bytes(dir + "/" + name)),
-                "average: " << dir << "/" << name << " differs from " << first
-                            << "; the checkpoints come from different runs");
+    for (const std::string& dir : o.checkpoints) {
+      const std::string other = dir + "/" + name;  // both missing, or the same bytes
+      QKV_CHECK(fs::exists(first) == fs::exists(other) && file_bytes(first) == file_bytes(other),
+                "average: " << other << " differs from " << first << "; the checkpoints come from different runs");
+    }
   }
   models::save_model(o.out, *model);
   for (const char* name : spm_files)

@@ -85,7 +85,7 @@ int run_translate(const TranslateOptions& o) {
   const auto& c = model->config();
   std::unique_ptr<text::SentencePiece> src_spm, tgt_spm;
   if (!o.ids) {
-    const std::string s = o.checkpoint + "/source.spm.model", t = o.checkpoint + "/target.spm.model";
+    const std::string s = o.checkpoint + "/" + models::kSourceSpmFile, t = o.checkpoint + "/" + models::kTargetSpmFile;
     QKV_CHECK(std::filesystem::exists(s) && std::filesystem::exists(t),
               o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
     src_spm = std::make_unique<text::SentencePiece>(s);

@@ -76,8 +76,8 @@ TrainState from_json(const std::string& path) {
 void save_checkpoint(const std::string& dir, const models::Transformer& model, const std::string& spm_path,
                      const Adam* opt, const TrainState* state) {
   models::save_model(dir, model);
-  fs::copy_file(spm_path, dir + "/source.spm.model", fs::copy_options::overwrite_existing);
-  fs::copy_file(spm_path, dir + "/target.spm.model", fs::copy_options::overwrite_existing);
+  for (const char* name : {models::kSourceSpmFile, models::kTargetSpmFile})
+    fs::copy_file(spm_path, dir + "/" + name, fs::copy_options::overwrite_existing);
   if (opt) opt->save(dir + "/optimizer.safetensors");
   if (state) io::write_file_atomic(dir + "/train_state.json", to_json(*state).dump(2) + "\n");
 }
@@ -261,7 +261,7 @@ int train_on_corpus(const CorpusTrainOptions& o) {
     save_checkpoint(last, *model, spm_path, &opt, &st);
   };
   int64_t last_validated = -1;
-  // Dev loss and BLEU; a better score saves OUT/best.
+  // Dev loss and BLEU; a better score saves OUT/best; --keep-checkpoints keeps OUT/step-N.
   auto run_validation = [&] {
     model->eval();
     const DevResult d = validate(*model, dev, spm, o);
@@ -276,6 +276,7 @@ int train_on_corpus(const CorpusTrainOptions& o) {
     } else {
       ++st.bad_validations;
     }
+    keep_step_checkpoint(o, st.step, *model, spm_path);
     if (tty) std::fprintf(stderr, "\n");
     std::fprintf(stderr, "validation step %lld: dev loss %.4f%s%s\n", static_cast<long long>(st.step), d.loss,
                  d.bleu >= 0 ? ("  dev BLEU " + std::to_string(d.bleu).substr(0, 5)).c_str() : "",
@@ -322,7 +323,6 @@ int train_on_corpus(const CorpusTrainOptions& o) {
     if (o.valid_every > 0 && st.step % o.valid_every == 0 && !dev.src.empty()) {
       run_validation();
       snapshot();
-      keep_step_checkpoint(o, st.step, *model, spm_path);
       if (o.patience > 0 && st.bad_validations >= o.patience) {
         stop_reason = "early stopping (no improvement in " + std::to_string(o.patience) + " validations)";
         break;
@@ -332,10 +332,7 @@ int train_on_corpus(const CorpusTrainOptions& o) {
   if (tty) std::fprintf(stderr, "\n");
   // Training that ends between validations (budget, step or epoch limit) is validated once more, so
   // OUT/best also considers the final weights. Not after Ctrl-C: that should exit promptly.
-  if (exit_code == 0 && !dev.src.empty() && last_validated != st.step && st.step > 0) {
-    run_validation();
-    keep_step_checkpoint(o, st.step, *model, spm_path);
-  }
+  if (exit_code == 0 && !dev.src.empty() && last_validated != st.step && st.step > 0) run_validation();
   snapshot();
   if (!fs::exists(best + "/model.safetensors")) save_checkpoint(best, *model, spm_path, nullptr, nullptr);
   std::fprintf(stderr, "qkv train: %s at step %lld after %s; saved %s%s\n", stop_reason.c_str(),
