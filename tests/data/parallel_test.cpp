@@ -2,6 +2,7 @@
 // policies, and every error message (missing file, line counts, UTF-8, TSV columns).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -59,6 +60,17 @@ TEST(ParallelReadTest, MissingFileIsNamed) {
   EXPECT_EQ(error_of([&] { read_parallel(missing, ok); }), missing + ": cannot open file");
   EXPECT_EQ(error_of([&] { read_parallel(ok, missing); }), missing + ": cannot open file");
   EXPECT_EQ(error_of([&] { read_parallel_tsv(missing); }), missing + ": cannot open file");
+}
+
+TEST(ParallelReadTest, DirectoryIsNamed) {
+  // A directory opens as a stream on Linux; the first read used to fail as "read error after line 0".
+  const std::string ok = write_file("beside_dir.en", "x\n");
+  const std::string dir = ::testing::TempDir() + "qkv_parallel_a_directory";
+  std::filesystem::create_directories(dir);
+  const std::string expected = dir + ": is a directory, expected a text file";
+  EXPECT_EQ(error_of([&] { read_parallel(dir, ok); }), expected);
+  EXPECT_EQ(error_of([&] { read_parallel(ok, dir); }), expected);
+  EXPECT_EQ(error_of([&] { read_parallel_tsv(dir); }), expected);
 }
 
 TEST(ParallelReadTest, UnequalLineCounts) {

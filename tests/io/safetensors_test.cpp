@@ -4,6 +4,8 @@
 // written by tests/python/safetensors_io.py ($QKV_REF_DIR/py_selftest.safetensors).
 #include "qkv/io/safetensors.h"
 
+#include "qkv/core/error.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -316,7 +318,7 @@ TEST_F(SafetensorsTest, ErrorMissingFile) {
 TEST_F(SafetensorsTest, ErrorPathIsDirectory) {
   const std::string p = path("a_directory");
   fs::create_directories(p);
-  expect_contains(read_error(p), {p, "not a regular file"});
+  expect_contains(read_error(p), {"'" + p + "': is a directory"});
 }
 
 TEST_F(SafetensorsTest, ErrorFileShorterThanLengthPrefix) {
@@ -345,7 +347,7 @@ TEST_F(SafetensorsTest, ErrorHeaderNotJson) {
 
 TEST_F(SafetensorsTest, ErrorHeaderNotObject) {
   const std::string p = write_raw("array.safetensors", "[1,2]");
-  expect_contains(read_error(p), {p, "is a JSON array", "expected an object"});
+  expect_contains(read_error(p), {p, "does not start with '{'"});
 }
 
 TEST_F(SafetensorsTest, ErrorEntryNotObject) {
@@ -421,6 +423,14 @@ TEST_F(SafetensorsTest, ErrorShapeOverflow) {
   expect_contains(read_error(p), {p, "tensor 'w'", "overflows"});
 }
 
+TEST_F(SafetensorsTest, ErrorShapeOverflowHiddenByZeroDim) {
+  // Zero bytes, but strides computed from this shape would overflow int64.
+  const std::string p = write_raw(
+      "zero_overflow.safetensors",
+      R"({"w":{"dtype":"F32","shape":[0,3037000500,3037000500],"data_offsets":[0,0]}})");
+  expect_contains(read_error(p), {p, "tensor 'w'", "[0,3037000500,3037000500]", "overflows"});
+}
+
 TEST_F(SafetensorsTest, ErrorDataOffsetsEndBeforeBegin) {
   const std::string p =
       write_raw("reversed.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
@@ -462,6 +472,168 @@ TEST_F(SafetensorsTest, ErrorOverlappingOffsets) {
 TEST_F(SafetensorsTest, ErrorMetadataValueNotString) {
   const std::string p = write_raw("meta.safetensors", R"({"__metadata__":{"step":5}})");
   expect_contains(read_error(p), {p, "__metadata__", "'step'", "expected a string"});
+}
+
+// ------------------------------------------- tensors must tile the data ---
+// The format requires the tensors, sorted by offset, to cover the data buffer exactly: from 0,
+// with no gap and no overlap, to the end of the file. Each case below loaded (with every later
+// tensor shifted) before the reader checked this.
+
+// "a" = [0,8) (two F32 1.0, 2.0), "b" = [8,12) (I32 7), header padded with 4 spaces so a
+// length prefix one short still leaves valid JSON.
+const std::string kTiledHeader = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                 R"("b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]}}    )";
+
+std::string tiled_data() {
+  const float a[2] = {1.0f, 2.0f};
+  const int32_t b = 7;
+  std::string data(12, '\0');
+  std::memcpy(data.data(), a, 8);
+  std::memcpy(data.data() + 8, &b, 4);
+  return data;
+}
+
+TEST_F(SafetensorsTest, TiledFileLoads) {
+  const StFile file = read_safetensors(write_raw("tiled.safetensors", kTiledHeader, tiled_data()));
+  ASSERT_EQ(file.tensors.size(), 2u);
+  EXPECT_EQ(values_of<float>(*file.find("a")), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(values_of<int32_t>(*file.find("b")), std::vector<int32_t>{7});
+}
+
+TEST_F(SafetensorsTest, ErrorHeaderLengthPrefixOneShort) {
+  // The last padding space becomes the first data byte: JSON still parses, data shifted by 1.
+  const std::string p = path("prefix_minus_one.safetensors");
+  write_whole_file(p, le_u64(kTiledHeader.size() - 1) + kTiledHeader + tiled_data());
+  const uint64_t data_start = 8 + kTiledHeader.size() - 1;
+  expect_contains(read_error(p), {p, "1 trailing bytes from file offset " + std::to_string(data_start + 12),
+                                  "the last tensor, 'b'", "belong to no tensor"});
+}
+
+TEST_F(SafetensorsTest, ErrorFourBytesInsertedInsideData) {
+  std::string data = tiled_data();
+  data.insert(4, "XXXX");  // inside "a": "a" reads garbage, "b" reads a's second half
+  const std::string p = write_raw("inserted.safetensors", kTiledHeader, data);
+  expect_contains(read_error(p), {p, "4 trailing bytes from file offset " +
+                                         std::to_string(8 + kTiledHeader.size() + 12)});
+}
+
+TEST_F(SafetensorsTest, ErrorTrailingBytesAfterData) {
+  const std::string p = write_raw("trailing.safetensors", kTiledHeader, tiled_data() + "junk!");
+  expect_contains(read_error(p), {p, "5 trailing bytes from file offset " +
+                                         std::to_string(8 + kTiledHeader.size() + 12),
+                                  "size " + std::to_string(8 + kTiledHeader.size() + 17)});
+}
+
+TEST_F(SafetensorsTest, ErrorHoleBeforeFirstTensor) {
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},)"
+                             R"("b":{"dtype":"I32","shape":[1],"data_offsets":[12,16]}})";
+  const std::string p = write_raw("hole_first.safetensors", header, "HOLE" + tiled_data());
+  expect_contains(read_error(p), {p, "tensor 'a'", "[4,12)", "gap", "[0,4)",
+                                  "file offset " + std::to_string(8 + header.size()),
+                                  "first tensor must start at 0"});
+}
+
+TEST_F(SafetensorsTest, ErrorHoleBetweenTensors) {
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("b":{"dtype":"I32","shape":[1],"data_offsets":[10,14]}})";
+  std::string data = tiled_data();
+  data.insert(8, "..");
+  const std::string p = write_raw("hole_middle.safetensors", header, data);
+  expect_contains(read_error(p), {p, "tensor 'b'", "[10,14)", "gap", "[8,10)",
+                                  "file offset " + std::to_string(8 + header.size() + 8),
+                                  "previous tensor 'a'"});
+}
+
+TEST_F(SafetensorsTest, ErrorOverlappingTensorsSharingARange) {
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("b":{"dtype":"I32","shape":[1],"data_offsets":[0,4]}})";
+  const std::string p = write_raw("same_range.safetensors", header, std::string(4, '\0'));
+  expect_contains(read_error(p), {p, "tensor 'b'", "[0,4)", "overlap tensor 'a'",
+                                  "file offset " + std::to_string(8 + header.size())});
+}
+
+TEST_F(SafetensorsTest, OutOfOrderOffsetsThatTileLoad) {
+  // Order in the header is free; only the sorted ranges must tile. Empty tensors on boundaries.
+  const std::string header = R"({"b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]},)"
+                             R"("end":{"dtype":"F32","shape":[0,3],"data_offsets":[12,12]},)"
+                             R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("mid":{"dtype":"F64","shape":[0],"data_offsets":[8,8]},)"
+                             R"("start":{"dtype":"I64","shape":[4,0],"data_offsets":[0,0]}})";
+  const StFile file = read_safetensors(write_raw("shuffled.safetensors", header, tiled_data()));
+  std::vector<std::string> names;
+  for (const StTensor& t : file.tensors) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"start", "a", "mid", "b", "end"}));
+  EXPECT_EQ(values_of<float>(*file.find("a")), (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_EQ(values_of<int32_t>(*file.find("b")), std::vector<int32_t>{7});
+  EXPECT_TRUE(file.find("mid")->bytes.empty());
+  EXPECT_EQ(file.find("start")->shape, (std::vector<int64_t>{4, 0}));
+}
+
+TEST_F(SafetensorsTest, OnlyEmptyTensorsAndEmptyDataLoad) {
+  const std::string header = R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+                             R"("y":{"dtype":"I32","shape":[3,0],"data_offsets":[0,0]}})";
+  const StFile file = read_safetensors(write_raw("empties.safetensors", header));
+  ASSERT_EQ(file.tensors.size(), 2u);
+  EXPECT_TRUE(file.find("x")->bytes.empty());
+  EXPECT_TRUE(file.find("y")->bytes.empty());
+}
+
+TEST_F(SafetensorsTest, ErrorEmptyTensorInsideAnotherTensor) {
+  const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                             R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                             R"("b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]}})";
+  const std::string p = write_raw("empty_inside.safetensors", header, tiled_data());
+  expect_contains(read_error(p), {p, "tensor 'e'", "[4,4)", "overlap tensor 'a'", "[0,8)",
+                                  "file offset " + std::to_string(8 + header.size() + 4)});
+}
+
+TEST_F(SafetensorsTest, ErrorEmptyTensorInAGap) {
+  const std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("e":{"dtype":"F32","shape":[0],"data_offsets":[6,6]},)"
+                             R"("b":{"dtype":"I32","shape":[1],"data_offsets":[8,12]}})";
+  const std::string p = write_raw("empty_gap.safetensors", header, std::string(12, '\0'));
+  expect_contains(read_error(p), {p, "tensor 'e'", "[6,6)", "gap", "[4,6)", "previous tensor 'a'"});
+}
+
+TEST_F(SafetensorsTest, ErrorDataWithoutTensors) {
+  const std::string p = write_raw("no_tensors.safetensors", "{}", "abcd");
+  expect_contains(read_error(p), {p, "4 trailing bytes from file offset 10", "lists no tensor"});
+}
+
+TEST_F(SafetensorsTest, ErrorHeaderNotStartingWithBrace) {
+  const std::string p = write_raw("leading_space.safetensors", " {}");
+  expect_contains(read_error(p), {p, "does not start with '{'", "file offset 8"});
+}
+
+TEST_F(SafetensorsTest, ErrorHeaderPaddedWithNewline) {
+  const std::string p = write_raw("newline_pad.safetensors", "{}  \n ");
+  expect_contains(read_error(p), {p, "other than a space", "file offset 12"});
+}
+
+TEST_F(SafetensorsTest, ErrorDuplicateKeyInsideEntry) {
+  const std::string p = write_raw(
+      "dup_field.safetensors",
+      R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"data_offsets":[4,8]}})",
+      std::string(8, '\0'));
+  expect_contains(read_error(p), {p, "duplicate key \"data_offsets\"", "entry 'w'"});
+}
+
+TEST_F(SafetensorsTest, ErrorDuplicateMetadataKey) {
+  const std::string p =
+      write_raw("dup_meta.safetensors", R"({"__metadata__":{"k":"1","k":"2"}})");
+  expect_contains(read_error(p), {p, "duplicate key \"k\"", "entry '__metadata__'"});
+}
+
+TEST_F(SafetensorsTest, ErrorOffsetsBeyondFileSize) {
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[4611686018427387903],"data_offsets":[0,18446744073709551612]}})";
+  const std::string p = write_raw("huge_offsets.safetensors", header, std::string(4, '\0'));
+  expect_contains(read_error(p), {p, "tensor 'w'", "exceed data size 4"});
+}
+
+TEST_F(SafetensorsTest, ErrorsAreQkvErrors) {
+  const std::string p = write_raw("trailing.safetensors", kTiledHeader, tiled_data() + "x");
+  EXPECT_THROW(read_safetensors(p), qkv::Error);
 }
 
 // -------------------------------------------------------- Python interop ---

@@ -2,11 +2,18 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace qkv::data {
 
 std::vector<IdLine> read_id_lines(const std::string& path, int64_t vocab_size) {
+  QKV_CHECK(vocab_size <= std::numeric_limits<int32_t>::max(),
+            path << ": vocabulary size " << vocab_size << " does not fit 32-bit token ids");
+  // A directory opens as a stream on Linux and only fails at the first read, as "read error".
+  std::error_code ec;
+  QKV_CHECK(!std::filesystem::is_directory(path, ec), path << ": is a directory, expected a file of token ids");
   std::ifstream in(path);
   QKV_CHECK(in, path << ": cannot open file");
   std::vector<IdLine> lines;

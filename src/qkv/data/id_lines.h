@@ -11,6 +11,7 @@ namespace qkv::data {
 using IdLine = std::vector<int32_t>;
 
 // Reads every line; a token that is not an id in [0, vocab_size) is an error naming file:line.
+// A missing file or a directory is an error naming the path.
 std::vector<IdLine> read_id_lines(const std::string& path, int64_t vocab_size);
 
 // Rows padded with pad_id at the end to the longest row: i32 (rows, max_len).

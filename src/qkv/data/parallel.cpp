@@ -1,46 +1,15 @@
 #include "qkv/data/parallel.h"
 
+#include <filesystem>
 #include <fstream>
 #include <string_view>
 
 #include "qkv/core/error.h"
+#include "qkv/text/utf8.h"
 
 namespace qkv::data {
 
 namespace {
-
-// Strict UTF-8 (Unicode Table 3-7 "well-formed byte sequences"): rejects overlong forms, surrogates
-// (U+D800..DFFF), code points above U+10FFFF, stray continuation bytes and truncated sequences.
-// On failure *bad_at is the 0-based offset of the first byte of the ill-formed sequence.
-bool is_valid_utf8(std::string_view s, size_t* bad_at) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  auto cont = [&](size_t k, unsigned char lo = 0x80, unsigned char hi = 0xBF) {
-    return k < n && p[k] >= lo && p[k] <= hi;
-  };
-  while (i < n) {
-    const unsigned char c = p[i];
-    size_t len = 0;
-    if (c < 0x80) {
-      len = 1;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      len = cont(i + 1) ? 2 : 0;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      const unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-      len = cont(i + 1, lo, hi) && cont(i + 2) ? 3 : 0;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      const unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-      len = cont(i + 1, lo, hi) && cont(i + 2) && cont(i + 3) ? 4 : 0;
-    }
-    if (len == 0) {
-      if (bad_at) *bad_at = i;
-      return false;
-    }
-    i += len;
-  }
-  return true;
-}
 
 bool is_blank(std::string_view s) {
   for (char c : s)
@@ -50,6 +19,9 @@ bool is_blank(std::string_view s) {
 
 // All lines of a file, '\r' and a leading BOM stripped, each checked for strict UTF-8.
 std::vector<std::string> read_utf8_lines(const std::string& path) {
+  // A directory opens as a stream on Linux and only fails at the first read, as "read error".
+  std::error_code ec;
+  QKV_CHECK(!std::filesystem::is_directory(path, ec), path << ": is a directory, expected a text file");
   std::ifstream in(path, std::ios::binary);
   QKV_CHECK(in, path << ": cannot open file");
   std::vector<std::string> lines;
@@ -64,7 +36,7 @@ std::vector<std::string> read_utf8_lines(const std::string& path) {
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     size_t bad = 0;
-    QKV_CHECK(is_valid_utf8(line, &bad), path << ":" << line_no << ": invalid UTF-8 at byte " << bad + skipped + 1);
+    QKV_CHECK(text::valid_utf8(line, &bad), path << ":" << line_no << ": invalid UTF-8 at byte " << bad + skipped + 1);
     lines.push_back(std::move(line));
   }
   QKV_CHECK(!in.bad(), path << ": read error after line " << line_no);

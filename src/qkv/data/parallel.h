@@ -3,6 +3,7 @@
 //
 // Every reader checks, and throws qkv::Error naming file:line on failure:
 //   - the file opens                            "a.es: cannot open file"
+//   - it is not a directory                     "a.es: is a directory, expected a text file"
 //   - both files have the same number of lines  "a.es has 100 lines but a.en has 99"
 //   - every line is strict UTF-8                "a.es:7: invalid UTF-8 at byte 12"
 //     (byte = 1-based offset in the line; overlong forms, surrogates and code points above

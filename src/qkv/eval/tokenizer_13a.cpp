@@ -3,8 +3,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "qkv/core/error.h"
@@ -255,9 +255,16 @@ std::vector<std::string> split_text_lines(std::string_view text, const std::stri
 }
 
 std::vector<std::string> read_text_lines(const std::string& path) {
+  // A directory opens as a stream on Linux and only fails at the first read.
+  std::error_code ec;
+  QKV_CHECK(!std::filesystem::is_directory(path, ec), path << ": is a directory, expected a text file");
   std::ifstream in(path, std::ios::binary);
   QKV_CHECK(in, "cannot open " << path << ": " << std::strerror(errno));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // istream::read, unlike istreambuf_iterator, turns a failing read into badbit instead of
+  // letting libstdc++'s std::ios_base::failure escape.
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) text.append(chunk, static_cast<std::size_t>(in.gcount()));
   QKV_CHECK(!in.bad(), "cannot read " << path << ": " << std::strerror(errno));
   return split_text_lines(text, path);
 }

@@ -15,6 +15,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -86,16 +87,24 @@ std::string format_range(uint64_t begin, uint64_t end) {
   return out + ")";
 }
 
-// numel * elem_size, or false if it does not fit in uint64 (corrupt shapes).
-// Dims must already be known to be non-negative.
+// numel * elem_size, or false if the shape is too large for 64-bit arithmetic. The product of
+// the non-zero dims times elem_size must fit in int64 even when another dim is 0 (so the byte
+// size is 0): callers compute strides and element counts from these shapes in signed 64-bit
+// arithmetic and in any order, so no partial product may overflow. Dims must be non-negative.
 bool checked_byte_size(const std::vector<int64_t>& shape, StDtype dtype, uint64_t* out) {
-  uint64_t total = dtype_info(dtype).size;
+  constexpr auto kLimit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  uint64_t nonzero_product = dtype_info(dtype).size;
+  bool has_zero_dim = false;
   for (int64_t dim : shape) {
     const auto udim = static_cast<uint64_t>(dim);
-    if (udim != 0 && total > std::numeric_limits<uint64_t>::max() / udim) return false;
-    total *= udim;
+    if (udim == 0) {
+      has_zero_dim = true;
+      continue;
+    }
+    if (nonzero_product > kLimit / udim) return false;
+    nonzero_product *= udim;
   }
-  *out = total;
+  *out = has_zero_dim ? 0 : nonzero_product;
   return true;
 }
 
@@ -149,6 +158,7 @@ FdGuard open_for_reading(const std::string& path, uint64_t* size) {
   if (fd.get() < 0) fail(path, "cannot open for reading: " + errno_text());
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail(path, "cannot stat: " + errno_text());
+  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, expected a safetensors file");
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   *size = static_cast<uint64_t>(st.st_size);
   return fd;
@@ -211,33 +221,67 @@ std::string read_header_text(int fd, const ReadContext& ctx) {
   return text;
 }
 
-// Parses the header. nlohmann silently keeps the last of duplicate keys, so a
-// parse callback watches top-level keys (depth 1) to catch duplicates.
-Json parse_header(const std::string& text, const ReadContext& ctx) {
-  std::set<std::string> seen;
-  std::string duplicate;
-  auto watch_top_level_keys = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (depth == 1 && event == Json::parse_event_t::key && duplicate.empty() &&
-        !seen.insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
+// nlohmann silently keeps the last of duplicate keys, which would let a second "data_offsets" or
+// a second tensor of the same name quietly win. This parse callback records the first key that
+// repeats inside any one object of the header.
+class DuplicateKeyWatch {
+ public:
+  bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
+    const auto level = static_cast<size_t>(depth);
+    if (event == Json::parse_event_t::object_start) {
+      // The keys of the object that starts here are reported at depth + 1.
+      if (keys_by_depth_.size() <= level + 1) keys_by_depth_.resize(level + 2);
+      keys_by_depth_[level + 1].clear();
+    } else if (event == Json::parse_event_t::key && duplicate_.empty()) {
+      const std::string key = parsed.get<std::string>();
+      if (level == 1) top_level_key_ = key;
+      if (!keys_by_depth_[level].insert(key).second) {
+        duplicate_ = key;
+        duplicate_depth_ = level;
+        duplicate_parent_ = top_level_key_;
+      }
     }
     return true;
-  };
+  }
+  // Empty when no key repeats; otherwise what to say about the first repeat.
+  std::string describe() const {
+    if (duplicate_.empty()) return "";
+    if (duplicate_depth_ == 1) return "duplicate tensor name '" + duplicate_ + "' in header";
+    return "duplicate key \"" + duplicate_ + "\" inside header entry '" + duplicate_parent_ + "'";
+  }
+
+ private:
+  std::vector<std::set<std::string>> keys_by_depth_;
+  std::string top_level_key_;
+  std::string duplicate_;
+  size_t duplicate_depth_ = 0;
+  std::string duplicate_parent_;
+};
+
+// Parses the header: a JSON object that must start at its first byte (as the reference reader
+// requires); trailing spaces (the writers' alignment padding) are allowed.
+Json parse_header(const std::string& text, const ReadContext& ctx) {
+  if (text.empty() || text.front() != '{') {
+    fail(ctx.path, "header (file offset 8) does not start with '{' (corrupt length prefix or not "
+                   "a safetensors file?)");
+  }
+  DuplicateKeyWatch watch;
   Json header;
   try {
-    header = Json::parse(text, watch_top_level_keys);
+    header = Json::parse(text, std::ref(watch));
   } catch (const Json::parse_error& e) {
     // e.byte is 1-based within the header text.
     const uint64_t error_offset = kLengthPrefixBytes + (e.byte > 0 ? e.byte - 1 : 0);
     fail(ctx.path, "header is not valid JSON (near file offset " + std::to_string(error_offset) +
                        "): " + e.what());
   }
-  if (!header.is_object()) {
-    fail(ctx.path, std::string("header (file offset 8) is a JSON ") + header.type_name() +
-                       ", expected an object");
-  }
-  if (!duplicate.empty()) {
-    fail(ctx.path, "duplicate tensor name '" + duplicate + "' in header (file offset 8)");
+  // Starting with '{' and parsing, the header is an object.
+  const std::string duplicate = watch.describe();
+  if (!duplicate.empty()) fail(ctx.path, duplicate + " (file offset 8)");
+  const size_t last = text.find_last_not_of(' ');
+  if (text[last] != '}') {  // JSON allows trailing tabs and newlines; the format pads with spaces
+    fail(ctx.path, "header pads the JSON object with a byte other than a space at file offset " +
+                       std::to_string(kLengthPrefixBytes + last));
   }
   return header;
 }
@@ -331,7 +375,9 @@ void check_extent(const TensorEntry& e, const ReadContext& ctx) {
   }
   uint64_t expected = 0;
   if (!checked_byte_size(e.tensor.shape, e.tensor.dtype, &expected)) {
-    ctx.fail_tensor(name, "shape " + format_shape(e.tensor.shape) + " overflows uint64 bytes");
+    ctx.fail_tensor(name, "shape " + format_shape(e.tensor.shape) +
+                              " overflows 64-bit sizes (product of its dims times " +
+                              std::to_string(st_dtype_size(e.tensor.dtype)) + " bytes)");
   }
   if (e.end - e.begin != expected) {
     ctx.fail_tensor(name, std::string("(") + st_dtype_name(e.tensor.dtype) + ", shape " +
@@ -358,22 +404,45 @@ TensorEntry parse_tensor_entry(const std::string& name, const Json& entry, size_
   return e;
 }
 
-// Sorts entries into file order and rejects any two that share a byte.
-void sort_and_check_overlap(std::vector<TensorEntry>* entries, const ReadContext& ctx) {
+// The safetensors format requires the tensors to tile the data buffer: sorted by offset, the
+// first begins at 0, each begins where the previous one ended, and the last ends at the end of
+// the file. Anything else means the header and the data disagree (a wrong length prefix, bytes
+// inserted or dropped), and every tensor after the damage would silently load shifted bytes.
+// Sorting by (begin, end) puts an empty tensor before a non-empty one at the same offset, so
+// empty tensors are legal exactly at tensor boundaries (as in the reference implementation).
+void sort_and_check_tiling(std::vector<TensorEntry>* entries, const ReadContext& ctx) {
   std::sort(entries->begin(), entries->end(), [](const TensorEntry& a, const TensorEntry& b) {
     return std::tie(a.begin, a.end, a.header_index) < std::tie(b.begin, b.end, b.header_index);
   });
-  const TensorEntry* furthest = nullptr;  // non-empty entry reaching furthest so far
+  uint64_t covered = 0;                   // the data buffer's bytes [0, covered) are accounted for
+  const TensorEntry* previous = nullptr;  // the entry that ends at `covered`
   for (const TensorEntry& e : *entries) {
-    if (e.begin == e.end) continue;  // empty tensors occupy no bytes
-    if (furthest != nullptr && e.begin < furthest->end) {
+    if (e.begin > covered) {
+      ctx.fail_tensor(e.tensor.name,
+                      "data_offsets " + format_range(e.begin, e.end) + " leave a gap: data bytes " +
+                          format_range(covered, e.begin) + " (from " + ctx.at_file_offset(covered) +
+                          ") belong to no tensor" +
+                          (previous ? " (previous tensor '" + previous->tensor.name + "' ends there)"
+                                    : std::string(" (the first tensor must start at 0)")));
+    }
+    if (e.begin < covered) {
       ctx.fail_tensor(e.tensor.name, "data_offsets " + format_range(e.begin, e.end) +
-                                         " overlap tensor '" + furthest->tensor.name +
+                                         " overlap tensor '" + previous->tensor.name +
                                          "' data_offsets " +
-                                         format_range(furthest->begin, furthest->end) + " (at " +
+                                         format_range(previous->begin, previous->end) + " (at " +
                                          ctx.at_file_offset(e.begin) + ")");
     }
-    if (furthest == nullptr || e.end > furthest->end) furthest = &e;
+    covered = e.end;
+    previous = &e;
+  }
+  if (covered != ctx.data_size) {
+    fail(ctx.path, std::to_string(ctx.data_size - covered) + " trailing bytes from " +
+                       ctx.at_file_offset(covered) + " to the end of the file (size " +
+                       std::to_string(ctx.file_size) + ") belong to no tensor" +
+                       (previous ? " (the last tensor, '" + previous->tensor.name + "', ends at " +
+                                       ctx.at_file_offset(covered) + ")"
+                                 : std::string(" (the header lists no tensor)")) +
+                       "; wrong header-length prefix or bytes inserted into the data?");
   }
 }
 
@@ -388,7 +457,7 @@ std::vector<TensorEntry> parse_entries(const Json& header, const ReadContext& ct
       entries.push_back(parse_tensor_entry(key, value, index++, ctx));
     }
   }
-  sort_and_check_overlap(&entries, ctx);
+  sort_and_check_tiling(&entries, ctx);
   return entries;
 }
 

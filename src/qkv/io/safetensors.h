@@ -14,10 +14,9 @@
 // own representation.
 //
 // API (namespace qkv::io):
-//   read_safetensors(path)        -> StFile. Validates everything it reads (header size,
-//                                    JSON shape, dtypes, dims, offsets, overlap, duplicate
-//                                    names) and throws SafetensorsError naming the file,
-//                                    and where relevant the tensor and byte offset.
+//   read_safetensors(path)        -> StFile. Validates everything it reads and throws
+//                                    SafetensorsError naming the file, and where relevant
+//                                    the tensor and byte offset (see "What a valid file is").
 //   write_safetensors(path, file) -> writes a file the HF `safetensors` package can load:
 //                                    tensors sorted by name, data contiguous, header padded
 //                                    with spaces so the data buffer starts 8-byte aligned.
@@ -26,6 +25,17 @@
 //   st_dtype_size(d)              -> bytes per element (4 or 8).
 //   st_dtype_name(d)              -> the on-disk dtype string ("F32", "I32", ...).
 //
+// What a valid file is (the format's rules; anything else is refused, never loaded shifted):
+//   - N <= 100,000,000 and 8 + N <= file size; the header starts with '{' and is one JSON
+//     object (trailing whitespace, the writers' alignment padding, is allowed) with no key
+//     repeated in any object;
+//   - "__metadata__", if present, maps strings to strings;
+//   - each tensor has a known dtype, non-negative dims whose byte size fits in 64 bits, and
+//     data_offsets [begin, end) with end - begin == numel * dtype size;
+//   - the tensors tile the data buffer: sorted by (begin, end), the first begins at 0, each
+//     begins where the previous ended (no gap, no overlap; an empty tensor sits on a boundary),
+//     and the last ends at the end of the file. The order of entries in the header is free.
+//
 // Only the dtypes the toolkit uses are supported; a file containing any other
 // dtype (F16, BF16, ...) is rejected with an "unknown dtype" error.
 #pragma once
@@ -33,16 +43,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "qkv/core/error.h"
+
 namespace qkv::io {
 
-// Every failure in this module (I/O or malformed data) is reported as this type.
-class SafetensorsError : public std::runtime_error {
+// Every failure in this module (I/O or malformed data) is reported as this type. It is a
+// qkv::Error, so callers that handle bad input in general need not know about this module.
+class SafetensorsError : public qkv::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using qkv::Error::Error;
 };
 
 enum class StDtype { F32, I32, I64, F64 };

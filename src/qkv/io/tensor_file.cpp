@@ -21,13 +21,8 @@ void save_tensors(const std::string& path, const std::vector<std::pair<std::stri
   write_safetensors(path, file);
 }
 
-TensorFile load_tensors(const std::string& path) {
-  try {
-    return TensorFile(path, read_safetensors(path));
-  } catch (const SafetensorsError& e) {
-    throw Error(e.what());
-  }
-}
+// SafetensorsError is a qkv::Error, so read errors pass through unchanged.
+TensorFile load_tensors(const std::string& path) { return TensorFile(path, read_safetensors(path)); }
 
 namespace {
 Dims dims_of(const StTensor& st) { return Dims::from_range(st.shape.begin(), st.shape.end()); }

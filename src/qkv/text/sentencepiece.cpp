@@ -222,14 +222,34 @@ void train_sentencepiece(const std::vector<std::string>& inputs, const std::stri
 
 SentencePiece::SentencePiece(const std::string& model_path)
     : path_(model_path), sp_(std::make_unique<spm::SentencePieceProcessor>()) {
+  std::error_code ec;
+  QKV_CHECK(!std::filesystem::is_directory(model_path, ec),
+            model_path << ": is a directory, expected a SentencePiece model");
   std::ifstream in(model_path, std::ios::binary);
   QKV_CHECK(in.is_open(), model_path << ": cannot open SentencePiece model: " << std::strerror(errno));
-  const std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  QKV_CHECK(!in.bad(), model_path << ": read error");
-  QKV_CHECK(!bytes.empty(), model_path << ": empty file, not a SentencePiece model");
+  // istream::read, unlike istreambuf_iterator, turns a failing read into badbit instead of
+  // letting libstdc++'s std::ios_base::failure escape.
+  std::string bytes;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) bytes.append(chunk, static_cast<size_t>(in.gcount()));
+  QKV_CHECK(!in.bad(), model_path << ": read error: " << std::strerror(errno));
+  load_serialized(bytes);
+}
+
+SentencePiece::SentencePiece(std::unique_ptr<spm::SentencePieceProcessor> sp, std::string path)
+    : path_(std::move(path)), sp_(std::move(sp)) {}
+
+SentencePiece SentencePiece::from_bytes(const std::string& bytes, const std::string& name) {
+  SentencePiece model(std::make_unique<spm::SentencePieceProcessor>(), name);
+  model.load_serialized(bytes);
+  return model;
+}
+
+void SentencePiece::load_serialized(const std::string& bytes) {
+  QKV_CHECK(!bytes.empty(), path_ << ": empty file, not a SentencePiece model");
   const spm::util::Status status = sp_->LoadFromSerializedProto(bytes);
-  QKV_CHECK(status.ok(), model_path << ": not a valid SentencePiece model (" << status.ToString() << ")");
-  QKV_CHECK(sp_->GetPieceSize() > 0, model_path << ": SentencePiece model has no pieces");
+  QKV_CHECK(status.ok(), path_ << ": not a valid SentencePiece model (" << status.ToString() << ")");
+  QKV_CHECK(sp_->GetPieceSize() > 0, path_ << ": SentencePiece model has no pieces");
 }
 
 SentencePiece::~SentencePiece() = default;

@@ -57,6 +57,9 @@ class SentencePiece {
   // Throws qkv::Error naming the path if the file is missing, empty or not a SentencePiece model.
   // Models trained elsewhere load too: the *_id() accessors return their ids (-1 if undefined).
   explicit SentencePiece(const std::string& model_path);
+  // Loads a model from its serialized bytes (what a .model file holds); `name` stands for the path
+  // in error messages and path(). Same checks as the path constructor.
+  static SentencePiece from_bytes(const std::string& bytes, const std::string& name);
   ~SentencePiece();
   SentencePiece(SentencePiece&&) noexcept;
   SentencePiece& operator=(SentencePiece&&) noexcept;
@@ -78,6 +81,9 @@ class SentencePiece {
   const std::string& path() const { return path_; }
 
  private:
+  explicit SentencePiece(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp, std::string path);
+  void load_serialized(const std::string& bytes);
+
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
 };
