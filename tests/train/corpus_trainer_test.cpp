@@ -28,7 +28,7 @@ CorpusTrainOptions small_options(const std::string& data, const std::string& out
   o.model.d_ff = 64;
   o.model.max_seq_length = 64;
   o.model.dropout = 0.1f;  // dropout on: resume must restore the RNG too
-  o.schedule = {"inverse_sqrt", 1e-3, 5, 32};
+  o.hyper.schedule = {"inverse_sqrt", 1e-3, 5, 32};
   o.max_tokens = 400;
   o.valid_every = 6;
   o.valid_bleu_sentences = 10;
@@ -54,7 +54,7 @@ TEST(CorpusTrainer, TrainsWritesCheckpointsAndResumesExactly) {
   CorpusTrainOptions full = small_options(root + "/data", root + "/full");
   full.max_steps = 12;
   full.keep_checkpoints = 1;  // validations at steps 6 and 12: only step 12 stays
-  ASSERT_EQ(train_on_corpus(full), 0);
+  ASSERT_FALSE(train_on_corpus(full).interrupted);
   EXPECT_FALSE(fs::exists(root + "/full/step-0000006"));
   ASSERT_TRUE(fs::exists(root + "/full/step-0000012/target.spm.model"));
   EXPECT_EQ(all_weights(root + "/full/step-0000012"), all_weights(root + "/full/last"));
@@ -64,10 +64,10 @@ TEST(CorpusTrainer, TrainsWritesCheckpointsAndResumesExactly) {
 
   CorpusTrainOptions part = small_options(root + "/data", root + "/split");
   part.max_steps = 7;  // stops mid-epoch, between validations
-  ASSERT_EQ(train_on_corpus(part), 0);
+  ASSERT_FALSE(train_on_corpus(part).interrupted);
   part.max_steps = 12;
   part.resume = true;
-  ASSERT_EQ(train_on_corpus(part), 0);
+  ASSERT_FALSE(train_on_corpus(part).interrupted);
   EXPECT_EQ(all_weights(root + "/split/last"), all_weights(root + "/full/last"));
   fs::remove_all(root);
 }

@@ -4,11 +4,14 @@
 //                      positional_encoding.pe buffer, so torch's load_state_dict works strictly)
 //   optimizer.safetensors, train_state.json   written by training, for exact resume
 //   source.spm.model, target.spm.model          SentencePiece models of a text model (corpus training)
-// Every file is written atomically (temporary + rename).
+//   manifest.json      step, size and CRC-32 of every other file (io/checkpoint_dir.h)
+// A checkpoint is written whole into a staging directory and swapped into place, so it is always
+// either the complete old set or the complete new one; loading verifies the manifest.
 #pragma once
 #include <memory>
 #include <string>
 
+#include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/transformer.h"
 
 namespace qkv::models {
@@ -17,11 +20,18 @@ namespace qkv::models {
 inline constexpr const char* kSourceSpmFile = "source.spm.model";
 inline constexpr const char* kTargetSpmFile = "target.spm.model";
 
+// config.json + model.safetensors of `model` into a staged checkpoint. Refuses (naming the tensor)
+// weights that are NaN or infinite: a diverged model must never replace a good checkpoint.
+void write_model_files(io::StagedDirectory& dir, const Transformer& model, int64_t step = -1);
+// A checkpoint of the model alone (config + weights), written all-or-nothing.
 void save_model(const std::string& dir, const Transformer& model);
 // Builds the model from dir/config.json and loads dir/model.safetensors strictly: a missing, extra
-// or mis-shaped tensor is an error naming it.
+// or mis-shaped tensor is an error naming it, as is a NaN/Inf weight, a manifest that does not match
+// the files, or tied output weights that differ from the embedding.
 std::unique_ptr<Transformer> load_model(const std::string& dir, uint64_t seed = 0);
 // Loads weights into an existing model (same strictness).
 void load_weights(const std::string& path, Transformer& model);
+// Throws unless `dir` is an existing directory (a clear message for a file or a missing path).
+void check_checkpoint_dir(const std::string& dir);
 
 }  // namespace qkv::models

@@ -2,8 +2,9 @@
 //   SentencePiece vocabulary (trained on the training text, joint for source and target),
 //   token-count batches with length bucketing, label smoothing, learning-rate schedule,
 //   gradient-norm clipping, periodic validation (loss and BLEU on a dev set), `best` and `last`
-//   checkpoints, early stopping, a wall-clock budget, Ctrl-C (SIGINT/SIGTERM) saving `last`
-//   before exiting, and exact resume (weights, optimizer, step, data position, dropout RNG).
+//   checkpoints, early stopping, a wall-clock budget, a stop request saving `last`, and exact
+//   resume (weights, optimizer, step, data position, dropout RNG). The loop is train::Trainer;
+//   this file prepares its data, vocabulary, model and validator.
 //
 // Layout of the output directory:
 //   OUT/spm.model                         the SentencePiece model
@@ -15,9 +16,12 @@
 #include <string>
 
 #include "qkv/models/config.h"
-#include "qkv/train/schedule.h"
+#include "qkv/train/trainer.h"
 
 namespace qkv::train {
+
+// inverse_sqrt with peak 5e-4 after 4000 warm-up steps, clipping at 1.0, label smoothing 0.1.
+Hyper default_hyper();
 
 struct CorpusTrainOptions {
   // Data: two files, or one TSV with source<TAB>target.
@@ -32,11 +36,8 @@ struct CorpusTrainOptions {
   // Model: vocabulary sizes come from SentencePiece.
   models::TransformerConfig model;
   bool recompute_ffn = false;
-  int64_t micro_batch = 0;  // rows per forward/backward chunk (0: whole batch)
-  // Optimisation.
-  Schedule schedule{"inverse_sqrt", 5e-4, 4000, 512};
-  double clip_norm = 1.0;
-  float label_smoothing = 0.1f;
+  // Optimisation (a resumed run passes the saved values unless the user overrides them).
+  Hyper hyper = default_hyper();
   int64_t max_tokens = 4096;
   std::string too_long = "drop";  // drop | truncate (training pairs over max_seq_length)
   int64_t max_steps = 0;          // 0: no limit
@@ -54,7 +55,9 @@ struct CorpusTrainOptions {
   int64_t log_every = 100;
 };
 
-// Returns the process exit code (0 done, 130 interrupted after saving).
-int train_on_corpus(const CorpusTrainOptions& options);
+// Trains until a limit, early stopping or a stop request (*stop set, e.g. by the caller's SIGINT
+// handler); OUT/last is saved in every case. Progress goes to `events`.
+TrainResult train_on_corpus(const CorpusTrainOptions& options, const TrainerEvents& events = {},
+                            const std::atomic<bool>* stop = nullptr);
 
 }  // namespace qkv::train

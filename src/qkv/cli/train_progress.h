@@ -1,0 +1,66 @@
+// How `qkv train` shows a run: the progress line of each log step, validations, saves, and the
+// closing line, all on stderr. On a terminal the progress line redraws in place.
+#pragma once
+#include <cstdio>
+#include <string>
+
+#include "qkv/core/duration.h"
+#include "qkv/train/trainer.h"
+
+namespace qkv::cli {
+
+class TrainProgress {
+ public:
+  explicit TrainProgress(bool tty) : tty_(tty) {}
+
+  train::TrainerEvents events() {
+    train::TrainerEvents e;
+    e.on_log = [this](const train::StepReport& r) { log(r); };
+    e.on_validation = [this](const train::ValidationReport& v) { validation(v); };
+    e.on_info = [this](const std::string& m) { info(m); };
+    return e;
+  }
+
+  void info(const std::string& message) {
+    end_line();
+    std::fprintf(stderr, "qkv train: %s\n", message.c_str());
+  }
+
+  void finished(const train::TrainResult& r, const std::string& saved_to) {
+    end_line();
+    std::fprintf(stderr, "qkv train: %s at step %lld after %s%s%s\n", r.stop_reason.c_str(),
+                 static_cast<long long>(r.step), format_duration(r.elapsed).c_str(),
+                 saved_to.empty() ? "" : ("; saved " + saved_to).c_str(),
+                 r.interrupted && !saved_to.empty() ? " (continue with --resume)" : "");
+  }
+
+ private:
+  void log(const train::StepReport& r) {
+    const std::string step = r.max_steps > 0 ? std::to_string(r.step) + "/" + std::to_string(r.max_steps)
+                                             : std::to_string(r.step);
+    std::fprintf(stderr, "%sstep %s  epoch %lld  loss %.4f  lr %.2e  |g| %.2f  %.0f tok/s  elapsed %s  eta %s%s",
+                 tty_ ? "\r" : "", step.c_str(), static_cast<long long>(r.epoch), r.loss, r.lr, r.grad_norm,
+                 r.tokens_per_second, format_duration(r.elapsed).c_str(), format_duration(r.eta).c_str(),
+                 tty_ ? "   " : "\n");
+    std::fflush(stderr);
+    open_line_ = tty_;
+  }
+
+  void validation(const train::ValidationReport& v) {
+    end_line();
+    std::string bleu;
+    if (v.result.bleu >= 0) bleu = "  dev BLEU " + std::to_string(v.result.bleu).substr(0, 5);
+    std::fprintf(stderr, "validation step %lld: dev loss %.4f%s%s\n", static_cast<long long>(v.step), v.result.loss,
+                 bleu.c_str(), v.best ? "  (best, saved)" : "");
+  }
+
+  void end_line() {
+    if (open_line_) std::fprintf(stderr, "\n");
+    open_line_ = false;
+  }
+
+  bool tty_;
+  bool open_line_ = false;
+};
+
+}  // namespace qkv::cli

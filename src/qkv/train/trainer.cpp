@@ -1,0 +1,230 @@
+#include "qkv/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "qkv/io/checkpoint_dir.h"
+#include "qkv/io/tensor_file.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/train/clip.h"
+#include "qkv/train/step.h"
+
+namespace qkv::train {
+namespace fs = std::filesystem;
+
+namespace {
+void check_options(const TrainerOptions& o) {
+  check_schedule(o.hyper.schedule);
+  QKV_CHECK(o.max_steps >= 0 && o.max_epochs >= 0 && o.time_budget >= 0, "training limits must be >= 0");
+  QKV_CHECK(o.valid_every >= 0 && o.save_every >= 0, "--valid-every and --save-every must be >= 0");
+  QKV_CHECK(o.log_every > 0, "--log-every must be positive, got " << o.log_every);
+  QKV_CHECK(o.patience >= 0 && o.keep_checkpoints >= 0, "--patience and --keep-checkpoints must be >= 0");
+  QKV_CHECK(std::isfinite(o.hyper.clip_norm) && o.hyper.clip_norm >= 0,
+            "--clip-norm must be a finite number >= 0 (0: off), got " << o.hyper.clip_norm);
+  QKV_CHECK(o.hyper.label_smoothing >= 0 && o.hyper.label_smoothing < 1,
+            "--label-smoothing must be in [0, 1), got " << o.hyper.label_smoothing);
+  QKV_CHECK(o.hyper.micro_batch >= 0, "--micro-batch must be >= 0 (0: whole batch), got " << o.hyper.micro_batch);
+}
+
+// The optimizer's own step counter (saved in optimizer.safetensors) must equal train_state's step:
+// a difference means the two files come from different saves.
+int64_t saved_optimizer_step(const std::string& path) {
+  const io::TensorFile f = io::load_tensors(path);
+  try {
+    return std::stoll(f.metadata_value("step"));
+  } catch (const std::exception&) {
+    throw Error(path + ": optimizer metadata \"step\" is not an integer");
+  }
+}
+}  // namespace
+
+Trainer::Trainer(models::Transformer& model, TrainingData& data, TrainerOptions options, Validator validator)
+    : model_(model),
+      data_(data),
+      options_(std::move(options)),
+      validator_(std::move(validator)),
+      optimizer_(model.named_parameters(), AdamOptions{options_.hyper.schedule.lr, options_.hyper.beta1,
+                                                       options_.hyper.beta2, options_.hyper.eps, 0.0}) {
+  check_options(options_);
+  model_.train();
+  state_.kind = data_.kind();
+  state_.hyper = options_.hyper;
+  state_.has_hyper = true;
+  state_.gen_seed = model_.generator().seed();
+  state_.gen_offset = model_.generator().offset();
+}
+
+void Trainer::resume(const std::string& dir, const TrainState& saved) {
+  const io::ManifestCheck manifest = io::verify_manifest(dir);
+  QKV_CHECK(saved.kind == data_.kind(), dir << "/train_state.json: a " << saved.kind << " run cannot continue as "
+                                            << data_.kind() << " training");
+  QKV_CHECK(!manifest.has_manifest || manifest.step < 0 || manifest.step == saved.step,
+            dir << ": manifest.json is of step " << manifest.step << " but train_state.json of step " << saved.step
+                << ": mixed checkpoint");
+  const std::string opt_path = dir + "/optimizer.safetensors";
+  const int64_t opt_step = saved_optimizer_step(opt_path);
+  QKV_CHECK(opt_step == saved.step, dir << ": optimizer.safetensors is of step " << opt_step
+                                        << " but train_state.json of step " << saved.step
+                                        << ": mixed checkpoint (files from different saves); resume from another copy");
+  optimizer_.load(opt_path);
+  model_.generator().set_state(saved.gen_seed, saved.gen_offset);
+  data_.restore(saved.data, saved.step);
+  state_ = saved;
+  state_.kind = data_.kind();
+  state_.hyper = options_.hyper;  // the caller decides (saved values unless overridden)
+  state_.has_hyper = true;
+  elapsed_before_ = saved.elapsed;
+  elapsed_now_ = saved.elapsed;
+  last_validated_ = -1;
+}
+
+bool Trainer::stop_requested() const {
+  return stop_.load() || (options_.stop_flag && options_.stop_flag->load());
+}
+
+std::string Trainer::limit_reached(double elapsed) const {
+  if (options_.max_steps > 0 && state_.step >= options_.max_steps) return "reached --steps";
+  if (options_.max_epochs > 0 && data_.epoch() >= options_.max_epochs) return "reached --max-epochs";
+  if (options_.time_budget > 0 && elapsed >= options_.time_budget) return "time budget used";
+  return "";
+}
+
+void Trainer::train_one_step(double& loss, int64_t& tokens, double& lr, double& norm) {
+  const data::Batch batch = data_.next();
+  lr = options_.hyper.schedule.at(state_.step + 1);
+  optimizer_.set_lr(lr);
+  optimizer_.zero_grad();
+  const StepResult r = forward_backward(model_, batch.src, batch.tgt, options_.hyper.label_smoothing,
+                                        options_.hyper.micro_batch);
+  norm = clip_grad_norm(model_.parameters(), options_.hyper.clip_norm);
+  // Diverged: stop before the update, so neither the weights in memory nor any checkpoint see it.
+  QKV_CHECK(std::isfinite(r.loss) && std::isfinite(norm),
+            "step " << state_.step + 1 << ": the loss is " << r.loss << " and the gradient norm " << norm
+                    << "; training stopped without saving (the last checkpoint"
+                    << (options_.last_dir.empty() ? "" : ", " + options_.last_dir + ",")
+                    << " is unchanged). Lower --lr, raise --warmup or use --clip-norm");
+  optimizer_.step();
+  ++state_.step;
+  loss += r.loss;
+  tokens += r.target_tokens;
+}
+
+TrainResult Trainer::run(const TrainerEvents& events) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&] {
+    elapsed_now_ = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return elapsed_now_;
+  };
+  TrainResult result;
+  double window_loss = 0, window_start = elapsed(), lr = 0, norm = 0;
+  int64_t window_tokens = 0, window_steps = 0;
+  while (true) {
+    result.stop_reason = limit_reached(elapsed());
+    if (!result.stop_reason.empty()) break;
+    if (stop_requested()) {
+      result.stop_reason = "interrupted";
+      result.interrupted = true;
+      break;
+    }
+    train_one_step(window_loss, window_tokens, lr, norm);
+    ++window_steps;
+    const bool last_step = options_.max_steps > 0 && state_.step == options_.max_steps;
+    if (state_.step % options_.log_every == 0 || last_step) {
+      const double now = elapsed();
+      StepReport r;
+      r.step = state_.step;
+      r.max_steps = options_.max_steps;
+      r.epoch = data_.epoch() + 1;
+      r.loss = window_loss / static_cast<double>(window_steps);
+      r.lr = lr;
+      r.grad_norm = norm;
+      r.tokens = window_tokens;
+      r.tokens_per_second = window_tokens / std::max(1e-9, now - window_start);
+      if (options_.max_steps > 0)
+        r.eta = static_cast<double>(options_.max_steps - state_.step) * (now - window_start) / window_steps;
+      if (options_.time_budget > 0) r.eta = std::max(0.0, options_.time_budget - now);
+      r.elapsed = now;
+      if (events.on_log) events.on_log(r);
+      window_loss = 0;
+      window_tokens = window_steps = 0;
+      window_start = now;
+    }
+    const bool validate_now = options_.valid_every > 0 && state_.step % options_.valid_every == 0;
+    if (validate_now && validator_) validate(events);
+    if (validate_now || (options_.save_every > 0 && state_.step % options_.save_every == 0)) save_last(events);
+    if (validate_now && validator_ && options_.patience > 0 && state_.bad_validations >= options_.patience) {
+      result.stop_reason = "early stopping (no improvement in " + std::to_string(options_.patience) + " validations)";
+      break;
+    }
+  }
+  if (!result.interrupted && validator_ && options_.validate_at_end && last_validated_ != state_.step && state_.step > 0)
+    validate(events);
+  save_last(events);
+  if (!options_.best_dir.empty() && !fs::exists(options_.best_dir + "/model.safetensors"))
+    save_weights_only(options_.best_dir, events);
+  result.step = state_.step;
+  result.elapsed = elapsed();
+  return result;
+}
+
+void Trainer::validate(const TrainerEvents& events) {
+  model_.eval();
+  const ValidationResult v = validator_(model_);
+  model_.train();
+  last_validated_ = state_.step;
+  const bool better = v.score() > state_.best;
+  if (better) {
+    state_.best = v.score();
+    state_.bad_validations = 0;
+    if (!options_.best_dir.empty()) save_weights_only(options_.best_dir, events);
+  } else {
+    ++state_.bad_validations;
+  }
+  keep_step_checkpoint(events);
+  if (events.on_validation) events.on_validation({state_.step, v, better});
+}
+
+void Trainer::save_weights_only(const std::string& dir, const TrainerEvents& events) {
+  io::StagedDirectory staged(dir);
+  models::write_model_files(staged, model_, state_.step);
+  for (const auto& [name, source] : options_.extra_files) staged.copy_from(name, source);
+  staged.commit(state_.step);
+  if (events.on_save) events.on_save(dir, state_.step);
+}
+
+void Trainer::save_last(const TrainerEvents& events) {
+  if (options_.last_dir.empty()) return;
+  state_.gen_seed = model_.generator().seed();
+  state_.gen_offset = model_.generator().offset();
+  state_.data = data_.state();
+  state_.elapsed = elapsed_now_;
+  io::StagedDirectory staged(options_.last_dir);
+  models::write_model_files(staged, model_, state_.step);
+  optimizer_.save(staged.path("optimizer.safetensors"));
+  staged.write("train_state.json", train_state_to_json(state_));
+  for (const auto& [name, source] : options_.extra_files) staged.copy_from(name, source);
+  staged.commit(state_.step);
+  if (events.on_save) events.on_save(options_.last_dir, state_.step);
+}
+
+// RUN/step-NNNNNNN for `qkv average`: written after a validation; the oldest beyond
+// keep_checkpoints are deleted (zero-padded names sort by step).
+void Trainer::keep_step_checkpoint(const TrainerEvents& events) {
+  if (options_.keep_checkpoints <= 0 || options_.run_dir.empty()) return;
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%07lld", static_cast<long long>(state_.step));
+  save_weights_only(options_.run_dir + "/" + name, events);
+  std::vector<std::string> kept;
+  for (const auto& e : fs::directory_iterator(options_.run_dir)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.size() == 12 && n.rfind("step-", 0) == 0) kept.push_back(n);
+  }
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = 0; i + static_cast<size_t>(options_.keep_checkpoints) < kept.size(); ++i)
+    fs::remove_all(options_.run_dir + "/" + kept[i]);
+}
+
+}  // namespace qkv::train

@@ -1,0 +1,120 @@
+// The one training loop of qkv, for every kind of data (synthetic ids, parallel text; language
+// modelling next): learning-rate schedule, gradient accumulation over micro-batches, clipping,
+// periodic validation with `best`, `last` and kept step checkpoints, early stopping, step / epoch /
+// wall-clock limits, a stop request, and exact resume.
+//
+// The library prints nothing and installs no signal handlers: progress goes to the callbacks in
+// TrainerEvents, and a caller that wants Ctrl-C to stop training sets the atomic flag it passes in
+// TrainerOptions::stop_flag from its own handler (a lock-free atomic store is async-signal-safe).
+//
+// Checkpoints are written all-or-nothing (io/checkpoint_dir.h). A step whose loss or gradient norm
+// is NaN or infinite stops training with an error naming the step, before the optimizer touches
+// the weights and without saving, so the last checkpoint on disk stays the last good one.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qkv/models/transformer.h"
+#include "qkv/train/adam.h"
+#include "qkv/train/train_state.h"
+#include "qkv/train/training_data.h"
+
+namespace qkv::train {
+
+struct TrainerOptions {
+  Hyper hyper;
+  std::string last_dir;  // the checkpoint a resume continues from ("" : never saved)
+  std::string best_dir;  // written when validation improves, and at the end if never written ("" : none)
+  std::string run_dir;   // parent of kept step checkpoints RUN/step-NNNNNNN
+  int64_t keep_checkpoints = 0;  // keep the weights of the last N validations (for `qkv average`)
+  // Files copied into every checkpoint: (name in the checkpoint, source path), e.g. tokenizers.
+  std::vector<std::pair<std::string, std::string>> extra_files;
+  int64_t max_steps = 0;   // 0: no limit
+  int64_t max_epochs = 0;  // 0: no limit
+  double time_budget = 0;  // seconds of training, earlier runs included (0: no limit)
+  int64_t valid_every = 0;  // validate (if there is a validator) and save last every N steps (0: never)
+  int64_t save_every = 0;   // also save last every N steps (0: only at validations and at the end)
+  int64_t patience = 0;     // stop after this many validations without a better score (0: never)
+  int64_t log_every = 1;    // on_log every N steps (and at the last step)
+  // Training that ends between validations (limit reached) is validated once more, so best/
+  // considers the final weights. Never after a stop request: that should exit promptly.
+  bool validate_at_end = true;
+  const std::atomic<bool>* stop_flag = nullptr;  // set by the caller (e.g. a SIGINT handler)
+};
+
+struct ValidationResult {
+  double loss = 0;
+  double bleu = -1;  // -1: not computed; the score is BLEU when computed, else -loss
+  double score() const { return bleu >= 0 ? bleu : -loss; }
+};
+using Validator = std::function<ValidationResult(const models::Transformer&)>;
+
+struct StepReport {
+  int64_t step = 0, max_steps = 0, epoch = 0;  // epoch counts from 1
+  double loss = 0;                             // mean over the steps since the last report
+  double lr = 0, grad_norm = 0, tokens_per_second = 0;
+  int64_t tokens = 0;  // target tokens since the last report
+  double elapsed = 0;  // training seconds, earlier runs included
+  double eta = -1;     // seconds, -1 when unknown
+};
+struct ValidationReport {
+  int64_t step = 0;
+  ValidationResult result;
+  bool best = false;
+};
+struct TrainerEvents {
+  std::function<void(const StepReport&)> on_log;
+  std::function<void(const ValidationReport&)> on_validation;
+  std::function<void(const std::string& dir, int64_t step)> on_save;
+  std::function<void(const std::string& message)> on_info;  // one-off facts: data read, vocabulary built
+};
+
+struct TrainResult {
+  int64_t step = 0;
+  double elapsed = 0;
+  std::string stop_reason;  // "reached --steps", "time budget used", "interrupted", ...
+  bool interrupted = false;
+};
+
+class Trainer {
+ public:
+  // The model and the data outlive the Trainer. The model is put in training mode.
+  Trainer(models::Transformer& model, TrainingData& data, TrainerOptions options, Validator validator = {});
+  // Continues from `checkpoint_dir` (written by a Trainer or by qkv 0.1): optimizer moments, dropout
+  // RNG, data position, step, best score, elapsed time. The model's weights must already be that
+  // checkpoint's (models::load_model). Refuses a mixed set: a manifest that does not match the
+  // files, or optimizer and training state from different steps.
+  void resume(const std::string& checkpoint_dir, const TrainState& state);
+  TrainResult run(const TrainerEvents& events = {});
+  void request_stop() { stop_.store(true); }
+  int64_t step() const { return state_.step; }
+  const Adam& optimizer() const { return optimizer_; }
+  // Writes last_dir now (model, optimizer, state, extra files).
+  void save_last(const TrainerEvents& events = {});
+
+ private:
+  bool stop_requested() const;
+  std::string limit_reached(double elapsed) const;
+  void train_one_step(double& loss, int64_t& tokens, double& lr, double& norm);
+  void validate(const TrainerEvents& events);
+  void save_weights_only(const std::string& dir, const TrainerEvents& events);
+  void keep_step_checkpoint(const TrainerEvents& events);
+
+  models::Transformer& model_;
+  TrainingData& data_;
+  TrainerOptions options_;
+  Validator validator_;
+  Adam optimizer_;
+  TrainState state_;
+  double elapsed_before_ = 0;
+  double elapsed_now_ = 0;
+  int64_t last_validated_ = -1;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace qkv::train
