@@ -31,6 +31,12 @@ void check_finite(const std::string& where, const std::string& name, const Tenso
 }
 }  // namespace
 
+std::string first_non_finite_parameter(const Transformer& model) {
+  for (const auto& [name, var] : model.named_parameters())
+    if (first_non_finite(var.value()) >= 0) return name;
+  return "";
+}
+
 void check_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
   QKV_CHECK(fs::exists(dir, ec), dir << ": checkpoint directory does not exist");

@@ -31,6 +31,8 @@ void save_model(const std::string& dir, const Transformer& model);
 std::unique_ptr<Transformer> load_model(const std::string& dir, uint64_t seed = 0);
 // Loads weights into an existing model (same strictness).
 void load_weights(const std::string& path, Transformer& model);
+// Name of the first parameter holding a NaN or infinity, or "" when all are finite.
+std::string first_non_finite_parameter(const Transformer& model);
 // Throws unless `dir` is an existing directory (a clear message for a file or a missing path).
 void check_checkpoint_dir(const std::string& dir);
 

@@ -53,6 +53,13 @@ void Adam::load(const std::string& path) {
   for (Slot& slot : slots_) {
     file.take_into("exp_avg." + slot.name, slot.exp_avg);
     file.take_into("exp_avg_sq." + slot.name, slot.exp_avg_sq);
+    for (const auto& [kind, t] : {std::pair<const char*, const Tensor*>{"exp_avg.", &slot.exp_avg},
+                                  std::pair<const char*, const Tensor*>{"exp_avg_sq.", &slot.exp_avg_sq}}) {
+      const float* p = t->f32();
+      for (int64_t i = 0; i < t->numel(); ++i)
+        QKV_CHECK(std::isfinite(p[i]), path << ": tensor '" << kind << slot.name << "' holds a non-finite value ("
+                                            << p[i] << " at element " << i << "): the file is damaged");
+    }
   }
   file.expect_all_taken();
   const std::string step = file.metadata_value("step");

@@ -187,7 +187,16 @@ void Trainer::validate(const TrainerEvents& events) {
   if (events.on_validation) events.on_validation({state_.step, v, better});
 }
 
+void Trainer::check_weights_finite() const {
+  const std::string bad = models::first_non_finite_parameter(model_);
+  QKV_CHECK(bad.empty(), "step " << state_.step << ": the update made '" << bad
+                                 << "' NaN or infinite; training stopped without saving (the last checkpoint"
+                                 << (options_.last_dir.empty() ? "" : ", " + options_.last_dir + ",")
+                                 << " is unchanged). Lower --lr, raise --warmup or use --clip-norm");
+}
+
 void Trainer::save_weights_only(const std::string& dir, const TrainerEvents& events) {
+  check_weights_finite();
   io::StagedDirectory staged(dir);
   models::write_model_files(staged, model_, state_.step);
   for (const auto& [name, source] : options_.extra_files) staged.copy_from(name, source);
@@ -197,6 +206,7 @@ void Trainer::save_weights_only(const std::string& dir, const TrainerEvents& eve
 
 void Trainer::save_last(const TrainerEvents& events) {
   if (options_.last_dir.empty()) return;
+  check_weights_finite();
   state_.gen_seed = model_.generator().seed();
   state_.gen_offset = model_.generator().offset();
   state_.data = data_.state();

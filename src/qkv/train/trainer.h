@@ -102,6 +102,7 @@ class Trainer {
   std::string limit_reached(double elapsed) const;
   void train_one_step(double& loss, int64_t& tokens, double& lr, double& norm);
   void validate(const TrainerEvents& events);
+  void check_weights_finite() const;
   void save_weights_only(const std::string& dir, const TrainerEvents& events);
   void keep_step_checkpoint(const TrainerEvents& events);
 
