@@ -274,6 +274,8 @@ Json parse_header(const std::string& text, const ReadContext& ctx) {
     const uint64_t error_offset = kLengthPrefixBytes + (e.byte > 0 ? e.byte - 1 : 0);
     fail(ctx.path, "header is not valid JSON (near file offset " + std::to_string(error_offset) +
                        "): " + e.what());
+  } catch (const Json::exception& e) {  // e.g. out_of_range 406: a number like 1e999 overflows
+    fail(ctx.path, std::string("header (file offset 8) is not valid JSON: ") + e.what());
   }
   // Starting with '{' and parsing, the header is an object.
   const std::string duplicate = watch.describe();

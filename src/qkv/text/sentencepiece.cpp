@@ -247,7 +247,14 @@ SentencePiece SentencePiece::from_bytes(const std::string& bytes, const std::str
 
 void SentencePiece::load_serialized(const std::string& bytes) {
   QKV_CHECK(!bytes.empty(), path_ << ": empty file, not a SentencePiece model");
-  const spm::util::Status status = sp_->LoadFromSerializedProto(bytes);
+  // Some malformed models make SentencePiece throw instead of returning a status: its darts_clone
+  // trie throws on a piece that starts with NUL ("zero-length key").
+  spm::util::Status status;
+  try {
+    status = sp_->LoadFromSerializedProto(bytes);
+  } catch (const std::exception& e) {
+    throw Error(path_ + ": not a valid SentencePiece model (" + e.what() + ")");
+  }
   QKV_CHECK(status.ok(), path_ << ": not a valid SentencePiece model (" << status.ToString() << ")");
   QKV_CHECK(sp_->GetPieceSize() > 0, path_ << ": SentencePiece model has no pieces");
 }
