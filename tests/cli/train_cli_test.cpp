@@ -1,0 +1,111 @@
+// `qkv train` as a user runs it, for the reliability promises: Ctrl-C during synthetic training
+// saves and exits 130, a resumed run keeps the saved learning rate, a diverging run stops with an
+// error naming the step and saves nothing, and nonsense flags are usage errors naming the flag.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace {
+namespace fs = std::filesystem;
+
+struct TrainRun {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+TrainRun qkv_train(const std::string& args) {
+  const std::string cmd = std::string(QKV_BIN) + " train " + args + " 2>&1";
+  TrainRun r;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/qkv_train_cli_" + std::to_string(::getpid()) + "_" + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+const std::string kTiny = "--synthetic --preset tiny --d-model 32 --heads 2 --layers 1 --d-ff 64 --threads 1 ";
+
+TEST(TrainCli, CtrlCSavesAndResumeContinues) {
+  const std::string d = temp_dir("sigint");
+  const std::string cmd = "exec " + std::string(QKV_BIN) + " train " + kTiny + "--steps 1000000 --out " + d +
+                          "/ckpt > " + d + "/log 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ), 0);
+  for (int i = 0; i < 600 && slurp(d + "/log").find("\nstep 3/") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string log = slurp(d + "/log");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << log;
+  EXPECT_NE(log.find("qkv train: interrupted at step "), std::string::npos) << log;
+  const int64_t saved = nlohmann::json::parse(slurp(d + "/ckpt/train_state.json"))["step"].get<int64_t>();
+  EXPECT_GE(saved, 3);
+  const TrainRun r = qkv_train(kTiny + "--steps " + std::to_string(saved + 2) + " --resume " + d + "/ckpt");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step " + std::to_string(saved + 2) + "/"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(TrainCli, ResumeKeepsTheSavedLearningRate) {
+  const std::string d = temp_dir("lr");
+  ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 10 --out " + d + "/full").code, 0);
+  ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 5 --out " + d + "/split").code, 0);
+  const TrainRun r = qkv_train(kTiny + "--steps 10 --resume " + d + "/split");  // no --lr: the saved one
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(slurp(d + "/full/model.safetensors"), slurp(d + "/split/model.safetensors"));
+  EXPECT_EQ(slurp(d + "/full/optimizer.safetensors"), slurp(d + "/split/optimizer.safetensors"));
+  fs::remove_all(d);
+}
+
+TEST(TrainCli, DivergenceStopsNamingTheStepAndSavesNothing) {
+  const std::string d = temp_dir("nan");
+  const TrainRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --out " + d + "/ckpt");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("qkv: error: step "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("training stopped without saving"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d + "/ckpt/model.safetensors")) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(TrainCli, NonsenseFlagsAreUsageErrorsNamingTheFlag) {
+  const std::string d = temp_dir("flags");
+  for (const std::string flag : {"--lr nan", "--lr inf", "--lr -1", "--lr 0", "--log-every 0", "--log-every -1",
+                                 "--clip-norm nan", "--clip-norm -1", "--micro-batch -1", "--save-every -1",
+                                 "--threads -3", "--steps -1", "--max-len 0", "--dropout 1", "--label-smoothing nan",
+                                 "--warmup 0", "--batch 0", "--len 1"}) {
+    const TrainRun r = qkv_train(kTiny + flag + " --out " + d + "/ckpt");
+    EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
+    EXPECT_EQ(r.out.rfind("qkv: error:", 0), 0u) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find(flag.substr(0, flag.find(' '))), std::string::npos) << flag << ": " << r.out;
+    EXPECT_FALSE(fs::exists(d + "/ckpt")) << flag;
+  }
+  fs::remove_all(d);
+}
+
+}  // namespace

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""kill -9 soak test of qkv's checkpoints.
+
+A tiny synthetic training run that saves after every step is killed with SIGKILL at random moments.
+After every kill the run directory must hold either nothing (killed before the first save) or a
+complete checkpoint that loads, and resuming it to the last step must give model.safetensors and
+optimizer.safetensors byte-identical to an uninterrupted run (train_state.json holds wall-clock
+times and may differ). Leftovers of the killed save must be gone after the next save.
+
+Usage: kill9_soak.py --qkv build/qkv [--kills 30] [--seed 1] [--work DIR]
+Prints one line per kill and a closing 'N passed, M failed' line; exit status 1 on any failure.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+STEPS = 30
+FLAGS = ["train", "--synthetic", "--preset", "tiny", "--d-model", "32", "--heads", "2", "--layers", "1",
+         "--d-ff", "64", "--dropout", "0.1", "--steps", str(STEPS), "--save-every", "1", "--threads", "1",
+         "--log-every", "1000"]
+
+
+def run(qkv, args, timeout=120):
+    return subprocess.run([qkv] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def leftovers(work, name):
+    return sorted(n for n in os.listdir(work) if n.startswith("." + name + ".staging-") or ".tmp." in n)
+
+
+def one_kill(qkv, work, trial, delay, reference):
+    """Returns (ok, description)."""
+    name = "run%02d" % trial
+    out = os.path.join(work, name)
+    proc = subprocess.Popen([qkv] + FLAGS + ["--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(delay)
+    killed = proc.poll() is None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    if not os.path.exists(out):
+        state = "killed before the first save"
+        r = run(qkv, FLAGS + ["--out", out])
+    else:
+        if not os.path.exists(os.path.join(out, "manifest.json")):
+            return False, "%s exists without manifest.json: a partial checkpoint" % out
+        with open(os.path.join(out, "manifest.json")) as f:
+            step = json.load(f)["step"]
+        with open(os.path.join(out, "train_state.json")) as f:
+            state_step = json.load(f)["step"]
+        if step != state_step:
+            return False, "manifest step %d but train_state step %d" % (step, state_step)
+        state = "checkpoint of step %d" % step if killed else "finished before the kill"
+        r = run(qkv, FLAGS + ["--resume", out])
+    if r.returncode != 0:
+        return False, "%s; resume/rerun exited %d:\n%s" % (state, r.returncode, r.stdout[-2000:])
+    for f in ("model.safetensors", "optimizer.safetensors"):
+        if read(os.path.join(out, f)) != reference[f]:
+            return False, "%s; %s differs from the uninterrupted run" % (state, f)
+    left = leftovers(work, name)
+    if left:
+        return False, "%s; leftovers after the next save: %s" % (state, left)
+    shutil.rmtree(out)
+    return True, state
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--qkv", required=True)
+    ap.add_argument("--kills", type=int, default=30)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", default="")
+    a = ap.parse_args()
+    work = a.work or tempfile.mkdtemp(prefix="qkv_kill9_")
+    os.makedirs(work, exist_ok=True)
+    ref_dir = os.path.join(work, "reference")
+    shutil.rmtree(ref_dir, ignore_errors=True)
+    t0 = time.time()
+    r = run(a.qkv, FLAGS + ["--out", ref_dir])
+    duration = time.time() - t0
+    if r.returncode != 0:
+        print(r.stdout)
+        print("0 passed, 1 failed")
+        return 1
+    reference = {f: read(os.path.join(ref_dir, f)) for f in ("model.safetensors", "optimizer.safetensors")}
+    rng = random.Random(a.seed)
+    passed = failed = 0
+    for trial in range(a.kills):
+        delay = rng.uniform(0.0, duration * 1.05)
+        ok, what = one_kill(a.qkv, work, trial, delay, reference)
+        print("kill %2d at %.3f s: %s: %s" % (trial + 1, delay, "ok" if ok else "FAILED", what), flush=True)
+        passed += ok
+        failed += not ok
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+    print("kill9 soak: %d kills of a %d-step run saving every step (%.2f s uninterrupted)" % (a.kills, STEPS, duration))
+    print("%d passed, %d failed" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
