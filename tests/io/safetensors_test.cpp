@@ -631,6 +631,16 @@ TEST_F(SafetensorsTest, ErrorOffsetsBeyondFileSize) {
   expect_contains(read_error(p), {p, "tensor 'w'", "exceed data size 4"});
 }
 
+TEST_F(SafetensorsTest, ErrorHeaderNestedTooDeep) {
+  // Copying or printing a JSON value recurses once per level: 200,000 levels of brackets in
+  // "shape" overflowed the stack (a crash, not an error) before the reader limited nesting.
+  const int depth = 200'000;
+  const std::string header = R"({"w":{"dtype":"F32","shape":)" + std::string(depth, '[') +
+                             std::string(depth, ']') + R"(,"data_offsets":[0,0]}})";
+  const std::string p = write_raw("deep.safetensors", header);
+  expect_contains(read_error(p), {p, "nests JSON objects or arrays more than 16 levels deep"});
+}
+
 TEST_F(SafetensorsTest, ErrorsAreQkvErrors) {
   const std::string p = write_raw("trailing.safetensors", kTiledHeader, tiled_data() + "x");
   EXPECT_THROW(read_safetensors(p), qkv::Error);

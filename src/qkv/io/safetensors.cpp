@@ -221,13 +221,23 @@ std::string read_header_text(int fd, const ReadContext& ctx) {
   return text;
 }
 
-// nlohmann silently keeps the last of duplicate keys, which would let a second "data_offsets" or
-// a second tensor of the same name quietly win. This parse callback records the first key that
-// repeats inside any one object of the header.
-class DuplicateKeyWatch {
+// A parse callback for the header that watches for two things nlohmann accepts:
+//  - duplicate keys: nlohmann silently keeps the last, which would let a second "data_offsets"
+//    or a second tensor of the same name quietly win. The first key that repeats inside any one
+//    object is recorded;
+//  - deep nesting: copying and printing a parsed value recurse once per level, so a header of
+//    nested brackets ("shape": [[[[...) would overflow the stack. The format needs 3 levels.
+class HeaderParseWatch {
  public:
+  explicit HeaderParseWatch(const std::string& path) : path_(path) {}
+
   bool operator()(int depth, Json::parse_event_t event, Json& parsed) {
     const auto level = static_cast<size_t>(depth);
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        level >= kMaxHeaderNesting) {
+      fail(path_, "header nests JSON objects or arrays more than " +
+                      std::to_string(kMaxHeaderNesting) + " levels deep");
+    }
     if (event == Json::parse_event_t::object_start) {
       // The keys of the object that starts here are reported at depth + 1.
       if (keys_by_depth_.size() <= level + 1) keys_by_depth_.resize(level + 2);
@@ -251,6 +261,8 @@ class DuplicateKeyWatch {
   }
 
  private:
+  static constexpr size_t kMaxHeaderNesting = 16;
+  const std::string& path_;
   std::vector<std::set<std::string>> keys_by_depth_;
   std::string top_level_key_;
   std::string duplicate_;
@@ -265,7 +277,7 @@ Json parse_header(const std::string& text, const ReadContext& ctx) {
     fail(ctx.path, "header (file offset 8) does not start with '{' (corrupt length prefix or not "
                    "a safetensors file?)");
   }
-  DuplicateKeyWatch watch;
+  HeaderParseWatch watch(ctx.path);
   Json header;
   try {
     header = Json::parse(text, std::ref(watch));
