@@ -330,6 +330,50 @@ TEST_F(SentencePieceTest, EmptyOrMissingInputIsAnError) {
   EXPECT_TRUE(contains(e, "no input files")) << e;
 }
 
+// SentencePiece skips lines longer than its max_sentence_length (4192 bytes by default) silently; a
+// corpus of paragraphs used to train on nothing ("no non-empty lines"). Lines up to
+// kMaxTrainingLineBytes are used; a longer one is refused naming file:line and the limit.
+TEST_F(SentencePieceTest, LongLinesAreUsedUpToTheLimitAndRefusedBeyond) {
+  // The whole corpus as one line. Not the corpus repeated: SentencePiece's seed-piece search takes
+  // time quadratic in the longest substring repeated within one line.
+  std::string paragraph;
+  for (const std::string& s : *corpus_) paragraph += (paragraph.empty() ? "" : " ") + s;
+  ASSERT_GT(paragraph.size(), 4192u);
+  write_bytes(path("paragraph.txt"), paragraph + "\n");
+  for (const int64_t sample : {0, 1}) {
+    SpmTrainOptions o = tiny_options();
+    o.input_sentence_size = sample;
+    train_sentencepiece({path("paragraph.txt")}, path("paragraph"), o);
+    const SentencePiece sp(path("paragraph.model"));
+    EXPECT_EQ(sp.decode(sp.encode((*corpus_)[3])), (*corpus_)[3]) << "sample " << sample;
+  }
+
+  // A line of exactly the limit: a word with a character found nowhere else, padded with spaces
+  // (normalisation collapses them, so training stays cheap). Without byte fallback that character
+  // is <unk> unless the line was trained on.
+  const std::string word = "Жук";
+  const std::string longest = word + std::string(kMaxTrainingLineBytes - 2 * word.size(), ' ') + word;
+  write_bytes(path("at_limit.txt"), join_lines(*corpus_) + longest + "\n");
+  SpmTrainOptions o = tiny_options();
+  o.byte_fallback = false;
+  o.vocab_size = 120;
+  train_sentencepiece({path("at_limit.txt")}, path("at_limit"), o);
+  const SentencePiece sp(path("at_limit.model"));
+  const std::vector<int32_t> ids = sp.encode(word);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), sp.unk_id()), 0);
+  EXPECT_EQ(sp.decode(ids), word);
+
+  write_bytes(path("too_long.txt"), paragraph + "\n" + longest + " \n");
+  for (const int64_t sample : {0, 1}) {
+    SpmTrainOptions o = tiny_options();
+    o.input_sentence_size = sample;
+    const std::string e = error_of([&] { train_sentencepiece({path("too_long.txt")}, path("too_long"), o); });
+    EXPECT_EQ(e, path("too_long.txt") + ":2: line of 1048577 bytes is longer than the 1048576 bytes SentencePiece "
+                                        "training accepts (one sentence a line?)") << "sample " << sample;
+    EXPECT_FALSE(fs::exists(path("too_long.model")));
+  }
+}
+
 TEST_F(SentencePieceTest, BadOptionsAreErrors) {
   const std::vector<std::string> in = {path("corpus.txt")};
   SpmTrainOptions o = tiny_options();

@@ -27,9 +27,6 @@ namespace {
 
 namespace spm = sentencepiece;
 
-// SentencePiece's default --max_sentence_length; longer lines are skipped (by us, so we can count).
-constexpr size_t kMaxSentenceBytes = 4192;
-
 bool blank(const std::string& s) {
   for (const char c : s)
     if (c != ' ' && c != '\t' && c != '\v' && c != '\f' && c != '\r') return false;
@@ -42,9 +39,12 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
-// Streams the non-empty lines of several files. Errors (qkv::Error from TextLineReader: missing file,
-// invalid UTF-8 at file:line) must not unwind through SentencePiece, so they end the iteration with an
-// error status and are rethrown by the caller afterwards.
+// Streams the non-empty lines of several files. A line longer than kMaxTrainingLineBytes is an
+// error naming file:line: SentencePiece would skip it silently (past its max_sentence_length, which
+// we raise to that limit), and a line that long is hardly one sentence (a file without newlines).
+// Errors (that one, and qkv::Error from TextLineReader: missing file, invalid UTF-8 at file:line)
+// must not unwind through SentencePiece, so they end the iteration with an error status and are
+// rethrown by the caller afterwards.
 class LineSource : public spm::SentenceIterator {
  public:
   explicit LineSource(const std::vector<std::string>& paths) : paths_(paths) { advance(); }
@@ -61,7 +61,6 @@ class LineSource : public spm::SentenceIterator {
     if (error_) std::rethrow_exception(error_);
   }
   int64_t kept() const { return kept_; }
-  int64_t too_long() const { return too_long_; }
 
  private:
   void advance() {
@@ -80,10 +79,10 @@ class LineSource : public spm::SentenceIterator {
           continue;
         }
         if (blank(line_)) continue;
-        if (line_.size() > kMaxSentenceBytes) {
-          ++too_long_;
-          continue;
-        }
+        QKV_CHECK(line_.size() <= kMaxTrainingLineBytes,
+                  reader_->path() << ":" << reader_->line_no() << ": line of " << line_.size()
+                                  << " bytes is longer than the " << kMaxTrainingLineBytes
+                                  << " bytes SentencePiece training accepts (one sentence a line?)");
         ++kept_;
         return;
       }
@@ -100,7 +99,6 @@ class LineSource : public spm::SentenceIterator {
   bool done_ = false;
   std::exception_ptr error_;
   int64_t kept_ = 0;
-  int64_t too_long_ = 0;
 };
 
 class VectorSource : public spm::SentenceIterator {
@@ -153,7 +151,7 @@ void train_sentencepiece(const std::vector<std::string>& inputs, const std::stri
       {"num_threads", std::to_string(o.num_threads)},
       {"input_sentence_size", "0"},  // qkv samples (below); SentencePiece gets the sample
       {"shuffle_input_sentence", "false"},
-      {"max_sentence_length", std::to_string(kMaxSentenceBytes)},
+      {"max_sentence_length", std::to_string(kMaxTrainingLineBytes)},  // default 4192; LineSource refuses longer
       {"pad_id", "0"},
       {"unk_id", "1"},
       {"bos_id", "2"},
@@ -213,8 +211,6 @@ void train_sentencepiece(const std::vector<std::string>& inputs, const std::stri
     else
       line << total_lines;
     line << " lines from " << inputs.size() << (inputs.size() == 1 ? " file" : " files");
-    if (source.too_long() > 0)
-      line << " (" << source.too_long() << " lines > " << kMaxSentenceBytes << " bytes skipped)";
     line << " -> " << model_prefix << ".model, .vocab in " << std::fixed << std::setprecision(2) << secs << " s\n";
     std::cerr << line.str();
   }
