@@ -1,10 +1,15 @@
 #include "qkv/models/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <iomanip>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "qkv/core/error.h"
 #include "qkv/io/atomic_file.h"
@@ -17,26 +22,89 @@ float TransformerConfig::mask_fill_value() const {
   return mask_fill == "-inf" ? -std::numeric_limits<float>::infinity() : -1e9f;
 }
 
+namespace {
+// The size fields and their bounds (all at least 1). Ids (pad_id, bos_id, eos_id) are bounded by
+// the vocabularies instead.
+struct SizeField {
+  const char* name;
+  int64_t TransformerConfig::*member;
+  int64_t max;
+};
+constexpr SizeField kSizeFields[] = {
+    {"src_vocab_size", &TransformerConfig::src_vocab_size, kMaxVocabSize},
+    {"tgt_vocab_size", &TransformerConfig::tgt_vocab_size, kMaxVocabSize},
+    {"d_model", &TransformerConfig::d_model, kMaxWidth},
+    {"num_heads", &TransformerConfig::num_heads, kMaxWidth},
+    {"num_layers", &TransformerConfig::num_layers, kMaxLayers},
+    {"d_ff", &TransformerConfig::d_ff, kMaxWidth},
+    {"max_seq_length", &TransformerConfig::max_seq_length, kMaxSeqLength},
+};
+
+// One part of the model's floats, worded for a message.
+struct SizePart {
+  std::string source;
+  double floats;
+};
+
+// The floats the model holds (parameters and the positional table) by the fields they grow with;
+// within a few thousand floats of the exact count (pre-LN's final norms are left out). Doubles, so
+// that no product of bounded fields overflows.
+std::vector<SizePart> size_parts(const TransformerConfig& c) {
+  const double d = static_cast<double>(c.d_model), ff = static_cast<double>(c.d_ff);
+  const double src_vocab = static_cast<double>(c.src_vocab_size), tgt_vocab = static_cast<double>(c.tgt_vocab_size);
+  const double attention = 4 * (d * d + d), feed_forward = 2 * d * ff + ff + d, norm = 2 * d;
+  const double encoder_layer = attention + feed_forward + 2 * norm, decoder_layer = 2 * attention + feed_forward + 3 * norm;
+  const auto n = [](int64_t v) { return std::to_string(v); };
+  const std::string by_d_model = " x d_model " + n(c.d_model);
+  return {
+      {"src_vocab_size " + n(c.src_vocab_size) + by_d_model, src_vocab * d},
+      {"tgt_vocab_size " + n(c.tgt_vocab_size) + by_d_model +
+           (c.tie_output_embedding ? "" : " (embedding and output layer)"),
+       tgt_vocab * d * (c.tie_output_embedding ? 1 : 2) + tgt_vocab},
+      {"num_layers " + n(c.num_layers) + " x (d_model " + n(c.d_model) + ", d_ff " + n(c.d_ff) + ")",
+       static_cast<double>(c.num_layers) * (encoder_layer + decoder_layer)},
+      {"max_seq_length " + n(c.max_seq_length) + by_d_model + " (positional table)",
+       static_cast<double>(c.max_seq_length) * d},
+  };
+}
+
+void check_model_size(const TransformerConfig& c) {
+  const std::vector<SizePart> parts = size_parts(c);
+  double total = 0;
+  for (const SizePart& p : parts) total += p.floats;
+  if (total <= static_cast<double>(kMaxModelFloats)) return;
+  const SizePart& largest =
+      *std::max_element(parts.begin(), parts.end(), [](const SizePart& a, const SizePart& b) { return a.floats < b.floats; });
+  std::ostringstream os;
+  os << std::setprecision(3) << "config: the model would hold " << total << " floats, more than the " << kMaxModelFloats
+     << " (2^34, 64 GiB) allowed; the largest part comes from " << largest.source;
+  throw Error(os.str());
+}
+
+void check_fraction(const char* name, float v, bool one_allowed) {
+  QKV_CHECK(std::isfinite(v) && v >= 0.f && (one_allowed ? v <= 1.f : v < 1.f),
+            "config: " << name << " must be in [0, 1" << (one_allowed ? "]" : ")") << ", got " << v);
+}
+}  // namespace
+
 void TransformerConfig::validate() const {
-  auto positive = [](const char* name, int64_t v) { QKV_CHECK(v > 0, "config: " << name << " must be positive, got " << v); };
-  positive("src_vocab_size", src_vocab_size);
-  positive("tgt_vocab_size", tgt_vocab_size);
-  positive("d_model", d_model);
-  positive("num_heads", num_heads);
-  positive("num_layers", num_layers);
-  positive("d_ff", d_ff);
-  positive("max_seq_length", max_seq_length);
+  for (const SizeField& f : kSizeFields) {
+    const int64_t v = this->*f.member;
+    QKV_CHECK(v >= 1 && v <= f.max, "config: " << f.name << " must be in [1, " << f.max << "], got " << v);
+  }
+  QKV_CHECK(num_heads <= d_model, "config: num_heads " << num_heads << " must not exceed d_model " << d_model);
   QKV_CHECK(d_model % num_heads == 0, "config: d_model " << d_model << " must be divisible by num_heads " << num_heads);
-  QKV_CHECK(dropout >= 0.f && dropout < 1.f, "config: dropout must be in [0, 1), got " << dropout);
-  QKV_CHECK(attention_dropout >= 0.f && attention_dropout < 1.f,
-            "config: attention_dropout must be in [0, 1), got " << attention_dropout);
+  check_fraction("dropout", dropout, false);
+  check_fraction("attention_dropout", attention_dropout, false);
   QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
             "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
   QKV_CHECK(bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size,
             "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");
   QKV_CHECK(activation == "relu" || activation == "gelu", "config: activation must be \"relu\" or \"gelu\", got \"" << activation << "\"");
   QKV_CHECK(mask_fill == "-1e9" || mask_fill == "-inf", "config: mask_fill must be \"-1e9\" or \"-inf\", got \"" << mask_fill << "\"");
-  QKV_CHECK(layer_norm_eps > 0.f, "config: layer_norm_eps must be positive, got " << layer_norm_eps);
+  QKV_CHECK(std::isfinite(layer_norm_eps) && layer_norm_eps > 0.f,
+            "config: layer_norm_eps must be a positive finite number, got " << layer_norm_eps);
+  check_model_size(*this);
 }
 
 std::string config_to_json(const TransformerConfig& c) {
@@ -62,24 +130,87 @@ std::string config_to_json(const TransformerConfig& c) {
 }
 
 namespace {
+Error field_error(const std::string& src, const std::string& key, const std::string& problem) {
+  return Error(src + ": field \"" + key + "\" " + problem);
+}
+
 template <class T>
 void read_field(const json& j, const char* key, T& out, const std::string& src) {
   if (!j.contains(key)) return;  // absent: keep the seed's default
   try {
     out = j.at(key).get<T>();
   } catch (const json::exception&) {
-    throw Error(src + ": field \"" + key + "\" has the wrong type (" + j.at(key).dump() + ")");
+    throw field_error(src, key, "has the wrong type (" + j.at(key).dump() + ")");
   }
+}
+
+// An integer field in [min, max] (min >= 0). The range is checked on the number as written, before
+// any conversion could wrap it: nlohmann keeps 9223372036854775808 as an unsigned integer, and the
+// message shows it as such.
+bool integer_in_range(const json& value, int64_t min, int64_t max) {
+  if (value.is_number_unsigned())
+    return value.get<uint64_t>() >= static_cast<uint64_t>(min) && value.get<uint64_t>() <= static_cast<uint64_t>(max);
+  if (value.is_number_integer()) return value.get<int64_t>() >= min && value.get<int64_t>() <= max;
+  return value.get<double>() >= static_cast<double>(min) && value.get<double>() <= static_cast<double>(max);
+}
+
+void read_integer(const json& j, const char* key, int64_t min, int64_t max, int64_t& out, const std::string& src) {
+  if (!j.contains(key)) return;
+  const json& value = j.at(key);
+  if (!value.is_number()) throw field_error(src, key, "has the wrong type (" + value.dump() + "), expected an integer");
+  if (value.is_number_float() && value.get<double>() != std::floor(value.get<double>()))
+    throw field_error(src, key, "must be an integer, got " + value.dump());
+  if (!integer_in_range(value, min, max))
+    throw field_error(src, key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + value.dump());
+  out = value.is_number_float() ? static_cast<int64_t>(value.get<double>()) : value.get<int64_t>();
+}
+
+void read_id(const json& j, const char* key, int32_t& out, const std::string& src) {
+  int64_t id = out;
+  read_integer(j, key, 0, kMaxVocabSize - 1, id, src);
+  out = static_cast<int32_t>(id);
+}
+
+// A float field: a JSON number whose value is finite as a float ("nan" is a string: wrong type).
+void read_float(const json& j, const char* key, float& out, const std::string& src) {
+  if (!j.contains(key)) return;
+  const json& value = j.at(key);
+  if (!value.is_number()) throw field_error(src, key, "has the wrong type (" + value.dump() + "), expected a number");
+  const double v = value.get<double>();
+  if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max())
+    throw field_error(src, key, "must be a finite number, got " + value.dump());
+  out = static_cast<float>(v);
+}
+
+// nlohmann keeps the last of repeated keys; two values for one field are refused instead, since
+// either could be the one meant.
+json parse_refusing_duplicate_keys(const std::string& text, const std::string& src) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  const json::parser_callback_t track_keys = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) {
+      open_objects.emplace_back();
+    } else if (event == json::parse_event_t::object_end) {
+      open_objects.pop_back();
+    } else if (event == json::parse_event_t::key && duplicate.empty() &&
+               !open_objects.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  json j;
+  try {
+    j = json::parse(text, track_keys);
+  } catch (const json::exception& e) {  // a syntax error, or a number beyond double (1e999)
+    throw Error(src + ": not valid JSON: " + e.what());
+  }
+  QKV_CHECK(duplicate.empty(), src << ": field \"" << duplicate << "\" is given more than once");
+  return j;
 }
 }  // namespace
 
 TransformerConfig config_from_json(const std::string& text, const std::string& src) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(src + ": not valid JSON: " + e.what());
-  }
+  const json j = parse_refusing_duplicate_keys(text, src);
   QKV_CHECK(j.is_object(), src << ": expected a JSON object");
   static const std::set<std::string> known = {
       "src_vocab_size", "tgt_vocab_size", "d_model", "bos_id", "eos_id",        "num_heads",        "num_layers",
@@ -89,27 +220,21 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
-  read_field(j, "src_vocab_size", c.src_vocab_size, src);
-  read_field(j, "tgt_vocab_size", c.tgt_vocab_size, src);
-  read_field(j, "d_model", c.d_model, src);
-  read_field(j, "num_heads", c.num_heads, src);
-  read_field(j, "num_layers", c.num_layers, src);
-  read_field(j, "d_ff", c.d_ff, src);
-  read_field(j, "max_seq_length", c.max_seq_length, src);
-  read_field(j, "dropout", c.dropout, src);
-  read_field(j, "pad_id", c.pad_id, src);
-  read_field(j, "bos_id", c.bos_id, src);
-  read_field(j, "eos_id", c.eos_id, src);
+  for (const SizeField& f : kSizeFields) read_integer(j, f.name, 1, f.max, c.*f.member, src);
+  read_id(j, "pad_id", c.pad_id, src);
+  read_id(j, "bos_id", c.bos_id, src);
+  read_id(j, "eos_id", c.eos_id, src);
+  read_float(j, "dropout", c.dropout, src);
   std::string norm = "post";
   read_field(j, "norm", norm, src);
   QKV_CHECK(norm == "post" || norm == "pre", src << ": field \"norm\" must be \"post\" or \"pre\", got \"" << norm << "\"");
   c.norm = norm == "post" ? NormPosition::Post : NormPosition::Pre;
   read_field(j, "activation", c.activation, src);
-  read_field(j, "layer_norm_eps", c.layer_norm_eps, src);
+  read_float(j, "layer_norm_eps", c.layer_norm_eps, src);
   read_field(j, "scale_embeddings", c.scale_embeddings, src);
   read_field(j, "tie_output_embedding", c.tie_output_embedding, src);
   read_field(j, "mask_fill", c.mask_fill, src);
-  read_field(j, "attention_dropout", c.attention_dropout, src);
+  read_float(j, "attention_dropout", c.attention_dropout, src);
   try {
     c.validate();
   } catch (const Error& e) {

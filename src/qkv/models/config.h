@@ -6,6 +6,14 @@
 
 namespace qkv::models {
 
+// Bounds of the size fields: far above any model that fits in memory, low enough that an impossible
+// size is refused naming its field instead of failing in the allocator.
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;     // src_vocab_size, tgt_vocab_size
+inline constexpr int64_t kMaxWidth = 65536;                    // d_model, d_ff
+inline constexpr int64_t kMaxLayers = 1024;                    // num_layers
+inline constexpr int64_t kMaxSeqLength = int64_t{1} << 20;     // max_seq_length
+inline constexpr int64_t kMaxModelFloats = int64_t{1} << 34;   // parameters + positional table (64 GiB)
+
 enum class NormPosition { Post, Pre };  // post-LN: norm(x + sublayer(x)) (seed); pre-LN: x + sublayer(norm(x))
 
 struct TransformerConfig {
@@ -29,11 +37,16 @@ struct TransformerConfig {
   float attention_dropout = 0.f;      // dropout on attention weights (the seed has none)
 
   float mask_fill_value() const;
-  // Throws qkv::Error naming the field when a value is out of range or inconsistent.
+  // Throws qkv::Error naming the field when a value is out of range or inconsistent: sizes in
+  // [1, kMax...], num_heads <= d_model and dividing it, ids inside the vocabularies, float fields
+  // finite and in range, and at most kMaxModelFloats floats in all (naming the largest part).
   void validate() const;
 };
 
-// Reads config.json; unknown keys and wrong types are errors naming the file and the key.
+// Reads config.json. Errors name the file and the field: unknown keys, a key given twice, wrong
+// types, and every check of validate(). Integer fields take JSON integers; a number with a fraction
+// (32.5) is refused, one written as a float with an integral value (32.0, 1e3) is read as that
+// integer. Out-of-range numbers are reported as written (9223372036854775808, not a wrapped value).
 TransformerConfig load_config(const std::string& path);
 void save_config(const std::string& path, const TransformerConfig& config);  // atomic write
 std::string config_to_json(const TransformerConfig& config);
