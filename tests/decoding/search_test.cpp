@@ -4,6 +4,9 @@
 // `qkv score` (train::score) computes for the pair.
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+
 #include "qkv/data/synthetic.h"
 #include "qkv/decoding/search.h"
 #include "qkv/train/step.h"
@@ -132,6 +135,51 @@ TEST_F(SearchTest, BadOptionsAndSourcesAreRefused) {
   EXPECT_THROW(decoding::beam_search(*model_, sources(), o), Error);
   EXPECT_THROW(decoding::greedy_search(*model_, {data::IdLine{}}, {}), Error);
   EXPECT_THROW(decoding::greedy_search(*model_, {data::IdLine(30, 5)}, {}), Error);  // longer than max_seq_length
+}
+
+// Each option out of its range is refused naming it, before any decoding (a beam of 100000 used
+// to run for minutes on one sentence).
+TEST_F(SearchTest, OptionsOutOfRangeAreRefusedNamingTheOption) {
+  const auto error_of = [&](const decoding::SearchOptions& o) -> std::string {
+    try {
+      decoding::beam_search(*model_, sources(), o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "<accepted>";
+  };
+  const auto with = [](auto change) {
+    decoding::SearchOptions o;
+    change(o);
+    return o;
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const struct {
+    decoding::SearchOptions options;
+    std::string message;
+  } cases[] = {
+      {with([](auto& o) { o.beam_size = 100000; }), "search: beam_size 100000 must be in [1, 16] (at most 1024 and the target vocabulary size 16)"},
+      {with([](auto& o) { o.beam_size = 17; }), "search: beam_size 17 must be in [1, 16]"},
+      {with([](auto& o) { o.beam_size = 0; }), "search: beam_size 0 must be in [1, 16]"},
+      {with([](auto& o) { o.n_best = 5; }), "search: n_best 5 must be in [1, beam_size 4]"},
+      {with([](auto& o) { o.n_best = 0; }), "search: n_best 0 must be in [1, beam_size 4]"},
+      {with([nan](auto& o) { o.length_penalty = nan; }), "search: length_penalty nan must be in [0, 10]"},
+      {with([inf](auto& o) { o.length_penalty = inf; }), "search: length_penalty inf must be in [0, 10]"},
+      {with([](auto& o) { o.length_penalty = -1; }), "search: length_penalty -1 must be in [0, 10]"},
+      {with([nan](auto& o) { o.max_length_ratio = nan; }), "search: max_length_ratio nan must be in [0, 1000]"},
+      {with([](auto& o) { o.max_length_ratio = -1; }), "search: max_length_ratio -1 must be in [0, 1000]"},
+      {with([](auto& o) { o.max_length_ratio = 1e30f; }), "search: max_length_ratio 1e+30 must be in [0, 1000]"},
+      {with([](auto& o) { o.max_length_offset = -1000; }), "search: max_length_offset -1000 must be in [0, 1048576]"},
+      {with([](auto& o) { o.max_length_offset = int64_t{1} << 62; }), "search: max_length_offset 4611686018427387904"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = error_of(c.options);
+    EXPECT_EQ(e.rfind(c.message, 0), 0u) << e;
+  }
+  // Greedy search checks the options it uses.
+  EXPECT_THROW(decoding::greedy_search(*model_, sources(), with([nan](auto& o) { o.max_length_ratio = nan; })), Error);
+  // The largest beam the vocabulary allows works.
+  EXPECT_EQ(error_of(with([](auto& o) { o.beam_size = o.n_best = 16; })), "<accepted>");
 }
 
 }  // namespace

@@ -97,8 +97,7 @@ double normalised(double log_prob, size_t length, float alpha) {
 }
 
 void check_sources(const models::Transformer& model, const std::vector<data::IdLine>& sources, const SearchOptions& o) {
-  QKV_CHECK(o.beam_size >= 1 && o.n_best >= 1 && o.n_best <= o.beam_size,
-            "search: need beam_size >= 1 and 1 <= n_best <= beam_size, got beam " << o.beam_size << ", n_best " << o.n_best);
+  validate_search_options(o, model.config().tgt_vocab_size);
   for (size_t i = 0; i < sources.size(); ++i) {
     QKV_CHECK(!sources[i].empty(), "search: source " << i + 1 << " is empty");
     QKV_CHECK(static_cast<int64_t>(sources[i].size()) <= model.config().max_seq_length,
@@ -108,6 +107,21 @@ void check_sources(const models::Transformer& model, const std::vector<data::IdL
 }
 
 }  // namespace
+
+void validate_search_options(const SearchOptions& o, int64_t tgt_vocab_size) {
+  const int64_t max_beam = std::min<int64_t>(kMaxBeamSize, tgt_vocab_size);
+  QKV_CHECK(o.beam_size >= 1 && o.beam_size <= max_beam,
+            "search: beam_size " << o.beam_size << " must be in [1, " << max_beam << "] (at most " << kMaxBeamSize
+                                 << " and the target vocabulary size " << tgt_vocab_size << ")");
+  QKV_CHECK(o.n_best >= 1 && o.n_best <= o.beam_size,
+            "search: n_best " << o.n_best << " must be in [1, beam_size " << o.beam_size << "]");
+  QKV_CHECK(std::isfinite(o.length_penalty) && o.length_penalty >= 0.f && o.length_penalty <= kMaxLengthPenalty,
+            "search: length_penalty " << o.length_penalty << " must be in [0, " << kMaxLengthPenalty << "]");
+  QKV_CHECK(std::isfinite(o.max_length_ratio) && o.max_length_ratio >= 0.f && o.max_length_ratio <= kMaxLengthRatio,
+            "search: max_length_ratio " << o.max_length_ratio << " must be in [0, " << kMaxLengthRatio << "]");
+  QKV_CHECK(o.max_length_offset >= 0 && o.max_length_offset <= kMaxLengthOffset,
+            "search: max_length_offset " << o.max_length_offset << " must be in [0, " << kMaxLengthOffset << "]");
+}
 
 std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& model,
                                                  const std::vector<data::IdLine>& sources, const SearchOptions& o) {

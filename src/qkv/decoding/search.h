@@ -15,14 +15,25 @@
 
 namespace qkv::decoding {
 
+// Bounds of the options. A beam wider than kMaxBeamSize costs minutes a sentence for no gain.
+inline constexpr int kMaxBeamSize = 1024;
+inline constexpr float kMaxLengthPenalty = 10.f;
+inline constexpr float kMaxLengthRatio = 1000.f;
+inline constexpr int64_t kMaxLengthOffset = int64_t{1} << 20;
+
 struct SearchOptions {
-  int beam_size = 4;            // 1 = greedy
-  int n_best = 1;               // hypotheses returned per sentence (<= beam_size)
-  float length_penalty = 1.0f;  // alpha in log_prob / length^alpha
-  float max_length_ratio = 2.0f;  // output limit: ratio * source length + offset,
-  int64_t max_length_offset = 10;  // capped by the model's max_seq_length - 1
+  int beam_size = 4;            // 1 = greedy; in [1, min(kMaxBeamSize, target vocabulary size)]
+  int n_best = 1;               // hypotheses returned per sentence, in [1, beam_size]
+  float length_penalty = 1.0f;  // alpha in log_prob / length^alpha, in [0, kMaxLengthPenalty]
+  float max_length_ratio = 2.0f;   // output limit: ratio * source length + offset, ratio in
+  int64_t max_length_offset = 10;  // [0, kMaxLengthRatio], offset in [0, kMaxLengthOffset];
+                                   // capped by the model's max_seq_length - 1
   bool use_cache = true;
 };
+
+// Throws qkv::Error naming the option that is out of its range (see SearchOptions). Both searches
+// call it; it is public so callers can check options before loading a model.
+void validate_search_options(const SearchOptions& options, int64_t tgt_vocab_size);
 
 struct Hypothesis {
   std::vector<int32_t> tokens;  // without BOS and EOS
