@@ -7,7 +7,10 @@ complete checkpoint that loads, and resuming it to the last step must give model
 optimizer.safetensors byte-identical to an uninterrupted run (train_state.json holds wall-clock
 times and may differ). Leftovers of the killed save must be gone after the next save.
 
-Usage: kill9_soak.py --qkv build/qkv [--kills 30] [--seed 1] [--work DIR]
+--mode corpus does the same with translation training on a small generated parallel text that
+validates (dev loss and BLEU) and saves DIR/last and DIR/best after every step.
+
+Usage: kill9_soak.py --qkv build/qkv [--mode synthetic|corpus] [--kills 30] [--seed 1] [--work DIR]
 Prints one line per kill and a closing 'N passed, M failed' line; exit status 1 on any failure.
 """
 import argparse
@@ -22,9 +25,31 @@ import tempfile
 import time
 
 STEPS = 30
-FLAGS = ["train", "--synthetic", "--preset", "tiny", "--d-model", "32", "--heads", "2", "--layers", "1",
-         "--d-ff", "64", "--dropout", "0.1", "--steps", str(STEPS), "--save-every", "1", "--threads", "1",
-         "--log-every", "1000"]
+SYNTHETIC_FLAGS = ["train", "--synthetic", "--preset", "tiny", "--d-model", "32", "--heads", "2", "--layers", "1",
+                   "--d-ff", "64", "--dropout", "0.1", "--steps", str(STEPS), "--save-every", "1", "--threads", "1",
+                   "--log-every", "1000"]
+CORPUS_STEPS = 12
+
+
+def corpus_flags(data):
+    return ["train", "--src", data + "/train.src", "--tgt", data + "/train.tgt", "--valid-src", data + "/dev.src",
+            "--valid-tgt", data + "/dev.tgt", "--spm-vocab", "300", "--d-model", "16", "--heads", "2", "--layers", "1",
+            "--d-ff", "32", "--max-len", "32", "--max-tokens", "240", "--warmup", "3", "--lr", "1e-3",
+            "--dropout", "0.1", "--threads", "1", "--log-every", "1000", "--valid-every", "1",
+            "--valid-bleu-sentences", "3", "--steps", str(CORPUS_STEPS), "--keep-checkpoints", "2"]
+
+
+def write_toy_corpus(data, rng):
+    """A word-for-word 'translation' of random sentences: enough for SentencePiece and a few steps."""
+    os.makedirs(data, exist_ok=True)
+    src_words = ["la", "casa", "perro", "gato", "come", "bebe", "agua", "pan", "grande", "rojo", "y", "el"]
+    tgt_words = ["the", "house", "dog", "cat", "eats", "drinks", "water", "bread", "big", "red", "and", "he"]
+    for split, n in (("train", 300), ("dev", 20)):
+        with open(os.path.join(data, split + ".src"), "w") as s, open(os.path.join(data, split + ".tgt"), "w") as t:
+            for _ in range(n):
+                ids = [rng.randrange(len(src_words)) for _ in range(rng.randint(2, 9))]
+                s.write(" ".join(src_words[i] for i in ids) + "\n")
+                t.write(" ".join(tgt_words[i] for i in ids) + "\n")
 
 
 def run(qkv, args, timeout=120):
@@ -41,35 +66,41 @@ def leftovers(work, name):
     return sorted(n for n in os.listdir(work) if n.startswith("." + name + ".staging-") or ".tmp." in n)
 
 
-def one_kill(qkv, work, trial, delay, reference):
+def checkpoint_of(out, corpus):
+    """The directory --resume continues from: the run's last/ (corpus) or the --out directory itself."""
+    return os.path.join(out, "last") if corpus else out
+
+
+def one_kill(qkv, flags, corpus, work, trial, delay, reference):
     """Returns (ok, description)."""
     name = "run%02d" % trial
     out = os.path.join(work, name)
-    proc = subprocess.Popen([qkv] + FLAGS + ["--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = checkpoint_of(out, corpus)
+    proc = subprocess.Popen([qkv] + flags + ["--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
     killed = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    if not os.path.exists(out):
+    if not os.path.exists(ckpt):
         state = "killed before the first save"
-        r = run(qkv, FLAGS + ["--out", out])
+        r = run(qkv, flags + ["--out", out])
     else:
-        if not os.path.exists(os.path.join(out, "manifest.json")):
-            return False, "%s exists without manifest.json: a partial checkpoint" % out
-        with open(os.path.join(out, "manifest.json")) as f:
+        if not os.path.exists(os.path.join(ckpt, "manifest.json")):
+            return False, "%s exists without manifest.json: a partial checkpoint" % ckpt
+        with open(os.path.join(ckpt, "manifest.json")) as f:
             step = json.load(f)["step"]
-        with open(os.path.join(out, "train_state.json")) as f:
+        with open(os.path.join(ckpt, "train_state.json")) as f:
             state_step = json.load(f)["step"]
         if step != state_step:
             return False, "manifest step %d but train_state step %d" % (step, state_step)
         state = "checkpoint of step %d" % step if killed else "finished before the kill"
-        r = run(qkv, FLAGS + ["--resume", out])
+        r = run(qkv, flags + ["--resume", out])
     if r.returncode != 0:
         return False, "%s; resume/rerun exited %d:\n%s" % (state, r.returncode, r.stdout[-2000:])
-    for f in ("model.safetensors", "optimizer.safetensors"):
-        if read(os.path.join(out, f)) != reference[f]:
+    for f in reference:
+        if read(os.path.join(ckpt, f)) != reference[f]:
             return False, "%s; %s differs from the uninterrupted run" % (state, f)
-    left = leftovers(work, name)
+    left = leftovers(os.path.dirname(ckpt), os.path.basename(ckpt))
     if left:
         return False, "%s; leftovers after the next save: %s" % (state, left)
     shutil.rmtree(out)
@@ -79,33 +110,42 @@ def one_kill(qkv, work, trial, delay, reference):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--qkv", required=True)
+    ap.add_argument("--mode", choices=["synthetic", "corpus"], default="synthetic")
     ap.add_argument("--kills", type=int, default=30)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="qkv_kill9_")
     os.makedirs(work, exist_ok=True)
+    rng = random.Random(a.seed)
+    corpus = a.mode == "corpus"
+    if corpus:
+        write_toy_corpus(os.path.join(work, "data"), rng)
+        flags, steps = corpus_flags(os.path.join(work, "data")), CORPUS_STEPS
+    else:
+        flags, steps = SYNTHETIC_FLAGS, STEPS
     ref_dir = os.path.join(work, "reference")
     shutil.rmtree(ref_dir, ignore_errors=True)
     t0 = time.time()
-    r = run(a.qkv, FLAGS + ["--out", ref_dir])
+    r = run(a.qkv, flags + ["--out", ref_dir])
     duration = time.time() - t0
     if r.returncode != 0:
         print(r.stdout)
         print("0 passed, 1 failed")
         return 1
-    reference = {f: read(os.path.join(ref_dir, f)) for f in ("model.safetensors", "optimizer.safetensors")}
-    rng = random.Random(a.seed)
+    files = ["model.safetensors", "optimizer.safetensors"] + (["source.spm.model"] if corpus else [])
+    reference = {f: read(os.path.join(checkpoint_of(ref_dir, corpus), f)) for f in files}
     passed = failed = 0
     for trial in range(a.kills):
         delay = rng.uniform(0.0, duration * 1.05)
-        ok, what = one_kill(a.qkv, work, trial, delay, reference)
+        ok, what = one_kill(a.qkv, flags, corpus, work, trial, delay, reference)
         print("kill %2d at %.3f s: %s: %s" % (trial + 1, delay, "ok" if ok else "FAILED", what), flush=True)
         passed += ok
         failed += not ok
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
-    print("kill9 soak: %d kills of a %d-step run saving every step (%.2f s uninterrupted)" % (a.kills, STEPS, duration))
+    print("kill9 soak (%s): %d kills of a %d-step run saving every step (%.2f s uninterrupted)"
+          % (a.mode, a.kills, steps, duration))
     print("%d passed, %d failed" % (passed, failed))
     return 0 if failed == 0 else 1
 

@@ -70,6 +70,9 @@ void Trainer::resume(const std::string& dir, const TrainState& saved) {
                                         << " but train_state.json of step " << saved.step
                                         << ": mixed checkpoint (files from different saves); resume from another copy");
   optimizer_.load(opt_path);
+  // The rate of the last step taken (saved with the moments), so a resume that takes no step saves
+  // the same optimizer file as the run it continues.
+  if (saved.step > 0) optimizer_.set_lr(options_.hyper.schedule.at(saved.step));
   model_.generator().set_state(saved.gen_seed, saved.gen_offset);
   data_.restore(saved.data, saved.step);
   state_ = saved;
