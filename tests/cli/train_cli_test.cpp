@@ -83,6 +83,29 @@ TEST(TrainCli, ResumeKeepsTheSavedLearningRate) {
   fs::remove_all(d);
 }
 
+TEST(TrainCli, InfoDescribesAndChecksACheckpoint) {
+  const std::string d = temp_dir("info");
+  ASSERT_EQ(qkv_train(kTiny + "--steps 4 --out " + d + "/a").code, 0);
+  ASSERT_EQ(qkv_train(kTiny + "--steps 5 --out " + d + "/b").code, 0);
+  const std::string info = std::string(QKV_BIN) + " info ";
+  std::FILE* p = popen((info + d + "/a 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_EQ(pclose(p), 0) << out;
+  EXPECT_NE(out.find("architecture  encoder-decoder"), std::string::npos) << out;
+  EXPECT_NE(out.find("synthetic, step 4,"), std::string::npos) << out;
+  EXPECT_NE(out.find("manifest.json verified"), std::string::npos) << out;
+  fs::copy_file(d + "/b/model.safetensors", d + "/a/model.safetensors", fs::copy_options::overwrite_existing);
+  p = popen((info + d + "/a 2>&1").c_str(), "r");
+  out.clear();
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  const int status = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
+  EXPECT_NE(out.find("mixed or damaged checkpoint"), std::string::npos) << out;
+  fs::remove_all(d);
+}
+
 TEST(TrainCli, DivergenceStopsNamingTheStepAndSavesNothing) {
   const std::string d = temp_dir("nan");
   const TrainRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --out " + d + "/ckpt");

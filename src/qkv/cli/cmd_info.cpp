@@ -1,0 +1,114 @@
+// qkv info CHECKPOINT [--json]
+//
+// What a checkpoint directory holds: architecture, sizes and options, parameter count, the
+// training step and settings it was saved at, and its files. Loading is the full strict load
+// (shapes, finite weights, manifest), so `qkv info` doubles as a check of a checkpoint.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "qkv/cli/commands.h"
+#include "qkv/core/duration.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/train/train_state.h"
+
+namespace qkv::cli {
+
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string human_bytes(uintmax_t bytes) {
+  char buf[32];
+  if (bytes < 1024) {
+    std::snprintf(buf, sizeof buf, "%ju B", bytes);
+  } else if (bytes < (1u << 20)) {
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  }
+  return buf;
+}
+
+json describe(const std::string& dir) {
+  const std::unique_ptr<models::Transformer> model = models::load_model(dir);
+  const io::ManifestCheck manifest = io::verify_manifest(dir);
+  int64_t params = 0;
+  for (const Var& p : model->parameters()) params += p.value().numel();
+  json j = {{"checkpoint", dir},
+            {"architecture", "encoder-decoder"},
+            {"parameters", params},
+            {"config", json::parse(models::config_to_json(model->config()))},
+            {"manifest", manifest.has_manifest}};
+  if (manifest.step >= 0) j["step"] = manifest.step;
+  json files = json::object();
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) files[e.path().filename().string()] = e.file_size();
+  j["files"] = files;
+  if (fs::exists(dir + "/train_state.json")) {
+    const train::TrainState s = train::read_train_state(dir + "/train_state.json");
+    j["step"] = s.step;
+    j["training"] = {{"kind", s.kind}, {"elapsed_seconds", s.elapsed}};
+    if (s.has_hyper)
+      j["training"]["schedule"] = {{"kind", s.hyper.schedule.kind}, {"lr", s.hyper.schedule.lr},
+                                   {"warmup", s.hyper.schedule.warmup}};
+    if (s.best > -1e299) j["training"]["best_dev_score"] = s.best;
+  }
+  return j;
+}
+
+void print_text(const json& j) {
+  const json& c = j["config"];
+  std::printf("checkpoint    %s\n", j["checkpoint"].get<std::string>().c_str());
+  std::printf("architecture  %s\n", j["architecture"].get<std::string>().c_str());
+  std::printf("model         d_model %lld, %lld heads, %lld+%lld layers, d_ff %lld, vocabulary %lld/%lld, "
+              "max_seq_length %lld\n",
+              c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
+              c["num_layers"].get<long long>(), c["d_ff"].get<long long>(), c["src_vocab_size"].get<long long>(),
+              c["tgt_vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
+  std::printf("options       norm %s, activation %s, dropout %g, tied output %s, scaled embeddings %s\n",
+              c["norm"].get<std::string>().c_str(), c["activation"].get<std::string>().c_str(),
+              c["dropout"].get<double>(), c["tie_output_embedding"].get<bool>() ? "yes" : "no",
+              c["scale_embeddings"].get<bool>() ? "yes" : "no");
+  const int64_t params = j["parameters"].get<int64_t>();
+  std::printf("parameters    %lld (%s as float32)\n", static_cast<long long>(params),
+              human_bytes(static_cast<uintmax_t>(params) * 4).c_str());
+  if (j.contains("training")) {
+    const json& t = j["training"];
+    std::printf("training      %s, step %lld, %s of training", t["kind"].get<std::string>().c_str(),
+                j["step"].get<long long>(), format_duration(t["elapsed_seconds"].get<double>()).c_str());
+    if (t.contains("schedule"))
+      std::printf(", %s lr %g warmup %lld", t["schedule"]["kind"].get<std::string>().c_str(),
+                  t["schedule"]["lr"].get<double>(), t["schedule"]["warmup"].get<long long>());
+    if (t.contains("best_dev_score")) std::printf(", best dev score %.2f", t["best_dev_score"].get<double>());
+    std::printf("\n");
+  } else if (j.contains("step")) {
+    std::printf("training      step %lld (weights only)\n", j["step"].get<long long>());
+  }
+  std::printf("files        ");
+  for (const auto& [name, size] : j["files"].items())
+    std::printf(" %s (%s)", name.c_str(), human_bytes(size.get<uintmax_t>()).c_str());
+  std::printf("\nintegrity     %s\n", j["manifest"].get<bool>() ? "manifest.json verified (sizes and CRC-32)"
+                                                                 : "no manifest.json (written by an older qkv); loads");
+}
+}  // namespace
+
+Runner add_info_command(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto as_json = std::make_shared<bool>(false);
+  app.add_option("checkpoint", *dir, "Checkpoint directory")->required();
+  app.add_flag("--json", *as_json, "Print one JSON object instead of text");
+  return [dir, as_json]() {
+    const json j = describe(*dir);
+    if (*as_json) {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_text(j);
+    }
+    return 0;
+  };
+}
+
+}  // namespace qkv::cli
