@@ -85,6 +85,16 @@ TEST_F(Gradcheck, Gelu) {
   EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::gelu(v[0]); }, {{"x", x}}, opt));
 }
 
+TEST_F(Gradcheck, GeluTanh) {
+  // As Gelu: 0.5 x (1 + tanh(u)) cancels for x < 0, so y's rounding error is about u * |0.5 x|.
+  const Tensor x = rn({4, 6}, 2.f);
+  float max_abs = 0;
+  for (float e : x.to_vector()) max_abs = std::max(max_abs, std::abs(e));
+  GradcheckOptions opt;
+  opt.magnitude_floor = 0.5 * max_abs;
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::gelu_tanh(v[0]); }, {{"x", x}}, opt));
+}
+
 TEST_F(Gradcheck, DropoutWithFixedSeed) {
   // The mask is a function of (seed, offset + index) only, so f is linear in x for fixed arguments
   // and the finite difference is exact up to rounding.
@@ -131,6 +141,37 @@ TEST_F(Gradcheck, LayerNormSmallWeightsLargeBias) {
   w.f32()[1] = 2e-4f;
   w.f32()[4] = -1e-3f;
   EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::layernorm(v[0], v[1], v[2], 1e-5f); },
+                           {{"x", rn({3, 6})}, {"weight", w}, {"bias", rn({6}, 3.f)}}));
+}
+
+// Seed 003's LayerNorm: (x - mean) / (unbiased std + eps). Rows are far from constant (std = 0 is
+// a kink of the std), on both backward paths (from the output, and from x for small weights).
+Var layernorm_seed003(const V& v, float eps) {
+  return fn::layernorm(v[0], v[1], v[2], eps, ops::LayerNormVariant::UnbiasedStd);
+}
+
+TEST_F(Gradcheck, LayerNormSeed003) {
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return layernorm_seed003(v, 1e-6f); },
+                           {{"x", rn({2, 3, 5})}, {"weight", rn({5}, 0.5f, 1.f)}, {"bias", rn({5})}}));
+}
+
+TEST_F(Gradcheck, LayerNormSeed003OffsetRowsLargeEpsAndOnlyX) {
+  // eps comparable to the std: the (std + eps) / std factor of the backward is far from 1.
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return layernorm_seed003(v, 0.5f); },
+                           {{"x", rn({4, 6}, 0.7f, 3.f)}, {"weight", rn({6}, 0.5f, 1.f), false}, {"bias", rn({6}), false}}));
+}
+
+TEST_F(Gradcheck, LayerNormSeed003WidthTwo) {
+  // The smallest width with an unbiased std (it divides by C - 1 = 1); eps keeps y smooth in x.
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return layernorm_seed003(v, 0.3f); },
+                           {{"x", rn({3, 2})}, {"weight", rn({2}, 0.5f, 1.f)}, {"bias", rn({2})}}));
+}
+
+TEST_F(Gradcheck, LayerNormSeed003SmallWeightsLargeBias) {
+  Tensor w = rn({6}, 0.5f, 1.f);
+  w.f32()[1] = 2e-4f;
+  w.f32()[4] = -1e-3f;
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return layernorm_seed003(v, 1e-6f); },
                            {{"x", rn({3, 6})}, {"weight", w}, {"bias", rn({6}, 3.f)}}));
 }
 

@@ -127,6 +127,17 @@ TEST_F(OpErrors, LayerNormShapeMismatchNamesOpAndBothShapes) {
       {"layernorm", "(2, 7, 12)", "(6)"}));
 }
 
+// Seed 003's LayerNorm divides by the unbiased std, undefined for one feature (torch gives NaN).
+TEST_F(OpErrors, LayerNormSeed003RefusesWidthOne) {
+  EXPECT_TRUE(throws_with(
+      [] {
+        fn::layernorm(leaf({2, 3, 1}), leaf({1}), leaf({1}), 1e-6f, ops::LayerNormVariant::UnbiasedStd);
+      },
+      {"layernorm", "seed003", "unbiased std", "(2, 3, 1)", "at least 2"}));
+  EXPECT_NO_THROW(fn::layernorm(leaf({2, 3, 1}), leaf({1}), leaf({1}), 1e-5f));  // nn.LayerNorm allows it
+  EXPECT_NO_THROW(fn::layernorm(leaf({2, 3, 2}), leaf({2}), leaf({2}), 1e-6f, ops::LayerNormVariant::UnbiasedStd));
+}
+
 TEST_F(OpErrors, EmbeddingIdOutOfRangeNamesIdAndVocabularySize) {
   const Var table = leaf({17, 4});
   EXPECT_TRUE(throws_with(

@@ -22,7 +22,9 @@
 //   rtol; at these sizes they do not: observed errors are <= 2e-6 absolute (see the log), so they
 //   share the reduction tolerance, which leaves them a margin of about 10x.
 // - gelu (reduction tolerance): glibc erff vs SLEEF erf differ by an ulp, and
-//   gelu' = Phi(x) + x phi(x) cancels for x < 0.
+//   gelu' = Phi(x) + x phi(x) cancels for x < 0. gelu_tanh likewise (tanhf, and 1 + tanh cancels).
+// - layernorm_seed003 (reduction tolerance): the same reductions as layernorm; its constant-row case
+//   has gradients of size 1 / eps = 1e6, which the relative part covers.
 // - positional: the sinusoidal table is float32 exp/sin/cos of pos * div_term; for positions up to
 //   100 an ulp of the angle (~8e-6 at 100) moves sin by as much, so atol 2e-5.
 // The observed maxima per case and tensor are printed ("[ref] ...") for the record.
@@ -64,6 +66,16 @@ const std::vector<std::string> kCases = {
     "scale_odd",
     "relu_odd",
     "gelu_odd",
+    "gelu_tanh_odd",
+    "gelu_tanh_wide",
+    "gelu_tanh_b1_t1",
+    "layernorm_seed003_odd",
+    "layernorm_seed003_offset",
+    "layernorm_seed003_odd_width",
+    "layernorm_seed003_b1_t1",
+    "layernorm_seed003_width2",
+    "layernorm_seed003_large_eps",
+    "layernorm_seed003_constant_row",
     "layernorm_odd",
     "layernorm_offset",
     "layernorm_b1_t1",
@@ -114,7 +126,7 @@ Tolerance tolerance_for(const std::string& op) {
       op == "combine_heads" || op == "reshape")
     return {1e-7, 1e-6};
   if (op == "positional") return {2e-5, 1e-4};
-  return {1e-5, 1e-4};  // the reductions, gelu, attention, layernorm, cross-entropy
+  return {1e-5, 1e-4};  // the reductions, gelu(_tanh), attention, layernorm(_seed003), cross-entropy
 }
 
 struct RefCase {
@@ -197,7 +209,10 @@ Var run_op(const std::string& op, const RefCase& c, std::map<std::string, Var>& 
   if (op == "scale") return fn::scale(v["x"], std::stof(c.param("s")));
   if (op == "relu") return fn::relu(v["x"]);
   if (op == "gelu") return fn::gelu(v["x"]);
+  if (op == "gelu_tanh") return fn::gelu_tanh(v["x"]);
   if (op == "layernorm") return fn::layernorm(v["x"], v["weight"], v["bias"], std::stof(c.param("eps")));
+  if (op == "layernorm_seed003")
+    return fn::layernorm(v["x"], v["weight"], v["bias"], std::stof(c.param("eps")), ops::LayerNormVariant::UnbiasedStd);
   if (op == "softmax") return fn::softmax(v["x"]);
   if (op == "attention") return fn::attention(v["q"], v["k"], v["v"], masks_of(c));
   if (op == "mha_core") {

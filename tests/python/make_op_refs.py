@@ -3,7 +3,7 @@
 
 For each case this draws float32 inputs from a fixed torch.manual_seed, computes the output with
 the same PyTorch calls the seed model uses (nn.Linear, nn.Embedding, +, *, relu, exact-erf GELU,
-nn.LayerNorm(eps=1e-5), softmax(-1), masked_fill(-1e9) attention, view/transpose head split,
+tanh GELU, nn.LayerNorm(eps=1e-5), seed 003's LayerNorm, softmax(-1), masked_fill(-1e9) attention, view/transpose head split,
 sinusoidal positional encoding, nn.CrossEntropyLoss(ignore_index=0, label_smoothing=eps)), runs
 backward with a random upstream gradient `g` (g = 1 for the scalar loss) and writes one
 safetensors file per case, <out>/ops_<case>.safetensors, holding:
@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import safetensors_io  # noqa: E402  (tests/python/safetensors_io.py)
+import seed_variants  # noqa: E402  (seed 003's LayerNorm)
 
 SEED = 1234
 FILL = -1e9  # the seed's masked_fill value
@@ -157,6 +158,31 @@ def case_gelu(shape, spread):
     def build():
         x = leaf(torch.randn(*shape) * spread)
         return {"x": x}, {}, F.gelu(x), {}, {}, False  # approximate='none': the exact erf form
+    return build
+
+
+def case_gelu_tanh(shape, spread):
+    def build():
+        x = leaf(torch.randn(*shape) * spread)
+        return {"x": x}, {}, F.gelu(x, approximate="tanh"), {}, {}, False
+    return build
+
+
+def case_layernorm_seed003(shape, mean, std, eps=1e-6, constant_rows=()):
+    """Seed 003's LayerNorm (unbiased std, eps added to the std). constant_rows: flat row indices
+    set to 0.5 (exact in float, so the mean is exact and std exactly 0: torch's std backward then
+    drops the std term, which qkv must match)."""
+    def build():
+        D = shape[-1]
+        ln = seed_variants.Seed003LayerNorm(D, eps=eps)
+        with torch.no_grad():
+            ln.weight.copy_(1 + 0.5 * torch.randn(D))
+            ln.bias.copy_(torch.randn(D))
+        x = torch.randn(*shape) * std + mean
+        for row in constant_rows:
+            x.view(-1, D)[row] = 0.5
+        x = leaf(x)
+        return {"x": x, "weight": ln.weight, "bias": ln.bias}, {}, ln(x), {"eps": f32(eps)}, {}, False
     return build
 
 
@@ -312,6 +338,18 @@ def cases():
         ("layernorm_small_weight", "layernorm",
          case_layernorm((3, 7, 12), 0.0, 1.0, {1: 1e-3, 4: -2e-4, 7: 5e-4}, bias_std=2.0)),
         ("layernorm_zero_weight", "layernorm", case_layernorm((3, 7, 12), 0.0, 1.0, {3: 0.0})),
+        ("gelu_tanh_odd", "gelu_tanh", case_gelu_tanh((3, 7, 12), 3.0)),
+        ("gelu_tanh_wide", "gelu_tanh", case_gelu_tanh((2, 5, 9), 8.0)),
+        ("gelu_tanh_b1_t1", "gelu_tanh", case_gelu_tanh((1, 1, 5), 1.0)),
+        ("layernorm_seed003_odd", "layernorm_seed003", case_layernorm_seed003((3, 7, 12), 0.0, 1.0)),
+        ("layernorm_seed003_offset", "layernorm_seed003", case_layernorm_seed003((3, 7, 12), 5.0, 3.0)),
+        ("layernorm_seed003_odd_width", "layernorm_seed003", case_layernorm_seed003((2, 5, 7), 0.0, 1.0)),
+        ("layernorm_seed003_b1_t1", "layernorm_seed003", case_layernorm_seed003((1, 1, 12), 0.0, 1.0)),
+        ("layernorm_seed003_width2", "layernorm_seed003", case_layernorm_seed003((4, 3, 2), 0.0, 1.0)),
+        ("layernorm_seed003_large_eps", "layernorm_seed003",
+         case_layernorm_seed003((3, 7, 12), 0.0, 0.3, eps=0.1)),
+        ("layernorm_seed003_constant_row", "layernorm_seed003",
+         case_layernorm_seed003((3, 4, 12), 0.0, 1.0, constant_rows=(5,))),
         ("softmax_odd", "softmax", case_softmax((3, 2, 7, 7), 1.0)),
         ("softmax_peaked", "softmax", case_softmax((4, 33), 8.0)),
         ("softmax_c1", "softmax", case_softmax((5, 1), 1.0)),

@@ -60,6 +60,11 @@ Var gelu(const Var& x) {
                    [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::gelu_backward(dy, xv, slot(xc)); });
 }
 
+Var gelu_tanh(const Var& x) {
+  return record_op(ops::gelu_tanh_forward(x.value()), x.requires_grad(),
+                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::gelu_tanh_backward(dy, xv, slot(xc)); });
+}
+
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset) {
   if (p == 0.f) return x;  // identity: no copy, no node
   return record_op(ops::dropout_forward(x.value(), p, seed, offset), x.requires_grad(),
@@ -68,16 +73,17 @@ Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset) {
                    });
 }
 
-Var layernorm(const Var& x, const Var& w, const Var& b, float eps) {
-  ops::LayerNormOut out = ops::layernorm_forward(x.value(), w.value(), b.value(), eps);
+Var layernorm(const Var& x, const Var& w, const Var& b, float eps, ops::LayerNormVariant variant) {
+  ops::LayerNormOut out = ops::layernorm_forward(x.value(), w.value(), b.value(), eps, variant);
   const bool rg = x.requires_grad() || w.requires_grad() || b.requires_grad();
   if (rg && grad_enabled() && ops::layernorm_can_use_output(w.value(), b.value())) {
     // Save the output (which the next layer keeps anyway) rather than the input, which is then freed.
-    Tensor y = out.y;
-    return record_op(std::move(y), rg,
-                     [y, wv = w.value(), bv = b.value(), rstd = out.rstd, xc = x.cell(), wc = w.cell(),
+    Tensor y = std::move(out.y);
+    out.mean = Tensor();  // this path needs rstd (and stddev), not mean
+    return record_op(y, rg,
+                     [y, wv = w.value(), bv = b.value(), saved = std::move(out), xc = x.cell(), wc = w.cell(),
                       bc = b.cell()](const Tensor& dy) {
-                       ops::layernorm_backward_from_output(dy, y, wv, bv, rstd, slot(xc), slot(wc), slot(bc));
+                       ops::layernorm_backward_from_output(dy, y, wv, bv, saved, slot(xc), slot(wc), slot(bc));
                      });
   }
   Tensor y = out.y;

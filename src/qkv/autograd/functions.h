@@ -15,8 +15,10 @@ Var add(const Var& a, const Var& b);
 Var scale(const Var& x, float s);
 Var relu(const Var& x);
 Var gelu(const Var& x);
+Var gelu_tanh(const Var& x);  // F.gelu(x, approximate='tanh')
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset);
-Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps);
+Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps,
+              ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
 Var softmax(const Var& x);
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
               const ops::AttentionDropoutSpec& dropout = {});

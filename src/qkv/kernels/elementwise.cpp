@@ -68,6 +68,30 @@ void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool a
   }
 }
 
+namespace {
+constexpr float kSqrt2OverPi = 0.79788456080286536f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+void gelu_tanh_forward(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin / 8)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = 0.5f * v * (1.f + std::tanh(kSqrt2OverPi * (v + kGeluCubic * v * v * v)));
+  }
+}
+
+void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin / 8)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i], v2 = v * v;
+    const float t = std::tanh(kSqrt2OverPi * (v + kGeluCubic * v2 * v));
+    const float du = kSqrt2OverPi * (1.f + 3.f * kGeluCubic * v2);
+    const float g = dy[i] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 void dropout_forward(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t offset) {
   const float keep_scale = 1.f / (1.f - p);
 #pragma omp parallel for schedule(static) if (n > kParallelMin / 8)

@@ -20,6 +20,13 @@ void gelu_forward(float* y, const float* x, int64_t n);
 // dy/dx = Phi(x) + x * phi(x), phi the standard normal density.
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 
+// GELU's tanh approximation (GPT-2; torch's F.gelu(x, approximate='tanh')):
+//   y = 0.5 x (1 + t),  t = tanh(u),  u = k (x + a x^3),  k = sqrt(2 / pi),  a = 0.044715.
+void gelu_tanh_forward(float* y, const float* x, int64_t n);
+// Product rule, with tanh' = 1 - tanh^2 and du/dx = k (1 + 3 a x^2):
+//   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
+void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+
 // Inverted dropout: y = x * keep / (1 - p), keep drawn from (seed, offset + i).
 void dropout_forward(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t offset);
 // The mask is regenerated from (seed, offset): dx = dy * keep / (1 - p).

@@ -26,25 +26,28 @@ void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const
 }
 
 namespace {
-// Shared body of both backward variants; xhat_of(r, c) returns the normalised input.
-template <class XHat>
+// Shared body of every backward: xhat_of(r, c) returns the normalised input, rstd[r] is the factor
+// xhat = (x - mean) * rstd, and gx_term(r, sum_gx) turns sum_c g_c xhat_c into the coefficient of
+// xhat in dx (mean(g * xhat) for nn.LayerNorm; see layernorm.h for seed 003's).
+template <class XHat, class GxTerm>
 void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const float* dy, const float* rstd,
-                             const float* weight, int64_t rows, int64_t C, bool accumulate_dx, XHat xhat_of) {
+                             const float* weight, int64_t rows, int64_t C, bool accumulate_dx, XHat xhat_of,
+                             GxTerm gx_term) {
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * C;
     const float rs = rstd[r];
-    float mean_g = 0, mean_gx = 0;
+    float mean_g = 0, sum_gx = 0;
     for (int64_t c = 0; c < C; ++c) {
       const float g = dyr[c] * weight[c];
       mean_g += g;
-      mean_gx += g * xhat_of(r, c);
+      sum_gx += g * xhat_of(r, c);
     }
     mean_g /= C;
-    mean_gx /= C;
+    const float gx = gx_term(r, sum_gx);
     float* dxr = dx + r * C;
     for (int64_t c = 0; c < C; ++c) {
-      const float v = rs * (dyr[c] * weight[c] - mean_g - xhat_of(r, c) * mean_gx);
+      const float v = rs * (dyr[c] * weight[c] - mean_g - xhat_of(r, c) * gx);
       dxr[c] = accumulate_dx ? dxr[c] + v : v;
     }
   }
@@ -68,20 +71,73 @@ void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const floa
     }
   }
 }
+
+// nn.LayerNorm's coefficient of xhat: mean(g * xhat).
+auto mean_over(int64_t C) {
+  return [C](int64_t, float sum_gx) { return sum_gx / C; };
+}
+
+// Seed 003's coefficient of xhat: sum(g * xhat) * (s + eps) / ((C - 1) s), with s + eps = 1 / rdenom;
+// 0 for a constant row (s = 0), whose xhat is 0 anyway. In double: s may be tiny.
+auto unbiased_std_term(const float* rdenom, const float* stddev, int64_t C) {
+  return [=](int64_t r, float sum_gx) {
+    if (!(stddev[r] > 0.f)) return 0.f;
+    return static_cast<float>(sum_gx / (static_cast<double>(C - 1) * stddev[r] * rdenom[r]));
+  };
+}
 }  // namespace
 
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
                         const float* mean, const float* rstd, const float* weight, int64_t rows, int64_t C,
                         bool accumulate_dx) {
   layernorm_backward_impl(dx, dweight, dbias, dy, rstd, weight, rows, C, accumulate_dx,
-                          [&](int64_t r, int64_t c) { return (x[r * C + c] - mean[r]) * rstd[r]; });
+                          [&](int64_t r, int64_t c) { return (x[r * C + c] - mean[r]) * rstd[r]; }, mean_over(C));
 }
 
 void layernorm_backward_from_output(float* dx, float* dweight, float* dbias, const float* dy, const float* y,
                                     const float* rstd, const float* weight, const float* bias, int64_t rows,
                                     int64_t C, bool accumulate_dx) {
   layernorm_backward_impl(dx, dweight, dbias, dy, rstd, weight, rows, C, accumulate_dx,
-                          [&](int64_t r, int64_t c) { return (y[r * C + c] - bias[c]) / weight[c]; });
+                          [&](int64_t r, int64_t c) { return (y[r * C + c] - bias[c]) / weight[c]; }, mean_over(C));
+}
+
+void layernorm_unbiased_forward(float* y, float* mean, float* rdenom, float* stddev, const float* x,
+                                const float* weight, const float* bias, int64_t rows, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * C;
+    // Two passes in double, as layernorm_forward.
+    double sum = 0;
+    for (int64_t c = 0; c < C; ++c) sum += xr[c];
+    const double m = sum / C;
+    double sq = 0;
+    for (int64_t c = 0; c < C; ++c) sq += (xr[c] - m) * (xr[c] - m);
+    const double s = std::sqrt(sq / static_cast<double>(C - 1));
+    const float rd = static_cast<float>(1.0 / (s + eps));
+    const float mf = static_cast<float>(m);
+    float* yr = y + r * C;
+    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mf) * rd * weight[c] + bias[c];
+    mean[r] = mf;
+    rdenom[r] = rd;
+    stddev[r] = static_cast<float>(s);
+  }
+}
+
+void layernorm_unbiased_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
+                                 const float* mean, const float* rdenom, const float* stddev, const float* weight,
+                                 int64_t rows, int64_t C, bool accumulate_dx) {
+  layernorm_backward_impl(dx, dweight, dbias, dy, rdenom, weight, rows, C, accumulate_dx,
+                          [&](int64_t r, int64_t c) { return (x[r * C + c] - mean[r]) * rdenom[r]; },
+                          unbiased_std_term(rdenom, stddev, C));
+}
+
+void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* dbias, const float* dy,
+                                             const float* y, const float* rdenom, const float* stddev,
+                                             const float* weight, const float* bias, int64_t rows, int64_t C,
+                                             bool accumulate_dx) {
+  layernorm_backward_impl(dx, dweight, dbias, dy, rdenom, weight, rows, C, accumulate_dx,
+                          [&](int64_t r, int64_t c) { return (y[r * C + c] - bias[c]) / weight[c]; },
+                          unbiased_std_term(rdenom, stddev, C));
 }
 
 }  // namespace qkv::kernels

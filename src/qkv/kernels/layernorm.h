@@ -24,4 +24,31 @@ void layernorm_backward_from_output(float* dx, float* dweight, float* dbias, con
                                     const float* rstd, const float* weight, const float* bias, int64_t rows,
                                     int64_t C, bool accumulate_dx);
 
+// ---- seed 003's LayerNorm: y = weight * (x - mean) / (std + eps) + bias --------------------------
+// std is the unbiased standard deviation (torch's x.std(-1), which divides by C - 1, so C >= 2),
+// and eps is added to std, not to the variance. Saves per row the mean, rdenom = 1 / (std + eps)
+// and std.
+void layernorm_unbiased_forward(float* y, float* mean, float* rdenom, float* stddev, const float* x,
+                                const float* weight, const float* bias, int64_t rows, int64_t C, float eps);
+
+// Backward, per row, with xc = x - mean, s = std, d = s + eps, r = 1 / d, xhat = xc * r, g = dy * weight:
+//   y_c = weight_c * xhat_c + bias_c, so dL/dx_j = sum_c g_c * d(xhat_c)/dx_j, and
+//   d(xhat_c)/dx_j = r * (delta_cj - 1/C) - xc_c * r^2 * ds/dx_j            (quotient rule)
+//   ds/dx_j = d/dx_j sqrt(sum_c xc_c^2 / (C - 1)) = sum_c xc_c (delta_cj - 1/C) / ((C - 1) s)
+//           = xc_j / ((C - 1) s)                                              (sum_c xc_c = 0)
+//   dx_j = r * (g_j - mean(g)) - r^2 * sum_c(g_c xc_c) * xc_j / ((C - 1) s)
+//        = r * (g_j - mean(g) - xhat_j * sum_c(g_c xhat_c) * d / ((C - 1) s))   (xc = xhat * d)
+// which is the standard form above with mean(g * xhat) replaced by sum(g * xhat) * d / ((C - 1) s).
+// A constant row (s = 0) has xhat = 0: its last term is 0, as torch's std backward masks s = 0.
+//   dweight += sum_rows dy * xhat,  dbias += sum_rows dy.
+void layernorm_unbiased_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
+                                 const float* mean, const float* rdenom, const float* stddev, const float* weight,
+                                 int64_t rows, int64_t C, bool accumulate_dx);
+
+// The same from the output, xhat = (y - bias) / weight (see layernorm_backward_from_output).
+void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* dbias, const float* dy,
+                                             const float* y, const float* rdenom, const float* stddev,
+                                             const float* weight, const float* bias, int64_t rows, int64_t C,
+                                             bool accumulate_dx);
+
 }  // namespace qkv::kernels

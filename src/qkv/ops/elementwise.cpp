@@ -64,6 +64,21 @@ void gelu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   kernels::gelu_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc);
 }
 
+Tensor gelu_tanh_forward(const Tensor& x_in) {
+  const Tensor x = x_in.contiguous();
+  Tensor y = Tensor::empty(x.shape());
+  kernels::gelu_tanh_forward(y.f32(), x.f32(), x.numel());
+  return y;
+}
+
+void gelu_tanh_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
+  QKV_CHECK(dy_in.shape() == x_in.shape(),
+            "gelu_tanh backward: grad " << dy_in.shape() << " vs input " << x_in.shape());
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
+  const bool acc = prepare_slot(dx, x.shape());
+  kernels::gelu_tanh_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc);
+}
+
 Tensor dropout_forward(const Tensor& x_in, float p, uint64_t seed, uint64_t offset) {
   QKV_CHECK(p >= 0.f && p < 1.f, "dropout: probability " << p << " outside [0, 1)");
   const Tensor x = x_in.contiguous();

@@ -22,28 +22,42 @@ struct GradSlots {
 };
 }  // namespace
 
-LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, float eps) {
+LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, float eps,
+                               LayerNormVariant variant) {
   QKV_CHECK(x_in.dim() >= 1, "layernorm: input must have at least one dim, got " << x_in.shape());
   const int64_t C = x_in.size(-1);
   QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
             "layernorm: input " << x_in.shape() << " needs weight and bias (" << C << "), got " << weight.shape()
                                 << " and " << bias.shape());
-  const Tensor x = x_in.contiguous();
+  const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
+  QKV_CHECK(!unbiased || C >= 2, "layernorm (seed003, unbiased std): the last dim of input "
+                                     << x_in.shape() << " must be at least 2, the unbiased std of " << C
+                                     << " value is undefined");
+  const Tensor x = x_in.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   const int64_t rows = x.numel() / C;
-  LayerNormOut out{Tensor::empty(x.shape()), Tensor::empty(Dims{rows}), Tensor::empty(Dims{rows})};
-  kernels::layernorm_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), x.f32(), weight.contiguous().f32(),
-                             bias.contiguous().f32(), rows, C, eps);
+  LayerNormOut out{Tensor::empty(x.shape()), Tensor::empty(Dims{rows}), Tensor::empty(Dims{rows}), Tensor(), variant};
+  if (unbiased) {
+    out.stddev = Tensor::empty(Dims{rows});
+    kernels::layernorm_unbiased_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), out.stddev.f32(), x.f32(),
+                                        w.f32(), b.f32(), rows, C, eps);
+  } else {
+    kernels::layernorm_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), x.f32(), w.f32(), b.f32(), rows, C, eps);
+  }
   return out;
 }
 
 void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight, const LayerNormOut& saved,
                         Tensor* dx, Tensor* dweight, Tensor* dbias) {
   QKV_CHECK(dy_in.shape() == x_in.shape(), "layernorm backward: grad " << dy_in.shape() << " vs input " << x_in.shape());
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), w = weight.contiguous();
   const int64_t C = x.size(-1), rows = x.numel() / C;
   GradSlots g(dx, dweight, dbias, x.shape(), weight.shape());
-  kernels::layernorm_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
-                              saved.rstd.f32(), weight.contiguous().f32(), rows, C, g.accumulate_dx);
+  if (saved.variant == LayerNormVariant::UnbiasedStd)
+    kernels::layernorm_unbiased_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
+                                         saved.rstd.f32(), saved.stddev.f32(), w.f32(), rows, C, g.accumulate_dx);
+  else
+    kernels::layernorm_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
+                                saved.rstd.f32(), w.f32(), rows, C, g.accumulate_dx);
 }
 
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias) {
@@ -56,14 +70,19 @@ bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias) {
 }
 
 void layernorm_backward_from_output(const Tensor& dy_in, const Tensor& y, const Tensor& weight, const Tensor& bias,
-                                    const Tensor& rstd, Tensor* dx, Tensor* dweight, Tensor* dbias) {
+                                    const LayerNormOut& saved, Tensor* dx, Tensor* dweight, Tensor* dbias) {
   QKV_CHECK(dy_in.shape() == y.shape() && y.is_contiguous(),
             "layernorm backward: grad " << dy_in.shape() << " vs output " << y.shape());
-  const Tensor dy = dy_in.contiguous();
+  const Tensor dy = dy_in.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   const int64_t C = y.size(-1), rows = y.numel() / C;
   GradSlots g(dx, dweight, dbias, y.shape(), weight.shape());
-  kernels::layernorm_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(), rstd.f32(),
-                                          weight.contiguous().f32(), bias.contiguous().f32(), rows, C, g.accumulate_dx);
+  if (saved.variant == LayerNormVariant::UnbiasedStd)
+    kernels::layernorm_unbiased_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(),
+                                                     saved.rstd.f32(), saved.stddev.f32(), w.f32(), b.f32(), rows, C,
+                                                     g.accumulate_dx);
+  else
+    kernels::layernorm_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(),
+                                            saved.rstd.f32(), w.f32(), b.f32(), rows, C, g.accumulate_dx);
 }
 
 Tensor softmax_forward(const Tensor& x_in) {

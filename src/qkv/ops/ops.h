@@ -41,6 +41,9 @@ Tensor relu_forward(const Tensor& x);
 void relu_backward(const Tensor& dy, const Tensor& x_or_y, Tensor* dx);
 Tensor gelu_forward(const Tensor& x);
 void gelu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
+// GELU's tanh approximation, torch's F.gelu(x, approximate='tanh') (derivative in kernels/elementwise.h).
+Tensor gelu_tanh_forward(const Tensor& x);
+void gelu_tanh_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
 // Inverted dropout with a counter-based mask drawn from (seed, offset): reproducible for any
 // thread count, regenerated in backward rather than stored. p must be in [0, 1).
 Tensor dropout_forward(const Tensor& x, float p, uint64_t seed, uint64_t offset);
@@ -49,13 +52,21 @@ void dropout_backward(const Tensor& dy, float p, uint64_t seed, uint64_t offset,
 void accumulate(const Tensor& dy, Tensor* dx);
 
 // ---- normalisation ---------------------------------------------------------------------------
-struct LayerNormOut {
-  Tensor y;     // x's shape
-  Tensor mean;  // (rows) = numel / C
-  Tensor rstd;  // (rows)
+enum class LayerNormVariant {
+  Standard,     // nn.LayerNorm: (x - mean) / sqrt(biased variance + eps)
+  UnbiasedStd,  // seed 003: (x - mean) / (unbiased std + eps), std dividing by C - 1 (so C >= 2)
 };
-// Over the last dim C: weight (C), bias (C).
-LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
+struct LayerNormOut {
+  Tensor y;       // x's shape
+  Tensor mean;    // (rows) = numel / C
+  Tensor rstd;    // (rows): the factor of x - mean, 1 / sqrt(var + eps) or 1 / (std + eps)
+  Tensor stddev;  // (rows), UnbiasedStd only: the unbiased std, for backward
+  LayerNormVariant variant = LayerNormVariant::Standard;
+};
+// Over the last dim C: weight (C), bias (C). UnbiasedStd refuses C = 1 (its std is undefined).
+// Backward derivations in kernels/layernorm.h.
+LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                               LayerNormVariant variant = LayerNormVariant::Standard);
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormOut& saved,
                         Tensor* dx, Tensor* dweight, Tensor* dbias);
 
@@ -66,8 +77,9 @@ void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
 constexpr float kLayerNormMinWeight = 1e-3f;
 constexpr float kLayerNormMaxBiasRatio = 8.f;
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias);
+// `saved` needs rstd (and stddev for UnbiasedStd), not mean.
 void layernorm_backward_from_output(const Tensor& dy, const Tensor& y, const Tensor& weight, const Tensor& bias,
-                                    const Tensor& rstd, Tensor* dx, Tensor* dweight, Tensor* dbias);
+                                    const LayerNormOut& saved, Tensor* dx, Tensor* dweight, Tensor* dbias);
 
 // Softmax over the last dim.
 Tensor softmax_forward(const Tensor& x);
