@@ -15,38 +15,23 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/cli_util.h"
 #include "data/toy_corpus.h"
 #include "model/ref_dir.h"
 
 namespace {
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using qkv::testing::CliRun;
+using qkv::testing::read_file;
+using qkv::testing::temp_dir;
 
-CliRun qkv(const std::string& args) {
-  const std::string cmd = std::string(QKV_BIN) + " " + args + " 2>&1";
-  CliRun r;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+CliRun qkv(const std::string& args) { return qkv::testing::run_qkv(args); }
 
 std::string last_line(const std::string& text) {
   std::string t = text;
   while (!t.empty() && t.back() == '\n') t.pop_back();
   return t.substr(t.rfind('\n') == std::string::npos ? 0 : t.rfind('\n') + 1);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 int count_lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
@@ -58,13 +43,6 @@ pid_t spawn_qkv(const std::string& args, const std::string& log) {
   pid_t pid = -1;
   if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) return -1;
   return pid;
-}
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/qkv_cli_" + std::to_string(::getpid()) + "_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
 }
 
 TEST(Cli, VersionAndHelp) {

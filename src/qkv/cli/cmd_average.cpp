@@ -29,6 +29,7 @@ struct AverageOptions {
 
 int run_average(const AverageOptions& o) {
   namespace fs = std::filesystem;
+  for (const std::string& dir : o.checkpoints) check_checkpoint_argument(dir);
   for (const std::string& dir : o.checkpoints)
     QKV_CHECK(fs::weakly_canonical(dir) != fs::weakly_canonical(o.out),
               "average: --out " << o.out << " is one of the inputs; write the average elsewhere");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/validators.h"
 #include "qkv/core/error.h"
 #include "qkv/eval/bleu.h"
 #include "qkv/eval/chrf.h"
@@ -39,7 +40,7 @@ void add_common_options(CLI::App& app, MetricOptions& o) {
   app.add_option("-i,--input", o.input, "Hypotheses file (default: standard input), one segment a line");
   app.add_flag("--json", o.json, "Print sacreBLEU's JSON (`sacrebleu -f json`) instead of the score line");
   app.add_option("-w,--width", o.width, "Decimals of the score (sacreBLEU's -w)")
-      ->check(CLI::Range(0, 20))
+      ->check(FiniteRange(0, 20))
       ->capture_default_str();
 }
 

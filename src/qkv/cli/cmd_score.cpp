@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/step.h"
@@ -35,9 +36,12 @@ Runner add_score_command(CLI::App& app) {
   app.add_option("--src", o->src, "Source ids, one sentence a line")->required();
   app.add_option("--tgt", o->tgt, "Target ids, one sentence a line (input = tgt[:-1], label = tgt[1:])")->required();
   app.add_flag("--per-line", o->per_line, "Also print each line's sum of label log-probabilities");
-  app.add_option("--batch-size", o->batch_size, "Sentences per batch (padded with the pad id)")->capture_default_str();
-  app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)");
+  app.add_option("--batch-size", o->batch_size, "Sentences per batch (padded with the pad id)")
+      ->capture_default_str()
+      ->check(FiniteRange(1, kMaxBatchSentences));
+  app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   return [o]() {
+    check_checkpoint_argument(o->checkpoint);
     set_num_threads(o->threads);
     auto model = models::load_model(o->checkpoint);
     model->eval();

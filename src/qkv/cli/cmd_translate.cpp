@@ -10,12 +10,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <sstream>
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/progress.h"
+#include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/decoding/search.h"
 #include "qkv/models/checkpoint.h"
@@ -78,28 +80,16 @@ std::string join_ids(const std::vector<int32_t>& ids) {
   return s;
 }
 
-int run_translate(const TranslateOptions& o) {
-  set_num_threads(o.threads);
-  auto model = models::load_model(o.checkpoint);
-  model->eval();
-  const auto& c = model->config();
-  std::unique_ptr<text::SentencePiece> src_spm, tgt_spm;
-  if (!o.ids) {
-    const std::string s = o.checkpoint + "/" + models::kSourceSpmFile, t = o.checkpoint + "/" + models::kTargetSpmFile;
-    QKV_CHECK(std::filesystem::exists(s) && std::filesystem::exists(t),
-              o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
-    src_spm = std::make_unique<text::SentencePiece>(s);
-    tgt_spm = std::make_unique<text::SentencePiece>(t);
-  }
-  QKV_CHECK(o.too_long == "truncate" || o.too_long == "error",
-            "--too-long must be truncate or error, got '" << o.too_long << "'");
+// The input's lines as token ids (empty for an empty line), cut to max_seq_length or refused as
+// --too-long says.
+std::vector<data::IdLine> read_sources(const TranslateOptions& o, const models::TransformerConfig& c,
+                                       const text::SentencePiece* src_spm) {
   const std::vector<std::string> lines = read_input(o.input);
   const std::string where = o.input == "-" ? "<stdin>" : o.input;
   std::vector<data::IdLine> sources(lines.size());
   int64_t truncated = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
     sources[i] = o.ids ? parse_ids(lines[i], where, static_cast<int64_t>(i) + 1, c.src_vocab_size) : src_spm->encode(lines[i]);
-    if (sources[i].empty()) continue;  // an empty line translates to an empty line
     if (static_cast<int64_t>(sources[i].size()) > c.max_seq_length) {
       QKV_CHECK(o.too_long == "truncate", where << ":" << i + 1 << ": " << sources[i].size()
                                                   << " tokens exceed the model's max_seq_length " << c.max_seq_length
@@ -111,6 +101,37 @@ int run_translate(const TranslateOptions& o) {
   if (truncated)
     std::fprintf(stderr, "qkv translate: warning: %lld sentence(s) longer than %lld tokens were truncated\n",
                  static_cast<long long>(truncated), static_cast<long long>(c.max_seq_length));
+  return sources;
+}
+
+// The checks of flags against each other and against the checkpoint: --n-best <= --beam <= the
+// target vocabulary size. Usage errors, like a flag out of its range.
+void check_search_flags(const TranslateOptions& o, int64_t tgt_vocab_size) {
+  if (o.n_best > o.beam)
+    throw UsageError("--n-best " + std::to_string(o.n_best) + " exceeds --beam " + std::to_string(o.beam) +
+                     " (a beam keeps at most --beam hypotheses)");
+  if (o.beam > tgt_vocab_size)
+    throw UsageError("--beam " + std::to_string(o.beam) + " exceeds the checkpoint's target vocabulary size " +
+                     std::to_string(tgt_vocab_size));
+}
+
+int run_translate(const TranslateOptions& o) {
+  check_search_flags(o, std::numeric_limits<int64_t>::max());  // before loading: fail fast
+  check_checkpoint_argument(o.checkpoint);
+  set_num_threads(o.threads);
+  auto model = models::load_model(o.checkpoint);
+  model->eval();
+  const auto& c = model->config();
+  check_search_flags(o, c.tgt_vocab_size);
+  std::unique_ptr<text::SentencePiece> src_spm, tgt_spm;
+  if (!o.ids) {
+    const std::string s = o.checkpoint + "/" + models::kSourceSpmFile, t = o.checkpoint + "/" + models::kTargetSpmFile;
+    QKV_CHECK(std::filesystem::exists(s) && std::filesystem::exists(t),
+              o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
+    src_spm = std::make_unique<text::SentencePiece>(s);
+    tgt_spm = std::make_unique<text::SentencePiece>(t);
+  }
+  const std::vector<data::IdLine> sources = read_sources(o, c, src_spm.get());
 
   // Batches of similar length; results are put back in input order.
   std::vector<size_t> order;
@@ -173,15 +194,28 @@ Runner add_translate_command(CLI::App& app) {
   app.add_option("--checkpoint", o->checkpoint, "Checkpoint directory")->required();
   app.add_option("--input", o->input, "Source text, one sentence a line ('-' = stdin)")->capture_default_str();
   app.add_flag("--ids", o->ids, "Input and output are space-separated token ids (no SentencePiece)");
-  app.add_option("--beam", o->beam, "Beam size (1 = greedy)")->capture_default_str();
-  app.add_option("--n-best", o->n_best, "Hypotheses per sentence: 'index ||| text ||| log-prob ||| score'")->capture_default_str();
-  app.add_option("--length-penalty", o->length_penalty, "alpha in log-prob / length^alpha")->capture_default_str();
-  app.add_option("--max-length-ratio", o->max_length_ratio, "Output limit: ratio * source length + offset")->capture_default_str();
-  app.add_option("--max-length-offset", o->max_length_offset, "See --max-length-ratio")->capture_default_str();
-  app.add_option("--batch-size", o->batch_size, "Sentences decoded together")->capture_default_str();
+  app.add_option("--beam", o->beam, "Beam size (1 = greedy; at most the target vocabulary size)")
+      ->capture_default_str()
+      ->check(FiniteRange(1, decoding::kMaxBeamSize));
+  app.add_option("--n-best", o->n_best, "Hypotheses per sentence (<= --beam): 'index ||| text ||| log-prob ||| score'")
+      ->capture_default_str()
+      ->check(FiniteRange(1, decoding::kMaxBeamSize));
+  app.add_option("--length-penalty", o->length_penalty, "alpha in log-prob / length^alpha")
+      ->capture_default_str()
+      ->check(FiniteRange(0, decoding::kMaxLengthPenalty));
+  app.add_option("--max-length-ratio", o->max_length_ratio, "Output limit: ratio * source length + offset")
+      ->capture_default_str()
+      ->check(FiniteRange(0, decoding::kMaxLengthRatio));
+  app.add_option("--max-length-offset", o->max_length_offset, "See --max-length-ratio")
+      ->capture_default_str()
+      ->check(FiniteRange(0, decoding::kMaxLengthOffset));
+  app.add_option("--batch-size", o->batch_size, "Sentences decoded together")
+      ->capture_default_str()
+      ->check(FiniteRange(1, kMaxBatchSentences));
   app.add_option("--too-long", o->too_long, "Sources longer than max_seq_length: truncate (with a warning) or error")
-      ->capture_default_str();
-  app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)");
+      ->capture_default_str()
+      ->check(CLI::IsMember({"truncate", "error"}));
+  app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
   return [o]() { return run_translate(*o); };
 }

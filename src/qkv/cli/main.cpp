@@ -1,10 +1,68 @@
 // qkv — the command-line entry point. Subcommands live in their own files (cli/cmd_*.cpp).
+//
+// Every failure is one line on stderr starting with "qkv: error: ", and the exit status says what
+// kind of failure it was:
+//   0    success (also --help and --version)
+//   1    bad input: a file, checkpoint or config that cannot be used (qkv::Error and the like)
+//   2    usage: an unknown, missing, repeated or malformed flag, or a value out of its range;
+//        followed by the line "Run 'qkv CMD --help' for usage."
+//   130  interrupted (Ctrl-C; `qkv train` saves its last checkpoint first)
 #include <CLI/CLI.hpp>
 
 #include <iostream>
+#include <new>
+#include <string>
 
 #include "qkv/cli/commands.h"
 #include "qkv/core/error.h"
+
+namespace {
+
+constexpr int kExitBadInput = 1;
+constexpr int kExitUsage = 2;
+
+// "qkv translate": the (sub)command the user was calling, for the help hint.
+std::string command_path(const CLI::App& app) {
+  std::string path = "qkv";
+  const CLI::App* at = &app;
+  while (!at->get_subcommands().empty()) {
+    at = at->get_subcommands().front();
+    path += " " + at->get_name();
+  }
+  return path;
+}
+
+// Replaces `marker` in CLI11's `message` as `rewrite(before, after)` would, or keeps it as it is.
+template <class Rewrite>
+std::string reword(const std::string& message, const std::string& marker, Rewrite rewrite) {
+  const size_t at = message.find(marker);
+  if (at == std::string::npos) return message;
+  return rewrite(message.substr(0, at), message.substr(at + marker.size()));
+}
+
+// CLI11's wording of two errors, said plainly; the others already name the flag.
+std::string usage_message(const CLI::ParseError& e) {
+  std::string m = reword(e.what(), ": At Most 1 required but received ", [](const std::string& flag, const std::string& n) {
+    return flag + ": given " + n + " times; give it once";
+  });
+  return reword(m, "Could not convert: ", [](const std::string&, const std::string& rest) {
+    const size_t eq = rest.find(" = ");  // "--beam = 99999999999"
+    if (eq == std::string::npos) return "could not convert " + rest;
+    return rest.substr(0, eq) + ": '" + rest.substr(eq + 3) + "' is not a valid value (wrong type or out of range)";
+  });
+}
+
+int usage_error(const std::string& message, const CLI::App& app) {
+  std::cerr << "qkv: error: " << message << "\nRun '" << command_path(app) << " --help' for usage.\n";
+  return kExitUsage;
+}
+
+int bad_input(const std::string& message) {
+  std::cerr << "qkv: error: " << message << "\n";
+  return kExitBadInput;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"qkv: train and run Transformer models (Attention Is All You Need) on the CPU"};
@@ -14,7 +72,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    return usage_error(usage_message(e), app);
   }
   if (app.get_subcommands().empty()) {
     std::cout << app.help();
@@ -22,11 +81,11 @@ int main(int argc, char** argv) {
   }
   try {
     return qkv::cli::run_selected(app);
-  } catch (const qkv::Error& e) {
-    std::cerr << "qkv: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "qkv: error: " << e.what() << "\n";
-    return 1;
+  } catch (const qkv::cli::UsageError& e) {
+    return usage_error(e.what(), app);
+  } catch (const std::bad_alloc&) {
+    return bad_input("out of memory");
+  } catch (const std::exception& e) {  // qkv::Error and anything else a library throws
+    return bad_input(e.what());
   }
 }

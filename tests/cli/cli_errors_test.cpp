@@ -1,0 +1,188 @@
+// Command-line mistakes through the real binary: every one ends with exit status 2 (usage) or 1
+// (bad input) and one stderr message that starts with "qkv: error: " and names the flag or field;
+// usage errors add a "Run 'qkv CMD --help' for usage." line. --help and --version still exit 0.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+
+namespace {
+namespace fs = std::filesystem;
+using qkv::testing::CliRun;
+using qkv::testing::run_qkv_split;
+
+constexpr int kBadInput = 1;
+constexpr int kUsage = 2;
+
+// A tiny checkpoint (vocabulary 16) and an ids file to translate and score, made once.
+class CliErrors : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(qkv::testing::temp_dir("errors"));
+    std::ofstream(path("config.json")) << R"({"src_vocab_size": 16, "tgt_vocab_size": 16, "d_model": 16,
+        "num_heads": 2, "num_layers": 1, "d_ff": 32, "max_seq_length": 16})";
+    const CliRun r = run_qkv_split("init --config " + path("config.json") + " --out " + path("ckpt"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::ofstream(path("ids.txt")) << "4 5 6\n7 8 9 10\n";
+    std::ofstream(path("pairs.txt")) << "2 4 5 3\n2 7 8 3\n";
+    std::ofstream(path("ref.txt")) << "a b c\n";
+    std::ofstream(path("regular_file")) << "not a checkpoint\n";
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::string path(const std::string& name) { return *dir_ + "/" + name; }
+  static std::string translate(const std::string& flags) {
+    return "translate --checkpoint " + path("ckpt") + " --ids --quiet --threads 1 --input " + path("ids.txt") + " " + flags;
+  }
+  static std::string score(const std::string& flags) {
+    return "score --checkpoint " + path("ckpt") + " --src " + path("ids.txt") + " --tgt " + path("pairs.txt") + " " + flags;
+  }
+
+  // Runs `qkv args` and checks the exit status, that stderr is "qkv: error: ..." naming each of
+  // `named`, and for usage errors the help hint for `command` ("qkv translate").
+  static void expect_error(const std::string& args, int code, const std::vector<std::string>& named,
+                           const std::string& command = "") {
+    SCOPED_TRACE("qkv " + args);
+    const CliRun r = run_qkv_split(args);
+    EXPECT_EQ(r.code, code) << r.err;
+    EXPECT_EQ(r.err.rfind("qkv: error: ", 0), 0u) << r.err;
+    for (const std::string& n : named) EXPECT_NE(r.err.find(n), std::string::npos) << "should name " << n << ":\n" << r.err;
+    if (code == kUsage && !command.empty()) {
+      EXPECT_NE(r.err.find("\nRun '" + command + " --help' for usage.\n"), std::string::npos) << r.err;
+    }
+    EXPECT_EQ(r.out, "");
+  }
+
+  static std::string* dir_;
+};
+std::string* CliErrors::dir_ = nullptr;
+
+TEST_F(CliErrors, UnknownFlagsAndCommandsAreUsageErrors) {
+  expect_error(translate("--bogus"), kUsage, {"--bogus"}, "qkv translate");
+  expect_error("train --synthetic --preset tiny --stepz 3", kUsage, {"--stepz"}, "qkv train");
+  expect_error("frobnicate", kUsage, {"frobnicate"}, "qkv");
+  expect_error("--bogus", kUsage, {"--bogus"}, "qkv");
+}
+
+TEST_F(CliErrors, MissingRequiredFlagsAndValuesAreUsageErrors) {
+  expect_error("translate", kUsage, {"--checkpoint is required"}, "qkv translate");
+  expect_error("score --checkpoint " + path("ckpt") + " --tgt " + path("pairs.txt"), kUsage, {"--src"}, "qkv score");
+  expect_error("bleu", kUsage, {"refs"}, "qkv bleu");
+  expect_error("average " + path("ckpt"), kUsage, {"--out"}, "qkv average");
+  expect_error("translate --checkpoint", kUsage, {"--checkpoint"}, "qkv translate");
+}
+
+TEST_F(CliErrors, IntegerFlagsRefuseFloatsHexAndOverflow) {
+  expect_error("train --synthetic --preset tiny --steps 1e3", kUsage, {"--steps", "1e3", "integer"}, "qkv train");
+  expect_error("train --synthetic --preset tiny --steps 32.5", kUsage, {"--steps", "32.5"}, "qkv train");
+  // CLI11 clamps this to 2^63 - 1 on its own.
+  expect_error("train --synthetic --preset tiny --steps 99999999999999999999", kUsage, {"--steps", "99999999999999999999"},
+               "qkv train");
+  expect_error(translate("--max-length-offset 99999999999999999999"), kUsage, {"--max-length-offset"}, "qkv translate");
+  expect_error(translate("--beam 0x4"), kUsage, {"--beam", "0x4"}, "qkv translate");
+  expect_error(translate("--batch-size ' 8'"), kUsage, {"--batch-size"}, "qkv translate");
+}
+
+TEST_F(CliErrors, AFlagGivenTwiceIsAUsageError) {
+  expect_error(translate("--beam 2 --beam 3"), kUsage, {"--beam", "given 2 times"}, "qkv translate");
+  expect_error("train --synthetic --preset tiny --steps 3 --steps 4", kUsage, {"--steps", "given 2 times"}, "qkv train");
+  expect_error("bleu " + path("ref.txt") + " -w 2 --width 3", kUsage, {"--width"}, "qkv bleu");
+}
+
+TEST_F(CliErrors, AMissingConfigFileIsAnError) {
+  expect_error("init --config " + path("nope.json") + " --out " + path("out"), kUsage, {"--config", "nope.json"},
+               "qkv init");
+}
+
+TEST_F(CliErrors, NegativeSeedsAndThreadsAreRefused) {
+  // CLI11 reads -1 into an unsigned seed as 2^64 - 1.
+  expect_error("init --config " + path("config.json") + " --out " + path("out") + " --seed -1", kUsage, {"--seed", "-1"},
+               "qkv init");
+  expect_error("train --synthetic --preset tiny --seed -1", kUsage, {"--seed", "-1"}, "qkv train");
+  expect_error("init --config " + path("config.json") + " --out " + path("out") + " --seed 1.5", kUsage, {"--seed"},
+               "qkv init");
+  expect_error(translate("--threads -3"), kUsage, {"--threads", "-3"}, "qkv translate");
+  expect_error(score("--threads -3"), kUsage, {"--threads", "-3"}, "qkv score");
+  expect_error("train --synthetic --preset tiny --threads -3", kUsage, {"--threads", "-3"}, "qkv train");
+  EXPECT_FALSE(fs::exists(path("out")));
+}
+
+// --batch-size 0 used to loop forever; now refused at once.
+TEST_F(CliErrors, TranslateBatchSizeZeroReturnsPromptly) {
+  const auto start = std::chrono::steady_clock::now();
+  const CliRun r = run_qkv_split(translate("--batch-size 0"), 30);
+  EXPECT_EQ(r.code, kUsage) << r.err;
+  EXPECT_EQ(r.err.rfind("qkv: error: --batch-size: must be in [1, 1048576], got 0\n", 0), 0u) << r.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20);
+}
+
+TEST_F(CliErrors, TranslateRefusesNonsenseValuesNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--batch-size -1", "--batch-size: must be in [1, 1048576], got -1"},
+      {"--beam 0", "--beam: must be in [1, 1024], got 0"},
+      {"--beam 100000", "--beam: must be in [1, 1024], got 100000"},
+      {"--beam 20", "--beam 20 exceeds the checkpoint's target vocabulary size 16"},
+      {"--n-best 0", "--n-best: must be in [1, 1024], got 0"},
+      {"--beam 4 --n-best 5", "--n-best 5 exceeds --beam 4"},
+      {"--length-penalty nan", "--length-penalty: must be a finite number, got 'nan'"},
+      {"--length-penalty inf", "--length-penalty: must be a finite number, got 'inf'"},
+      {"--length-penalty -1", "--length-penalty: must be in [0, 10], got -1"},
+      {"--max-length-ratio -1", "--max-length-ratio: must be in [0, 1000], got -1"},
+      {"--max-length-ratio nan", "--max-length-ratio: must be a finite number, got 'nan'"},
+      {"--max-length-offset -1000", "--max-length-offset: must be in [0, 1048576], got -1000"},
+      {"--too-long maybe", "--too-long"},
+  };
+  for (const auto& [flags, message] : cases) expect_error(translate(flags), kUsage, {message}, "qkv translate");
+  // The largest beam the vocabulary allows runs.
+  const CliRun ok = run_qkv_split(translate("--beam 16 --n-best 16"));
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+TEST_F(CliErrors, ScoreAndMetricsRefuseNonsenseValuesNamingTheFlag) {
+  expect_error(score("--batch-size 0"), kUsage, {"--batch-size: must be in [1, 1048576], got 0"}, "qkv score");
+  expect_error(score("--batch-size -1"), kUsage, {"--batch-size: must be in [1, 1048576], got -1"}, "qkv score");
+  const std::string ref = path("ref.txt");
+  expect_error("bleu " + ref + " -w -1", kUsage, {"--width: must be in [0, 20], got -1"}, "qkv bleu");
+  expect_error("bleu " + ref + " -w nan", kUsage, {"--width"}, "qkv bleu");
+  expect_error("chrf " + ref + " -w 21", kUsage, {"--width: must be in [0, 20], got 21"}, "qkv chrf");
+}
+
+TEST_F(CliErrors, ACheckpointThatIsAFileIsNamedAsNotADirectory) {
+  const std::string file = path("regular_file");
+  const std::string message = file + ": not a directory (a checkpoint is a directory with config.json and model.safetensors)";
+  expect_error("translate --ids --checkpoint " + file + " --input " + path("ids.txt"), kBadInput, {message});
+  expect_error("score --checkpoint " + file + " --src " + path("ids.txt") + " --tgt " + path("pairs.txt"), kBadInput,
+               {message});
+  expect_error("average --out " + path("avg") + " " + path("ckpt") + " " + file, kBadInput, {message});
+}
+
+TEST_F(CliErrors, BadConfigFieldsAreBadInputNamingTheField) {
+  std::ofstream(path("fraction.json")) << R"({"d_model": 32.5})";
+  expect_error("init --config " + path("fraction.json") + " --out " + path("out"), kBadInput,
+               {"fraction.json", "\"d_model\" must be an integer, got 32.5"});
+  std::ofstream(path("twice.json")) << R"({"num_layers": 1, "num_layers": 2})";
+  expect_error("init --config " + path("twice.json") + " --out " + path("out"), kBadInput,
+               {"twice.json", "\"num_layers\" is given more than once"});
+  std::ofstream(path("huge.json")) << R"({"src_vocab_size": 9223372036854775808})";
+  expect_error("init --config " + path("huge.json") + " --out " + path("out"), kBadInput,
+               {"\"src_vocab_size\" must be in [1, 16777216], got 9223372036854775808"});
+}
+
+TEST_F(CliErrors, HelpAndVersionStillExitZero) {
+  for (const char* args : {"--help", "--version", "translate --help", "train --help", "bleu --help"}) {
+    SCOPED_TRACE(args);
+    const CliRun r = run_qkv_split(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    EXPECT_FALSE(r.out.empty());
+  }
+}
+
+}  // namespace

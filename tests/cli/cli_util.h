@@ -1,0 +1,62 @@
+// Running the real `qkv` binary (QKV_BIN) from tests: its exit status and output.
+#pragma once
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace qkv::testing {
+
+struct CliRun {
+  int code = -1;    // exit status; -1 if killed by a signal
+  std::string out;  // stdout (and stderr, for run_qkv)
+  std::string err;  // stderr (run_qkv_split only)
+};
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Runs `sh -c "QKV_BIN args <redirect>"` and collects what it writes to stdout. With a time limit
+// qkv runs under timeout(1), which kills it and exits 124 when the limit passes.
+inline CliRun run_shell(const std::string& args, const std::string& redirect, int time_limit_s = 0) {
+  const std::string limit = time_limit_s > 0 ? "timeout -k 5 " + std::to_string(time_limit_s) + " " : "";
+  const std::string cmd = limit + std::string(QKV_BIN) + " " + args + " " + redirect;
+  CliRun r;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// `qkv args` with stdout and stderr together in `out`.
+inline CliRun run_qkv(const std::string& args) { return run_shell(args, "2>&1"); }
+
+// `qkv args < /dev/null` with stdout in `out` and stderr in `err`, killed after `time_limit_s`.
+inline CliRun run_qkv_split(const std::string& args, int time_limit_s = 120) {
+  const std::string err_path =
+      ::testing::TempDir() + "/qkv_cli_stderr_" + std::to_string(::getpid()) + ".txt";
+  CliRun r = run_shell(args, "< /dev/null 2>" + err_path, time_limit_s);
+  r.err = read_file(err_path);
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+// A fresh, empty directory under the test temporary directory.
+inline std::string temp_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/qkv_cli_" + std::to_string(::getpid()) + "_" + name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace qkv::testing
