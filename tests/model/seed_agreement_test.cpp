@@ -1,5 +1,6 @@
 // qkv against seed 000's PyTorch model (tests/python/make_model_refs.py): same weights, same batch
 // with padding, dropout 0 -> same logits, loss, every gradient, and every parameter after 10 Adam steps.
+// The same for a model with the options of seed 003 and GPT-2 (tests/python/seed_variants.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,14 +41,17 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
+// One reference model (make_model_refs.py): <name>/ holds the checkpoint, <name>_batch.safetensors
+// the batch, PyTorch's logits, loss, gradients and parameters after 10 Adam steps, computed in
+// training mode (dropout 0) or in eval mode (a config with dropout, which eval turns off).
 // Logits at decoder positions whose *target* is padding are compared too: the seed's query mask
 // makes them a uniform average over all positions, which qkv reproduces.
-TEST(SeedAgreement, LogitsLossGradientsAndTenAdamSteps) {
-  const std::string model_dir = testing::ref_path("model_small");
-  const std::string batch_path = testing::ref_path("model_small_batch.safetensors");
+void expect_agreement(const std::string& name, bool train_mode) {
+  const std::string model_dir = testing::ref_path(name);
+  const std::string batch_path = testing::ref_path(name + "_batch.safetensors");
   if (model_dir.empty() || batch_path.empty()) return;
   auto model = models::load_model(model_dir);
-  model->train();  // dropout is 0 in this config: training mode must then be deterministic
+  model->train(train_mode);
   io::TensorFile ref = io::load_tensors(batch_path);
   const Tensor src = ref.take("src"), tgt = ref.take("tgt");
 
@@ -58,7 +62,8 @@ TEST(SeedAgreement, LogitsLossGradientsAndTenAdamSteps) {
     const Var logits = model->forward(src, tf.input);
     const double err = max_rel_error(logits.value(), ref.take("logits"));
     EXPECT_LE(err, 1e-4) << "logits";
-    RecordProperty("logits_max_rel_error", std::to_string(err));
+    ::testing::Test::RecordProperty(name + "_logits_max_rel_error", std::to_string(err));
+    std::printf("%s: logits relative error %.3g\n", name.c_str(), err);
   }
   // Forward + backward: loss and every parameter's gradient.
   train::Adam opt(model->named_parameters());
@@ -66,20 +71,21 @@ TEST(SeedAgreement, LogitsLossGradientsAndTenAdamSteps) {
   const train::StepResult r = train::forward_backward(*model, src, tgt);
   const float ref_loss = ref.take("loss").item();
   EXPECT_LE(std::fabs(r.loss - ref_loss) / std::fabs(ref_loss), 1e-5) << r.loss << " vs " << ref_loss;
+  std::printf("%s: loss relative error %.3g\n", name.c_str(), std::fabs(r.loss - ref_loss) / std::fabs(ref_loss));
   double worst_grad = 0;
-  for (const auto& [name, p] : model->named_parameters()) {
-    ASSERT_TRUE(p.grad().defined()) << name;
-    const Tensor want = ref.take("grad." + name);
-    if (is_key_bias(name)) {
-      EXPECT_LE(max_abs(p.grad()), 1e-6) << name << " should be zero up to rounding";
-      EXPECT_LE(max_abs(want), 1e-6) << name << " (PyTorch) should be zero up to rounding";
+  for (const auto& [param, p] : model->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << param;
+    const Tensor want = ref.take("grad." + param);
+    if (is_key_bias(param)) {
+      EXPECT_LE(max_abs(p.grad()), 1e-6) << param << " should be zero up to rounding";
+      EXPECT_LE(max_abs(want), 1e-6) << param << " (PyTorch) should be zero up to rounding";
       continue;
     }
     const double err = max_rel_error(p.grad(), want);
     worst_grad = std::max(worst_grad, err);
-    EXPECT_LE(err, 1e-4) << "grad." << name;
+    EXPECT_LE(err, 1e-4) << "grad." << param;
   }
-  std::printf("worst gradient relative error %.3g\n", worst_grad);
+  std::printf("%s: worst gradient relative error %.3g\n", name.c_str(), worst_grad);
   // Ten seed training steps (the first reuses the gradient above).
   const Tensor losses = ref.take("losses");
   opt.step();
@@ -88,18 +94,36 @@ TEST(SeedAgreement, LogitsLossGradientsAndTenAdamSteps) {
     EXPECT_NEAR(s.loss, losses.f32()[step], 1e-5 * std::fabs(losses.f32()[step])) << "step " << step + 1;
   }
   double worst_param = 0;
-  for (const auto& [name, p] : model->named_parameters()) {
-    const Tensor want = ref.take("after10." + name);
-    if (is_key_bias(name)) {
+  for (const auto& [param, p] : model->named_parameters()) {
+    const Tensor want = ref.take("after10." + param);
+    if (is_key_bias(param)) {
       const std::vector<float> a = p.value().to_vector(), b = want.to_vector();
-      for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(std::fabs(a[i] - b[i]), 2 * 10 * 1e-4) << name << "[" << i << "]";
+      for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(std::fabs(a[i] - b[i]), 2 * 10 * 1e-4) << param << "[" << i << "]";
       continue;
     }
     const double err = max_rel_error(p.value(), want);
     worst_param = std::max(worst_param, err);
-    EXPECT_LE(err, 1e-4) << "after10." << name;
+    EXPECT_LE(err, 1e-4) << "after10." << param;
   }
-  std::printf("worst parameter relative error after 10 Adam steps %.3g\n", worst_param);
+  std::printf("%s: worst parameter relative error after 10 Adam steps %.3g\n", name.c_str(), worst_param);
+}
+
+TEST(SeedAgreement, LogitsLossGradientsAndTenAdamSteps) {
+  expect_agreement("model_small", /*train_mode=*/true);  // dropout is 0: training mode is deterministic
+}
+
+// Seed 003's LayerNorm (unbiased std + eps 1e-6), GELU's tanh approximation, pre-LN, and dropout
+// inside the feed-forward (off in eval mode, as PyTorch's): every option seed 000 lacks at once.
+TEST(SeedAgreement, Seed003AndGpt2OptionsPreLn) {
+  const std::string model_dir = testing::ref_path("model_variants");
+  if (model_dir.empty()) return;
+  const models::TransformerConfig c = models::load_model(model_dir)->config();
+  ASSERT_EQ(c.layer_norm, "seed003");
+  ASSERT_EQ(c.activation, "gelu_tanh");
+  ASSERT_EQ(c.norm, models::NormPosition::Pre);
+  ASSERT_FLOAT_EQ(c.layer_norm_eps, 1e-6f);
+  ASSERT_GT(c.ffn_dropout, 0.f);
+  expect_agreement("model_variants", /*train_mode=*/false);
 }
 
 TEST(SeedAgreement, ScoreMatchesPyTorch) {

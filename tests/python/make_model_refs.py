@@ -31,6 +31,15 @@ Writes (all float tensors float32, ids int32; deterministic, byte-identical acro
       per_line    per pair, the sum of log-probabilities of its label tokens (same batch)
       tokens_per_line, num_tokens   label-token counts
 
+  DIR/model_variants/config.json, model.safetensors
+                                      model_small's sizes with the options of seed 003 and GPT-2
+                                      (VARIANT_OPTIONS: pre-LN, seed 003's LayerNorm with eps 1e-6,
+                                      tanh GELU, dropout 0.1 and ffn_dropout 0.1), built by
+                                      seed_variants.py; its norms get random weights and biases
+  DIR/model_variants_batch.safetensors
+                                      as model_small_batch, computed in eval mode (RNGs differ,
+                                      so dropout cannot be compared: eval turns it off on both sides)
+
 Note on logits at pad positions: with the seed's generate_mask a pad *query* row of the
 decoder self-attention is fully masked (-1e9 everywhere), so its softmax is uniform over
 all T key positions, future ones included. Logits at those positions therefore follow
@@ -51,6 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import safetensors_io  # noqa: E402
 import seed_transformer as st  # noqa: E402
+import seed_variants  # noqa: E402
 
 SMALL = {
     "src_vocab_size": 37,
@@ -62,7 +72,17 @@ SMALL = {
     "max_seq_length": 16,
     "dropout": 0.0,
 }
+# The options that seed 000 does not have, all at once (config.json fields, see seed_variants.py).
+VARIANT_OPTIONS = {
+    "norm": "pre",
+    "layer_norm": "seed003",
+    "layer_norm_eps": 1e-6,
+    "activation": "gelu_tanh",
+    "dropout": 0.1,
+    "ffn_dropout": 0.1,
+}
 MODEL_SEED = 0
+VARIANT_MODEL_SEED = 3
 DATA_SEED = 1234
 SCORE_SEED = 4321
 ADAM_STEPS = 10
@@ -93,12 +113,13 @@ def seed_loss(criterion, output, tgt, V):
     return criterion(output.contiguous().view(-1, V), tgt[:, 1:].contiguous().view(-1))
 
 
-def train_refs(model, src, tgt):
-    """Initial logits/loss/grads, then ADAM_STEPS seed training steps. Returns a tensor dict."""
+def train_refs(model, src, tgt, train_mode=True):
+    """Initial logits/loss/grads, then ADAM_STEPS seed training steps. Returns a tensor dict.
+    With dropout 0, train() and eval() compute the same thing; otherwise train_mode=False."""
     V = SMALL["tgt_vocab_size"]
     criterion = nn.CrossEntropyLoss(ignore_index=0)
     optimizer = optim.Adam(model.parameters(), lr=0.0001, betas=(0.9, 0.98), eps=1e-9)
-    model.train()  # dropout is 0, so train() and eval() compute the same thing
+    model.train(train_mode)
 
     out = {"src": src.to(torch.int32).numpy(), "tgt": tgt.to(torch.int32).numpy()}
     losses = []
@@ -172,6 +193,40 @@ def score_refs(model, pairs):
     }
 
 
+def write_variant_refs(out_dir, src, tgt):
+    """model_variants/ and model_variants_batch.safetensors; returns the paths written."""
+    config = dict(st.config_of(SMALL), **VARIANT_OPTIONS)
+    torch.manual_seed(VARIANT_MODEL_SEED)
+    model = seed_variants.variant_transformer_from_config(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:  # away from weight 1, bias 0, so their gradients and effect show
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * torch.randn_like(p))
+            elif "fc1.weight" in name:
+                # FFN pre-activations of std ~1 instead of ~0.3, where the tanh GELU differs from the
+                # erf one: with erf GELU, qkv's gradients would then be ~8e-4 off, 8x the tolerance.
+                p.mul_(3.0)
+    model_dir = os.path.join(out_dir, "model_variants")
+    os.makedirs(model_dir, exist_ok=True)
+    write_json(os.path.join(model_dir, "config.json"), config)
+    safetensors_io.save(os.path.join(model_dir, "model.safetensors"),
+                        {k: f32(v) for k, v in st.qkv_state_dict(model).items()},
+                        metadata={"format": "pt", "source": "tests/python/make_model_refs.py"})
+    refs = train_refs(model, src, tgt, train_mode=False)
+    batch_path = os.path.join(out_dir, "model_variants_batch.safetensors")
+    safetensors_io.save(batch_path, refs, metadata={
+        "format": "pt",
+        "source": "tests/python/make_model_refs.py",
+        "checkpoint": "model_variants",
+        "mode": "eval",
+        "optimizer": "Adam(lr=1e-4, betas=(0.9, 0.98), eps=1e-9)",
+        "steps": str(ADAM_STEPS),
+    })
+    print(f"variants: loss {refs['loss'].item():.6f}, losses after {ADAM_STEPS} Adam steps "
+          f"{refs['losses'][0]:.6f} -> {refs['losses'][-1]:.6f}")
+    return [os.path.join(model_dir, "config.json"), os.path.join(model_dir, "model.safetensors"), batch_path]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output directory")
@@ -218,6 +273,7 @@ def main():
         "steps": str(ADAM_STEPS),
     })
     written.append(batch_path)
+    written += write_variant_refs(args.out, src, tgt)
 
     n_params = sum(1 for _ in model.parameters())
     print(f"model_small: {n_params} parameter tensors, "

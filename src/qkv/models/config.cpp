@@ -96,11 +96,18 @@ void TransformerConfig::validate() const {
   QKV_CHECK(d_model % num_heads == 0, "config: d_model " << d_model << " must be divisible by num_heads " << num_heads);
   check_fraction("dropout", dropout, false);
   check_fraction("attention_dropout", attention_dropout, false);
+  check_fraction("ffn_dropout", ffn_dropout, false);
   QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
             "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
   QKV_CHECK(bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size,
             "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");
-  QKV_CHECK(activation == "relu" || activation == "gelu", "config: activation must be \"relu\" or \"gelu\", got \"" << activation << "\"");
+  QKV_CHECK(activation == "relu" || activation == "gelu" || activation == "gelu_tanh",
+            "config: activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"" << activation << "\"");
+  QKV_CHECK(layer_norm == "standard" || layer_norm == "seed003",
+            "config: layer_norm must be \"standard\" or \"seed003\", got \"" << layer_norm << "\"");
+  QKV_CHECK(layer_norm != "seed003" || d_model >= 2,
+            "config: layer_norm \"seed003\" needs d_model >= 2 (it divides by the unbiased std of d_model values), got "
+                << d_model);
   QKV_CHECK(mask_fill == "-1e9" || mask_fill == "-inf", "config: mask_fill must be \"-1e9\" or \"-inf\", got \"" << mask_fill << "\"");
   QKV_CHECK(std::isfinite(layer_norm_eps) && layer_norm_eps > 0.f,
             "config: layer_norm_eps must be a positive finite number, got " << layer_norm_eps);
@@ -122,6 +129,8 @@ std::string config_to_json(const TransformerConfig& c) {
             {"norm", c.norm == NormPosition::Post ? "post" : "pre"},
             {"activation", c.activation},
             {"layer_norm_eps", c.layer_norm_eps},
+            {"layer_norm", c.layer_norm},
+            {"ffn_dropout", c.ffn_dropout},
             {"scale_embeddings", c.scale_embeddings},
             {"tie_output_embedding", c.tie_output_embedding},
             {"mask_fill", c.mask_fill},
@@ -216,7 +225,7 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "src_vocab_size", "tgt_vocab_size", "d_model", "bos_id", "eos_id",        "num_heads",        "num_layers",
       "d_ff",           "max_seq_length", "dropout",        "pad_id",           "norm",
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
-      "attention_dropout"};
+      "attention_dropout", "layer_norm", "ffn_dropout"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
@@ -231,6 +240,8 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   c.norm = norm == "post" ? NormPosition::Post : NormPosition::Pre;
   read_field(j, "activation", c.activation, src);
   read_float(j, "layer_norm_eps", c.layer_norm_eps, src);
+  read_field(j, "layer_norm", c.layer_norm, src);
+  read_float(j, "ffn_dropout", c.ffn_dropout, src);
   read_field(j, "scale_embeddings", c.scale_embeddings, src);
   read_field(j, "tie_output_embedding", c.tie_output_embedding, src);
   read_field(j, "mask_fill", c.mask_fill, src);

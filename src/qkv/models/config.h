@@ -29,8 +29,10 @@ struct TransformerConfig {
   int32_t bos_id = 2;                 // begin / end of sentence, for decoding (SentencePiece ids
   int32_t eos_id = 3;                 // with pad 0, unk 1, bos 2, eos 3)
   NormPosition norm = NormPosition::Post;
-  std::string activation = "relu";    // "relu" (seed) or "gelu"
+  std::string activation = "relu";    // "relu" (seed), "gelu" (erf) or "gelu_tanh" (GPT-2's approximation)
   float layer_norm_eps = 1e-5f;       // nn.LayerNorm's default, as the seed uses it
+  std::string layer_norm = "standard";  // "standard" (nn.LayerNorm) or "seed003": (x - mean) / (unbiased std + eps)
+  float ffn_dropout = 0.f;            // dropout after the FFN's activation (seed 000: none; seed 003: 0.1)
   bool scale_embeddings = false;      // multiply embeddings by sqrt(d_model) (the paper) or not (seed)
   bool tie_output_embedding = false;  // fc.weight shares decoder_embedding.weight
   std::string mask_fill = "-1e9";     // value of masked scores: "-1e9" (seed 000) or "-inf"

@@ -8,17 +8,28 @@ namespace qkv::models {
 
 namespace {
 nn::Activation activation_of(const TransformerConfig& c) {
-  return c.activation == "gelu" ? nn::Activation::GELU : nn::Activation::ReLU;
+  if (c.activation == "gelu") return nn::Activation::GELU;
+  if (c.activation == "gelu_tanh") return nn::Activation::GELUTanh;
+  return nn::Activation::ReLU;
+}
+
+std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c) {
+  const ops::LayerNormVariant variant =
+      c.layer_norm == "seed003" ? ops::LayerNormVariant::UnbiasedStd : ops::LayerNormVariant::Standard;
+  return std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps, variant);
+}
+
+std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen) {
+  return std::make_unique<nn::PositionWiseFeedForward>(c.d_model, c.d_ff, gen, activation_of(c), c.ffn_dropout);
 }
 }  // namespace
 
 EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
     : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
                                                                                       c.attention_dropout))),
-      feed_forward(register_module("feed_forward", std::make_unique<nn::PositionWiseFeedForward>(
-                                                       c.d_model, c.d_ff, gen, activation_of(c)))),
-      norm1(register_module("norm1", std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps))),
-      norm2(register_module("norm2", std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps))),
+      feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
+      norm1(register_module("norm1", make_norm(c))),
+      norm2(register_module("norm2", make_norm(c))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
       norm_pos_(c.norm) {}
 
@@ -32,11 +43,10 @@ DecoderLayer::DecoderLayer(const TransformerConfig& c, Generator& gen)
                                                                                       c.attention_dropout))),
       cross_attn(register_module("cross_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
                                                                                         c.attention_dropout))),
-      feed_forward(register_module("feed_forward", std::make_unique<nn::PositionWiseFeedForward>(
-                                                       c.d_model, c.d_ff, gen, activation_of(c)))),
-      norm1(register_module("norm1", std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps))),
-      norm2(register_module("norm2", std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps))),
-      norm3(register_module("norm3", std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps))),
+      feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
+      norm1(register_module("norm1", make_norm(c))),
+      norm2(register_module("norm2", make_norm(c))),
+      norm3(register_module("norm3", make_norm(c))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
       norm_pos_(c.norm) {}
 
@@ -85,8 +95,8 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
     decoder_layers.push_back(&register_module("decoder_layers." + std::to_string(i),
                                               std::make_unique<DecoderLayer>(config, gen_)));
   if (config.norm == NormPosition::Pre) {
-    encoder_norm = &register_module("encoder_norm", std::make_unique<nn::LayerNorm>(config.d_model, config.layer_norm_eps));
-    decoder_norm = &register_module("decoder_norm", std::make_unique<nn::LayerNorm>(config.d_model, config.layer_norm_eps));
+    encoder_norm = &register_module("encoder_norm", make_norm(config));
+    decoder_norm = &register_module("decoder_norm", make_norm(config));
   }
   if (config.tie_output_embedding) fc.tie_weight(decoder_embedding.weight);  // both (V, D)
 }

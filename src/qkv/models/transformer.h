@@ -6,8 +6,9 @@
 //                  x = norm3(x + dropout(feed_forward(x)))
 //   Transformer:   logits = fc(decoder(dropout(pe(emb(tgt))), encoder(dropout(pe(emb(src))))))
 // Masks as the seed's generate_mask: src_mask hides padding keys (src == pad); tgt_mask hides
-// padding *query rows* (tgt == pad) and future keys (no-peek). Options (pre-LN, GELU, scaled or tied
-// embeddings, -inf fill) come from TransformerConfig and default to the seed.
+// padding *query rows* (tgt == pad) and future keys (no-peek). Options (pre-LN, GELU or its tanh
+// approximation, seed 003's LayerNorm, dropout inside the feed-forward, scaled or tied embeddings,
+// -inf fill) come from TransformerConfig and default to the seed.
 #pragma once
 #include <memory>
 #include <vector>

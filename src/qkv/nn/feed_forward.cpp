@@ -4,19 +4,29 @@
 
 namespace qkv::nn {
 
-PositionWiseFeedForward::PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation)
+PositionWiseFeedForward::PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation,
+                                                 float dropout_p)
     : fc1(register_module("fc1", std::make_unique<Linear>(d_model, d_ff, gen))),
       fc2(register_module("fc2", std::make_unique<Linear>(d_ff, d_model, gen))),
+      dropout(register_module("dropout", std::make_unique<Dropout>(dropout_p, gen))),
       activation_(activation) {}
 
-Var PositionWiseFeedForward::compute(const Var& x) const {
+Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) const {
   const Var h = fc1.forward(x);  // (B, T, d_ff)
-  return fc2.forward(activation_ == Activation::ReLU ? fn::relu(h) : fn::gelu(h));
+  Var a;
+  switch (activation_) {
+    case Activation::ReLU: a = fn::relu(h); break;
+    case Activation::GELU: a = fn::gelu(h); break;
+    case Activation::GELUTanh: a = fn::gelu_tanh(h); break;
+  }
+  return fc2.forward(dropout.apply(a, mask));
 }
 
 Var PositionWiseFeedForward::forward(const Var& x) const {
-  if (!recompute_ || !training()) return compute(x);
-  return fn::checkpoint([this](const Var& in) { return compute(in); }, x);
+  // The mask is drawn here, once: the recomputation in backward must apply the same one.
+  const Dropout::Mask mask = dropout.draw(x.value().numel() / x.size(-1) * fc1.weight.size(0));
+  if (!recompute_ || !training()) return compute(x, mask);
+  return fn::checkpoint([this, mask](const Var& in) { return compute(in, mask); }, x);
 }
 
 }  // namespace qkv::nn

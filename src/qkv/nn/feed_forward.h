@@ -1,22 +1,26 @@
-// PositionWiseFeedForward as in seed 000: fc2(activation(fc1(x))), activation ReLU (seed) or GELU.
+// PositionWiseFeedForward: fc2(activation(fc1(x))) as in seed 000, activation ReLU (seed), GELU or
+// GELU's tanh approximation; with dropout > 0, fc2(dropout(activation(fc1(x)))) as seed 003's
+// FeedForward (linear2(dropout(relu(linear1(x))))).
 #pragma once
 #include "qkv/nn/layers.h"
 
 namespace qkv::nn {
 
-enum class Activation { ReLU, GELU };
+enum class Activation { ReLU, GELU, GELUTanh };
 
 class PositionWiseFeedForward : public Module {
  public:
-  PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation = Activation::ReLU);
+  PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation = Activation::ReLU,
+                          float dropout = 0.f);
   Var forward(const Var& x) const;  // (B, T, D) -> (B, T, D)
   // Recompute the (B, T, d_ff) hidden activation in backward instead of keeping it (saves 4x the
   // memory of a (B, T, D) activation per layer for one extra fc1 forward).
   void set_recompute(bool on) { recompute_ = on; }
   Linear &fc1, &fc2;
+  Dropout& dropout;  // on the hidden activation
 
  private:
-  Var compute(const Var& x) const;
+  Var compute(const Var& x, const Dropout::Mask& mask) const;
   Activation activation_;
   bool recompute_ = false;
 };

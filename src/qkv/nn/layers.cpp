@@ -36,15 +36,19 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) {
   weight = register_parameter("weight", std::move(t));
 }
 
-LayerNorm::LayerNorm(int64_t dim, float eps) : eps_(eps) {
+LayerNorm::LayerNorm(int64_t dim, float eps, ops::LayerNormVariant variant) : eps_(eps), variant_(variant) {
   weight = register_parameter("weight", Tensor::full(Dims{dim}, 1.f));
   bias = register_parameter("bias", Tensor::zeros(Dims{dim}));
 }
 
-Var Dropout::forward(const Var& x) const {
-  if (!training() || p_ == 0.f) return x;
-  const uint64_t offset = gen_->reserve(static_cast<uint64_t>(x.value().numel()));
-  return fn::dropout(x, p_, gen_->seed(), offset);
+Dropout::Mask Dropout::draw(int64_t numel) const {
+  if (!training() || p_ == 0.f) return {};
+  const uint64_t offset = gen_->reserve(static_cast<uint64_t>(numel));
+  return {true, gen_->seed(), offset};
+}
+
+Var Dropout::apply(const Var& x, const Mask& mask) const {
+  return mask.active ? fn::dropout(x, p_, mask.seed, mask.offset) : x;
 }
 
 PositionalEncoding::PositionalEncoding(int64_t d_model, int64_t max_seq_length)

@@ -24,21 +24,33 @@ class Embedding : public Module {
   Var weight;
 };
 
+// nn.LayerNorm (weight 1, bias 0), or with UnbiasedStd seed 003's LayerNorm, whose a_2 / b_2 are
+// stored under the same names weight / bias.
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
-  Var forward(const Var& x) const { return fn::layernorm(x, weight, bias, eps_); }
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f, ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
+  Var forward(const Var& x) const { return fn::layernorm(x, weight, bias, eps_, variant_); }
   Var weight, bias;
 
  private:
   float eps_;
+  ops::LayerNormVariant variant_;
 };
 
 // Inverted dropout, active only in training mode; draws masks from the model's Generator.
 class Dropout : public Module {
  public:
+  // The counters of one mask, reserved from the Generator; inactive means identity (eval mode, p = 0).
+  struct Mask {
+    bool active = false;
+    uint64_t seed = 0, offset = 0;
+  };
   Dropout(float p, Generator& gen) : p_(p), gen_(&gen) {}
-  Var forward(const Var& x) const;
+  Var forward(const Var& x) const { return apply(x, draw(x.value().numel())); }
+  // Drawing and applying apart: a block replayed in backward (activation checkpointing) draws its
+  // mask once in forward and applies that same mask in both passes.
+  Mask draw(int64_t numel) const;
+  Var apply(const Var& x, const Mask& mask) const;
   float p() const { return p_; }
 
  private:
