@@ -13,10 +13,11 @@ Var checkpoint(const std::function<Var(const Var&)>& f, const Var& x) {
   }
   // Recorded even if x needs no gradient: the parameters inside f do.
   return record_op(std::move(y), true, [f, xv = x.value(), xc = x.cell()](const Tensor& dy) {
-    TapeScope replay;  // a private tape: the outer tape is mid-walk
+    Graph replay;  // a graph of its own: the outer graph is mid-walk
+    const GraphScope scope(replay);
     Var input(xv, /*requires_grad=*/xc != nullptr);
     const Var out = f(input);
-    backward(out, dy);
+    replay.backward(out, dy);
     if (xc) ops::accumulate(input.grad(), &xc->grad);
   });
 }

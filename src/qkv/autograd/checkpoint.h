@@ -4,7 +4,7 @@
 #pragma once
 #include <functional>
 
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 
 namespace qkv::fn {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::fn {

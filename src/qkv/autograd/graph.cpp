@@ -1,4 +1,4 @@
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 
 namespace qkv {
 
@@ -33,47 +33,78 @@ NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false;
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
 
 namespace {
-Tape& root_tape() {
-  thread_local Tape tape;
-  return tape;
+Graph& default_graph() {
+  thread_local Graph graph;
+  return graph;
 }
-thread_local Tape* g_current = nullptr;
-}  // namespace
+thread_local Graph* g_current = nullptr;
 
-Tape& Tape::current() { return g_current ? *g_current : root_tape(); }
-
-TapeScope::TapeScope() : previous_(g_current) { g_current = &tape_; }
-TapeScope::~TapeScope() { g_current = previous_; }
-
-void Tape::clear() { nodes_.clear(); }
-
-void Tape::backward(const Var& out, const Tensor& grad_out) {
-  QKV_CHECK(out.requires_grad(), "backward: the output does not require grad (no parameter or input feeds it)");
-  QKV_CHECK(grad_out.shape() == out.shape(),
-            "backward: gradient " << grad_out.shape() << " does not match output " << out.shape());
-  {
-    Tensor seed = grad_out.contiguous();
-    if (out.cell()->grad.defined()) {
-      Tensor sum = out.cell()->grad.clone();
-      const float* s = seed.f32();
-      float* d = sum.f32();
-      for (int64_t i = 0; i < sum.numel(); ++i) d[i] += s[i];
-      out.cell()->grad = sum;
-    } else {
-      out.cell()->grad = seed.clone();
-    }
+void seed_gradient(const Var& out, const Tensor& grad_out) {
+  Tensor seed = grad_out.contiguous();
+  if (out.cell()->grad.defined()) {
+    Tensor sum = out.cell()->grad.clone();
+    const float* s = seed.f32();
+    float* d = sum.f32();
+    for (int64_t i = 0; i < sum.numel(); ++i) d[i] += s[i];
+    out.cell()->grad = sum;
+  } else {
+    out.cell()->grad = seed.clone();
   }
-  // Walk backwards; free each node (and the gradient of its non-leaf output) once it has run.
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+}
+
+// Walks `nodes` backwards; frees each node (and the gradient of its non-leaf output) once it has run.
+void run_backward(detail::GraphNodes& graph) {
+  std::vector<std::unique_ptr<Node>>& nodes = graph.nodes;
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
     Node& node = **it;
     if (node.out->grad.defined()) node.backward();
     if (!node.out->is_leaf) node.out->grad = Tensor();
     it->reset();
   }
-  nodes_.clear();
+  nodes.clear();
 }
 
-void backward(const Var& out, const Tensor& grad_out) { Tape::current().backward(out, grad_out); }
+void check_output(const Var& out, const Tensor& grad_out) {
+  QKV_CHECK(out.requires_grad(), "backward: the output does not require grad (no parameter or input feeds it)");
+  QKV_CHECK(grad_out.shape() == out.shape(),
+            "backward: gradient " << grad_out.shape() << " does not match output " << out.shape());
+}
+}  // namespace
+
+Graph& Graph::current() { return g_current ? *g_current : default_graph(); }
+
+void Graph::record(std::unique_ptr<Node> node) {
+  node->out->graph = nodes_;
+  nodes_->nodes.push_back(std::move(node));
+}
+
+GraphScope::GraphScope(Graph& graph) : previous_(g_current) { g_current = &graph; }
+GraphScope::~GraphScope() { g_current = previous_; }
+
+void Graph::backward(const Var& out, const Tensor& grad_out) {
+  check_output(out, grad_out);
+  QKV_CHECK(out.cell()->is_leaf || out.cell()->graph.lock() == nodes_,
+            "backward: this value was recorded by another graph (or its graph was already run)");
+  seed_gradient(out, grad_out);
+  run_backward(*nodes_);
+}
+
+void Graph::backward(const Var& loss) {
+  QKV_CHECK(loss.value().numel() == 1, "backward: loss must have one element, got " << loss.value().describe());
+  backward(loss, Tensor::full(loss.shape(), 1.f));
+}
+
+void backward(const Var& out, const Tensor& grad_out) {
+  check_output(out, grad_out);
+  if (out.cell()->is_leaf) {
+    seed_gradient(out, grad_out);
+    return;
+  }
+  const std::shared_ptr<detail::GraphNodes> graph = out.cell()->graph.lock();
+  QKV_CHECK(graph, "backward: the graph that recorded this value no longer exists");
+  seed_gradient(out, grad_out);
+  run_backward(*graph);
+}
 
 void backward(const Var& loss) {
   QKV_CHECK(loss.value().numel() == 1, "backward: loss must have one element, got " << loss.value().describe());

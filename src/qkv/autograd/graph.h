@@ -1,10 +1,19 @@
-// The tape: reverse-mode autograd at the granularity of fused ops.
+// The autograd graph: reverse-mode differentiation at the granularity of fused ops.
 //
-// Each differentiable op appends a Node to the current thread's tape during forward. backward()
-// seeds the output gradient and walks the tape from the end: every node reads its output's
+// A Graph owns the nodes recorded while it is current: each differentiable op appends a Node
+// during forward, and every output Var remembers the graph that recorded it. Graph::backward seeds
+// the output gradient and walks the graph's nodes from the end: each node reads its output's
 // gradient and accumulates into its inputs' gradient slots (so a Var used twice receives the sum).
-// Nodes are destroyed as soon as they have run, freeing what they saved; the tape ends empty.
-// Under NoGradGuard nothing is recorded (inference), and no activations are kept.
+// Nodes are destroyed as soon as they have run, freeing what they saved; the graph ends empty.
+// One graph's backward never touches another graph's nodes.
+//
+// The caller owns the graph it trains with and makes it current with a GraphScope:
+//     Graph graph;
+//     GraphScope scope(graph);
+//     Var loss = ...;        // recorded into `graph`
+//     graph.backward(loss);
+// Without a GraphScope, ops record into this thread's default graph (convenient in tests and
+// short scripts). Under NoGradGuard nothing is recorded (inference), and no activations are kept.
 #pragma once
 #include <memory>
 #include <vector>
@@ -19,34 +28,46 @@ struct Node {
   std::shared_ptr<GradCell> out;  // the output whose gradient this node propagates
 };
 
-class Tape {
+namespace detail {
+struct GraphNodes {
+  std::vector<std::unique_ptr<Node>> nodes;
+};
+}  // namespace detail
+
+class Graph {
  public:
-  // The innermost active tape of this thread (see TapeScope).
-  static Tape& current();
-  void record(std::unique_ptr<Node> node) { nodes_.push_back(std::move(node)); }
-  size_t size() const { return nodes_.size(); }
+  Graph() : nodes_(std::make_shared<detail::GraphNodes>()) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  // The graph ops record into on this thread: the innermost GraphScope's, else the default graph.
+  static Graph& current();
+  void record(std::unique_ptr<Node> node);
+  size_t size() const { return nodes_->nodes.size(); }
   // Drops everything recorded (e.g. after an evaluation pass that recorded by mistake).
-  void clear();
-  // Runs backward from `out` with d(out) = grad_out (same shape as out).
+  void clear() { nodes_->nodes.clear(); }
+  // Runs backward from `out` (which this graph recorded, or a leaf) with d(out) = grad_out.
   void backward(const Var& out, const Tensor& grad_out);
+  // Backward of a scalar (1-element) loss: d(loss) = 1.
+  void backward(const Var& loss);
 
  private:
-  std::vector<std::unique_ptr<Node>> nodes_;
+  std::shared_ptr<detail::GraphNodes> nodes_;
 };
 
-// Makes a fresh tape current for its lifetime (used by checkpoint to replay a segment).
-class TapeScope {
+// Makes `graph` the one ops record into on this thread for the scope's lifetime.
+class GraphScope {
  public:
-  TapeScope();
-  ~TapeScope();
-  TapeScope(const TapeScope&) = delete;
-  TapeScope& operator=(const TapeScope&) = delete;
+  explicit GraphScope(Graph& graph);
+  ~GraphScope();
+  GraphScope(const GraphScope&) = delete;
+  GraphScope& operator=(const GraphScope&) = delete;
 
  private:
-  Tape tape_;
-  Tape* previous_;
+  Graph* previous_;
 };
 
+// Backward through the graph that recorded `out` (see Var::cell()->graph).
 // Backward of a scalar (1-element) loss: d(loss) = 1.
 void backward(const Var& loss);
 void backward(const Var& out, const Tensor& grad_out);
@@ -76,7 +97,7 @@ Var record_op(Tensor value, bool any_input_requires_grad, F backward_fn) {
   auto node = std::make_unique<FnNode>(std::move(backward_fn));
   node->out = std::make_shared<GradCell>();
   Var result(std::move(value), node->out);
-  Tape::current().record(std::move(node));
+  Graph::current().record(std::move(node));
   return result;
 }
 

@@ -11,10 +11,15 @@
 
 namespace qkv {
 
+namespace detail {
+struct GraphNodes;
+}
+
 struct GradCell {
   Tensor grad;           // undefined until a gradient arrives; then accumulated into
   bool is_leaf = false;  // parameters and user inputs keep their grad after backward
   std::string name;
+  std::weak_ptr<detail::GraphNodes> graph;  // the graph that recorded the op producing it (non-leaves)
 };
 
 class Var {

@@ -18,13 +18,15 @@ float chunk_forward_backward(const models::Transformer& model, const Tensor& src
                              float label_smoothing, float weight) {
   const data::TeacherForcing tf = data::shift_target(tgt);
   const int64_t V = model.config().tgt_vocab_size;
+  Graph graph;  // this chunk's forward and backward, nothing else
+  const GraphScope scope(graph);
   Var loss;
   {
     const Var logits = model.forward(src, tf.input);  // (B, T-1, V)
     loss = fn::cross_entropy(fn::reshape(logits, Dims{-1, V}), tf.labels, model.config().pad_id, label_smoothing);
   }  // the logits Var is dropped here so only the loss node holds them
   const float value = loss.value().item();
-  backward(loss, Tensor::full(loss.shape(), weight));
+  graph.backward(loss, Tensor::full(loss.shape(), weight));
   return value;
 }
 }  // namespace
