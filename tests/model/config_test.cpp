@@ -124,3 +124,30 @@ TEST(Config, ValidateAppliesTheSameBoundsToConfigsBuiltInCode) {
 
 }  // namespace
 }  // namespace qkv::models
+
+namespace qkv::models {
+namespace {
+TEST(Config, ArchitectureAndFormatVersion) {
+  const TransformerConfig c = config_from_json("{}", "config.json");
+  EXPECT_EQ(c.architecture, "encoder-decoder");  // configs written before the field read unchanged
+  const std::string written = config_to_json(c);
+  EXPECT_NE(written.find("\"architecture\": \"encoder-decoder\""), std::string::npos) << written;
+  EXPECT_NE(written.find("\"format_version\": 1"), std::string::npos) << written;
+  EXPECT_EQ(config_from_json(written, "config.json").architecture, "encoder-decoder");
+  auto error = [](const std::string& json) -> std::string {
+    try {
+      config_from_json(json, "config.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(error(R"({"format_version": 2})").find("format_version 2 is newer than this qkv reads (1)"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"format_version": "1"})").find("\"format_version\" must be a positive integer"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"architecture": "decoder-only"})").find("architecture \"decoder-only\" is not supported"),
+            std::string::npos);
+}
+}  // namespace
+}  // namespace qkv::models

@@ -38,7 +38,7 @@ json describe(const std::string& dir) {
   int64_t params = 0;
   for (const Var& p : model->parameters()) params += p.value().numel();
   json j = {{"checkpoint", dir},
-            {"architecture", "encoder-decoder"},
+            {"architecture", model->config().architecture},
             {"parameters", params},
             {"config", json::parse(models::config_to_json(model->config()))},
             {"manifest", manifest.has_manifest}};

@@ -115,7 +115,9 @@ void TransformerConfig::validate() const {
 }
 
 std::string config_to_json(const TransformerConfig& c) {
-  json j = {{"src_vocab_size", c.src_vocab_size},
+  json j = {{"format_version", kConfigFormatVersion},
+            {"architecture", c.architecture},
+            {"src_vocab_size", c.src_vocab_size},
             {"tgt_vocab_size", c.tgt_vocab_size},
             {"d_model", c.d_model},
             {"num_heads", c.num_heads},
@@ -218,6 +220,26 @@ json parse_refusing_duplicate_keys(const std::string& text, const std::string& s
 }
 }  // namespace
 
+namespace {
+// Read first: a newer format or another family must be refused before any of its fields is read
+// with this version's meaning.
+void read_format_and_architecture(const json& j, TransformerConfig& c, const std::string& src) {
+  if (j.contains("format_version")) {
+    const json& v = j.at("format_version");
+    QKV_CHECK(v.is_number_integer() && v.get<int64_t>() >= 1,
+              src << ": field \"format_version\" must be a positive integer, got " << v.dump());
+    QKV_CHECK(v.get<int64_t>() <= kConfigFormatVersion,
+              src << ": format_version " << v.get<int64_t>() << " is newer than this qkv reads ("
+                  << kConfigFormatVersion << "); upgrade qkv");
+  }
+  read_field(j, "architecture", c.architecture, src);
+  QKV_CHECK(c.architecture == kEncoderDecoder,
+            src << ": architecture \"" << c.architecture
+                << "\" is not supported by this qkv (it builds \"encoder-decoder\" models; decoder-only and "
+                   "encoder-only are planned)");
+}
+}  // namespace
+
 TransformerConfig config_from_json(const std::string& text, const std::string& src) {
   const json j = parse_refusing_duplicate_keys(text, src);
   QKV_CHECK(j.is_object(), src << ": expected a JSON object");
@@ -225,10 +247,11 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "src_vocab_size", "tgt_vocab_size", "d_model", "bos_id", "eos_id",        "num_heads",        "num_layers",
       "d_ff",           "max_seq_length", "dropout",        "pad_id",           "norm",
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
-      "attention_dropout", "layer_norm", "ffn_dropout"};
+      "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
+  read_format_and_architecture(j, c, src);
   for (const SizeField& f : kSizeFields) read_integer(j, f.name, 1, f.max, c.*f.member, src);
   read_id(j, "pad_id", c.pad_id, src);
   read_id(j, "bos_id", c.bos_id, src);

@@ -14,9 +14,19 @@ inline constexpr int64_t kMaxLayers = 1024;                    // num_layers
 inline constexpr int64_t kMaxSeqLength = int64_t{1} << 20;     // max_seq_length
 inline constexpr int64_t kMaxModelFloats = int64_t{1} << 34;   // parameters + positional table (64 GiB)
 
+// config.json's "format_version": raised when a change needs readers to know about it. A file of
+// a newer version is refused with a message to upgrade rather than misread.
+inline constexpr int kConfigFormatVersion = 1;
+
+// config.json's "architecture", as Hugging Face's configs name one. The families of seed 003:
+// encoder-decoder (the seed's model; the default, so configs written before the field existed read
+// unchanged), decoder-only (GPT) and encoder-only (BERT). This version builds encoder-decoder models.
+inline constexpr const char* kEncoderDecoder = "encoder-decoder";
+
 enum class NormPosition { Post, Pre };  // post-LN: norm(x + sublayer(x)) (seed); pre-LN: x + sublayer(norm(x))
 
 struct TransformerConfig {
+  std::string architecture = kEncoderDecoder;
   int64_t src_vocab_size = 5000;
   int64_t tgt_vocab_size = 5000;
   int64_t d_model = 512;
