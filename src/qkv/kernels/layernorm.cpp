@@ -5,18 +5,22 @@
 
 namespace qkv::kernels {
 
-void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* weight,
-                       const float* bias, int64_t rows, int64_t C, float eps) {
+namespace {
+// Shared body of both forwards. Per row, the mean and the sum of squared deviations in two passes
+// in double (the variance of a row with a large mean stays exact); scale_of(r, sum_sq) returns the
+// factor of x - mean (and may save a statistic of row r).
+template <class Scale>
+void layernorm_forward_impl(float* y, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                            int64_t rows, int64_t C, Scale scale_of) {
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * C;
-    // Two passes in double: the variance of a row with a large mean stays exact.
     double sum = 0;
     for (int64_t c = 0; c < C; ++c) sum += xr[c];
     const double m = sum / C;
     double sq = 0;
     for (int64_t c = 0; c < C; ++c) sq += (xr[c] - m) * (xr[c] - m);
-    const float rs = static_cast<float>(1.0 / std::sqrt(sq / C + eps));
+    const float rs = scale_of(r, sq);
     const float mf = static_cast<float>(m);
     float* yr = y + r * C;
     for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mf) * rs * weight[c] + bias[c];
@@ -25,7 +29,6 @@ void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const
   }
 }
 
-namespace {
 // Shared body of every backward: xhat_of(r, c) returns the normalised input, rstd[r] is the factor
 // xhat = (x - mean) * rstd, and gx_term(r, sum_gx) turns sum_c g_c xhat_c into the coefficient of
 // xhat in dx (mean(g * xhat) for nn.LayerNorm; see layernorm.h for seed 003's).
@@ -72,6 +75,14 @@ void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const floa
   }
 }
 
+auto xhat_from_input(const float* x, const float* mean, const float* rstd, int64_t C) {
+  return [=](int64_t r, int64_t c) { return (x[r * C + c] - mean[r]) * rstd[r]; };
+}
+
+auto xhat_from_output(const float* y, const float* weight, const float* bias, int64_t C) {
+  return [=](int64_t r, int64_t c) { return (y[r * C + c] - bias[c]) / weight[c]; };
+}
+
 // nn.LayerNorm's coefficient of xhat: mean(g * xhat).
 auto mean_over(int64_t C) {
   return [C](int64_t, float sum_gx) { return sum_gx / C; };
@@ -87,48 +98,41 @@ auto unbiased_std_term(const float* rdenom, const float* stddev, int64_t C) {
 }
 }  // namespace
 
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* weight,
+                       const float* bias, int64_t rows, int64_t C, float eps) {
+  layernorm_forward_impl(y, mean, rstd, x, weight, bias, rows, C, [=](int64_t, double sum_sq) {
+    return static_cast<float>(1.0 / std::sqrt(sum_sq / C + eps));
+  });
+}
+
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
                         const float* mean, const float* rstd, const float* weight, int64_t rows, int64_t C,
                         bool accumulate_dx) {
   layernorm_backward_impl(dx, dweight, dbias, dy, rstd, weight, rows, C, accumulate_dx,
-                          [&](int64_t r, int64_t c) { return (x[r * C + c] - mean[r]) * rstd[r]; }, mean_over(C));
+                          xhat_from_input(x, mean, rstd, C), mean_over(C));
 }
 
 void layernorm_backward_from_output(float* dx, float* dweight, float* dbias, const float* dy, const float* y,
                                     const float* rstd, const float* weight, const float* bias, int64_t rows,
                                     int64_t C, bool accumulate_dx) {
   layernorm_backward_impl(dx, dweight, dbias, dy, rstd, weight, rows, C, accumulate_dx,
-                          [&](int64_t r, int64_t c) { return (y[r * C + c] - bias[c]) / weight[c]; }, mean_over(C));
+                          xhat_from_output(y, weight, bias, C), mean_over(C));
 }
 
 void layernorm_unbiased_forward(float* y, float* mean, float* rdenom, float* stddev, const float* x,
                                 const float* weight, const float* bias, int64_t rows, int64_t C, float eps) {
-#pragma omp parallel for schedule(static) if (rows * C > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * C;
-    // Two passes in double, as layernorm_forward.
-    double sum = 0;
-    for (int64_t c = 0; c < C; ++c) sum += xr[c];
-    const double m = sum / C;
-    double sq = 0;
-    for (int64_t c = 0; c < C; ++c) sq += (xr[c] - m) * (xr[c] - m);
-    const double s = std::sqrt(sq / static_cast<double>(C - 1));
-    const float rd = static_cast<float>(1.0 / (s + eps));
-    const float mf = static_cast<float>(m);
-    float* yr = y + r * C;
-    for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mf) * rd * weight[c] + bias[c];
-    mean[r] = mf;
-    rdenom[r] = rd;
+  layernorm_forward_impl(y, mean, rdenom, x, weight, bias, rows, C, [=](int64_t r, double sum_sq) {
+    const double s = std::sqrt(sum_sq / static_cast<double>(C - 1));
     stddev[r] = static_cast<float>(s);
-  }
+    return static_cast<float>(1.0 / (s + eps));
+  });
 }
 
 void layernorm_unbiased_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
                                  const float* mean, const float* rdenom, const float* stddev, const float* weight,
                                  int64_t rows, int64_t C, bool accumulate_dx) {
   layernorm_backward_impl(dx, dweight, dbias, dy, rdenom, weight, rows, C, accumulate_dx,
-                          [&](int64_t r, int64_t c) { return (x[r * C + c] - mean[r]) * rdenom[r]; },
-                          unbiased_std_term(rdenom, stddev, C));
+                          xhat_from_input(x, mean, rdenom, C), unbiased_std_term(rdenom, stddev, C));
 }
 
 void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* dbias, const float* dy,
@@ -136,8 +140,7 @@ void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* d
                                              const float* weight, const float* bias, int64_t rows, int64_t C,
                                              bool accumulate_dx) {
   layernorm_backward_impl(dx, dweight, dbias, dy, rdenom, weight, rows, C, accumulate_dx,
-                          [&](int64_t r, int64_t c) { return (y[r * C + c] - bias[c]) / weight[c]; },
-                          unbiased_std_term(rdenom, stddev, C));
+                          xhat_from_output(y, weight, bias, C), unbiased_std_term(rdenom, stddev, C));
 }
 
 }  // namespace qkv::kernels
