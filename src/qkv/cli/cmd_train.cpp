@@ -276,7 +276,7 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--d-model", o.d_model, "Model width")->check(FiniteRange(1, 65536));
   app.add_option("--heads", o.heads, "Attention heads")->check(FiniteRange(1, 4096));
   app.add_option("--layers", o.layers, "Encoder and decoder layers")->check(FiniteRange(1, 1024));
-  app.add_option("--d-ff", o.d_ff, "Feed-forward width")->check(FiniteRange(1, 1 << 20));
+  app.add_option("--d-ff", o.d_ff, "Feed-forward width")->check(FiniteRange(1, 65536));
   app.add_option("--dropout", o.dropout, "Dropout probability")->check(DropoutProbability());
   app.add_option("--max-len", o.max_len, "Model max_seq_length (tokens)")->check(FiniteRange(1, 1 << 20));
 }

@@ -76,8 +76,17 @@ Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, int64_t pos,
   return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
+namespace {
+// Validated before any member is built, so a bad size is refused naming its field rather than
+// failing in the allocator or in the positional table.
+const TransformerConfig& validated(const TransformerConfig& c) {
+  c.validate();
+  return c;
+}
+}  // namespace
+
 Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
-    : config_(config),
+    : config_(validated(config)),
       gen_(seed),
       encoder_embedding(register_module("encoder_embedding",
                                         std::make_unique<nn::Embedding>(config.src_vocab_size, config.d_model, gen_))),
