@@ -1,7 +1,8 @@
 // The model options seed 000 lacks, beyond their agreement with PyTorch (seed_agreement_test.cpp):
 // the feed-forward's dropout (seed 003) sits after the activation and draws from the model's
-// Generator, is reused by the recomputed forward of --recompute-ffn, acts in training mode only;
-// the options keep every parameter name and initial value; config.json reads, writes and checks them.
+// Generator, is reused by the recomputed forward of --recompute-ffn (whose gradient matches finite
+// differences), acts in training mode only; the options keep every parameter name and initial
+// value; config.json reads, writes and checks them.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -41,6 +42,7 @@ Var activation(nn::Activation a, const Var& h) {
 // Training mode: y = fc2(dropout(activation(fc1(x)))) with the mask at the Generator's next
 // counters, which it reserves; eval mode: no dropout and no draw.
 TEST(FeedForwardDropout, FollowsTheActivationAndDrawsFromTheGenerator) {
+  NoGradGuard no_grad;  // forward only: nothing left on the tape
   std::mt19937_64 rng(11);
   const Tensor x = test::randn({2, 3, 6}, rng);
   for (nn::Activation a : {nn::Activation::ReLU, nn::Activation::GELU, nn::Activation::GELUTanh}) {
@@ -59,6 +61,22 @@ TEST(FeedForwardDropout, FollowsTheActivationAndDrawsFromTheGenerator) {
     EXPECT_EQ(ffn.forward(Var(x)).value().to_vector(), ffn.fc2.forward(hidden).value().to_vector());
     EXPECT_EQ(gen.offset(), before_eval) << "eval mode drew a mask";
   }
+}
+
+// The gradient the recomputation produces is the gradient of the function with that mask (the
+// generator is rewound before every evaluation, so each one draws the same mask).
+TEST(FeedForwardDropout, RecomputedGradientMatchesFiniteDifferences) {
+  Generator gen(21);
+  nn::PositionWiseFeedForward ffn(4, 6, gen, nn::Activation::GELUTanh, 0.3f);
+  ffn.set_recompute(true);
+  const uint64_t first = gen.offset();
+  std::mt19937_64 rng(5);
+  EXPECT_TRUE(test::gradcheck_ok(
+      [&](const std::vector<Var>& v) {
+        gen.set_state(gen.seed(), first);
+        return ffn.forward(v[0]);
+      },
+      {{"x", test::randn({2, 3, 4}, rng)}}));
 }
 
 struct StepOutcome {
