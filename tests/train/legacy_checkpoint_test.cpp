@@ -1,0 +1,60 @@
+// Checkpoints written by qkv 0.1 (before manifest.json, format_version and the one train_state
+// format) load and resume. tests/data/legacy_v0_1/ was written by that version (commit 0eb2222):
+//   qkv train --synthetic --preset tiny --d-model 8 --heads 2 --layers 1 --d-ff 16 --vocab 12
+//             --len 6 --dropout 0.1 --threads 1 --steps {3,5} --out synthetic_step{3,5}
+// Resuming step 3 to step 5 with today's Trainer must give that version's step-5 weights and
+// optimizer moments exactly.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "qkv/core/threads.h"
+#include "qkv/io/tensor_file.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/train/trainer.h"
+
+namespace qkv::train {
+namespace {
+namespace fs = std::filesystem;
+
+const std::string kLegacy = std::string(QKV_SOURCE_DIR) + "/tests/data/legacy_v0_1";
+
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  io::TensorFile fa = io::load_tensors(a), fb = io::load_tensors(b);
+  const io::StFile names = io::read_safetensors(a);
+  for (const io::StTensor& t : names.tensors) {
+    ASSERT_TRUE(fb.has(t.name)) << t.name;
+    EXPECT_EQ(fa.take(t.name).to_vector(), fb.take(t.name).to_vector()) << t.name << " of " << a;
+  }
+}
+
+TEST(LegacyCheckpoint, LoadsAndResumesToTheSameNumbersAsTheOldVersion) {
+  const std::string dir = ::testing::TempDir() + "/qkv_legacy_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::copy(kLegacy + "/synthetic_step3", dir);
+  ASSERT_FALSE(fs::exists(dir + "/manifest.json"));
+  const TrainState saved = read_train_state(dir + "/train_state.json");
+  EXPECT_EQ(saved.kind, "synthetic");
+  EXPECT_EQ(saved.step, 3);
+  set_num_threads(1);  // as the old run
+  std::unique_ptr<models::Transformer> model = models::load_model(dir);
+  EXPECT_EQ(model->config().architecture, "encoder-decoder");
+  SyntheticData data("copy", 32, 6, 12, 0);
+  TrainerOptions o;
+  o.hyper = saved.hyper;  // constant lr 1e-3, as saved
+  o.hyper.schedule.d_model = 8;
+  o.last_dir = dir;
+  o.max_steps = 5;
+  Trainer trainer(*model, data, o);
+  trainer.resume(dir, saved);
+  EXPECT_EQ(trainer.run().step, 5);
+  set_num_threads(0);
+  expect_same_tensors(kLegacy + "/synthetic_step5/model.safetensors", dir + "/model.safetensors");
+  expect_same_tensors(kLegacy + "/synthetic_step5/optimizer.safetensors", dir + "/optimizer.safetensors");
+  EXPECT_EQ(io::verify_manifest(dir).step, 5);  // saved by today's version: with a manifest
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qkv::train
