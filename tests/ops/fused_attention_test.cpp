@@ -22,7 +22,7 @@
 
 #include "ops/gradcheck.h"
 #include "qkv/autograd/functions.h"
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 
 namespace qkv::test {
 namespace {
@@ -61,8 +61,8 @@ struct Result {
 
 class FusedAttention : public ::testing::TestWithParam<FusedCase> {
  protected:
-  void SetUp() override { Tape::current().clear(); }
-  void TearDown() override { EXPECT_EQ(Tape::current().size(), 0u); }
+  void SetUp() override { Graph::current().clear(); }
+  void TearDown() override { EXPECT_EQ(Graph::current().size(), 0u); }
 };
 
 // Builds q, k, v as leaves (or as head views of leaves), runs `attn`, backward with g.

@@ -6,15 +6,15 @@
 
 #include "ops/gradcheck.h"
 #include "qkv/autograd/functions.h"
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 
 namespace qkv::test {
 namespace {
 
 class GradMode : public ::testing::Test {
  protected:
-  void SetUp() override { Tape::current().clear(); }
-  void TearDown() override { Tape::current().clear(); }
+  void SetUp() override { Graph::current().clear(); }
+  void TearDown() override { Graph::current().clear(); }
   std::mt19937_64 rng{3};
 };
 
@@ -56,7 +56,7 @@ TEST_F(GradMode, NoGradGuardRecordsNothing) {
     }
     EXPECT_FALSE(grad_enabled()) << "a nested guard must restore the outer (disabled) state";
     Var loss = tiny_model(table, w, b, ln_w, ln_b, &all);
-    EXPECT_EQ(Tape::current().size(), 0u);
+    EXPECT_EQ(Graph::current().size(), 0u);
     EXPECT_FALSE(loss.requires_grad());
     for (size_t i = 0; i < all.size(); ++i) EXPECT_FALSE(all[i].requires_grad()) << "output #" << i;
     EXPECT_THROW(backward(loss), Error);  // nothing to differentiate
@@ -68,11 +68,11 @@ TEST_F(GradMode, NoGradGuardRecordsNothing) {
   // The same computation with grad on records, and backward leaves the tape empty.
   all.clear();
   Var loss = tiny_model(table, w, b, ln_w, ln_b, &all);
-  EXPECT_GT(Tape::current().size(), 10u);
+  EXPECT_GT(Graph::current().size(), 10u);
   EXPECT_TRUE(loss.requires_grad());
   for (size_t i = 0; i < all.size(); ++i) EXPECT_TRUE(all[i].requires_grad()) << "output #" << i;
   backward(loss);
-  EXPECT_EQ(Tape::current().size(), 0u);
+  EXPECT_EQ(Graph::current().size(), 0u);
   for (const Var* p : {&table, &w, &b, &ln_w, &ln_b}) EXPECT_TRUE(p->grad().defined()) << p->name();
 }
 
@@ -80,14 +80,14 @@ TEST_F(GradMode, InputsWithoutGradRecordNothing) {
   Var x(randn({2, 3}, rng)), w(randn({4, 3}, rng));
   Var y = fn::gelu(fn::linear(x, w, Var()));
   EXPECT_FALSE(y.requires_grad());
-  EXPECT_EQ(Tape::current().size(), 0u);
+  EXPECT_EQ(Graph::current().size(), 0u);
 }
 
 TEST_F(GradMode, BackwardEmptiesTapeAndLeafGradsAccumulateOverCalls) {
   Var x(randn({2, 3}, rng), true), w(randn({4, 3}, rng), true);
   const Tensor g = randn({2, 4}, rng);
   backward(fn::linear(x, w, Var()), g);
-  EXPECT_EQ(Tape::current().size(), 0u);
+  EXPECT_EQ(Graph::current().size(), 0u);
   const std::vector<float> once = w.grad().to_vector();
   backward(fn::linear(x, w, Var()), g);  // a second step without zero_grad adds up
   const std::vector<float> twice = w.grad().to_vector();
@@ -118,9 +118,9 @@ TEST_F(GradMode, ZeroGradZeroFillsInPlace) {
 TEST_F(GradMode, ClearDropsRecordedNodes) {
   Var x(randn({2, 3}, rng), true);
   Var y = fn::relu(fn::scale(x, 2.f));
-  EXPECT_EQ(Tape::current().size(), 2u);
-  Tape::current().clear();
-  EXPECT_EQ(Tape::current().size(), 0u);
+  EXPECT_EQ(Graph::current().size(), 2u);
+  Graph::current().clear();
+  EXPECT_EQ(Graph::current().size(), 0u);
   (void)y;
 }
 

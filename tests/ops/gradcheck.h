@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "qkv/autograd/functions.h"
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 #include "qkv/core/tensor.h"
 
 namespace qkv::test {
@@ -203,9 +203,9 @@ inline GradcheckResult gradcheck(const VarFn& f, const std::vector<GradcheckInpu
   GradcheckResult res;
   std::ostringstream msg;
   msg.precision(9);
-  if (Tape::current().size() != 0) {
+  if (Graph::current().size() != 0) {
     res.ok = false;
-    res.message = "the tape is not empty on entry (a previous test left nodes on it)";
+    res.message = "the graph is not empty on entry (a previous test left nodes on it)";
     return res;
   }
   // Analytic gradients.
@@ -215,17 +215,17 @@ inline GradcheckResult gradcheck(const VarFn& f, const std::vector<GradcheckInpu
   if (!y.requires_grad()) {
     res.ok = false;
     res.message = "the output does not require grad";
-    Tape::current().clear();
+    Graph::current().clear();
     return res;
   }
   std::mt19937_64 rng(opt.seed);
   const Tensor R = randn(y.shape(), rng);
   const std::vector<float> r = R.to_vector();
   backward(y, R);
-  if (Tape::current().size() != 0) {
+  if (Graph::current().size() != 0) {
     res.ok = false;
-    msg << "the tape holds " << Tape::current().size() << " node(s) after backward; ";
-    Tape::current().clear();
+    msg << "the graph holds " << Graph::current().size() << " node(s) after backward; ";
+    Graph::current().clear();
   }
 
   // Numeric gradients.
@@ -307,10 +307,10 @@ inline GradcheckResult gradcheck(const VarFn& f, const std::vector<GradcheckInpu
           << " element(s) off, first " << first.str() << "; ";
     }
   }
-  if (Tape::current().size() != 0) {
+  if (Graph::current().size() != 0) {
     res.ok = false;
-    msg << "the no-grad evaluations recorded " << Tape::current().size() << " node(s); ";
-    Tape::current().clear();
+    msg << "the no-grad evaluations recorded " << Graph::current().size() << " node(s); ";
+    Graph::current().clear();
   }
   res.message = msg.str();
   return res;

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "qkv/autograd/functions.h"
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 
 namespace qkv::test {
 namespace {
@@ -18,8 +18,8 @@ using V = std::vector<Var>;
 
 class Gradcheck : public ::testing::Test {
  protected:
-  void SetUp() override { Tape::current().clear(); }
-  void TearDown() override { EXPECT_EQ(Tape::current().size(), 0u) << "a test left nodes on the tape"; }
+  void SetUp() override { Graph::current().clear(); }
+  void TearDown() override { EXPECT_EQ(Graph::current().size(), 0u) << "a test left nodes on the graph"; }
   std::mt19937_64 rng{20240607};
   Tensor rn(const Dims& s, float scale = 1.f, float shift = 0.f) { return randn(s, rng, scale, shift); }
 };

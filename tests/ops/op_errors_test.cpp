@@ -11,7 +11,7 @@
 
 #include "ops/gradcheck.h"
 #include "qkv/autograd/functions.h"
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 #include "qkv/core/error.h"
 #include "qkv/ops/ops.h"
 
@@ -38,9 +38,9 @@ Var leaf(const Dims& d) { return Var(Tensor::zeros(d), false); }
 
 class OpErrors : public ::testing::Test {
  protected:
-  void SetUp() override { Tape::current().clear(); }
+  void SetUp() override { Graph::current().clear(); }
   // A failed op must not leave a node on the tape.
-  void TearDown() override { EXPECT_EQ(Tape::current().size(), 0u); }
+  void TearDown() override { EXPECT_EQ(Graph::current().size(), 0u); }
 };
 
 TEST_F(OpErrors, LinearShapeMismatchNamesOpAndBothShapes) {

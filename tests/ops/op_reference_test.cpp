@@ -42,7 +42,7 @@
 
 #include "ops/gradcheck.h"
 #include "qkv/autograd/functions.h"
-#include "qkv/autograd/tape.h"
+#include "qkv/autograd/graph.h"
 #include "qkv/io/safetensors.h"
 
 namespace qkv::test {
@@ -238,7 +238,7 @@ Var run_op(const std::string& op, const RefCase& c, std::map<std::string, Var>& 
 
 class OpReference : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { Tape::current().clear(); }
+  void SetUp() override { Graph::current().clear(); }
 };
 
 void check(const Tensor& got, const Tensor& want, const Tolerance& tol, const std::string& what) {
@@ -279,7 +279,7 @@ TEST_P(OpReference, MatchesPyTorch) {
 
   ASSERT_TRUE(out.requires_grad());
   backward(out, c.get("g"));
-  EXPECT_EQ(Tape::current().size(), 0u);
+  EXPECT_EQ(Graph::current().size(), 0u);
   for (const std::string& input : grad_names)
     check(vars[input].grad(), c.get("grad_" + input), tol, name + " grad_" + input);
 }

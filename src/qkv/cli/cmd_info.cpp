@@ -68,10 +68,12 @@ void print_text(const json& j) {
               c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
               c["num_layers"].get<long long>(), c["d_ff"].get<long long>(), c["src_vocab_size"].get<long long>(),
               c["tgt_vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
-  std::printf("options       norm %s, activation %s, dropout %g, tied output %s, scaled embeddings %s\n",
-              c["norm"].get<std::string>().c_str(), c["activation"].get<std::string>().c_str(),
-              c["dropout"].get<double>(), c["tie_output_embedding"].get<bool>() ? "yes" : "no",
-              c["scale_embeddings"].get<bool>() ? "yes" : "no");
+  std::printf("options       norm %s (%s, eps %g), activation %s, dropout %g, ffn dropout %g, tied output %s, "
+              "scaled embeddings %s\n",
+              c["norm"].get<std::string>().c_str(), c["layer_norm"].get<std::string>().c_str(),
+              c["layer_norm_eps"].get<double>(), c["activation"].get<std::string>().c_str(),
+              c["dropout"].get<double>(), c["ffn_dropout"].get<double>(),
+              c["tie_output_embedding"].get<bool>() ? "yes" : "no", c["scale_embeddings"].get<bool>() ? "yes" : "no");
   const int64_t params = j["parameters"].get<int64_t>();
   std::printf("parameters    %lld (%s as float32)\n", static_cast<long long>(params),
               human_bytes(static_cast<uintmax_t>(params) * 4).c_str());
