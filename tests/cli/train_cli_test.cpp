@@ -14,37 +14,17 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cli/cli_util.h"
+
 namespace {
 namespace fs = std::filesystem;
 
-struct TrainRun {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+using qkv::testing::CliRun;
+using qkv::testing::read_file;
+using qkv::testing::run_qkv;
+using qkv::testing::temp_dir;
 
-TrainRun qkv_train(const std::string& args) {
-  const std::string cmd = std::string(QKV_BIN) + " train " + args + " 2>&1";
-  TrainRun r;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) r.out += buf;
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string temp_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/qkv_train_cli_" + std::to_string(::getpid()) + "_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+CliRun qkv_train(const std::string& args) { return run_qkv("train " + args); }
 
 const std::string kTiny = "--synthetic --preset tiny --d-model 32 --heads 2 --layers 1 --d-ff 64 --threads 1 ";
 
@@ -55,18 +35,18 @@ TEST(TrainCli, CtrlCSavesAndResumeContinues) {
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
   pid_t pid = -1;
   ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ), 0);
-  for (int i = 0; i < 600 && slurp(d + "/log").find("\nstep 3/") == std::string::npos; ++i)
+  for (int i = 0; i < 600 && read_file(d + "/log").find("\nstep 3/") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_EQ(::kill(pid, SIGINT), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  const std::string log = slurp(d + "/log");
+  const std::string log = read_file(d + "/log");
   ASSERT_TRUE(WIFEXITED(status)) << log;
   EXPECT_EQ(WEXITSTATUS(status), 130) << log;
   EXPECT_NE(log.find("qkv train: interrupted at step "), std::string::npos) << log;
-  const int64_t saved = nlohmann::json::parse(slurp(d + "/ckpt/train_state.json"))["step"].get<int64_t>();
+  const int64_t saved = nlohmann::json::parse(read_file(d + "/ckpt/train_state.json"))["step"].get<int64_t>();
   EXPECT_GE(saved, 3);
-  const TrainRun r = qkv_train(kTiny + "--steps " + std::to_string(saved + 2) + " --resume " + d + "/ckpt");
+  const CliRun r = qkv_train(kTiny + "--steps " + std::to_string(saved + 2) + " --resume " + d + "/ckpt");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step " + std::to_string(saved + 2) + "/"), std::string::npos) << r.out;
   fs::remove_all(d);
@@ -76,10 +56,10 @@ TEST(TrainCli, ResumeKeepsTheSavedLearningRate) {
   const std::string d = temp_dir("lr");
   ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 10 --out " + d + "/full").code, 0);
   ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 5 --out " + d + "/split").code, 0);
-  const TrainRun r = qkv_train(kTiny + "--steps 10 --resume " + d + "/split");  // no --lr: the saved one
+  const CliRun r = qkv_train(kTiny + "--steps 10 --resume " + d + "/split");  // no --lr: the saved one
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(slurp(d + "/full/model.safetensors"), slurp(d + "/split/model.safetensors"));
-  EXPECT_EQ(slurp(d + "/full/optimizer.safetensors"), slurp(d + "/split/optimizer.safetensors"));
+  EXPECT_EQ(read_file(d + "/full/model.safetensors"), read_file(d + "/split/model.safetensors"));
+  EXPECT_EQ(read_file(d + "/full/optimizer.safetensors"), read_file(d + "/split/optimizer.safetensors"));
   fs::remove_all(d);
 }
 
@@ -87,28 +67,22 @@ TEST(TrainCli, InfoDescribesAndChecksACheckpoint) {
   const std::string d = temp_dir("info");
   ASSERT_EQ(qkv_train(kTiny + "--steps 4 --out " + d + "/a").code, 0);
   ASSERT_EQ(qkv_train(kTiny + "--steps 5 --out " + d + "/b").code, 0);
-  const std::string info = std::string(QKV_BIN) + " info ";
-  std::FILE* p = popen((info + d + "/a 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  EXPECT_EQ(pclose(p), 0) << out;
+  CliRun info = run_qkv("info " + d + "/a");
+  const std::string& out = info.out;
+  EXPECT_EQ(info.code, 0) << out;
   EXPECT_NE(out.find("architecture  encoder-decoder"), std::string::npos) << out;
   EXPECT_NE(out.find("synthetic, step 4,"), std::string::npos) << out;
   EXPECT_NE(out.find("manifest.json verified"), std::string::npos) << out;
   fs::copy_file(d + "/b/model.safetensors", d + "/a/model.safetensors", fs::copy_options::overwrite_existing);
-  p = popen((info + d + "/a 2>&1").c_str(), "r");
-  out.clear();
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 1) << out;
-  EXPECT_NE(out.find("mixed or damaged checkpoint"), std::string::npos) << out;
+  info = run_qkv("info " + d + "/a");
+  EXPECT_EQ(info.code, 1) << info.out;
+  EXPECT_NE(info.out.find("mixed or damaged checkpoint"), std::string::npos) << info.out;
   fs::remove_all(d);
 }
 
 TEST(TrainCli, DivergenceStopsNamingTheStepAndSavesNothing) {
   const std::string d = temp_dir("nan");
-  const TrainRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --out " + d + "/ckpt");
+  const CliRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --out " + d + "/ckpt");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("qkv: error: step "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("training stopped without saving"), std::string::npos) << r.out;
@@ -122,7 +96,7 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrorsNamingTheFlag) {
                                  "--clip-norm nan", "--clip-norm -1", "--micro-batch -1", "--save-every -1",
                                  "--threads -3", "--steps -1", "--max-len 0", "--dropout 1", "--label-smoothing nan",
                                  "--warmup 0", "--batch 0", "--len 1"}) {
-    const TrainRun r = qkv_train(kTiny + flag + " --out " + d + "/ckpt");
+    const CliRun r = qkv_train(kTiny + flag + " --out " + d + "/ckpt");
     EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
     EXPECT_EQ(r.out.rfind("qkv: error:", 0), 0u) << flag << ": " << r.out;
     EXPECT_NE(r.out.find(flag.substr(0, flag.find(' '))), std::string::npos) << flag << ": " << r.out;
