@@ -10,6 +10,9 @@
 # A finding (crash, sanitizer report, escaped exception, failed invariant, timeout, out of memory)
 # stops that target; its reproducer is kept in BUILD_DIR/fuzz-findings/<name>/ and its path is
 # printed (replay: BUILD_DIR/fuzz/fuzz_<name> REPRODUCER). Exits 1 if any target had a finding.
+# QKV_FUZZ_SEED=S and QKV_FUZZ_RUNS=N make a run reproducible (libFuzzer's -seed and -runs: the
+# same inputs in the same order on any machine; a slower machine stops earlier in the same
+# sequence when the time runs out). CI uses them so its verdict does not depend on luck.
 # QKV_FUZZ_KEEP_GOING=1 keeps each target fuzzing for the whole time after a finding (libFuzzer's
 # fork mode, one child at a time) and counts every saved finding.
 set -uo pipefail
@@ -55,6 +58,8 @@ for name in "${targets[@]}"; do
   options=(-max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1
            -artifact_prefix="$artifacts/")
   [[ -f fuzz/$name.dict ]] && options+=(-dict="fuzz/$name.dict")
+  [[ -n ${QKV_FUZZ_SEED:-} ]] && options+=(-seed="$QKV_FUZZ_SEED")
+  [[ -n ${QKV_FUZZ_RUNS:-} ]] && options+=(-runs="$QKV_FUZZ_RUNS")
   # QKV_FUZZ_KEEP_GOING=1: fuzz the whole time even after findings (one child process at a time,
   # each finding saved), to count them over a long run instead of stopping at the first.
   [[ ${QKV_FUZZ_KEEP_GOING:-0} == 1 ]] && options+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)

@@ -1,4 +1,5 @@
 #include "qkv/text/sentencepiece.h"
+#include "qkv/text/spm_normalizer_check.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -243,6 +244,7 @@ SentencePiece SentencePiece::from_bytes(const std::string& bytes, const std::str
 
 void SentencePiece::load_serialized(const std::string& bytes) {
   QKV_CHECK(!bytes.empty(), path_ << ": empty file, not a SentencePiece model");
+  check_normalizer_maps(bytes, path_);  // libsentencepiece would read a damaged map out of bounds
   // Some malformed models make SentencePiece throw instead of returning a status: its darts_clone
   // trie throws on a piece that starts with NUL ("zero-length key").
   spm::util::Status status;
