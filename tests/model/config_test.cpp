@@ -146,6 +146,8 @@ TEST(Config, ArchitectureAndFormatVersion) {
             std::string::npos);
   EXPECT_NE(error(R"({"format_version": "1"})").find("\"format_version\" must be a positive integer"),
             std::string::npos);
+  const std::string deep = "{\"d_model\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
+  EXPECT_NE(error(deep).find("nested more than 16 levels deep"), std::string::npos);  // was a stack overflow
   EXPECT_NE(error(R"({"architecture": "decoder-only"})").find("architecture \"decoder-only\" is not supported"),
             std::string::npos);
 }

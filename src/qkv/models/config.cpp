@@ -198,7 +198,13 @@ void read_float(const json& j, const char* key, float& out, const std::string& s
 json parse_refusing_duplicate_keys(const std::string& text, const std::string& src) {
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  const json::parser_callback_t track_keys = [&](int, json::parse_event_t event, json& parsed) {
+  const json::parser_callback_t track_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+    // config.json is flat; deep nesting is refused while parsing, because printing or copying a
+    // value nested 200,000 levels deep recurses once per level (a stack overflow found by fuzzing).
+    constexpr int kMaxDepth = 16;
+    QKV_CHECK(depth <= kMaxDepth || (event != json::parse_event_t::object_start &&
+                                     event != json::parse_event_t::array_start),
+              src << ": JSON nested more than " << kMaxDepth << " levels deep");
     if (event == json::parse_event_t::object_start) {
       open_objects.emplace_back();
     } else if (event == json::parse_event_t::object_end) {
