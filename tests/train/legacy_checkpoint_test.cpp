@@ -3,9 +3,9 @@
 //   qkv train --synthetic --preset tiny --d-model 8 --heads 2 --layers 1 --d-ff 16 --vocab 12
 //             --len 6 --dropout 0.1 --threads 1 --steps {3,5} --out synthetic_step{3,5}
 // Resuming step 3 to step 5 with today's Trainer must give that version's step-5 weights and
-// optimizer moments: bit for bit in the release build that wrote them; other builds (the
-// sanitizer build is -O1/-O2 with other float contraction) differ in the last bits, so the test
-// allows 1e-4.
+// optimizer moments: bit for bit in the release build that wrote them. The sanitizer build
+// (RelWithDebInfo) contracts floats differently; two Adam steps at lr 1e-3 turn that into
+// differences of about 1e-4 on weights with tiny gradients, so there the test allows 1e-3.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -22,6 +22,12 @@ namespace qkv::train {
 namespace {
 namespace fs = std::filesystem;
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr float kTolerance = 1e-3f;
+#else
+constexpr float kTolerance = 0.f;  // the release build reproduces the old one exactly
+#endif
+
 const std::string kLegacy = std::string(QKV_SOURCE_DIR) + "/tests/data/legacy_v0_1";
 
 void expect_same_tensors(const std::string& a, const std::string& b) {
@@ -33,7 +39,7 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
     ASSERT_EQ(va.size(), vb.size()) << t.name;
     float worst = 0;
     for (size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(va[i] - vb[i]));
-    EXPECT_LE(worst, 1e-4f) << t.name << " of " << a;
+    EXPECT_LE(worst, kTolerance) << t.name << " of " << a;
   }
 }
 
