@@ -36,15 +36,6 @@ std::string last_line(const std::string& text) {
 
 int count_lines(const std::string& text) { return static_cast<int>(std::count(text.begin(), text.end(), '\n')); }
 
-// Starts `qkv args > log 2>&1` without waiting; returns the pid of qkv itself (sh execs it).
-pid_t spawn_qkv(const std::string& args, const std::string& log) {
-  const std::string cmd = "exec " + std::string(QKV_BIN) + " " + args + " > " + log + " 2>&1";
-  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  pid_t pid = -1;
-  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) return -1;
-  return pid;
-}
-
 TEST(Cli, VersionAndHelp) {
   EXPECT_EQ(qkv("--version").code, 0);
   EXPECT_NE(qkv("--version").out.find("qkv "), std::string::npos);
@@ -144,14 +135,8 @@ TEST(Cli, CorpusTrainInterruptedResumedThenTranslatesText) {
                             " --max-tokens 400 --warmup 5 --lr 1e-3 --threads 1 --log-every 1 --valid-every 25"
                             " --valid-bleu-sentences 5";
   const std::string flags = base + " --d-model 32 --time-budget 1h5m";
-  const pid_t pid = spawn_qkv(flags + " --steps 1000000", d + "/log");
-  ASSERT_GT(pid, 0);
-  for (int i = 0; i < 600 && read_file(d + "/log").find("\nstep 3/") == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_NE(read_file(d + "/log").find("\nstep 3/"), std::string::npos) << read_file(d + "/log");
-  ASSERT_EQ(::kill(pid, SIGINT), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const int status = qkv::testing::interrupt_at_step(flags + " --steps 1000000", d + "/log", 3);
+  ASSERT_NE(status, -1) << read_file(d + "/log");
   const std::string log = read_file(d + "/log");
   ASSERT_TRUE(WIFEXITED(status)) << log;
   EXPECT_EQ(WEXITSTATUS(status), 130) << log;

@@ -1,6 +1,8 @@
 // Running the real `qkv` binary (QKV_BIN) from tests: its exit status and output.
 #pragma once
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,7 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <chrono>
 #include <string>
+#include <thread>
 
 namespace qkv::testing {
 
@@ -49,6 +53,23 @@ inline CliRun run_qkv_split(const std::string& args, int time_limit_s = 120) {
   r.err = read_file(err_path);
   std::filesystem::remove(err_path);
   return r;
+}
+
+// Starts `qkv args > log 2>&1`, waits until the log shows progress line "step N/", sends SIGINT and
+// returns the wait status of qkv (-1 if it could not be started or never got that far).
+inline int interrupt_at_step(const std::string& args, const std::string& log, int step) {
+  const std::string cmd = "exec " + std::string(QKV_BIN) + " " + args + " > " + log + " 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = -1;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) return -1;
+  const std::string marker = "\nstep " + std::to_string(step) + "/";
+  for (int i = 0; i < 600 && read_file(log).find(marker) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const bool reached = read_file(log).find(marker) != std::string::npos;
+  ::kill(pid, reached ? SIGINT : SIGKILL);
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid || !reached) return -1;
+  return status;
 }
 
 // A fresh, empty directory under the test temporary directory.

@@ -30,16 +30,9 @@ const std::string kTiny = "--synthetic --preset tiny --d-model 32 --heads 2 --la
 
 TEST(TrainCli, CtrlCSavesAndResumeContinues) {
   const std::string d = temp_dir("sigint");
-  const std::string cmd = "exec " + std::string(QKV_BIN) + " train " + kTiny + "--steps 1000000 --out " + d +
-                          "/ckpt > " + d + "/log 2>&1";
-  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ), 0);
-  for (int i = 0; i < 600 && read_file(d + "/log").find("\nstep 3/") == std::string::npos; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_EQ(::kill(pid, SIGINT), 0);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const int status = qkv::testing::interrupt_at_step("train " + kTiny + "--steps 1000000 --out " + d + "/ckpt",
+                                                    d + "/log", 3);
+  ASSERT_NE(status, -1) << read_file(d + "/log");
   const std::string log = read_file(d + "/log");
   ASSERT_TRUE(WIFEXITED(status)) << log;
   EXPECT_EQ(WEXITSTATUS(status), 130) << log;
