@@ -50,7 +50,7 @@ void expect_agreement(const std::string& name, bool train_mode) {
   const std::string model_dir = testing::ref_path(name);
   const std::string batch_path = testing::ref_path(name + "_batch.safetensors");
   if (model_dir.empty() || batch_path.empty()) return;
-  auto model = models::load_model(model_dir);
+  auto model = models::load_seq2seq(model_dir);
   model->train(train_mode);
   io::TensorFile ref = io::load_tensors(batch_path);
   const Tensor src = ref.take("src"), tgt = ref.take("tgt");
@@ -117,7 +117,7 @@ TEST(SeedAgreement, LogitsLossGradientsAndTenAdamSteps) {
 TEST(SeedAgreement, Seed003AndGpt2OptionsPreLn) {
   const std::string model_dir = testing::ref_path("model_variants");
   if (model_dir.empty()) return;
-  const models::TransformerConfig c = models::load_model(model_dir)->config();
+  const models::TransformerConfig c = models::load_seq2seq(model_dir)->config();
   ASSERT_EQ(c.layer_norm, "seed003");
   ASSERT_EQ(c.activation, "gelu_tanh");
   ASSERT_EQ(c.norm, models::NormPosition::Pre);
@@ -130,7 +130,7 @@ TEST(SeedAgreement, ScoreMatchesPyTorch) {
   const std::string dir = testing::ref_path("model_small_score");
   const std::string model_dir = testing::ref_path("model_small");
   if (dir.empty() || model_dir.empty()) return;
-  auto model = models::load_model(model_dir);
+  auto model = models::load_seq2seq(model_dir);
   model->eval();
   const auto src = data::read_id_lines(dir + "/src.txt", model->config().src_vocab_size);
   const auto tgt = data::read_id_lines(dir + "/tgt.txt", model->config().tgt_vocab_size);

@@ -120,7 +120,7 @@ class CheckpointTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string error_of_load() {
     try {
-      models::load_model(dir_);
+      models::load_seq2seq(dir_);
     } catch (const Error& e) {
       return e.what();
     }
@@ -131,7 +131,7 @@ class CheckpointTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointTest, RoundTripsEveryParameter) {
-  auto loaded = models::load_model(dir_);
+  auto loaded = models::load_seq2seq(dir_);
   const auto a = model_->named_parameters(), b = loaded->named_parameters();
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -176,7 +176,7 @@ TEST_F(CheckpointTest, MissingDirectoryAndBadConfigAreClear) {
   EXPECT_NE(error_of_load().find("\"d_model\" has the wrong type"), std::string::npos) << error_of_load();
   std::ofstream(dir_ + "/config.json") << "{\"d_modle\": 32}";
   EXPECT_NE(error_of_load().find("unknown field \"d_modle\""), std::string::npos) << error_of_load();
-  EXPECT_THROW(models::load_model(dir_ + "/does-not-exist"), Error);
+  EXPECT_THROW(models::load_seq2seq(dir_ + "/does-not-exist"), Error);
 }
 
 TEST(Adam, SaveAndLoadResumesExactly) {
@@ -196,7 +196,7 @@ TEST(Adam, SaveAndLoadResumesExactly) {
     opt.save(dir + "/optimizer.safetensors");
     std::ofstream(dir + "/gen") << m.generator().seed() << " " << m.generator().offset();
   }
-  auto m = models::load_model(dir);
+  auto m = models::load_seq2seq(dir);
   uint64_t seed = 0, offset = 0;
   std::ifstream(dir + "/gen") >> seed >> offset;
   m->generator().set_state(seed, offset);
@@ -218,7 +218,7 @@ TEST(Checkpoint, AverageIsTheElementwiseMean) {
   std::filesystem::remove_all(root);
   for (uint64_t seed : {1, 2, 3}) models::save_model(root + "/m" + std::to_string(seed), models::Transformer(tiny_config(), seed));
   const auto avg = models::average_checkpoints({root + "/m1", root + "/m2", root + "/m3"});
-  const auto a = models::load_model(root + "/m1"), b = models::load_model(root + "/m2"), c = models::load_model(root + "/m3");
+  const auto a = models::load_seq2seq(root + "/m1"), b = models::load_seq2seq(root + "/m2"), c = models::load_seq2seq(root + "/m3");
   const auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters(), pm = avg->named_parameters();
   ASSERT_EQ(pm.size(), pa.size());
   for (size_t i = 0; i < pm.size(); ++i) {

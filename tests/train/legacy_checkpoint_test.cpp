@@ -52,7 +52,7 @@ TEST(LegacyCheckpoint, LoadsAndResumesToTheSameNumbersAsTheOldVersion) {
   EXPECT_EQ(saved.kind, "synthetic");
   EXPECT_EQ(saved.step, 3);
   set_num_threads(1);  // as the old run
-  std::unique_ptr<models::Transformer> model = models::load_model(dir);
+  std::unique_ptr<models::Transformer> model = models::load_seq2seq(dir);
   EXPECT_EQ(model->config().architecture, "encoder-decoder");
   SyntheticData data("copy", 32, 6, 12, 0);
   TrainerOptions o;

@@ -53,7 +53,7 @@ std::string error_of(const std::function<void()>& f) {
 // Trains the copy task to `steps` into `dir`, from scratch or resuming what `dir` holds.
 TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, double lr = 1e-3, int64_t save_every = 0) {
   std::unique_ptr<models::Transformer> model =
-      resume ? models::load_model(dir) : std::make_unique<models::Transformer>(small_config(), 5);
+      resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(small_config(), 5);
   SyntheticData data("copy", 4, 6, 20, 9);
   TrainerOptions o;
   o.hyper.schedule = {"constant", lr, 1, 16};
@@ -104,7 +104,7 @@ TEST(Trainer, DivergenceStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   EXPECT_NE(msg.find("step "), std::string::npos) << msg;
   EXPECT_NE(msg.find("training stopped without saving"), std::string::npos) << msg;
   // Whatever was saved before the divergence loads (finite) and is a consistent set.
-  EXPECT_NO_THROW(models::load_model(dir));
+  EXPECT_NO_THROW(models::load_seq2seq(dir));
   EXPECT_NO_THROW(io::verify_manifest(dir));
   EXPECT_GE(io::verify_manifest(dir).step, 2);
   fs::remove_all(dir);
@@ -126,7 +126,7 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheTensor) {
   tensors.back().second.f32()[0] = std::numeric_limits<float>::quiet_NaN();  // fc.bias
   io::save_tensors(dir + "/model.safetensors", tensors);
   fs::remove(dir + "/manifest.json");
-  msg = error_of([&] { models::load_model(dir); });
+  msg = error_of([&] { models::load_seq2seq(dir); });
   EXPECT_NE(msg.find("tensor '" + tensors.back().first + "' holds a non-finite value"), std::string::npos) << msg;
   fs::remove_all(dir);
 }
@@ -138,12 +138,12 @@ TEST(Checkpoint, TiedConfigOnUntiedWeightsIsRefused) {
   models::TransformerConfig tied = small_config();
   tied.tie_output_embedding = true;
   models::save_config(dir + "/config.json", tied);
-  const std::string msg = error_of([&] { models::load_model(dir); });
+  const std::string msg = error_of([&] { models::load_seq2seq(dir); });
   EXPECT_NE(msg.find("tie_output_embedding: true, but 'fc.weight' differs"), std::string::npos) << msg;
   // A genuinely tied model round-trips.
   models::Transformer model(tied, 2);
   models::save_model(dir, model);
-  EXPECT_NO_THROW(models::load_model(dir));
+  EXPECT_NO_THROW(models::load_seq2seq(dir));
   fs::remove_all(dir);
 }
 

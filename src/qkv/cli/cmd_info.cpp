@@ -33,7 +33,7 @@ std::string human_bytes(uintmax_t bytes) {
 }
 
 json describe(const std::string& dir) {
-  const std::unique_ptr<models::Transformer> model = models::load_model(dir);
+  const std::unique_ptr<models::Model> model = models::load_model(dir);
   const io::ManifestCheck manifest = io::verify_manifest(dir);
   int64_t params = 0;
   for (const Var& p : model->parameters()) params += p.value().numel();
@@ -63,17 +63,25 @@ void print_text(const json& j) {
   const json& c = j["config"];
   std::printf("checkpoint    %s\n", j["checkpoint"].get<std::string>().c_str());
   std::printf("architecture  %s\n", j["architecture"].get<std::string>().c_str());
-  std::printf("model         d_model %lld, %lld heads, %lld+%lld layers, d_ff %lld, vocabulary %lld/%lld, "
-              "max_seq_length %lld\n",
-              c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
-              c["num_layers"].get<long long>(), c["d_ff"].get<long long>(), c["src_vocab_size"].get<long long>(),
-              c["tgt_vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
-  std::printf("options       norm %s (%s, eps %g), activation %s, dropout %g, ffn dropout %g, tied output %s, "
-              "scaled embeddings %s\n",
-              c["norm"].get<std::string>().c_str(), c["layer_norm"].get<std::string>().c_str(),
-              c["layer_norm_eps"].get<double>(), c["activation"].get<std::string>().c_str(),
-              c["dropout"].get<double>(), c["ffn_dropout"].get<double>(),
-              c["tie_output_embedding"].get<bool>() ? "yes" : "no", c["scale_embeddings"].get<bool>() ? "yes" : "no");
+  if (j["architecture"] == models::kDecoderOnly) {
+    std::printf("model         d_model %lld, %lld heads, %lld layers, d_ff %lld, vocabulary %lld, context %lld\n",
+                c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
+                c["d_ff"].get<long long>(), c["vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
+  } else {
+    std::printf("model         d_model %lld, %lld heads, %lld+%lld layers, d_ff %lld, vocabulary %lld/%lld, "
+                "max_seq_length %lld\n",
+                c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
+                c["num_layers"].get<long long>(), c["d_ff"].get<long long>(), c["src_vocab_size"].get<long long>(),
+                c["tgt_vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
+  }
+  const std::string norm = c.contains("norm") ? c["norm"].get<std::string>() : "pre";
+  const std::string positions = c.contains("positions") ? c["positions"].get<std::string>() : "sinusoidal";
+  std::printf("options       norm %s (%s, eps %g), activation %s, %s positions, dropout %g, ffn dropout %g, "
+              "tied output %s, scaled embeddings %s\n",
+              norm.c_str(), c["layer_norm"].get<std::string>().c_str(), c["layer_norm_eps"].get<double>(),
+              c["activation"].get<std::string>().c_str(), positions.c_str(), c["dropout"].get<double>(),
+              c["ffn_dropout"].get<double>(), c["tie_output_embedding"].get<bool>() ? "yes" : "no",
+              c["scale_embeddings"].get<bool>() ? "yes" : "no");
   const int64_t params = j["parameters"].get<int64_t>();
   std::printf("parameters    %lld (%s as float32)\n", static_cast<long long>(params),
               human_bytes(static_cast<uintmax_t>(params) * 4).c_str());

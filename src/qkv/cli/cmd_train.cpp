@@ -237,7 +237,7 @@ int run_synthetic_train(const TrainOptions& o, TrainProgress& progress) {
   if (resuming) check_resume_model_flags(o, o.resume + "/config.json");
   const std::optional<train::TrainState> saved = saved_state_if_resuming(o.resume, resuming);
   Plan plan = make_plan(o);
-  std::unique_ptr<models::Transformer> model = resuming ? models::load_model(o.resume, o.seed)
+  std::unique_ptr<models::Transformer> model = resuming ? models::load_seq2seq(o.resume, o.seed)
                                                         : std::make_unique<models::Transformer>(plan.config, o.seed);
   model->set_recompute_ffn(o.recompute_ffn);
   train::SyntheticData data(plan.task, plan.batch, plan.len, model->config().tgt_vocab_size, o.seed);

@@ -119,7 +119,7 @@ int run_translate(const TranslateOptions& o) {
   check_search_flags(o, std::numeric_limits<int64_t>::max());  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
   set_num_threads(o.threads);
-  auto model = models::load_model(o.checkpoint);
+  auto model = models::load_seq2seq(o.checkpoint);
   model->eval();
   const auto& c = model->config();
   check_search_flags(o, c.tgt_vocab_size);

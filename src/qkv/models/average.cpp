@@ -6,9 +6,9 @@
 
 namespace qkv::models {
 
-std::unique_ptr<Transformer> average_checkpoints(const std::vector<std::string>& dirs) {
+std::unique_ptr<Model> average_checkpoints(const std::vector<std::string>& dirs) {
   QKV_CHECK(!dirs.empty(), "average: no checkpoints given");
-  std::unique_ptr<Transformer> result = load_model(dirs[0]);
+  std::unique_ptr<Model> result = load_model(dirs[0]);
   const std::string config = config_to_json(result->config());
   // parameters() lists each distinct parameter once (a tied weight is averaged once).
   std::vector<Var> params = result->parameters();
@@ -18,7 +18,7 @@ std::unique_ptr<Transformer> average_checkpoints(const std::vector<std::string>&
     sums.emplace_back(t.f32(), t.f32() + t.numel());
   }
   for (size_t d = 1; d < dirs.size(); ++d) {
-    const std::unique_ptr<Transformer> other = load_model(dirs[d]);
+    const std::unique_ptr<Model> other = load_model(dirs[d]);
     QKV_CHECK(config_to_json(other->config()) == config,
               "average: " << dirs[d] << "/config.json differs from " << dirs[0]
                           << "/config.json; only checkpoints of one model can be averaged");

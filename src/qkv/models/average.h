@@ -13,6 +13,6 @@ namespace qkv::models {
 // Loads every checkpoint directory in `dirs` and returns a model whose every parameter is the mean
 // of theirs (summed in double, rounded once to float). The configs must be identical: a difference
 // is a qkv::Error naming both directories. One directory returns that model unchanged.
-std::unique_ptr<Transformer> average_checkpoints(const std::vector<std::string>& dirs);
+std::unique_ptr<Model> average_checkpoints(const std::vector<std::string>& dirs);
 
 }  // namespace qkv::models

@@ -11,10 +11,6 @@ namespace qkv::models {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr const char* kPeName = "positional_encoding.pe";
-constexpr const char* kOutputWeight = "fc.weight";
-constexpr const char* kDecoderEmbedding = "decoder_embedding.weight";
-
 // Index of the first NaN/Inf of an f32 tensor, or -1.
 int64_t first_non_finite(const Tensor& t) {
   const Tensor c = t.contiguous();
@@ -31,7 +27,7 @@ void check_finite(const std::string& where, const std::string& name, const Tenso
 }
 }  // namespace
 
-std::string first_non_finite_parameter(const Transformer& model) {
+std::string first_non_finite_parameter(const Model& model) {
   for (const auto& [name, var] : model.named_parameters())
     if (first_non_finite(var.value()) >= 0) return name;
   return "";
@@ -44,63 +40,92 @@ void check_checkpoint_dir(const std::string& dir) {
                                               "model.safetensors)");
 }
 
-void write_model_files(io::StagedDirectory& dir, const Transformer& model, int64_t step) {
+void write_model_files(io::StagedDirectory& dir, const Model& model, int64_t step) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, var] : model.named_parameters()) {
     check_finite(dir.target(), name, var.value());
     tensors.emplace_back(name, var.value());
   }
-  // The seed registers pe as a persistent buffer of shape (1, max_len, D).
-  const Tensor& pe = model.positional_encoding.pe;
-  tensors.emplace_back(kPeName, pe.reshape(Dims{1, pe.size(0), pe.size(1)}));
+  for (auto& buffer : model.named_buffers()) tensors.push_back(std::move(buffer));
   std::map<std::string, std::string> metadata = {{"format", "pt"}, {"producer", "qkv " QKV_VERSION}};
   if (step >= 0) metadata["step"] = std::to_string(step);
   io::save_tensors(dir.path("model.safetensors"), tensors, metadata);
   dir.write("config.json", config_to_json(model.config()));
 }
 
-void save_model(const std::string& dir, const Transformer& model) {
+void save_model(const std::string& dir, const Model& model) {
   io::StagedDirectory staged(dir);
   write_model_files(staged, model);
   staged.commit();
 }
 
-void load_weights(const std::string& path, Transformer& model) {
+void load_weights(const std::string& path, Model& model) {
   io::TensorFile file = io::load_tensors(path);
-  const bool tied = model.config().tie_output_embedding;
+  // A tied parameter is listed under two names (as in PyTorch's state_dict): the first name loads
+  // it; a copy under the second must hold the same matrix, or the file was written by an untied
+  // model and one of the two would be silently dropped.
+  std::map<const void*, std::string> loaded;  // parameter cell -> the name it was loaded under
   for (auto& [name, var] : model.named_parameters()) {
-    if (tied && name == kOutputWeight) continue;  // the same Var as the decoder embedding: checked below
-    file.take_into(name, var.value());
-    check_finite(path, name, var.value());
+    const auto first = loaded.find(var.cell().get());
+    if (first == loaded.end()) {
+      file.take_into(name, var.value());
+      check_finite(path, name, var.value());
+      loaded.emplace(var.cell().get(), name);
+      continue;
+    }
+    if (!file.has(name)) continue;
+    const Tensor copy = file.take(name);
+    const Tensor& shared = var.value();
+    QKV_CHECK(copy.numel() == shared.numel() && std::memcmp(copy.contiguous().f32(), shared.contiguous().f32(),
+                                                            sizeof(float) * static_cast<size_t>(shared.numel())) == 0,
+              path << ": config says tie_output_embedding: true, but '" << name << "' differs from '" << first->second
+                   << "' (weights of an untied model?)");
   }
-  if (tied && file.has(kOutputWeight)) {
-    // A tied model's state_dict holds the shared matrix under both names; two different matrices
-    // mean the file was written by an untied model and one of them would be silently dropped.
-    const Tensor out = file.take(kOutputWeight);
-    const Tensor& emb = model.decoder_embedding.weight.value();
-    QKV_CHECK(out.numel() == emb.numel() && std::memcmp(out.contiguous().f32(), emb.contiguous().f32(),
-                                                        sizeof(float) * static_cast<size_t>(emb.numel())) == 0,
-              path << ": config says tie_output_embedding: true, but '" << kOutputWeight << "' differs from '"
-                   << kDecoderEmbedding << "' (weights of an untied model?)");
-  }
-  // pe is recomputed from the config; a stored copy is accepted if its shape fits.
-  if (file.has(kPeName)) {
-    const Tensor pe = file.take(kPeName);
-    const Tensor& ours = model.positional_encoding.pe;
-    QKV_CHECK(pe.numel() == ours.numel(), path << ": tensor '" << kPeName << "' has shape " << pe.shape()
-                                               << ", expected (1, " << ours.size(0) << ", " << ours.size(1) << ")");
+  // Buffers are recomputed from the config; a stored copy is accepted if its size fits.
+  for (const auto& [name, ours] : model.named_buffers()) {
+    if (!file.has(name)) continue;
+    const Tensor stored = file.take(name);
+    QKV_CHECK(stored.numel() == ours.numel(),
+              path << ": tensor '" << name << "' has shape " << stored.shape() << ", expected " << ours.shape());
   }
   file.expect_all_taken();
 }
 
-std::unique_ptr<Transformer> load_model(const std::string& dir, uint64_t seed) {
+std::unique_ptr<Model> make_model(const TransformerConfig& config, uint64_t seed) {
+  if (config.decoder_only()) return std::make_unique<CausalLM>(config, seed);
+  return std::make_unique<Transformer>(config, seed);
+}
+
+std::unique_ptr<Model> load_model(const std::string& dir, uint64_t seed) {
   check_checkpoint_dir(dir);
-  auto model = std::make_unique<Transformer>(load_config(dir + "/config.json"), seed);
+  auto model = make_model(load_config(dir + "/config.json"), seed);
   load_weights(dir + "/model.safetensors", *model);
   // After loading, so a damaged file gets the reader's precise message (tensor, byte offset); what
   // the manifest adds is catching files that are each valid but come from different saves.
   io::verify_manifest(dir);
   return model;
+}
+
+namespace {
+template <class Family>
+std::unique_ptr<Family> load_family(const std::string& dir, uint64_t seed, const char* wanted, const char* use) {
+  check_checkpoint_dir(dir);
+  const TransformerConfig config = load_config(dir + "/config.json");
+  const auto article = [](const std::string& a) { return a[0] == 'e' ? "an " : "a "; };
+  QKV_CHECK(config.architecture == wanted, dir << ": this is " << article(config.architecture) << config.architecture
+                                               << " checkpoint; " << use << " needs " << article(wanted) << wanted
+                                               << " model");
+  std::unique_ptr<Model> model = load_model(dir, seed);
+  return std::unique_ptr<Family>(static_cast<Family*>(model.release()));
+}
+}  // namespace
+
+std::unique_ptr<Transformer> load_seq2seq(const std::string& dir, uint64_t seed) {
+  return load_family<Transformer>(dir, seed, kEncoderDecoder, "translation");
+}
+
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, uint64_t seed) {
+  return load_family<CausalLM>(dir, seed, kDecoderOnly, "generation");
 }
 
 }  // namespace qkv::models

@@ -1,9 +1,10 @@
 // Checkpoint directories:
-//   config.json        TransformerConfig
-//   model.safetensors  weights under the seed model's state_dict() keys (including the
-//                      positional_encoding.pe buffer, so torch's load_state_dict works strictly)
+//   config.json        TransformerConfig (its "architecture" says which family)
+//   model.safetensors  weights under the model's state_dict() keys (including buffers such as the
+//                      positional_encoding.pe table, so torch's load_state_dict works strictly)
 //   optimizer.safetensors, train_state.json   written by training, for exact resume
-//   source.spm.model, target.spm.model          SentencePiece models of a text model (corpus training)
+//   source.spm.model, target.spm.model          SentencePiece models of a translation model
+//   spm.model                                   SentencePiece model of a language model
 //   manifest.json      step, size and CRC-32 of every other file (io/checkpoint_dir.h)
 // A checkpoint is written whole into a staging directory and swapped into place, so it is always
 // either the complete old set or the complete new one; loading verifies the manifest.
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "qkv/io/checkpoint_dir.h"
+#include "qkv/models/causal_lm.h"
 #include "qkv/models/transformer.h"
 
 namespace qkv::models {
@@ -19,20 +21,27 @@ namespace qkv::models {
 // File names of the SentencePiece models inside a checkpoint directory (qkv translate reads them).
 inline constexpr const char* kSourceSpmFile = "source.spm.model";
 inline constexpr const char* kTargetSpmFile = "target.spm.model";
+inline constexpr const char* kLmSpmFile = "spm.model";
 
 // config.json + model.safetensors of `model` into a staged checkpoint. Refuses (naming the tensor)
 // weights that are NaN or infinite: a diverged model must never replace a good checkpoint.
-void write_model_files(io::StagedDirectory& dir, const Transformer& model, int64_t step = -1);
+void write_model_files(io::StagedDirectory& dir, const Model& model, int64_t step = -1);
 // A checkpoint of the model alone (config + weights), written all-or-nothing.
-void save_model(const std::string& dir, const Transformer& model);
-// Builds the model from dir/config.json and loads dir/model.safetensors strictly: a missing, extra
-// or mis-shaped tensor is an error naming it, as is a NaN/Inf weight, a manifest that does not match
-// the files, or tied output weights that differ from the embedding.
-std::unique_ptr<Transformer> load_model(const std::string& dir, uint64_t seed = 0);
+void save_model(const std::string& dir, const Model& model);
+// Builds the model config.json describes (any family) and loads dir/model.safetensors strictly: a
+// missing, extra or mis-shaped tensor is an error naming it, as is a NaN/Inf weight, a manifest that
+// does not match the files, or tied weights stored as two different matrices.
+std::unique_ptr<Model> load_model(const std::string& dir, uint64_t seed = 0);
+// The same for callers that need one family: a checkpoint of another family is refused with a
+// message naming both architectures.
+std::unique_ptr<Transformer> load_seq2seq(const std::string& dir, uint64_t seed = 0);
+std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, uint64_t seed = 0);
+// Builds the model of `config` (its family) with weights initialised from `seed`.
+std::unique_ptr<Model> make_model(const TransformerConfig& config, uint64_t seed);
 // Loads weights into an existing model (same strictness).
-void load_weights(const std::string& path, Transformer& model);
+void load_weights(const std::string& path, Model& model);
 // Name of the first parameter holding a NaN or infinity, or "" when all are finite.
-std::string first_non_finite_parameter(const Transformer& model);
+std::string first_non_finite_parameter(const Model& model);
 // Throws unless `dir` is an existing directory (a clear message for a file or a missing path).
 void check_checkpoint_dir(const std::string& dir);
 

@@ -56,15 +56,20 @@ std::vector<SizePart> size_parts(const TransformerConfig& c) {
   const double encoder_layer = attention + feed_forward + 2 * norm, decoder_layer = 2 * attention + feed_forward + 3 * norm;
   const auto n = [](int64_t v) { return std::to_string(v); };
   const std::string by_d_model = " x d_model " + n(c.d_model);
+  const std::string layers = "num_layers " + n(c.num_layers) + " x (d_model " + n(c.d_model) + ", d_ff " + n(c.d_ff) + ")";
+  const SizePart positions{"max_seq_length " + n(c.max_seq_length) + by_d_model + " (positional table)",
+                           static_cast<double>(c.max_seq_length) * d};
+  if (c.decoder_only())
+    return {{"vocab_size " + n(c.tgt_vocab_size) + by_d_model, tgt_vocab * d * (c.tie_output_embedding ? 1 : 2)},
+            {layers, static_cast<double>(c.num_layers) * encoder_layer},
+            positions};
   return {
       {"src_vocab_size " + n(c.src_vocab_size) + by_d_model, src_vocab * d},
       {"tgt_vocab_size " + n(c.tgt_vocab_size) + by_d_model +
            (c.tie_output_embedding ? "" : " (embedding and output layer)"),
        tgt_vocab * d * (c.tie_output_embedding ? 1 : 2) + tgt_vocab},
-      {"num_layers " + n(c.num_layers) + " x (d_model " + n(c.d_model) + ", d_ff " + n(c.d_ff) + ")",
-       static_cast<double>(c.num_layers) * (encoder_layer + decoder_layer)},
-      {"max_seq_length " + n(c.max_seq_length) + by_d_model + " (positional table)",
-       static_cast<double>(c.max_seq_length) * d},
+      {layers, static_cast<double>(c.num_layers) * (encoder_layer + decoder_layer)},
+      positions,
   };
 }
 
@@ -97,8 +102,22 @@ void TransformerConfig::validate() const {
   check_fraction("dropout", dropout, false);
   check_fraction("attention_dropout", attention_dropout, false);
   check_fraction("ffn_dropout", ffn_dropout, false);
-  QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
-            "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
+  QKV_CHECK(architecture == kEncoderDecoder || architecture == kDecoderOnly,
+            "config: architecture must be \"encoder-decoder\" or \"decoder-only\", got \"" << architecture << "\"");
+  if (decoder_only()) {
+    QKV_CHECK(norm == NormPosition::Pre, "config: a decoder-only model is pre-LN (norm \"pre\")");
+    QKV_CHECK(src_vocab_size == tgt_vocab_size, "config: a decoder-only model has one vocabulary (vocab_size)");
+    QKV_CHECK(pad_id >= -1 && pad_id < tgt_vocab_size,
+              "config: pad_id " << pad_id << " must be -1 (none) or an id of the vocabulary");
+  } else {
+    QKV_CHECK(positions == "sinusoidal", "config: positions \"" << positions
+                                                                 << "\" is for decoder-only models; the encoder-decoder "
+                                                                    "model uses the seed's sinusoidal table");
+    QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
+              "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
+  }
+  QKV_CHECK(positions == "sinusoidal" || positions == "learned",
+            "config: positions must be \"sinusoidal\" or \"learned\", got \"" << positions << "\"");
   QKV_CHECK(bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size,
             "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");
   QKV_CHECK(activation == "relu" || activation == "gelu" || activation == "gelu_tanh",
@@ -115,29 +134,47 @@ void TransformerConfig::validate() const {
 }
 
 std::string config_to_json(const TransformerConfig& c) {
-  json j = {{"format_version", kConfigFormatVersion},
-            {"architecture", c.architecture},
-            {"src_vocab_size", c.src_vocab_size},
-            {"tgt_vocab_size", c.tgt_vocab_size},
-            {"d_model", c.d_model},
-            {"num_heads", c.num_heads},
-            {"num_layers", c.num_layers},
-            {"d_ff", c.d_ff},
-            {"max_seq_length", c.max_seq_length},
-            {"dropout", c.dropout},
-            {"pad_id", c.pad_id},
-            {"bos_id", c.bos_id},
-            {"eos_id", c.eos_id},
-            {"norm", c.norm == NormPosition::Post ? "post" : "pre"},
-            {"activation", c.activation},
-            {"layer_norm_eps", c.layer_norm_eps},
-            {"layer_norm", c.layer_norm},
-            {"ffn_dropout", c.ffn_dropout},
-            {"scale_embeddings", c.scale_embeddings},
-            {"tie_output_embedding", c.tie_output_embedding},
-            {"mask_fill", c.mask_fill},
-            {"attention_dropout", c.attention_dropout}};
+  json j = {{"format_version", kConfigFormatVersion}, {"architecture", c.architecture}};
+  if (c.decoder_only()) {
+    j["vocab_size"] = c.tgt_vocab_size;
+  } else {
+    j["src_vocab_size"] = c.src_vocab_size;
+    j["tgt_vocab_size"] = c.tgt_vocab_size;
+  }
+  j["d_model"] = c.d_model;
+  j["num_heads"] = c.num_heads;
+  j["num_layers"] = c.num_layers;
+  j["d_ff"] = c.d_ff;
+  j["max_seq_length"] = c.max_seq_length;
+  j["dropout"] = c.dropout;
+  j["pad_id"] = c.pad_id;
+  j["bos_id"] = c.bos_id;
+  j["eos_id"] = c.eos_id;
+  if (c.decoder_only())
+    j["positions"] = c.positions;
+  else
+    j["norm"] = c.norm == NormPosition::Post ? "post" : "pre";
+  j["activation"] = c.activation;
+  j["layer_norm_eps"] = c.layer_norm_eps;
+  j["layer_norm"] = c.layer_norm;
+  j["ffn_dropout"] = c.ffn_dropout;
+  j["scale_embeddings"] = c.scale_embeddings;
+  j["tie_output_embedding"] = c.tie_output_embedding;
+  j["mask_fill"] = c.mask_fill;
+  j["attention_dropout"] = c.attention_dropout;
   return j.dump(2) + "\n";
+}
+
+TransformerConfig decoder_only_defaults() {
+  TransformerConfig c;
+  c.architecture = kDecoderOnly;
+  c.src_vocab_size = c.tgt_vocab_size;
+  c.norm = NormPosition::Pre;
+  c.activation = "gelu_tanh";
+  c.positions = "learned";
+  c.tie_output_embedding = true;
+  c.pad_id = -1;
+  return c;
 }
 
 namespace {
@@ -174,6 +211,15 @@ void read_integer(const json& j, const char* key, int64_t min, int64_t max, int6
   if (!integer_in_range(value, min, max))
     throw field_error(src, key, "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + value.dump());
   out = value.is_number_float() ? static_cast<int64_t>(value.get<double>()) : value.get<int64_t>();
+}
+
+// pad_id of a decoder-only model: an id or -1 (no padding id).
+void read_integer_allowing_none(const json& j, const char* key, int64_t max, int64_t& out, const std::string& src) {
+  if (j.contains(key) && j.at(key).is_number_integer() && j.at(key).get<int64_t>() == -1) {
+    out = -1;
+    return;
+  }
+  read_integer(j, key, 0, max, out, src);
 }
 
 void read_id(const json& j, const char* key, int32_t& out, const std::string& src) {
@@ -239,10 +285,19 @@ void read_format_and_architecture(const json& j, TransformerConfig& c, const std
                   << kConfigFormatVersion << "); upgrade qkv");
   }
   read_field(j, "architecture", c.architecture, src);
-  QKV_CHECK(c.architecture == kEncoderDecoder,
+  QKV_CHECK(c.architecture == kEncoderDecoder || c.architecture == kDecoderOnly,
             src << ": architecture \"" << c.architecture
-                << "\" is not supported by this qkv (it builds \"encoder-decoder\" models; decoder-only and "
-                   "encoder-only are planned)");
+                << "\" is not supported by this qkv (it builds \"encoder-decoder\" and \"decoder-only\" models; "
+                   "encoder-only is planned)");
+  if (c.architecture == kDecoderOnly) c = decoder_only_defaults();
+  // Fields of the other family are refused by name rather than ignored.
+  const std::vector<std::string> foreign = c.decoder_only()
+                                               ? std::vector<std::string>{"src_vocab_size", "tgt_vocab_size", "norm"}
+                                               : std::vector<std::string>{"vocab_size", "positions"};
+  for (const std::string& key : foreign)
+    QKV_CHECK(!j.contains(key), src << ": field \"" << key << "\" does not apply to a" << (c.decoder_only() ? " " : "n ")
+                                    << c.architecture << " model"
+                                    << (key == "norm" ? " (decoder-only models are always pre-LN)" : ""));
 }
 }  // namespace
 
@@ -253,18 +308,27 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "src_vocab_size", "tgt_vocab_size", "d_model", "bos_id", "eos_id",        "num_heads",        "num_layers",
       "d_ff",           "max_seq_length", "dropout",        "pad_id",           "norm",
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
-      "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture"};
+      "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
   read_format_and_architecture(j, c, src);
   for (const SizeField& f : kSizeFields) read_integer(j, f.name, 1, f.max, c.*f.member, src);
-  read_id(j, "pad_id", c.pad_id, src);
+  if (c.decoder_only()) {
+    read_integer(j, "vocab_size", 1, kMaxVocabSize, c.tgt_vocab_size, src);
+    c.src_vocab_size = c.tgt_vocab_size;
+    int64_t pad = c.pad_id;
+    read_integer_allowing_none(j, "pad_id", kMaxVocabSize - 1, pad, src);
+    c.pad_id = static_cast<int32_t>(pad);
+  } else {
+    read_id(j, "pad_id", c.pad_id, src);
+  }
   read_id(j, "bos_id", c.bos_id, src);
   read_id(j, "eos_id", c.eos_id, src);
   read_float(j, "dropout", c.dropout, src);
-  std::string norm = "post";
+  std::string norm = c.norm == NormPosition::Post ? "post" : "pre";
   read_field(j, "norm", norm, src);
+  read_field(j, "positions", c.positions, src);
   QKV_CHECK(norm == "post" || norm == "pre", src << ": field \"norm\" must be \"post\" or \"pre\", got \"" << norm << "\"");
   c.norm = norm == "post" ? NormPosition::Post : NormPosition::Pre;
   read_field(j, "activation", c.activation, src);

@@ -20,11 +20,17 @@ inline constexpr int kConfigFormatVersion = 1;
 
 // config.json's "architecture", as Hugging Face's configs name one. The families of seed 003:
 // encoder-decoder (the seed's model; the default, so configs written before the field existed read
-// unchanged), decoder-only (GPT) and encoder-only (BERT). This version builds encoder-decoder models.
+// unchanged), decoder-only (GPT) and encoder-only (BERT, not built yet).
 inline constexpr const char* kEncoderDecoder = "encoder-decoder";
+inline constexpr const char* kDecoderOnly = "decoder-only";
 
 enum class NormPosition { Post, Pre };  // post-LN: norm(x + sublayer(x)) (seed); pre-LN: x + sublayer(norm(x))
 
+// One config for every family. A decoder-only model has one vocabulary, written "vocab_size" in
+// config.json and held in tgt_vocab_size (src_vocab_size mirrors it and is never read); it is always
+// pre-LN; pad_id may be -1 (no padding id, as GPT-2). Fields of one family only are refused by name
+// in the other (config.json: src_vocab_size/tgt_vocab_size/norm in a decoder-only model;
+// vocab_size/positions in an encoder-decoder one).
 struct TransformerConfig {
   std::string architecture = kEncoderDecoder;
   int64_t src_vocab_size = 5000;
@@ -47,6 +53,9 @@ struct TransformerConfig {
   bool tie_output_embedding = false;  // fc.weight shares decoder_embedding.weight
   std::string mask_fill = "-1e9";     // value of masked scores: "-1e9" (seed 000) or "-inf"
   float attention_dropout = 0.f;      // dropout on attention weights (the seed has none)
+  std::string positions = "sinusoidal";  // "sinusoidal" (the seed) or "learned" (GPT-2; decoder-only)
+
+  bool decoder_only() const { return architecture == kDecoderOnly; }
 
   float mask_fill_value() const;
   // Throws qkv::Error naming the field when a value is out of range or inconsistent: sizes in
@@ -60,6 +69,9 @@ struct TransformerConfig {
 // (32.5) is refused, one written as a float with an integral value (32.0, 1e3) is read as that
 // integer. Out-of-range numbers are reported as written (9223372036854775808, not a wrapped value).
 TransformerConfig load_config(const std::string& path);
+// A decoder-only config with GPT-2's choices where the seed has none: pre-LN, GELU (tanh), learned
+// positions, output tied to the token embedding, no padding id; sizes are seed 000's.
+TransformerConfig decoder_only_defaults();
 void save_config(const std::string& path, const TransformerConfig& config);  // atomic write
 std::string config_to_json(const TransformerConfig& config);
 TransformerConfig config_from_json(const std::string& text, const std::string& source_name);

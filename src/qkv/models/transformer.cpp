@@ -6,23 +6,6 @@
 
 namespace qkv::models {
 
-namespace {
-nn::Activation activation_of(const TransformerConfig& c) {
-  if (c.activation == "gelu") return nn::Activation::GELU;
-  if (c.activation == "gelu_tanh") return nn::Activation::GELUTanh;
-  return nn::Activation::ReLU;
-}
-
-std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c) {
-  const ops::LayerNormVariant variant =
-      c.layer_norm == "seed003" ? ops::LayerNormVariant::UnbiasedStd : ops::LayerNormVariant::Standard;
-  return std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps, variant);
-}
-
-std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen) {
-  return std::make_unique<nn::PositionWiseFeedForward>(c.d_model, c.d_ff, gen, activation_of(c), c.ffn_dropout);
-}
-}  // namespace
 
 EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
     : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
@@ -58,36 +41,16 @@ Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::Attent
   return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
-Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, int64_t pos,
-                                const ops::AttentionMasks& src_mask) const {
-  auto self = [&](const Var& in) {
-    const Var q = self_attn.project(self_attn.W_q, in);  // (N, H, 1, dk)
-    const Var k = self_attn.project(self_attn.W_k, in);
-    const Var v = self_attn.project(self_attn.W_v, in);
-    cache.self_k.narrow(2, pos, 1).copy_from(k.value());
-    cache.self_v.narrow(2, pos, 1).copy_from(v.value());
-    // The single query at `pos` sees positions [0, pos]: the no-peek mask of the full forward.
-    return self_attn.attend(q, Var(cache.self_k.narrow(2, 0, pos + 1)), Var(cache.self_v.narrow(2, 0, pos + 1)), {});
-  };
-  Var h = residual(norm_pos_, norm1, dropout, x, self);
-  h = residual(norm_pos_, norm2, dropout, h, [&](const Var& in) {
-    return cross_attn.attend(cross_attn.project(cross_attn.W_q, in), cache.cross_k, cache.cross_v, src_mask);
-  });
+Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask) const {
+  // The single new query sees every cached position and itself: the no-peek mask of the full forward.
+  Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}); });
+  h = residual(norm_pos_, norm2, dropout, h,
+               [&](const Var& in) { return cross_attn.forward_static(in, cache.cross, src_mask); });
   return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
-namespace {
-// Validated before any member is built, so a bad size is refused naming its field rather than
-// failing in the allocator or in the positional table.
-const TransformerConfig& validated(const TransformerConfig& c) {
-  c.validate();
-  return c;
-}
-}  // namespace
-
 Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
-    : config_(validated(config)),
-      gen_(seed),
+    : Model(config, seed),
       encoder_embedding(register_module("encoder_embedding",
                                         std::make_unique<nn::Embedding>(config.src_vocab_size, config.d_model, gen_))),
       decoder_embedding(register_module("decoder_embedding",
@@ -96,7 +59,7 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
           "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length))),
       fc(register_module("fc", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {
-  config.validate();
+  QKV_CHECK(!config.decoder_only(), "Transformer: the config is of a decoder-only model (use CausalLM)");
   for (int64_t i = 0; i < config.num_layers; ++i)
     encoder_layers.push_back(&register_module("encoder_layers." + std::to_string(i),
                                               std::make_unique<EncoderLayer>(config, gen_)));
@@ -108,6 +71,12 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
     decoder_norm = &register_module("decoder_norm", make_norm(config));
   }
   if (config.tie_output_embedding) fc.tie_weight(decoder_embedding.weight);  // both (V, D)
+}
+
+std::vector<std::pair<std::string, Tensor>> Transformer::named_buffers() const {
+  // The seed registers pe as a persistent buffer of shape (1, max_len, D).
+  const Tensor& pe = positional_encoding.pe;
+  return {{"positional_encoding.pe", pe.reshape(Dims{1, pe.size(0), pe.size(1)})}};
 }
 
 void Transformer::set_recompute_ffn(bool on) {
@@ -152,14 +121,8 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   st.max_length = max_length;
   st.src_mask = generate_mask(src, src).src;
   const int64_t N = enc_output.size(0), H = config_.num_heads, dk = config_.d_model / config_.num_heads;
-  for (const DecoderLayer* layer : decoder_layers) {
-    LayerCache c;
-    c.self_k = Tensor::empty(Dims{N, H, max_length, dk});
-    c.self_v = Tensor::empty(Dims{N, H, max_length, dk});
-    c.cross_k = layer->cross_attn.project(layer->cross_attn.W_k, enc_output);  // projected once
-    c.cross_v = layer->cross_attn.project(layer->cross_attn.W_v, enc_output);
-    st.layers.push_back(std::move(c));
-  }
+  for (const DecoderLayer* layer : decoder_layers)
+    st.layers.push_back({nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output)});
   return st;
 }
 
@@ -169,31 +132,18 @@ Var Transformer::decode_step(const Tensor& tokens, DecoderState& st) const {
   Var e = decoder_embedding.forward(tokens.reshape(Dims{N, 1}));  // (N, 1, D)
   if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
   Var x = dropout.forward(fn::add_positional(e, positional_encoding.pe.narrow(0, pos, 1)));
-  for (size_t i = 0; i < decoder_layers.size(); ++i) x = decoder_layers[i]->forward_step(x, st.layers[i], pos, st.src_mask);
+  for (size_t i = 0; i < decoder_layers.size(); ++i) x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask);
   if (decoder_norm) x = decoder_norm->forward(x);
   st.length += 1;
   return fn::reshape(fc.forward(x), Dims{N, config_.tgt_vocab_size});  // (N, V)
 }
 
-namespace {
-// out[i] = in[rows[i]] along dim 0.
-Tensor gather_rows(const Tensor& in, const std::vector<int64_t>& rows) {
-  Dims shape = in.shape();
-  shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty(shape, in.dtype());
-  for (size_t i = 0; i < rows.size(); ++i) out.slice0(i, i + 1).copy_from(in.slice0(rows[i], rows[i] + 1));
-  return out;
-}
-}  // namespace
-
 void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) const {
   for (LayerCache& c : st.layers) {
-    c.self_k = gather_rows(c.self_k, rows);
-    c.self_v = gather_rows(c.self_v, rows);
-    c.cross_k = Var(gather_rows(c.cross_k.value().contiguous(), rows));
-    c.cross_v = Var(gather_rows(c.cross_v.value().contiguous(), rows));
+    c.self.reorder(rows);
+    c.cross.reorder(rows);
   }
-  if (st.src_mask.key_keep.defined()) st.src_mask.key_keep = gather_rows(st.src_mask.key_keep, rows);
+  if (st.src_mask.key_keep.defined()) st.src_mask.key_keep = ops::gather_rows(st.src_mask.key_keep, rows);
 }
 
 Var Transformer::forward(const Tensor& src, const Tensor& tgt) const {

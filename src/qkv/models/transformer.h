@@ -14,17 +14,12 @@
 #include <vector>
 
 #include "qkv/models/config.h"
+#include "qkv/models/model.h"
+#include "qkv/models/blocks.h"
 #include "qkv/nn/attention.h"
 #include "qkv/nn/feed_forward.h"
 
 namespace qkv::models {
-
-// Residual block wrapper: post-LN norm(x + dropout(f(x))) or pre-LN x + dropout(f(norm(x))).
-template <class F>
-Var residual(NormPosition pos, const nn::LayerNorm& norm, const nn::Dropout& dropout, const Var& x, F&& sublayer) {
-  if (pos == NormPosition::Post) return norm.forward(fn::add(x, dropout.forward(sublayer(x))));
-  return fn::add(x, dropout.forward(sublayer(norm.forward(x))));
-}
 
 class EncoderLayer : public nn::Module {
  public:
@@ -39,10 +34,10 @@ class EncoderLayer : public nn::Module {
   NormPosition norm_pos_;
 };
 
-// Per decoder layer state of incremental decoding (inference only).
+// Per decoder layer state of incremental decoding (inference only): the caches of its two attentions.
 struct LayerCache {
-  Tensor self_k, self_v;   // (N, H, max_len, dk): keys / values of every position decoded so far
-  Var cross_k, cross_v;    // (N, H, S, dk): the encoder output projected once
+  nn::KVCache self;   // (N, H, max_len, dk): keys / values of every position decoded so far
+  nn::KVCache cross;  // (N, H, S, dk): the encoder output projected once
 };
 
 class DecoderLayer : public nn::Module {
@@ -51,8 +46,8 @@ class DecoderLayer : public nn::Module {
   // x (B, T, D), enc_output (B, S, D) -> (B, T, D)
   Var forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
               const ops::AttentionMasks& tgt_mask) const;
-  // One position: x (N, 1, D) at position `pos`, attending to cached positions [0, pos].
-  Var forward_step(const Var& x, LayerCache& cache, int64_t pos, const ops::AttentionMasks& src_mask) const;
+  // One position: x (N, 1, D) after the cached ones, attending to them and to itself.
+  Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2, &norm3;
@@ -75,12 +70,8 @@ struct Masks {
   ops::AttentionMasks tgt;  // query padding of the target + no-peek
 };
 
-class Transformer : public nn::Module {
-  // Declared first: members are initialised in declaration order, and every module below draws
-  // its initial weights from gen_.
-  TransformerConfig config_;
-  mutable Generator gen_;
-
+// The encoder-decoder family (sequence-to-sequence): encode, start decoding, step, reorder.
+class Transformer : public Model {
  public:
   // Parameters are initialised from `seed` (PyTorch's default schemes); dropout draws from the
   // model's generator, whose state is part of a training checkpoint.
@@ -92,8 +83,9 @@ class Transformer : public nn::Module {
   Var encode(const Tensor& src, const ops::AttentionMasks& src_mask) const;  // (B, S, D)
   Var decode(const Tensor& tgt, const Var& enc_output, const Masks& masks) const;  // logits
 
-  // Activation checkpointing of every feed-forward block (see PositionWiseFeedForward).
-  void set_recompute_ffn(bool on);
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override { return forward(src, input); }
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
+  void set_recompute_ffn(bool on) override;
   // Incremental decoding: encode once, then one position per call with cached keys and values.
   // start_decoding takes the encoder output (N, S, D) and the sources (N, S) it came from.
   DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length) const;
@@ -102,9 +94,6 @@ class Transformer : public nn::Module {
   // Keeps / duplicates the sequences `rows` (beam search reordering): row i of the new state is
   // row rows[i] of the old one.
   void reorder(DecoderState& state, const std::vector<int64_t>& rows) const;
-
-  const TransformerConfig& config() const { return config_; }
-  Generator& generator() const { return gen_; }
 
   nn::Embedding &encoder_embedding, &decoder_embedding;
   nn::PositionalEncoding& positional_encoding;

@@ -1,9 +1,23 @@
 // MultiHeadAttention as in seed 000: project Q, K, V, split into heads, scaled dot-product
 // attention with masks, combine heads, project with W_o.
 #pragma once
+#include <vector>
+
 #include "qkv/nn/layers.h"
 
 namespace qkv::nn {
+
+// Keys and values of the positions an attention layer has seen, for incremental decoding
+// (inference only). Self-attention appends each new position; cross-attention projects the
+// encoder output once (static: append is never called).
+struct KVCache {
+  Tensor k, v;          // (N, H, capacity, dk)
+  int64_t length = 0;   // positions filled
+  // Allocates room for `capacity` positions of N sequences.
+  static KVCache with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk);
+  // Keeps / duplicates rows: row i becomes row rows[i] (beam search, dropping finished sequences).
+  void reorder(const std::vector<int64_t>& rows);
+};
 
 class MultiHeadAttention : public Module {
  public:
@@ -18,11 +32,23 @@ class MultiHeadAttention : public Module {
   Var project(const Linear& W, const Var& x) const { return fn::split_heads(W.forward(x), num_heads_); }
   Var attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks) const;
 
+  // Self-attention of x (N, T, D) at cache positions [length, length + T): appends the new keys and
+  // values to `cache` and attends over positions [0, length + T). masks.key_keep, when given, covers
+  // the cache's capacity; masks.causal hides later positions among the new ones.
+  Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks) const;
+  // Cross-attention of x (N, T, D) over a static cache of projected encoder keys and values.
+  Var forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks) const;
+  // The projected keys and values of `memory` (N, S, D), for forward_static.
+  KVCache project_memory(const Var& memory) const;
+  // softmax(Q K^T / sqrt(dk)) with the masks, (B, H, Tq, Tk): the attention weights, for
+  // inspection and pictures (seed 003's scaled_dot_product_attention returns them). No gradient.
+  Tensor attention_weights(const Var& Q, const Var& K, const ops::AttentionMasks& masks) const;
+
   int64_t num_heads() const { return num_heads_; }
   Linear &W_q, &W_k, &W_v, &W_o;
 
  private:
-  int64_t d_model_, num_heads_;
+  int64_t num_heads_;
   float attention_dropout_;
   Generator* gen_;
 };

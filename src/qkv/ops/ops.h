@@ -9,6 +9,7 @@
 // - Ops call kernels (raw loops); nn modules never call kernels, only ops through autograd.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "qkv/core/tensor.h"
 
@@ -110,6 +111,9 @@ Tensor keep_mask(const Tensor& ids, int32_t pad_id);
 // The composed (unfused) masked fill used to test the fused op: scores (B, H, Tq, Tk).
 Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks);
 void masked_fill_backward(const Tensor& dy, const AttentionMasks& masks, Tensor* dscores);
+
+// Row i of the result is row rows[i] of `in` along dim 0 (beam reordering, dropping rows).
+Tensor gather_rows(const Tensor& in, const std::vector<int64_t>& rows);
 
 // ---- heads -----------------------------------------------------------------------------------
 // (B, T, D) -> (B, H, T, D / H): a view (no copy), as x.view(B, T, H, dk).transpose(1, 2).

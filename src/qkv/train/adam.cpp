@@ -26,10 +26,19 @@ void Adam::step() {
   const kernels::AdamScalars s{static_cast<float>(options_.beta1),      static_cast<float>(1.0 - options_.beta1),
                                static_cast<float>(options_.beta2),      static_cast<float>(1.0 - options_.beta2),
                                static_cast<float>(options_.lr / bc1),   static_cast<float>(std::sqrt(bc2)),
-                               static_cast<float>(options_.eps),        static_cast<float>(options_.weight_decay)};
+                               static_cast<float>(options_.eps),
+                               static_cast<float>(options_.decoupled_weight_decay ? 0.0 : options_.weight_decay)};
+  // torch.optim.AdamW: param.mul_(1 - lr * weight_decay), the factor computed in double and
+  // applied in float.
+  const float decay = static_cast<float>(1.0 - options_.lr * options_.weight_decay);
   for (Slot& slot : slots_) {
     const Tensor& g = slot.param.grad();
     if (!g.defined()) continue;  // as PyTorch: a parameter without a gradient is left alone
+    if (options_.decoupled_weight_decay && options_.weight_decay != 0.0 && slot.param.value().dim() >= 2) {
+      float* p = slot.param.value().f32();
+      const int64_t n = slot.param.value().numel();
+      for (int64_t i = 0; i < n; ++i) p[i] *= decay;
+    }
     kernels::adam_step(slot.param.value().f32(), g.f32(), slot.exp_avg.f32(), slot.exp_avg_sq.f32(),
                        slot.param.value().numel(), s);
   }

@@ -1,6 +1,8 @@
 // Adam as torch.optim.Adam (PyTorch 1.13, single-tensor path), defaults from seed 000:
-// lr 1e-4, betas (0.9, 0.98), eps 1e-9. State (moments, step) saves to its own safetensors file
-// so a resumed run continues exactly.
+// lr 1e-4, betas (0.9, 0.98), eps 1e-9; or AdamW as torch.optim.AdamW (decoupled weight decay:
+// p *= 1 - lr * weight_decay before the Adam update), decaying only parameters of 2 or more
+// dimensions (weight matrices and embeddings, not biases or norms: nanoGPT's two param groups).
+// State (moments, step) saves to its own safetensors file so a resumed run continues exactly.
 #pragma once
 #include <string>
 #include <utility>
@@ -15,7 +17,8 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.98;
   double eps = 1e-9;
-  double weight_decay = 0.0;
+  double weight_decay = 0.0;            // Adam: L2 added to the gradient of every parameter
+  bool decoupled_weight_decay = false;  // AdamW: decoupled, on parameters with dim() >= 2 only
 };
 
 class Adam {

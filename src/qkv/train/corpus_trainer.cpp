@@ -123,7 +123,7 @@ ValidationResult validate(const models::Transformer& model, const DevSet& dev, c
 
 std::unique_ptr<models::Transformer> make_model(const CorpusTrainOptions& o, const text::SentencePiece& spm,
                                                 const std::string& last) {
-  if (o.resume) return models::load_model(last, o.seed);
+  if (o.resume) return models::load_seq2seq(last, o.seed);
   models::TransformerConfig c = o.model;
   c.src_vocab_size = c.tgt_vocab_size = spm.vocab_size();
   c.pad_id = spm.pad_id();
@@ -220,7 +220,7 @@ TrainResult train_on_corpus(const CorpusTrainOptions& o, const TrainerEvents& ev
 
   Validator validator;
   if (!dev.src.empty())
-    validator = [&](const models::Transformer& m) { return validate(m, dev, spm, o); };
+    validator = [&](const models::Model&) { return validate(*model, dev, spm, o); };  // the model being trained
   Trainer trainer(*model, data, trainer_options(o, c, spm_path, stop), validator);
   if (o.resume) trainer.resume(last, read_train_state(last + "/train_state.json"));
   return trainer.run(events);

@@ -14,15 +14,15 @@ int64_t count_labels(const Tensor& labels, int32_t pad) {
 }
 
 // Forward and backward of one chunk; the loss gradient is d(batch loss)/d(chunk loss) = weight.
-float chunk_forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
+float chunk_forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt,
                              float label_smoothing, float weight) {
   const data::TeacherForcing tf = data::shift_target(tgt);
-  const int64_t V = model.config().tgt_vocab_size;
+  const int64_t V = model.output_vocab_size();
   Graph graph;  // this chunk's forward and backward, nothing else
   const GraphScope scope(graph);
   Var loss;
   {
-    const Var logits = model.forward(src, tf.input);  // (B, T-1, V)
+    const Var logits = model.teacher_forced_logits(src, tf.input);  // (B, T-1, V)
     loss = fn::cross_entropy(fn::reshape(logits, Dims{-1, V}), tf.labels, model.config().pad_id, label_smoothing);
   }  // the logits Var is dropped here so only the loss node holds them
   const float value = loss.value().item();
@@ -31,12 +31,12 @@ float chunk_forward_backward(const models::Transformer& model, const Tensor& src
 }
 }  // namespace
 
-StepResult forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
+StepResult forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt,
                             float label_smoothing, int64_t micro_batch_rows) {
   const int32_t pad = model.config().pad_id;
   StepResult r;
   r.target_tokens = count_labels(data::shift_target(tgt).labels, pad);
-  const int64_t B = src.size(0);
+  const int64_t B = tgt.size(0);
   if (micro_batch_rows <= 0 || micro_batch_rows >= B) {
     r.loss = chunk_forward_backward(model, src, tgt, label_smoothing, 1.f);
     return r;
@@ -44,7 +44,8 @@ StepResult forward_backward(const models::Transformer& model, const Tensor& src,
   double loss = 0;
   for (int64_t begin = 0; begin < B; begin += micro_batch_rows) {
     const int64_t end = std::min(B, begin + micro_batch_rows);
-    const Tensor s = src.slice0(begin, end).contiguous(), t = tgt.slice0(begin, end).contiguous();
+    const Tensor s = src.defined() ? src.slice0(begin, end).contiguous() : Tensor();
+    const Tensor t = tgt.slice0(begin, end).contiguous();
     const int64_t n = count_labels(data::shift_target(t).labels, pad);
     if (n == 0) continue;  // an all-padding chunk contributes nothing
     const float share = static_cast<float>(n) / static_cast<float>(r.target_tokens);
@@ -54,7 +55,7 @@ StepResult forward_backward(const models::Transformer& model, const Tensor& src,
   return r;
 }
 
-StepResult train_step(const models::Transformer& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,
+StepResult train_step(const models::Model& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,
                       float label_smoothing, int64_t micro_batch_rows) {
   optimizer.zero_grad();
   StepResult r = forward_backward(model, src, tgt, label_smoothing, micro_batch_rows);
@@ -62,25 +63,55 @@ StepResult train_step(const models::Transformer& model, Adam& optimizer, const T
   return r;
 }
 
-ScoreResult score(const models::Transformer& model, const std::vector<data::IdLine>& src,
+namespace {
+// Rows of ids right-padded with `filler` (a valid id: decoder-only models may have no padding id).
+// Labels of the padding are -1, which the loss ignores.
+data::TeacherForcing lm_teacher_forcing(const std::vector<data::IdLine>& lines, int32_t filler) {
+  int64_t width = 1;
+  for (const data::IdLine& l : lines) width = std::max<int64_t>(width, static_cast<int64_t>(l.size()) - 1);
+  const int64_t B = static_cast<int64_t>(lines.size());
+  data::TeacherForcing tf{Tensor::empty(Dims{B, width}, DType::I32), Tensor::empty(Dims{B, width}, DType::I32)};
+  for (int64_t b = 0; b < B; ++b) {
+    const data::IdLine& l = lines[static_cast<size_t>(b)];
+    for (int64_t j = 0; j < width; ++j) {
+      const bool real = j + 1 < static_cast<int64_t>(l.size());
+      tf.input.i32()[b * width + j] = real ? l[static_cast<size_t>(j)] : filler;
+      tf.labels.i32()[b * width + j] = real ? l[static_cast<size_t>(j + 1)] : -1;
+    }
+  }
+  return tf;
+}
+}  // namespace
+
+ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& src,
                   const std::vector<data::IdLine>& tgt, int64_t batch_size) {
-  QKV_CHECK(src.size() == tgt.size(), "score: " << src.size() << " source lines but " << tgt.size() << " target lines");
+  const bool lm = model.config().decoder_only();
+  QKV_CHECK(lm ? src.empty() : src.size() == tgt.size(),
+            "score: " << src.size() << " source lines but " << tgt.size() << " target lines"
+                      << (lm ? " (a decoder-only model scores target lines alone)" : ""));
   QKV_CHECK(batch_size > 0, "score: batch size must be positive");
   NoGradGuard no_grad;
-  const int32_t pad = model.config().pad_id;
+  const int32_t pad = model.config().pad_id, ignored = lm ? -1 : pad;
   ScoreResult result;
-  result.line_log_prob.assign(src.size(), 0.0);
-  for (size_t begin = 0; begin < src.size(); begin += static_cast<size_t>(batch_size)) {
-    const size_t end = std::min(src.size(), begin + static_cast<size_t>(batch_size));
-    const std::vector<data::IdLine> s(src.begin() + begin, src.begin() + end), t(tgt.begin() + begin, tgt.begin() + end);
-    const data::TeacherForcing tf = data::shift_target(data::pad_batch(t, pad));
-    const Var logits = model.forward(data::pad_batch(s, pad), tf.input);  // (b, T-1, V)
+  result.line_log_prob.assign(tgt.size(), 0.0);
+  for (size_t begin = 0; begin < tgt.size(); begin += static_cast<size_t>(batch_size)) {
+    const size_t end = std::min(tgt.size(), begin + static_cast<size_t>(batch_size));
+    const std::vector<data::IdLine> t(tgt.begin() + begin, tgt.begin() + end);
+    data::TeacherForcing tf;
+    Tensor src_batch;
+    if (lm) {
+      tf = lm_teacher_forcing(t, model.config().eos_id);
+    } else {
+      tf = data::shift_target(data::pad_batch(t, pad));
+      src_batch = data::pad_batch(std::vector<data::IdLine>(src.begin() + begin, src.begin() + end), pad);
+    }
+    const Var logits = model.teacher_forced_logits(src_batch, tf.input);  // (b, T-1, V)
     Tensor row_loss;
-    fn::cross_entropy(fn::reshape(logits, Dims{-1, model.config().tgt_vocab_size}), tf.labels, pad, 0.f, &row_loss);
+    fn::cross_entropy(fn::reshape(logits, Dims{-1, model.output_vocab_size()}), tf.labels, ignored, 0.f, &row_loss);
     const int64_t width = tf.input.size(1);
     for (size_t i = 0; i < end - begin; ++i)
       for (int64_t j = 0; j < width; ++j) {
-        if (tf.labels.i32()[i * width + j] == pad) continue;
+        if (tf.labels.i32()[i * width + j] == ignored) continue;
         const double nll = row_loss.f32()[i * width + j];
         result.line_log_prob[begin + i] -= nll;
         result.total_nll += nll;

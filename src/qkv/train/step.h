@@ -1,12 +1,15 @@
-// One training step and batched scoring of a Transformer, as seed 000's loop:
+// One training step and batched scoring of any model family, as seed 000's loop:
 //   optimizer.zero_grad(); logits = model(src, tgt[:, :-1]);
 //   loss = CrossEntropyLoss(ignore_index=pad)(logits.view(-1, V), tgt[:, 1:].view(-1));
 //   loss.backward(); optimizer.step()
+// A decoder-only model has no source: src is an undefined Tensor and tgt holds token blocks, so the
+// loss is that of predicting token i+1 from tokens 0..i.
 #pragma once
 #include <vector>
 
 #include "qkv/data/id_lines.h"
-#include "qkv/models/transformer.h"
+#include "qkv/autograd/functions.h"
+#include "qkv/models/model.h"
 #include "qkv/train/adam.h"
 
 namespace qkv::train {
@@ -21,10 +24,10 @@ struct StepResult {
 // chunk's loss gradient is weighted by its share of the batch's non-pad labels, so the gradient is
 // that of the whole batch's mean loss (up to float summation order) while only one chunk's
 // activations are alive at a time.
-StepResult forward_backward(const models::Transformer& model, const Tensor& src, const Tensor& tgt,
+StepResult forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt,
                             float label_smoothing = 0.f, int64_t micro_batch_rows = 0);
 // zero_grad, forward_backward, optimizer step.
-StepResult train_step(const models::Transformer& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,
+StepResult train_step(const models::Model& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,
                       float label_smoothing = 0.f, int64_t micro_batch_rows = 0);
 
 struct ScoreResult {
@@ -34,7 +37,9 @@ struct ScoreResult {
   double mean_loss() const { return tokens ? total_nll / tokens : 0.0; }
 };
 // Teacher-forced log-probabilities in eval mode without recording (pairs batched with padding).
-ScoreResult score(const models::Transformer& model, const std::vector<data::IdLine>& src,
+// An encoder-decoder model scores (src, tgt) pairs, tgt with BOS and EOS; a decoder-only model
+// takes an empty `src` and scores each tgt line's tokens 1.. given the ones before them.
+ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& src,
                   const std::vector<data::IdLine>& tgt, int64_t batch_size);
 
 }  // namespace qkv::train

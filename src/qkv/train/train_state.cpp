@@ -14,7 +14,7 @@ json hyper_to_json(const Hyper& h) {
   return {{"schedule", h.schedule.kind}, {"lr", h.schedule.lr},        {"warmup", h.schedule.warmup},
           {"d_model", h.schedule.d_model}, {"clip_norm", h.clip_norm}, {"label_smoothing", h.label_smoothing},
           {"micro_batch", h.micro_batch}, {"beta1", h.beta1},          {"beta2", h.beta2},
-          {"eps", h.eps}};
+          {"eps", h.eps},                 {"optimizer", h.optimizer},  {"weight_decay", h.weight_decay}};
 }
 
 Hyper hyper_from_json(const json& j) {
@@ -27,6 +27,10 @@ Hyper hyper_from_json(const json& j) {
   h.beta1 = j.at("beta1").get<double>();
   h.beta2 = j.at("beta2").get<double>();
   h.eps = j.at("eps").get<double>();
+  // Absent in files written before AdamW existed: those runs used Adam without decay.
+  if (j.contains("optimizer")) h.optimizer = j.at("optimizer").get<std::string>();
+  if (j.contains("weight_decay")) h.weight_decay = j.at("weight_decay").get<double>();
+  QKV_CHECK(h.optimizer == "adam" || h.optimizer == "adamw", "optimizer must be adam or adamw, got " << h.optimizer);
   return h;
 }
 

@@ -26,10 +26,12 @@ struct Hyper {
   float label_smoothing = 0.f;
   int64_t micro_batch = 0;
   double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
+  std::string optimizer = "adam";  // "adam" (seed 000) or "adamw" (decoupled weight decay)
+  double weight_decay = 0.0;       // adamw: on 2-D weight matrices only (nanoGPT's rule)
 };
 
 struct TrainState {
-  std::string kind;  // "synthetic" | "translation"
+  std::string kind;  // "synthetic" | "translation" | "language-model"
   int64_t step = 0;
   uint64_t gen_seed = 0, gen_offset = 0;
   nlohmann::json data = nlohmann::json::object();

@@ -26,6 +26,12 @@ void check_options(const TrainerOptions& o) {
             "--clip-norm must be a finite number >= 0 (0: off), got " << o.hyper.clip_norm);
   QKV_CHECK(o.hyper.label_smoothing >= 0 && o.hyper.label_smoothing < 1,
             "--label-smoothing must be in [0, 1), got " << o.hyper.label_smoothing);
+  QKV_CHECK(o.hyper.optimizer == "adam" || o.hyper.optimizer == "adamw",
+            "--optimizer must be adam or adamw, got " << o.hyper.optimizer);
+  QKV_CHECK(std::isfinite(o.hyper.weight_decay) && o.hyper.weight_decay >= 0 && o.hyper.weight_decay < 1,
+            "--weight-decay must be in [0, 1), got " << o.hyper.weight_decay);
+  QKV_CHECK(o.hyper.weight_decay == 0 || o.hyper.optimizer == "adamw",
+            "--weight-decay needs --optimizer adamw (Adam's L2 penalty is not offered)");
   QKV_CHECK(o.hyper.micro_batch >= 0, "--micro-batch must be >= 0 (0: whole batch), got " << o.hyper.micro_batch);
 }
 
@@ -41,13 +47,14 @@ int64_t saved_optimizer_step(const std::string& path) {
 }
 }  // namespace
 
-Trainer::Trainer(models::Transformer& model, TrainingData& data, TrainerOptions options, Validator validator)
+Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions options, Validator validator)
     : model_(model),
       data_(data),
       options_(std::move(options)),
       validator_(std::move(validator)),
-      optimizer_(model.named_parameters(), AdamOptions{options_.hyper.schedule.lr, options_.hyper.beta1,
-                                                       options_.hyper.beta2, options_.hyper.eps, 0.0}) {
+      optimizer_(model.named_parameters(),
+                 AdamOptions{options_.hyper.schedule.lr, options_.hyper.beta1, options_.hyper.beta2, options_.hyper.eps,
+                             options_.hyper.weight_decay, options_.hyper.optimizer == "adamw"}) {
   check_options(options_);
   model_.train();
   state_.kind = data_.kind();

@@ -1,5 +1,5 @@
-// The one training loop of qkv, for every kind of data (synthetic ids, parallel text; language
-// modelling next): learning-rate schedule, gradient accumulation over micro-batches, clipping,
+// The one training loop of qkv, for every model family and kind of data (synthetic ids, parallel
+// text, language-model blocks): learning-rate schedule, gradient accumulation over micro-batches, clipping,
 // periodic validation with `best`, `last` and kept step checkpoints, early stopping, step / epoch /
 // wall-clock limits, a stop request, and exact resume.
 //
@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "qkv/models/transformer.h"
+#include "qkv/models/model.h"
 #include "qkv/train/adam.h"
 #include "qkv/train/train_state.h"
 #include "qkv/train/training_data.h"
@@ -52,7 +52,7 @@ struct ValidationResult {
   double bleu = -1;  // -1: not computed; the score is BLEU when computed, else -loss
   double score() const { return bleu >= 0 ? bleu : -loss; }
 };
-using Validator = std::function<ValidationResult(const models::Transformer&)>;
+using Validator = std::function<ValidationResult(const models::Model&)>;
 
 struct StepReport {
   int64_t step = 0, max_steps = 0, epoch = 0;  // epoch counts from 1
@@ -84,7 +84,7 @@ struct TrainResult {
 class Trainer {
  public:
   // The model and the data outlive the Trainer. The model is put in training mode.
-  Trainer(models::Transformer& model, TrainingData& data, TrainerOptions options, Validator validator = {});
+  Trainer(models::Model& model, TrainingData& data, TrainerOptions options, Validator validator = {});
   // Continues from `checkpoint_dir` (written by a Trainer or by qkv 0.1): optimizer moments, dropout
   // RNG, data position, step, best score, elapsed time. The model's weights must already be that
   // checkpoint's (models::load_model). Refuses a mixed set: a manifest that does not match the
@@ -106,7 +106,7 @@ class Trainer {
   void save_weights_only(const std::string& dir, const TrainerEvents& events);
   void keep_step_checkpoint(const TrainerEvents& events);
 
-  models::Transformer& model_;
+  models::Model& model_;
   TrainingData& data_;
   TrainerOptions options_;
   Validator validator_;

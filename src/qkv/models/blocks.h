@@ -1,0 +1,25 @@
+// Pieces every family builds its layers from, as the config asks: the residual sub-layer, the
+// norm and the feed-forward block.
+#pragma once
+#include <memory>
+
+#include "qkv/models/config.h"
+#include "qkv/nn/feed_forward.h"
+#include "qkv/nn/layers.h"
+
+namespace qkv::models {
+
+// Post-LN norm(x + dropout(f(x))) (seed 000) or pre-LN x + dropout(f(norm(x))) (GPT-2, and the
+// seed model's "pre" option).
+template <class F>
+Var residual(NormPosition pos, const nn::LayerNorm& norm, const nn::Dropout& dropout, const Var& x, F&& sublayer) {
+  if (pos == NormPosition::Post) return norm.forward(fn::add(x, dropout.forward(sublayer(x))));
+  return fn::add(x, dropout.forward(sublayer(norm.forward(x))));
+}
+
+// LayerNorm of d_model with the config's eps and variant (nn.LayerNorm or seed 003's).
+std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c);
+// fc2(activation(fc1(x))) with the config's activation and ffn_dropout.
+std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen);
+
+}  // namespace qkv::models

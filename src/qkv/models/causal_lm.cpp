@@ -1,0 +1,167 @@
+#include "qkv/models/causal_lm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "qkv/models/blocks.h"
+
+namespace qkv::models {
+
+namespace {
+const TransformerConfig& decoder_only(const TransformerConfig& c) {
+  QKV_CHECK(c.decoder_only(), "CausalLM: the config is of an " << c.architecture
+                                                                << " model, not a decoder-only one (use Transformer)");
+  return c;
+}
+
+// Positions (B, T) i32: row b, column t holds t - padding[b], or 0 on the left padding.
+Tensor positions_of(int64_t B, int64_t T, int64_t first, const std::vector<int64_t>& padding) {
+  Tensor p = Tensor::empty(Dims{B, T}, DType::I32);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      p.i32()[b * T + t] = static_cast<int32_t>(std::max<int64_t>(0, first + t - (padding.empty() ? 0 : padding[b])));
+  return p;
+}
+}  // namespace
+
+CausalBlock::CausalBlock(const TransformerConfig& c, Generator& gen)
+    : norm1(register_module("norm1", make_norm(c))),
+      self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
+                                                                                      c.attention_dropout))),
+      norm2(register_module("norm2", make_norm(c))),
+      feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
+      dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))) {}
+
+Var CausalBlock::forward(const Var& x, const ops::AttentionMasks& masks) const {
+  Var h = residual(NormPosition::Pre, norm1, dropout, x, [&](const Var& in) { return self_attn.forward(in, in, in, masks); });
+  return residual(NormPosition::Pre, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+}
+
+Var CausalBlock::forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks) const {
+  Var h = residual(NormPosition::Pre, norm1, dropout, x,
+                   [&](const Var& in) { return self_attn.forward_cached(in, cache, masks); });
+  return residual(NormPosition::Pre, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+}
+
+CausalLM::CausalLM(const TransformerConfig& config, uint64_t seed)
+    : Model(decoder_only(config), seed),
+      token_embedding(register_module("token_embedding",
+                                      std::make_unique<nn::Embedding>(config.tgt_vocab_size, config.d_model, gen_))),
+      final_norm(*[&] {
+        // Registered in state_dict order: embeddings, positions, layers, final norm, head.
+        if (config.positions == "learned")
+          position_embedding = &register_module(
+              "position_embedding", std::make_unique<nn::Embedding>(config.max_seq_length, config.d_model, gen_));
+        else
+          positional_encoding = &register_module(
+              "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length));
+        for (int64_t i = 0; i < config.num_layers; ++i)
+          layers.push_back(&register_module("layers." + std::to_string(i), std::make_unique<CausalBlock>(config, gen_)));
+        return &register_module("final_norm", make_norm(config));
+      }()),
+      lm_head(register_module("lm_head", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_,
+                                                                      /*bias=*/false))),
+      dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {
+  if (config.tie_output_embedding) lm_head.tie_weight(token_embedding.weight);  // both (V, D)
+}
+
+std::vector<std::pair<std::string, Tensor>> CausalLM::named_buffers() const {
+  if (!positional_encoding) return {};
+  const Tensor& pe = positional_encoding->pe;
+  return {{"positional_encoding.pe", pe.reshape(Dims{1, pe.size(0), pe.size(1)})}};
+}
+
+void CausalLM::set_recompute_ffn(bool on) {
+  for (CausalBlock* l : layers) l->feed_forward.set_recompute(on);
+}
+
+Var CausalLM::embed(const Tensor& ids, const Tensor& positions) const {
+  Var e = token_embedding.forward(ids);  // (B, T, D)
+  if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
+  const Var pos = position_embedding ? position_embedding->forward(positions)
+                                     : fn::embedding(Var(positional_encoding->pe), positions);
+  return dropout.forward(fn::add(e, pos));
+}
+
+Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks) const {
+  for (size_t i = 0; i < layers.size(); ++i)
+    x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks) : layers[i]->forward(x, masks);
+  return lm_head.forward(final_norm.forward(x));
+}
+
+Var CausalLM::forward(const Tensor& ids) const {
+  QKV_CHECK(ids.dim() == 2, "CausalLM: ids " << ids.shape() << " must be (B, T)");
+  QKV_CHECK(ids.size(1) >= 1 && ids.size(1) <= config_.max_seq_length,
+            "CausalLM: " << ids.size(1) << " positions, the model's context (max_seq_length) is "
+                         << config_.max_seq_length);
+  ops::AttentionMasks masks;
+  masks.causal = true;
+  masks.fill = config_.mask_fill_value();
+  return run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks);
+}
+
+Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input) const { return forward(input); }
+
+Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
+                      GenerationState& st) const {
+  QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
+  QKV_CHECK(!prompts.empty(), "prefill: no prompts");
+  int64_t longest = 0;
+  for (const auto& p : prompts) {
+    QKV_CHECK(!p.empty(), "prefill: an empty prompt (start it with the BOS id)");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  }
+  QKV_CHECK(max_new_tokens >= 0 && longest + max_new_tokens <= config_.max_seq_length,
+            "prefill: a prompt of " << longest << " tokens plus " << max_new_tokens
+                                    << " new ones exceeds the model's context (max_seq_length " << config_.max_seq_length
+                                    << ")");
+  const int64_t N = static_cast<int64_t>(prompts.size()), V = config_.tgt_vocab_size;
+  st = GenerationState{};
+  st.capacity = std::max<int64_t>(longest + max_new_tokens, 1);
+  st.key_keep = Tensor::zeros(Dims{N, st.capacity}, DType::I32);
+  std::fill(st.key_keep.i32(), st.key_keep.i32() + N * st.capacity, 1);
+  Tensor ids = Tensor::zeros(Dims{N, longest}, DType::I32);
+  for (int64_t r = 0; r < N; ++r) {
+    const auto& p = prompts[static_cast<size_t>(r)];
+    const int64_t pad = longest - static_cast<int64_t>(p.size());
+    st.padding.push_back(pad);
+    for (int64_t t = 0; t < longest; ++t) {
+      ids.i32()[r * longest + t] = t < pad ? p[0] : p[static_cast<size_t>(t - pad)];  // padding: any valid id
+      if (t < pad) st.key_keep.i32()[r * st.capacity + t] = 0;
+    }
+  }
+  const int64_t H = config_.num_heads, dk = config_.d_model / H;
+  for (size_t i = 0; i < layers.size(); ++i) st.layers.push_back(nn::KVCache::with_capacity(N, H, st.capacity, dk));
+  ops::AttentionMasks masks;
+  masks.key_keep = st.key_keep;
+  masks.causal = true;
+  masks.fill = config_.mask_fill_value();
+  const Var logits = run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks);
+  st.length = longest;
+  // The last position of every row (all rows end at the same column).
+  return Var(logits.value().narrow(1, longest - 1, 1).contiguous().reshape(Dims{N, V}));
+}
+
+Var CausalLM::step(const Tensor& tokens, GenerationState& st) const {
+  QKV_CHECK(st.length < st.capacity, "step: all " << st.capacity << " cache positions are used");
+  const int64_t N = tokens.numel();
+  QKV_CHECK(N == st.rows(), "step: " << N << " tokens for " << st.rows() << " sequences");
+  ops::AttentionMasks masks;
+  masks.key_keep = st.key_keep;
+  masks.fill = config_.mask_fill_value();
+  const Var x = embed(tokens.reshape(Dims{N, 1}), positions_of(N, 1, st.length, st.padding));
+  const Var logits = run_blocks(x, &st.layers, masks);
+  st.length += 1;
+  return fn::reshape(logits, Dims{N, config_.tgt_vocab_size});
+}
+
+void CausalLM::reorder(GenerationState& st, const std::vector<int64_t>& rows) const {
+  for (nn::KVCache& c : st.layers) c.reorder(rows);
+  st.key_keep = ops::gather_rows(st.key_keep, rows);
+  std::vector<int64_t> padding;
+  for (int64_t r : rows) padding.push_back(st.padding[static_cast<size_t>(r)]);
+  st.padding = std::move(padding);
+}
+
+}  // namespace qkv::models

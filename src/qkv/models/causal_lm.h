@@ -1,0 +1,80 @@
+// The decoder-only family (GPT-2's blocks), a causal language model:
+//   x = drop(wte(ids) + wpe(positions))           learned (GPT-2) or sinusoidal positions
+//   block: x = x + drop(attn(ln_1(x)))             pre-LN, masked (causal) self-attention
+//          x = x + drop(mlp(ln_2(x)))              GELU (erf) or GPT-2's tanh approximation
+//   logits = lm_head(ln_f(x))                      lm_head tied to wte by default, no bias
+// Parameter names (model.safetensors):
+//   token_embedding.weight (V, D), position_embedding.weight (max_seq_length, D) [learned],
+//   positional_encoding.pe (1, max_seq_length, D) [sinusoidal, a buffer],
+//   layers.N.{norm1, self_attn.{W_q, W_k, W_v, W_o}, norm2, feed_forward.{fc1, fc2}}.{weight, bias},
+//   final_norm.{weight, bias}, lm_head.weight (V, D) (the same matrix as the token embedding when tied).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "qkv/models/model.h"
+#include "qkv/nn/attention.h"
+#include "qkv/nn/feed_forward.h"
+
+namespace qkv::models {
+
+class CausalBlock : public nn::Module {
+ public:
+  CausalBlock(const TransformerConfig& c, Generator& gen);
+  // x (B, T, D); masks: causal plus, for left-padded batches, the padding keys.
+  Var forward(const Var& x, const ops::AttentionMasks& masks) const;
+  // The same with the keys and values of the new positions appended to `cache` (inference).
+  Var forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks) const;
+  nn::LayerNorm& norm1;
+  nn::MultiHeadAttention& self_attn;
+  nn::LayerNorm& norm2;
+  nn::PositionWiseFeedForward& feed_forward;
+  nn::Dropout& dropout;
+};
+
+// Incremental generation state of N sequences. Prompts are left-padded to a common length so that
+// every row appends its next token at the same cache position; padding keys are masked and each
+// row's positions count from its first real token.
+struct GenerationState {
+  std::vector<nn::KVCache> layers;
+  Tensor key_keep;               // i32 (N, capacity): 0 on the left padding
+  std::vector<int64_t> padding;  // per row: left-padding length
+  int64_t length = 0;            // cache positions used (padding included)
+  int64_t capacity = 0;          // padded prompt length + new tokens, <= max_seq_length
+  int64_t rows() const { return static_cast<int64_t>(padding.size()); }
+};
+
+class CausalLM : public Model {
+ public:
+  CausalLM(const TransformerConfig& config, uint64_t seed);
+
+  // ids (B, T) i32 -> logits (B, T, V); position t of every row is t.
+  Var forward(const Tensor& ids) const;
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
+  void set_recompute_ffn(bool on) override;
+
+  // Inference (under NoGradGuard). prefill runs the (non-empty) prompts at once, filling the cache,
+  // and returns the logits (N, V) of the token after each prompt; `max_new_tokens` sizes the cache
+  // (longest prompt + max_new_tokens must fit max_seq_length).
+  Var prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, GenerationState& state) const;
+  // tokens (N) i32 appended to every row -> logits (N, V) of the next token.
+  Var step(const Tensor& tokens, GenerationState& state) const;
+  // Row i of the new state is row rows[i] of the old one (drop finished rows, beam reordering).
+  void reorder(GenerationState& state, const std::vector<int64_t>& rows) const;
+
+  nn::Embedding& token_embedding;
+  nn::Embedding* position_embedding = nullptr;          // learned positions
+  nn::PositionalEncoding* positional_encoding = nullptr;  // sinusoidal positions
+  std::vector<CausalBlock*> layers;
+  nn::LayerNorm& final_norm;
+  nn::Linear& lm_head;
+  nn::Dropout& dropout;
+
+ private:
+  // Embeddings of ids (B, T) at positions (B, T) i32, plus dropout.
+  Var embed(const Tensor& ids, const Tensor& positions) const;
+  Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks) const;
+};
+
+}  // namespace qkv::models
