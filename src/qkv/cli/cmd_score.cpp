@@ -1,4 +1,7 @@
-// qkv score --checkpoint DIR --src FILE --tgt FILE [--per-line] [--batch-size N]
+// qkv score --checkpoint DIR --src FILE --tgt FILE [--per-line] [--batch-size N]   (encoder-decoder)
+// qkv score --checkpoint DIR --tgt FILE [--per-line] [--batch-size N]              (decoder-only)
+// A decoder-only model scores each line alone: the sum over i of log p(id i+1 | ids 0..i).
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -33,7 +36,7 @@ void check_lengths(const std::vector<data::IdLine>& lines, const std::string& pa
 Runner add_score_command(CLI::App& app) {
   auto o = std::make_shared<ScoreOptions>();
   app.add_option("--checkpoint", o->checkpoint, "Checkpoint directory")->required();
-  app.add_option("--src", o->src, "Source ids, one sentence a line")->required();
+  app.add_option("--src", o->src, "Source ids, one sentence a line (encoder-decoder models only)");
   app.add_option("--tgt", o->tgt, "Target ids, one sentence a line (input = tgt[:-1], label = tgt[1:])")->required();
   app.add_flag("--per-line", o->per_line, "Also print each line's sum of label log-probabilities");
   app.add_option("--batch-size", o->batch_size, "Sentences per batch (padded with the pad id)")
@@ -46,16 +49,22 @@ Runner add_score_command(CLI::App& app) {
     auto model = models::load_model(o->checkpoint);
     model->eval();
     const auto& c = model->config();
-    const auto src = data::read_id_lines(o->src, c.src_vocab_size);
+    if (c.decoder_only() && !o->src.empty())
+      throw UsageError("--src: " + o->checkpoint + " is a decoder-only model, which scores --tgt lines alone");
+    if (!c.decoder_only() && o->src.empty())
+      throw UsageError("--src is required: " + o->checkpoint + " is an encoder-decoder model");
+    std::vector<data::IdLine> src;
+    if (!c.decoder_only()) src = data::read_id_lines(o->src, c.src_vocab_size);
     const auto tgt = data::read_id_lines(o->tgt, c.tgt_vocab_size);
-    QKV_CHECK(src.size() == tgt.size(), o->src << " has " << src.size() << " lines but " << o->tgt << " has "
-                                                << tgt.size());
-    check_lengths(src, o->src, c.max_seq_length, 1, 0);
+    QKV_CHECK(c.decoder_only() || src.size() == tgt.size(),
+              o->src << " has " << src.size() << " lines but " << o->tgt << " has " << tgt.size());
+    if (!c.decoder_only()) check_lengths(src, o->src, c.max_seq_length, 1, 0);
     check_lengths(tgt, o->tgt, c.max_seq_length, 2, 1);
     const train::ScoreResult r = train::score(*model, src, tgt, o->batch_size);
     if (o->per_line)
       for (double lp : r.line_log_prob) std::printf("%.6f\n", lp);
     std::printf("loss %.7f\n", r.mean_loss());
+    if (c.decoder_only()) std::printf("perplexity %.4f\n", std::exp(r.mean_loss()));
     return 0;
   };
 }

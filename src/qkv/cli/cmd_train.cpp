@@ -1,5 +1,6 @@
 // qkv train --synthetic [--preset seed|tiny] [--task random|copy] [--steps N] [--batch B] [--len L] ...
 // qkv train --src FILE --tgt FILE --out DIR [--valid-src F --valid-tgt F] ...
+// qkv train --arch decoder-only --text FILE --out DIR [--valid-text F] [--block-size N] ...
 //
 // --preset seed (default) is seed 000's example: vocab 5000, d_model 512, 8 heads, 6 layers,
 // d_ff 2048, max length 100, dropout 0.1, one random 64 x 100 batch, Adam(1e-4, (0.9, 0.98), 1e-9).
@@ -21,6 +22,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/corpus_trainer.h"
+#include "qkv/train/lm_trainer.h"
 
 namespace qkv::cli {
 
@@ -64,6 +66,11 @@ struct TrainOptions {
   int64_t spm_sample = 0, max_tokens = 4096, max_epochs = 0, valid_every = 1000, valid_bleu_sentences = 200,
           patience = 0, keep_checkpoints = 0;
   std::optional<int64_t> max_len;
+  // Language-model training (--arch decoder-only).
+  std::string arch = models::kEncoderDecoder, text, valid_text;
+  int64_t block_size = 128;
+  std::optional<std::string> optimizer;
+  std::optional<double> weight_decay;
 };
 
 // A resumed run keeps the checkpoint's model. Model flags given with --resume must agree with it:
@@ -108,6 +115,13 @@ train::Hyper resolve_hyper(const TrainOptions& o, train::Hyper h, const std::opt
   override_with("--clip-norm", o.clip_norm, h.clip_norm);
   override_with("--label-smoothing", o.label_smoothing, h.label_smoothing);
   override_with("--micro-batch", o.micro_batch, h.micro_batch);
+  override_with("--weight-decay", o.weight_decay, h.weight_decay);
+  if (o.optimizer) {
+    if (saved && saved->has_hyper && *o.optimizer != h.optimizer)
+      progress.info("--optimizer " + *o.optimizer + " overrides the checkpoint's " + h.optimizer);
+    h.optimizer = *o.optimizer;
+  }
+  if (h.optimizer == "adam" && !o.weight_decay) h.weight_decay = 0;  // decay is AdamW's
   return h;
 }
 
@@ -120,6 +134,62 @@ std::optional<train::TrainState> saved_state_if_resuming(const std::string& chec
 int finish(const train::TrainResult& r, const std::string& saved_to, TrainProgress& progress) {
   progress.finished(r, saved_to);
   return r.interrupted ? 130 : 0;
+}
+
+// The model the flags describe: --config (or `base`), then each size flag given.
+models::TransformerConfig model_config(const TrainOptions& o, models::TransformerConfig base) {
+  models::TransformerConfig c = o.config_path.empty() ? std::move(base) : models::load_config(o.config_path);
+  if (o.d_model) c.d_model = *o.d_model;
+  if (o.heads) c.num_heads = *o.heads;
+  if (o.layers) c.num_layers = *o.layers;
+  if (o.d_ff) c.d_ff = *o.d_ff;
+  if (o.dropout) c.dropout = *o.dropout;
+  if (o.max_len) c.max_seq_length = *o.max_len;
+  c.validate();
+  return c;
+}
+
+double parse_time_budget(const std::string& text) {
+  if (text.empty()) return 0;
+  try {
+    return parse_duration(text);
+  } catch (const Error& e) {
+    throw Error(std::string("--time-budget: ") + e.what());
+  }
+}
+
+int run_lm_train(const TrainOptions& o, TrainProgress& progress) {
+  train::LmTrainOptions l;
+  l.text = o.text;
+  l.valid_text = o.valid_text;
+  l.out = o.out.empty() ? o.resume : o.out;
+  l.resume = !o.resume.empty();
+  QKV_CHECK(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
+            "--resume DIR continues the run in DIR; drop --out or make it the same");
+  if (l.resume) check_resume_model_flags(o, l.out + "/last/config.json");
+  const std::optional<train::TrainState> saved = saved_state_if_resuming(l.out + "/last", l.resume);
+  l.spm_vocab = o.spm_vocab;
+  l.spm_sample = o.spm_sample;
+  models::TransformerConfig base = models::decoder_only_defaults();
+  base.max_seq_length = o.block_size;
+  l.model = model_config(o, base);
+  QKV_CHECK(l.model.decoder_only(), o.config_path << ": --text trains a decoder-only model, but the config is of an "
+                                                  << l.model.architecture << " model");
+  l.recompute_ffn = o.recompute_ffn;
+  l.hyper = resolve_hyper(o, train::default_lm_hyper(), saved, progress);
+  l.block_size = o.block_size;
+  l.batch_size = o.batch.value_or(16);
+  l.max_steps = o.steps.value_or(0);
+  l.max_epochs = o.max_epochs;
+  l.time_budget = parse_time_budget(o.time_budget);
+  l.valid_every = o.valid_every;
+  l.patience = o.patience;
+  l.keep_checkpoints = o.keep_checkpoints;
+  l.seed = o.seed;
+  l.log_every = o.log_every.value_or(100);
+  const StopOnSignal stop;
+  const train::TrainResult r = train::train_language_model(l, progress.events(), &g_stop_requested);
+  return finish(r, l.out + "/last", progress);
 }
 
 int run_corpus_train(const TrainOptions& o, TrainProgress& progress) {
@@ -137,27 +207,16 @@ int run_corpus_train(const TrainOptions& o, TrainProgress& progress) {
   const std::optional<train::TrainState> saved = saved_state_if_resuming(c.out + "/last", c.resume);
   c.spm_vocab = o.spm_vocab;
   c.spm_sample = o.spm_sample;
-  if (!o.config_path.empty()) c.model = models::load_config(o.config_path);
-  if (o.d_model) c.model.d_model = *o.d_model;
-  if (o.heads) c.model.num_heads = *o.heads;
-  if (o.layers) c.model.num_layers = *o.layers;
-  if (o.d_ff) c.model.d_ff = *o.d_ff;
-  if (o.dropout) c.model.dropout = *o.dropout;
-  if (o.max_len) c.model.max_seq_length = *o.max_len;
-  c.model.validate();
+  c.model = model_config(o, c.model);
+  QKV_CHECK(!c.model.decoder_only(), (o.config_path.empty() ? "--arch" : o.config_path)
+                                         << ": a decoder-only model trains on --text, not on --src/--tgt");
   c.recompute_ffn = o.recompute_ffn;
   c.hyper = resolve_hyper(o, train::default_hyper(), saved, progress);
   c.max_tokens = o.max_tokens;
   c.too_long = o.too_long;
   c.max_steps = o.steps.value_or(0);
   c.max_epochs = o.max_epochs;
-  if (!o.time_budget.empty()) {
-    try {
-      c.time_budget = parse_duration(o.time_budget);
-    } catch (const Error& e) {
-      throw Error(std::string("--time-budget: ") + e.what());
-    }
-  }
+  c.time_budget = parse_time_budget(o.time_budget);
   c.valid_every = o.valid_every;
   c.valid_bleu_sentences = o.valid_bleu_sentences;
   c.valid_beam = o.valid_beam;
@@ -261,6 +320,16 @@ int run_synthetic_train(const TrainOptions& o, TrainProgress& progress) {
 
 int run_train(const TrainOptions& o) {
   const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
+  const bool lm = o.arch == models::kDecoderOnly;
+  if (lm || !o.text.empty()) {
+    QKV_CHECK(lm, "--text trains a language model: add --arch decoder-only");
+    QKV_CHECK(!corpus && !o.synthetic, "--arch decoder-only trains on --text FILE, not on --src/--tgt/--tsv or --synthetic");
+    QKV_CHECK(!o.text.empty() || !o.resume.empty(), "--arch decoder-only needs --text FILE (and --out DIR)");
+    set_num_threads(o.threads);
+    TrainProgress progress(::isatty(STDERR_FILENO));
+    return run_lm_train(o, progress);
+  }
+  QKV_CHECK(o.valid_text.empty(), "--valid-text is for language models (--arch decoder-only --text FILE)");
   QKV_CHECK(!(corpus && o.synthetic), "--synthetic and corpus files (--src/--tgt/--tsv) exclude each other");
   QKV_CHECK(corpus || o.synthetic || !o.resume.empty(),
             "nothing to train on: give --src FILE --tgt FILE (or --tsv FILE), or --synthetic");
@@ -298,6 +367,11 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
       ->check(NonNegative());
   app.add_flag("--recompute-ffn", o.recompute_ffn,
                "Recompute feed-forward activations in backward: less memory, one extra fc1 forward per layer");
+  app.add_option("--optimizer", o.optimizer, "adam (translation default) or adamw (decoder-only default)")
+      ->check(CLI::IsMember({"adam", "adamw"}));
+  app.add_option("--weight-decay", o.weight_decay,
+                 "AdamW's decoupled weight decay on weight matrices, not biases or norms (decoder-only default 0.1)")
+      ->check(FiniteRange(0, 0.999999));
   app.add_option("--seed", o.seed, "Seed for initialisation, dropout and data")->capture_default_str();
   app.add_option("--threads", o.threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, 4096));
 }
@@ -317,8 +391,19 @@ void add_synthetic_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::IsMember({"seed", "tiny"}));
   app.add_option("--task", o.task, "random (seed 000: one fixed random batch) or copy")
       ->check(CLI::IsMember({"random", "copy"}));
-  app.add_option("--batch", o.batch, "Sentences per batch")->check(FiniteRange(1, 1 << 20));
+  app.add_option("--batch", o.batch, "Sequences per batch (synthetic; decoder-only: blocks, default 16)")
+      ->check(FiniteRange(1, 1 << 20));
   app.add_option("--len", o.len, "Sequence length")->check(FiniteRange(2, 1 << 20));
+}
+
+void add_language_model_flags(CLI::App& app, TrainOptions& o) {
+  const char* g = "Language model";
+  app.add_option("--arch", o.arch, "Model family: encoder-decoder (translation) or decoder-only (language model)")
+      ->capture_default_str()->check(CLI::IsMember({models::kEncoderDecoder, models::kDecoderOnly}))->group(g);
+  app.add_option("--text", o.text, "Training text for --arch decoder-only, one document or sentence a line")->group(g);
+  app.add_option("--valid-text", o.valid_text, "Held-out text (validation loss and perplexity)")->group(g);
+  app.add_option("--block-size", o.block_size, "Tokens per training sequence (lines packed, EOS between them)")
+      ->capture_default_str()->check(FiniteRange(1, 1 << 20))->group(g);
 }
 
 void add_corpus_flags(CLI::App& app, TrainOptions& o) {
@@ -359,6 +444,7 @@ Runner add_train_command(CLI::App& app) {
   add_optimisation_flags(app, *o);
   add_run_flags(app, *o);
   add_corpus_flags(app, *o);
+  add_language_model_flags(app, *o);
   return [o]() { return run_train(*o); };
 }
 

@@ -50,8 +50,8 @@ class TrainProgress {
     end_line();
     std::string bleu;
     if (v.result.bleu >= 0) bleu = "  dev BLEU " + std::to_string(v.result.bleu).substr(0, 5);
-    std::fprintf(stderr, "validation step %lld: dev loss %.4f%s%s\n", static_cast<long long>(v.step), v.result.loss,
-                 bleu.c_str(), v.best ? "  (best, saved)" : "");
+    std::fprintf(stderr, "validation step %lld: dev loss %.4f  ppl %.2f%s%s\n", static_cast<long long>(v.step),
+                 v.result.loss, v.result.perplexity(), bleu.c_str(), v.best ? "  (best, saved)" : "");
   }
 
   void end_line() {

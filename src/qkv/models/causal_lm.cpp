@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <string>
 
 #include "qkv/models/blocks.h"
@@ -64,6 +65,29 @@ CausalLM::CausalLM(const TransformerConfig& config, uint64_t seed)
                                                                       /*bias=*/false))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {
   if (config.tie_output_embedding) lm_head.tie_weight(token_embedding.weight);  // both (V, D)
+  init_gpt2_weights();
+}
+
+void CausalLM::init_gpt2_weights() {
+  std::mt19937_64 eng = gen_.engine();
+  const auto normal = [&](Var v, double std) {
+    std::normal_distribution<float> dist(0.f, static_cast<float>(std));
+    float* p = v.value().f32();
+    for (int64_t i = 0; i < v.value().numel(); ++i) p[i] = dist(eng);
+  };
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.num_layers));
+  normal(token_embedding.weight, 0.02);
+  if (position_embedding) normal(position_embedding->weight, 0.02);
+  for (CausalBlock* l : layers) {
+    for (nn::Linear* lin : {&l->self_attn.W_q, &l->self_attn.W_k, &l->self_attn.W_v, &l->feed_forward.fc1})
+      normal(lin->weight, 0.02);
+    normal(l->self_attn.W_o.weight, residual_std);
+    normal(l->feed_forward.fc2.weight, residual_std);
+    for (nn::Linear* lin : {&l->self_attn.W_q, &l->self_attn.W_k, &l->self_attn.W_v, &l->self_attn.W_o,
+                            &l->feed_forward.fc1, &l->feed_forward.fc2})
+      std::fill(lin->bias.value().f32(), lin->bias.value().f32() + lin->bias.value().numel(), 0.f);
+  }
+  if (!config_.tie_output_embedding) normal(lm_head.weight, 0.02);
 }
 
 std::vector<std::pair<std::string, Tensor>> CausalLM::named_buffers() const {

@@ -8,6 +8,9 @@
 //   positional_encoding.pe (1, max_seq_length, D) [sinusoidal, a buffer],
 //   layers.N.{norm1, self_attn.{W_q, W_k, W_v, W_o}, norm2, feed_forward.{fc1, fc2}}.{weight, bias},
 //   final_norm.{weight, bias}, lm_head.weight (V, D) (the same matrix as the token embedding when tied).
+// Initialisation as GPT-2 (and nanoGPT): weights and embeddings N(0, 0.02), the projections into the
+// residual stream (W_o, fc2) N(0, 0.02 / sqrt(2 * num_layers)), biases 0, norms 1 / 0. PyTorch's
+// module defaults (N(0, 1) embeddings) would start a tied model with a loss of several times log V.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -75,6 +78,7 @@ class CausalLM : public Model {
   // Embeddings of ids (B, T) at positions (B, T) i32, plus dropout.
   Var embed(const Tensor& ids, const Tensor& positions) const;
   Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks) const;
+  void init_gpt2_weights();
 };
 
 }  // namespace qkv::models

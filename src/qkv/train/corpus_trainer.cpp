@@ -1,7 +1,5 @@
 #include "qkv/train/corpus_trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -14,60 +12,16 @@
 #include "qkv/models/checkpoint.h"
 #include "qkv/text/sentencepiece.h"
 #include "qkv/train/step.h"
+#include "qkv/train/vocabulary.h"
 
 namespace qkv::train {
 namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<data::IdLine> encode_all(const text::SentencePiece& spm, const std::vector<std::string>& lines) {
-  std::vector<data::IdLine> out(lines.size());
-#pragma omp parallel for schedule(dynamic, 256)
-  for (size_t i = 0; i < lines.size(); ++i) out[i] = spm.encode(lines[i]);
-  return out;
-}
-
-// Deletes a file when it goes out of scope, also when an exception passes through.
-struct RemoveOnExit {
-  std::string path;
-  ~RemoveOnExit() {
-    std::error_code ec;
-    fs::remove(path, ec);
-  }
-};
-
-// The joint vocabulary over both sides of the training text. SentencePiece writes PREFIX.model in
-// place, so it trains under a temporary prefix and the result is renamed to OUT/spm.model: a kill
-// during training never leaves a half-written spm.model that a later run would pick up.
+// The joint vocabulary over both sides of the training text.
 void train_joint_vocabulary(const data::ParallelText& text, const CorpusTrainOptions& o, const std::string& spm_path) {
-  const std::string tmp_prefix = o.out + "/spm.training-" + std::to_string(::getpid());
-  const RemoveOnExit joint{tmp_prefix + ".input.txt"}, model{tmp_prefix + ".model"}, vocab{tmp_prefix + ".vocab"};
-  {
-    std::ofstream f(joint.path);
-    for (const auto& s : text.src) f << s << '\n';
-    for (const auto& t : text.tgt) f << t << '\n';
-    f.flush();
-    QKV_CHECK(f, joint.path << ": write failed (disk full?)");
-  }
-  text::SpmTrainOptions so;
-  so.vocab_size = o.spm_vocab;
-  so.model_type = o.spm_type;
-  so.input_sentence_size = o.spm_sample;
-  so.seed = o.seed;
-  so.num_threads = num_threads();
-  so.log_summary = false;  // the library prints nothing; the summary is not needed here
-  text::train_sentencepiece({joint.path}, tmp_prefix, so);
-  fs::rename(model.path, spm_path);
-  fs::rename(vocab.path, o.out + "/spm.vocab");
-}
-
-// Earlier runs killed during vocabulary training leave spm.training-PID.* files behind.
-void remove_stale_vocabulary_files(const std::string& out) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("spm.training-", 0) == 0 || n.rfind("spm_input.txt", 0) == 0) fs::remove(e.path(), ec);
-  }
+  train_vocabulary({&text.src, &text.tgt}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed}, spm_path);
 }
 
 struct DevSet {

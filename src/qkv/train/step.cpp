@@ -65,12 +65,12 @@ StepResult train_step(const models::Model& model, Adam& optimizer, const Tensor&
 
 namespace {
 // Rows of ids right-padded with `filler` (a valid id: decoder-only models may have no padding id).
-// Labels of the padding are -1, which the loss ignores.
+// Labels (B * width, as shift_target's) of the padding are -1, which the loss ignores.
 data::TeacherForcing lm_teacher_forcing(const std::vector<data::IdLine>& lines, int32_t filler) {
   int64_t width = 1;
   for (const data::IdLine& l : lines) width = std::max<int64_t>(width, static_cast<int64_t>(l.size()) - 1);
   const int64_t B = static_cast<int64_t>(lines.size());
-  data::TeacherForcing tf{Tensor::empty(Dims{B, width}, DType::I32), Tensor::empty(Dims{B, width}, DType::I32)};
+  data::TeacherForcing tf{Tensor::empty(Dims{B, width}, DType::I32), Tensor::empty(Dims{B * width}, DType::I32)};
   for (int64_t b = 0; b < B; ++b) {
     const data::IdLine& l = lines[static_cast<size_t>(b)];
     for (int64_t j = 0; j < width; ++j) {

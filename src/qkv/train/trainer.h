@@ -12,6 +12,7 @@
 // the weights and without saving, so the last checkpoint on disk stays the last good one.
 #pragma once
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,6 +52,7 @@ struct ValidationResult {
   double loss = 0;
   double bleu = -1;  // -1: not computed; the score is BLEU when computed, else -loss
   double score() const { return bleu >= 0 ? bleu : -loss; }
+  double perplexity() const { return std::exp(loss); }  // loss is the mean per-token cross-entropy
 };
 using Validator = std::function<ValidationResult(const models::Model&)>;
 
