@@ -8,10 +8,14 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake git \
   libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev \
-  libsentencepiece-dev zlib1g-dev clang libclang-rt-14-dev libomp-14-dev \
+  libsentencepiece-dev zlib1g-dev libicu-dev clang libclang-rt-14-dev libomp-14-dev \
   python3-torch python3-numpy python3-pip >/dev/null
 # sacreBLEU is the reference for `qkv bleu` / `qkv chrf` tests (not packaged by Debian 12).
 if ! /usr/bin/python3 -c "import sacrebleu" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "sacrebleu>=2.3,<3"
+fi
+# tokenizers (Hugging Face) is the reference for the byte-level BPE tests (not packaged by Debian 12).
+if ! /usr/bin/python3 -c "import tokenizers" 2>/dev/null; then
+  $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "tokenizers>=0.19,<0.24"
 fi
 echo "qkv dependencies installed"
