@@ -148,8 +148,38 @@ TEST(Config, ArchitectureAndFormatVersion) {
             std::string::npos);
   const std::string deep = "{\"d_model\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
   EXPECT_NE(error(deep).find("nested more than 16 levels deep"), std::string::npos);  // was a stack overflow
-  EXPECT_NE(error(R"({"architecture": "decoder-only"})").find("architecture \"decoder-only\" is not supported"),
+  EXPECT_NE(error(R"({"architecture": "encoder-only"})").find("architecture \"encoder-only\" is not supported"),
             std::string::npos);
+}
+
+TEST(Config, DecoderOnlyHasGpt2DefaultsAndRefusesTheOtherFamilysFields) {
+  const TransformerConfig c =
+      config_from_json(R"({"architecture": "decoder-only", "vocab_size": 50, "pad_id": -1})", "config.json");
+  EXPECT_TRUE(c.decoder_only());
+  EXPECT_EQ(c.tgt_vocab_size, 50);
+  EXPECT_EQ(c.src_vocab_size, 50);
+  EXPECT_EQ(c.norm, NormPosition::Pre);
+  EXPECT_EQ(c.activation, "gelu_tanh");
+  EXPECT_EQ(c.positions, "learned");
+  EXPECT_TRUE(c.tie_output_embedding);
+  EXPECT_EQ(c.pad_id, -1);
+  // Round trip: written with vocab_size and positions, without the encoder-decoder fields.
+  const std::string written = config_to_json(c);
+  EXPECT_FALSE(contains(written, "src_vocab_size")) << written;
+  EXPECT_FALSE(contains(written, "\"norm\"")) << written;
+  EXPECT_EQ(config_to_json(config_from_json(written, "config.json")), written);
+  EXPECT_EQ(error_of(R"({"architecture": "decoder-only", "src_vocab_size": 50})"),
+            "config.json: field \"src_vocab_size\" does not apply to a decoder-only model");
+  EXPECT_EQ(error_of(R"({"architecture": "decoder-only", "norm": "post"})"),
+            "config.json: field \"norm\" does not apply to a decoder-only model (decoder-only models are always "
+            "pre-LN)");
+  EXPECT_EQ(error_of(R"({"vocab_size": 50})"), "config.json: field \"vocab_size\" does not apply to an encoder-decoder model");
+  EXPECT_EQ(error_of(R"({"positions": "learned"})"),
+            "config.json: field \"positions\" does not apply to an encoder-decoder model");
+  EXPECT_TRUE(contains(error_of(R"({"pad_id": -1})"), "\"pad_id\" must be in [0,")) << error_of(R"({"pad_id": -1})");
+  EXPECT_TRUE(contains(error_of(R"({"architecture": "decoder-only", "positions": "rotary"})"),
+                       "positions must be \"sinusoidal\" or \"learned\""));
+  EXPECT_TRUE(contains(error_of(R"({"architecture": "decoder-only", "vocab_size": 50, "eos_id": 50})"), "eos_id"));
 }
 }  // namespace
 }  // namespace qkv::models
