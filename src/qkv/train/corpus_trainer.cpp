@@ -126,7 +126,7 @@ void check_options(const CorpusTrainOptions& o) {
   QKV_CHECK(o.too_long == "drop" || o.too_long == "truncate", "--too-long must be drop or truncate, got '" << o.too_long << "'");
   QKV_CHECK(o.max_tokens > 0, "--max-tokens must be positive, got " << o.max_tokens);
   QKV_CHECK(o.valid_beam >= 1, "--valid-beam must be >= 1, got " << o.valid_beam);
-  check_schedule(o.hyper.schedule);
+  check_hyper(o.hyper);
   o.model.validate();
 }
 

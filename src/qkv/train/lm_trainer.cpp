@@ -34,6 +34,7 @@ void check_options(const LmTrainOptions& o) {
   QKV_CHECK(o.block_size >= 1, "--block-size must be positive, got " << o.block_size);
   QKV_CHECK(o.batch_size >= 1, "--batch-size must be positive, got " << o.batch_size);
   QKV_CHECK(o.model.decoder_only(), "language-model training needs a decoder-only model config");
+  check_hyper(o.hyper);
   o.model.validate();
 }
 

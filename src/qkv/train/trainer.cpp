@@ -15,24 +15,26 @@
 namespace qkv::train {
 namespace fs = std::filesystem;
 
+void check_hyper(const Hyper& h) {
+  check_schedule(h.schedule);
+  QKV_CHECK(std::isfinite(h.clip_norm) && h.clip_norm >= 0,
+            "--clip-norm must be a finite number >= 0 (0: off), got " << h.clip_norm);
+  QKV_CHECK(h.label_smoothing >= 0 && h.label_smoothing < 1, "--label-smoothing must be in [0, 1), got " << h.label_smoothing);
+  QKV_CHECK(h.optimizer == "adam" || h.optimizer == "adamw", "--optimizer must be adam or adamw, got " << h.optimizer);
+  QKV_CHECK(std::isfinite(h.weight_decay) && h.weight_decay >= 0 && h.weight_decay < 1,
+            "--weight-decay must be in [0, 1), got " << h.weight_decay);
+  QKV_CHECK(h.weight_decay == 0 || h.optimizer == "adamw",
+            "--weight-decay needs --optimizer adamw (Adam's L2 penalty is not offered)");
+  QKV_CHECK(h.micro_batch >= 0, "--micro-batch must be >= 0 (0: whole batch), got " << h.micro_batch);
+}
+
 namespace {
 void check_options(const TrainerOptions& o) {
-  check_schedule(o.hyper.schedule);
+  check_hyper(o.hyper);
   QKV_CHECK(o.max_steps >= 0 && o.max_epochs >= 0 && o.time_budget >= 0, "training limits must be >= 0");
   QKV_CHECK(o.valid_every >= 0 && o.save_every >= 0, "--valid-every and --save-every must be >= 0");
   QKV_CHECK(o.log_every > 0, "--log-every must be positive, got " << o.log_every);
   QKV_CHECK(o.patience >= 0 && o.keep_checkpoints >= 0, "--patience and --keep-checkpoints must be >= 0");
-  QKV_CHECK(std::isfinite(o.hyper.clip_norm) && o.hyper.clip_norm >= 0,
-            "--clip-norm must be a finite number >= 0 (0: off), got " << o.hyper.clip_norm);
-  QKV_CHECK(o.hyper.label_smoothing >= 0 && o.hyper.label_smoothing < 1,
-            "--label-smoothing must be in [0, 1), got " << o.hyper.label_smoothing);
-  QKV_CHECK(o.hyper.optimizer == "adam" || o.hyper.optimizer == "adamw",
-            "--optimizer must be adam or adamw, got " << o.hyper.optimizer);
-  QKV_CHECK(std::isfinite(o.hyper.weight_decay) && o.hyper.weight_decay >= 0 && o.hyper.weight_decay < 1,
-            "--weight-decay must be in [0, 1), got " << o.hyper.weight_decay);
-  QKV_CHECK(o.hyper.weight_decay == 0 || o.hyper.optimizer == "adamw",
-            "--weight-decay needs --optimizer adamw (Adam's L2 penalty is not offered)");
-  QKV_CHECK(o.hyper.micro_batch >= 0, "--micro-batch must be >= 0 (0: whole batch), got " << o.hyper.micro_batch);
 }
 
 // The optimizer's own step counter (saved in optimizer.safetensors) must equal train_state's step:

@@ -83,6 +83,10 @@ struct TrainResult {
   bool interrupted = false;
 };
 
+// Throws qkv::Error naming the flag of the first setting out of range (also checked by Trainer;
+// callers with expensive preparation check first).
+void check_hyper(const Hyper& hyper);
+
 class Trainer {
  public:
   // The model and the data outlive the Trainer. The model is put in training mode.

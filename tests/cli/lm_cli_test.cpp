@@ -1,0 +1,87 @@
+// `qkv train --arch decoder-only`, `qkv score` of a language model and `qkv translate` refusing
+// one, run through the real binary.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cli/cli_util.h"
+
+namespace qkv::testing {
+namespace {
+
+// A small text: 60 varied lines (numbers spelled differently so the vocabulary has some work).
+std::string write_text(const std::string& dir) {
+  const std::string path = dir + "/text.txt";
+  std::ofstream f(path);
+  const char* words[] = {"the", "light", "was", "good", "and", "God", "divided", "waters", "from", "earth"};
+  for (int i = 0; i < 60; ++i) {
+    for (int j = 0; j < 6 + i % 5; ++j) f << words[(i * 3 + j * 7) % 10] << (j % 4 == 3 ? ", " : " ");
+    f << "number " << i << ".\n";
+  }
+  return path;
+}
+
+class LmCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(temp_dir("lm_cli"));
+    text_ = new std::string(write_text(*dir_));
+    run_ = new CliRun(run_qkv("train --arch decoder-only --text " + *text_ + " --valid-text " + *text_ + " --out " +
+                              *dir_ + "/run --spm-vocab 300 --d-model 16 --heads 2 --layers 1 --d-ff 32 --block-size 16 "
+                                      "--batch 4 --steps 6 --valid-every 3 --log-every 3 --threads 1"));
+  }
+  static std::string* dir_;
+  static std::string* text_;
+  static CliRun* run_;
+};
+std::string* LmCli::dir_ = nullptr;
+std::string* LmCli::text_ = nullptr;
+CliRun* LmCli::run_ = nullptr;
+
+TEST_F(LmCli, TrainsValidatesWithPerplexityAndSavesACheckpointWithItsVocabulary) {
+  ASSERT_EQ(run_->code, 0) << run_->out;
+  EXPECT_NE(run_->out.find("blocks of 16"), std::string::npos) << run_->out;
+  EXPECT_NE(run_->out.find("ppl "), std::string::npos) << run_->out;
+  for (const char* f : {"/run/last/config.json", "/run/last/spm.model", "/run/best/model.safetensors"})
+    EXPECT_TRUE(std::ifstream(*dir_ + f).good()) << f;
+  const CliRun info = run_qkv("info " + *dir_ + "/run/last");
+  EXPECT_NE(info.out.find("architecture  decoder-only"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("language-model, step 6"), std::string::npos) << info.out;
+}
+
+TEST_F(LmCli, ScoresLinesWithoutASourceAndRefusesOne) {
+  ASSERT_EQ(run_->code, 0) << run_->out;
+  const std::string ids = *dir_ + "/ids.txt";
+  std::ofstream(ids) << "3 5 6 7\n3 9\n";
+  const CliRun r = run_qkv("score --checkpoint " + *dir_ + "/run/last --tgt " + ids + " --per-line");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("perplexity "), std::string::npos) << r.out;
+  const CliRun with_src = run_qkv("score --checkpoint " + *dir_ + "/run/last --src " + ids + " --tgt " + ids);
+  EXPECT_EQ(with_src.code, 2) << with_src.out;
+  EXPECT_NE(with_src.out.find("is a decoder-only model, which scores --tgt lines alone"), std::string::npos)
+      << with_src.out;
+}
+
+TEST_F(LmCli, TranslateRefusesALanguageModelNamingBothArchitectures) {
+  ASSERT_EQ(run_->code, 0) << run_->out;
+  const CliRun r = run_qkv("translate --checkpoint " + *dir_ + "/run/last --input " + *text_);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("qkv: error:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decoder-only checkpoint"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("encoder-decoder model"), std::string::npos) << r.out;
+}
+
+TEST_F(LmCli, FlagsOfTheWrongFamilyAreRefused) {
+  const CliRun no_arch = run_qkv("train --text " + *text_ + " --out " + *dir_ + "/x");
+  EXPECT_EQ(no_arch.code, 1) << no_arch.out;
+  EXPECT_NE(no_arch.out.find("add --arch decoder-only"), std::string::npos) << no_arch.out;
+  const CliRun mixed = run_qkv("train --arch decoder-only --text " + *text_ + " --src " + *text_ + " --out " + *dir_ + "/x");
+  EXPECT_NE(mixed.code, 0) << mixed.out;
+  const CliRun decay = run_qkv("train --arch decoder-only --text " + *text_ + " --out " + *dir_ +
+                               "/x --optimizer adam --weight-decay 0.1 --steps 1");
+  EXPECT_EQ(decay.code, 1) << decay.out;
+  EXPECT_NE(decay.out.find("--weight-decay needs --optimizer adamw"), std::string::npos) << decay.out;
+}
+
+}  // namespace
+}  // namespace qkv::testing
