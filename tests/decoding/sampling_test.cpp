@@ -3,7 +3,8 @@
 // code run with torch, float32 and float64 alike; where HF's choice among equal probabilities is
 // torch.sort's unspecified order, qkv's rule, lower id first, is stated instead); that 200,000
 // draws follow the distribution (chi-square at p = 0.001); and that the random stream is a pure
-// function of (seed, line, step).
+// function of (seed, line, step), so generation with a model draws the same tokens for 1 and 2
+// threads and for batches of 1 and 3.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "qkv/core/threads.h"
+#include "qkv/decoding/generate.h"
 #include "qkv/decoding/sampling.h"
 
 namespace qkv {
@@ -260,6 +263,40 @@ TEST(Sampling, DrawsFollowTheDistribution) {
                 chi_square_critical_001(df));
     EXPECT_LT(chi2, chi_square_critical_001(df)) << cases[c].name;
   }
+}
+
+// Sampled generation with a small random decoder-only model: the tokens of a line depend on the
+// seed and its line key only, not on the thread count or the batch.
+TEST(Sampling, SameSeedSameTokensAcrossThreadsAndBatches) {
+  models::TransformerConfig c = models::decoder_only_defaults();
+  c.src_vocab_size = c.tgt_vocab_size = 50;
+  c.d_model = 32;
+  c.num_heads = 4;
+  c.num_layers = 2;
+  c.d_ff = 64;
+  c.max_seq_length = 40;
+  c.dropout = 0.f;
+  models::CausalLM model(c, 11);
+  model.eval();
+  const std::vector<std::vector<int32_t>> prompts = {{2, 5, 6, 7, 8, 9}, {2}, {2, 40, 41}};
+  decoding::GenerateOptions o;
+  o.max_new_tokens = 20;
+  o.sample = true;
+  o.seed = 2024;
+  o.sampling = opts(0.9, 30, 0.95);
+  const int threads_before = num_threads();
+  set_num_threads(1);
+  const auto one_thread = decoding::generate(model, prompts, {}, o);
+  set_num_threads(2);
+  const auto two_threads = decoding::generate(model, prompts, {}, o);
+  std::vector<std::vector<int32_t>> one_by_one;
+  for (size_t i = 0; i < prompts.size(); ++i) one_by_one.push_back(decoding::generate(model, {prompts[i]}, {i}, o)[0]);
+  set_num_threads(threads_before);
+  EXPECT_EQ(one_thread, two_threads);
+  EXPECT_EQ(one_thread, one_by_one);
+  for (const auto& t : one_thread) EXPECT_EQ(t.size(), 20u);
+  o.seed = 2025;
+  EXPECT_NE(decoding::generate(model, prompts, {}, o), one_thread);
 }
 
 }  // namespace

@@ -88,6 +88,7 @@ void register_commands(CLI::App& app) {
   add("init", "Write a freshly initialised checkpoint from a config", add_init_command);
   add("train", "Train a model (--synthetic: seed 000's example or a copy task)", add_train_command);
   add("translate", "Translate text (or ids) with greedy or beam search", add_translate_command);
+  add("generate", "Continue text (or ids) with a decoder-only model, greedy or sampled", add_generate_command);
   add("score", "Teacher-forced cross-entropy of id pairs under a checkpoint", add_score_command);
   add("bleu", "Corpus BLEU of stdin against reference files (sacreBLEU 2.x defaults)", add_bleu_command);
   add("average", "Average the weights of several checkpoints of one run", add_average_command);

@@ -43,6 +43,7 @@ Runner add_init_command(CLI::App& app);
 Runner add_train_command(CLI::App& app);
 Runner add_score_command(CLI::App& app);
 Runner add_translate_command(CLI::App& app);
+Runner add_generate_command(CLI::App& app);
 Runner add_bleu_command(CLI::App& app);
 Runner add_chrf_command(CLI::App& app);
 Runner add_average_command(CLI::App& app);

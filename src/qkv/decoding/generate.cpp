@@ -1,0 +1,107 @@
+#include "qkv/decoding/generate.h"
+
+#include <algorithm>
+#include <map>
+
+#include "qkv/autograd/graph.h"
+#include "qkv/core/error.h"
+
+namespace qkv::decoding {
+
+FittedPrompt fit_prompt(const std::vector<int32_t>& prompt, int64_t max_seq_length, const GenerateOptions& o) {
+  QKV_CHECK(!prompt.empty(), "generate: an empty prompt (start it with the BOS id)");
+  QKV_CHECK(max_seq_length >= 2, "generate: a context of " << max_seq_length << " position(s) leaves no room to generate");
+  FittedPrompt f;
+  const int64_t length = static_cast<int64_t>(prompt.size());
+  if (o.long_prompt == LongPrompt::TruncateLeft && length + o.max_new_tokens > max_seq_length) {
+    const int64_t keep = std::min(length, std::max<int64_t>(1, max_seq_length - o.max_new_tokens));
+    f.tokens.assign(prompt.end() - keep, prompt.end());
+    f.truncated = keep < length;
+  } else {
+    QKV_CHECK(length < max_seq_length, "a prompt of " << length << " tokens leaves no room for a new token in the model's context (max_seq_length "
+                                                      << max_seq_length << ")");
+    f.tokens = prompt;
+  }
+  f.new_tokens = std::min(o.max_new_tokens, max_seq_length - static_cast<int64_t>(f.tokens.size()));
+  return f;
+}
+
+namespace {
+
+// One batch whose rows all have the same budget `new_tokens` (so the padded prompt plus the budget
+// fits the context). `rows` index the caller's prompts; results go to out[rows[i]].
+void generate_batch(const models::CausalLM& model, const std::vector<FittedPrompt>& fitted, const std::vector<size_t>& rows,
+                    int64_t new_tokens, const std::vector<uint64_t>& keys, const GenerateOptions& o,
+                    const TokenCallback& on_token, std::vector<std::vector<int32_t>>& out) {
+  const int64_t V = model.output_vocab_size();
+  const int32_t eos = model.config().eos_id;
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t r : rows) prompts.push_back(fitted[r].tokens);
+  models::GenerationState state;
+  // The last new token is never fed back, so new_tokens - 1 steps follow the prefill.
+  Tensor logits = model.prefill(prompts, new_tokens, state).value().contiguous();  // (N, V)
+  std::vector<size_t> active = rows;  // state row i is the caller's prompt active[i]
+  for (int64_t step = 0;; ++step) {
+    std::vector<int64_t> keep;
+    std::vector<int32_t> fed;
+    for (size_t i = 0; i < active.size(); ++i) {
+      const size_t row = active[i];
+      const float* z = logits.f32() + static_cast<int64_t>(i) * V;
+      const int32_t token = o.sample ? sample_token(z, V, o.sampling, o.seed, keys[row], static_cast<uint64_t>(step))
+                                     : argmax_token(z, V);
+      if (o.stop_at_eos && token == eos) continue;
+      out[row].push_back(token);
+      if (on_token) on_token(row, token);
+      if (static_cast<int64_t>(out[row].size()) < new_tokens) {
+        keep.push_back(static_cast<int64_t>(i));
+        fed.push_back(token);
+      }
+    }
+    if (keep.empty()) return;
+    if (keep.size() < active.size()) {
+      model.reorder(state, keep);
+      std::vector<size_t> still;
+      for (int64_t i : keep) still.push_back(active[static_cast<size_t>(i)]);
+      active = std::move(still);
+    }
+    logits = model.step(Tensor::from_ids(Dims{static_cast<int64_t>(fed.size())}, fed), state).value().contiguous();
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
+                                           const std::vector<uint64_t>& line_keys, const GenerateOptions& o,
+                                           const TokenCallback& on_token) {
+  QKV_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got " << o.max_new_tokens);
+  if (o.sample) validate_sampling_options(o.sampling);
+  QKV_CHECK(line_keys.empty() || line_keys.size() == prompts.size(),
+            "generate: " << line_keys.size() << " line keys for " << prompts.size() << " prompts");
+  std::vector<uint64_t> keys = line_keys;
+  if (keys.empty())
+    for (size_t i = 0; i < prompts.size(); ++i) keys.push_back(i);
+  const auto& c = model.config();
+  const int64_t V = model.output_vocab_size();
+  std::vector<FittedPrompt> fitted;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    QKV_CHECK(!prompts[i].empty(), "generate: prompt " << i << " is empty (start it with the BOS id)");
+    for (int32_t id : prompts[i])
+      QKV_CHECK(id >= 0 && id < V, "generate: prompt " << i << ": token " << id << " is not in the vocabulary [0, " << V << ")");
+    try {
+      fitted.push_back(fit_prompt(prompts[i], c.max_seq_length, o));
+    } catch (const Error& e) {
+      throw Error("generate: prompt " + std::to_string(i) + ": " + e.what());
+    }
+  }
+  // Rows of equal budget share a batch: all prompts that fit with max_new_tokens, and prompts cut
+  // short by the context grouped by their (equal) length; the largest budget first.
+  std::map<int64_t, std::vector<size_t>, std::greater<int64_t>> by_budget;
+  for (size_t i = 0; i < fitted.size(); ++i)
+    if (fitted[i].new_tokens > 0) by_budget[fitted[i].new_tokens].push_back(i);
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  NoGradGuard no_grad;
+  for (const auto& [budget, rows] : by_budget) generate_batch(model, fitted, rows, budget, keys, o, on_token, out);
+  return out;
+}
+
+}  // namespace qkv::decoding

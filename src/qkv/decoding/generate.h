@@ -1,0 +1,61 @@
+// Text generation with a decoder-only model (models::CausalLM), batched over prompts.
+//
+// Each batch runs the prompts at once (prefill, left-padded to the longest) and then one token per
+// step through the key/value cache; a row that finishes (EOS or its token budget) is dropped from
+// the state with reorder(), so finished sequences cost nothing. The next token is the argmax
+// (greedy) or a draw (decoding/sampling.h) keyed by (seed, the row's line key, the new token's
+// index): a line's output depends on the seed, its key and the model only, not on the thread
+// count or on which other prompts share its batch.
+//
+// The context: a prompt and its new tokens never exceed the model's max_seq_length.
+//   - A prompt that leaves no room for one new token (length >= max_seq_length) is refused, or with
+//     LongPrompt::TruncateLeft cut from the left.
+//   - TruncateLeft cuts every prompt that would not leave room for max_new_tokens, keeping its last
+//     max(1, max_seq_length - max_new_tokens) tokens (Hugging Face pipelines' "hole" strategy), so
+//     a truncated prompt still gets all its new tokens when max_new_tokens < max_seq_length.
+//   - Otherwise a prompt of L tokens gets at most max_seq_length - L new tokens.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "qkv/decoding/sampling.h"
+#include "qkv/models/causal_lm.h"
+
+namespace qkv::decoding {
+
+enum class LongPrompt { Refuse, TruncateLeft };
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;  // >= 0; capped per prompt by the context (see above)
+  bool sample = false;          // false: greedy (argmax, lowest id among ties)
+  SamplingOptions sampling;     // with sample: temperature, top-k, top-p
+  uint64_t seed = 0;            // with sample: the random stream's key
+  bool stop_at_eos = true;      // a row ends at EOS (not included in the output); false: EOS is a token
+  LongPrompt long_prompt = LongPrompt::Refuse;
+};
+
+// A prompt fitted to the context: the tokens the model reads and how many it may add.
+struct FittedPrompt {
+  std::vector<int32_t> tokens;
+  int64_t new_tokens = 0;
+  bool truncated = false;
+};
+// Applies the rules above to one (non-empty) prompt. Refused (LongPrompt::Refuse, length >=
+// max_seq_length): a qkv::Error saying how long the prompt is and what the context holds.
+FittedPrompt fit_prompt(const std::vector<int32_t>& prompt, int64_t max_seq_length, const GenerateOptions& options);
+
+// Called once per produced token of row `row` (an index into the prompts), in order, as soon as it
+// is chosen; not for the EOS that ends a row.
+using TokenCallback = std::function<void(size_t row, int32_t token)>;
+
+// The new tokens of every prompt (the prompt not repeated, EOS not included). Prompts must be
+// non-empty (start one with the BOS id to generate from nothing) and hold ids in [0, vocab size);
+// `line_keys` (one per prompt; empty: 0, 1, ...) key each row's random stream: give the input line
+// index so a line draws the same tokens whatever batch it is in. Validates `options` (sampling
+// errors name the CLI flag). Runs under NoGradGuard; the model should be in eval mode.
+std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
+                                           const std::vector<uint64_t>& line_keys, const GenerateOptions& options,
+                                           const TokenCallback& on_token = {});
+
+}  // namespace qkv::decoding
