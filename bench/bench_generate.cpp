@@ -1,0 +1,289 @@
+// Greedy generation with the key/value cache in qkv and in Hugging Face transformers (PyTorch 2.x),
+// in the same benchmark run: GPT-2 small's shape with random weights, a prompt of P tokens per row,
+// exactly N new tokens per row, batches of 1 and 16. Prints tokens/s of each (median over reps after
+// a warm-up), the ratio, and for batch 1 the memory-bandwidth bound: batch 1 reads every weight once
+// per token, so tokens/s <= bandwidth / bytes read per token; the bandwidth is measured here (a
+// read-only sweep and a STREAM triad over arrays of 1 GiB in all, on the same number of threads).
+//
+// Usage: bench_generate [--threads T] [--reps R] [--new-tokens N] [--prompt P] [--batches 1,16]
+//                       [--layers L] [--d-model D] [--heads H] [--vocab V] [--context C]
+//                       [--python PATH] [--no-hf]
+// Defaults: GPT-2 small (12 layers, d_model 768, 12 heads, d_ff 3072, vocabulary 50257, context 1024,
+// learned positions, GELU tanh, tied output), prompt 16, 256 new tokens, 3 reps, 2 threads.
+// qkv's loop is the greedy one (decoding::generate without stopping at EOS): prefill, then one
+// step per token, argmax of each row. The peer is `PYTHON bench/generate_hf.py`:
+// GPT2LMHeadModel(GPT2Config(...)).generate(do_sample=False, max_new_tokens=N, min_new_tokens=N).
+// Both sides read the same prompt ids: row r, position t holds (r * 7919 + t * 104729 + 12345) % V.
+#include <immintrin.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qkv/autograd/graph.h"
+#include "qkv/core/threads.h"
+#include "qkv/models/causal_lm.h"
+
+using namespace qkv;
+
+namespace {
+struct Args {
+  int threads = 2, reps = 3;
+  int64_t new_tokens = 256, prompt = 16, layers = 12, d_model = 768, heads = 12, vocab = 50257, context = 1024;
+  std::vector<int64_t> batches = {1, 16};
+  bool hf = true;
+  std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
+};
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double peak_rss_gb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024.0 / 1e9;
+}
+
+// Memory bandwidth on `threads` threads, best of 5 (as STREAM reports): a read-only sweep of 1 GiB
+// (what a batch-1 decoding step does to the weights) and a triad a = b + s * c over 3 x 341 MiB.
+struct Bandwidth {
+  double read_gbs = 0, triad_gbs = 0;
+};
+Bandwidth measure_bandwidth(int threads) {
+  const size_t n = (size_t{1} << 30) / sizeof(float);
+  std::vector<float> buf(n, 1.f);
+  const auto parallel = [&](auto&& body) {
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { body(t); });
+    for (auto& th : ts) th.join();
+  };
+  Bandwidth bw;
+  volatile float sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    std::vector<float> partial(static_cast<size_t>(threads));
+    const auto a = Clock::now();
+    parallel([&](int t) {
+      const size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      for (size_t i = lo; i + 32 <= hi; i += 32) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(&buf[i]));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(&buf[i + 8]));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(&buf[i + 16]));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(&buf[i + 24]));
+      }
+      alignas(32) float r[8];
+      _mm256_store_ps(r, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+      partial[static_cast<size_t>(t)] = r[0] + r[1] + r[2] + r[3] + r[4] + r[5] + r[6] + r[7];
+    });
+    bw.read_gbs = std::max(bw.read_gbs, n * sizeof(float) / since(a) * 1e-9);
+    for (float p : partial) sink = sink + p;
+  }
+  buf.clear();
+  buf.shrink_to_fit();
+  const size_t m = n / 3;
+  std::vector<float> x(m, 0.f), y(m, 1.f), z(m, 2.f);
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto a = Clock::now();
+    parallel([&](int t) {
+      const size_t lo = m * t / threads, hi = m * (t + 1) / threads;
+      for (size_t i = lo; i < hi; ++i) x[i] = y[i] + 3.f * z[i];
+    });
+    bw.triad_gbs = std::max(bw.triad_gbs, 3.0 * m * sizeof(float) / since(a) * 1e-9);
+  }
+  sink = sink + x[m / 2];
+  return bw;
+}
+
+std::vector<std::vector<int32_t>> prompts_of(int64_t rows, int64_t len, int64_t vocab) {
+  std::vector<std::vector<int32_t>> p(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < len; ++t) p[static_cast<size_t>(r)].push_back(static_cast<int32_t>((r * 7919 + t * 104729 + 12345) % vocab));
+  return p;
+}
+
+void argmax_rows(const Tensor& logits, std::vector<int32_t>& next) {  // logits (N, V), contiguous
+  const int64_t N = logits.size(0), V = logits.size(1);
+  next.resize(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) {
+    const float* z = logits.f32() + i * V;
+    next[static_cast<size_t>(i)] = static_cast<int32_t>(std::max_element(z, z + V) - z);  // lowest id among ties
+  }
+}
+
+struct GenTiming {
+  double total = 0, prefill = 0;
+};
+// Greedy generation of exactly `new_tokens` tokens per prompt; returns the times of one run.
+GenTiming generate_greedy(const models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
+                          int64_t new_tokens, std::vector<std::vector<int32_t>>* out) {
+  NoGradGuard no_grad;
+  const auto a = Clock::now();
+  models::GenerationState state;
+  std::vector<int32_t> next;
+  argmax_rows(model.prefill(prompts, new_tokens, state).value().contiguous(), next);
+  GenTiming t;
+  t.prefill = since(a);
+  const int64_t N = static_cast<int64_t>(prompts.size());
+  if (out) out->assign(prompts.size(), {});
+  for (int64_t k = 0; k < new_tokens; ++k) {
+    if (out)
+      for (size_t r = 0; r < next.size(); ++r) (*out)[r].push_back(next[r]);
+    if (k + 1 == new_tokens) break;  // the last token is never fed back
+    argmax_rows(model.step(Tensor::from_ids(Dims{N}, next), state).value().contiguous(), next);
+  }
+  t.total = since(a);
+  return t;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    auto num = [&] { const std::string s = str(); return s.empty() ? 0 : std::stoll(s); };
+    if (!std::strcmp(argv[i], "--threads")) a.threads = static_cast<int>(num());
+    else if (!std::strcmp(argv[i], "--reps")) a.reps = static_cast<int>(num());
+    else if (!std::strcmp(argv[i], "--new-tokens")) a.new_tokens = num();
+    else if (!std::strcmp(argv[i], "--prompt")) a.prompt = num();
+    else if (!std::strcmp(argv[i], "--layers")) a.layers = num();
+    else if (!std::strcmp(argv[i], "--d-model")) a.d_model = num();
+    else if (!std::strcmp(argv[i], "--heads")) a.heads = num();
+    else if (!std::strcmp(argv[i], "--vocab")) a.vocab = num();
+    else if (!std::strcmp(argv[i], "--context")) a.context = num();
+    else if (!std::strcmp(argv[i], "--python")) a.python = str();
+    else if (!std::strcmp(argv[i], "--no-hf")) a.hf = false;
+    else if (!std::strcmp(argv[i], "--batches")) {
+      a.batches.clear();
+      std::stringstream ss(str());
+      for (std::string item; std::getline(ss, item, ',');) a.batches.push_back(std::stoll(item));
+    } else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
+  }
+  if (a.reps < 1 || a.new_tokens < 1 || a.prompt < 1 || a.batches.empty() || a.prompt + a.new_tokens > a.context) {
+    std::fprintf(stderr, "need --reps, --new-tokens, --prompt >= 1, batches, prompt + new tokens <= context\n");
+    return 2;
+  }
+  set_num_threads(a.threads);
+
+  const Bandwidth bw = measure_bandwidth(a.threads);
+
+  models::TransformerConfig config = models::decoder_only_defaults();
+  config.tgt_vocab_size = config.src_vocab_size = a.vocab;
+  config.d_model = a.d_model;
+  config.num_heads = a.heads;
+  config.num_layers = a.layers;
+  config.d_ff = 4 * a.d_model;
+  config.max_seq_length = a.context;
+  config.dropout = 0.f;
+  config.bos_id = config.eos_id = static_cast<int32_t>(a.vocab - 1);  // GPT-2's <|endoftext|>
+  models::CausalLM model(config, 0);
+  model.eval();
+
+  // Bytes read per token at batch 1: every parameter once (the tied matrix once, as lm_head; the
+  // embedding tables only by a row, not counted), plus the cache's keys and values, averaged over
+  // the new tokens' positions.
+  std::set<const float*> seen;
+  double params = 0, weight_bytes = 0;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!seen.insert(p.value().f32()).second) continue;
+    params += static_cast<double>(p.value().numel());
+    if (name != "position_embedding.weight") weight_bytes += 4.0 * static_cast<double>(p.value().numel());
+  }
+  const double mean_len = a.prompt + (a.new_tokens - 1) / 2.0;
+  const double kv_bytes = 2.0 * a.layers * mean_len * a.d_model * 4;
+  const double bytes_per_token = weight_bytes + kv_bytes;
+
+  std::printf("GPT-2 small shape: %lld layers, d_model %lld, %lld heads, d_ff %lld, vocab %lld, context %lld, learned "
+              "positions, GELU tanh, tied output, random weights (%.1fM parameters); prompt %lld, %lld new tokens "
+              "(greedy), %d threads\n",
+              static_cast<long long>(a.layers), static_cast<long long>(a.d_model), static_cast<long long>(a.heads),
+              static_cast<long long>(config.d_ff), static_cast<long long>(a.vocab), static_cast<long long>(a.context),
+              params / 1e6, static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), a.threads);
+  std::printf("memory bandwidth (%d threads, best of 5): read %.1f GB/s, triad %.1f GB/s; batch 1 reads %.0f MB per token "
+              "(weights %.0f MB + cache %.1f MB) -> at most %.1f tokens/s\n",
+              a.threads, bw.read_gbs, bw.triad_gbs, bytes_per_token / 1e6, weight_bytes / 1e6, kv_bytes / 1e6,
+              bw.read_gbs * 1e9 / bytes_per_token);
+  std::fflush(stdout);
+
+  std::map<int64_t, double> qkv_tps;
+  for (int64_t B : a.batches) {
+    const auto prompts = prompts_of(B, a.prompt, a.vocab);
+    generate_greedy(model, prompts, std::min<int64_t>(a.new_tokens, 8), nullptr);  // warm-up
+    std::vector<double> total, prefill, step;
+    std::vector<std::vector<int32_t>> out;
+    for (int r = 0; r < a.reps; ++r) {
+      const GenTiming t = generate_greedy(model, prompts, a.new_tokens, &out);
+      total.push_back(t.total);
+      prefill.push_back(t.prefill);
+      step.push_back((t.total - t.prefill) / std::max<int64_t>(1, a.new_tokens - 1));
+    }
+    qkv_tps[B] = B * a.new_tokens / median(total);
+    std::printf("qkv      batch %2lld: %.2f s (median of %d)  %.1f tokens/s  (prefill %.3f s, %.1f ms per step)",
+                static_cast<long long>(B), median(total), a.reps, qkv_tps[B], median(prefill), median(step) * 1e3);
+    if (B == 1)
+      std::printf("  = %.2f of the bandwidth bound (steps only: %.2f)", qkv_tps[B] / (bw.read_gbs * 1e9 / bytes_per_token),
+                  1.0 / median(step) / (bw.read_gbs * 1e9 / bytes_per_token));
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  std::printf("qkv      peak RSS %.2f GB\n", peak_rss_gb());
+  if (!a.hf) return 0;
+
+  std::string batches;
+  for (int64_t B : a.batches) {
+    if (!batches.empty()) batches += ',';
+    batches += std::to_string(B);
+  }
+  const std::string cmd = a.python + " " QKV_BENCH_DIR "/generate_hf.py --threads " + std::to_string(a.threads) +
+                          " --reps " + std::to_string(a.reps) + " --new-tokens " + std::to_string(a.new_tokens) +
+                          " --prompt " + std::to_string(a.prompt) + " --batches " + batches + " --layers " +
+                          std::to_string(a.layers) + " --d-model " + std::to_string(a.d_model) + " --heads " +
+                          std::to_string(a.heads) + " --vocab " + std::to_string(a.vocab) + " --context " +
+                          std::to_string(a.context);
+  std::FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) { std::perror("popen"); return 1; }
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  if (pclose(pipe) != 0) {
+    std::fprintf(stderr, "transformers benchmark failed (%s; run bench/setup_peers.sh first):\n%s\n", cmd.c_str(), out.c_str());
+    return 1;
+  }
+  std::string last = out;
+  while (!last.empty() && last.back() == '\n') last.pop_back();
+  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(last);
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "cannot parse the transformers benchmark's output (%s):\n%s\n", e.what(), out.c_str());
+    return 1;
+  }
+  for (int64_t B : a.batches) {
+    const auto& r = j["batches"][std::to_string(B)];
+    const double tps = r["tokens_per_second"].get<double>();
+    std::printf("hf       batch %2lld: %.2f s (median of %d)  %.1f tokens/s", static_cast<long long>(B),
+                r["median_seconds"].get<double>(), a.reps, tps);
+    if (B == 1) std::printf("  = %.2f of the bandwidth bound", tps / (bw.read_gbs * 1e9 / bytes_per_token));
+    std::printf("\n");
+  }
+  std::printf("hf       peak RSS %.2f GB  (torch %s, transformers %s)\n", j["peak_rss_bytes"].get<double>() / 1e9,
+              j["torch_version"].get<std::string>().c_str(), j["transformers_version"].get<std::string>().c_str());
+  for (int64_t B : a.batches)
+    std::printf("ratio    batch %2lld: qkv is %.2fx faster\n", static_cast<long long>(B),
+                qkv_tps[B] / j["batches"][std::to_string(B)]["tokens_per_second"].get<double>());
+  return 0;
+}

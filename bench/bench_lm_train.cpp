@@ -1,0 +1,176 @@
+// Language-model training of a decoder-only GPT in qkv and in PyTorch 2.x, in the same benchmark run:
+// tokens/s of each (median over N steps after a warm-up), the ratio, peak memory of each, and qkv's
+// GFLOP/s against the SGEMM ceiling measured now.
+//
+// Usage: bench_lm_train [--steps N] [--threads T] [--batch B] [--block T] [--layers L] [--d-model D]
+//                       [--heads H] [--d-ff F] [--vocab V] [--dropout P] [--recompute-ffn]
+//                       [--micro-batch ROWS] [--attention seed|sdpa] [--python PATH] [--no-torch]
+// Defaults: batch 8 x block 256, 6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 8000, dropout
+// 0.1, GPT-2's choices otherwise (pre-LN, learned positions, GELU tanh, tied output), AdamW (lr 3e-4,
+// weight decay 0.1 on matrices), 3 timed steps, 2 threads. One fixed batch of random ids (B, T + 1).
+// PyTorch runs as `PYTHON bench/lm_train_torch.py` in its own process (so its peak RSS is its own);
+// PYTHON defaults to build/bench-venv/bin/python (bench/setup_peers.sh creates it).
+#include <cblas.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "bench_common.h"
+#include "qkv/core/threads.h"
+#include "qkv/models/causal_lm.h"
+#include "qkv/train/step.h"
+
+using namespace qkv;
+
+namespace {
+struct Args {
+  int steps = 3, threads = 2;
+  int64_t batch = 8, block = 256, layers = 6, d_model = 512, heads = 8, d_ff = 2048, vocab = 8000;
+  float dropout = 0.1f;
+  bool torch = true, recompute_ffn = false;
+  int64_t micro_batch = 0;
+  std::string attention = "seed";
+  std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
+};
+
+double peak_rss_gb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024.0 / 1e9;
+}
+
+// Matmul FLOPs of one training step (forward 2mnk, backward twice that): the linears, the tied
+// output projection, and attention's two products counted over the full T x T square.
+double step_flops(const Args& a) {
+  const double D = a.d_model, F = a.d_ff, V = a.vocab, L = a.layers, B = a.batch, T = a.block;
+  const double fwd = B * T * (L * (4 * D * D + 2 * D * F) + D * V) * 2 + L * 4.0 * B * T * T * D;
+  return 3 * fwd;
+}
+
+double sgemm_ceiling_gflops() {
+  const int64_t M = 2048, N = 2048, K = 512;
+  std::vector<float> a(M * K, 1.f), b(N * K, 1.f), c(M * N);
+  const double t = bench::median_seconds(5, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
+  });
+  return 2.0 * M * N * K / t * 1e-9;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    auto num = [&] { const std::string s = str(); return s.empty() ? 0 : std::stoll(s); };
+    if (!std::strcmp(argv[i], "--steps")) a.steps = static_cast<int>(num());
+    else if (!std::strcmp(argv[i], "--threads")) a.threads = static_cast<int>(num());
+    else if (!std::strcmp(argv[i], "--batch")) a.batch = num();
+    else if (!std::strcmp(argv[i], "--block")) a.block = num();
+    else if (!std::strcmp(argv[i], "--layers")) a.layers = num();
+    else if (!std::strcmp(argv[i], "--d-model")) a.d_model = num();
+    else if (!std::strcmp(argv[i], "--heads")) a.heads = num();
+    else if (!std::strcmp(argv[i], "--d-ff")) a.d_ff = num();
+    else if (!std::strcmp(argv[i], "--vocab")) a.vocab = num();
+    else if (!std::strcmp(argv[i], "--dropout")) a.dropout = std::stof(str());
+    else if (!std::strcmp(argv[i], "--recompute-ffn")) a.recompute_ffn = true;
+    else if (!std::strcmp(argv[i], "--micro-batch")) a.micro_batch = num();
+    else if (!std::strcmp(argv[i], "--attention")) a.attention = str();
+    else if (!std::strcmp(argv[i], "--python")) a.python = str();
+    else if (!std::strcmp(argv[i], "--no-torch")) a.torch = false;
+    else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
+  }
+  if (a.steps < 1 || a.block < 1 || a.batch < 1) { std::fprintf(stderr, "need --steps, --batch, --block >= 1\n"); return 2; }
+  set_num_threads(a.threads);
+
+  models::TransformerConfig config = models::decoder_only_defaults();
+  config.tgt_vocab_size = config.src_vocab_size = a.vocab;
+  config.d_model = a.d_model;
+  config.num_heads = a.heads;
+  config.num_layers = a.layers;
+  config.d_ff = a.d_ff;
+  config.max_seq_length = a.block;
+  config.dropout = a.dropout;
+  config.bos_id = config.eos_id = 0;
+  models::CausalLM model(config, 0);
+  model.train();
+  model.set_recompute_ffn(a.recompute_ffn);
+  train::AdamOptions adam;
+  adam.lr = 3e-4;
+  adam.weight_decay = 0.1;
+  adam.decoupled_weight_decay = true;
+  train::Adam opt(model.named_parameters(), adam);
+
+  // One fixed batch of random ids (B, block + 1) in [0, vocab).
+  std::mt19937_64 eng(0);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(a.vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(a.batch * (a.block + 1)));
+  for (int32_t& v : ids) v = id(eng);
+  const Tensor blocks = Tensor::from_ids(Dims{a.batch, a.block + 1}, ids);
+
+  int64_t tokens = 0;
+  float loss = 0;
+  const double t = bench::median_seconds(a.steps, [&] {
+    const train::StepResult r = train::train_step(model, opt, Tensor(), blocks, 0.f, a.micro_batch);
+    tokens = r.target_tokens;
+    loss = r.loss;
+  });
+  const double qkv_rss = peak_rss_gb();
+  const PoolStats pool = BufferPool::stats();
+  const double ceiling = sgemm_ceiling_gflops();
+  const double gflops = step_flops(a) / t * 1e-9;
+
+  std::printf("GPT: batch %lld x block %lld, %lld layers, d_model %lld, %lld heads, d_ff %lld, vocab %lld, dropout %.2g, "
+              "learned positions, GELU tanh, tied output, AdamW, %d threads%s%s\n",
+              static_cast<long long>(a.batch), static_cast<long long>(a.block), static_cast<long long>(a.layers),
+              static_cast<long long>(a.d_model), static_cast<long long>(a.heads), static_cast<long long>(a.d_ff),
+              static_cast<long long>(a.vocab), a.dropout, a.threads,
+              a.recompute_ffn ? ", qkv recomputes FFN activations" : "",
+              a.micro_batch > 0
+                  ? (", qkv accumulates gradients over micro-batches of " + std::to_string(a.micro_batch) + " rows").c_str()
+                  : "");
+  std::printf("qkv     step %.3f s (median of %d)  %.0f tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB)  loss %.3f\n",
+              t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, loss);
+  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n", gflops,
+              gflops / ceiling, ceiling);
+  std::fflush(stdout);
+  if (!a.torch) return 0;
+
+  const std::string cmd = a.python + " " QKV_BENCH_DIR "/lm_train_torch.py --steps " + std::to_string(a.steps) +
+                          " --threads " + std::to_string(a.threads) + " --batch " + std::to_string(a.batch) +
+                          " --block " + std::to_string(a.block) + " --layers " + std::to_string(a.layers) +
+                          " --d-model " + std::to_string(a.d_model) + " --heads " + std::to_string(a.heads) +
+                          " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
+                          " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention;
+  std::FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) { std::perror("popen"); return 1; }
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  if (pclose(pipe) != 0) {
+    std::fprintf(stderr, "PyTorch benchmark failed (%s; run bench/setup_peers.sh first):\n%s\n", cmd.c_str(), out.c_str());
+    return 1;
+  }
+  std::string last = out;
+  while (!last.empty() && last.back() == '\n') last.pop_back();
+  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(last);
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "cannot parse the PyTorch benchmark's output (%s):\n%s\n", e.what(), out.c_str());
+    return 1;
+  }
+  const double tt = j["median_step_seconds"].get<double>();
+  const double trss = j["peak_rss_bytes"].get<double>() / 1e9;
+  const double timport = j["rss_after_import_bytes"].get<double>() / 1e9;
+  std::printf("pytorch step %.3f s (median of %d)  %.0f tokens/s  peak RSS %.2f GB (%.2f GB after import torch)  "
+              "loss %.3f  (torch %s, %s attention)\n",
+              tt, a.steps, j["tokens_per_second"].get<double>(), trss, timport, j["losses"].back().get<double>(),
+              j["torch_version"].get<std::string>().c_str(), a.attention.c_str());
+  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's peak memory\n", tt / t, qkv_rss / trss);
+  return 0;
+}
