@@ -10,6 +10,7 @@
 #include <cmath>
 #include <set>
 
+#include "qkv/models/average.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/lm_data.h"
 #include "qkv/train/lm_trainer.h"
@@ -107,6 +108,12 @@ TEST(LmTraining, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
   EXPECT_EQ(file_bytes(root + "/full/model.safetensors"), file_bytes(root + "/split/model.safetensors"));
   EXPECT_EQ(file_bytes(root + "/full/optimizer.safetensors"), file_bytes(root + "/split/optimizer.safetensors"));
   EXPECT_EQ(read_train_state(root + "/split/train_state.json").kind, "language-model");
+  // Averaging works on any family: the mean of a checkpoint with itself is that checkpoint.
+  const std::unique_ptr<models::Model> mean = models::average_checkpoints({root + "/full", root + "/split"});
+  models::save_model(root + "/mean", *mean);
+  const auto averaged = models::load_causal_lm(root + "/mean");
+  const auto full = models::load_causal_lm(root + "/full");
+  EXPECT_EQ(averaged->token_embedding.weight.value().to_vector(), full->token_embedding.weight.value().to_vector());
   // A language-model checkpoint is not a translation model, and says so.
   try {
     models::load_seq2seq(root + "/full");
