@@ -158,35 +158,42 @@ double parse_time_budget(const std::string& text) {
   }
 }
 
+// The settings every text run shares, from the flags; returns the saved state when resuming.
+std::optional<train::TrainState> fill_run_options(const TrainOptions& o, const train::Hyper& defaults,
+                                                  train::RunOptions& r, TrainProgress& progress) {
+  r.out = o.out.empty() ? o.resume : o.out;
+  r.resume = !o.resume.empty();
+  QKV_CHECK(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
+            "--resume DIR continues the run in DIR; drop --out or make it the same");
+  if (r.resume) check_resume_model_flags(o, r.out + "/last/config.json");
+  std::optional<train::TrainState> saved = saved_state_if_resuming(r.out + "/last", r.resume);
+  r.spm_vocab = o.spm_vocab;
+  r.spm_sample = o.spm_sample;
+  r.recompute_ffn = o.recompute_ffn;
+  r.hyper = resolve_hyper(o, defaults, saved, progress);
+  r.max_steps = o.steps.value_or(0);
+  r.max_epochs = o.max_epochs;
+  r.time_budget = parse_time_budget(o.time_budget);
+  r.valid_every = o.valid_every;
+  r.patience = o.patience;
+  r.keep_checkpoints = o.keep_checkpoints;
+  r.seed = o.seed;
+  r.log_every = o.log_every.value_or(100);
+  return saved;
+}
+
 int run_lm_train(const TrainOptions& o, TrainProgress& progress) {
   train::LmTrainOptions l;
   l.text = o.text;
   l.valid_text = o.valid_text;
-  l.out = o.out.empty() ? o.resume : o.out;
-  l.resume = !o.resume.empty();
-  QKV_CHECK(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
-            "--resume DIR continues the run in DIR; drop --out or make it the same");
-  if (l.resume) check_resume_model_flags(o, l.out + "/last/config.json");
-  const std::optional<train::TrainState> saved = saved_state_if_resuming(l.out + "/last", l.resume);
-  l.spm_vocab = o.spm_vocab;
-  l.spm_sample = o.spm_sample;
+  fill_run_options(o, train::default_lm_hyper(), l, progress);
   models::TransformerConfig base = models::decoder_only_defaults();
   base.max_seq_length = o.block_size;
   l.model = model_config(o, base);
   QKV_CHECK(l.model.decoder_only(), o.config_path << ": --text trains a decoder-only model, but the config is of an "
                                                   << l.model.architecture << " model");
-  l.recompute_ffn = o.recompute_ffn;
-  l.hyper = resolve_hyper(o, train::default_lm_hyper(), saved, progress);
   l.block_size = o.block_size;
   l.batch_size = o.batch.value_or(16);
-  l.max_steps = o.steps.value_or(0);
-  l.max_epochs = o.max_epochs;
-  l.time_budget = parse_time_budget(o.time_budget);
-  l.valid_every = o.valid_every;
-  l.patience = o.patience;
-  l.keep_checkpoints = o.keep_checkpoints;
-  l.seed = o.seed;
-  l.log_every = o.log_every.value_or(100);
   const StopOnSignal stop;
   const train::TrainResult r = train::train_language_model(l, progress.events(), &g_stop_requested);
   return finish(r, l.out + "/last", progress);
@@ -199,31 +206,14 @@ int run_corpus_train(const TrainOptions& o, TrainProgress& progress) {
   c.tsv = o.tsv;
   c.valid_src = o.valid_src;
   c.valid_tgt = o.valid_tgt;
-  c.out = o.out.empty() ? o.resume : o.out;
-  c.resume = !o.resume.empty();
-  QKV_CHECK(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
-            "--resume DIR continues the run in DIR; drop --out or make it the same");
-  if (c.resume) check_resume_model_flags(o, c.out + "/last/config.json");
-  const std::optional<train::TrainState> saved = saved_state_if_resuming(c.out + "/last", c.resume);
-  c.spm_vocab = o.spm_vocab;
-  c.spm_sample = o.spm_sample;
+  fill_run_options(o, train::default_hyper(), c, progress);
   c.model = model_config(o, c.model);
   QKV_CHECK(!c.model.decoder_only(), (o.config_path.empty() ? "--arch" : o.config_path)
                                          << ": a decoder-only model trains on --text, not on --src/--tgt");
-  c.recompute_ffn = o.recompute_ffn;
-  c.hyper = resolve_hyper(o, train::default_hyper(), saved, progress);
   c.max_tokens = o.max_tokens;
   c.too_long = o.too_long;
-  c.max_steps = o.steps.value_or(0);
-  c.max_epochs = o.max_epochs;
-  c.time_budget = parse_time_budget(o.time_budget);
-  c.valid_every = o.valid_every;
   c.valid_bleu_sentences = o.valid_bleu_sentences;
   c.valid_beam = o.valid_beam;
-  c.patience = o.patience;
-  c.keep_checkpoints = o.keep_checkpoints;
-  c.seed = o.seed;
-  c.log_every = o.log_every.value_or(100);
   const StopOnSignal stop;
   const train::TrainResult r = train::train_on_corpus(c, progress.events(), &g_stop_requested);
   return finish(r, c.out + "/last", progress);

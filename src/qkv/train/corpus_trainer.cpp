@@ -99,26 +99,6 @@ data::BatcherOptions batcher_options(const CorpusTrainOptions& o, const models::
   return bo;
 }
 
-TrainerOptions trainer_options(const CorpusTrainOptions& o, const models::TransformerConfig& c,
-                               const std::string& spm_path, const std::atomic<bool>* stop) {
-  TrainerOptions t;
-  t.hyper = o.hyper;
-  t.hyper.schedule.d_model = c.d_model;
-  t.last_dir = o.out + "/last";
-  t.best_dir = o.out + "/best";
-  t.run_dir = o.out;
-  t.keep_checkpoints = o.keep_checkpoints;
-  t.extra_files = {{models::kSourceSpmFile, spm_path}, {models::kTargetSpmFile, spm_path}};
-  t.max_steps = o.max_steps;
-  t.max_epochs = o.max_epochs;
-  t.time_budget = o.time_budget;
-  t.valid_every = o.valid_every;
-  t.patience = o.patience;
-  t.log_every = o.log_every;
-  t.stop_flag = stop;
-  return t;
-}
-
 void check_options(const CorpusTrainOptions& o) {
   QKV_CHECK(!o.out.empty(), "corpus training needs --out DIR");
   QKV_CHECK(!o.tsv.empty() || (!o.src.empty() && !o.tgt.empty()), "corpus training needs --src and --tgt, or --tsv");
@@ -175,7 +155,7 @@ TrainResult train_on_corpus(const CorpusTrainOptions& o, const TrainerEvents& ev
   Validator validator;
   if (!dev.src.empty())
     validator = [&](const models::Model&) { return validate(*model, dev, spm, o); };  // the model being trained
-  Trainer trainer(*model, data, trainer_options(o, c, spm_path, stop), validator);
+  Trainer trainer(*model, data, run_trainer_options(o, c.d_model, {{models::kSourceSpmFile, spm_path}, {models::kTargetSpmFile, spm_path}}, stop), validator);
   if (o.resume) trainer.resume(last, read_train_state(last + "/train_state.json"));
   return trainer.run(events);
 }

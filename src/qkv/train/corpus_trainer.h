@@ -16,6 +16,7 @@
 #include <string>
 
 #include "qkv/models/config.h"
+#include "qkv/train/run_options.h"
 #include "qkv/train/trainer.h"
 
 namespace qkv::train {
@@ -23,36 +24,17 @@ namespace qkv::train {
 // inverse_sqrt with peak 5e-4 after 4000 warm-up steps, clipping at 1.0, label smoothing 0.1.
 Hyper default_hyper();
 
-struct CorpusTrainOptions {
+struct CorpusTrainOptions : RunOptions {
+  CorpusTrainOptions() { hyper = default_hyper(); }
   // Data: two files, or one TSV with source<TAB>target.
   std::string src, tgt, tsv;
   std::string valid_src, valid_tgt;
-  std::string out;
-  bool resume = false;  // continue from OUT/last
-  // Vocabulary.
-  int spm_vocab = 8000;
-  std::string spm_type = "unigram";
-  int64_t spm_sample = 0;  // lines sampled to train SentencePiece (0 = all)
   // Model: vocabulary sizes come from SentencePiece.
   models::TransformerConfig model;
-  bool recompute_ffn = false;
-  // Optimisation (a resumed run passes the saved values unless the user overrides them).
-  Hyper hyper = default_hyper();
   int64_t max_tokens = 4096;
-  std::string too_long = "drop";  // drop | truncate (training pairs over max_seq_length)
-  int64_t max_steps = 0;          // 0: no limit
-  int64_t max_epochs = 0;         // 0: no limit
-  double time_budget = 0;         // seconds of training (0: no limit)
-  // Validation.
-  int64_t valid_every = 1000;          // steps
+  std::string too_long = "drop";       // drop | truncate (training pairs over max_seq_length)
   int64_t valid_bleu_sentences = 200;  // dev sentences translated for BLEU (0: all)
   int valid_beam = 1;
-  int64_t patience = 0;  // stop after this many validations without a better dev score (0: never)
-  // Also keep the weights of the last N validations as OUT/step-NNNNNNN (for `qkv average`);
-  // older ones are deleted. 0: keep none.
-  int64_t keep_checkpoints = 0;
-  uint64_t seed = 0;
-  int64_t log_every = 100;
 };
 
 // Trains until a limit, early stopping or a stop request (*stop set, e.g. by the caller's SIGINT

@@ -55,25 +55,6 @@ std::unique_ptr<models::CausalLM> make_model(const LmTrainOptions& o, const text
   return std::make_unique<models::CausalLM>(c, o.seed);
 }
 
-TrainerOptions trainer_options(const LmTrainOptions& o, const models::TransformerConfig& c, const std::string& spm_path,
-                               const std::atomic<bool>* stop) {
-  TrainerOptions t;
-  t.hyper = o.hyper;
-  t.hyper.schedule.d_model = c.d_model;
-  t.last_dir = o.out + "/last";
-  t.best_dir = o.out + "/best";
-  t.run_dir = o.out;
-  t.keep_checkpoints = o.keep_checkpoints;
-  t.extra_files = {{models::kLmSpmFile, spm_path}};
-  t.max_steps = o.max_steps;
-  t.max_epochs = o.max_epochs;
-  t.time_budget = o.time_budget;
-  t.valid_every = o.valid_every;
-  t.patience = o.patience;
-  t.log_every = o.log_every;
-  t.stop_flag = stop;
-  return t;
-}
 }  // namespace
 
 TrainResult train_language_model(const LmTrainOptions& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
@@ -114,7 +95,7 @@ TrainResult train_language_model(const LmTrainOptions& o, const TrainerEvents& e
   Validator validator;
   if (!dev_blocks.empty())
     validator = [&](const models::Model& m) { return ValidationResult{language_model_loss(m, dev_blocks, 16)}; };
-  Trainer trainer(*model, data, trainer_options(o, c, spm_path, stop), validator);
+  Trainer trainer(*model, data, run_trainer_options(o, c.d_model, {{models::kLmSpmFile, spm_path}}, stop), validator);
   if (o.resume) trainer.resume(last, read_train_state(last + "/train_state.json"));
   return trainer.run(events);
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "qkv/models/config.h"
+#include "qkv/train/run_options.h"
 #include "qkv/train/trainer.h"
 
 namespace qkv::train {
@@ -22,23 +23,14 @@ namespace qkv::train {
 // peak 1e-3 after 1000 warm-up steps, clipping at 1.0, no label smoothing.
 Hyper default_lm_hyper();
 
-struct LmTrainOptions {
-  std::string text, valid_text, out;
-  bool resume = false;  // continue from OUT/last
-  int spm_vocab = 8000;
-  std::string spm_type = "unigram";
-  int64_t spm_sample = 0;
+struct LmTrainOptions : RunOptions {
+  LmTrainOptions() { hyper = default_lm_hyper(); }
+  std::string text, valid_text;
   // Model: the vocabulary size and ids come from SentencePiece; max_seq_length is raised to the
   // block size when smaller.
   models::TransformerConfig model = models::decoder_only_defaults();
-  bool recompute_ffn = false;
-  Hyper hyper = default_lm_hyper();
   int64_t block_size = 128;  // tokens per training sequence
   int64_t batch_size = 16;   // sequences per batch
-  int64_t max_steps = 0, max_epochs = 0;
-  double time_budget = 0;
-  int64_t valid_every = 1000, patience = 0, keep_checkpoints = 0, log_every = 100;
-  uint64_t seed = 0;
 };
 
 TrainResult train_language_model(const LmTrainOptions& options, const TrainerEvents& events = {},

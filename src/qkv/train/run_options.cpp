@@ -1,0 +1,26 @@
+#include "qkv/train/run_options.h"
+
+namespace qkv::train {
+
+TrainerOptions run_trainer_options(const RunOptions& o, int64_t d_model,
+                                   std::vector<std::pair<std::string, std::string>> extra_files,
+                                   const std::atomic<bool>* stop) {
+  TrainerOptions t;
+  t.hyper = o.hyper;
+  t.hyper.schedule.d_model = d_model;
+  t.last_dir = o.out + "/last";
+  t.best_dir = o.out + "/best";
+  t.run_dir = o.out;
+  t.keep_checkpoints = o.keep_checkpoints;
+  t.extra_files = std::move(extra_files);
+  t.max_steps = o.max_steps;
+  t.max_epochs = o.max_epochs;
+  t.time_budget = o.time_budget;
+  t.valid_every = o.valid_every;
+  t.patience = o.patience;
+  t.log_every = o.log_every;
+  t.stop_flag = stop;
+  return t;
+}
+
+}  // namespace qkv::train
