@@ -18,4 +18,10 @@ fi
 if ! /usr/bin/python3 -c "import tokenizers" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "tokenizers>=0.19,<0.24"
 fi
+# transformers is the reference for `qkv import --from hf` / `qkv export --to hf` (4.47.1 is tested
+# with Debian's torch 1.13; later releases move to torch 2). It pins tokenizers to 0.21.x and
+# huggingface_hub below 1.0, which pip installs in place of newer ones.
+if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
+  $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "transformers>=4.46,<4.48"
+fi
 echo "qkv dependencies installed"

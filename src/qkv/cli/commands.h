@@ -48,5 +48,7 @@ Runner add_bleu_command(CLI::App& app);
 Runner add_chrf_command(CLI::App& app);
 Runner add_average_command(CLI::App& app);
 Runner add_info_command(CLI::App& app);
+Runner add_import_command(CLI::App& app);
+Runner add_export_command(CLI::App& app);
 
 }  // namespace qkv::cli

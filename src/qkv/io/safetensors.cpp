@@ -41,12 +41,33 @@ struct DtypeInfo {
   size_t size;
 };
 
-constexpr std::array<DtypeInfo, 4> kDtypes = {{
+constexpr std::array<DtypeInfo, 6> kDtypes = {{
     {StDtype::F32, "F32", 4},
     {StDtype::I32, "I32", 4},
     {StDtype::I64, "I64", 8},
     {StDtype::F64, "F64", 8},
+    {StDtype::F16, "F16", 2},
+    {StDtype::BF16, "BF16", 2},
 }};
+
+bool is_half(StDtype dtype) { return dtype == StDtype::F16 || dtype == StDtype::BF16; }
+
+// IEEE binary16 -> binary32 bits: normal numbers re-bias the exponent (15 -> 127), subnormals
+// (m * 2^-24) become normal floats, infinities and NaN keep their payload.
+uint32_t f16_to_f32_bits(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) return sign | 0x7F800000u | (mantissa << 13);
+  if (exponent != 0) return sign | ((exponent + 112) << 23) | (mantissa << 13);
+  if (mantissa == 0) return sign;
+  int shift = 0;  // normalise the subnormal: 1.m' * 2^(-14 - shift)
+  while ((mantissa & 0x400u) == 0) {
+    mantissa <<= 1;
+    ++shift;
+  }
+  return sign | (static_cast<uint32_t>(113 - shift) << 23) | ((mantissa & 0x3FFu) << 13);
+}
 
 const DtypeInfo& dtype_info(StDtype dtype) {
   for (const DtypeInfo& info : kDtypes) {
@@ -323,7 +344,8 @@ const Json& required_field(const Json& entry, const char* field, const std::stri
   return *it;
 }
 
-StDtype parse_dtype_field(const Json& entry, const std::string& name, const ReadContext& ctx) {
+StDtype parse_dtype_field(const Json& entry, const std::string& name, const ReadContext& ctx,
+                          const StReadOptions& options) {
   const Json& value = required_field(entry, "dtype", name, ctx);
   if (!value.is_string()) {
     ctx.fail_tensor(
@@ -331,8 +353,9 @@ StDtype parse_dtype_field(const Json& entry, const std::string& name, const Read
   }
   const std::string text = value.get<std::string>();
   const DtypeInfo* info = find_dtype(text);
-  if (info == nullptr) {
-    ctx.fail_tensor(name, "has unknown dtype \"" + text + "\" (supported: F32, I32, I64, F64)");
+  if (info == nullptr || (is_half(info->dtype) && !options.allow_half)) {
+    ctx.fail_tensor(name, "has unknown dtype \"" + text + "\" (supported: F32, I32, I64, F64" +
+                              (options.allow_half ? ", F16, BF16)" : "; F16 and BF16 only by qkv import)"));
   }
   return info->dtype;
 }
@@ -403,14 +426,14 @@ void check_extent(const TensorEntry& e, const ReadContext& ctx) {
 }
 
 TensorEntry parse_tensor_entry(const std::string& name, const Json& entry, size_t index,
-                               const ReadContext& ctx) {
+                               const ReadContext& ctx, const StReadOptions& options) {
   if (!entry.is_object()) {
     ctx.fail_tensor(name, std::string("entry is a JSON ") + entry.type_name() +
                               ", expected an object with dtype/shape/data_offsets");
   }
   TensorEntry e;
   e.tensor.name = name;
-  e.tensor.dtype = parse_dtype_field(entry, name, ctx);
+  e.tensor.dtype = parse_dtype_field(entry, name, ctx, options);
   e.tensor.shape = parse_shape_field(entry, name, ctx);
   std::tie(e.begin, e.end) = parse_offsets_field(entry, name, ctx);
   e.header_index = index;
@@ -461,14 +484,15 @@ void sort_and_check_tiling(std::vector<TensorEntry>* entries, const ReadContext&
 }
 
 std::vector<TensorEntry> parse_entries(const Json& header, const ReadContext& ctx,
-                                       std::map<std::string, std::string>* metadata) {
+                                       std::map<std::string, std::string>* metadata,
+                                       const StReadOptions& options) {
   std::vector<TensorEntry> entries;
   size_t index = 0;
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey) {
       *metadata = parse_metadata(value, ctx);
     } else {
-      entries.push_back(parse_tensor_entry(key, value, index++, ctx));
+      entries.push_back(parse_tensor_entry(key, value, index++, ctx, options));
     }
   }
   sort_and_check_tiling(&entries, ctx);
@@ -599,7 +623,7 @@ size_t st_dtype_size(StDtype dtype) { return dtype_info(dtype).size; }
 
 const char* st_dtype_name(StDtype dtype) { return dtype_info(dtype).name; }
 
-StFile read_safetensors(const std::string& path) {
+StFile read_safetensors(const std::string& path, const StReadOptions& options) {
   ReadContext ctx;
   ctx.path = path;
   FdGuard fd = open_for_reading(path, &ctx.file_size);
@@ -607,13 +631,33 @@ StFile read_safetensors(const std::string& path) {
   const Json header = parse_header(read_header_text(fd.get(), ctx), ctx);
 
   StFile file;
-  std::vector<TensorEntry> entries = parse_entries(header, ctx, &file.metadata);
+  std::vector<TensorEntry> entries = parse_entries(header, ctx, &file.metadata, options);
   file.tensors.reserve(entries.size());
   for (TensorEntry& e : entries) {
     read_tensor_bytes(fd.get(), &e, ctx);
     file.tensors.push_back(std::move(e.tensor));
   }
   return file;
+}
+
+void widen_half_to_f32(StTensor& tensor, const std::string& path) {
+  if (!is_half(tensor.dtype)) return;
+  uint64_t expected = 0;
+  if (!checked_byte_size(tensor.shape, tensor.dtype, &expected) || tensor.bytes.size() != expected) {
+    fail(path, "tensor '" + tensor.name + "' (" + st_dtype_name(tensor.dtype) + ", shape " +
+                   format_shape(tensor.shape) + ") has " + std::to_string(tensor.bytes.size()) +
+                   " bytes, expected " + std::to_string(expected));
+  }
+  const size_t count = tensor.bytes.size() / 2;
+  std::vector<unsigned char> wide(count * 4);
+  for (size_t i = 0; i < count; ++i) {
+    const auto half = static_cast<uint16_t>(tensor.bytes[2 * i] | (tensor.bytes[2 * i + 1] << 8));
+    // BF16 is the top half of a float32.
+    const uint32_t bits = tensor.dtype == StDtype::F16 ? f16_to_f32_bits(half) : uint32_t{half} << 16;
+    for (int b = 0; b < 4; ++b) wide[4 * i + b] = static_cast<unsigned char>((bits >> (8 * b)) & 0xFF);
+  }
+  tensor.bytes = std::move(wide);
+  tensor.dtype = StDtype::F32;
 }
 
 void write_safetensors(const std::string& path, const StFile& file) {

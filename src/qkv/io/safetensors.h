@@ -22,7 +22,7 @@
 //                                    with spaces so the data buffer starts 8-byte aligned.
 //                                    Atomic: writes "<path>.tmp.<pid>", fsyncs it, then
 //                                    renames it over <path>.
-//   st_dtype_size(d)              -> bytes per element (4 or 8).
+//   st_dtype_size(d)              -> bytes per element (2, 4 or 8).
 //   st_dtype_name(d)              -> the on-disk dtype string ("F32", "I32", ...).
 //
 // What a valid file is (the format's rules; anything else is refused, never loaded shifted):
@@ -37,7 +37,9 @@
 //     and the last ends at the end of the file. The order of entries in the header is free.
 //
 // Only the dtypes the toolkit uses are supported; a file containing any other
-// dtype (F16, BF16, ...) is rejected with an "unknown dtype" error.
+// dtype is rejected with an "unknown dtype" error. F16 and BF16 (half-precision files such as
+// Hugging Face checkpoints) are read only when StReadOptions::allow_half is set, for importers,
+// which widen them to F32 with widen_half_to_f32(); qkv's own checkpoints are always F32.
 #pragma once
 
 #include <cstddef>
@@ -57,7 +59,7 @@ class SafetensorsError : public qkv::Error {
   using qkv::Error::Error;
 };
 
-enum class StDtype { F32, I32, I64, F64 };
+enum class StDtype { F32, I32, I64, F64, F16, BF16 };
 
 struct StTensor {
   std::string name;
@@ -73,9 +75,18 @@ struct StFile {
   const StTensor* find(const std::string& name) const;
 };
 
+struct StReadOptions {
+  bool allow_half = false;  // accept F16 and BF16 tensors (otherwise "unknown dtype")
+};
+
 // Throws SafetensorsError with a message naming the file path and, for corrupt
 // data, the byte offset and tensor name involved.
-StFile read_safetensors(const std::string& path);
+StFile read_safetensors(const std::string& path, const StReadOptions& options = {});
+
+// Converts an F16 (IEEE binary16: subnormals, infinities and NaN included) or BF16 tensor to F32 in
+// place; exact, since every half value is a float. Other dtypes are left as they are. `path` names
+// the file in the error thrown for a tensor whose byte count does not match its shape.
+void widen_half_to_f32(StTensor& tensor, const std::string& path);
 
 // Atomic: writes path + ".tmp.<pid>", fsyncs, renames over path. Throws
 // SafetensorsError on any I/O failure (naming the path and the errno text) or

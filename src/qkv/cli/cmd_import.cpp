@@ -1,0 +1,42 @@
+// qkv import --from hf DIR --out CKPT
+//
+// Converts a Hugging Face GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]) into
+// a qkv decoder-only checkpoint (interop/hf_gpt2.h says what is mapped and what is refused).
+#include <iostream>
+#include <memory>
+
+#include "qkv/cli/commands.h"
+#include "qkv/interop/hf_gpt2.h"
+
+namespace qkv::cli {
+
+namespace {
+struct ImportOptions {
+  std::string from;
+  std::string source;
+  std::string out;
+};
+}  // namespace
+
+Runner add_import_command(CLI::App& app) {
+  auto o = std::make_shared<ImportOptions>();
+  app.add_option("--from", o->from, "Format of the source: hf (a Hugging Face GPT-2 directory)")
+      ->required()
+      ->check(CLI::IsMember({"hf"}));
+  app.add_option("source", o->source, "Hugging Face model directory (config.json, model.safetensors, tokenizer.json)")
+      ->required();
+  app.add_option("--out", o->out, "Checkpoint directory to write")->required();
+  return [o]() {
+    const interop::HfConversion info = interop::import_hf_gpt2(o->source, o->out);
+    for (const std::string& note : info.notes) std::cerr << "qkv: note: " << note << "\n";
+    const models::TransformerConfig& c = info.config;
+    std::cout << "wrote " << o->out << ": GPT-2 from " << o->source << " (" << c.num_layers << " layers, d_model "
+              << c.d_model << ", " << c.num_heads << " heads, vocab " << c.tgt_vocab_size << ", context "
+              << c.max_seq_length << ", " << info.parameters << " parameters, weights "
+              << (info.weights_dtype == "F32" ? "F32" : info.weights_dtype + " widened to F32")
+              << (info.tokenizer ? ", tokenizer.json" : "") << ")\n";
+    return 0;
+  };
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,89 @@
+// `qkv import --from hf` and `qkv export --to hf` through the real binary: exit codes and messages.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/cli_util.h"
+#include "model/ref_dir.h"
+
+namespace qkv::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+void expect_error(const CliRun& r, int code, const std::vector<std::string>& parts) {
+  EXPECT_EQ(r.code, code) << r.out;
+  EXPECT_NE(r.out.find("qkv: error:"), std::string::npos) << r.out;
+  for (const std::string& p : parts) EXPECT_NE(r.out.find(p), std::string::npos) << "'" << p << "' not in: " << r.out;
+}
+
+TEST(HfCli, ImportsExportsAndImportsAgain) {
+  const std::string hf = ref_path("hf_gpt2");
+  if (hf.empty()) return;
+  const std::string dir = temp_dir("hf_roundtrip");
+  CliRun r = run_qkv("import --from hf " + hf + " --out " + dir + "/ckpt");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("wrote " + dir + "/ckpt: GPT-2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
+  for (const char* f : {"config.json", "model.safetensors", "manifest.json", "tokenizer.json"})
+    EXPECT_TRUE(fs::exists(dir + "/ckpt/" + f)) << f;
+  r = run_qkv("info " + dir + "/ckpt");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = run_qkv("export --to hf " + dir + "/ckpt --out " + dir + "/hf");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("GPT2LMHeadModel"), std::string::npos) << r.out;
+  r = run_qkv("import --from hf " + dir + "/hf --out " + dir + "/ckpt2");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(read_file(dir + "/ckpt/model.safetensors"), read_file(dir + "/ckpt2/model.safetensors"));
+  // F16 weights are widened and say so.
+  r = run_qkv("import --from hf " + ref_path("hf_gpt2_f16") + " --out " + dir + "/ckpt16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("F16 widened to F32"), std::string::npos) << r.out;
+}
+
+TEST(HfCli, UsageErrorsExitTwo) {
+  const std::string dir = temp_dir("hf_usage");
+  CliRun r = run_qkv("import --from onnx " + dir + " --out " + dir + "/x");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--from"), std::string::npos) << r.out;
+  r = run_qkv("import " + dir + " --out " + dir + "/x");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--from"), std::string::npos) << r.out;
+  r = run_qkv("export --to gguf " + dir + " --out " + dir + "/x");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--to"), std::string::npos) << r.out;
+  r = run_qkv("export --to hf " + dir);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--out"), std::string::npos) << r.out;
+}
+
+TEST(HfCli, BadInputExitsOneNamingFileAndField) {
+  const std::string hf = ref_path("hf_gpt2");
+  if (hf.empty()) return;
+  const std::string dir = temp_dir("hf_bad");
+  expect_error(run_qkv("import --from hf " + dir + "/nothing --out " + dir + "/x"), 1, {dir + "/nothing"});
+  fs::create_directories(dir + "/bert");
+  std::ofstream(dir + "/bert/config.json") << R"({"model_type": "bert", "hidden_size": 64})";
+  expect_error(run_qkv("import --from hf " + dir + "/bert --out " + dir + "/x"), 1,
+               {dir + "/bert/config.json", "\"model_type\"", "\"bert\""});
+  fs::create_directories(dir + "/scaled");
+  fs::copy_file(hf + "/model.safetensors", dir + "/scaled/model.safetensors");
+  std::string config = read_file(hf + "/config.json");
+  const std::string off = "\"scale_attn_by_inverse_layer_idx\": false";
+  ASSERT_NE(config.find(off), std::string::npos);
+  config.replace(config.find(off), off.size(), "\"scale_attn_by_inverse_layer_idx\": true");
+  std::ofstream(dir + "/scaled/config.json") << config;
+  expect_error(run_qkv("import --from hf " + dir + "/scaled --out " + dir + "/x"), 1,
+               {dir + "/scaled/config.json", "\"scale_attn_by_inverse_layer_idx\"", "not supported"});
+  EXPECT_FALSE(fs::exists(dir + "/x"));
+  // An encoder-decoder checkpoint does not export.
+  const CliRun init = run_qkv("init --config " + ref_path("model_small/config.json") + " --out " + dir + "/seq2seq");
+  ASSERT_EQ(init.code, 0) << init.out;
+  expect_error(run_qkv("export --to hf " + dir + "/seq2seq --out " + dir + "/y"), 1, {"encoder-decoder", "not supported"});
+  EXPECT_FALSE(fs::exists(dir + "/y"));
+  expect_error(run_qkv("export --to hf " + dir + "/missing --out " + dir + "/y"), 1, {dir + "/missing"});
+}
+
+}  // namespace
+}  // namespace qkv::testing
