@@ -3,9 +3,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "cli/cli_util.h"
 #include "model/ref_dir.h"
+#include "qkv/text/byte_level_bpe.h"
 
 namespace qkv::testing {
 namespace {
@@ -40,6 +42,35 @@ TEST(HfCli, ImportsExportsAndImportsAgain) {
   r = run_qkv("import --from hf " + ref_path("hf_gpt2_f16") + " --out " + dir + "/ckpt16");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("F16 widened to F32"), std::string::npos) << r.out;
+}
+
+// An imported model generates from text with its tokenizer.json: the text output equals the ids
+// output (BOS + the BPE ids of the prompt) decoded by the same tokenizer.
+TEST(HfCli, ImportedModelGeneratesFromTextWithItsTokenizer) {
+  const std::string hf = ref_path("hf_gpt2");
+  if (hf.empty()) return;
+  const std::string dir = temp_dir("hf_generate");
+  ASSERT_EQ(run_qkv("import --from hf " + hf + " --out " + dir + "/ckpt").code, 0);
+  const text::ByteLevelBpe bpe = text::ByteLevelBpe::load(dir + "/ckpt/tokenizer.json");
+  const std::string prompt = "In the beginning God created";
+  std::string ids = "50";  // placeholder, replaced by BOS below
+  const CliRun info = run_qkv("info --json " + dir + "/ckpt");
+  const size_t at = info.out.find("\"bos_id\": ");
+  ASSERT_NE(at, std::string::npos) << info.out;
+  ids = std::to_string(std::stoi(info.out.substr(at + 10)));
+  for (int32_t id : bpe.encode(prompt)) ids += " " + std::to_string(id);
+  std::ofstream(dir + "/ids.txt") << ids << "\n";
+  const CliRun by_ids = run_qkv_split("generate --checkpoint " + dir + "/ckpt --ids --input " + dir +
+                                     "/ids.txt --max-new-tokens 8 --quiet");
+  ASSERT_EQ(by_ids.code, 0) << by_ids.err;
+  std::vector<int32_t> new_ids;
+  std::istringstream in(by_ids.out);
+  for (int32_t id; in >> id;) new_ids.push_back(id);
+  ASSERT_FALSE(new_ids.empty()) << by_ids.out;
+  const CliRun by_text = run_qkv_split("generate --checkpoint " + dir + "/ckpt --prompt '" + prompt +
+                                       "' --max-new-tokens 8 --quiet");
+  ASSERT_EQ(by_text.code, 0) << by_text.err;
+  EXPECT_EQ(by_text.out, bpe.decode(new_ids) + "\n");
 }
 
 TEST(HfCli, UsageErrorsExitTwo) {

@@ -8,7 +8,7 @@
 //   --prompt TEXT  one prompt; its continuation streams to stdout as it is produced (flushed per
 //                  token), then a newline.
 //   --input FILE   one prompt a line ('-' = stdin), batched; one output line per input line, in order.
-// Text is encoded with the checkpoint's spm.model and every text prompt starts with the model's
+// Text is encoded with the checkpoint's spm.model (or an imported tokenizer.json) and every text prompt starts with the model's
 // bos_id: a document start. `qkv train --arch decoder-only` sets bos_id = eos_id, the separator its
 // training stream has before every line (GPT-2's <|endoftext|>), so a prompt is read as the start
 // of a line, an empty line generates a line from nothing, and EOS, the end of the line, stops it.
@@ -32,7 +32,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/decoding/generate.h"
 #include "qkv/models/checkpoint.h"
-#include "qkv/text/sentencepiece.h"
+#include "qkv/text/tokenizer.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv::cli {
@@ -120,7 +120,7 @@ void check_flags(const GenerateCliOptions& o) {
 // U+FFFD (byte pieces of a character not complete yet) waits for the next token.
 class TextStream {
  public:
-  explicit TextStream(const text::SentencePiece& spm) : spm_(spm) {}
+  explicit TextStream(const text::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
   void push(int32_t id) {
     ids_.push_back(id);
     emit(false);
@@ -129,7 +129,7 @@ class TextStream {
 
  private:
   void emit(bool final) {
-    std::string text = spm_.decode(ids_);
+    std::string text = tokenizer_.decode(ids_);
     static const std::string kReplacement = "\xEF\xBF\xBD";
     while (!final && text.size() >= kReplacement.size() &&
            text.compare(text.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
@@ -140,7 +140,7 @@ class TextStream {
       printed_ = std::move(text);
     }
   }
-  const text::SentencePiece& spm_;
+  const text::Tokenizer& tokenizer_;
   std::vector<int32_t> ids_;
   std::string printed_;
 };
@@ -153,13 +153,15 @@ int run_generate(const GenerateCliOptions& o) {
   model->eval();
   const auto& c = model->config();
   const int64_t V = model->output_vocab_size();
-  std::unique_ptr<text::SentencePiece> spm;
+  std::unique_ptr<text::Tokenizer> tokenizer;  // spm.model, or an imported model's tokenizer.json
   if (!o.ids) {
-    const std::string path = o.checkpoint + "/" + models::kLmSpmFile;
-    QKV_CHECK(std::filesystem::exists(path),
-              o.checkpoint << ": no " << models::kLmSpmFile << " for text prompts; use --ids for token ids");
-    spm = std::make_unique<text::SentencePiece>(path);
-    QKV_CHECK(spm->vocab_size() == V, path << " has " << spm->vocab_size() << " pieces but the model's vocabulary is " << V);
+    const std::string path = models::lm_tokenizer_path(o.checkpoint);
+    QKV_CHECK(!path.empty(), o.checkpoint << ": no " << models::kLmSpmFile << " or " << models::kLmBpeFile
+                                          << " for text prompts; use --ids for token ids");
+    tokenizer = text::load_tokenizer(path);
+    // An imported model's vocabulary may be padded beyond its tokenizer's; ours are equal.
+    QKV_CHECK(tokenizer->vocab_size() <= V, path << " has " << tokenizer->vocab_size()
+                                           << " tokens but the model's vocabulary is " << V);
   }
 
   decoding::GenerateOptions go;
@@ -185,7 +187,7 @@ int run_generate(const GenerateCliOptions& o) {
       if (prompts[i].empty()) prompts[i].push_back(c.bos_id);
     } else {
       prompts[i].push_back(c.bos_id);
-      const std::vector<int32_t> text_ids = spm->encode(lines[i]);
+      const std::vector<int32_t> text_ids = tokenizer->encode(lines[i]);
       prompts[i].insert(prompts[i].end(), text_ids.begin(), text_ids.end());
     }
     try {
@@ -201,7 +203,7 @@ int run_generate(const GenerateCliOptions& o) {
   Stopwatch clock;
   int64_t new_tokens = 0;
   if (single) {
-    std::unique_ptr<TextStream> stream = spm ? std::make_unique<TextStream>(*spm) : nullptr;
+    std::unique_ptr<TextStream> stream = tokenizer ? std::make_unique<TextStream>(*tokenizer) : nullptr;
     bool first = true;
     const auto out = decoding::generate(*model, prompts, {0}, go, [&](size_t, int32_t token) {
       if (stream) {
@@ -241,7 +243,7 @@ int run_generate(const GenerateCliOptions& o) {
       }
     }
     if (!o.quiet && tty && !order.empty()) std::fprintf(stderr, "\n");
-    for (const auto& r : results) std::printf("%s\n", (o.ids ? join_ids(r) : spm->decode(r)).c_str());
+    for (const auto& r : results) std::printf("%s\n", (o.ids ? join_ids(r) : tokenizer->decode(r)).c_str());
   }
   const double t = clock.seconds();
   if (!o.quiet)

@@ -33,6 +33,12 @@ std::string first_non_finite_parameter(const Model& model) {
   return "";
 }
 
+std::string lm_tokenizer_path(const std::string& dir) {
+  for (const char* name : {kLmSpmFile, kLmBpeFile})
+    if (fs::exists(dir + "/" + name)) return dir + "/" + name;
+  return "";
+}
+
 void check_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
   QKV_CHECK(fs::exists(dir, ec), dir << ": checkpoint directory does not exist");

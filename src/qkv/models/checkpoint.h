@@ -22,6 +22,7 @@ namespace qkv::models {
 inline constexpr const char* kSourceSpmFile = "source.spm.model";
 inline constexpr const char* kTargetSpmFile = "target.spm.model";
 inline constexpr const char* kLmSpmFile = "spm.model";
+inline constexpr const char* kLmBpeFile = "tokenizer.json";  // GPT-2's byte-level BPE (imported models)
 
 // config.json + model.safetensors of `model` into a staged checkpoint. Refuses (naming the tensor)
 // weights that are NaN or infinite: a diverged model must never replace a good checkpoint.
@@ -42,6 +43,9 @@ std::unique_ptr<Model> make_model(const TransformerConfig& config, uint64_t seed
 void load_weights(const std::string& path, Model& model);
 // Name of the first parameter holding a NaN or infinity, or "" when all are finite.
 std::string first_non_finite_parameter(const Model& model);
+// The tokenizer of a language-model checkpoint: spm.model (trained by qkv) or tokenizer.json
+// (imported); "" when it has neither (ids only).
+std::string lm_tokenizer_path(const std::string& dir);
 // Throws unless `dir` is an existing directory (a clear message for a file or a missing path).
 void check_checkpoint_dir(const std::string& dir);
 
