@@ -10,6 +10,9 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev \
   libsentencepiece-dev zlib1g-dev libicu-dev clang libclang-rt-14-dev libomp-14-dev \
   python3-torch python3-numpy python3-pip >/dev/null
+# The Bible texts (SWORD modules read by diatheke): the corpus of scripts/prepare_bible_corpus.py,
+# and the King James text the byte-level BPE reference tokenizer is trained on.
+$SUDO apt-get install -y -qq --no-install-recommends diatheke sword-text-kjv sword-text-sparv >/dev/null
 # sacreBLEU is the reference for `qkv bleu` / `qkv chrf` tests (not packaged by Debian 12).
 if ! /usr/bin/python3 -c "import sacrebleu" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "sacrebleu>=2.3,<3"
