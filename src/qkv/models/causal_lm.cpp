@@ -111,7 +111,7 @@ Var CausalLM::embed(const Tensor& ids, const Tensor& positions) const {
 Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks) const {
   for (size_t i = 0; i < layers.size(); ++i)
     x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks) : layers[i]->forward(x, masks);
-  return lm_head.forward(final_norm.forward(x));
+  return final_norm.forward(x);
 }
 
 Var CausalLM::forward(const Tensor& ids) const {
@@ -122,7 +122,7 @@ Var CausalLM::forward(const Tensor& ids) const {
   ops::AttentionMasks masks;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  return run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks);
+  return lm_head.forward(run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks));
 }
 
 Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input) const { return forward(input); }
@@ -161,10 +161,12 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
   masks.key_keep = st.key_keep;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  const Var logits = run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks);
+  const Var hidden = run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks);
   st.length = longest;
-  // The last position of every row (all rows end at the same column).
-  return Var(logits.value().narrow(1, longest - 1, 1).contiguous().reshape(Dims{N, V}));
+  // Only the last position of every row (all rows end at the same column) needs logits: the output
+  // projection is the largest matmul, and the prompt's other positions would be thrown away.
+  const Var last(hidden.value().narrow(1, longest - 1, 1).contiguous().reshape(Dims{N, config_.d_model}));
+  return fn::reshape(lm_head.forward(last), Dims{N, V});
 }
 
 Var CausalLM::step(const Tensor& tokens, GenerationState& st) const {
@@ -175,7 +177,7 @@ Var CausalLM::step(const Tensor& tokens, GenerationState& st) const {
   masks.key_keep = st.key_keep;
   masks.fill = config_.mask_fill_value();
   const Var x = embed(tokens.reshape(Dims{N, 1}), positions_of(N, 1, st.length, st.padding));
-  const Var logits = run_blocks(x, &st.layers, masks);
+  const Var logits = lm_head.forward(run_blocks(x, &st.layers, masks));
   st.length += 1;
   return fn::reshape(logits, Dims{N, config_.tgt_vocab_size});
 }

@@ -77,6 +77,7 @@ class CausalLM : public Model {
  private:
   // Embeddings of ids (B, T) at positions (B, T) i32, plus dropout.
   Var embed(const Tensor& ids, const Tensor& positions) const;
+  // The blocks and the final norm: hidden states (B, T, D), before the output projection.
   Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks) const;
   void init_gpt2_weights();
 };
