@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <string>
 
 #include "cli/cli_util.h"
 
@@ -60,6 +61,23 @@ TEST_F(LmCli, ScoresLinesWithoutASourceAndRefusesOne) {
   EXPECT_EQ(with_src.code, 2) << with_src.out;
   EXPECT_NE(with_src.out.find("is a decoder-only model, which scores --tgt lines alone"), std::string::npos)
       << with_src.out;
+}
+
+// `score --text` reads text as validation does (same blocks, every token once): on the validation
+// text with the final weights it prints the final validation loss.
+TEST_F(LmCli, ScoreTextEqualsTheLastValidationLoss) {
+  ASSERT_EQ(run_->code, 0) << run_->out;
+  const size_t at = run_->out.rfind("validation step 6: dev loss ");
+  ASSERT_NE(at, std::string::npos) << run_->out;
+  const double validation = std::stod(run_->out.substr(at + 28));  // printed with 4 decimals
+  const CliRun r = run_qkv("score --checkpoint " + *dir_ + "/run/last --text " + *text_);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const size_t loss_at = r.out.find("\nloss ");
+  ASSERT_NE(loss_at, std::string::npos) << r.out;
+  EXPECT_NEAR(std::stod(r.out.substr(loss_at + 6)), validation, 5e-5) << r.out;
+  EXPECT_NE(r.out.find("perplexity "), std::string::npos) << r.out;
+  const CliRun both = run_qkv("score --checkpoint " + *dir_ + "/run/last --text " + *text_ + " --tgt " + *text_);
+  EXPECT_EQ(both.code, 2) << both.out;
 }
 
 TEST_F(LmCli, TranslateRefusesALanguageModelNamingBothArchitectures) {

@@ -1,6 +1,10 @@
 // qkv score --checkpoint DIR --src FILE --tgt FILE [--per-line] [--batch-size N]   (encoder-decoder)
 // qkv score --checkpoint DIR --tgt FILE [--per-line] [--batch-size N]              (decoder-only)
 // A decoder-only model scores each line alone: the sum over i of log p(id i+1 | ids 0..i).
+// qkv score --checkpoint DIR --text FILE                                           (decoder-only)
+// Held-out perplexity of raw text, read as training reads it: the lines tokenized with the
+// checkpoint's tokenizer, packed with EOS between them, cut into blocks of the model's context,
+// every token scored once.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -10,13 +14,16 @@
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/text/tokenizer.h"
+#include "qkv/text/utf8.h"
+#include "qkv/train/lm_data.h"
 #include "qkv/train/step.h"
 
 namespace qkv::cli {
 
 namespace {
 struct ScoreOptions {
-  std::string checkpoint, src, tgt;
+  std::string checkpoint, src, tgt, text;
   bool per_line = false;
   int64_t batch_size = 32;
   int threads = 0;
@@ -31,13 +38,39 @@ void check_lengths(const std::vector<data::IdLine>& lines, const std::string& pa
                                          << max_len << (extra ? " (+1: the target's last id is only a label)" : ""));
   }
 }
+int score_text(const models::Model& model, const ScoreOptions& o) {
+  if (!model.config().decoder_only())
+    throw UsageError("--text: " + o.checkpoint + " is an encoder-decoder model; score id pairs with --src and --tgt");
+  if (!o.src.empty()) throw UsageError("--src: --text scores a language model's text alone");
+  const std::string path = models::lm_tokenizer_path(o.checkpoint);
+  QKV_CHECK(!path.empty(), o.checkpoint << ": no tokenizer (" << models::kLmSpmFile << " or " << models::kLmBpeFile
+                                        << ") to read --text with");
+  const std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(path);
+  std::vector<data::IdLine> lines;
+  int64_t chars = 0;
+  for (const std::string& line : text::read_text_lines(o.text)) {
+    if (line.empty()) continue;
+    chars += static_cast<int64_t>(line.size());
+    lines.push_back(tokenizer->encode(line));
+  }
+  QKV_CHECK(!lines.empty(), o.text << ": no text to score");
+  const auto& c = model.config();
+  const std::vector<data::IdLine> blocks =
+      train::cut_blocks(train::pack_lines(lines, c.bos_id, c.eos_id), c.max_seq_length, true);
+  const train::ScoreResult r = train::score(model, {}, blocks, o.batch_size);
+  std::printf("tokens %lld\nloss %.7f\nperplexity %.4f\n", static_cast<long long>(r.tokens), r.mean_loss(),
+              std::exp(r.mean_loss()));
+  return 0;
+}
 }  // namespace
 
 Runner add_score_command(CLI::App& app) {
   auto o = std::make_shared<ScoreOptions>();
   app.add_option("--checkpoint", o->checkpoint, "Checkpoint directory")->required();
   app.add_option("--src", o->src, "Source ids, one sentence a line (encoder-decoder models only)");
-  app.add_option("--tgt", o->tgt, "Target ids, one sentence a line (input = tgt[:-1], label = tgt[1:])")->required();
+  auto* tgt = app.add_option("--tgt", o->tgt, "Target ids, one sentence a line (input = tgt[:-1], label = tgt[1:])");
+  app.add_option("--text", o->text, "Decoder-only: raw text whose held-out loss and perplexity to report")
+      ->excludes(tgt);
   app.add_flag("--per-line", o->per_line, "Also print each line's sum of label log-probabilities");
   app.add_option("--batch-size", o->batch_size, "Sentences per batch (padded with the pad id)")
       ->capture_default_str()
@@ -49,6 +82,8 @@ Runner add_score_command(CLI::App& app) {
     auto model = models::load_model(o->checkpoint);
     model->eval();
     const auto& c = model->config();
+    if (!o->text.empty()) return score_text(*model, *o);
+    if (o->tgt.empty()) throw UsageError("--tgt FILE (ids) is required, or --text FILE for a decoder-only model");
     if (c.decoder_only() && !o->src.empty())
       throw UsageError("--src: " + o->checkpoint + " is a decoder-only model, which scores --tgt lines alone");
     if (!c.decoder_only() && o->src.empty())
