@@ -53,20 +53,6 @@ struct GenerateCliOptions {
                     *top_p_opt = nullptr, *seed_opt = nullptr;
 };
 
-std::vector<std::string> read_lines(const std::string& path) {
-  if (path != "-") return text::read_text_lines(path);
-  std::vector<std::string> lines;
-  std::string line;
-  int64_t n = 0;
-  while (std::getline(std::cin, line)) {
-    ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    text::check_utf8_line(line, "<stdin>", n);
-    lines.push_back(line);
-  }
-  return lines;
-}
-
 // `where` names the line in messages ("FILE:3", "--prompt").
 std::vector<int32_t> parse_ids(const std::string& line, const std::string& where, int64_t vocab) {
   std::vector<int32_t> ids;
@@ -175,7 +161,7 @@ int run_generate(const GenerateCliOptions& o) {
 
   // Prompts as ids, BOS first for text; `where` names each in messages.
   const bool single = o.prompt_opt->count() > 0;
-  const std::vector<std::string> lines = single ? std::vector<std::string>{o.prompt} : read_lines(o.input);
+  const std::vector<std::string> lines = single ? std::vector<std::string>{o.prompt} : text::read_text_lines_or_stdin(o.input);
   const std::string source = o.input == "-" ? "<stdin>" : o.input;
   auto where = [&](size_t i) { return single ? std::string("--prompt") : source + ":" + std::to_string(i + 1); };
   QKV_CHECK(c.bos_id >= 0 && c.bos_id < V, o.checkpoint << ": the model has no BOS id (" << c.bos_id << ") to start a prompt with");

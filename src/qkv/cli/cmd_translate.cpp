@@ -37,20 +37,6 @@ struct TranslateOptions {
   bool quiet = false;
 };
 
-std::vector<std::string> read_input(const std::string& path) {
-  if (path != "-") return text::read_text_lines(path);
-  std::vector<std::string> lines;
-  std::string line;
-  int64_t n = 0;
-  while (std::getline(std::cin, line)) {
-    ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    text::check_utf8_line(line, "<stdin>", n);
-    lines.push_back(line);
-  }
-  return lines;
-}
-
 // `where` names the input in messages: the file path, or <stdin>.
 data::IdLine parse_ids(const std::string& line, const std::string& where, int64_t line_no, int64_t vocab) {
   data::IdLine ids;
@@ -84,7 +70,7 @@ std::string join_ids(const std::vector<int32_t>& ids) {
 // --too-long says.
 std::vector<data::IdLine> read_sources(const TranslateOptions& o, const models::TransformerConfig& c,
                                        const text::SentencePiece* src_spm) {
-  const std::vector<std::string> lines = read_input(o.input);
+  const std::vector<std::string> lines = text::read_text_lines_or_stdin(o.input);
   const std::string where = o.input == "-" ? "<stdin>" : o.input;
   std::vector<data::IdLine> sources(lines.size());
   int64_t truncated = 0;

@@ -9,13 +9,13 @@
 
 namespace qkv::data {
 
-namespace {
-
 bool is_blank(std::string_view s) {
   for (char c : s)
     if (c != ' ' && c != '\t' && c != '\r' && c != '\n' && c != '\v' && c != '\f') return false;
   return true;
 }
+
+namespace {
 
 // All lines of a file, '\r' and a leading BOM stripped, each checked for strict UTF-8.
 std::vector<std::string> read_utf8_lines(const std::string& path) {

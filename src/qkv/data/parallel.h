@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace qkv::data {
@@ -32,6 +33,9 @@ struct ParallelText {
 
   int64_t size() const { return static_cast<int64_t>(src.size()); }
 };
+
+// True when `s` holds nothing or only ASCII whitespace: what the readers count as an empty line.
+bool is_blank(std::string_view s);
 
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path,
                            EmptyLinePolicy policy = EmptyLinePolicy::Skip);

@@ -1,5 +1,7 @@
 #include "qkv/text/utf8.h"
 
+#include <iostream>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -85,6 +87,20 @@ std::vector<std::string> read_text_lines(const std::string& path) {
   std::vector<std::string> lines;
   std::string line;
   while (reader.next(line)) lines.push_back(line);
+  return lines;
+}
+
+std::vector<std::string> read_text_lines_or_stdin(const std::string& path) {
+  if (path != "-") return read_text_lines(path);
+  std::vector<std::string> lines;
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(std::cin, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    check_utf8_line(line, "<stdin>", n);
+    lines.push_back(line);
+  }
   return lines;
 }
 

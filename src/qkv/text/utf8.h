@@ -43,5 +43,7 @@ class TextLineReader {
 
 // All lines of a file, read with TextLineReader.
 std::vector<std::string> read_text_lines(const std::string& path);
+// The same, with "-" meaning standard input (named "<stdin>" in messages; CR stripped, UTF-8 checked).
+std::vector<std::string> read_text_lines_or_stdin(const std::string& path);
 
 }  // namespace qkv::text

@@ -125,13 +125,7 @@ TrainResult train_on_corpus(const CorpusTrainOptions& o, const TrainerEvents& ev
   const auto info = [&](const std::string& m) {
     if (events.on_info) events.on_info(m);
   };
-  fs::create_directories(o.out);
-  remove_stale_vocabulary_files(o.out);
-  const std::string spm_path = o.out + "/spm.model", last = o.out + "/last";
-  if (o.resume) {
-    models::check_checkpoint_dir(last);
-    QKV_CHECK(fs::exists(spm_path), spm_path << ": missing; cannot resume without the run's SentencePiece model");
-  }
+  const std::string spm_path = prepare_run_directory(o), last = o.out + "/last";
 
   data::ParallelText train_text = o.tsv.empty() ? data::read_parallel(o.src, o.tgt) : data::read_parallel_tsv(o.tsv);
   info(std::to_string(train_text.size()) + " training pairs (" + std::to_string(train_text.empty_dropped) +

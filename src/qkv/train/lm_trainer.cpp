@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "qkv/data/parallel.h"
+#include "qkv/text/utf8.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/lm_data.h"
 #include "qkv/train/step.h"
@@ -38,9 +39,13 @@ void check_options(const LmTrainOptions& o) {
   o.model.validate();
 }
 
-std::vector<std::string> read_text_lines(const std::string& path) {
-  data::ParallelText t = data::read_parallel(path, path);  // the reader's checks: UTF-8, empty lines
-  return std::move(t.src);
+// The non-blank lines of a text (the parallel-text reader's rules: BOM and CR stripped, strict
+// UTF-8 naming file:line, lines of only ASCII whitespace skipped), read once.
+std::vector<std::string> read_training_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  for (std::string& line : text::read_text_lines(path))
+    if (!data::is_blank(line)) lines.push_back(std::move(line));
+  return lines;
 }
 
 std::unique_ptr<models::CausalLM> make_model(const LmTrainOptions& o, const text::SentencePiece& spm,
@@ -62,14 +67,8 @@ TrainResult train_language_model(const LmTrainOptions& o, const TrainerEvents& e
   const auto info = [&](const std::string& m) {
     if (events.on_info) events.on_info(m);
   };
-  fs::create_directories(o.out);
-  remove_stale_vocabulary_files(o.out);
-  const std::string spm_path = o.out + "/spm.model", last = o.out + "/last";
-  if (o.resume) {
-    models::check_checkpoint_dir(last);
-    QKV_CHECK(fs::exists(spm_path), spm_path << ": missing; cannot resume without the run's SentencePiece model");
-  }
-  const std::vector<std::string> lines = read_text_lines(o.text);
+  const std::string spm_path = prepare_run_directory(o), last = o.out + "/last";
+  const std::vector<std::string> lines = read_training_lines(o.text);
   if (!fs::exists(spm_path))
     train_vocabulary({&lines}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed}, spm_path);
   const text::SentencePiece spm(spm_path);
@@ -90,7 +89,7 @@ TrainResult train_language_model(const LmTrainOptions& o, const TrainerEvents& e
 
   std::vector<data::IdLine> dev_blocks;
   if (!o.valid_text.empty())
-    dev_blocks = cut_blocks(pack_lines(encode_all(spm, read_text_lines(o.valid_text)), c.bos_id, c.eos_id),
+    dev_blocks = cut_blocks(pack_lines(encode_all(spm, read_training_lines(o.valid_text)), c.bos_id, c.eos_id),
                             o.block_size, true);
   Validator validator;
   if (!dev_blocks.empty())

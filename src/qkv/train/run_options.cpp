@@ -1,6 +1,23 @@
 #include "qkv/train/run_options.h"
 
+#include <filesystem>
+
+#include "qkv/models/checkpoint.h"
+#include "qkv/train/vocabulary.h"
+
 namespace qkv::train {
+
+std::string prepare_run_directory(const RunOptions& o) {
+  std::filesystem::create_directories(o.out);
+  remove_stale_vocabulary_files(o.out);
+  const std::string spm_path = o.out + "/spm.model";
+  if (o.resume) {
+    models::check_checkpoint_dir(o.out + "/last");
+    QKV_CHECK(std::filesystem::exists(spm_path),
+              spm_path << ": missing; cannot resume without the run's SentencePiece model");
+  }
+  return spm_path;
+}
 
 TrainerOptions run_trainer_options(const RunOptions& o, int64_t d_model,
                                    std::vector<std::pair<std::string, std::string>> extra_files,

@@ -34,6 +34,10 @@ struct RunOptions {
   int64_t log_every = 100;
 };
 
+// Creates o.out, removes vocabulary files of killed runs, and when resuming checks that OUT/last
+// and OUT/spm.model exist. Returns the path of OUT/spm.model.
+std::string prepare_run_directory(const RunOptions& o);
+
 // The Trainer's options for a run in o.out: checkpoints OUT/last and OUT/best, each also holding
 // `extra_files` (name in the checkpoint, source path), e.g. the tokenizer.
 TrainerOptions run_trainer_options(const RunOptions& o, int64_t d_model,
