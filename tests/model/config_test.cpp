@@ -148,7 +148,7 @@ TEST(Config, ArchitectureAndFormatVersion) {
             std::string::npos);
   const std::string deep = "{\"d_model\": " + std::string(200000, '[') + std::string(200000, ']') + "}";
   EXPECT_NE(error(deep).find("nested more than 16 levels deep"), std::string::npos);  // was a stack overflow
-  EXPECT_NE(error(R"({"architecture": "encoder-only"})").find("architecture \"encoder-only\" is not supported"),
+  EXPECT_NE(error(R"({"architecture": "seq2seq"})").find("architecture \"seq2seq\" is not supported"),
             std::string::npos);
 }
 

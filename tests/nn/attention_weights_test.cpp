@@ -40,7 +40,9 @@ TEST(AttentionWeights, AreTheDistributionsForwardUses) {
         double sum = 0;
         for (int64_t j = 0; j < Tk; ++j) {
           const float p = w.f32()[((b * H + h) * Tq + i) * Tk + j];
-          if (b == 1 && j >= 3) EXPECT_EQ(p, 0.f);
+          if (b == 1 && j >= 3) {
+            EXPECT_EQ(p, 0.f);
+          }
           sum += p;
         }
         EXPECT_NEAR(sum, 1.0, 1e-6);

@@ -26,11 +26,11 @@ Var matmul(const Var& a, const Var& b, bool transpose_b) {
                    });
 }
 
-Var embedding(const Var& table, const Tensor& ids) {
+Var embedding(const Var& table, const Tensor& ids, int32_t padding_idx) {
   Tensor y = ops::embedding_forward(table.value(), ids);
   return record_op(std::move(y), table.requires_grad(),
-                   [ids, tc = table.cell(), shape = table.shape()](const Tensor& dy) {
-                     ops::embedding_backward(dy, ids, slot(tc), shape);
+                   [ids, tc = table.cell(), shape = table.shape(), padding_idx](const Tensor& dy) {
+                     ops::embedding_backward(dy, ids, slot(tc), shape, padding_idx);
                    });
 }
 
@@ -53,6 +53,11 @@ Var relu(const Var& x) {
   Tensor y = ops::relu_forward(x.value());
   return record_op(y, x.requires_grad(),
                    [y, xc = x.cell()](const Tensor& dy) { ops::relu_backward(dy, y, slot(xc)); });
+}
+
+Var tanh(const Var& x) {
+  Tensor y = ops::tanh_forward(x.value());
+  return record_op(y, x.requires_grad(), [y, xc = x.cell()](const Tensor& dy) { ops::tanh_backward(dy, y, slot(xc)); });
 }
 
 Var gelu(const Var& x) {

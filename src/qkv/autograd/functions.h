@@ -10,11 +10,12 @@ namespace qkv::fn {
 
 Var linear(const Var& x, const Var& weight, const Var& bias);  // bias may be an undefined Var
 Var matmul(const Var& a, const Var& b, bool transpose_b = false);
-Var embedding(const Var& table, const Tensor& ids);
+Var embedding(const Var& table, const Tensor& ids, int32_t padding_idx = -1);  // padding_idx: no gradient
 Var add(const Var& a, const Var& b);
 Var scale(const Var& x, float s);
 Var relu(const Var& x);
 Var gelu(const Var& x);
+Var tanh(const Var& x);
 Var gelu_tanh(const Var& x);  // F.gelu(x, approximate='tanh')
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset);
 Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps,

@@ -27,6 +27,7 @@
 #include <sstream>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
@@ -52,34 +53,6 @@ struct GenerateCliOptions {
   const CLI::Option *prompt_opt = nullptr, *input_opt = nullptr, *temperature_opt = nullptr, *top_k_opt = nullptr,
                     *top_p_opt = nullptr, *seed_opt = nullptr;
 };
-
-// `where` names the line in messages ("FILE:3", "--prompt").
-std::vector<int32_t> parse_ids(const std::string& line, const std::string& where, int64_t vocab) {
-  std::vector<int32_t> ids;
-  std::istringstream in(line);
-  std::string tok;
-  while (in >> tok) {
-    size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    QKV_CHECK(used == tok.size() && v >= 0 && v < vocab, where << ": '" << tok << "' is not a token id in [0, " << vocab << ")");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  return ids;
-}
-
-std::string join_ids(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ' ';
-    s += std::to_string(ids[i]);
-  }
-  return s;
-}
 
 // Usage errors found by looking at the flags alone.
 void check_flags(const GenerateCliOptions& o) {

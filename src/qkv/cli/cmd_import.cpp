@@ -1,12 +1,13 @@
 // qkv import --from hf DIR --out CKPT
 //
-// Converts a Hugging Face GPT-2 directory (config.json + model.safetensors [+ tokenizer.json]) into
-// a qkv decoder-only checkpoint (interop/hf_gpt2.h says what is mapped and what is refused).
+// Converts a Hugging Face directory (config.json + model.safetensors [+ tokenizer.json]) into a qkv
+// checkpoint: GPT-2 into a decoder-only one (interop/hf_gpt2.h), BERT into an encoder-only one
+// (interop/hf_bert.h), with sentence-transformers' pooling when the directory describes it.
 #include <iostream>
 #include <memory>
 
 #include "qkv/cli/commands.h"
-#include "qkv/interop/hf_gpt2.h"
+#include "qkv/interop/hf_import.h"
 
 namespace qkv::cli {
 
@@ -20,20 +21,24 @@ struct ImportOptions {
 
 Runner add_import_command(CLI::App& app) {
   auto o = std::make_shared<ImportOptions>();
-  app.add_option("--from", o->from, "Format of the source: hf (a Hugging Face GPT-2 directory)")
+  app.add_option("--from", o->from, "Format of the source: hf (a Hugging Face GPT-2 or BERT directory)")
       ->required()
       ->check(CLI::IsMember({"hf"}));
   app.add_option("source", o->source, "Hugging Face model directory (config.json, model.safetensors, tokenizer.json)")
       ->required();
   app.add_option("--out", o->out, "Checkpoint directory to write")->required();
   return [o]() {
-    const interop::HfConversion info = interop::import_hf_gpt2(o->source, o->out);
+    const interop::HfConversion info = interop::import_hf(o->source, o->out);
     for (const std::string& note : info.notes) std::cerr << "qkv: note: " << note << "\n";
     const models::TransformerConfig& c = info.config;
-    std::cout << "wrote " << o->out << ": GPT-2 from " << o->source << " (" << c.num_layers << " layers, d_model "
-              << c.d_model << ", " << c.num_heads << " heads, vocab " << c.tgt_vocab_size << ", context "
+    const bool bert = info.model_type == "bert";
+    std::cout << "wrote " << o->out << ": " << (bert ? "BERT" : "GPT-2") << " from " << o->source << " ("
+              << c.num_layers << " layers, d_model " << c.d_model << ", " << c.num_heads << " heads, vocab "
+              << c.tgt_vocab_size << ", " << (bert ? "positions " : "context ")
               << c.max_seq_length << ", " << info.parameters << " parameters, weights "
               << (info.weights_dtype == "F32" ? "F32" : info.weights_dtype + " widened to F32")
+              << (bert && c.pooler ? ", pooler" : "") << (bert && c.mlm_head ? ", masked-LM head" : "")
+              << (bert && !c.labels.empty() ? ", classifier over " + std::to_string(c.labels.size()) + " labels" : "")
               << (info.tokenizer ? ", tokenizer.json" : "") << ")\n";
     return 0;
   };

@@ -63,7 +63,24 @@ void print_text(const json& j) {
   const json& c = j["config"];
   std::printf("checkpoint    %s\n", j["checkpoint"].get<std::string>().c_str());
   std::printf("architecture  %s\n", j["architecture"].get<std::string>().c_str());
-  if (j["architecture"] == models::kDecoderOnly) {
+  if (j["architecture"] == models::kEncoderOnly) {
+    std::printf("model         d_model %lld, %lld heads, %lld layers, d_ff %lld, vocabulary %lld, positions %lld, "
+                "%lld token types\n",
+                c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
+                c["d_ff"].get<long long>(), c["vocab_size"].get<long long>(), c["max_seq_length"].get<long long>(),
+                c["type_vocab_size"].get<long long>());
+    std::string heads = c["pooler"].get<bool>() ? "pooler" : "no pooler";
+    if (c["mlm_head"].get<bool>()) heads += ", masked-LM head";
+    if (!c["labels"].empty()) {
+      heads += ", classifier over " + std::to_string(c["labels"].size()) + " labels (";
+      for (size_t i = 0; i < c["labels"].size() && i < 8; ++i)
+        heads += (i ? " " : "") + c["labels"][i].get<std::string>();
+      heads += c["labels"].size() > 8 ? " ...)" : ")";
+    }
+    std::printf("heads         %s; [CLS] %lld, [SEP] %lld, [MASK] %lld, [PAD] %lld\n", heads.c_str(),
+                c["cls_id"].get<long long>(), c["sep_id"].get<long long>(), c["mask_id"].get<long long>(),
+                c["pad_id"].get<long long>());
+  } else if (j["architecture"] == models::kDecoderOnly) {
     std::printf("model         d_model %lld, %lld heads, %lld layers, d_ff %lld, vocabulary %lld, context %lld\n",
                 c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
                 c["d_ff"].get<long long>(), c["vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
@@ -74,7 +91,8 @@ void print_text(const json& j) {
                 c["num_layers"].get<long long>(), c["d_ff"].get<long long>(), c["src_vocab_size"].get<long long>(),
                 c["tgt_vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
   }
-  const std::string norm = c.contains("norm") ? c["norm"].get<std::string>() : "pre";
+  const std::string norm = c.contains("norm") ? c["norm"].get<std::string>()
+                           : j["architecture"] == models::kEncoderOnly ? "post" : "pre";
   const std::string positions = c.contains("positions") ? c["positions"].get<std::string>() : "sinusoidal";
   std::printf("options       norm %s (%s, eps %g), activation %s, %s positions, dropout %g, ffn dropout %g, "
               "tied output %s, scaled embeddings %s\n",

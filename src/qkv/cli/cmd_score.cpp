@@ -82,6 +82,8 @@ Runner add_score_command(CLI::App& app) {
     auto model = models::load_model(o->checkpoint);
     model->eval();
     const auto& c = model->config();
+    QKV_CHECK(!c.encoder_only(), o->checkpoint << ": this is an encoder-only model; qkv score gives the loss of a "
+                                                  "language or translation model (see qkv embed and qkv classify)");
     if (!o->text.empty()) return score_text(*model, *o);
     if (o->tgt.empty()) throw UsageError("--tgt FILE (ids) is required, or --text FILE for a decoder-only model");
     if (c.decoder_only() && !o->src.empty())

@@ -208,8 +208,9 @@ int run_corpus_train(const TrainOptions& o, TrainProgress& progress) {
   c.valid_tgt = o.valid_tgt;
   fill_run_options(o, train::default_hyper(), c, progress);
   c.model = model_config(o, c.model);
-  QKV_CHECK(!c.model.decoder_only(), (o.config_path.empty() ? "--arch" : o.config_path)
-                                         << ": a decoder-only model trains on --text, not on --src/--tgt");
+  QKV_CHECK(c.model.encoder_decoder(), (o.config_path.empty() ? "--arch" : o.config_path)
+                                           << ": a" << (c.model.encoder_only() ? "n " : " ") << c.model.architecture
+                                           << " model trains on --text, not on --src/--tgt");
   c.max_tokens = o.max_tokens;
   c.too_long = o.too_long;
   c.valid_bleu_sentences = o.valid_bleu_sentences;

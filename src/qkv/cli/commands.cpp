@@ -93,8 +93,9 @@ void register_commands(CLI::App& app) {
   add("bleu", "Corpus BLEU of stdin against reference files (sacreBLEU 2.x defaults)", add_bleu_command);
   add("average", "Average the weights of several checkpoints of one run", add_average_command);
   add("info", "Show what a checkpoint holds (architecture, sizes, parameters, training step, files)", add_info_command);
-  add("import", "Convert a Hugging Face GPT-2 directory into a checkpoint (--from hf)", add_import_command);
+  add("import", "Convert a Hugging Face GPT-2 or BERT directory into a checkpoint (--from hf)", add_import_command);
   add("export", "Write a decoder-only checkpoint as a Hugging Face GPT-2 directory (--to hf)", add_export_command);
+  add("embed", "Sentence embeddings of text lines with an encoder-only model (JSON lines or .npy)", add_embed_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
   guard_numeric_options(app);
 }

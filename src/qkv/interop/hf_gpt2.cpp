@@ -24,97 +24,15 @@ using models::TransformerConfig;
 
 namespace {
 
-constexpr const char* kConfigFile = "config.json";
-constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kPrefix = "transformer.";
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  QKV_CHECK(in, path << ": cannot open for reading");
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// ------------------------------------------------------------------------- config.json (HF) ---
-
-class HfConfigReader {
- public:
-  HfConfigReader(std::string path, json j) : path_(std::move(path)), j_(std::move(j)) {}
-
-  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
-    throw Error(path_ + ": field \"" + key + "\" " + problem);
-  }
-
-  // An integer in [lo, hi]; JSON integers, or floats with an integral value (32.0).
-  int64_t integer(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    int64_t out = 0;
-    if (v.is_number_integer()) {
-      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-        fail(key, "is " + v.dump() + ", expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-      out = v.get<int64_t>();
-    } else if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 9e18) {
-      out = static_cast<int64_t>(v.get<double>());
-    } else {
-      fail(key, "is " + v.dump() + ", expected an integer");
-    }
-    if (out < lo || out > hi)
-      fail(key, "is " + v.dump() + ", expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return out;
-  }
-
-  double number(const char* key, double fallback, double lo, double hi) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_number()) fail(key, "is " + v.dump() + ", expected a number");
-    const double d = v.get<double>();
-    if (!(d >= lo && d <= hi))
-      fail(key, "is " + v.dump() + ", expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return d;
-  }
-
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_boolean()) fail(key, "is " + v.dump() + ", expected true or false");
-    return v.get<bool>();
-  }
-
-  std::string string(const char* key, const std::string& fallback) const {
-    if (!has(key)) return fallback;
-    const json& v = j_.at(key);
-    if (!v.is_string()) fail(key, "is " + v.dump() + ", expected a string");
-    return v.get<std::string>();
-  }
-
-  // A boolean option that qkv computes only with one value.
-  void require(const char* key, bool fallback, bool supported, const std::string& why) const {
-    if (boolean(key, fallback) != supported)
-      fail(key, std::string("is ") + (supported ? "false" : "true") + ": not supported (" + why + ")");
-  }
-
-  const std::string& path() const { return path_; }
-  const json& raw() const { return j_; }
-
- private:
-  std::string path_;
-  json j_;
-};
 
 float to_float(double d) { return static_cast<float>(d); }
 
 }  // namespace
 
 TransformerConfig hf_gpt2_config(const std::string& config_path, std::vector<std::string>* notes) {
-  json j;
-  try {
-    j = json::parse(read_text(config_path));
-  } catch (const json::exception& e) {
-    throw Error(config_path + ": not valid JSON: " + e.what());
-  }
-  QKV_CHECK(j.is_object(), config_path << ": expected a JSON object (a Hugging Face config.json)");
+  const json j = parse_hf_config(config_path);
   const HfConfigReader r(config_path, j);
   QKV_CHECK(j.contains("model_type"), config_path << ": field \"model_type\" is missing (qkv imports model_type \"gpt2\")");
   const std::string model_type = r.string("model_type", "");
@@ -187,112 +105,21 @@ namespace {
 
 // ------------------------------------------------------------------------ weights (HF -> qkv) ---
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-// The tensors of model.safetensors under their names without the "transformer." prefix, each taken
-// once; what is left at the end (other than the causal-mask buffers) is refused by name.
-class HfWeights {
- public:
-  explicit HfWeights(const std::string& path) : path_(path) {
-    file_ = io::read_safetensors(path, io::StReadOptions{.allow_half = true});
-    for (io::StTensor& t : file_.tensors) {
-      const bool prefixed = t.name.rfind(kPrefix, 0) == 0;
-      const std::string name = prefixed ? t.name.substr(std::strlen(kPrefix)) : t.name;
-      QKV_CHECK(by_name_.emplace(name, &t).second,
-                path << ": tensor '" << t.name << "' is given twice, with and without the \"transformer.\" prefix");
-      dtypes_.insert(io::st_dtype_name(t.dtype));
-    }
-  }
-
-  bool has(const std::string& name) const { return by_name_.count(name) != 0; }
-
-  // The float32 values of tensor `name` (expected shape `shape`; `why` explains it in the error).
-  std::vector<float> take(const std::string& name, const std::vector<int64_t>& shape, const std::string& why) {
-    const auto it = by_name_.find(name);
-    QKV_CHECK(it != by_name_.end(), path_ << ": tensor '" << name << "' is missing (expected " << shape_text(shape)
-                                          << ", " << why << ")");
-    io::StTensor& t = *it->second;
-    QKV_CHECK(t.dtype == io::StDtype::F32 || t.dtype == io::StDtype::F16 || t.dtype == io::StDtype::BF16,
-              path_ << ": tensor '" << t.name << "' has dtype " << io::st_dtype_name(t.dtype)
-                    << ", expected a float tensor (F32, F16 or BF16)");
-    QKV_CHECK(t.shape == shape, path_ << ": tensor '" << t.name << "' has shape " << shape_text(t.shape) << ", expected "
-                                      << shape_text(shape) << " (" << why << ")");
-    io::widen_half_to_f32(t, path_);
-    std::vector<float> values(t.bytes.size() / sizeof(float));
-    std::memcpy(values.data(), t.bytes.data(), t.bytes.size());
-    for (size_t i = 0; i < values.size(); ++i)
-      QKV_CHECK(std::isfinite(values[i]), path_ << ": tensor '" << t.name << "' holds a non-finite value (" << values[i]
-                                                << " at element " << i << ")");
-    taken_.insert(name);
-    return values;
-  }
-
-  void expect_all_taken() const {
-    for (const auto& [name, t] : by_name_) {
-      if (taken_.count(name)) continue;
-      // The causal mask buffers (attn.bias, attn.masked_bias) that older GPT-2 checkpoints store.
-      const bool mask_buffer = name.rfind("h.", 0) == 0 && (name.size() > 10) &&
-                               (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
-      QKV_CHECK(mask_buffer, path_ << ": tensor '" << t->name << "' is not part of GPT-2's language model "
-                                   << "(GPT2LMHeadModel); qkv does not know what to do with it");
-    }
-  }
-
-  std::string dtype_summary() const {
-    if (dtypes_.size() == 1) return *dtypes_.begin();
-    return dtypes_.empty() ? "none" : "mixed";
-  }
-
- private:
-  std::string path_;
-  io::StFile file_;
-  std::map<std::string, io::StTensor*> by_name_;
-  std::set<std::string> taken_;
-  std::set<std::string> dtypes_;
-};
-
-// dst (rows, cols) row-major = the transpose of the column block [col0, col0 + rows) of src (in, out).
-void transpose_block(const std::vector<float>& src, int64_t in, int64_t out, int64_t col0, int64_t rows, Tensor& dst) {
-  float* d = dst.f32();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < in; ++i) d[r * in + i] = src[static_cast<size_t>(i * out + col0 + r)];
-}
-
-void copy_into(const std::vector<float>& src, int64_t offset, Tensor& dst) {
-  std::memcpy(dst.f32(), src.data() + offset, sizeof(float) * static_cast<size_t>(dst.numel()));
-}
-
-int64_t count_parameters(const models::Model& model) {
-  int64_t n = 0;
-  for (const Var& v : model.parameters()) n += v.value().numel();
-  return n;
-}
-
 }  // namespace
 
 std::unique_ptr<models::CausalLM> load_hf_gpt2(const std::string& hf_dir, HfConversion* info) {
-  std::error_code ec;
-  QKV_CHECK(fs::is_directory(hf_dir, ec), hf_dir << ": not a directory (a Hugging Face model directory holds "
-                                                     "config.json and model.safetensors)");
-  const std::string config_path = hf_dir + "/" + kConfigFile;
-  QKV_CHECK(fs::exists(config_path, ec), config_path << ": missing (a Hugging Face model directory holds config.json)");
+  const std::string weights_path = hf_weights_path(hf_dir);
   std::vector<std::string> notes;
-  const TransformerConfig c = hf_gpt2_config(config_path, &notes);
-  const std::string weights_path = hf_dir + "/" + kWeightsFile;
-  if (!fs::exists(weights_path, ec)) {
-    QKV_CHECK(!fs::exists(hf_dir + "/model.safetensors.index.json", ec),
-              weights_path << ": missing; sharded checkpoints (model.safetensors.index.json) are not supported");
-    QKV_CHECK(false, weights_path << ": missing (qkv reads safetensors only; save the model with "
-                                     "save_pretrained(..., safe_serialization=True))");
-  }
+  const TransformerConfig c = hf_gpt2_config(hf_dir + "/" + kHfConfigFile, &notes);
 
   auto model = std::make_unique<models::CausalLM>(c, 0);
   model->eval();
-  HfWeights w(weights_path);
+  // The causal mask buffers (attn.bias, attn.masked_bias) that older GPT-2 checkpoints store.
+  const auto mask_buffer = [](const std::string& name) {
+    return name.rfind("h.", 0) == 0 && name.size() > 10 &&
+           (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
+  };
+  HfWeights w(weights_path, {kPrefix}, mask_buffer, "GPT-2's language model (GPT2LMHeadModel)");
   const int64_t D = c.d_model, F = c.d_ff, V = c.tgt_vocab_size, P = c.max_seq_length;
   const std::string d = std::to_string(D), f = std::to_string(F);
 
@@ -346,6 +173,7 @@ std::unique_ptr<models::CausalLM> load_hf_gpt2(const std::string& hf_dir, HfConv
     info->weights_dtype = w.dtype_summary();
     info->parameters = count_parameters(*model);
     info->notes = notes;
+    info->model_type = "gpt2";
   }
   return model;
 }
@@ -514,8 +342,8 @@ HfConversion export_hf_gpt2(const std::string& checkpoint_dir, const std::string
     info.notes.push_back(std::string(models::kLmSpmFile) +
                          " not exported: transformers' GPT-2 tokenizer is a byte-level BPE (tokenizer.json)");
   io::StagedDirectory staged(out_dir);
-  io::write_safetensors(staged.path(kWeightsFile), file);
-  staged.write(kConfigFile, config_json);
+  io::write_safetensors(staged.path(kHfWeightsFile), file);
+  staged.write(kHfConfigFile, config_json);
   if (info.tokenizer) staged.copy_from(kTokenizerJsonFile, tokenizer);
   staged.commit();
   return info;

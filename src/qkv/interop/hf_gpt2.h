@@ -36,20 +36,10 @@
 #include <string>
 #include <vector>
 
+#include "qkv/interop/hf_common.h"
 #include "qkv/models/causal_lm.h"
 
 namespace qkv::interop {
-
-inline constexpr const char* kTokenizerJsonFile = "tokenizer.json";
-
-// What a conversion did, for the CLI to report (the library never prints).
-struct HfConversion {
-  models::TransformerConfig config;
-  std::string weights_dtype;     // import: dtype of the source weights ("F32", "F16", "BF16", "mixed")
-  bool tokenizer = false;        // tokenizer.json copied
-  int64_t parameters = 0;        // distinct parameter elements
-  std::vector<std::string> notes;  // choices worth telling the user (e.g. embd_pdrop dropped)
-};
 
 // Reads DIR/config.json (model_type "gpt2") as a decoder-only TransformerConfig. Errors name the
 // file and the field. `notes` (may be null) receives choices made on the way.

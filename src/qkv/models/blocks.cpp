@@ -20,4 +20,18 @@ std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const Transformer
   return std::make_unique<nn::PositionWiseFeedForward>(c.d_model, c.d_ff, gen, activation_of(c), c.ffn_dropout);
 }
 
+EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
+    : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
+                                                                                      c.attention_dropout))),
+      feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
+      norm1(register_module("norm1", make_norm(c))),
+      norm2(register_module("norm2", make_norm(c))),
+      dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
+      norm_pos_(c.norm) {}
+
+Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask) const {
+  Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) { return self_attn.forward(in, in, in, src_mask); });
+  return residual(norm_pos_, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+}
+
 }  // namespace qkv::models

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "qkv/models/config.h"
+#include "qkv/nn/attention.h"
 #include "qkv/nn/feed_forward.h"
 #include "qkv/nn/layers.h"
 
@@ -21,5 +22,21 @@ Var residual(NormPosition pos, const nn::LayerNorm& norm, const nn::Dropout& dro
 std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c);
 // fc2(activation(fc1(x))) with the config's activation and ffn_dropout.
 std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen);
+
+// Self-attention then feed-forward, each a residual sub-layer: the seed's encoder layer, and
+// BERT's (post-LN) block.
+//   x = norm1(x + dropout(self_attn(x, x, x, mask)));  x = norm2(x + dropout(feed_forward(x)))
+class EncoderLayer : public nn::Module {
+ public:
+  EncoderLayer(const TransformerConfig& c, Generator& gen);
+  Var forward(const Var& x, const ops::AttentionMasks& src_mask) const;  // (B, S, D) -> (B, S, D)
+  nn::MultiHeadAttention& self_attn;
+  nn::PositionWiseFeedForward& feed_forward;
+  nn::LayerNorm &norm1, &norm2;
+  nn::Dropout& dropout;
+
+ private:
+  NormPosition norm_pos_;
+};
 
 }  // namespace qkv::models

@@ -99,6 +99,7 @@ void load_weights(const std::string& path, Model& model) {
 
 std::unique_ptr<Model> make_model(const TransformerConfig& config, uint64_t seed) {
   if (config.decoder_only()) return std::make_unique<CausalLM>(config, seed);
+  if (config.encoder_only()) return std::make_unique<EncoderModel>(config, seed);
   return std::make_unique<Transformer>(config, seed);
 }
 
@@ -132,6 +133,10 @@ std::unique_ptr<Transformer> load_seq2seq(const std::string& dir, uint64_t seed)
 
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, uint64_t seed) {
   return load_family<CausalLM>(dir, seed, kDecoderOnly, "generation");
+}
+
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, const char* use, uint64_t seed) {
+  return load_family<EncoderModel>(dir, seed, kEncoderOnly, use);
 }
 
 }  // namespace qkv::models

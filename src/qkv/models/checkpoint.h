@@ -5,6 +5,7 @@
 //   optimizer.safetensors, train_state.json   written by training, for exact resume
 //   source.spm.model, target.spm.model          SentencePiece models of a translation model
 //   spm.model                                   SentencePiece model of a language model
+//   tokenizer.json                              Hugging Face tokenizer of an imported model
 //   manifest.json      step, size and CRC-32 of every other file (io/checkpoint_dir.h)
 // A checkpoint is written whole into a staging directory and swapped into place, so it is always
 // either the complete old set or the complete new one; loading verifies the manifest.
@@ -14,6 +15,7 @@
 
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/causal_lm.h"
+#include "qkv/models/encoder_model.h"
 #include "qkv/models/transformer.h"
 
 namespace qkv::models {
@@ -37,6 +39,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, uint64_t seed = 0);
 // message naming both architectures.
 std::unique_ptr<Transformer> load_seq2seq(const std::string& dir, uint64_t seed = 0);
 std::unique_ptr<CausalLM> load_causal_lm(const std::string& dir, uint64_t seed = 0);
+// `use` words the message: "embedding needs an encoder-only model".
+std::unique_ptr<EncoderModel> load_encoder(const std::string& dir, const char* use = "this command", uint64_t seed = 0);
 // Builds the model of `config` (its family) with weights initialised from `seed`.
 std::unique_ptr<Model> make_model(const TransformerConfig& config, uint64_t seed);
 // Loads weights into an existing model (same strictness).

@@ -63,6 +63,13 @@ std::vector<SizePart> size_parts(const TransformerConfig& c) {
     return {{"vocab_size " + n(c.tgt_vocab_size) + by_d_model, tgt_vocab * d * (c.tie_output_embedding ? 1 : 2)},
             {layers, static_cast<double>(c.num_layers) * encoder_layer},
             positions};
+  if (c.encoder_only())
+    return {{"vocab_size " + n(c.tgt_vocab_size) + by_d_model,
+             tgt_vocab * d * (c.mlm_head && !c.tie_output_embedding ? 2 : 1) + (c.mlm_head ? tgt_vocab : 0)},
+            {layers, static_cast<double>(c.num_layers) * encoder_layer},
+            positions,
+            {"type_vocab_size " + n(c.type_vocab_size) + by_d_model, static_cast<double>(c.type_vocab_size) * d},
+            {n(static_cast<int64_t>(c.labels.size())) + " labels" + by_d_model, static_cast<double>(c.labels.size()) * d}};
   return {
       {"src_vocab_size " + n(c.src_vocab_size) + by_d_model, src_vocab * d},
       {"tgt_vocab_size " + n(c.tgt_vocab_size) + by_d_model +
@@ -90,6 +97,32 @@ void check_fraction(const char* name, float v, bool one_allowed) {
   QKV_CHECK(std::isfinite(v) && v >= 0.f && (one_allowed ? v <= 1.f : v < 1.f),
             "config: " << name << " must be in [0, 1" << (one_allowed ? "]" : ")") << ", got " << v);
 }
+
+void check_id(const char* name, int64_t id, int64_t vocab, bool none_allowed) {
+  QKV_CHECK((none_allowed && id == -1) || (id >= 0 && id < vocab),
+            "config: " << name << " " << id << " must be " << (none_allowed ? "-1 (none) or " : "")
+                       << "an id of the vocabulary (vocab_size " << vocab << ")");
+}
+
+void validate_encoder_only(const TransformerConfig& c) {
+  QKV_CHECK(c.norm == NormPosition::Post, "config: an encoder-only model is post-LN (BERT)");
+  QKV_CHECK(c.src_vocab_size == c.tgt_vocab_size, "config: an encoder-only model has one vocabulary (vocab_size)");
+  check_id("pad_id", c.pad_id, c.tgt_vocab_size, true);
+  check_id("cls_id", c.cls_id, c.tgt_vocab_size, false);
+  check_id("sep_id", c.sep_id, c.tgt_vocab_size, false);
+  check_id("mask_id", c.mask_id, c.tgt_vocab_size, true);
+  QKV_CHECK(c.type_vocab_size >= 0 && c.type_vocab_size <= kMaxTypeVocabSize,
+            "config: type_vocab_size must be in [0, " << kMaxTypeVocabSize << "], got " << c.type_vocab_size);
+  QKV_CHECK(c.labels.empty() || c.pooler, "config: a classification head (labels) reads the pooler: set pooler true");
+  QKV_CHECK(c.labels.size() <= static_cast<size_t>(kMaxLabels),
+            "config: " << c.labels.size() << " labels, at most " << kMaxLabels << " are allowed");
+  std::set<std::string> seen;
+  for (const std::string& label : c.labels) {
+    QKV_CHECK(!label.empty() && label.find_first_of("\t\n\r") == std::string::npos,
+              "config: labels must be non-empty and hold no tab or line break, got \"" << label << "\"");
+    QKV_CHECK(seen.insert(label).second, "config: label \"" << label << "\" is given twice");
+  }
+}
 }  // namespace
 
 void TransformerConfig::validate() const {
@@ -102,9 +135,12 @@ void TransformerConfig::validate() const {
   check_fraction("dropout", dropout, false);
   check_fraction("attention_dropout", attention_dropout, false);
   check_fraction("ffn_dropout", ffn_dropout, false);
-  QKV_CHECK(architecture == kEncoderDecoder || architecture == kDecoderOnly,
-            "config: architecture must be \"encoder-decoder\" or \"decoder-only\", got \"" << architecture << "\"");
-  if (decoder_only()) {
+  QKV_CHECK(architecture == kEncoderDecoder || architecture == kDecoderOnly || architecture == kEncoderOnly,
+            "config: architecture must be \"encoder-decoder\", \"decoder-only\" or \"encoder-only\", got \""
+                << architecture << "\"");
+  if (encoder_only()) {
+    validate_encoder_only(*this);
+  } else if (decoder_only()) {
     QKV_CHECK(norm == NormPosition::Pre, "config: a decoder-only model is pre-LN (norm \"pre\")");
     QKV_CHECK(src_vocab_size == tgt_vocab_size, "config: a decoder-only model has one vocabulary (vocab_size)");
     QKV_CHECK(pad_id >= -1 && pad_id < tgt_vocab_size,
@@ -118,7 +154,7 @@ void TransformerConfig::validate() const {
   }
   QKV_CHECK(positions == "sinusoidal" || positions == "learned",
             "config: positions must be \"sinusoidal\" or \"learned\", got \"" << positions << "\"");
-  QKV_CHECK(bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size,
+  QKV_CHECK(encoder_only() || (bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size),
             "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");
   QKV_CHECK(activation == "relu" || activation == "gelu" || activation == "gelu_tanh",
             "config: activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"" << activation << "\"");
@@ -135,7 +171,7 @@ void TransformerConfig::validate() const {
 
 std::string config_to_json(const TransformerConfig& c) {
   json j = {{"format_version", kConfigFormatVersion}, {"architecture", c.architecture}};
-  if (c.decoder_only()) {
+  if (c.single_vocabulary()) {
     j["vocab_size"] = c.tgt_vocab_size;
   } else {
     j["src_vocab_size"] = c.src_vocab_size;
@@ -148,9 +184,19 @@ std::string config_to_json(const TransformerConfig& c) {
   j["max_seq_length"] = c.max_seq_length;
   j["dropout"] = c.dropout;
   j["pad_id"] = c.pad_id;
-  j["bos_id"] = c.bos_id;
-  j["eos_id"] = c.eos_id;
-  if (c.decoder_only())
+  if (c.encoder_only()) {
+    j["cls_id"] = c.cls_id;
+    j["sep_id"] = c.sep_id;
+    j["mask_id"] = c.mask_id;
+    j["type_vocab_size"] = c.type_vocab_size;
+    j["pooler"] = c.pooler;
+    j["mlm_head"] = c.mlm_head;
+    j["labels"] = c.labels;
+  } else {
+    j["bos_id"] = c.bos_id;
+    j["eos_id"] = c.eos_id;
+  }
+  if (c.single_vocabulary())
     j["positions"] = c.positions;
   else
     j["norm"] = c.norm == NormPosition::Post ? "post" : "pre";
@@ -174,6 +220,20 @@ TransformerConfig decoder_only_defaults() {
   c.positions = "learned";
   c.tie_output_embedding = true;
   c.pad_id = -1;
+  return c;
+}
+
+TransformerConfig encoder_only_defaults() {
+  TransformerConfig c;
+  c.architecture = kEncoderOnly;
+  c.src_vocab_size = c.tgt_vocab_size;
+  c.norm = NormPosition::Post;
+  c.activation = "gelu";
+  c.positions = "learned";
+  c.max_seq_length = 512;
+  c.layer_norm_eps = 1e-12f;
+  c.attention_dropout = 0.1f;
+  c.tie_output_embedding = true;
   return c;
 }
 
@@ -273,6 +333,19 @@ json parse_refusing_duplicate_keys(const std::string& text, const std::string& s
 }  // namespace
 
 namespace {
+const std::vector<std::string> kEncoderOnlyFields = {"type_vocab_size", "pooler", "mlm_head", "labels",
+                                                     "cls_id",          "sep_id", "mask_id"};
+
+// The fields config.json may not hold for c's family.
+std::vector<std::string> foreign_fields(const TransformerConfig& c) {
+  std::vector<std::string> foreign;
+  if (c.single_vocabulary()) foreign = {"src_vocab_size", "tgt_vocab_size", "norm"};
+  else foreign = {"vocab_size", "positions"};
+  if (c.encoder_only()) foreign.insert(foreign.end(), {"bos_id", "eos_id"});
+  else foreign.insert(foreign.end(), kEncoderOnlyFields.begin(), kEncoderOnlyFields.end());
+  return foreign;
+}
+
 // Read first: a newer format or another family must be refused before any of its fields is read
 // with this version's meaning.
 void read_format_and_architecture(const json& j, TransformerConfig& c, const std::string& src) {
@@ -285,19 +358,35 @@ void read_format_and_architecture(const json& j, TransformerConfig& c, const std
                   << kConfigFormatVersion << "); upgrade qkv");
   }
   read_field(j, "architecture", c.architecture, src);
-  QKV_CHECK(c.architecture == kEncoderDecoder || c.architecture == kDecoderOnly,
+  QKV_CHECK(c.architecture == kEncoderDecoder || c.architecture == kDecoderOnly || c.architecture == kEncoderOnly,
             src << ": architecture \"" << c.architecture
-                << "\" is not supported by this qkv (it builds \"encoder-decoder\" and \"decoder-only\" models; "
-                   "encoder-only is planned)");
+                << "\" is not supported by this qkv (it builds \"encoder-decoder\", \"decoder-only\" and "
+                   "\"encoder-only\" models)");
   if (c.architecture == kDecoderOnly) c = decoder_only_defaults();
-  // Fields of the other family are refused by name rather than ignored.
-  const std::vector<std::string> foreign = c.decoder_only()
-                                               ? std::vector<std::string>{"src_vocab_size", "tgt_vocab_size", "norm"}
-                                               : std::vector<std::string>{"vocab_size", "positions"};
-  for (const std::string& key : foreign)
-    QKV_CHECK(!j.contains(key), src << ": field \"" << key << "\" does not apply to a" << (c.decoder_only() ? " " : "n ")
-                                    << c.architecture << " model"
-                                    << (key == "norm" ? " (decoder-only models are always pre-LN)" : ""));
+  if (c.architecture == kEncoderOnly) c = encoder_only_defaults();
+  // Fields of another family are refused by name rather than ignored.
+  for (const std::string& key : foreign_fields(c)) {
+    if (!j.contains(key)) continue;
+    std::string why;
+    if (key == "norm") why = c.decoder_only() ? " (decoder-only models are always pre-LN)" : " (encoder-only models are post-LN)";
+    if (c.encoder_only() && (key == "bos_id" || key == "eos_id")) why = " (it names its special tokens cls_id and sep_id)";
+    throw Error(src + ": field \"" + key + "\" does not apply to a" + (c.encoder_only() || c.encoder_decoder() ? "n " : " ") +
+                c.architecture + " model" + why);
+  }
+}
+}  // namespace
+
+namespace {
+void read_encoder_only_fields(const json& j, TransformerConfig& c, const std::string& src) {
+  read_id(j, "cls_id", c.cls_id, src);
+  read_id(j, "sep_id", c.sep_id, src);
+  int64_t mask = c.mask_id;
+  read_integer_allowing_none(j, "mask_id", kMaxVocabSize - 1, mask, src);
+  c.mask_id = static_cast<int32_t>(mask);
+  read_integer(j, "type_vocab_size", 0, kMaxTypeVocabSize, c.type_vocab_size, src);
+  read_field(j, "pooler", c.pooler, src);
+  read_field(j, "mlm_head", c.mlm_head, src);
+  read_field(j, "labels", c.labels, src);
 }
 }  // namespace
 
@@ -308,18 +397,20 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "src_vocab_size", "tgt_vocab_size", "d_model", "bos_id", "eos_id",        "num_heads",        "num_layers",
       "d_ff",           "max_seq_length", "dropout",        "pad_id",           "norm",
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
-      "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions"};
+      "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions",
+      "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
   read_format_and_architecture(j, c, src);
   for (const SizeField& f : kSizeFields) read_integer(j, f.name, 1, f.max, c.*f.member, src);
-  if (c.decoder_only()) {
+  if (c.single_vocabulary()) {
     read_integer(j, "vocab_size", 1, kMaxVocabSize, c.tgt_vocab_size, src);
     c.src_vocab_size = c.tgt_vocab_size;
     int64_t pad = c.pad_id;
     read_integer_allowing_none(j, "pad_id", kMaxVocabSize - 1, pad, src);
     c.pad_id = static_cast<int32_t>(pad);
+    if (c.encoder_only()) read_encoder_only_fields(j, c, src);
   } else {
     read_id(j, "pad_id", c.pad_id, src);
   }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qkv::models {
 
@@ -12,6 +13,8 @@ inline constexpr int64_t kMaxVocabSize = int64_t{1} << 24;     // src_vocab_size
 inline constexpr int64_t kMaxWidth = 65536;                    // d_model, d_ff
 inline constexpr int64_t kMaxLayers = 1024;                    // num_layers
 inline constexpr int64_t kMaxSeqLength = int64_t{1} << 20;     // max_seq_length
+inline constexpr int64_t kMaxTypeVocabSize = 1024;            // type_vocab_size (BERT: 2)
+inline constexpr int64_t kMaxLabels = 100000;                  // labels of a classification head
 inline constexpr int64_t kMaxModelFloats = int64_t{1} << 34;   // parameters + positional table (64 GiB)
 
 // config.json's "format_version": raised when a change needs readers to know about it. A file of
@@ -20,17 +23,19 @@ inline constexpr int kConfigFormatVersion = 1;
 
 // config.json's "architecture", as Hugging Face's configs name one. The families of seed 003:
 // encoder-decoder (the seed's model; the default, so configs written before the field existed read
-// unchanged), decoder-only (GPT) and encoder-only (BERT, not built yet).
+// unchanged), decoder-only (GPT) and encoder-only (BERT).
 inline constexpr const char* kEncoderDecoder = "encoder-decoder";
 inline constexpr const char* kDecoderOnly = "decoder-only";
+inline constexpr const char* kEncoderOnly = "encoder-only";
 
 enum class NormPosition { Post, Pre };  // post-LN: norm(x + sublayer(x)) (seed); pre-LN: x + sublayer(norm(x))
 
-// One config for every family. A decoder-only model has one vocabulary, written "vocab_size" in
-// config.json and held in tgt_vocab_size (src_vocab_size mirrors it and is never read); it is always
-// pre-LN; pad_id may be -1 (no padding id, as GPT-2). Fields of one family only are refused by name
-// in the other (config.json: src_vocab_size/tgt_vocab_size/norm in a decoder-only model;
-// vocab_size/positions in an encoder-decoder one).
+// One config for every family. Decoder-only and encoder-only models have one vocabulary, written
+// "vocab_size" in config.json and held in tgt_vocab_size (src_vocab_size mirrors it and is never
+// read). A decoder-only model is always pre-LN and its pad_id may be -1 (no padding id, as GPT-2).
+// An encoder-only model (BERT) is post-LN, names its special tokens cls_id / sep_id / mask_id
+// instead of bos_id / eos_id, and adds token types, the pooler and its heads. Fields of one family
+// only are refused by name in the others (see family_fields in config.cpp).
 struct TransformerConfig {
   std::string architecture = kEncoderDecoder;
   int64_t src_vocab_size = 5000;
@@ -53,9 +58,21 @@ struct TransformerConfig {
   bool tie_output_embedding = false;  // fc.weight shares decoder_embedding.weight
   std::string mask_fill = "-1e9";     // value of masked scores: "-1e9" (seed 000) or "-inf"
   float attention_dropout = 0.f;      // dropout on attention weights (the seed has none)
-  std::string positions = "sinusoidal";  // "sinusoidal" (the seed) or "learned" (GPT-2; decoder-only)
+  std::string positions = "sinusoidal";  // "sinusoidal" (the seed) or "learned" (GPT-2, BERT)
+
+  // Encoder-only (BERT) fields.
+  int64_t type_vocab_size = 2;        // token-type (segment) embeddings; 0: none
+  bool pooler = true;                 // pooled = tanh(dense(hidden of the first token))
+  bool mlm_head = true;               // masked-LM head: LayerNorm(gelu(dense(h))) @ token_embedding^T + bias
+  std::vector<std::string> labels;    // classification head over these labels (none when empty)
+  int32_t cls_id = 2, sep_id = 3;     // [CLS] starts every sequence, [SEP] ends it
+  int32_t mask_id = -1;               // [MASK] of masked-LM training; -1: none
 
   bool decoder_only() const { return architecture == kDecoderOnly; }
+  bool encoder_only() const { return architecture == kEncoderOnly; }
+  bool encoder_decoder() const { return architecture == kEncoderDecoder; }
+  // One vocabulary (vocab_size) rather than a source and a target one.
+  bool single_vocabulary() const { return decoder_only() || encoder_only(); }
 
   float mask_fill_value() const;
   // Throws qkv::Error naming the field when a value is out of range or inconsistent: sizes in
@@ -72,6 +89,10 @@ TransformerConfig load_config(const std::string& path);
 // A decoder-only config with GPT-2's choices where the seed has none: pre-LN, GELU (tanh), learned
 // positions, output tied to the token embedding, no padding id; sizes are seed 000's.
 TransformerConfig decoder_only_defaults();
+// An encoder-only config with BERT's choices: post-LN, exact GELU, learned positions (512), two
+// token types, LayerNorm eps 1e-12, attention dropout 0.1, pooler and masked-LM head with the output
+// tied to the token embedding; sizes are seed 000's.
+TransformerConfig encoder_only_defaults();
 void save_config(const std::string& path, const TransformerConfig& config);  // atomic write
 std::string config_to_json(const TransformerConfig& config);
 TransformerConfig config_from_json(const std::string& text, const std::string& source_name);

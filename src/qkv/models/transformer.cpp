@@ -7,20 +7,6 @@
 namespace qkv::models {
 
 
-EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
-    : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
-                                                                                      c.attention_dropout))),
-      feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
-      norm1(register_module("norm1", make_norm(c))),
-      norm2(register_module("norm2", make_norm(c))),
-      dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
-      norm_pos_(c.norm) {}
-
-Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask) const {
-  Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) { return self_attn.forward(in, in, in, src_mask); });
-  return residual(norm_pos_, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
-}
-
 DecoderLayer::DecoderLayer(const TransformerConfig& c, Generator& gen)
     : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
                                                                                       c.attention_dropout))),
@@ -59,7 +45,8 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
           "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length))),
       fc(register_module("fc", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {
-  QKV_CHECK(!config.decoder_only(), "Transformer: the config is of a decoder-only model (use CausalLM)");
+  QKV_CHECK(config.encoder_decoder(), "Transformer: the config is of a" << (config.encoder_only() ? "n " : " ")
+                                          << config.architecture << " model, not an encoder-decoder one");
   for (int64_t i = 0; i < config.num_layers; ++i)
     encoder_layers.push_back(&register_module("encoder_layers." + std::to_string(i),
                                               std::make_unique<EncoderLayer>(config, gen_)));

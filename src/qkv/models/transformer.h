@@ -21,19 +21,6 @@
 
 namespace qkv::models {
 
-class EncoderLayer : public nn::Module {
- public:
-  EncoderLayer(const TransformerConfig& c, Generator& gen);
-  Var forward(const Var& x, const ops::AttentionMasks& src_mask) const;  // (B, S, D) -> (B, S, D)
-  nn::MultiHeadAttention& self_attn;
-  nn::PositionWiseFeedForward& feed_forward;
-  nn::LayerNorm &norm1, &norm2;
-  nn::Dropout& dropout;
-
- private:
-  NormPosition norm_pos_;
-};
-
 // Per decoder layer state of incremental decoding (inference only): the caches of its two attentions.
 struct LayerCache {
   nn::KVCache self;   // (N, H, max_len, dk): keys / values of every position decoded so far

@@ -20,8 +20,9 @@ class Linear : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, Generator& gen);
-  Var forward(const Tensor& ids) const { return fn::embedding(weight, ids); }
+  Var forward(const Tensor& ids) const { return fn::embedding(weight, ids, padding_idx); }
   Var weight;
+  int32_t padding_idx = -1;  // >= 0: lookups of this id pass no gradient (nn.Embedding's padding_idx)
 };
 
 // nn.LayerNorm (weight 1, bias 0), or with UnbiasedStd seed 003's LayerNorm, whose a_2 / b_2 are

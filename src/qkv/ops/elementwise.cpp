@@ -1,5 +1,7 @@
 #include "qkv/kernels/elementwise.h"
 
+#include <cmath>
+
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
@@ -48,6 +50,25 @@ void relu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   const bool acc = prepare_slot(dx, x.shape());
   kernels::relu_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc);
+}
+
+// Scalar loops: tanh serves BERT's pooler, (B, D) values per batch, far from any hot path.
+Tensor tanh_forward(const Tensor& x_in) {
+  const Tensor x = x_in.contiguous();
+  Tensor y = Tensor::empty(x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) y.f32()[i] = std::tanh(x.f32()[i]);
+  return y;
+}
+
+void tanh_backward(const Tensor& dy_in, const Tensor& y_in, Tensor* dx) {
+  QKV_CHECK(dy_in.shape() == y_in.shape(), "tanh backward: grad " << dy_in.shape() << " vs output " << y_in.shape());
+  const Tensor dy = dy_in.contiguous(), y = y_in.contiguous();
+  const bool acc = prepare_slot(dx, y.shape());
+  float* out = dx->f32();
+  for (int64_t i = 0; i < y.numel(); ++i) {
+    const float v = y.f32()[i], g = dy.f32()[i] * (1.f - v * v);
+    out[i] = acc ? out[i] + g : g;
+  }
 }
 
 Tensor gelu_forward(const Tensor& x_in) {

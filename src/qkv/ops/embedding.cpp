@@ -1,5 +1,7 @@
 #include "qkv/kernels/embedding.h"
 
+#include <algorithm>
+
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
@@ -22,10 +24,23 @@ Tensor embedding_forward(const Tensor& table_in, const Tensor& ids_in) {
   return out;
 }
 
-void embedding_backward(const Tensor& dout_in, const Tensor& ids_in, Tensor* dtable, const Dims& table_shape) {
-  const Tensor dout = dout_in.contiguous(), ids = ids_in.contiguous();
+void embedding_backward(const Tensor& dout_in, const Tensor& ids_in, Tensor* dtable, const Dims& table_shape,
+                        int32_t padding_idx) {
+  Tensor dout = dout_in.contiguous();
+  const Tensor ids = ids_in.contiguous();
   const int64_t D = table_shape[1], N = ids.numel();
   QKV_CHECK(dout.numel() == N * D, "embedding backward: grad " << dout.shape() << " vs ids " << ids.shape());
+  if (padding_idx >= 0) {
+    // nn.Embedding(padding_idx=p): lookups of p pass no gradient to row p. Zeroing their rows of
+    // dout (not row p of dtable afterwards) keeps what a tied output layer adds to row p.
+    bool any = false;
+    for (int64_t n = 0; n < N && !any; ++n) any = ids.i32()[n] == padding_idx;
+    if (any) {
+      dout = dout.clone();
+      for (int64_t n = 0; n < N; ++n)
+        if (ids.i32()[n] == padding_idx) std::fill(dout.f32() + n * D, dout.f32() + (n + 1) * D, 0.f);
+    }
+  }
   prepare_zeroed_slot(dtable, table_shape);
   kernels::embedding_backward(dtable->f32(), dout.f32(), ids.i32(), N, D);
 }

@@ -31,7 +31,9 @@ void matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool tr
 // table (V, D), ids i32 (...) -> (..., D). An id outside [0, V) throws naming the id and V.
 Tensor embedding_forward(const Tensor& table, const Tensor& ids);
 // dtable[id] += dout[n]  (scatter-add; repeated ids add up).
-void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor* dtable, const Dims& table_shape);
+// padding_idx >= 0: lookups of that id pass no gradient (nn.Embedding's padding_idx).
+void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor* dtable, const Dims& table_shape,
+                        int32_t padding_idx = -1);
 
 // ---- elementwise -----------------------------------------------------------------------------
 Tensor add_forward(const Tensor& a, const Tensor& b);   // same shapes; backward: da = db = dy
@@ -42,6 +44,9 @@ Tensor relu_forward(const Tensor& x);
 void relu_backward(const Tensor& dy, const Tensor& x_or_y, Tensor* dx);
 Tensor gelu_forward(const Tensor& x);
 void gelu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
+// y = tanh(x); backward from the output: d tanh(x)/dx = 1 - tanh(x)^2, so dx = dy * (1 - y^2).
+Tensor tanh_forward(const Tensor& x);
+void tanh_backward(const Tensor& dy, const Tensor& y, Tensor* dx);
 // GELU's tanh approximation, torch's F.gelu(x, approximate='tanh') (derivative in kernels/elementwise.h).
 Tensor gelu_tanh_forward(const Tensor& x);
 void gelu_tanh_backward(const Tensor& dy, const Tensor& x, Tensor* dx);

@@ -1,0 +1,68 @@
+// qkv embed --checkpoint DIR [--input FILE] [--out FILE.npy] [--batch-size N] [--ids]
+//
+// One sentence embedding per input line from an encoder-only model, as sentence-transformers
+// computes it (models/sentence_embedding.h): [CLS] tokens [SEP], cut at the checkpoint's
+// max_seq_length, pooled and normalised as its sentence_embedding.json says. Output: one JSON array
+// per line on stdout, or a float32 (lines, d_model) .npy file with --out. An empty line is embedded
+// too ([CLS] [SEP]), so output row i is always input line i.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "qkv/cli/commands.h"
+#include "qkv/cli/encoder_cli.h"
+#include "qkv/cli/validators.h"
+#include "qkv/core/threads.h"
+#include "qkv/io/npy.h"
+
+namespace qkv::cli {
+
+namespace {
+struct EmbedCliOptions {
+  EncoderTextOptions text;
+  std::string out;
+  int threads = 0;
+};
+
+void print_json_lines(const Tensor& e) {
+  const int64_t N = e.size(0), D = e.size(1);
+  std::string line;
+  char buf[32];
+  for (int64_t n = 0; n < N; ++n) {
+    line = "[";
+    for (int64_t d = 0; d < D; ++d) {
+      std::snprintf(buf, sizeof buf, "%s%.9g", d ? ", " : "", static_cast<double>(e.f32()[n * D + d]));
+      line += buf;
+    }
+    line += "]\n";
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+}
+}  // namespace
+
+Runner add_embed_command(CLI::App& app) {
+  auto o = std::make_shared<EmbedCliOptions>();
+  add_encoder_text_options(app, o->text, "Sentences, one a line ('-' = stdin)");
+  app.add_option("--out", o->out, "Write a float32 .npy matrix (lines, d_model) instead of JSON lines on stdout");
+  app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
+  return [o]() {
+    set_num_threads(o->threads);
+    const auto start = std::chrono::steady_clock::now();
+    const EncoderSession session = open_encoder(o->text, "embedding");
+    const std::vector<std::vector<int32_t>> ids = read_encoder_lines(session, o->text);
+    const Tensor e = models::embed_sentences(*session.model, ids, session.pooling, o->text.batch_size);
+    if (o->out.empty()) {
+      print_json_lines(e);
+      return 0;
+    }
+    io::write_npy(o->out, e);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "qkv: wrote %s: %lld embeddings of %lld floats (%s) in %.1f s\n", o->out.c_str(),
+                 static_cast<long long>(e.size(0)), static_cast<long long>(e.size(1)),
+                 models::describe(session.pooling).c_str(), seconds);
+    return 0;
+  };
+}
+
+}  // namespace qkv::cli

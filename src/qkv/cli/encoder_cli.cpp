@@ -1,0 +1,69 @@
+#include "qkv/cli/encoder_cli.h"
+
+#include <algorithm>
+
+#include "qkv/cli/commands.h"
+#include "qkv/cli/id_text.h"
+#include "qkv/cli/validators.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/text/utf8.h"
+
+namespace qkv::cli {
+
+void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::string& input_help) {
+  app.add_option("--checkpoint", o.checkpoint, "Checkpoint directory (an encoder-only model)")->required();
+  if (!input_help.empty()) app.add_option("--input", o.input, input_help)->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "Sentences run together")
+      ->capture_default_str()
+      ->check(FiniteRange(1, kMaxBatchSentences));
+  app.add_option("--max-tokens", o.max_tokens,
+                 "Tokens per sentence at most, [CLS] and [SEP] included (default: the checkpoint's "
+                 "sentence_embedding.json max_seq_length, else its position table)")
+      ->check(FiniteRange(2, 1 << 20));
+  app.add_option("--too-long", o.too_long, "A sentence over --max-tokens: truncate it, or error naming its line")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"truncate", "error"}));
+  app.add_flag("--ids", o.ids, "Lines are space-separated token ids (the checkpoint's tokenizer is not used)");
+}
+
+EncoderSession open_encoder(const EncoderTextOptions& o, const char* use) {
+  check_checkpoint_argument(o.checkpoint);
+  EncoderSession s;
+  s.model = models::load_encoder(o.checkpoint, use);
+  s.model->eval();
+  const models::TransformerConfig& c = s.model->config();
+  s.pooling = models::load_sentence_embedding_config(o.checkpoint);
+  if (o.max_tokens > 0) s.pooling.max_seq_length = o.max_tokens;
+  if (s.pooling.max_seq_length <= 0) s.pooling.max_seq_length = c.max_seq_length;
+  if (s.pooling.max_seq_length > c.max_seq_length)
+    throw UsageError("--max-tokens " + std::to_string(s.pooling.max_seq_length) + ": the model has " +
+                     std::to_string(c.max_seq_length) + " positions");
+  s.too_long = o.too_long == "error" ? data::TooLong::Error : data::TooLong::Truncate;
+  if (!o.ids) {
+    const std::string path = models::lm_tokenizer_path(o.checkpoint);
+    QKV_CHECK(!path.empty(), o.checkpoint << ": no tokenizer (tokenizer.json or spm.model); give token ids with --ids");
+    s.tokenizer = text::load_tokenizer(path);
+  }
+  return s;
+}
+
+std::vector<int32_t> encoder_line_ids(const EncoderSession& s, const std::string& line, const std::string& where) {
+  const models::TransformerConfig& c = s.model->config();
+  if (!s.tokenizer)
+    return data::encoder_ids_from_ids(parse_ids(line, where, c.tgt_vocab_size), c, s.pooling.max_seq_length,
+                                      s.too_long, where);
+  return data::encoder_ids(*s.tokenizer, c, line, s.pooling.max_seq_length, s.too_long, where);
+}
+
+std::vector<std::vector<int32_t>> read_encoder_lines(const EncoderSession& s, const EncoderTextOptions&,
+                                                     const std::string& path) {
+  const std::vector<std::string> lines = text::read_text_lines_or_stdin(path);
+  const std::string name = path == "-" ? "<stdin>" : path;
+  std::vector<std::vector<int32_t>> ids;
+  ids.reserve(lines.size());
+  for (size_t i = 0; i < lines.size(); ++i)
+    ids.push_back(encoder_line_ids(s, lines[i], name + ":" + std::to_string(i + 1)));
+  return ids;
+}
+
+}  // namespace qkv::cli
