@@ -140,6 +140,7 @@ TransformerConfig hf_bert_config(const std::string& config_path, const std::stri
   if (r.has("classifier_dropout") && r.number("classifier_dropout", 0, 0, 0.999) != c.dropout)
     notes.push_back("classifier_dropout " + r.raw().at("classifier_dropout").dump() +
                     " is not kept: qkv's classifier uses dropout " + std::to_string(c.dropout));
+  c.tie_output_embedding = r.boolean("tie_word_embeddings", true);
   c.labels = labels_of(r);
   set_special_ids(c, tokenizer_json, notes);
   if (notes_out) *notes_out = notes;
@@ -148,76 +149,33 @@ TransformerConfig hf_bert_config(const std::string& config_path, const std::stri
 
 namespace {
 
-// Reads the tensors of a BERT file into the model.
-class BertWeightReader {
- public:
-  BertWeightReader(HfWeights& w, models::EncoderModel& m) : w_(w), m_(m), c_(m.config()) {}
-
-  void read_all() {
-    const int64_t D = c_.d_model, V = c_.tgt_vocab_size;
-    take_into("embeddings.word_embeddings.weight", {V, D}, "vocab_size x hidden_size", m_.token_embedding.weight);
-    take_into("embeddings.position_embeddings.weight", {c_.max_seq_length, D},
-              "max_position_embeddings x hidden_size", m_.position_embedding->weight);
-    if (m_.token_type_embedding)
-      take_into("embeddings.token_type_embeddings.weight", {c_.type_vocab_size, D}, "type_vocab_size x hidden_size",
-                m_.token_type_embedding->weight);
-    norm("embeddings.LayerNorm", *m_.embedding_norm);
-    for (size_t l = 0; l < m_.layers.size(); ++l) layer("encoder.layer." + std::to_string(l) + ".", *m_.layers[l]);
-    if (m_.pooler) linear("pooler.dense", *m_.pooler);
-    if (m_.mlm_head) mlm_head();
-    if (m_.classifier) linear("classifier", *m_.classifier);
+// Reads the tensors of a BERT file into the model, by hf_bert_named_parameters.
+void read_bert_weights(HfWeights& w, models::EncoderModel& m) {
+  for (auto& [hf, var] : hf_bert_named_parameters(m)) {
+    const Dims& dims = var.value().shape();
+    const std::vector<int64_t> shape(dims.begin(), dims.end());
+    std::string name = hf;
+    // LayerNorm weight / bias are gamma / beta in files written by old versions.
+    if (name.ends_with("LayerNorm.weight") && !w.has(name) && w.has(name.substr(0, name.size() - 6) + "gamma"))
+      name = name.substr(0, name.size() - 6) + "gamma";
+    if (name.ends_with("LayerNorm.bias") && !w.has(name) && w.has(name.substr(0, name.size() - 4) + "beta"))
+      name = name.substr(0, name.size() - 4) + "beta";
+    copy_into(w.take(name, shape, "the shape of qkv's " + shape_text(shape) + " parameter"), 0, var.value());
   }
-
- private:
-  void take_into(const std::string& name, const std::vector<int64_t>& shape, const std::string& why, Var& dst) {
-    copy_into(w_.take(name, shape, why), 0, dst.value());
-  }
-  void linear(const std::string& hf, nn::Linear& lin) {
-    const Dims& dims = lin.weight.value().shape();
-    const std::vector<int64_t> shape = {dims[0], dims[1]};
-    take_into(hf + ".weight", shape, "(out, in) of " + hf, lin.weight);
-    take_into(hf + ".bias", {shape[0]}, "out of " + hf, lin.bias);
-  }
-  // LayerNorm weight / bias, or gamma / beta in files written by old versions.
-  void norm(const std::string& hf, nn::LayerNorm& ln) {
-    const bool old = !w_.has(hf + ".weight") && w_.has(hf + ".gamma");
-    take_into(hf + (old ? ".gamma" : ".weight"), {c_.d_model}, "hidden_size", ln.weight);
-    take_into(hf + (old ? ".beta" : ".bias"), {c_.d_model}, "hidden_size", ln.bias);
-  }
-  void layer(const std::string& h, models::EncoderLayer& l) {
-    linear(h + "attention.self.query", l.self_attn.W_q);
-    linear(h + "attention.self.key", l.self_attn.W_k);
-    linear(h + "attention.self.value", l.self_attn.W_v);
-    linear(h + "attention.output.dense", l.self_attn.W_o);
-    norm(h + "attention.output.LayerNorm", l.norm1);
-    linear(h + "intermediate.dense", l.feed_forward.fc1);
-    linear(h + "output.dense", l.feed_forward.fc2);
-    norm(h + "output.LayerNorm", l.norm2);
-  }
-  void mlm_head() {
-    models::MaskedLMHead& head = *m_.mlm_head;
-    linear("cls.predictions.transform.dense", head.transform);
-    norm("cls.predictions.transform.LayerNorm", head.norm);
-    const int64_t V = c_.tgt_vocab_size, D = c_.d_model;
-    const auto bias = w_.take("cls.predictions.bias", {V}, "vocab_size");
-    copy_into(bias, 0, head.decoder.bias.value());
-    // The decoder's weight is the word embedding matrix and its bias cls.predictions.bias (tied);
-    // files may store either copy, which must then be the same.
-    const auto same = [&](const std::string& name, const std::vector<int64_t>& shape, const Tensor& ours) {
-      if (!w_.has(name)) return;
-      const auto stored = w_.take(name, shape, "tied");
-      QKV_CHECK(std::memcmp(stored.data(), ours.f32(), sizeof(float) * stored.size()) == 0,
-                w_.path() << ": tensor '" << name << "' differs from the tensor it is tied to; qkv's masked-LM head "
-                          << "shares them");
-    };
-    same("cls.predictions.decoder.weight", {V, D}, m_.token_embedding.weight.value());
-    same("cls.predictions.decoder.bias", {V}, head.decoder.bias.value());
-  }
-
-  HfWeights& w_;
-  models::EncoderModel& m_;
-  const TransformerConfig& c_;
-};
+  if (!m.mlm_head) return;
+  // The decoder's weight is the word embedding matrix and its bias cls.predictions.bias (tied);
+  // files may store either copy, which must then be the same.
+  const int64_t V = m.config().tgt_vocab_size, D = m.config().d_model;
+  const auto same = [&](const std::string& name, const std::vector<int64_t>& shape, const Tensor& ours) {
+    if (!w.has(name)) return;
+    const auto stored = w.take(name, shape, "tied");
+    QKV_CHECK(std::memcmp(stored.data(), ours.f32(), sizeof(float) * stored.size()) == 0,
+              w.path() << ": tensor '" << name << "' differs from the tensor it is tied to; qkv's masked-LM head "
+                       << "shares them");
+  };
+  if (m.config().tie_output_embedding) same("cls.predictions.decoder.weight", {V, D}, m.token_embedding.weight.value());
+  same("cls.predictions.decoder.bias", {V}, m.mlm_head->decoder.bias.value());
+}
 
 // The int64 position_ids buffer must be arange(max_position_embeddings): anything else would
 // change which position rows are read.
@@ -239,6 +197,44 @@ void check_position_ids(const std::string& weights_path, const TransformerConfig
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, Var>> hf_bert_named_parameters(const models::EncoderModel& m) {
+  std::vector<std::pair<std::string, Var>> out;
+  const auto linear = [&](const std::string& hf, const nn::Linear& lin) {
+    out.emplace_back(hf + ".weight", lin.weight);
+    out.emplace_back(hf + ".bias", lin.bias);
+  };
+  const auto norm = [&](const std::string& hf, const nn::LayerNorm& ln) {
+    out.emplace_back(hf + ".weight", ln.weight);
+    out.emplace_back(hf + ".bias", ln.bias);
+  };
+  out.emplace_back("embeddings.word_embeddings.weight", m.token_embedding.weight);
+  QKV_CHECK(m.position_embedding, "Hugging Face BERT has learned positions; this model's are sinusoidal");
+  out.emplace_back("embeddings.position_embeddings.weight", m.position_embedding->weight);
+  if (m.token_type_embedding) out.emplace_back("embeddings.token_type_embeddings.weight", m.token_type_embedding->weight);
+  norm("embeddings.LayerNorm", *m.embedding_norm);
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const std::string h = "encoder.layer." + std::to_string(l) + ".";
+    const models::EncoderLayer& layer = *m.layers[l];
+    linear(h + "attention.self.query", layer.self_attn.W_q);
+    linear(h + "attention.self.key", layer.self_attn.W_k);
+    linear(h + "attention.self.value", layer.self_attn.W_v);
+    linear(h + "attention.output.dense", layer.self_attn.W_o);
+    norm(h + "attention.output.LayerNorm", layer.norm1);
+    linear(h + "intermediate.dense", layer.feed_forward.fc1);
+    linear(h + "output.dense", layer.feed_forward.fc2);
+    norm(h + "output.LayerNorm", layer.norm2);
+  }
+  if (m.pooler) linear("pooler.dense", *m.pooler);
+  if (m.mlm_head) {
+    linear("cls.predictions.transform.dense", m.mlm_head->transform);
+    norm("cls.predictions.transform.LayerNorm", m.mlm_head->norm);
+    out.emplace_back("cls.predictions.bias", m.mlm_head->decoder.bias);
+    if (!m.config().tie_output_embedding) out.emplace_back("cls.predictions.decoder.weight", m.mlm_head->decoder.weight);
+  }
+  if (m.classifier) linear("classifier", *m.classifier);
+  return out;
+}
 
 std::unique_ptr<models::EncoderModel> load_hf_bert(const std::string& hf_dir, HfConversion* info) {
   const std::string weights_path = hf_weights_path(hf_dir);
@@ -274,7 +270,7 @@ std::unique_ptr<models::EncoderModel> load_hf_bert(const std::string& hf_dir, Hf
   }
   auto model = std::make_unique<models::EncoderModel>(c, 0);
   model->eval();
-  BertWeightReader(w, *model).read_all();
+  read_bert_weights(w, *model);
   w.expect_all_taken();
   if (info) {
     info->config = c;

@@ -40,6 +40,11 @@ namespace qkv::interop {
 models::TransformerConfig hf_bert_config(const std::string& config_path, const std::string& tokenizer_json,
                                          std::vector<std::string>* notes = nullptr);
 
+// Every parameter of `model` under its Hugging Face name without the "bert." prefix (the mapping
+// above, in one place: import reads by it, tests compare gradients by it). The tied decoder weight
+// is listed only when untied.
+std::vector<std::pair<std::string, Var>> hf_bert_named_parameters(const models::EncoderModel& model);
+
 // Builds the model of a Hugging Face BERT directory in memory. Errors name the file and the field
 // or tensor.
 std::unique_ptr<models::EncoderModel> load_hf_bert(const std::string& hf_dir, HfConversion* info = nullptr);
