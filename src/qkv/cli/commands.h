@@ -52,5 +52,6 @@ Runner add_import_command(CLI::App& app);
 Runner add_export_command(CLI::App& app);
 Runner add_embed_command(CLI::App& app);
 Runner add_similar_command(CLI::App& app);
+Runner add_tokenize_command(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -28,6 +28,13 @@ int32_t ByteLevelBpe::token_to_id(std::string_view token) const {
   return it == ids_.end() ? -1 : it->second;
 }
 
+int32_t ByteLevelBpe::added_token_id(std::string_view token) const {
+  for (const auto* added : {&added_raw_, &added_normalized_})
+    for (const AddedToken& t : *added)
+      if (t.content == token) return t.id;
+  return -1;
+}
+
 std::string ByteLevelBpe::id_to_token(int32_t id) const {
   QKV_CHECK(id >= 0 && id < vocab_size(), "byte-level BPE: id " << id << " is out of range [0, " << vocab_size() << ")");
   return tokens_[id];

@@ -54,6 +54,8 @@ class ByteLevelBpe {
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
   // The id of a token as written in tokenizer.json ("Ġthe", "<|endoftext|>"), or -1.
   int32_t token_to_id(std::string_view token) const;
+  // The id of an added token ("<|endoftext|>"), or -1 for any other string.
+  int32_t added_token_id(std::string_view token) const;
   // The token as written in tokenizer.json. Throws qkv::Error for an id out of range.
   std::string id_to_token(int32_t id) const;
   bool add_prefix_space() const { return add_prefix_space_; }
