@@ -1,0 +1,79 @@
+// The AVX2 exp, erf and tanh of kernels/vec_math.h against double precision over a dense sweep of
+// floats, with the special values: saturation, signed zeros, subnormals, infinities, NaN.
+#include "qkv/kernels/vec_math.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "kernels/float_sweep.h"
+
+namespace qkv::kernels {
+namespace {
+
+using testing::sweep;
+using testing::ulp_error;
+
+// Applies an 8-lane function to every x (the last block padded with zeros).
+using Lane = __m256 (*)(__m256);
+std::vector<float> lanes(const std::vector<float>& xs, Lane f) {
+  std::vector<float> in = xs, out(xs.size() + 8);
+  in.resize(xs.size() + 8, 0.f);
+  for (size_t i = 0; i < xs.size(); i += 8) _mm256_storeu_ps(&out[i], f(_mm256_loadu_ps(&in[i])));
+  out.resize(xs.size());
+  return out;
+}
+
+// The largest error in ulps over xs, and where; printed so that the margin to the bound is visible.
+double max_ulp(const char* name, const std::vector<float>& xs, const std::vector<float>& got,
+               const std::function<double(double)>& ref) {
+  double worst = 0;
+  float at = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double want = ref(xs[i]);
+    const double e = ulp_error(got[i], want, want);
+    if (!(e <= worst)) worst = e, at = xs[i];
+  }
+  std::printf("%s: max error %.3f ulp at x = %.9g (%zu inputs)\n", name, worst, at, xs.size());
+  return worst;
+}
+
+TEST(VecMath, ExpWithinTwoUlpIncludingSubnormalResults) {
+  const std::vector<float> xs = sweep(110.f);
+  EXPECT_LE(max_ulp("exp", xs, lanes(xs, simd::exp), [](double x) { return std::exp(x); }),
+            2.0);
+}
+
+TEST(VecMath, ErfWithinTwoUlpAndSaturates) {
+  const std::vector<float> xs = sweep(12.f);
+  const std::vector<float> got = lanes(xs, simd::erf);
+  EXPECT_LE(max_ulp("erf", xs, got, [](double x) { return std::erf(x); }), 2.0);
+  const auto one = [](float x) { return lanes({x}, simd::erf)[0]; };
+  EXPECT_EQ(one(4.f), 1.f);
+  EXPECT_EQ(one(-1e30f), -1.f);
+  EXPECT_EQ(one(INFINITY), 1.f);
+  EXPECT_EQ(one(-INFINITY), -1.f);
+  EXPECT_TRUE(std::signbit(one(-0.f)) && one(-0.f) == 0.f);
+  EXPECT_EQ(one(1e-40f), std::erf(1e-40f));
+  EXPECT_TRUE(std::isnan(one(NAN)));
+}
+
+TEST(VecMath, TanhWithinTwoUlpExactForTinyAndSaturates) {
+  const std::vector<float> xs = sweep(12.f);
+  const std::vector<float> got = lanes(xs, simd::tanh);
+  EXPECT_LE(max_ulp("tanh", xs, got, [](double x) { return std::tanh(x); }), 2.0);
+  const auto one = [](float x) { return lanes({x}, simd::tanh)[0]; };
+  EXPECT_EQ(one(1e-20f), 1e-20f);  // tanh x = x - x^3/3: x is the correctly rounded result
+  EXPECT_EQ(one(1e-40f), 1e-40f);
+  EXPECT_TRUE(std::signbit(one(-0.f)) && one(-0.f) == 0.f);
+  EXPECT_EQ(one(9.1f), 1.f);
+  EXPECT_EQ(one(-1e30f), -1.f);
+  EXPECT_EQ(one(INFINITY), 1.f);
+  EXPECT_EQ(one(-INFINITY), -1.f);
+  EXPECT_TRUE(std::isnan(one(NAN)));
+}
+
+}  // namespace
+}  // namespace qkv::kernels
