@@ -58,7 +58,7 @@ TEST(HfCli, ImportedModelGeneratesFromTextWithItsTokenizer) {
   const size_t at = info.out.find("\"bos_id\": ");
   ASSERT_NE(at, std::string::npos) << info.out;
   ids = std::to_string(std::stoi(info.out.substr(at + 10)));
-  for (int32_t id : bpe.encode(prompt)) ids += " " + std::to_string(id);
+  for (int32_t id : bpe.encode(prompt)) ids.append(" ").append(std::to_string(id));  // (GCC 12 -Wrestrict on " " + s)
   std::ofstream(dir + "/ids.txt") << ids << "\n";
   const CliRun by_ids = run_qkv_split("generate --checkpoint " + dir + "/ckpt --ids --input " + dir +
                                      "/ids.txt --max-new-tokens 8 --quiet");
