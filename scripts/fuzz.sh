@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 build=${2:-build-fuzz}
-targets=(safetensors config_json id_lines parallel_text utf8 bleu_tokenizers sentencepiece_load)
+targets=(safetensors config_json id_lines parallel_text utf8 bleu_tokenizers sentencepiece_load tokenizer_json)
 
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -DQKV_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null ||

@@ -110,6 +110,12 @@ TEST(EncoderCli, WrongFamilyMissingTokenizerAndBadImportsAreNamed) {
   if (ckpt.empty()) return;
   write(dir + "/in.txt", "hello\n");
   expect_error(run_qkv("embed --checkpoint " + ckpt + " --input " + dir + "/in.txt"), 1, {"no tokenizer", "--ids"});
+  // A tokenizer put into the checkpoint by hand that does not fit the embedding.
+  fs::copy(ref_path("hf_bert_cls"), dir + "/with_tok");
+  ASSERT_EQ(run_qkv("import --from hf " + dir + "/with_tok --out " + dir + "/ckpt_tok").code, 0);
+  fs::copy_file(ref_path("minilm/all-MiniLM-L6-v2/tokenizer.json"), dir + "/ckpt_tok/tokenizer.json");
+  expect_error(run_qkv("embed --checkpoint " + dir + "/ckpt_tok --input " + dir + "/in.txt"), 1,
+               {"tokenizer.json", "30522 tokens", "200 rows"});
   expect_error(run_qkv("score --checkpoint " + ckpt + " --tgt " + dir + "/in.txt"), 1, {"encoder-only", "qkv embed"});
   const std::string gpt = ref_path("hf_gpt2");
   if (!gpt.empty()) {

@@ -2,8 +2,8 @@
 // `qkv import --from hf`'s code, embeds 1000 sentences as sentence-transformers does (reference
 // from tests/python/make_minilm_refs.py): mean pooling over real tokens, L2 normalisation, truncation
 // at 256 tokens. Contract: cosine >= 0.99999 and max |difference| <= 1e-4 for every sentence.
-// Ids come from Hugging Face `tokenizers` here, so this test checks the model and the pooling
-// alone; the WordPiece tokenizer has its own comparison with `tokenizers`.
+// The model runs on ids from Hugging Face `tokenizers`, and qkv's WordPiece is checked to give
+// the same ids for every sentence (so `qkv embed` on text computes exactly this).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "qkv/io/npy.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/sentence_embedding.h"
+#include "qkv/text/tokenizer.h"
 
 namespace qkv {
 namespace {
@@ -55,6 +56,17 @@ TEST(MiniLmEmbedding, EqualsSentenceTransformersOnAThousandSentences) {
                                                    "minilm_ids.txt"));
   }
   ASSERT_EQ(static_cast<int64_t>(sentences.size()), refs["count"].get<int64_t>());
+  // The text path of `qkv embed`: qkv's WordPiece on the checkpoint's tokenizer.json gives the same
+  // [CLS] ... [SEP] rows, truncation included.
+  {
+    const auto tokenizer = text::load_tokenizer(ckpt + "/tokenizer.json");
+    std::ifstream text_in(testing::ref_path("minilm_sentences.txt"));
+    size_t i = 0, equal = 0;
+    for (std::string line; std::getline(text_in, line) && i < sentences.size(); ++i)
+      equal += data::encoder_ids(*tokenizer, model->config(), line, pooling.max_seq_length, data::TooLong::Truncate,
+                                 "sentence") == sentences[i];
+    EXPECT_EQ(equal, sentences.size()) << "qkv's WordPiece rows equal tokenizers' on every sentence";
+  }
   EXPECT_GE(truncated, 10) << "the reference must exercise truncation";
   const Tensor ours = models::embed_sentences(*model, sentences, pooling, 32);
   const Tensor want = io::read_npy(testing::ref_path("minilm_embeddings.npy"));

@@ -43,6 +43,9 @@ EncoderSession open_encoder(const EncoderTextOptions& o, const char* use) {
     const std::string path = models::lm_tokenizer_path(o.checkpoint);
     QKV_CHECK(!path.empty(), o.checkpoint << ": no tokenizer (tokenizer.json or spm.model); give token ids with --ids");
     s.tokenizer = text::load_tokenizer(path);
+    QKV_CHECK(s.tokenizer->vocab_size() == c.tgt_vocab_size,
+              path << ": the tokenizer has " << s.tokenizer->vocab_size() << " tokens but the model's embedding has "
+                   << c.tgt_vocab_size << " rows (config.json vocab_size)");
   }
   return s;
 }
