@@ -96,6 +96,8 @@ void register_commands(CLI::App& app) {
   add("import", "Convert a Hugging Face GPT-2 or BERT directory into a checkpoint (--from hf)", add_import_command);
   add("export", "Write a decoder-only checkpoint as a Hugging Face GPT-2 directory (--to hf)", add_export_command);
   add("embed", "Sentence embeddings of text lines with an encoder-only model (JSON lines or .npy)", add_embed_command);
+  add("classify", "Label text lines with an encoder-only classifier (label and probability per line)",
+      add_classify_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
   guard_numeric_options(app);
 }

@@ -51,5 +51,6 @@ Runner add_info_command(CLI::App& app);
 Runner add_import_command(CLI::App& app);
 Runner add_export_command(CLI::App& app);
 Runner add_embed_command(CLI::App& app);
+Runner add_classify_command(CLI::App& app);
 
 }  // namespace qkv::cli
