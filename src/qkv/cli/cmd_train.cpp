@@ -1,6 +1,8 @@
 // qkv train --synthetic [--preset seed|tiny] [--task random|copy] [--steps N] [--batch B] [--len L] ...
 // qkv train --src FILE --tgt FILE --out DIR [--valid-src F --valid-tgt F] ...
 // qkv train --arch decoder-only --text FILE --out DIR [--valid-text F] [--block-size N] ...
+// qkv train --arch encoder-only --objective mlm --text FILE --out DIR [--valid-text F] ...
+// qkv train --arch encoder-only --objective classify --labelled FILE --out DIR [--valid-labelled F] [--init CKPT]
 //
 // --preset seed (default) is seed 000's example: vocab 5000, d_model 512, 8 heads, 6 layers,
 // d_ff 2048, max length 100, dropout 0.1, one random 64 x 100 batch, Adam(1e-4, (0.9, 0.98), 1e-9).
@@ -22,6 +24,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/corpus_trainer.h"
+#include "qkv/train/encoder_trainer.h"
 #include "qkv/train/lm_trainer.h"
 
 namespace qkv::cli {
@@ -71,6 +74,8 @@ struct TrainOptions {
   int64_t block_size = 128;
   std::optional<std::string> optimizer;
   std::optional<double> weight_decay;
+  // Encoder-only training (--arch encoder-only).
+  std::string objective, labelled, valid_labelled, init;
 };
 
 // A resumed run keeps the checkpoint's model. Model flags given with --resume must agree with it:
@@ -220,6 +225,62 @@ int run_corpus_train(const TrainOptions& o, TrainProgress& progress) {
   return finish(r, c.out + "/last", progress);
 }
 
+int run_mlm_train(const TrainOptions& o, TrainProgress& progress) {
+  QKV_CHECK(o.labelled.empty() && o.valid_labelled.empty() && o.init.empty(),
+            "--objective mlm pretrains on --text FILE; --labelled, --valid-labelled and --init are for --objective classify");
+  train::MlmTrainOptions m;
+  m.text = o.text;
+  m.valid_text = o.valid_text;
+  fill_run_options(o, train::default_mlm_hyper(), m, progress);
+  models::TransformerConfig base = models::encoder_only_defaults();
+  base.max_seq_length = o.block_size;
+  m.model = model_config(o, base);
+  QKV_CHECK(m.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of an "
+                                                  << m.model.architecture << " model");
+  m.block_size = o.block_size;
+  m.batch_size = o.batch.value_or(32);
+  const StopOnSignal stop;
+  const train::TrainResult r = train::train_masked_lm(m, progress.events(), &g_stop_requested);
+  return finish(r, m.out + "/last", progress);
+}
+
+int run_classify_train(const TrainOptions& o, TrainProgress& progress) {
+  QKV_CHECK(o.text.empty() && o.valid_text.empty(),
+            "--objective classify trains on --labelled FILE (label<TAB>text lines), not on --text/--valid-text");
+  QKV_CHECK(!o.labelled.empty() || !o.resume.empty(), "--objective classify needs --labelled FILE (and --out DIR)");
+  QKV_CHECK(o.init.empty() || (o.config_path.empty() && !o.d_model && !o.heads && !o.layers && !o.d_ff),
+            "--init CKPT brings its own model; drop --config and the size flags");
+  train::ClassifyTrainOptions c;
+  c.labelled = o.labelled;
+  c.valid_labelled = o.valid_labelled;
+  c.init = o.resume.empty() ? o.init : "";  // a resumed run has its weights already
+  fill_run_options(o, train::default_classify_hyper(), c, progress);
+  models::TransformerConfig base = models::encoder_only_defaults();
+  base.max_seq_length = o.block_size;
+  c.model = model_config(o, base);
+  QKV_CHECK(c.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of an "
+                                                  << c.model.architecture << " model");
+  c.max_tokens = o.block_size;
+  c.batch_size = o.batch.value_or(32);
+  const StopOnSignal stop;
+  const train::TrainResult r = train::train_classifier(c, progress.events(), &g_stop_requested);
+  return finish(r, c.out + "/last", progress);
+}
+
+int run_encoder_train(const TrainOptions& o) {
+  const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
+  QKV_CHECK(!corpus && !o.synthetic, "--arch encoder-only trains on --text or --labelled, not on --src/--tgt/--tsv or --synthetic");
+  QKV_CHECK(!o.objective.empty(), "--arch encoder-only needs --objective mlm (pretraining on --text) or classify "
+                                  "(fine-tuning on --labelled)");
+  set_num_threads(o.threads);
+  TrainProgress progress(::isatty(STDERR_FILENO));
+  if (o.objective == "mlm") {
+    QKV_CHECK(!o.text.empty() || !o.resume.empty(), "--objective mlm needs --text FILE (and --out DIR)");
+    return run_mlm_train(o, progress);
+  }
+  return run_classify_train(o, progress);
+}
+
 struct Plan {
   models::TransformerConfig config;
   std::string task;
@@ -310,6 +371,10 @@ int run_synthetic_train(const TrainOptions& o, TrainProgress& progress) {
 }
 
 int run_train(const TrainOptions& o) {
+  if (o.arch == models::kEncoderOnly) return run_encoder_train(o);
+  QKV_CHECK(o.objective.empty() && o.init.empty(), "--objective and --init are for --arch encoder-only");
+  QKV_CHECK(o.labelled.empty() && o.valid_labelled.empty(),
+            "--labelled trains a classifier: add --arch encoder-only --objective classify");
   const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
   const bool lm = o.arch == models::kDecoderOnly;
   if (lm || !o.text.empty()) {
@@ -382,19 +447,36 @@ void add_synthetic_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(CLI::IsMember({"seed", "tiny"}));
   app.add_option("--task", o.task, "random (seed 000: one fixed random batch) or copy")
       ->check(CLI::IsMember({"random", "copy"}));
-  app.add_option("--batch", o.batch, "Sequences per batch (synthetic; decoder-only: blocks, default 16)")
+  app.add_option("--batch", o.batch, "Sequences per batch (synthetic; decoder-only: blocks, default 16; encoder-only: blocks or sentences, default 32)")
       ->check(FiniteRange(1, 1 << 20));
   app.add_option("--len", o.len, "Sequence length")->check(FiniteRange(2, 1 << 20));
 }
 
 void add_language_model_flags(CLI::App& app, TrainOptions& o) {
   const char* g = "Language model";
-  app.add_option("--arch", o.arch, "Model family: encoder-decoder (translation) or decoder-only (language model)")
-      ->capture_default_str()->check(CLI::IsMember({models::kEncoderDecoder, models::kDecoderOnly}))->group(g);
+  app.add_option("--arch", o.arch,
+                 "Model family: encoder-decoder (translation), decoder-only (language model) or encoder-only (BERT)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({models::kEncoderDecoder, models::kDecoderOnly, models::kEncoderOnly}))
+      ->group(g);
   app.add_option("--text", o.text, "Training text for --arch decoder-only, one document or sentence a line")->group(g);
   app.add_option("--valid-text", o.valid_text, "Held-out text (validation loss and perplexity)")->group(g);
-  app.add_option("--block-size", o.block_size, "Tokens per training sequence (lines packed, EOS between them)")
+  app.add_option("--block-size", o.block_size,
+                 "Tokens per training sequence (lines packed, EOS between them; encoder-only: [CLS] and [SEP] "
+                 "included; classify: longer sentences are truncated)")
       ->capture_default_str()->check(FiniteRange(1, 1 << 20))->group(g);
+}
+
+void add_encoder_flags(CLI::App& app, TrainOptions& o) {
+  const char* g = "Encoder-only (BERT)";
+  app.add_option("--objective", o.objective,
+                 "mlm: masked-LM pretraining on --text; classify: fine-tuning on --labelled (--arch encoder-only)")
+      ->check(CLI::IsMember({"mlm", "classify"}))->group(g);
+  app.add_option("--labelled", o.labelled, "Training sentences as label<TAB>text lines (--objective classify)")->group(g);
+  app.add_option("--valid-labelled", o.valid_labelled, "Held-out label<TAB>text lines (accuracy and macro-F1)")->group(g);
+  app.add_option("--init", o.init,
+                 "Start from this encoder-only checkpoint (its tokenizer, embeddings, blocks and pooler; a new "
+                 "classifier) instead of from scratch")->group(g);
 }
 
 void add_corpus_flags(CLI::App& app, TrainOptions& o) {
@@ -436,6 +518,7 @@ Runner add_train_command(CLI::App& app) {
   add_run_flags(app, *o);
   add_corpus_flags(app, *o);
   add_language_model_flags(app, *o);
+  add_encoder_flags(app, *o);
   return [o]() { return run_train(*o); };
 }
 

@@ -98,6 +98,8 @@ void register_commands(CLI::App& app) {
   add("embed", "Sentence embeddings of text lines with an encoder-only model (JSON lines or .npy)", add_embed_command);
   add("similar", "Semantic search: the corpus lines closest to a query (encoder-only model, cached embeddings)",
       add_similar_command);
+  add("classify", "Label text lines with an encoder-only classifier (label and probability per line)",
+      add_classify_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
   add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
   guard_numeric_options(app);

@@ -53,5 +53,6 @@ Runner add_export_command(CLI::App& app);
 Runner add_embed_command(CLI::App& app);
 Runner add_similar_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
+Runner add_classify_command(CLI::App& app);
 
 }  // namespace qkv::cli

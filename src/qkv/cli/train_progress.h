@@ -48,10 +48,21 @@ class TrainProgress {
 
   void validation(const train::ValidationReport& v) {
     end_line();
-    std::string bleu;
-    if (v.result.bleu >= 0) bleu = "  dev BLEU " + std::to_string(v.result.bleu).substr(0, 5);
+    std::string more;
+    if (v.result.bleu >= 0) more = "  dev BLEU " + std::to_string(v.result.bleu).substr(0, 5);
+    char buf[96];
+    if (v.result.macro_f1 >= 0) {  // classification: a perplexity would mean nothing
+      std::snprintf(buf, sizeof buf, "  accuracy %.4f  macro-F1 %.4f", v.result.accuracy, v.result.macro_f1);
+      std::fprintf(stderr, "validation step %lld: dev loss %.4f%s%s\n", static_cast<long long>(v.step), v.result.loss,
+                   buf, v.best ? "  (best, saved)" : "");
+      return;
+    }
+    if (v.result.accuracy >= 0) {
+      std::snprintf(buf, sizeof buf, "  accuracy %.4f", v.result.accuracy);
+      more += buf;
+    }
     std::fprintf(stderr, "validation step %lld: dev loss %.4f  ppl %.2f%s%s\n", static_cast<long long>(v.step),
-                 v.result.loss, v.result.perplexity(), bleu.c_str(), v.best ? "  (best, saved)" : "");
+                 v.result.loss, v.result.perplexity(), more.c_str(), v.best ? "  (best, saved)" : "");
   }
 
   void end_line() {

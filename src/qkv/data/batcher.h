@@ -67,7 +67,11 @@ struct FilterStats {
 
 struct Batch {
   Tensor src;  // (B, S) i32, padded with pad_id at the end
-  Tensor tgt;  // (B, T) i32, [bos] tgt [eos] padded with pad_id
+  Tensor tgt;  // (B, T) i32, [bos] tgt [eos] padded with pad_id; encoder-only objectives: the input ids
+  // What an encoder-only objective predicts (train/objective.h); undefined for teacher forcing, whose
+  // labels are tgt shifted. Masked LM: (B, T) i32, the original id at chosen positions and -1
+  // elsewhere; classification: (B) i32 label indices.
+  Tensor labels;
   std::vector<int64_t> indices;  // row r is pair indices[r] of the input vectors
   int64_t epoch = 0;
   int64_t index = 0;       // position of the batch within its epoch

@@ -131,10 +131,15 @@ void train_sentencepiece(const std::vector<std::string>& inputs, const std::stri
   QKV_CHECK(!model_prefix.empty(), "train_sentencepiece: empty model prefix");
   QKV_CHECK(o.model_type == "unigram" || o.model_type == "bpe" || o.model_type == "word" || o.model_type == "char",
             where << ": model_type '" << o.model_type << "' is not one of unigram, bpe, word, char");
-  const int reserved = 4 + (o.byte_fallback ? 256 : 0);
+  const int user = static_cast<int>(o.user_defined_symbols.size());
+  const int reserved = 4 + user + (o.byte_fallback ? 256 : 0);
   QKV_CHECK(o.vocab_size > reserved, where << ": vocab_size " << o.vocab_size << " must exceed the " << reserved
                                            << " reserved ids (4 special"
+                                           << (user ? " + " + std::to_string(user) + " user-defined" : "")
                                            << (o.byte_fallback ? " + 256 byte-fallback pieces" : "") << ")");
+  for (const std::string& sym : o.user_defined_symbols)
+    QKV_CHECK(!sym.empty() && sym.find(',') == std::string::npos && sym.find(' ') == std::string::npos,
+              where << ": user-defined symbol '" << sym << "' must be non-empty without commas or spaces");
   QKV_CHECK(o.character_coverage > 0.0 && o.character_coverage <= 1.0,
             where << ": character_coverage " << o.character_coverage << " must be in (0, 1]");
   QKV_CHECK(o.input_sentence_size >= 0, where << ": input_sentence_size " << o.input_sentence_size << " < 0");
@@ -145,7 +150,9 @@ void train_sentencepiece(const std::vector<std::string>& inputs, const std::stri
             where << ": output directory " << out_dir.string() << " does not exist");
   for (const std::string& path : inputs) TextLineReader probe(path);  // missing files fail before any work
 
-  const std::unordered_map<std::string, std::string> args = {
+  std::string user_symbols;
+  for (const std::string& sym : o.user_defined_symbols) user_symbols += (user_symbols.empty() ? "" : ",") + sym;
+  std::unordered_map<std::string, std::string> args = {
       {"vocab_size", std::to_string(o.vocab_size)},
       {"model_type", o.model_type},
       {"character_coverage", shortest(o.character_coverage)},
@@ -164,6 +171,7 @@ void train_sentencepiece(const std::vector<std::string>& inputs, const std::stri
       {"byte_fallback", o.byte_fallback ? "true" : "false"},
       {"minloglevel", "2"},  // errors only; SentencePiece logs every EM iteration at INFO
   };
+  if (!user_symbols.empty()) args["user_defined_symbols"] = user_symbols;
 
   LineSource source(inputs);
   std::vector<std::string> sample;
@@ -286,6 +294,12 @@ std::string SentencePiece::decode(const std::vector<int32_t>& ids) const {
 }
 
 int32_t SentencePiece::vocab_size() const { return sp_->GetPieceSize(); }
+int32_t SentencePiece::piece_id(std::string_view piece) const {
+  const int id = sp_->PieceToId(piece);
+  // PieceToId answers unk_id for an unknown piece; only the unknown piece itself is unk.
+  return id == sp_->unk_id() && piece != sp_->IdToPiece(id) ? -1 : id;
+}
+
 int32_t SentencePiece::pad_id() const { return sp_->pad_id(); }
 int32_t SentencePiece::unk_id() const { return sp_->unk_id(); }
 int32_t SentencePiece::bos_id() const { return sp_->bos_id(); }

@@ -43,6 +43,9 @@ struct SpmTrainOptions {
   // Reserve the 256 byte pieces so unseen characters never become <unk> (needs vocab_size >= 260 +
   // the number of distinct characters kept).
   bool byte_fallback = true;
+  // Pieces that are always one token and never split or learned (BERT's [CLS] [SEP] [MASK]): they
+  // take the ids right after the four specials, in this order.
+  std::vector<std::string> user_defined_symbols;
   // Print a one-line summary to stderr when training finishes.
   bool log_summary = true;
 };
@@ -84,6 +87,8 @@ class SentencePiece {
   int32_t unk_id() const;
   int32_t bos_id() const;
   int32_t eos_id() const;
+  // The id of a piece, or -1 when the vocabulary does not have it.
+  int32_t piece_id(std::string_view piece) const;
   // The piece string of `id` ("▁" marks a word start); an id out of range is a qkv::Error.
   std::string piece(int32_t id) const;
   const std::string& path() const { return path_; }

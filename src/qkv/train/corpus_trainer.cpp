@@ -21,7 +21,7 @@ namespace {
 
 // The joint vocabulary over both sides of the training text.
 void train_joint_vocabulary(const data::ParallelText& text, const CorpusTrainOptions& o, const std::string& spm_path) {
-  train_vocabulary({&text.src, &text.tgt}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed}, spm_path);
+  train_vocabulary({&text.src, &text.tgt}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed, {}}, spm_path);
 }
 
 struct DevSet {

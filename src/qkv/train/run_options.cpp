@@ -7,14 +7,13 @@
 
 namespace qkv::train {
 
-std::string prepare_run_directory(const RunOptions& o) {
+std::string prepare_run_directory(const RunOptions& o, const std::string& tokenizer_file) {
   std::filesystem::create_directories(o.out);
   remove_stale_vocabulary_files(o.out);
-  const std::string spm_path = o.out + "/spm.model";
+  const std::string spm_path = o.out + "/" + tokenizer_file;
   if (o.resume) {
     models::check_checkpoint_dir(o.out + "/last");
-    QKV_CHECK(std::filesystem::exists(spm_path),
-              spm_path << ": missing; cannot resume without the run's SentencePiece model");
+    QKV_CHECK(std::filesystem::exists(spm_path), spm_path << ": missing; cannot resume without the run's tokenizer");
   }
   return spm_path;
 }

@@ -35,8 +35,8 @@ struct RunOptions {
 };
 
 // Creates o.out, removes vocabulary files of killed runs, and when resuming checks that OUT/last
-// and OUT/spm.model exist. Returns the path of OUT/spm.model.
-std::string prepare_run_directory(const RunOptions& o);
+// and OUT/<tokenizer_file> exist. Returns the path of OUT/<tokenizer_file>.
+std::string prepare_run_directory(const RunOptions& o, const std::string& tokenizer_file = "spm.model");
 
 // The Trainer's options for a run in o.out: checkpoints OUT/last and OUT/best, each also holding
 // `extra_files` (name in the checkpoint, source path), e.g. the tokenizer.

@@ -6,53 +6,45 @@
 namespace qkv::train {
 
 namespace {
-int64_t count_labels(const Tensor& labels, int32_t pad) {
-  int64_t n = 0;
-  const int32_t* l = labels.i32();
-  for (int64_t i = 0; i < labels.numel(); ++i) n += l[i] != pad;
-  return n;
-}
-
 // Forward and backward of one chunk; the loss gradient is d(batch loss)/d(chunk loss) = weight.
-float chunk_forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt,
+float chunk_forward_backward(const models::Model& model, const Objective& objective, const data::Batch& batch,
                              float label_smoothing, float weight) {
-  const data::TeacherForcing tf = data::shift_target(tgt);
-  const int64_t V = model.output_vocab_size();
   Graph graph;  // this chunk's forward and backward, nothing else
   const GraphScope scope(graph);
-  Var loss;
-  {
-    const Var logits = model.teacher_forced_logits(src, tf.input);  // (B, T-1, V)
-    loss = fn::cross_entropy(fn::reshape(logits, Dims{-1, V}), tf.labels, model.config().pad_id, label_smoothing);
-  }  // the logits Var is dropped here so only the loss node holds them
+  const Var loss = objective.loss(model, batch, label_smoothing);  // its logits live only in the graph
   const float value = loss.value().item();
   graph.backward(loss, Tensor::full(loss.shape(), weight));
   return value;
 }
 }  // namespace
 
-StepResult forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt,
+StepResult forward_backward(const models::Model& model, const Objective& objective, const data::Batch& batch,
                             float label_smoothing, int64_t micro_batch_rows) {
-  const int32_t pad = model.config().pad_id;
   StepResult r;
-  r.target_tokens = count_labels(data::shift_target(tgt).labels, pad);
-  const int64_t B = tgt.size(0);
+  r.target_tokens = objective.count_labels(model, batch);
+  const int64_t B = batch.tgt.size(0);
   if (micro_batch_rows <= 0 || micro_batch_rows >= B) {
-    r.loss = chunk_forward_backward(model, src, tgt, label_smoothing, 1.f);
+    r.loss = chunk_forward_backward(model, objective, batch, label_smoothing, 1.f);
     return r;
   }
   double loss = 0;
   for (int64_t begin = 0; begin < B; begin += micro_batch_rows) {
-    const int64_t end = std::min(B, begin + micro_batch_rows);
-    const Tensor s = src.defined() ? src.slice0(begin, end).contiguous() : Tensor();
-    const Tensor t = tgt.slice0(begin, end).contiguous();
-    const int64_t n = count_labels(data::shift_target(t).labels, pad);
-    if (n == 0) continue;  // an all-padding chunk contributes nothing
+    const data::Batch chunk = batch_rows(batch, begin, std::min(B, begin + micro_batch_rows));
+    const int64_t n = objective.count_labels(model, chunk);
+    if (n == 0) continue;  // a chunk without labels (all padding, nothing masked) contributes nothing
     const float share = static_cast<float>(n) / static_cast<float>(r.target_tokens);
-    loss += static_cast<double>(chunk_forward_backward(model, s, t, label_smoothing, share)) * share;
+    loss += static_cast<double>(chunk_forward_backward(model, objective, chunk, label_smoothing, share)) * share;
   }
   r.loss = r.target_tokens ? static_cast<float>(loss) : std::numeric_limits<float>::quiet_NaN();
   return r;
+}
+
+StepResult forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt, float label_smoothing,
+                            int64_t micro_batch_rows) {
+  data::Batch batch;
+  batch.src = src;
+  batch.tgt = tgt;
+  return forward_backward(model, teacher_forcing(), batch, label_smoothing, micro_batch_rows);
 }
 
 StepResult train_step(const models::Model& model, Adam& optimizer, const Tensor& src, const Tensor& tgt,

@@ -3,7 +3,8 @@
 //   loss = CrossEntropyLoss(ignore_index=pad)(logits.view(-1, V), tgt[:, 1:].view(-1));
 //   loss.backward(); optimizer.step()
 // A decoder-only model has no source: src is an undefined Tensor and tgt holds token blocks, so the
-// loss is that of predicting token i+1 from tokens 0..i.
+// loss is that of predicting token i+1 from tokens 0..i. Other objectives (masked LM,
+// classification: train/objective.h) go through the same step with their batches' labels.
 #pragma once
 #include <vector>
 
@@ -11,12 +12,13 @@
 #include "qkv/autograd/functions.h"
 #include "qkv/models/model.h"
 #include "qkv/train/adam.h"
+#include "qkv/train/objective.h"
 
 namespace qkv::train {
 
 struct StepResult {
   float loss = 0;
-  int64_t target_tokens = 0;  // non-pad labels
+  int64_t target_tokens = 0;  // labels in the loss (non-pad next tokens, chosen positions, rows)
 };
 
 // Forward + backward (no optimizer step): gradients are accumulated into the parameters.
@@ -24,6 +26,9 @@ struct StepResult {
 // chunk's loss gradient is weighted by its share of the batch's non-pad labels, so the gradient is
 // that of the whole batch's mean loss (up to float summation order) while only one chunk's
 // activations are alive at a time.
+StepResult forward_backward(const models::Model& model, const Objective& objective, const data::Batch& batch,
+                            float label_smoothing = 0.f, int64_t micro_batch_rows = 0);
+// Teacher forcing of (src, tgt).
 StepResult forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt,
                             float label_smoothing = 0.f, int64_t micro_batch_rows = 0);
 // zero_grad, forward_backward, optimizer step.

@@ -109,7 +109,7 @@ void Trainer::train_one_step(double& loss, int64_t& tokens, double& lr, double& 
   lr = options_.hyper.schedule.at(state_.step + 1);
   optimizer_.set_lr(lr);
   optimizer_.zero_grad();
-  const StepResult r = forward_backward(model_, batch.src, batch.tgt, options_.hyper.label_smoothing,
+  const StepResult r = forward_backward(model_, data_.objective(), batch, options_.hyper.label_smoothing,
                                         options_.hyper.micro_batch);
   norm = clip_grad_norm(model_.parameters(), options_.hyper.clip_norm);
   // Diverged: stop before the update, so neither the weights in memory nor any checkpoint see it.

@@ -50,8 +50,11 @@ struct TrainerOptions {
 
 struct ValidationResult {
   double loss = 0;
-  double bleu = -1;  // -1: not computed; the score is BLEU when computed, else -loss
-  double score() const { return bleu >= 0 ? bleu : -loss; }
+  double bleu = -1;      // -1: not computed
+  double accuracy = -1;  // masked LM (of the chosen positions) and classification; -1: not computed
+  double macro_f1 = -1;  // classification: the mean F1 over the labels; -1: not computed
+  // What `best` maximises: BLEU when computed, else macro-F1 when computed, else -loss.
+  double score() const { return bleu >= 0 ? bleu : macro_f1 >= 0 ? macro_f1 : -loss; }
   double perplexity() const { return std::exp(loss); }  // loss is the mean per-token cross-entropy
 };
 using Validator = std::function<ValidationResult(const models::Model&)>;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "qkv/data/batcher.h"
+#include "qkv/train/objective.h"
 
 namespace qkv::train {
 
@@ -24,6 +25,9 @@ class TrainingData {
   // Continues from a saved state; `step` is the saved training step (for sources keyed by step).
   // Throws qkv::Error when the state does not fit this data (different data or options).
   virtual void restore(const nlohmann::json& state, int64_t step) = 0;
+  // What the batches mean, so that the one training step computes their loss: teacher-forced
+  // next-token prediction unless the source says otherwise (masked LM, classification).
+  virtual const Objective& objective() const { return teacher_forcing(); }
 };
 
 // Synthetic ids (data/synthetic.h): seed 000's fixed random batch, or the copy task. The batch of

@@ -38,6 +38,7 @@ void train_vocabulary(const std::vector<const std::vector<std::string>*>& texts,
   so.model_type = o.model_type;
   so.input_sentence_size = o.sample_lines;
   so.seed = o.seed;
+  so.user_defined_symbols = o.user_defined_symbols;
   so.num_threads = num_threads();
   so.log_summary = false;  // the library prints nothing
   text::train_sentencepiece({input.path}, tmp_prefix, so);

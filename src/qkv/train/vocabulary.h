@@ -15,6 +15,7 @@ struct VocabularyOptions {
   std::string model_type = "unigram";
   int64_t sample_lines = 0;  // lines sampled to train SentencePiece (0 = all)
   uint64_t seed = 0;
+  std::vector<std::string> user_defined_symbols;  // e.g. [CLS] [SEP] [MASK], ids 4, 5, 6
 };
 
 // Trains on the lines of `texts` (all of them, one corpus) and writes `spm_path` (and the .vocab

@@ -1,0 +1,34 @@
+// Held-out scores of encoder-only models, in eval mode without recording: the masked-LM loss and
+// accuracy of fixed corrupted sequences (validation of pretraining), and class probabilities with
+// accuracy and macro-F1 (validation of fine-tuning, `qkv classify`).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "qkv/data/id_lines.h"
+#include "qkv/models/model.h"
+#include "qkv/train/masking.h"
+
+namespace qkv::train {
+
+struct MaskedLmScore {
+  double loss = 0;      // mean cross-entropy over the chosen positions
+  double accuracy = 0;  // share of chosen positions whose most probable id is the original
+  int64_t positions = 0;
+};
+MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<MaskedSequence>& sequences,
+                              int64_t batch_size);
+
+// Softmax probabilities (rows, labels) of [CLS] ... [SEP] rows, batched (longest first, padded
+// with the model's pad_id, which must be an id), in the order of `rows`.
+Tensor class_probabilities(const models::Model& model, const std::vector<data::IdLine>& rows, int64_t batch_size);
+
+struct ClassificationScore {
+  double loss = 0;  // mean cross-entropy of the gold labels
+  double accuracy = 0;
+  double macro_f1 = 0;  // mean over the labels that occur in gold or predictions of F1 = 2PR / (P + R)
+};
+// Predictions are the most probable label (the lowest index among ties).
+ClassificationScore classification_score(const Tensor& probabilities, const std::vector<int32_t>& gold);
+
+}  // namespace qkv::train
