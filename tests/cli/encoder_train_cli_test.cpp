@@ -36,7 +36,7 @@ std::string write_labelled(const std::string& path, int n) {
   return path;
 }
 
-class EncoderCli : public ::testing::Test {
+class EncoderTrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(temp_dir("encoder_cli"));
@@ -55,11 +55,11 @@ class EncoderCli : public ::testing::Test {
   static CliRun* mlm_;
   static CliRun* cls_;
 };
-std::string* EncoderCli::dir_ = nullptr;
-CliRun* EncoderCli::mlm_ = nullptr;
-CliRun* EncoderCli::cls_ = nullptr;
+std::string* EncoderTrainCli::dir_ = nullptr;
+CliRun* EncoderTrainCli::mlm_ = nullptr;
+CliRun* EncoderTrainCli::cls_ = nullptr;
 
-TEST_F(EncoderCli, MaskedLmPretrainingValidatesWithAccuracyAndSavesItsVocabulary) {
+TEST_F(EncoderTrainCli, MaskedLmPretrainingValidatesWithAccuracyAndSavesItsVocabulary) {
   ASSERT_EQ(mlm_->code, 0) << mlm_->out;
   EXPECT_NE(mlm_->out.find("blocks of 16"), std::string::npos) << mlm_->out;
   EXPECT_NE(mlm_->out.find("15% of tokens masked"), std::string::npos) << mlm_->out;
@@ -73,7 +73,7 @@ TEST_F(EncoderCli, MaskedLmPretrainingValidatesWithAccuracyAndSavesItsVocabulary
   EXPECT_NE(info.out.find("masked-lm, step 4"), std::string::npos) << info.out;
 }
 
-TEST_F(EncoderCli, FineTuningFromInitReportsAccuracyAndMacroF1) {
+TEST_F(EncoderTrainCli, FineTuningFromInitReportsAccuracyAndMacroF1) {
   ASSERT_EQ(cls_->code, 0) << cls_->out;
   EXPECT_NE(cls_->out.find("40 sentences, 2 labels"), std::string::npos) << cls_->out;
   EXPECT_NE(cls_->out.find("macro-F1 "), std::string::npos) << cls_->out;
@@ -87,7 +87,7 @@ TEST_F(EncoderCli, FineTuningFromInitReportsAccuracyAndMacroF1) {
   EXPECT_NE(info.out.find("classification, step 4"), std::string::npos) << info.out;
 }
 
-TEST_F(EncoderCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {
+TEST_F(EncoderTrainCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {
   ASSERT_EQ(cls_->code, 0) << cls_->out;
   const std::string input = *dir_ + "/input.txt";
   std::ofstream(input) << "the light was good\n\nGod divided the waters from the earth and the light\n";
@@ -120,7 +120,7 @@ TEST_F(EncoderCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {
   EXPECT_NE(too_long.out.find("input.txt:1:"), std::string::npos) << too_long.out;
 }
 
-TEST_F(EncoderCli, BadLabelledInputIsRefusedNamingFileAndLine) {
+TEST_F(EncoderTrainCli, BadLabelledInputIsRefusedNamingFileAndLine) {
   const std::string train = *dir_ + "/train.tsv";
   const auto classify = [&](const std::string& extra) {
     return run_qkv("train --arch encoder-only --objective classify --labelled " + train + " --out " + *dir_ +
@@ -156,7 +156,7 @@ TEST_F(EncoderCli, BadLabelledInputIsRefusedNamingFileAndLine) {
   EXPECT_TRUE(std::ifstream(*dir_ + "/bad/last/spm.model").good());
 }
 
-TEST_F(EncoderCli, FlagsOfTheWrongObjectiveAreRefused) {
+TEST_F(EncoderTrainCli, FlagsOfTheWrongObjectiveAreRefused) {
   const std::string train = *dir_ + "/train.tsv";
   const CliRun no_objective = run_qkv("train --arch encoder-only --text " + train + " --out " + *dir_ + "/x");
   EXPECT_EQ(no_objective.code, 1) << no_objective.out;
