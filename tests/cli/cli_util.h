@@ -12,6 +12,7 @@
 #include <iterator>
 #include <chrono>
 #include <string>
+#include <vector>
 #include <thread>
 
 namespace qkv::testing {
@@ -73,6 +74,13 @@ inline int interrupt_at_step(const std::string& args, const std::string& log, in
 }
 
 // A fresh, empty directory under the test temporary directory.
+// A failed run: exit status `code`, a "qkv: error:" line, and every one of `parts` in the output.
+inline void expect_error(const CliRun& r, int code, const std::vector<std::string>& parts) {
+  EXPECT_EQ(r.code, code) << r.out;
+  EXPECT_NE(r.out.find("qkv: error:"), std::string::npos) << r.out;
+  for (const std::string& p : parts) EXPECT_NE(r.out.find(p), std::string::npos) << "'" << p << "' not in: " << r.out;
+}
+
 inline std::string temp_dir(const std::string& name) {
   const std::string d = ::testing::TempDir() + "/qkv_cli_" + std::to_string(::getpid()) + "_" + name;
   std::filesystem::remove_all(d);

@@ -17,12 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void expect_error(const CliRun& r, int code, const std::vector<std::string>& parts) {
-  EXPECT_EQ(r.code, code) << r.out;
-  EXPECT_NE(r.out.find("qkv: error:"), std::string::npos) << r.out;
-  for (const std::string& p : parts) EXPECT_NE(r.out.find(p), std::string::npos) << "'" << p << "' not in: " << r.out;
-}
-
 // An encoder-only checkpoint imported from the transformers-built classifier (no tokenizer: --ids).
 std::string imported_bert(const std::string& dir) {
   const std::string hf = ref_path("hf_bert_cls");

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
@@ -37,35 +38,6 @@ struct TranslateOptions {
   bool quiet = false;
 };
 
-// `where` names the input in messages: the file path, or <stdin>.
-data::IdLine parse_ids(const std::string& line, const std::string& where, int64_t line_no, int64_t vocab) {
-  data::IdLine ids;
-  std::istringstream in(line);
-  std::string tok;
-  while (in >> tok) {
-    size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    QKV_CHECK(used == tok.size() && v >= 0 && v < vocab,
-              where << ":" << line_no << ": '" << tok << "' is not a token id in [0, " << vocab << ")");
-    ids.push_back(static_cast<int32_t>(v));
-  }
-  return ids;
-}
-
-std::string join_ids(const std::vector<int32_t>& ids) {
-  std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i) s += ' ';
-    s += std::to_string(ids[i]);
-  }
-  return s;
-}
-
 // The input's lines as token ids (empty for an empty line), cut to max_seq_length or refused as
 // --too-long says.
 std::vector<data::IdLine> read_sources(const TranslateOptions& o, const models::TransformerConfig& c,
@@ -75,7 +47,7 @@ std::vector<data::IdLine> read_sources(const TranslateOptions& o, const models::
   std::vector<data::IdLine> sources(lines.size());
   int64_t truncated = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    sources[i] = o.ids ? parse_ids(lines[i], where, static_cast<int64_t>(i) + 1, c.src_vocab_size) : src_spm->encode(lines[i]);
+    sources[i] = o.ids ? parse_ids(lines[i], where + ":" + std::to_string(i + 1), c.src_vocab_size) : src_spm->encode(lines[i]);
     if (static_cast<int64_t>(sources[i].size()) > c.max_seq_length) {
       QKV_CHECK(o.too_long == "truncate", where << ":" << i + 1 << ": " << sources[i].size()
                                                   << " tokens exceed the model's max_seq_length " << c.max_seq_length

@@ -72,16 +72,7 @@ int64_t tokenizer_vocab_size(const std::string& path, const json& tok) {
   return size;
 }
 
-json read_tokenizer_json(const std::string& path) {
-  json tok;
-  try {
-    tok = json::parse(read_text(path));
-  } catch (const json::exception& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
-  }
-  QKV_CHECK(tok.is_object(), path << ": not a tokenizer.json (the top level is not a JSON object)");
-  return tok;
-}
+json read_tokenizer_json(const std::string& path) { return parse_json_object(path, "a tokenizer.json"); }
 
 void set_special_ids(TransformerConfig& c, const std::string& tokenizer_json, std::vector<std::string>& notes) {
   if (tokenizer_json.empty()) {

@@ -16,16 +16,18 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-json parse_hf_config(const std::string& config_path) {
+json parse_json_object(const std::string& path, const std::string& what) {
   json j;
   try {
-    j = json::parse(read_text(config_path));
+    j = json::parse(read_text(path));
   } catch (const json::exception& e) {
-    throw Error(config_path + ": not valid JSON: " + e.what());
+    throw Error(path + ": not valid JSON: " + e.what());
   }
-  QKV_CHECK(j.is_object(), config_path << ": expected a JSON object (a Hugging Face config.json)");
+  QKV_CHECK(j.is_object(), path << ": expected a JSON object (" << what << ")");
   return j;
 }
+
+json parse_hf_config(const std::string& config_path) { return parse_json_object(config_path, "a Hugging Face config.json"); }
 
 std::string hf_weights_path(const std::string& hf_dir) {
   std::error_code ec;

@@ -34,6 +34,8 @@ struct HfConversion {
 };
 
 std::string read_text(const std::string& path);
+// A JSON file whose top level must be an object; errors name the file (`what` says what it should be).
+nlohmann::json parse_json_object(const std::string& path, const std::string& what);
 // config.json parsed as a JSON object; errors name the file.
 nlohmann::json parse_hf_config(const std::string& config_path);
 // DIR/model.safetensors after checking that DIR is a directory with config.json and an unsharded
