@@ -140,6 +140,41 @@ TEST_F(CheckpointTest, RoundTripsEveryParameter) {
   }
 }
 
+// load_model builds the model without drawing its initial values (SkipRandomInitGuard), since the
+// strict load sets them all; the generator must still end where a drawing constructor leaves it,
+// so that dropout after loading is the same as before.
+TEST_F(CheckpointTest, LoadingSkipsTheDrawsButNotTheGeneratorState) {
+  EXPECT_FALSE(nn::random_init_skipped());
+  {
+    const nn::SkipRandomInitGuard outer;
+    {
+      const nn::SkipRandomInitGuard inner;
+      EXPECT_TRUE(nn::random_init_skipped());
+    }
+    EXPECT_TRUE(nn::random_init_skipped());
+  }
+  EXPECT_FALSE(nn::random_init_skipped());
+  auto loaded = models::load_model(dir_, 7);
+  EXPECT_FALSE(nn::random_init_skipped());
+  EXPECT_EQ(loaded->generator().seed(), model_->generator().seed());
+  EXPECT_EQ(loaded->generator().offset(), model_->generator().offset());
+  models::TransformerConfig e = models::encoder_only_defaults();
+  e.tgt_vocab_size = e.src_vocab_size = 40;
+  e.d_model = 16;
+  e.num_heads = 2;
+  e.num_layers = 1;
+  e.d_ff = 32;
+  e.max_seq_length = 12;
+  const models::EncoderModel drawn(e, 3);
+  models::save_model(dir_ + "_enc", drawn);
+  const auto enc = models::load_encoder(dir_ + "_enc", "this test", 3);
+  EXPECT_EQ(enc->generator().offset(), drawn.generator().offset());
+  const auto a = drawn.named_parameters(), b = enc->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.value().to_vector(), b[i].second.value().to_vector()) << a[i].first;
+  std::filesystem::remove_all(dir_ + "_enc");
+}
+
 TEST_F(CheckpointTest, MismatchedConfigNamesTheTensor) {
   auto c = tiny_config();
   c.d_ff = 48;  // every fc1/fc2 weight now has the wrong shape

@@ -70,6 +70,7 @@ CausalLM::CausalLM(const TransformerConfig& config, uint64_t seed)
 
 void CausalLM::init_gpt2_weights() {
   std::mt19937_64 eng = gen_.engine();
+  if (nn::random_init_skipped()) return;  // every value is loaded next
   const auto normal = [&](Var v, double std) {
     std::normal_distribution<float> dist(0.f, static_cast<float>(std));
     float* p = v.value().f32();

@@ -105,7 +105,13 @@ std::unique_ptr<Model> make_model(const TransformerConfig& config, uint64_t seed
 
 std::unique_ptr<Model> load_model(const std::string& dir, uint64_t seed) {
   check_checkpoint_dir(dir);
-  auto model = make_model(load_config(dir + "/config.json"), seed);
+  std::unique_ptr<Model> model;
+  {
+    // load_weights sets every parameter (a missing one is an error), so drawing random values
+    // first would be wasted: it was 70% of loading MiniLM (0.75 of 1.05 s).
+    const nn::SkipRandomInitGuard no_init;
+    model = make_model(load_config(dir + "/config.json"), seed);
+  }
   load_weights(dir + "/model.safetensors", *model);
   // After loading, so a damaged file gets the reader's precise message (tensor, byte offset); what
   // the manifest adds is catching files that are each valid but come from different saves.

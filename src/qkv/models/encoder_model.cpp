@@ -69,6 +69,7 @@ EncoderModel::EncoderModel(const TransformerConfig& config, uint64_t seed)
 
 void EncoderModel::init_bert_weights() {
   std::mt19937_64 eng = gen_.engine();
+  if (nn::random_init_skipped()) return;  // every value is loaded next
   const auto normal = [&](Var v) {
     std::normal_distribution<float> dist(0.f, 0.02f);
     float* p = v.value().f32();

@@ -6,9 +6,18 @@
 namespace qkv::nn {
 
 namespace {
+thread_local bool skip_random_init = false;
+}  // namespace
+
+SkipRandomInitGuard::SkipRandomInitGuard() : previous_(skip_random_init) { skip_random_init = true; }
+SkipRandomInitGuard::~SkipRandomInitGuard() { skip_random_init = previous_; }
+bool random_init_skipped() { return skip_random_init; }
+
+namespace {
 Tensor uniform(const Dims& shape, float bound, Generator& gen) {
   Tensor t = Tensor::empty(shape);
   std::mt19937_64 eng = gen.engine();
+  if (skip_random_init) return t;
   std::uniform_real_distribution<float> dist(-bound, bound);
   float* p = t.f32();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(eng);
@@ -32,7 +41,8 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) {
   Tensor t = Tensor::empty(Dims{num_embeddings, dim});
   std::mt19937_64 eng = gen.engine();
   std::normal_distribution<float> dist(0.f, 1.f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(eng);
+  if (!skip_random_init)
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(eng);
   weight = register_parameter("weight", std::move(t));
 }
 

@@ -6,6 +6,22 @@
 
 namespace qkv::nn {
 
+// While one of these lives on a thread, the random initialisation of parameters constructed there
+// (Linear, Embedding, the models' own init_*_weights) leaves their values unset: for a model whose
+// every parameter is loaded right after (models::load_model, a strict load). Each generator still
+// advances exactly as if the values had been drawn, so everything drawn later is the same.
+class SkipRandomInitGuard {
+ public:
+  SkipRandomInitGuard();
+  ~SkipRandomInitGuard();
+  SkipRandomInitGuard(const SkipRandomInitGuard&) = delete;
+  SkipRandomInitGuard& operator=(const SkipRandomInitGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool random_init_skipped();
+
 // y = x @ W^T + b.   W (out, in), b (out).   Init U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear.
 class Linear : public Module {
  public:

