@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "qkv/core/error.h"
+#include "qkv/text/tokenizer_json.h"
 #include "qkv/text/byte_level_alphabet.h"
 #include "qkv/text/byte_level_bpe.h"
 
@@ -20,7 +21,7 @@ class ByteLevelBpeLoader {
   explicit ByteLevelBpeLoader(const std::string& path) : path_(path) {}
 
   ByteLevelBpe load() {
-    const json top = parse();
+    const json top = read_tokenizer_json(path_);
     check_components(top);
     const json& model = field(top, "model", "model");
     check_model_options(model);
@@ -35,18 +36,6 @@ class ByteLevelBpeLoader {
  private:
   [[noreturn]] void fail(const std::string& msg) const { throw Error(path_ + ": " + msg); }
 
-  json parse() const {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) fail("cannot open the file");
-    json top;
-    try {
-      top = json::parse(in);
-    } catch (const json::exception& e) {
-      fail(std::string("not valid JSON (") + e.what() + ")");
-    }
-    if (!top.is_object()) fail("not a tokenizer.json (the top level is not a JSON object)");
-    return top;
-  }
 
   const json& field(const json& obj, const char* key, const std::string& name) const {
     const auto it = obj.find(key);

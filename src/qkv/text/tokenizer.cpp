@@ -5,6 +5,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/text/byte_level_bpe.h"
+#include "qkv/text/tokenizer_json.h"
 #include "qkv/text/sentencepiece.h"
 #include "qkv/text/wordpiece.h"
 
@@ -64,15 +65,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // tokenizer.json's model.type; files written by old versions of `tokenizers` have none ("").
 std::string model_type(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  QKV_CHECK(in, path << ": cannot open the file");
-  nlohmann::json top;
-  try {
-    top = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": not valid JSON (" + e.what() + ")");
-  }
-  QKV_CHECK(top.is_object() && top.contains("model") && top["model"].is_object(), path << ": model is missing");
+  const nlohmann::json top = read_tokenizer_json(path);
+  QKV_CHECK(top.contains("model") && top["model"].is_object(), path << ": model is missing");
   const nlohmann::json& model = top["model"];
   if (!model.contains("type")) return "";
   QKV_CHECK(model["type"].is_string(), path << ": model.type is not a string");

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
+#include "qkv/text/tokenizer_json.h"
 #include "qkv/text/wordpiece.h"
 
 namespace qkv::text {
@@ -16,7 +17,7 @@ class WordPieceLoader {
   explicit WordPieceLoader(const std::string& path) : path_(path) {}
 
   WordPiece load() {
-    const json top = parse();
+    const json top = read_tokenizer_json(path_);
     read_model(field(top, "model", "model"));
     read_added_tokens(top.contains("added_tokens") ? top["added_tokens"] : json::array());
     place_tokens();
@@ -37,18 +38,6 @@ class WordPieceLoader {
 
   [[noreturn]] void fail(const std::string& msg) const { throw Error(path_ + ": " + msg); }
 
-  json parse() const {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) fail("cannot open the file");
-    json top;
-    try {
-      top = json::parse(in);
-    } catch (const json::exception& e) {
-      fail(std::string("not valid JSON (") + e.what() + ")");
-    }
-    if (!top.is_object()) fail("not a tokenizer.json (the top level is not a JSON object)");
-    return top;
-  }
 
   const json& field(const json& obj, const char* key, const std::string& name) const {
     const auto it = obj.find(key);

@@ -1,0 +1,22 @@
+#include "qkv/text/tokenizer_json.h"
+
+#include <fstream>
+
+#include "qkv/core/error.h"
+
+namespace qkv::text {
+
+nlohmann::json read_tokenizer_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  QKV_CHECK(in, path << ": cannot open the file");
+  nlohmann::json top;
+  try {
+    top = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+  QKV_CHECK(top.is_object(), path << ": not a tokenizer.json (the top level is not a JSON object)");
+  return top;
+}
+
+}  // namespace qkv::text

@@ -1,0 +1,13 @@
+// Reading a Hugging Face tokenizer.json: the one parse that load_tokenizer (which looks at
+// model.type) and the byte-level BPE and WordPiece loaders share, with the same errors.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace qkv::text {
+
+// The file's top-level JSON object; qkv::Error naming the file when it cannot be opened, is not
+// valid JSON, or is not an object.
+nlohmann::json read_tokenizer_json(const std::string& path);
+
+}  // namespace qkv::text
