@@ -235,8 +235,9 @@ int run_mlm_train(const TrainOptions& o, TrainProgress& progress) {
   models::TransformerConfig base = models::encoder_only_defaults();
   base.max_seq_length = o.block_size;
   m.model = model_config(o, base);
-  QKV_CHECK(m.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of an "
-                                                  << m.model.architecture << " model");
+  QKV_CHECK(m.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of a"
+                                                  << (m.model.decoder_only() ? " " : "n ") << m.model.architecture
+                                                  << " model");
   m.block_size = o.block_size;
   m.batch_size = o.batch.value_or(32);
   const StopOnSignal stop;
@@ -258,8 +259,9 @@ int run_classify_train(const TrainOptions& o, TrainProgress& progress) {
   models::TransformerConfig base = models::encoder_only_defaults();
   base.max_seq_length = o.block_size;
   c.model = model_config(o, base);
-  QKV_CHECK(c.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of an "
-                                                  << c.model.architecture << " model");
+  QKV_CHECK(c.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of a"
+                                                  << (c.model.decoder_only() ? " " : "n ") << c.model.architecture
+                                                  << " model");
   c.max_tokens = o.block_size;
   c.batch_size = o.batch.value_or(32);
   const StopOnSignal stop;
