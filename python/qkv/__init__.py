@@ -19,6 +19,7 @@ __all__ = [
     "import_hf",
     "score",
     "set_num_threads",
+    "num_threads",
     "plot",
     "__version__",
 ]

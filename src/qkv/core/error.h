@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A file or directory the caller named does not exist (front ends map it to their own kind, e.g.
+// Python's FileNotFoundError); the message names the path.
+class NotFoundError : public Error {
+ public:
+  explicit NotFoundError(const std::string& what) : Error(what) {}
+};
+
 }  // namespace qkv
 
 // QKV_CHECK(cond, "op: " << a << " vs " << b): throws qkv::Error with the streamed message.

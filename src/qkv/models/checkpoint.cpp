@@ -41,7 +41,7 @@ std::string lm_tokenizer_path(const std::string& dir) {
 
 void check_checkpoint_dir(const std::string& dir) {
   std::error_code ec;
-  QKV_CHECK(fs::exists(dir, ec), dir << ": checkpoint directory does not exist");
+  if (!fs::exists(dir, ec)) throw NotFoundError(dir + ": checkpoint directory does not exist");
   QKV_CHECK(fs::is_directory(dir, ec), dir << ": not a directory (a checkpoint is a directory with config.json and "
                                               "model.safetensors)");
 }

@@ -66,6 +66,7 @@ void check_utf8_line(std::string_view line, const std::string& path, int64_t lin
 TextLineReader::TextLineReader(const std::string& path) : path_(path) {
   std::error_code ec;
   QKV_CHECK(!std::filesystem::is_directory(path, ec), path << ": is a directory, expected a text file");
+  if (!std::filesystem::exists(path, ec)) throw NotFoundError(path + ": cannot open text file: No such file or directory");
   in_.open(path, std::ios::binary);
   QKV_CHECK(in_.is_open(), path << ": cannot open text file: " << std::strerror(errno));
 }

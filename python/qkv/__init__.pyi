@@ -1,0 +1,15 @@
+from qkv import plot as plot
+from qkv._core import (
+    Encoder as Encoder,
+    Generator as Generator,
+    Model as Model,
+    Trainer as Trainer,
+    Translation as Translation,
+    Translator as Translator,
+    __version__ as __version__,
+    import_hf as import_hf,
+    load_checkpoint as load_checkpoint,
+    num_threads as num_threads,
+    score as score,
+    set_num_threads as set_num_threads,
+)

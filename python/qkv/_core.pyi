@@ -1,0 +1,144 @@
+"""Type stubs of qkv's compiled core (qkv._core); the docstrings are in the module itself."""
+from typing import Any, Iterator, Optional, Sequence, Union, overload
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+def set_num_threads(n: int) -> None: ...
+def num_threads() -> int: ...
+def import_hf(hf_dir: str, out_dir: str) -> dict[str, Any]: ...
+def load_checkpoint(dir: str) -> Model: ...
+def score(
+    model: Model,
+    tgt: Sequence[Sequence[int]],
+    src: Optional[Sequence[Sequence[int]]] = None,
+    batch_size: int = 32,
+) -> dict[str, Any]: ...
+
+class Model:
+    @property
+    def architecture(self) -> str: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def num_parameters(self) -> int: ...
+    @property
+    def parameters(self) -> dict[str, npt.NDArray[np.float32]]: ...
+    def set_parameter(self, name: str, value: npt.ArrayLike) -> None: ...
+    def save(self, dir: str) -> None: ...
+    def logits(
+        self, input: npt.ArrayLike, src: Optional[npt.ArrayLike] = None
+    ) -> npt.NDArray[np.float32]: ...
+
+class Translation:
+    @property
+    def text(self) -> str: ...
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def log_prob(self) -> float: ...
+    @property
+    def score(self) -> float: ...
+
+class Translator:
+    def __init__(self, checkpoint: str) -> None: ...
+    def translate(
+        self,
+        texts: Sequence[str],
+        beam: int = 4,
+        n_best: int = 1,
+        length_penalty: float = 1.0,
+        max_length_ratio: float = 2.0,
+        max_length_offset: int = 10,
+        batch_size: int = 32,
+        truncate: bool = True,
+    ) -> Union[list[str], list[list[Translation]]]: ...
+    def translate_ids(
+        self,
+        sources: Sequence[Sequence[int]],
+        beam: int = 4,
+        n_best: int = 1,
+        length_penalty: float = 1.0,
+        max_length_ratio: float = 2.0,
+        max_length_offset: int = 10,
+        batch_size: int = 32,
+    ) -> Union[list[list[int]], list[list[Translation]]]: ...
+    @property
+    def model(self) -> Model: ...
+    @property
+    def has_tokenizers(self) -> bool: ...
+
+class PieceStream(Iterator[str]):
+    def __iter__(self) -> PieceStream: ...
+    def __next__(self) -> str: ...
+
+class Generator:
+    def __init__(self, checkpoint: str) -> None: ...
+    @overload
+    def generate(
+        self,
+        prompt: str,
+        max_new_tokens: int = 64,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        truncate_prompt: bool = False,
+        batch_size: int = 32,
+        stream: bool = False,
+    ) -> Union[str, PieceStream]: ...
+    @overload
+    def generate(
+        self,
+        prompt: Sequence[str],
+        max_new_tokens: int = 64,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        truncate_prompt: bool = False,
+        batch_size: int = 32,
+        stream: bool = False,
+    ) -> list[str]: ...
+    def generate_ids(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int = 64,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        truncate_prompt: bool = False,
+        batch_size: int = 32,
+    ) -> list[list[int]]: ...
+    @property
+    def model(self) -> Model: ...
+    @property
+    def vocab_size(self) -> int: ...
+
+class Encoder:
+    def __init__(self, checkpoint: str, max_tokens: int = 0, truncate: bool = True) -> None: ...
+    def embed(self, texts: Sequence[str], batch_size: int = 32) -> npt.NDArray[np.float32]: ...
+    def embed_ids(
+        self, sentences: Sequence[Sequence[int]], batch_size: int = 32
+    ) -> npt.NDArray[np.float32]: ...
+    def classify(self, texts: Sequence[str], batch_size: int = 32) -> npt.NDArray[np.float32]: ...
+    @property
+    def labels(self) -> list[str]: ...
+    @property
+    def dim(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def model(self) -> Model: ...
+
+class Trainer:
+    def __init__(self, **flags: Any) -> None: ...
+    def fit(self, callback: Any = None, on_info: Any = None) -> dict[str, Any]: ...
+    @property
+    def last_checkpoint(self) -> str: ...

@@ -1,0 +1,168 @@
+// qkv.Generator over api::Generator, with stream=True an iterator of text pieces.
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "model.h"
+#include "qkv/api/generator.h"
+#include "qkv/core/threads.h"
+
+namespace qkv::python {
+
+namespace {
+api::GenerationOptions generation_options(int64_t max_new_tokens, bool sample, double temperature, int64_t top_k,
+                                          double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size) {
+  api::GenerationOptions o;
+  o.decode.max_new_tokens = max_new_tokens;
+  o.decode.sample = sample;
+  o.decode.sampling.temperature = temperature;
+  o.decode.sampling.top_k = top_k;
+  o.decode.sampling.top_p = top_p;
+  o.decode.seed = seed;
+  o.decode.long_prompt = truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
+  o.batch_size = batch_size;
+  QKV_CHECK(max_new_tokens >= 1, "max_new_tokens must be at least 1, got " << max_new_tokens);
+  decoding::validate_sampling_options(o.decode.sampling);
+  return o;
+}
+
+// Pieces of one prompt's continuation, produced by a worker thread while Python iterates; the GIL
+// is released while the iterator waits. Dropping the iterator early stops generation at the next
+// token.
+class PieceStream {
+ public:
+  PieceStream(py::object owner, const api::Generator& g, std::vector<int32_t> prompt, api::GenerationOptions o)
+      : owner_(std::move(owner)) {
+    const int threads = num_threads();  // OpenMP's setting is per thread: hand it on
+    worker_ = std::thread([this, &g, prompt = std::move(prompt), o, threads] {
+      set_num_threads(threads);
+      try {
+        api::TextStream text(*g.tokenizer());
+        g.generate_streaming(prompt, o, [&](int32_t token) {
+          if (cancelled_) throw Cancelled{};
+          push(text.push(token));
+        });
+        push(text.finish());
+      } catch (const Cancelled&) {
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        error_ = std::current_exception();
+      }
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+      ready_.notify_all();
+    });
+  }
+  ~PieceStream() {
+    cancelled_ = true;
+    if (worker_.joinable()) {
+      py::gil_scoped_release release;
+      worker_.join();
+    }
+  }
+
+  std::string next() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    {
+      py::gil_scoped_release release;
+      ready_.wait(lock, [&] { return !pieces_.empty() || done_; });
+    }
+    if (!pieces_.empty()) {
+      std::string piece = std::move(pieces_.front());
+      pieces_.pop_front();
+      return piece;
+    }
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    throw py::stop_iteration();
+  }
+
+ private:
+  struct Cancelled {};
+  void push(std::string piece) {
+    if (piece.empty()) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    pieces_.push_back(std::move(piece));
+    ready_.notify_all();
+  }
+  py::object owner_;  // keeps the Generator alive
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::string> pieces_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::atomic<bool> cancelled_{false};
+  std::thread worker_;
+};
+}  // namespace
+
+void bind_generator(py::module_& m) {
+  py::class_<PieceStream>(m, "PieceStream", "An iterator over the text pieces of a continuation, as they are produced.")
+      .def("__iter__", [](PieceStream& s) -> PieceStream& { return s; })
+      .def("__next__", &PieceStream::next);
+
+  py::class_<api::Generator>(m, "Generator",
+                             "A decoder-only checkpoint with its tokenizer: continues prompts, greedy or sampled, "
+                             "as `qkv generate`.")
+      .def(py::init([](const std::string& checkpoint) {
+             py::gil_scoped_release release;
+             return std::make_unique<api::Generator>(checkpoint);
+           }),
+           py::arg("checkpoint"))
+      .def(
+          "generate",
+          [](py::object self, const py::object& prompt, int64_t max_new_tokens, bool sample, double temperature,
+             int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size,
+             bool stream) -> py::object {
+            const auto& g = self.cast<const api::Generator&>();
+            const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt,
+                                              batch_size);
+            const bool single = py::isinstance<py::str>(prompt);
+            const std::vector<std::string> prompts =
+                single ? std::vector<std::string>{prompt.cast<std::string>()} : prompt.cast<std::vector<std::string>>();
+            if (stream) {
+              QKV_CHECK(single, "stream=True takes one prompt (a str)");
+              std::vector<int32_t> ids = g.encode_prompt(prompts[0]);
+              g.check_prompts({ids}, o, [](size_t) { return std::string("prompt"); },
+                              "truncate_prompt=True keeps its last tokens");
+              return py::cast(new PieceStream(self, g, std::move(ids), o), py::return_value_policy::take_ownership);
+            }
+            std::vector<std::string> out;
+            {
+              py::gil_scoped_release release;
+              out = g.generate(prompts, o);
+            }
+            return single ? py::cast(out[0]) : py::cast(out);
+          },
+          py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
+          py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
+          py::arg("batch_size") = 32, py::arg("stream") = false,
+          "Continues `prompt` (a str: returns a str; a list of str: returns a list, batched). The prompt is not "
+          "repeated; EOS ends a continuation. sample=True draws with temperature, top_k, top_p (prompt i keyed by "
+          "(seed, i)). stream=True (one prompt): an iterator of text pieces as they are produced.")
+      .def(
+          "generate_ids",
+          [](const api::Generator& g, const py::object& prompts, int64_t max_new_tokens, bool sample, double temperature,
+             int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size) {
+            const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt,
+                                              batch_size);
+            const auto ids = to_id_lines(prompts, "prompt");
+            g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
+                            "truncate_prompt=True keeps its last tokens");
+            std::vector<std::vector<int32_t>> out;
+            {
+              py::gil_scoped_release release;
+              out = g.generate_ids(ids, o);
+            }
+            return out;
+          },
+          py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
+          py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
+          py::arg("batch_size") = 32, "generate() on token ids (each prompt starts with its own BOS if it wants one).")
+      .def_property_readonly(
+          "model", [](py::object self) { return PyModel{&self.cast<api::Generator&>().model(), nullptr, self}; })
+      .def_property_readonly("vocab_size", &api::Generator::vocab_size);
+}
+
+}  // namespace qkv::python

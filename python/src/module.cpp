@@ -1,0 +1,101 @@
+// qkv._core: the compiled part of the `qkv` Python package.
+#include <algorithm>
+#include <cstring>
+
+#include "common.h"
+#include "qkv/core/error.h"
+#include "qkv/core/threads.h"
+#include "qkv/interop/hf_import.h"
+#include "qkv/io/npy.h"
+
+namespace qkv::python {
+
+py::array tensor_to_numpy(const Tensor& t) {
+  auto* keep = new Tensor(t.contiguous());
+  py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+  std::vector<py::ssize_t> shape(keep->shape().begin(), keep->shape().end());
+  if (keep->dtype() == DType::I32) return py::array_t<int32_t>(shape, keep->i32(), owner);
+  return py::array_t<float>(shape, keep->f32(), owner);
+}
+
+void copy_numpy_into(const py::array& source, Tensor& t, const std::string& what) {
+  const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(source);
+  if (!a) throw Error(what + ": expected a numeric array");
+  const std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+  if (static_cast<int>(shape.size()) != t.shape().size() || !std::equal(shape.begin(), shape.end(), t.shape().begin())) {
+    std::string given, wanted;
+    for (const auto d : shape) given += (given.empty() ? "" : ", ") + std::to_string(d);
+    for (const auto d : t.shape()) wanted += (wanted.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(what + ": shape (" + given + ") does not match the parameter's (" + wanted + ")");
+  }
+  QKV_CHECK(t.dtype() == DType::F32, what << ": not a float32 tensor");
+  Tensor src = Tensor::empty(t.shape());
+  std::memcpy(src.f32(), a.data(), sizeof(float) * static_cast<size_t>(a.size()));
+  t.copy_from(src);
+}
+
+std::vector<std::vector<int32_t>> to_id_lines(const py::handle& lines, const std::string& what) {
+  std::vector<std::vector<int32_t>> out;
+  size_t i = 0;
+  for (const py::handle line : lines) {
+    ++i;
+    std::vector<int32_t> ids;
+    for (const py::handle id : line) {
+      const auto v = id.cast<int64_t>();
+      QKV_CHECK(v >= 0 && v <= INT32_MAX, what << " " << i << ": token id " << v << " is out of range");
+      ids.push_back(static_cast<int32_t>(v));
+    }
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+void register_errors(py::module_&) {
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const NotFoundError& e) {
+      PyErr_SetString(PyExc_FileNotFoundError, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+}
+
+namespace {
+py::dict import_hf_checkpoint(const std::string& hf_dir, const std::string& out_dir) {
+  interop::HfConversion c;
+  {
+    py::gil_scoped_release release;
+    c = interop::import_hf(hf_dir, out_dir);
+  }
+  py::dict d;
+  d["model_type"] = c.model_type;
+  d["architecture"] = c.config.architecture;
+  d["weights_dtype"] = c.weights_dtype;
+  d["parameters"] = c.parameters;
+  d["tokenizer"] = c.tokenizer;
+  d["notes"] = c.notes;
+  return d;
+}
+}  // namespace
+
+}  // namespace qkv::python
+
+PYBIND11_MODULE(_core, m) {
+  using namespace qkv::python;
+  m.doc() = "qkv's C++ core: translation, generation, sentence embeddings and training over qkv checkpoints";
+  m.attr("__version__") = QKV_VERSION;
+  register_errors(m);
+  m.def("set_num_threads", &qkv::set_num_threads, py::arg("n"),
+        "Threads for qkv's kernels and BLAS (n <= 0: $QKV_THREADS if set, else all cores).");
+  m.def("num_threads", &qkv::num_threads, "The thread count qkv computes with.");
+  m.def("import_hf", &import_hf_checkpoint, py::arg("hf_dir"), py::arg("out_dir"),
+        "Converts a Hugging Face directory (GPT-2, BERT or a sentence-transformers BERT: config.json, "
+        "model.safetensors, tokenizer.json) into a qkv checkpoint, as `qkv import --from hf`. Returns a summary dict.");
+  bind_model(m);
+  bind_translator(m);
+  bind_generator(m);
+  bind_encoder(m);
+  bind_trainer(m);
+}

@@ -1,0 +1,99 @@
+// qkv.Translator over api::Translator.
+#include "model.h"
+#include "qkv/api/translator.h"
+
+namespace qkv::python {
+
+namespace {
+api::TranslationOptions translation_options(int beam, int n_best, float length_penalty, float max_length_ratio,
+                                            int64_t max_length_offset, int64_t batch_size, bool truncate) {
+  api::TranslationOptions o;
+  o.search.beam_size = beam;
+  o.search.n_best = n_best;
+  o.search.length_penalty = length_penalty;
+  o.search.max_length_ratio = max_length_ratio;
+  o.search.max_length_offset = max_length_offset;
+  o.batch_size = batch_size;
+  o.truncate = truncate;
+  return o;
+}
+
+// n_best 1: one string (or id list) per input; more: a list of Translation per input.
+py::list results_to_python(const std::vector<std::vector<api::Translation>>& results, int n_best, bool ids) {
+  py::list out;
+  for (const auto& hyps : results) {
+    if (n_best == 1) {
+      if (hyps.empty())
+        out.append(ids ? py::object(py::list()) : py::object(py::str("")));
+      else
+        out.append(ids ? py::cast(hyps[0].tokens) : py::cast(hyps[0].text));
+      continue;
+    }
+    out.append(py::cast(hyps));
+  }
+  return out;
+}
+}  // namespace
+
+void bind_translator(py::module_& m) {
+  py::class_<api::Translation>(m, "Translation", "One hypothesis: text, token ids, log-probability and score.")
+      .def_readonly("text", &api::Translation::text)
+      .def_readonly("tokens", &api::Translation::tokens, "Target ids without BOS and EOS.")
+      .def_readonly("log_prob", &api::Translation::log_prob, "Sum of log p over the tokens and EOS.")
+      .def_readonly("score", &api::Translation::score, "log_prob / length^length_penalty (the ranking).")
+      .def("__repr__", [](const api::Translation& t) {
+        return "Translation(text=" + py::repr(py::str(t.text)).cast<std::string>() +
+               ", log_prob=" + std::to_string(t.log_prob) + ", score=" + std::to_string(t.score) + ")";
+      });
+
+  py::class_<api::Translator>(m, "Translator",
+                              "An encoder-decoder checkpoint with its SentencePiece models: translates batches of "
+                              "sentences with beam or greedy search, as `qkv translate`.")
+      .def(py::init([](const std::string& checkpoint) {
+             py::gil_scoped_release release;
+             return std::make_unique<api::Translator>(checkpoint);
+           }),
+           py::arg("checkpoint"))
+      .def(
+          "translate",
+          [](const api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,
+             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate) {
+            const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
+                                               batch_size, truncate);
+            std::vector<std::vector<api::Translation>> r;
+            {
+              py::gil_scoped_release release;
+              r = t.translate(texts, o);
+            }
+            return results_to_python(r, n_best, false);
+          },
+          py::arg("texts"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
+          py::arg("truncate") = true,
+          "Translates each text. n_best 1: a list of strings; n_best > 1: a list of lists of Translation, best "
+          "first. beam 1 is greedy search. A source over the model's max_seq_length is cut (truncate=False: "
+          "ValueError naming it).")
+      .def(
+          "translate_ids",
+          [](const api::Translator& t, const py::object& sources, int beam, int n_best, float length_penalty,
+             float max_length_ratio, int64_t max_length_offset, int64_t batch_size) {
+            const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
+                                               batch_size, true);
+            const auto ids = to_id_lines(sources, "source");
+            std::vector<std::vector<api::Translation>> r;
+            {
+              py::gil_scoped_release release;
+              r = t.translate_ids(ids, o);
+            }
+            return results_to_python(r, n_best, true);
+          },
+          py::arg("sources"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
+          "translate() on token ids: lists of source ids in, lists of target ids out (n_best 1) or Translation lists.")
+      .def_property_readonly(
+          "model", [](py::object self) { return PyModel{&self.cast<api::Translator&>().model(), nullptr, self}; },
+          "The model (weights as NumPy views).")
+      .def_property_readonly("has_tokenizers", &api::Translator::has_tokenizers);
+}
+
+}  // namespace qkv::python

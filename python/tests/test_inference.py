@@ -1,0 +1,85 @@
+"""Translator, Generator and Encoder give what the CLI gives on the same checkpoint."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import qkv
+from conftest import run_qkv, sentences, write_lines
+
+
+def test_translator_equals_qkv_translate(translation_checkpoint, data_dir, tmp_path):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:12]] + [""]
+    inp = write_lines(tmp_path / "in.es", src)
+    translator = qkv.Translator(translation_checkpoint)
+    for beam in (1, 4):
+        cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", str(beam),
+                      "--threads", "1", "--quiet")
+        ours = translator.translate(src, beam=beam, batch_size=5)
+        assert ours == cli.stdout.split("\n")[:len(src)]
+    assert ours[-1] == ""  # an empty source stays empty
+
+
+def test_n_best_hypotheses_are_ranked_and_match_the_cli(translation_checkpoint, data_dir, tmp_path):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:3]]
+    inp = write_lines(tmp_path / "in.es", src)
+    translator = qkv.Translator(translation_checkpoint)
+    results = translator.translate(src, beam=4, n_best=3)
+    assert len(results) == 3 and all(len(r) == 3 for r in results)
+    cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+                  "--n-best", "3", "--threads", "1", "--quiet").stdout.splitlines()
+    for i, hyps in enumerate(results):
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        for j, h in enumerate(hyps):
+            index, text, log_prob, score = cli[3 * i + j].split(" ||| ")
+            assert (int(index), text) == (i, h.text)
+            assert float(log_prob) == pytest.approx(h.log_prob, abs=2e-6)
+    ids = translator.translate_ids([results[0][0].tokens], beam=1)
+    assert all(isinstance(t, int) for t in ids[0])
+
+
+def test_generator_equals_qkv_generate_and_streams_the_same_text(lm_checkpoint, tmp_path):
+    prompts = ["the light", "", "God said let there"]
+    inp = write_lines(tmp_path / "prompts.txt", prompts)
+    generator = qkv.Generator(lm_checkpoint)
+    for extra in ([], ["--sample", "--seed", "5", "--top-k", "10"]):
+        cli = run_qkv("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
+                      "--threads", "1", "--quiet", *extra)
+        sample = bool(extra)
+        ours = generator.generate(prompts, max_new_tokens=12, sample=sample, seed=5, top_k=10 if sample else 0)
+        assert ours == cli.stdout.split("\n")[:3]
+    # One prompt as a str is line 0 of a list; streamed, its pieces add up to the same text (sampled:
+    # the small model's greedy continuation is empty).
+    one = generator.generate("the light", max_new_tokens=12, sample=True, seed=3)
+    assert one == generator.generate(["the light", "x"], max_new_tokens=12, sample=True, seed=3)[0]
+    pieces = list(generator.generate("the light", max_new_tokens=12, sample=True, seed=3, stream=True))
+    assert len(pieces) >= 2 and "".join(pieces) == one
+
+
+def test_a_stream_dropped_early_stops_cleanly(lm_checkpoint):
+    generator = qkv.Generator(lm_checkpoint)
+    stream = generator.generate("the", max_new_tokens=30, stream=True)
+    next(iter(stream), None)
+    del stream  # the worker stops at its next token; nothing hangs or crashes
+
+
+def test_generate_errors_are_value_errors(lm_checkpoint):
+    generator = qkv.Generator(lm_checkpoint)
+    with pytest.raises(ValueError, match="temperature"):
+        generator.generate("the", sample=True, temperature=-1.0)
+    with pytest.raises(ValueError, match="one prompt"):
+        generator.generate(["a", "b"], stream=True)
+
+
+def test_encoder_embeddings_equal_qkv_embed(encoder_checkpoint, tmp_path):
+    texts = sentences(7, 9) + [""]
+    inp = write_lines(tmp_path / "sentences.txt", texts)
+    run_qkv("embed", "--checkpoint", encoder_checkpoint, "--input", str(inp), "--out", str(tmp_path / "e.npy"),
+            "--threads", "1")
+    encoder = qkv.Encoder(encoder_checkpoint)
+    ours = encoder.embed(texts, batch_size=3)
+    assert ours.dtype == np.float32 and ours.shape == (8, encoder.dim)
+    np.testing.assert_allclose(ours, np.load(tmp_path / "e.npy"), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match="no classification head"):
+        encoder.classify(texts)

@@ -1,0 +1,28 @@
+# CTest: installs the build into a fresh prefix, then configures, builds and runs the consumer
+# project against it (find_package(qkv), qkv::qkv), and runs the installed CLI.
+# cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -P check_install.cmake
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+  set(LAST_OUTPUT "${out}" PARENT_SCOPE)
+endfunction()
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+foreach(f lib/libqkv.a bin/qkv include/qkv/api/translator.h lib/cmake/qkv/qkvConfig.cmake share/qkv/python/qkv/__init__.py)
+  if(NOT EXISTS ${WORK_DIR}/prefix/${f})
+    message(FATAL_ERROR "the install has no ${f}")
+  endif()
+endforeach()
+if(EXISTS ${WORK_DIR}/prefix/include/qkv/cli)
+  message(FATAL_ERROR "the CLI's private headers were installed")
+endif()
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/consumer ${WORK_DIR}/model)
+message(STATUS "${LAST_OUTPUT}")
+run(${WORK_DIR}/prefix/bin/qkv info ${WORK_DIR}/model)
+message(STATUS "installed qkv info: ok")
