@@ -16,7 +16,8 @@ Script use (what the CLI runs)::
     python3 plot.py attention FILE.npz|DIR ... --out DIR|FILE.png [--kind cross] [--layer N] [--head N]
 
 The script exits 0 on success (printing what it wrote), 1 with one line ``plot.py: error: ...`` on
-bad input, and 2 on a usage error (argparse).
+bad input, 2 on a usage error (argparse), and 3 when the Python running it lacks matplotlib or
+NumPy (the ``qkv`` command then tries another python3, or says how to install them).
 """
 
 from __future__ import annotations
@@ -29,9 +30,17 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence, Union
 
-import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+try:
+    import matplotlib  # noqa: F401  (first, so a python3 without it is named for what it lacks)
+    import numpy as np
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+except ImportError as _missing:
+    if __name__ != "__main__":
+        raise
+    # The qkv CLI reads exit status 3 as "this python3 lacks a module" and may try another python3.
+    print(f"plot.py: error: {sys.executable} has no module named '{_missing.name}'", file=sys.stderr)
+    sys.exit(3)
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -554,6 +563,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="which attention (default: cross if the file has it, else self; 'all': every kind)")
     a.add_argument("--layer", type=int, help="1-based layer (default: every layer; the last for FILE.png)")
     a.add_argument("--head", help="one head (0-based) or 'mean' (default: a grid of every head)")
+    for s in (c, a):
+        s.add_argument("--quiet", action="store_true", help="print nothing on success")
     return p
 
 
@@ -565,12 +576,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = args.out or os.path.join(
                 args.run if os.path.isdir(args.run) else os.path.dirname(os.path.abspath(args.run)), "curves.png")
             curves(args.run, out, title=args.title)
-            print(f"wrote {out}")
+            if not args.quiet:
+                print(f"wrote {out}")
         else:
             if args.head is not None and args.head != "mean" and not args.head.isdigit():
                 raise ValueError(f"--head: expected a head number or 'mean', got '{args.head}'")
             written = _draw_attention_files(args)
-            print(f"wrote {len(written)} picture{'s' if len(written) != 1 else ''} to "
+            if not args.quiet:
+                print(f"wrote {len(written)} picture{'s' if len(written) != 1 else ''} to "
                   f"{args.out if len(written) != 1 else written[0]}")
     except (OSError, ValueError) as e:
         message = str(e) if not isinstance(e, OSError) or not e.filename or e.strerror is None else \
