@@ -107,7 +107,8 @@ def read_metrics(run: PathLike) -> Metrics:
     """Reads a run's ``metrics.jsonl`` (or the file itself).
 
     Each line is one JSON object with ``"event"`` ``"step"`` or ``"validation"`` and a numeric
-    ``"step"``; other events are ignored, as are blank lines. Numeric fields must be numbers.
+    ``"step"``; other events are ignored, as are blank lines and an unfinished last line (no
+    newline yet: a run writing it). Numeric fields must be numbers.
 
     Raises:
         FileNotFoundError: `run` does not exist, or is a directory without ``metrics.jsonl``.
@@ -116,38 +117,41 @@ def read_metrics(run: PathLike) -> Metrics:
     """
     path = _metrics_path(run)
     rows: dict[str, list[dict[str, float]]] = {"step": [], "validation": []}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
-            event = record.get("event")
-            if event not in rows:
-                continue  # an event this version does not draw
-            if "step" not in record:
-                raise ValueError(f"{where}: a \"{event}\" record without \"step\"")
-            values: dict[str, float] = {}
-            for key, value in record.items():
-                if key == "event" or (value is None and key != "step"):
-                    continue  # null: not computed
-                if key == "best":
-                    if not isinstance(value, bool):
-                        raise ValueError(f"{where}: \"best\" must be true or false, got {json.dumps(value)}")
-                    values[key] = 1.0 if value else 0.0
-                elif key in _NUMERIC or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-                    values[key] = _number(record, key, where)
-                # other fields (notes, names) are kept out of the columns
-            table = rows[event]
-            # A resumed run starts again from an earlier step: what was written past it goes.
-            while table and table[-1]["step"] >= values["step"]:
-                table.pop()
-            table.append(values)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == len(lines) and not line.endswith("\n"):
+                continue  # the line a running (or killed) training run is writing
+            raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        event = record.get("event")
+        if event not in rows:
+            continue  # an event this version does not draw
+        if "step" not in record:
+            raise ValueError(f"{where}: a \"{event}\" record without \"step\"")
+        values: dict[str, float] = {}
+        for key, value in record.items():
+            if key == "event" or (value is None and key != "step"):
+                continue  # null: not computed
+            if key == "best":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{where}: \"best\" must be true or false, got {json.dumps(value)}")
+                values[key] = 1.0 if value else 0.0
+            elif key in _NUMERIC or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                values[key] = _number(record, key, where)
+            # other fields (notes, names) are kept out of the columns
+        table = rows[event]
+        # A resumed run starts again from an earlier step: what was written past it goes.
+        while table and table[-1]["step"] >= values["step"]:
+            table.pop()
+        table.append(values)
     metrics = Metrics(path)
     for event, table in rows.items():
         keys: list[str] = []

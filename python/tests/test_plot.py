@@ -180,6 +180,23 @@ def test_a_bad_line_is_named_with_file_and_line(tmp_path: Path, line: str, messa
     assert message in str(e.value)
 
 
+def test_a_line_being_written_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"event": "step", "step": 1, "loss": 2.0}\n{"event": "st')
+    assert list(plot.read_metrics(tmp_path).column("step", "loss")) == [2.0]
+
+
+def test_metrics_written_by_qkv_train(tmp_path: Path) -> None:
+    # the lines of train/metrics_log.h, as a translation run writes them
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"event":"step","step":50,"epoch":1,"time":6.773338212,"loss":4.706074981689453,"lr":0.001,'
+        '"grad_norm":0.9395237904956204,"tokens_per_second":11375.188809948973,"tokens":77048}\n'
+        '{"event":"validation","step":50,"time":6.773338212,"loss":0.62,"perplexity":1.86,"best":true,'
+        '"bleu":14.16}\n')
+    words = texts(rendered(plot.curves(tmp_path)))
+    assert "dev BLEU" in words and "dev perplexity" in words and "training loss" in words
+
+
 def test_missing_files_and_empty_runs(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="metrics.jsonl: no such file"):
         plot.curves(tmp_path)

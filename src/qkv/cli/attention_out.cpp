@@ -1,7 +1,9 @@
 #include "qkv/cli/attention_out.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "qkv/cli/python_plot.h"
 #include "qkv/core/error.h"
@@ -50,6 +52,27 @@ void write_generation_attention(const std::string& path, const std::vector<std::
   io::write_npz(path, {{"pieces", io::npy_string_bytes(pieces)}, {"self_attention", stacked(w.decoder_self, "self-attention")}});
 }
 
-void draw_attention_dir(const std::string& dir) { run_plot_script({"attention", "--quiet", "--out", dir, "--", dir}); }
+void make_attention_dir(const std::string& dir) {
+  std::error_code ec;
+  QKV_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec),
+            "--attention-out " << dir << ": exists and is not a directory");
+  std::filesystem::create_directories(dir, ec);
+  QKV_CHECK(!ec, "--attention-out " << dir << ": cannot create the directory (" << ec.message() << ")");
+}
+
+void draw_attention_files(const std::string& dir, const std::vector<std::string>& files) {
+  constexpr size_t kFilesPerRun = 200;  // one python3 start per 200 files keeps argv short
+  try {
+    for (size_t begin = 0; begin < files.size(); begin += kFilesPerRun) {
+      std::vector<std::string> args{"attention", "--quiet", "--out", dir, "--"};
+      args.insert(args.end(), files.begin() + static_cast<std::ptrdiff_t>(begin),
+                  files.begin() + static_cast<std::ptrdiff_t>(std::min(files.size(), begin + kFilesPerRun)));
+      run_plot_script(args);
+    }
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (the attention weights are written: " + std::to_string(files.size()) +
+                " .npz file(s) in " + dir + ")");
+  }
+}
 
 }  // namespace qkv::cli

@@ -26,8 +26,12 @@ void write_translation_attention(const std::string& path, const std::vector<std:
 void write_generation_attention(const std::string& path, const std::vector<std::string>& pieces,
                                 const decoding::AttentionWeights& weights);
 
-// Draws every .npz in `dir` into PNGs beside them (DIR/NNNN-KIND-layerL.png; translation: the
+// Creates `dir` (and its parents) if needed; an existing non-directory is an error.
+void make_attention_dir(const std::string& dir);
+
+// Draws the attention files `files` into PNGs in `dir` (DIR/NNNN-KIND-layerL.png; translation: the
 // cross-attention of every layer, generation: the self-attention), a grid of every head each.
-void draw_attention_dir(const std::string& dir);
+// When they cannot be drawn (no python3 with matplotlib, ...) the error says the files are there.
+void draw_attention_files(const std::string& dir, const std::vector<std::string>& files);
 
 }  // namespace qkv::cli
