@@ -58,13 +58,15 @@ int64_t Generator::check_prompts(const std::vector<std::vector<int32_t>>& prompt
 
 std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std::vector<int32_t>>& prompts,
                                                           const GenerationOptions& options,
-                                                          const GenerateProgress& progress, uint64_t first_key) const {
+                                                          const GenerateProgress& progress, uint64_t first_key,
+                                                          std::vector<decoding::AttentionWeights>* attention) const {
   QKV_CHECK(options.batch_size >= 1, "batch_size must be at least 1, got " << options.batch_size);
   // Batches of similar length (less padding); each prompt keeps its own random stream.
   std::vector<size_t> order(prompts.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
   std::vector<std::vector<int32_t>> results(prompts.size());
+  if (attention) attention->assign(prompts.size(), decoding::AttentionWeights{});
   const auto batch_size = static_cast<size_t>(options.batch_size);
   for (size_t begin = 0; begin < order.size(); begin += batch_size) {
     const size_t end = std::min(order.size(), begin + batch_size);
@@ -74,8 +76,12 @@ std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std:
       batch.push_back(prompts[order[i]]);
       keys.push_back(first_key + order[i]);
     }
-    auto out = decoding::generate(*model_, batch, keys, options.decode);
-    for (size_t i = begin; i < end; ++i) results[order[i]] = std::move(out[i - begin]);
+    std::vector<decoding::AttentionWeights> weights;
+    auto out = decoding::generate(*model_, batch, keys, options.decode, {}, attention ? &weights : nullptr);
+    for (size_t i = begin; i < end; ++i) {
+      results[order[i]] = std::move(out[i - begin]);
+      if (attention) (*attention)[order[i]] = std::move(weights[i - begin]);
+    }
     if (progress) progress(static_cast<int64_t>(end), static_cast<int64_t>(order.size()));
   }
   return results;
@@ -94,8 +100,25 @@ std::vector<std::string> Generator::generate(const std::vector<std::string>& pro
 }
 
 std::vector<int32_t> Generator::generate_streaming(const std::vector<int32_t>& prompt, const GenerationOptions& options,
-                                                   const std::function<void(int32_t)>& on_token) const {
-  return decoding::generate(*model_, {prompt}, {0}, options.decode, [&](size_t, int32_t token) { on_token(token); })[0];
+                                                   const std::function<void(int32_t)>& on_token,
+                                                   decoding::AttentionWeights* attention) const {
+  std::vector<decoding::AttentionWeights> weights;
+  auto out = decoding::generate(*model_, {prompt}, {0}, options.decode, [&](size_t, int32_t token) { on_token(token); },
+                                attention ? &weights : nullptr);
+  if (attention) *attention = std::move(weights[0]);
+  return std::move(out[0]);
+}
+
+std::vector<int32_t> Generator::tokens_read(const std::vector<int32_t>& prompt, const std::vector<int32_t>& new_tokens,
+                                            const GenerationOptions& options, int64_t length) const {
+  std::vector<int32_t> read = decoding::fit_prompt(prompt, config().max_seq_length, options.decode).tokens;
+  read.insert(read.end(), new_tokens.begin(), new_tokens.end());
+  read.resize(static_cast<size_t>(std::clamp<int64_t>(length, 0, static_cast<int64_t>(read.size()))));
+  return read;
+}
+
+std::string Generator::piece(int32_t id) const {
+  return tokenizer_ && id >= 0 && id < tokenizer_->vocab_size() ? tokenizer_->id_to_token(id) : std::to_string(id);
 }
 
 std::string TextStream::push(int32_t id) {

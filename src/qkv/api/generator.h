@@ -50,14 +50,25 @@ class Generator {
                         const std::function<std::string(size_t)>& where, const std::string& truncate_hint) const;
 
   // The new tokens of each prompt, in input order, batched by length; prompt i keyed by `first_key + i`.
+  // `attention`, when given, receives each prompt's self-attention weights (decoding/attention.h:
+  // decoder_self, (H, T, T) per layer over the T tokens the model read); null keeps nothing.
   std::vector<std::vector<int32_t>> generate_ids(const std::vector<std::vector<int32_t>>& prompts,
                                                  const GenerationOptions& options,
-                                                 const GenerateProgress& progress = {}, uint64_t first_key = 0) const;
+                                                 const GenerateProgress& progress = {}, uint64_t first_key = 0,
+                                                 std::vector<decoding::AttentionWeights>* attention = nullptr) const;
   std::vector<std::string> generate(const std::vector<std::string>& prompts, const GenerationOptions& options,
                                     const GenerateProgress& progress = {}) const;
   // One prompt; `on_token` hears each new token as soon as it is chosen. Returns all of them.
   std::vector<int32_t> generate_streaming(const std::vector<int32_t>& prompt, const GenerationOptions& options,
-                                          const std::function<void(int32_t)>& on_token) const;
+                                          const std::function<void(int32_t)>& on_token,
+                                          decoding::AttentionWeights* attention = nullptr) const;
+  // The tokens prompt i was read as: the prompt fitted to the context (cut from the left with
+  // LongPrompt::TruncateLeft) followed by its new tokens, the first `length` of them (the
+  // attention weights' T): labels for pictures.
+  std::vector<int32_t> tokens_read(const std::vector<int32_t>& prompt, const std::vector<int32_t>& new_tokens,
+                                   const GenerationOptions& options, int64_t length) const;
+  // The tokenizer's token for an id ("▁the", "Ġthe"), or the id as text without a tokenizer.
+  std::string piece(int32_t id) const;
 
  private:
   std::unique_ptr<models::CausalLM> model_;

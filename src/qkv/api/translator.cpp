@@ -40,6 +40,14 @@ std::string Translator::decode_target(const std::vector<int32_t>& tokens) const 
   return tgt_spm_->decode(tokens);
 }
 
+std::string Translator::source_piece(int32_t id) const {
+  return src_spm_ && id >= 0 && id < src_spm_->vocab_size() ? src_spm_->piece(id) : std::to_string(id);
+}
+
+std::string Translator::target_piece(int32_t id) const {
+  return tgt_spm_ && id >= 0 && id < tgt_spm_->vocab_size() ? tgt_spm_->piece(id) : std::to_string(id);
+}
+
 std::vector<std::vector<Translation>> Translator::translate_ids(const std::vector<data::IdLine>& sources,
                                                                 const TranslationOptions& options,
                                                                 const ProgressCallback& progress) const {
@@ -69,6 +77,7 @@ std::vector<std::vector<Translation>> Translator::translate_ids(const std::vecto
         t.tokens = std::move(h.tokens);
         t.log_prob = h.log_prob;
         t.score = h.score;
+        t.attention = std::move(h.attention);
         results[order[i]].push_back(std::move(t));
       }
     if (progress) progress(static_cast<int64_t>(end), static_cast<int64_t>(order.size()));

@@ -18,7 +18,8 @@
 namespace qkv::api {
 
 struct TranslationOptions {
-  decoding::SearchOptions search;  // beam 4, n_best 1, length penalty 1 ...; beam 1 = greedy
+  decoding::SearchOptions search;  // beam 4, n_best 1, length penalty 1 ...; beam 1 = greedy;
+                                   // search.attention = true: each Translation carries its weights
   int64_t batch_size = 32;         // sentences decoded together
   bool truncate = true;            // a source over max_seq_length: cut it (false: an error naming it)
 };
@@ -28,6 +29,9 @@ struct Translation {
   std::string text;             // decoded with the target SentencePiece model ("" without one)
   double log_prob = 0;          // sum of log p over the tokens and EOS
   double score = 0;             // log_prob / length^length_penalty
+  // With options.search.attention: its attention weights (decoding/attention.h), encoder self
+  // (H, S, S), decoder self (H, T, T) and cross (H, T, S) per layer, T = tokens + EOS.
+  decoding::AttentionWeights attention;
 };
 
 // Sentences done so far and in all, after each batch.
@@ -50,6 +54,10 @@ class Translator {
   data::IdLine encode_source(const std::string& text, const TranslationOptions& options, const std::string& where,
                              bool* truncated = nullptr) const;
   std::string decode_target(const std::vector<int32_t>& tokens) const;
+  // The SentencePiece piece of a source / target id ("▁the"), or the id as text without the models:
+  // labels for pictures of attention.
+  std::string source_piece(int32_t id) const;
+  std::string target_piece(int32_t id) const;
 
   // n_best translations per source, best first, in input order (none for an empty source).
   // Sources must hold ids in [0, source vocabulary) and fit max_seq_length.

@@ -107,9 +107,10 @@ Var softmax(const Var& x) {
 }
 
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-              const ops::AttentionDropoutSpec& dropout) {
+              const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
   Tensor probs;
   Tensor out = ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, &probs);
+  if (weights) *weights = probs;
   const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
   if (!rg || !grad_enabled()) probs = Tensor();  // inference keeps nothing
   return record_op(std::move(out), rg,

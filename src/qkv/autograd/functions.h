@@ -21,8 +21,9 @@ Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset);
 Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps,
               ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
 Var softmax(const Var& x);
+// weights, when given, receives the softmax (B, H, Tq, Tk) that the op computes anyway (for pictures).
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-              const ops::AttentionDropoutSpec& dropout = {});
+              const ops::AttentionDropoutSpec& dropout = {}, Tensor* weights = nullptr);
 Var masked_fill(const Var& scores, const ops::AttentionMasks& masks);
 Var split_heads(const Var& x, int64_t num_heads);
 Var combine_heads(const Var& x);

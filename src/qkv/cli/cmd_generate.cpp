@@ -27,6 +27,7 @@
 #include <sstream>
 
 #include "qkv/api/generator.h"
+#include "qkv/cli/attention_out.h"
 #include "qkv/cli/commands.h"
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
@@ -44,6 +45,7 @@ inline constexpr double kMaxNewTokens = 1 << 20;
 struct GenerateCliOptions {
   std::string checkpoint, prompt, input;
   bool ids = false, sample = false, truncate_prompt = false, quiet = false;
+  std::string attention_out;  // --attention-out DIR
   int64_t max_new_tokens = 0, batch_size = 32;
   double temperature = 1.0, top_p = 1.0;
   int64_t top_k = 0;
@@ -109,6 +111,10 @@ int run_generate(const GenerateCliOptions& o) {
     std::fprintf(stderr, "qkv generate: %lld prompt(s) cut to their last tokens to leave room for the new ones\n",
                  static_cast<long long>(truncated));
 
+  const bool attention = !o.attention_out.empty();
+  if (attention) make_attention_dir(o.attention_out);  // before the work: fail fast
+  std::vector<decoding::AttentionWeights> weights(attention ? prompts.size() : 0);
+  std::vector<std::vector<int32_t>> outputs;
   Stopwatch clock;
   int64_t new_tokens = 0;
   if (single) {
@@ -127,10 +133,11 @@ int run_generate(const GenerateCliOptions& o) {
         std::fflush(stdout);
       }
       first = false;
-    });
+    }, attention ? &weights[0] : nullptr);
     if (stream) print(stream->finish());
     std::printf("\n");
     new_tokens = static_cast<int64_t>(out.size());
+    outputs.push_back(out);
   } else {
     const bool tty = ::isatty(STDERR_FILENO);
     const auto results = generator.generate_ids(prompts, go, [&](int64_t done, int64_t total) {
@@ -138,7 +145,8 @@ int run_generate(const GenerateCliOptions& o) {
       std::fprintf(stderr, tty ? "\rgenerated %lld/%lld lines" : "generated %lld/%lld lines\n",
                    static_cast<long long>(done), static_cast<long long>(total));
       std::fflush(stderr);
-    });
+    }, 0, attention ? &weights : nullptr);
+    outputs = results;
     if (!o.quiet && tty && !prompts.empty()) std::fprintf(stderr, "\n");
     for (const auto& r : results) {
       new_tokens += static_cast<int64_t>(r.size());
@@ -150,6 +158,22 @@ int run_generate(const GenerateCliOptions& o) {
     std::fprintf(stderr, "qkv generate: %zu line(s), %lld new tokens in %s (%.0f tokens/s), %s\n", prompts.size(),
                  static_cast<long long>(new_tokens), format_duration(t).c_str(), t > 0 ? new_tokens / t : 0.0,
                  o.sample ? "sampled" : "greedy");
+  if (attention) {  // DIR/NNNN.npz per line, then the pictures
+    std::fflush(stdout);
+    std::vector<std::string> files;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (weights[i].decoder_self.empty()) continue;  // nothing generated (no room in the context)
+      std::vector<std::string> pieces;
+      for (int32_t id : generator.tokens_read(prompts[i], outputs[i], go, weights[i].decoder_self[0].size(1)))
+        pieces.push_back(generator.piece(id));
+      files.push_back(attention_file(o.attention_out, i + 1));
+      write_generation_attention(files.back(), pieces, weights[i]);
+    }
+    draw_attention_files(o.attention_out, files);
+    if (!o.quiet)
+      std::fprintf(stderr, "qkv generate: attention of %zu line(s) in %s (NNNN.npz, NNNN-self-layerL.png)\n",
+                   files.size(), o.attention_out.c_str());
+  }
   return 0;
 }
 }  // namespace
@@ -181,6 +205,9 @@ Runner add_generate_command(CLI::App& app) {
                "Cut long prompts from the left to leave room for --max-new-tokens (default: refuse a prompt that fills the context)");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
+  app.add_option("--attention-out", o->attention_out,
+                 "Write each line's self-attention weights (DIR/NNNN.npz) and heatmaps of them "
+                 "(DIR/NNNN-self-layerL.png; needs python3-matplotlib)");
   return [o]() { return run_generate(*o); };
 }
 

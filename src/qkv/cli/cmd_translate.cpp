@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "qkv/api/translator.h"
+#include "qkv/cli/attention_out.h"
 #include "qkv/cli/commands.h"
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
@@ -34,6 +35,7 @@ struct TranslateOptions {
   int64_t max_length_offset = 10, batch_size = 32;
   std::string too_long = "truncate";
   bool quiet = false;
+  std::string attention_out;  // --attention-out DIR
 };
 
 // The input's lines as token ids (empty for an empty line), cut to max_seq_length or refused as
@@ -78,6 +80,30 @@ void check_search_flags(const TranslateOptions& o, int64_t tgt_vocab_size) {
                      std::to_string(tgt_vocab_size));
 }
 
+// --attention-out: DIR/NNNN.npz per translated line (its best hypothesis), then the pictures.
+void write_attention(const TranslateOptions& o, const api::Translator& translator, const std::vector<data::IdLine>& sources,
+                     const std::vector<std::vector<api::Translation>>& results) {
+  const auto& c = translator.config();
+  std::vector<std::string> files;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (results[i].empty()) continue;
+    const api::Translation& best = results[i][0];
+    std::vector<std::string> src, tgt, dec_in{translator.target_piece(static_cast<int32_t>(c.bos_id))};
+    for (int32_t id : sources[i]) src.push_back(translator.source_piece(id));
+    for (int32_t id : best.tokens) {
+      tgt.push_back(translator.target_piece(id));
+      dec_in.push_back(tgt.back());
+    }
+    tgt.push_back(translator.target_piece(static_cast<int32_t>(c.eos_id)));
+    files.push_back(attention_file(o.attention_out, i + 1));
+    write_translation_attention(files.back(), src, tgt, dec_in, best.attention);
+  }
+  draw_attention_files(o.attention_out, files);
+  if (!o.quiet)
+    std::fprintf(stderr, "qkv translate: attention of %zu sentence(s) in %s (NNNN.npz, NNNN-cross-layerL.png)\n",
+                 files.size(), o.attention_out.c_str());
+}
+
 int run_translate(const TranslateOptions& o) {
   check_search_flags(o, std::numeric_limits<int64_t>::max());  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
@@ -94,6 +120,8 @@ int run_translate(const TranslateOptions& o) {
   to.search.max_length_offset = o.max_length_offset;
   to.batch_size = o.batch_size;
   to.truncate = o.too_long == "truncate";
+  to.search.attention = !o.attention_out.empty();
+  if (to.search.attention) make_attention_dir(o.attention_out);  // before the work: fail fast
   const std::vector<data::IdLine> sources = read_sources(o, translator, to);
 
   Stopwatch clock;
@@ -122,11 +150,13 @@ int run_translate(const TranslateOptions& o) {
         std::printf("%s\n", text.c_str());
     }
   }
+  std::fflush(stdout);
   const double t = clock.seconds();
   if (!o.quiet)
     std::fprintf(stderr, "qkv translate: %lld sentences, %lld output tokens in %s (%.1f sentences/s, %.0f tokens/s), beam %d\n",
                  static_cast<long long>(done), static_cast<long long>(out_tokens), format_duration(t).c_str(), done / t,
                  out_tokens / t, o.beam);
+  if (!o.attention_out.empty()) write_attention(o, translator, sources, results);
   return 0;
 }
 }  // namespace
@@ -159,6 +189,9 @@ Runner add_translate_command(CLI::App& app) {
       ->check(CLI::IsMember({"truncate", "error"}));
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
+  app.add_option("--attention-out", o->attention_out,
+                 "Write each sentence's attention weights (DIR/NNNN.npz, the best hypothesis) and heatmaps of its "
+                 "cross-attention (DIR/NNNN-cross-layerL.png; needs python3-matplotlib)");
   return [o]() { return run_translate(*o); };
 }
 

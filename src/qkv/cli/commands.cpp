@@ -102,6 +102,8 @@ void register_commands(CLI::App& app) {
       add_classify_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
   add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
+  add("plot", "Draw a training run's loss and dev score against step and time (PNG; needs python3-matplotlib)",
+      add_plot_command);
   guard_numeric_options(app);
 }
 

@@ -28,19 +28,55 @@ FittedPrompt fit_prompt(const std::vector<int32_t>& prompt, int64_t max_seq_leng
 
 namespace {
 
+// A prompt's self-attention weights as they are produced: per layer (H, capacity, capacity), row q
+// = the q-th token read, filled up to `read` rows.
+struct AttentionRows {
+  std::vector<Tensor> layers;
+  int64_t read = 0;
+};
+
+// Copies query rows [first_query, first_query + rows) of state row `i` (keys from its first real
+// position `pad`) out of one call's weights, per layer (N, H, rows, keys), into `acc`.
+void take_rows(const std::vector<Tensor>& weights, int64_t i, int64_t pad, int64_t first_query, int64_t rows,
+               AttentionRows& acc) {
+  for (size_t l = 0; l < weights.size(); ++l) {
+    const Tensor& w = weights[l];
+    const int64_t H = w.size(1), Q = w.size(2), K = w.size(3), cap = acc.layers[l].size(1);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t q = acc.read + r;  // this prompt's query index
+        const float* from = w.f32() + ((i * H + h) * Q + first_query + r) * K + pad;
+        std::copy_n(from, q + 1, acc.layers[l].f32() + (h * cap + q) * cap);
+      }
+  }
+  acc.read += rows;
+}
+
 // One batch whose rows all have the same budget `new_tokens` (so the padded prompt plus the budget
 // fits the context). `rows` index the caller's prompts; results go to out[rows[i]].
 void generate_batch(const models::CausalLM& model, const std::vector<FittedPrompt>& fitted, const std::vector<size_t>& rows,
                     int64_t new_tokens, const std::vector<uint64_t>& keys, const GenerateOptions& o,
-                    const TokenCallback& on_token, std::vector<std::vector<int32_t>>& out) {
+                    const TokenCallback& on_token, std::vector<std::vector<int32_t>>& out,
+                    std::vector<AttentionRows>* attention) {
   const int64_t V = model.output_vocab_size();
   const int32_t eos = model.config().eos_id;
   std::vector<std::vector<int32_t>> prompts;
   for (size_t r : rows) prompts.push_back(fitted[r].tokens);
   models::GenerationState state;
+  std::vector<Tensor> weights;
+  std::vector<Tensor>* weights_out = attention ? &weights : nullptr;
   // The last new token is never fed back, so new_tokens - 1 steps follow the prefill.
-  Tensor logits = model.prefill(prompts, new_tokens, state).value().contiguous();  // (N, V)
+  Tensor logits = model.prefill(prompts, new_tokens, state, weights_out).value().contiguous();  // (N, V)
   std::vector<size_t> active = rows;  // state row i is the caller's prompt active[i]
+  if (attention) {
+    const int64_t longest = state.length, H = model.config().num_heads;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      AttentionRows& acc = (*attention)[rows[i]];
+      const int64_t P = static_cast<int64_t>(prompts[i].size()), cap = P + new_tokens;
+      for (size_t l = 0; l < weights.size(); ++l) acc.layers.push_back(Tensor::zeros(Dims{H, cap, cap}));
+      take_rows(weights, static_cast<int64_t>(i), longest - P, longest - P, P, acc);
+    }
+  }
   for (int64_t step = 0;; ++step) {
     std::vector<int64_t> keep;
     std::vector<int32_t> fed;
@@ -64,7 +100,12 @@ void generate_batch(const models::CausalLM& model, const std::vector<FittedPromp
       for (int64_t i : keep) still.push_back(active[static_cast<size_t>(i)]);
       active = std::move(still);
     }
-    logits = model.step(Tensor::from_ids(Dims{static_cast<int64_t>(fed.size())}, fed), state).value().contiguous();
+    logits = model.step(Tensor::from_ids(Dims{static_cast<int64_t>(fed.size())}, fed), state, weights_out)
+                 .value()
+                 .contiguous();
+    if (attention)
+      for (size_t i = 0; i < active.size(); ++i)
+        take_rows(weights, static_cast<int64_t>(i), state.padding[i], 0, 1, (*attention)[active[i]]);
   }
 }
 
@@ -72,7 +113,7 @@ void generate_batch(const models::CausalLM& model, const std::vector<FittedPromp
 
 std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
                                            const std::vector<uint64_t>& line_keys, const GenerateOptions& o,
-                                           const TokenCallback& on_token) {
+                                           const TokenCallback& on_token, std::vector<AttentionWeights>* attention) {
   QKV_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got " << o.max_new_tokens);
   if (o.sample) validate_sampling_options(o.sampling);
   QKV_CHECK(line_keys.empty() || line_keys.size() == prompts.size(),
@@ -99,8 +140,18 @@ std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const 
   for (size_t i = 0; i < fitted.size(); ++i)
     if (fitted[i].new_tokens > 0) by_budget[fitted[i].new_tokens].push_back(i);
   std::vector<std::vector<int32_t>> out(prompts.size());
+  std::vector<AttentionRows> rows_read(attention ? prompts.size() : 0);
   NoGradGuard no_grad;
-  for (const auto& [budget, rows] : by_budget) generate_batch(model, fitted, rows, budget, keys, o, on_token, out);
+  for (const auto& [budget, rows] : by_budget)
+    generate_batch(model, fitted, rows, budget, keys, o, on_token, out, attention ? &rows_read : nullptr);
+  if (attention) {
+    attention->assign(prompts.size(), AttentionWeights{});
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const AttentionRows& acc = rows_read[i];
+      for (const Tensor& w : acc.layers)  // (H, cap, cap) -> (H, read, read)
+        (*attention)[i].decoder_self.push_back(w.narrow(1, 0, acc.read).narrow(2, 0, acc.read).contiguous());
+    }
+  }
   return out;
 }
 

@@ -19,6 +19,7 @@
 #include <functional>
 #include <vector>
 
+#include "qkv/decoding/attention.h"
 #include "qkv/decoding/sampling.h"
 #include "qkv/models/causal_lm.h"
 
@@ -54,8 +55,12 @@ using TokenCallback = std::function<void(size_t row, int32_t token)>;
 // `line_keys` (one per prompt; empty: 0, 1, ...) key each row's random stream: give the input line
 // index so a line draws the same tokens whatever batch it is in. Validates `options` (sampling
 // errors name the CLI flag). Runs under NoGradGuard; the model should be in eval mode.
+// `attention`, when given, receives one AttentionWeights per prompt (decoder_self: the
+// self-attention over the tokens the model read; see attention.h); null, the default, keeps and
+// computes nothing extra.
 std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
                                            const std::vector<uint64_t>& line_keys, const GenerateOptions& options,
-                                           const TokenCallback& on_token = {});
+                                           const TokenCallback& on_token = {},
+                                           std::vector<AttentionWeights>* attention = nullptr);
 
 }  // namespace qkv::decoding

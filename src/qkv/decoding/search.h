@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qkv/data/id_lines.h"
+#include "qkv/decoding/attention.h"
 #include "qkv/models/transformer.h"
 
 namespace qkv::decoding {
@@ -29,6 +30,11 @@ struct SearchOptions {
   int64_t max_length_offset = 10;  // [0, kMaxLengthRatio], offset in [0, kMaxLengthOffset];
                                    // capped by the model's max_seq_length - 1
   bool use_cache = true;
+  // Keep each returned hypothesis' attention weights (Hypothesis::attention; see attention.h).
+  // Off by default: then nothing is kept or computed. On, the search keeps every step's weights of
+  // every row until the end (about layers x heads x steps x (steps / 2 + source length) floats per
+  // row), so translate big batches without it.
+  bool attention = false;
 };
 
 // Throws qkv::Error naming the option that is out of its range (see SearchOptions). Both searches
@@ -40,6 +46,7 @@ struct Hypothesis {
   double log_prob = 0;          // includes EOS when the hypothesis finished with it
   double score = 0;             // log_prob / length^length_penalty
   bool finished = false;        // ended with EOS (false: cut at the length limit)
+  AttentionWeights attention;   // with SearchOptions::attention
 };
 
 // Results per sentence, best first (n_best each). Sources must fit max_seq_length.

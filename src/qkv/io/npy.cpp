@@ -1,5 +1,8 @@
 #include "qkv/io/npy.h"
 
+#include <zlib.h>
+
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -15,13 +18,13 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
 }  // namespace
 
-std::string npy_bytes(const Tensor& t_in) {
-  QKV_CHECK(t_in.dtype() == DType::F32, "npy: only float32 tensors are written, got " << t_in.describe());
-  const Tensor t = t_in.contiguous();
+namespace {
+// Magic, version 1.0, header length and the header itself, padded as NumPy pads it.
+std::string npy_header(const std::string& descr, const Dims& dims) {
   std::string shape = "(";
-  for (int64_t i = 0; i < t.dim(); ++i) shape += std::to_string(t.size(i)) + (t.dim() == 1 || i + 1 < t.dim() ? "," : "");
+  for (int i = 0; i < dims.size(); ++i) shape += std::to_string(dims[i]) + (dims.size() == 1 || i + 1 < dims.size() ? "," : "");
   shape += ")";
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // The header (with magic, version and length) is padded with spaces to a multiple of 64 bytes
   // and ends with a newline, as NumPy writes it.
   const size_t prefix = kMagicSize + 2 + 2;
@@ -33,8 +36,114 @@ std::string npy_bytes(const Tensor& t_in) {
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>((header.size() >> 8) & 0xff);
   out += header;
+  return out;
+}
+
+// UTF-8 -> code points; a byte that does not start a valid sequence becomes U+FFFD.
+std::u32string code_points(const std::string& s) {
+  std::u32string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int len = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xe ? 3 : (b >> 3) == 0x1e ? 4 : 0;
+    char32_t cp = len == 1 ? b : len == 2 ? (b & 0x1f) : len == 3 ? (b & 0x0f) : (b & 0x07);
+    bool ok = len > 0 && i + static_cast<size_t>(len) <= s.size();
+    for (int k = 1; ok && k < len; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      ok = (c >> 6) == 0x2;
+      cp = (cp << 6) | (c & 0x3f);
+    }
+    if (!ok || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      out += U'\ufffd';
+      ++i;
+    } else {
+      out += cp;
+      i += static_cast<size_t>(len);
+    }
+  }
+  return out;
+}
+
+void put16(std::string& out, uint32_t v) {
+  out += static_cast<char>(v & 0xff);
+  out += static_cast<char>((v >> 8) & 0xff);
+}
+void put32(std::string& out, uint32_t v) {
+  put16(out, v & 0xffff);
+  put16(out, v >> 16);
+}
+}  // namespace
+
+std::string npy_bytes(const Tensor& t_in) {
+  QKV_CHECK(t_in.dtype() == DType::F32, "npy: only float32 tensors are written, got " << t_in.describe());
+  const Tensor t = t_in.contiguous();
+  std::string out = npy_header("<f4", t.shape());
   out.append(reinterpret_cast<const char*>(t.f32()), sizeof(float) * static_cast<size_t>(t.numel()));
   return out;
+}
+
+std::string npy_string_bytes(const std::vector<std::string>& items) {
+  std::vector<std::u32string> wide;
+  size_t width = 1;  // NumPy's narrowest string type is <U1
+  for (const std::string& s : items) {
+    wide.push_back(code_points(s));
+    width = std::max(width, wide.back().size());
+  }
+  std::string out = npy_header("<U" + std::to_string(width), Dims{static_cast<int64_t>(items.size())});
+  for (const std::u32string& w : wide)
+    for (size_t i = 0; i < width; ++i) put32(out, i < w.size() ? static_cast<uint32_t>(w[i]) : 0);
+  return out;
+}
+
+std::string npz_bytes(const std::vector<std::pair<std::string, std::string>>& arrays) {
+  // A zip archive of stored (uncompressed) members, dated 1980-01-01 00:00 as np.savez's are not
+  // (they carry the time of writing): the same arrays give the same bytes.
+  std::string out, directory;
+  for (const auto& [name, data] : arrays) {
+    const std::string member = name + ".npy";
+    QKV_CHECK(data.size() < 0xffffffffu && out.size() < 0xffffffffu,
+              "npz: array '" << name << "' makes the archive larger than 4 GiB (zip64 is not written)");
+    const auto crc = static_cast<uint32_t>(::crc32(0L, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+    const auto offset = static_cast<uint32_t>(out.size()), size = static_cast<uint32_t>(data.size());
+    auto common = [&](std::string& h) {  // version needed, flags, method, time, date, crc, sizes, name length
+      put16(h, 20);
+      put16(h, 0);
+      put16(h, 0);
+      put16(h, 0);
+      put16(h, 0x21);
+      put32(h, crc);
+      put32(h, size);
+      put32(h, size);
+      put16(h, static_cast<uint32_t>(member.size()));
+    };
+    put32(out, 0x04034b50);  // local file header
+    common(out);
+    put16(out, 0);  // extra field length
+    out += member;
+    out += data;
+    put32(directory, 0x02014b50);  // central directory header
+    put16(directory, 20);          // version made by
+    common(directory);
+    for (int i = 0; i < 4; ++i) put16(directory, 0);  // extra, comment, disk, internal attributes
+    put32(directory, 0);                              // external attributes
+    put32(directory, offset);
+    directory += member;
+  }
+  QKV_CHECK(out.size() + directory.size() < 0xffffffffu, "npz: the archive is larger than 4 GiB (zip64 is not written)");
+  const auto directory_offset = static_cast<uint32_t>(out.size());
+  out += directory;
+  put32(out, 0x06054b50);  // end of central directory
+  put16(out, 0);
+  put16(out, 0);
+  put16(out, static_cast<uint32_t>(arrays.size()));
+  put16(out, static_cast<uint32_t>(arrays.size()));
+  put32(out, static_cast<uint32_t>(directory.size()));
+  put32(out, directory_offset);
+  put16(out, 0);
+  return out;
+}
+
+void write_npz(const std::string& path, const std::vector<std::pair<std::string, std::string>>& arrays) {
+  write_file_atomic(path, npz_bytes(arrays));
 }
 
 void write_npy(const std::string& path, const Tensor& t) { write_file_atomic(path, npy_bytes(t)); }

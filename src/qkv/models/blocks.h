@@ -29,7 +29,8 @@ std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const Transformer
 class EncoderLayer : public nn::Module {
  public:
   EncoderLayer(const TransformerConfig& c, Generator& gen);
-  Var forward(const Var& x, const ops::AttentionMasks& src_mask) const;  // (B, S, D) -> (B, S, D)
+  // (B, S, D) -> (B, S, D); weights, when given, receives the self-attention weights (B, H, S, S).
+  Var forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights = nullptr) const;
   nn::MultiHeadAttention& self_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2;

@@ -34,14 +34,16 @@ CausalBlock::CausalBlock(const TransformerConfig& c, Generator& gen)
       feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))) {}
 
-Var CausalBlock::forward(const Var& x, const ops::AttentionMasks& masks) const {
-  Var h = residual(NormPosition::Pre, norm1, dropout, x, [&](const Var& in) { return self_attn.forward(in, in, in, masks); });
+Var CausalBlock::forward(const Var& x, const ops::AttentionMasks& masks, Tensor* weights) const {
+  Var h = residual(NormPosition::Pre, norm1, dropout, x,
+                   [&](const Var& in) { return self_attn.forward(in, in, in, masks, weights); });
   return residual(NormPosition::Pre, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
-Var CausalBlock::forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks) const {
+Var CausalBlock::forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks,
+                                Tensor* weights) const {
   Var h = residual(NormPosition::Pre, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward_cached(in, cache, masks); });
+                   [&](const Var& in) { return self_attn.forward_cached(in, cache, masks, weights); });
   return residual(NormPosition::Pre, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
@@ -109,13 +111,17 @@ Var CausalLM::embed(const Tensor& ids, const Tensor& positions) const {
   return dropout.forward(fn::add(e, pos));
 }
 
-Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks) const {
-  for (size_t i = 0; i < layers.size(); ++i)
-    x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks) : layers[i]->forward(x, masks);
+Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
+                         std::vector<Tensor>* weights) const {
+  if (weights) weights->assign(layers.size(), Tensor());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Tensor* w = weights ? &(*weights)[i] : nullptr;
+    x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks, w) : layers[i]->forward(x, masks, w);
+  }
   return final_norm.forward(x);
 }
 
-Var CausalLM::forward(const Tensor& ids) const {
+Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights) const {
   QKV_CHECK(ids.dim() == 2, "CausalLM: ids " << ids.shape() << " must be (B, T)");
   QKV_CHECK(ids.size(1) >= 1 && ids.size(1) <= config_.max_seq_length,
             "CausalLM: " << ids.size(1) << " positions, the model's context (max_seq_length) is "
@@ -123,13 +129,13 @@ Var CausalLM::forward(const Tensor& ids) const {
   ops::AttentionMasks masks;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  return lm_head.forward(run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks));
+  return lm_head.forward(run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks, weights));
 }
 
 Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input) const { return forward(input); }
 
 Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
-                      GenerationState& st) const {
+                      GenerationState& st, std::vector<Tensor>* weights) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(!prompts.empty(), "prefill: no prompts");
   int64_t longest = 0;
@@ -162,7 +168,7 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
   masks.key_keep = st.key_keep;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  const Var hidden = run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks);
+  const Var hidden = run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights);
   st.length = longest;
   // Only the last position of every row (all rows end at the same column) needs logits: the output
   // projection is the largest matmul, and the prompt's other positions would be thrown away.
@@ -170,7 +176,7 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
   return fn::reshape(lm_head.forward(last), Dims{N, V});
 }
 
-Var CausalLM::step(const Tensor& tokens, GenerationState& st) const {
+Var CausalLM::step(const Tensor& tokens, GenerationState& st, std::vector<Tensor>* weights) const {
   QKV_CHECK(st.length < st.capacity, "step: all " << st.capacity << " cache positions are used");
   const int64_t N = tokens.numel();
   QKV_CHECK(N == st.rows(), "step: " << N << " tokens for " << st.rows() << " sequences");
@@ -178,7 +184,7 @@ Var CausalLM::step(const Tensor& tokens, GenerationState& st) const {
   masks.key_keep = st.key_keep;
   masks.fill = config_.mask_fill_value();
   const Var x = embed(tokens.reshape(Dims{N, 1}), positions_of(N, 1, st.length, st.padding));
-  const Var logits = lm_head.forward(run_blocks(x, &st.layers, masks));
+  const Var logits = lm_head.forward(run_blocks(x, &st.layers, masks, weights));
   st.length += 1;
   return fn::reshape(logits, Dims{N, config_.tgt_vocab_size});
 }

@@ -24,10 +24,11 @@ namespace qkv::models {
 class CausalBlock : public nn::Module {
  public:
   CausalBlock(const TransformerConfig& c, Generator& gen);
-  // x (B, T, D); masks: causal plus, for left-padded batches, the padding keys.
-  Var forward(const Var& x, const ops::AttentionMasks& masks) const;
+  // x (B, T, D); masks: causal plus, for left-padded batches, the padding keys. weights, when
+  // given, receives the self-attention weights (B, H, T, keys).
+  Var forward(const Var& x, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   // The same with the keys and values of the new positions appended to `cache` (inference).
-  Var forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks) const;
+  Var forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   nn::LayerNorm& norm1;
   nn::MultiHeadAttention& self_attn;
   nn::LayerNorm& norm2;
@@ -52,7 +53,11 @@ class CausalLM : public Model {
   CausalLM(const TransformerConfig& config, uint64_t seed);
 
   // ids (B, T) i32 -> logits (B, T, V); position t of every row is t.
-  Var forward(const Tensor& ids) const;
+  // The methods below that take `weights` fill it on request (null: nothing kept, nothing spent)
+  // with the self-attention weights of the call, one tensor per layer, (N, H, new positions,
+  // cache positions so far): forward (B, H, T, T), prefill (N, H, P, P) over the left-padded
+  // prompts (padding keys get 0), step (N, H, 1, length + 1).
+  Var forward(const Tensor& ids, std::vector<Tensor>* weights = nullptr) const;
   Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
@@ -60,9 +65,10 @@ class CausalLM : public Model {
   // Inference (under NoGradGuard). prefill runs the (non-empty) prompts at once, filling the cache,
   // and returns the logits (N, V) of the token after each prompt; `max_new_tokens` sizes the cache
   // (longest prompt + max_new_tokens must fit max_seq_length).
-  Var prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, GenerationState& state) const;
+  Var prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, GenerationState& state,
+              std::vector<Tensor>* weights = nullptr) const;
   // tokens (N) i32 appended to every row -> logits (N, V) of the next token.
-  Var step(const Tensor& tokens, GenerationState& state) const;
+  Var step(const Tensor& tokens, GenerationState& state, std::vector<Tensor>* weights = nullptr) const;
   // Row i of the new state is row rows[i] of the old one (drop finished rows, beam reordering).
   void reorder(GenerationState& state, const std::vector<int64_t>& rows) const;
 
@@ -78,7 +84,8 @@ class CausalLM : public Model {
   // Embeddings of ids (B, T) at positions (B, T) i32, plus dropout.
   Var embed(const Tensor& ids, const Tensor& positions) const;
   // The blocks and the final norm: hidden states (B, T, D), before the output projection.
-  Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks) const;
+  Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
+                 std::vector<Tensor>* weights) const;
   void init_gpt2_weights();
 };
 

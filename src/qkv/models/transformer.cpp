@@ -20,18 +20,21 @@ DecoderLayer::DecoderLayer(const TransformerConfig& c, Generator& gen)
       norm_pos_(c.norm) {}
 
 Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-                          const ops::AttentionMasks& tgt_mask) const {
-  Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask); });
+                          const ops::AttentionMasks& tgt_mask, Tensor* self_weights, Tensor* cross_weights) const {
+  Var h = residual(norm_pos_, norm1, dropout, x,
+                   [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask, self_weights); });
   h = residual(norm_pos_, norm2, dropout, h,
-               [&](const Var& in) { return cross_attn.forward(in, enc_output, enc_output, src_mask); });
+               [&](const Var& in) { return cross_attn.forward(in, enc_output, enc_output, src_mask, cross_weights); });
   return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
-Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask) const {
+Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask,
+                               Tensor* self_weights, Tensor* cross_weights) const {
   // The single new query sees every cached position and itself: the no-peek mask of the full forward.
-  Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}); });
+  Var h = residual(norm_pos_, norm1, dropout, x,
+                   [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}, self_weights); });
   h = residual(norm_pos_, norm2, dropout, h,
-               [&](const Var& in) { return cross_attn.forward_static(in, cache.cross, src_mask); });
+               [&](const Var& in) { return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights); });
   return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
@@ -87,15 +90,28 @@ Var Transformer::embed(const nn::Embedding& table, const Tensor& ids) const {
   return dropout.forward(positional_encoding.forward(e));
 }
 
-Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask) const {
+namespace {
+// Room for one tensor per layer in `weights` (when asked for) and the slot of layer i.
+void size_for_layers(std::vector<Tensor>* weights, size_t layers) {
+  if (weights) weights->assign(layers, Tensor());
+}
+Tensor* slot(std::vector<Tensor>* weights, size_t i) { return weights ? &(*weights)[i] : nullptr; }
+}  // namespace
+
+Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights) const {
   Var x = embed(encoder_embedding, src);
-  for (const EncoderLayer* layer : encoder_layers) x = layer->forward(x, src_mask);
+  size_for_layers(self_weights, encoder_layers.size());
+  for (size_t i = 0; i < encoder_layers.size(); ++i) x = encoder_layers[i]->forward(x, src_mask, slot(self_weights, i));
   return encoder_norm ? encoder_norm->forward(x) : x;
 }
 
-Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& masks) const {
+Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights,
+                        std::vector<Tensor>* cross_weights) const {
   Var x = embed(decoder_embedding, tgt);
-  for (const DecoderLayer* layer : decoder_layers) x = layer->forward(x, enc_output, masks.src, masks.tgt);
+  size_for_layers(self_weights, decoder_layers.size());
+  size_for_layers(cross_weights, decoder_layers.size());
+  for (size_t i = 0; i < decoder_layers.size(); ++i)
+    x = decoder_layers[i]->forward(x, enc_output, masks.src, masks.tgt, slot(self_weights, i), slot(cross_weights, i));
   if (decoder_norm) x = decoder_norm->forward(x);
   return fc.forward(x);  // (B, T, V)
 }
@@ -113,13 +129,17 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   return st;
 }
 
-Var Transformer::decode_step(const Tensor& tokens, DecoderState& st) const {
+Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector<Tensor>* self_weights,
+                             std::vector<Tensor>* cross_weights) const {
   QKV_CHECK(st.length < st.max_length, "decode_step: all " << st.max_length << " positions are used");
   const int64_t N = tokens.numel(), pos = st.length;
   Var e = decoder_embedding.forward(tokens.reshape(Dims{N, 1}));  // (N, 1, D)
   if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
   Var x = dropout.forward(fn::add_positional(e, positional_encoding.pe.narrow(0, pos, 1)));
-  for (size_t i = 0; i < decoder_layers.size(); ++i) x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask);
+  size_for_layers(self_weights, decoder_layers.size());
+  size_for_layers(cross_weights, decoder_layers.size());
+  for (size_t i = 0; i < decoder_layers.size(); ++i)
+    x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask, slot(self_weights, i), slot(cross_weights, i));
   if (decoder_norm) x = decoder_norm->forward(x);
   st.length += 1;
   return fn::reshape(fc.forward(x), Dims{N, config_.tgt_vocab_size});  // (N, V)

@@ -30,11 +30,14 @@ struct LayerCache {
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const TransformerConfig& c, Generator& gen);
-  // x (B, T, D), enc_output (B, S, D) -> (B, T, D)
+  // x (B, T, D), enc_output (B, S, D) -> (B, T, D). self_weights / cross_weights, when given,
+  // receive the attention weights (B, H, T, T) / (B, H, T, S).
   Var forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-              const ops::AttentionMasks& tgt_mask) const;
-  // One position: x (N, 1, D) after the cached ones, attending to them and to itself.
-  Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask) const;
+              const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr) const;
+  // One position: x (N, 1, D) after the cached ones, attending to them and to itself; the weights
+  // (N, H, 1, positions so far) and (N, H, 1, S) on request.
+  Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask, Tensor* self_weights = nullptr,
+                   Tensor* cross_weights = nullptr) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2, &norm3;
@@ -67,8 +70,13 @@ class Transformer : public Model {
   // src (B, S), tgt (B, T) i32 ids -> logits (B, T, tgt_vocab_size)
   Var forward(const Tensor& src, const Tensor& tgt) const;
   Masks generate_mask(const Tensor& src, const Tensor& tgt) const;
-  Var encode(const Tensor& src, const ops::AttentionMasks& src_mask) const;  // (B, S, D)
-  Var decode(const Tensor& tgt, const Var& enc_output, const Masks& masks) const;  // logits
+  // Attention weights on request (for pictures; null, the default, costs nothing): one tensor per
+  // layer, softmax rows over the keys (masked keys get 0).
+  //   encode: self_weights (B, H, S, S);  decode: self_weights (B, H, T, T), cross_weights (B, H, T, S).
+  Var encode(const Tensor& src, const ops::AttentionMasks& src_mask,
+             std::vector<Tensor>* self_weights = nullptr) const;  // (B, S, D)
+  Var decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights = nullptr,
+             std::vector<Tensor>* cross_weights = nullptr) const;  // logits
 
   Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override { return forward(src, input); }
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
@@ -76,8 +84,10 @@ class Transformer : public Model {
   // Incremental decoding: encode once, then one position per call with cached keys and values.
   // start_decoding takes the encoder output (N, S, D) and the sources (N, S) it came from.
   DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length) const;
-  // tokens (N) i32 at position state.length -> logits (N, V) for the next position.
-  Var decode_step(const Tensor& tokens, DecoderState& state) const;
+  // tokens (N) i32 at position state.length -> logits (N, V) for the next position. The weights of
+  // this position, per layer, on request: self (N, H, 1, state.length + 1), cross (N, H, 1, S).
+  Var decode_step(const Tensor& tokens, DecoderState& state, std::vector<Tensor>* self_weights = nullptr,
+                  std::vector<Tensor>* cross_weights = nullptr) const;
   // Keeps / duplicates the sequences `rows` (beam search reordering): row i of the new state is
   // row rows[i] of the old one.
   void reorder(DecoderState& state, const std::vector<int64_t>& rows) const;

@@ -14,18 +14,20 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Gener
             "MultiHeadAttention: d_model " << d_model << " must be divisible by num_heads " << num_heads);
 }
 
-Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks) const {
-  return attend(project(W_q, Q), project(W_k, K), project(W_v, V), masks);  // q (B, H, Tq, dk), k v (B, H, Tk, dk)
+Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
+                                Tensor* weights) const {
+  return attend(project(W_q, Q), project(W_k, K), project(W_v, V), masks, weights);  // q (B, H, Tq, dk), k v (B, H, Tk, dk)
 }
 
-Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks) const {
+Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
+                               Tensor* weights) const {
   ops::AttentionDropoutSpec drop;
   if (training() && attention_dropout_ > 0.f) {
     drop.p = attention_dropout_;
     drop.seed = gen_->seed();
     drop.offset = gen_->reserve(static_cast<uint64_t>(q.size(0) * q.size(1) * q.size(2) * k.size(2)));
   }
-  const Var attn = fn::attention(q, k, v, masks, drop);  // (B, H, Tq, dk)
+  const Var attn = fn::attention(q, k, v, masks, drop, weights);  // (B, H, Tq, dk)
   return W_o.forward(fn::combine_heads(attn));           // (B, Tq, D)
 }
 
@@ -54,18 +56,20 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
   v = ops::gather_rows(v, rows);
 }
 
-Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks) const {
+Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks,
+                                       Tensor* weights) const {
   const int64_t T = x.size(1), end = cache.length + T;
   QKV_CHECK(end <= cache.k.size(2), "attention cache: " << end << " positions exceed its capacity " << cache.k.size(2));
   const Var q = project(W_q, x);  // (N, H, T, dk)
   cache.k.narrow(2, cache.length, T).copy_from(project(W_k, x).value());
   cache.v.narrow(2, cache.length, T).copy_from(project(W_v, x).value());
   cache.length = end;
-  return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end));
+  return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights);
 }
 
-Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks) const {
-  return attend(project(W_q, x), Var(cache.k), Var(cache.v), masks);
+Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks,
+                                       Tensor* weights) const {
+  return attend(project(W_q, x), Var(cache.k), Var(cache.v), masks, weights);
 }
 
 KVCache MultiHeadAttention::project_memory(const Var& memory) const {

@@ -24,20 +24,27 @@ class MultiHeadAttention : public Module {
   MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout = 0.f);
 
   // Q (B, Tq, D); K, V (B, Tk, D) -> (B, Tq, D). masks: key padding / query rows / causal.
-  Var forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks) const;
+  // Every forward below takes an optional `weights`: when given, it receives the attention weights
+  // (B, H, Tq, Tk) of this call, the softmax the fused op computes anyway (no extra work; for
+  // pictures of what the model attends to). Null, the default, keeps nothing.
+  Var forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
+              Tensor* weights = nullptr) const;
 
   // The two halves of forward, for incremental decoding where keys and values are cached:
   // project: (B, T, D) -> split heads of W(x), (B, H, T, dk);
   // attend: W_o(combine_heads(attention(q, k, v))) -> (B, Tq, D).
   Var project(const Linear& W, const Var& x) const { return fn::split_heads(W.forward(x), num_heads_); }
-  Var attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks) const;
+  Var attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
+             Tensor* weights = nullptr) const;
 
   // Self-attention of x (N, T, D) at cache positions [length, length + T): appends the new keys and
   // values to `cache` and attends over positions [0, length + T). masks.key_keep, when given, covers
   // the cache's capacity; masks.causal hides later positions among the new ones.
-  Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks) const;
+  // weights: (N, H, T, length + T).
+  Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   // Cross-attention of x (N, T, D) over a static cache of projected encoder keys and values.
-  Var forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks) const;
+  Var forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks,
+                     Tensor* weights = nullptr) const;
   // The projected keys and values of `memory` (N, S, D), for forward_static.
   KVCache project_memory(const Var& memory) const;
   // softmax(Q K^T / sqrt(dk)) with the masks, (B, H, Tq, Tk): the attention weights, for

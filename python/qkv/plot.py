@@ -1,0 +1,601 @@
+"""Pictures of what a qkv model does: training curves and attention heatmaps.
+
+Pure Python (NumPy and matplotlib only): this module never imports qkv's compiled extension, so
+the ``qkv`` command runs it as a script (``qkv plot``, ``qkv translate --attention-out``) on a
+machine where only the CLI is installed.
+
+Library use::
+
+    from qkv import plot
+    plot.curves("runs/de-en", out="curves.png")              # loss and dev score vs step and time
+    plot.attention(w, src_pieces, tgt_pieces, out="a.png")   # w: (heads, T, S) or (T, S)
+
+Script use (what the CLI runs)::
+
+    python3 plot.py curves RUN_DIR [--out curves.png]
+    python3 plot.py attention FILE.npz|DIR ... --out DIR|FILE.png [--kind cross] [--layer N] [--head N]
+
+The script exits 0 on success (printing what it wrote), 1 with one line ``plot.py: error: ...`` on
+bad input, 2 on a usage error (argparse), and 3 when the Python running it lacks matplotlib or
+NumPy (the ``qkv`` command then tries another python3, or says how to install them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence, Union
+
+try:
+    import matplotlib  # noqa: F401  (first, so a python3 without it is named for what it lacks)
+    import numpy as np
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+except ImportError as _missing:
+    if __name__ != "__main__":
+        raise
+    # The qkv CLI reads exit status 3 as "this python3 lacks a module" and may try another python3.
+    print(f"plot.py: error: {sys.executable} has no module named '{_missing.name}'", file=sys.stderr)
+    sys.exit(3)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+__all__ = ["Metrics", "read_metrics", "curves", "attention", "attention_file", "main"]
+
+METRICS_FILE = "metrics.jsonl"
+
+# Dev scores drawn in the lower panels, with their labels; perplexity is drawn on its own
+# (right-hand, logarithmic) axis when another score shares the panel.
+_SCORES = (("bleu", "dev BLEU"), ("accuracy", "dev accuracy"), ("macro_f1", "dev macro-F1"))
+_PERPLEXITY = ("perplexity", "dev perplexity")
+# Fields that must be numbers when present.
+_NUMERIC = frozenset(("step", "epoch", "time", "loss", "lr", "grad_norm", "tokens_per_second", "tokens", "perplexity",
+                      "bleu", "accuracy", "macro_f1"))
+
+
+# ---- training curves ------------------------------------------------------------------------
+
+
+@dataclass
+class Metrics:
+    """The records of one run's ``metrics.jsonl``, column by column.
+
+    ``steps`` holds the training-step records and ``validations`` the validation records, each a
+    dict of lists keyed by field name (``"step"``, ``"time"``, ``"loss"``, ...); a field missing
+    from a record is ``nan`` in its list. Records are in step order; when a run was resumed from an
+    earlier step, the records after it that a crash left behind are dropped (the later ones win).
+    """
+
+    path: str
+    steps: dict[str, list[float]] = field(default_factory=dict)
+    validations: dict[str, list[float]] = field(default_factory=dict)
+
+    def column(self, kind: str, name: str) -> np.ndarray:
+        """One field of the step (``kind="step"``) or validation records as floats (nan = absent)."""
+        table = self.steps if kind == "step" else self.validations
+        n = len(table.get("step", []))
+        return np.asarray(table.get(name, [math.nan] * n), dtype=float)
+
+    def has(self, kind: str, name: str) -> bool:
+        """Whether any record of that kind has a finite value of `name`."""
+        return bool(np.isfinite(self.column(kind, name)).any())
+
+
+def _metrics_path(run: PathLike) -> str:
+    path = os.fspath(run)
+    if os.path.isdir(path):
+        path = os.path.join(path, METRICS_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: no such file (is {os.fspath(run)} a qkv training run directory?)")
+    elif not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return path
+
+
+def _number(record: dict[str, Any], key: str, where: str) -> float:
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: \"{key}\" must be a number, got {json.dumps(value)}")
+    return float(value)
+
+
+def read_metrics(run: PathLike) -> Metrics:
+    """Reads a run's ``metrics.jsonl`` (or the file itself).
+
+    Each line is one JSON object with ``"event"`` ``"step"`` or ``"validation"`` and a numeric
+    ``"step"``; other events are ignored, as are blank lines and an unfinished last line (no
+    newline yet: a run writing it). Numeric fields must be numbers.
+
+    Raises:
+        FileNotFoundError: `run` does not exist, or is a directory without ``metrics.jsonl``.
+        ValueError: a line that is not a JSON object or has a field of the wrong type, naming
+            the file and line.
+    """
+    path = _metrics_path(run)
+    rows: dict[str, list[dict[str, float]]] = {"step": [], "validation": []}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            if lineno == len(lines) and not line.endswith("\n"):
+                continue  # the line a running (or killed) training run is writing
+            raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        event = record.get("event")
+        if event not in rows:
+            continue  # an event this version does not draw
+        if "step" not in record:
+            raise ValueError(f"{where}: a \"{event}\" record without \"step\"")
+        values: dict[str, float] = {}
+        for key, value in record.items():
+            if key == "event" or (value is None and key != "step"):
+                continue  # null: not computed
+            if key == "best":
+                if not isinstance(value, bool):
+                    raise ValueError(f"{where}: \"best\" must be true or false, got {json.dumps(value)}")
+                values[key] = 1.0 if value else 0.0
+            elif key in _NUMERIC or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+                values[key] = _number(record, key, where)
+            # other fields (notes, names) are kept out of the columns
+        table = rows[event]
+        # A resumed run starts again from an earlier step: what was written past it goes.
+        while table and table[-1]["step"] >= values["step"]:
+            table.pop()
+        table.append(values)
+    metrics = Metrics(path)
+    for event, table in rows.items():
+        keys: list[str] = []
+        for r in table:
+            keys.extend(k for k in r if k not in keys)
+        columns = {k: [r.get(k, math.nan) for r in table] for k in keys}
+        if event == "step":
+            metrics.steps = columns
+        else:
+            metrics.validations = columns
+    return metrics
+
+
+def _time_unit(max_seconds: float) -> tuple[float, str]:
+    if max_seconds >= 3 * 3600:
+        return 3600.0, "h"
+    if max_seconds >= 3 * 60:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+def _smooth(y: np.ndarray) -> np.ndarray:
+    """A centred moving average of about 1/25 of the points (edges use the points they have)."""
+    window = max(3, len(y) // 25) | 1
+    kernel = np.ones(window)
+    finite = np.isfinite(y)
+    total = np.convolve(np.where(finite, y, 0.0), kernel, mode="same")
+    count = np.convolve(finite.astype(float), kernel, mode="same")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _wants_log(*series: np.ndarray) -> bool:
+    values = np.concatenate([s[np.isfinite(s)] for s in series]) if series else np.array([])
+    return values.size > 1 and bool((values > 0).all()) and values.max() / values.min() > 30
+
+
+def _log_axis(ax: Any) -> None:
+    """A logarithmic y-axis labelled 1, 2, 5, 10, 20, ... in plain numbers."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _no_data(ax: Any, message: str) -> None:
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.text(0.5, 0.5, message, transform=ax.transAxes, ha="center", va="center", fontsize=12, color="0.4")
+
+
+def curves(run: PathLike, out: PathLike | None = None, *, title: str | None = None) -> Figure:
+    """Draws a training run's curves: a 2 x 2 grid, against step (left) and training time (right).
+
+    Top row: training loss (every logged step, faint, with a moving average when there are many)
+    and dev loss. Bottom row: the dev scores the run computed: BLEU, accuracy and macro-F1 on the
+    left axis, perplexity on a logarithmic right-hand axis (or alone). A star marks each
+    validation that was the best so far. A run with no validation yet says so in the lower panels.
+
+    Args:
+        run: a run directory holding ``metrics.jsonl``, or the path of such a file.
+        out: when given, the figure is also saved there (PNG, or any format matplotlib knows by
+            the extension).
+        title: the figure's title; default: the run directory's name and its last step.
+
+    Returns:
+        The matplotlib Figure (not attached to pyplot; display it in a notebook as it is).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_metrics`; ValueError also when the file
+            holds no step or validation record yet.
+    """
+    m = read_metrics(run)
+    n_steps, n_valid = len(m.steps.get("step", [])), len(m.validations.get("step", []))
+    if n_steps == 0 and n_valid == 0:
+        raise ValueError(f"{m.path}: no training records yet (no \"step\" or \"validation\" line)")
+
+    fig = Figure(figsize=(12, 8), dpi=100, layout="constrained")
+    axes = fig.subplots(2, 2)
+    step_s, step_v = m.column("step", "step"), m.column("validation", "step")
+    time_s, time_v = m.column("step", "time"), m.column("validation", "time")
+    finite_times = np.concatenate([time_s[np.isfinite(time_s)], time_v[np.isfinite(time_v)]])
+    scale, unit = _time_unit(float(finite_times.max()) if finite_times.size else 0.0)
+    best = m.column("validation", "best") == 1.0
+    marker_s = "o" if n_steps <= 40 else None
+
+    loss_s, loss_v = m.column("step", "loss"), m.column("validation", "loss")
+    log_loss = _wants_log(loss_s, loss_v)
+    for col, (xs, xv, xlabel) in enumerate(
+        ((step_s, step_v, "training step"), (time_s / scale, time_v / scale, f"training time ({unit})"))
+    ):
+        ax = axes[0, col]
+        drew = False
+        ok = np.isfinite(xs) & np.isfinite(loss_s)
+        if ok.any():
+            many = ok.sum() >= 50
+            ax.plot(xs[ok], loss_s[ok], color="C0", lw=1, alpha=0.35 if many else 1.0, marker=marker_s, ms=4,
+                    label="training loss" if not many else "training loss (each step)")
+            if many:
+                ax.plot(xs[ok], _smooth(loss_s[ok]), color="C0", lw=2, label="training loss (moving average)")
+            drew = True
+        okv = np.isfinite(xv) & np.isfinite(loss_v)
+        if okv.any():
+            ax.plot(xv[okv], loss_v[okv], color="C3", lw=2, marker="o", ms=5, label="dev loss")
+            ax.plot(xv[okv & best], loss_v[okv & best], ls="none", marker="*", ms=14, color="C3",
+                    markeredgecolor="k", label="best so far")
+            drew = True
+        if drew:
+            if log_loss:
+                _log_axis(ax)
+            ax.legend(loc="upper right", fontsize=9)
+        else:
+            _no_data(ax, "no training time recorded" if col == 1 else "no losses recorded")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("loss (cross-entropy, nats)")
+        ax.set_title(f"Loss by {'step' if col == 0 else 'training time'}")
+        ax.grid(True, alpha=0.3)
+
+    scores = [(k, label) for k, label in _SCORES if m.has("validation", k)]
+    has_ppl = m.has("validation", _PERPLEXITY[0])
+    for col, (xv, xlabel) in enumerate(((step_v, "training step"), (time_v / scale, f"training time ({unit})"))):
+        ax = axes[1, col]
+        ax.set_xlabel(xlabel)
+        ax.set_title(f"Dev score by {'step' if col == 0 else 'training time'}")
+        ax.grid(True, alpha=0.3)
+        if n_valid == 0 or not (scores or has_ppl):
+            _no_data(ax, "no validation yet" if n_valid == 0 else "no dev score recorded")
+            ax.set_ylabel("dev score")
+            continue
+        handles = []
+        for i, (key, label) in enumerate(scores):
+            y = m.column("validation", key)
+            ok = np.isfinite(xv) & np.isfinite(y)
+            (h,) = ax.plot(xv[ok], y[ok], color=f"C{i + 1}", lw=2, marker="o", ms=5, label=label)
+            ax.plot(xv[ok & best], y[ok & best], ls="none", marker="*", ms=14, color=f"C{i + 1}", markeredgecolor="k")
+            handles.append(h)
+        if scores:
+            ax.set_ylabel(", ".join(label.removeprefix("dev ") for _, label in scores))
+        if has_ppl:
+            pax = ax.twinx() if scores else ax
+            y = m.column("validation", "perplexity")
+            ok = np.isfinite(xv) & np.isfinite(y)
+            (h,) = pax.plot(xv[ok], y[ok], color="C7", lw=2, ls="--" if scores else "-", marker="s", ms=4,
+                            label=_PERPLEXITY[1])
+            if not scores:
+                pax.plot(xv[ok & best], y[ok & best], ls="none", marker="*", ms=14, color="C7", markeredgecolor="k")
+            if _wants_log(y[ok]):
+                _log_axis(pax)
+            pax.set_ylabel("perplexity" + (" (dashed)" if scores else ""))
+            handles.append(h)
+        if not np.isfinite(xv).any():
+            _no_data(ax, "no training time recorded")
+        ax.legend(handles=handles, loc="best", fontsize=9)
+
+    if title is None:
+        run_dir = os.path.dirname(os.path.abspath(m.path))
+        last = int(max(np.nanmax(step_s) if n_steps else 0, np.nanmax(step_v) if n_valid else 0))
+        title = f"{os.path.basename(run_dir)}: {last} step{'s' if last != 1 else ''}"
+        if n_valid:
+            title += f", {n_valid} validation{'s' if n_valid != 1 else ''}"
+    fig.suptitle(title, fontsize=14)
+    if out is not None:
+        fig.savefig(os.fspath(out))
+    return fig
+
+
+# ---- attention --------------------------------------------------------------------------------
+
+
+def _tick_step(n: int) -> int:
+    """Every label up to 80 pieces; beyond that every k-th, so labels never overlap."""
+    return 1 if n <= 80 else math.ceil(n / 80)
+
+
+def _draw_heatmap(ax: Any, w: np.ndarray, xs: Sequence[str], ys: Sequence[str], vmax: float, fontsize: float,
+                  cmap: str) -> Any:
+    image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+    kx, ky = _tick_step(len(xs)), _tick_step(len(ys))
+    ax.set_xticks(range(0, len(xs), kx))
+    ax.set_xticklabels([xs[i] for i in range(0, len(xs), kx)], rotation=90, fontsize=fontsize)
+    ax.set_yticks(range(0, len(ys), ky))
+    ax.set_yticklabels([ys[i] for i in range(0, len(ys), ky)], fontsize=fontsize)
+    ax.tick_params(length=2, pad=1)
+    return image
+
+
+def attention(
+    weights: Any,
+    source_pieces: Sequence[str],
+    target_pieces: Sequence[str],
+    head: int | str | None = None,
+    *,
+    title: str | None = None,
+    xlabel: str = "source (keys)",
+    ylabel: str = "target (queries)",
+    cmap: str = "viridis",
+    columns: int | None = None,
+    out: PathLike | None = None,
+) -> Figure:
+    """Draws attention weights as a heatmap: one head, their mean, or a grid of every head.
+
+    Rows are queries (`target_pieces`, top to bottom), columns are keys (`source_pieces`, left to
+    right); a cell is how much that query attends to that key (each row sums to 1). For
+    self-attention give the same pieces twice.
+
+    Args:
+        weights: (heads, target_len, source_len) or (target_len, source_len), array-like.
+        source_pieces: the key tokens, ``source_len`` strings (x-axis tick labels).
+        target_pieces: the query tokens, ``target_len`` strings (y-axis tick labels).
+        head: None: every head in a grid (one panel for 2-D weights); an int: that head (0-based);
+            ``"mean"``: the average over heads.
+        title: the figure's title.
+        xlabel, ylabel: the axis labels (defaults suit cross-attention).
+        cmap: a matplotlib colormap name.
+        columns: panels per row of the grid (default: 4, or 2 for more than 40 pieces).
+        out: when given, the figure is also saved there (PNG by the extension).
+
+    Returns:
+        The matplotlib Figure.
+
+    Raises:
+        ValueError: weights not 2-D or 3-D, pieces that do not match its shape, a head out of
+            range, or non-finite weights.
+    """
+    w = np.asarray(weights, dtype=float)
+    if w.ndim == 2:
+        w = w[None]
+    if w.ndim != 3 or 0 in w.shape:
+        raise ValueError(f"attention: weights must be (heads, target_len, source_len) or (target_len, source_len), "
+                         f"got shape {tuple(np.shape(weights))}")
+    heads, t_len, s_len = w.shape
+    xs, ys = [str(p) for p in source_pieces], [str(p) for p in target_pieces]
+    if len(xs) != s_len or len(ys) != t_len:
+        raise ValueError(f"attention: weights of shape {tuple(np.shape(weights))} need {t_len} target and {s_len} "
+                         f"source pieces, got {len(ys)} and {len(xs)}")
+    if not np.isfinite(w).all():
+        raise ValueError("attention: the weights hold NaN or infinite values")
+    if head is None:
+        panels = [(w[h], f"head {h}") for h in range(heads)] if heads > 1 else [(w[0], None)]
+    elif head == "mean":
+        panels = [(w.mean(axis=0), f"mean of {heads} heads")]
+    elif isinstance(head, (int, np.integer)) and not isinstance(head, bool) and 0 <= head < heads:
+        panels = [(w[head], f"head {head}" if heads > 1 else None)]
+    else:
+        raise ValueError(f"attention: head must be None, 'mean' or in [0, {heads}), got {head!r}")
+
+    ncols = min(len(panels), columns or (4 if max(s_len, t_len) <= 40 else 2))
+    nrows = math.ceil(len(panels) / ncols)
+    longest = max([len(p) for p in xs + ys] + [1])
+    fontsize = 9.0 if max(s_len, t_len) <= 30 else 7.0 if max(s_len, t_len) <= 60 else 5.5
+    cell = 0.25 if max(s_len, t_len) <= 30 else 0.16 if max(s_len, t_len) <= 60 else 0.11
+    label_room = min(longest, 16) * fontsize / 72 * 0.6 + 0.5
+    panel_w = min(max(s_len * cell, 2.0), 12.0) + label_room
+    panel_h = min(max(t_len * cell, 1.6), 12.0) + label_room
+    fig = Figure(figsize=(ncols * panel_w + 1.2, nrows * panel_h + (0.6 if title else 0.2)), dpi=100,
+                 layout="constrained")
+    grid = np.atleast_1d(fig.subplots(nrows, ncols, squeeze=False)).reshape(nrows, ncols)
+    vmax = max(float(max(p.max() for p, _ in panels)), 1e-6)
+    image = None
+    for i, ax in enumerate(grid.flat):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        data, name = panels[i]
+        image = _draw_heatmap(ax, data, xs, ys, vmax, fontsize, cmap)
+        if name:
+            ax.set_title(name, fontsize=10)
+        if i // ncols == nrows - 1 or i + ncols >= len(panels):
+            ax.set_xlabel(xlabel)
+        if i % ncols == 0:
+            ax.set_ylabel(ylabel)
+    fig.colorbar(image, ax=list(grid.flat[: len(panels)]), shrink=0.8, pad=0.01, aspect=30,
+                 label="attention weight")
+    if title:
+        fig.suptitle(title, fontsize=12)
+    if out is not None:
+        fig.savefig(os.fspath(out))
+    return fig
+
+
+# What an attention file (qkv translate / generate --attention-out) holds, per kind of picture:
+# the (layers, heads, T, S) array and the pieces of its keys (x) and queries (y).
+_KINDS: dict[str, tuple[str, str, str, str, str]] = {
+    # kind: (array, key pieces, query pieces, title, axis labels "keys|queries")
+    "cross": ("cross_attention", "source_pieces", "target_pieces", "cross-attention",
+              "source (keys)|target (queries)"),
+    "decoder_self": ("decoder_self_attention", "decoder_input_pieces", "decoder_input_pieces",
+                     "decoder self-attention", "target (keys)|target (queries)"),
+    "encoder_self": ("encoder_self_attention", "source_pieces", "source_pieces", "encoder self-attention",
+                     "source (keys)|source (queries)"),
+    "self": ("self_attention", "pieces", "pieces", "self-attention", "tokens (keys)|tokens (queries)"),
+}
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"{path}: not a readable .npz file ({e})") from None
+
+
+def attention_file(path: PathLike, kind: str | None = None, layer: int | None = None, head: int | str | None = None,
+                   out: PathLike | None = None) -> Figure:
+    """Draws one layer of an attention file written by ``qkv translate/generate --attention-out``.
+
+    Args:
+        path: the ``.npz`` file.
+        kind: ``"cross"``, ``"decoder_self"``, ``"encoder_self"`` (translation) or ``"self"``
+            (generation); default: cross-attention if the file has it, else self-attention.
+        layer: 1-based layer number; default: the last layer.
+        head: as :func:`attention`.
+        out: where to save the picture.
+    """
+    data = _load_npz(os.fspath(path))
+    kind = kind or _default_kind(data, os.fspath(path))
+    array, keys, queries, name, labels = _spec(data, kind, os.fspath(path))
+    stack = data[array]
+    layer = stack.shape[0] if layer is None else layer
+    if not 1 <= layer <= stack.shape[0]:
+        raise ValueError(f"{os.fspath(path)}: layer {layer} is not in [1, {stack.shape[0]}]")
+    xlabel, ylabel = labels.split("|")
+    return attention(stack[layer - 1], list(data[keys]), list(data[queries]), head,
+                     title=f"{os.path.basename(os.fspath(path))}: layer {layer} of {stack.shape[0]}, {name}",
+                     xlabel=xlabel, ylabel=ylabel, out=out)
+
+
+def _default_kind(data: dict[str, np.ndarray], path: str) -> str:
+    for kind in ("cross", "self"):
+        if _KINDS[kind][0] in data:
+            return kind
+    raise ValueError(f"{path}: holds no cross_attention or self_attention array (not an attention file?)")
+
+
+def _spec(data: dict[str, np.ndarray], kind: str, path: str) -> tuple[str, str, str, str, str]:
+    if kind not in _KINDS:
+        raise ValueError(f"unknown attention kind '{kind}' (one of {', '.join(_KINDS)})")
+    spec = _KINDS[kind]
+    array, keys, queries = spec[0], spec[1], spec[2]
+    for name in (array, keys, queries):
+        if name not in data:
+            raise ValueError(f"{path}: no '{name}' array, so no {spec[3]} picture (kinds here: "
+                             f"{', '.join(k for k, s in _KINDS.items() if s[0] in data) or 'none'})")
+    stack = data[array]
+    if stack.ndim != 4 or stack.shape[2] != len(data[queries]) or stack.shape[3] != len(data[keys]):
+        raise ValueError(f"{path}: '{array}' of shape {stack.shape} does not fit (layers, heads, "
+                         f"{len(data[queries])}, {len(data[keys])}) from its pieces")
+    return spec
+
+
+def _attention_inputs(paths: Iterable[str]) -> list[str]:
+    files: list[str] = []
+    for p in paths:
+        if os.path.isdir(p):
+            found = sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".npz"))
+            if not found:
+                raise FileNotFoundError(f"{p}: no .npz attention files in this directory")
+            files.extend(found)
+        elif not os.path.exists(p):
+            raise FileNotFoundError(f"{p}: no such file or directory")
+        else:
+            files.append(p)
+    return files
+
+
+def _draw_attention_files(args: argparse.Namespace) -> list[str]:
+    files = _attention_inputs(args.inputs)
+    head: int | str | None = None
+    if args.head is not None:
+        head = "mean" if args.head == "mean" else int(args.head) if args.head.isdigit() else args.head
+    if args.out.lower().endswith(".png"):
+        if len(files) != 1:
+            raise ValueError(f"--out {args.out}: one picture needs one attention file, got {len(files)} "
+                             "(give a directory to draw them all)")
+        kind = None if args.kind in (None, "all") else args.kind
+        fig = attention_file(files[0], kind, args.layer, head, out=args.out)
+        del fig
+        return [args.out]
+    os.makedirs(args.out, exist_ok=True)
+    written: list[str] = []
+    for path in files:
+        data = _load_npz(path)
+        if args.kind == "all":
+            kinds = [k for k, s in _KINDS.items() if s[0] in data]
+        else:
+            kinds = [args.kind or _default_kind(data, path)]
+        stem = os.path.splitext(os.path.basename(path))[0]
+        for kind in kinds:
+            layers = data[_spec(data, kind, path)[0]].shape[0]
+            for layer in [args.layer] if args.layer is not None else range(1, layers + 1):
+                target = os.path.join(args.out, f"{stem}-{kind.replace('_', '-')}-layer{layer}.png")
+                attention_file(path, kind, layer, head, out=target)
+                written.append(target)
+    return written
+
+
+# ---- script -----------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="plot.py", description="Pictures of qkv training runs and attention weights.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("curves", help="loss and dev score against step and training time")
+    c.add_argument("run", help="run directory (holding metrics.jsonl) or a metrics.jsonl file")
+    c.add_argument("--out", help="picture to write (default: RUN/curves.png)")
+    c.add_argument("--title", help="figure title")
+    a = sub.add_parser("attention", help="heatmaps of attention files (.npz from --attention-out)")
+    a.add_argument("inputs", nargs="+", help=".npz files, or directories of them")
+    a.add_argument("--out", required=True, help="a directory (one PNG per file, kind and layer) or one FILE.png")
+    a.add_argument("--kind", choices=[*_KINDS, "all"],
+                   help="which attention (default: cross if the file has it, else self; 'all': every kind)")
+    a.add_argument("--layer", type=int, help="1-based layer (default: every layer; the last for FILE.png)")
+    a.add_argument("--head", help="one head (0-based) or 'mean' (default: a grid of every head)")
+    for s in (c, a):
+        s.add_argument("--quiet", action="store_true", help="print nothing on success")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The script's entry point; returns the exit status (0 ok, 1 bad input, 2 usage)."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "curves":
+            out = args.out or os.path.join(
+                args.run if os.path.isdir(args.run) else os.path.dirname(os.path.abspath(args.run)), "curves.png")
+            curves(args.run, out, title=args.title)
+            if not args.quiet:
+                print(f"wrote {out}")
+        else:
+            if args.head is not None and args.head != "mean" and not args.head.isdigit():
+                raise ValueError(f"--head: expected a head number or 'mean', got '{args.head}'")
+            written = _draw_attention_files(args)
+            if not args.quiet:
+                print(f"wrote {len(written)} picture{'s' if len(written) != 1 else ''} to "
+                  f"{args.out if len(written) != 1 else written[0]}")
+    except (OSError, ValueError) as e:
+        message = str(e) if not isinstance(e, OSError) or not e.filename or e.strerror is None else \
+            f"{e.filename}: {e.strerror}"
+        print(f"plot.py: error: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
