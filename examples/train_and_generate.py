@@ -38,7 +38,7 @@ def main() -> int:
         made_up_text(text)
 
     trainer = qkv.Trainer(arch="decoder-only", text=str(text), valid_text=str(text), out=str(out),
-                          steps=args.steps, valid_every=50, log_every=10, spm_vocab=280, block_size=32, batch=8,
+                          steps=args.steps, valid_every=50, log_every=10, spm_vocab=320, block_size=32, batch=8,
                           d_model=32, heads=2, layers=2, d_ff=64, lr=3e-3, warmup=20)
 
     def show(m: dict) -> None:
