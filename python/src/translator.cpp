@@ -6,8 +6,10 @@ namespace qkv::python {
 
 namespace {
 api::TranslationOptions translation_options(int beam, int n_best, float length_penalty, float max_length_ratio,
-                                            int64_t max_length_offset, int64_t batch_size, bool truncate) {
+                                            int64_t max_length_offset, int64_t batch_size, bool truncate,
+                                            bool attention = false) {
   api::TranslationOptions o;
+  o.search.attention = attention;
   o.search.beam_size = beam;
   o.search.n_best = n_best;
   o.search.length_penalty = length_penalty;
@@ -18,11 +20,18 @@ api::TranslationOptions translation_options(int beam, int n_best, float length_p
   return o;
 }
 
-// n_best 1: one string (or id list) per input; more: a list of Translation per input.
-py::list results_to_python(const std::vector<std::vector<api::Translation>>& results, int n_best, bool ids) {
+py::list tensors_to_numpy(const std::vector<Tensor>& tensors) {
+  py::list out;
+  for (const Tensor& t : tensors) out.append(tensor_to_numpy(t));
+  return out;
+}
+
+// n_best 1: one string (or id list) per input; more, or with attention: a list of Translation per input.
+py::list results_to_python(const std::vector<std::vector<api::Translation>>& results, int n_best, bool ids,
+                           bool attention = false) {
   py::list out;
   for (const auto& hyps : results) {
-    if (n_best == 1) {
+    if (n_best == 1 && !attention) {
       if (hyps.empty())
         out.append(ids ? py::object(py::list()) : py::object(py::str("")));
       else
@@ -41,6 +50,19 @@ void bind_translator(py::module_& m) {
       .def_readonly("tokens", &api::Translation::tokens, "Target ids without BOS and EOS.")
       .def_readonly("log_prob", &api::Translation::log_prob, "Sum of log p over the tokens and EOS.")
       .def_readonly("score", &api::Translation::score, "log_prob / length^length_penalty (the ranking).")
+      .def_property_readonly(
+          "attention",
+          [](const api::Translation& t) -> py::object {
+            if (t.attention.empty()) return py::none();
+            py::dict d;
+            d["encoder_self"] = tensors_to_numpy(t.attention.encoder_self);
+            d["decoder_self"] = tensors_to_numpy(t.attention.decoder_self);
+            d["cross"] = tensors_to_numpy(t.attention.cross);
+            return d;
+          },
+          "With translate(..., attention=True): {'encoder_self': [(H, S, S) per layer], 'decoder_self': [(H, T, T)], "
+          "'cross': [(H, T, S)]} as float32 arrays; T = len(tokens) + 1 (the positions that chose the tokens and "
+          "EOS). Label them with Translator.source_pieces and target_pieces; draw with qkv.plot.attention.")
       .def("__repr__", [](const api::Translation& t) {
         return "Translation(text=" + py::repr(py::str(t.text)).cast<std::string>() +
                ", log_prob=" + std::to_string(t.log_prob) + ", score=" + std::to_string(t.score) + ")";
@@ -57,22 +79,22 @@ void bind_translator(py::module_& m) {
       .def(
           "translate",
           [](const api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,
-             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate) {
+             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate, bool attention) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, truncate);
+                                               batch_size, truncate, attention);
             std::vector<std::vector<api::Translation>> r;
             {
               py::gil_scoped_release release;
               r = t.translate(texts, o);
             }
-            return results_to_python(r, n_best, false);
+            return results_to_python(r, n_best, false, attention);
           },
           py::arg("texts"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
-          py::arg("truncate") = true,
-          "Translates each text. n_best 1: a list of strings; n_best > 1: a list of lists of Translation, best "
-          "first. beam 1 is greedy search. A source over the model's max_seq_length is cut (truncate=False: "
-          "ValueError naming it).")
+          py::arg("truncate") = true, py::arg("attention") = false,
+          "Translates each text. n_best 1: a list of strings; n_best > 1 or attention=True: a list of lists of "
+          "Translation, best first (with attention=True each carries its attention weights). beam 1 is greedy "
+          "search. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it).")
       .def(
           "translate_ids",
           [](const api::Translator& t, const py::object& sources, int beam, int n_best, float length_penalty,
@@ -93,6 +115,24 @@ void bind_translator(py::module_& m) {
       .def_property_readonly(
           "model", [](py::object self) { return PyModel{&self.cast<api::Translator&>().model(), nullptr, self}; },
           "The model (weights as NumPy views).")
+      .def(
+          "source_pieces",
+          [](const api::Translator& t, const std::string& text) {
+            std::vector<std::string> pieces;
+            for (const int32_t id : t.encode_source(text, api::TranslationOptions{}, "text")) pieces.push_back(t.source_piece(id));
+            return pieces;
+          },
+          py::arg("text"), "The source pieces a text is read as (the keys of cross-attention).")
+      .def(
+          "target_pieces",
+          [](const api::Translator& t, const std::vector<int32_t>& tokens, bool eos) {
+            std::vector<std::string> pieces;
+            for (const int32_t id : tokens) pieces.push_back(t.target_piece(id));
+            if (eos) pieces.push_back(t.target_piece(static_cast<int32_t>(t.config().eos_id)));
+            return pieces;
+          },
+          py::arg("tokens"), py::arg("eos") = true,
+          "The target pieces of a translation's tokens, with EOS (the queries of its attention).")
       .def_property_readonly("has_tokenizers", &api::Translator::has_tokenizers);
 }
 

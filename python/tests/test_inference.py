@@ -83,3 +83,19 @@ def test_encoder_embeddings_equal_qkv_embed(encoder_checkpoint, tmp_path):
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-5)
     with pytest.raises(ValueError, match="no classification head"):
         encoder.classify(texts)
+
+
+def test_translation_attention_is_returned_labelled_and_drawn(translation_checkpoint, data_dir, tmp_path):
+    src = (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[0]
+    translator = qkv.Translator(translation_checkpoint)
+    best = translator.translate([src], beam=4, attention=True)[0][0]
+    assert best.text == translator.translate([src], beam=4)[0]  # asking for weights changes nothing
+    layers = translator.model.config["num_layers"]
+    source, target = translator.source_pieces(src), translator.target_pieces(best.tokens)
+    cross = best.attention["cross"]
+    assert len(cross) == layers
+    assert cross[-1].shape == (2, len(target), len(source))
+    np.testing.assert_allclose(cross[-1].sum(axis=-1), 1.0, rtol=1e-5)
+    figure = qkv.plot.attention(cross[-1], source, target, out=tmp_path / "cross.png")
+    assert (tmp_path / "cross.png").stat().st_size > 1000
+    assert len(figure.axes) >= 2
