@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "cli/cli_util.h"
 
@@ -48,6 +49,21 @@ TEST_F(LmCli, TrainsValidatesWithPerplexityAndSavesACheckpointWithItsVocabulary)
   const CliRun info = run_qkv("info " + *dir_ + "/run/last");
   EXPECT_NE(info.out.find("architecture  decoder-only"), std::string::npos) << info.out;
   EXPECT_NE(info.out.find("language-model, step 6"), std::string::npos) << info.out;
+}
+
+// metrics.jsonl: one line per progress report and per validation, what the progress line says.
+TEST_F(LmCli, WritesEveryReportToMetricsJsonl) {
+  ASSERT_EQ(run_->code, 0) << run_->out;
+  std::ifstream in(*dir_ + "/run/metrics.jsonl");
+  ASSERT_TRUE(in.good());
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  // --steps 6 --log-every 3 --valid-every 3: steps 3 and 6, validations at 3 and 6.
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[0].find("{\"event\":\"step\",\"step\":3,"), 0u) << lines[0];
+  EXPECT_NE(lines[1].find("\"event\":\"validation\""), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("\"perplexity\":"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[3].find("\"step\":6"), std::string::npos) << lines[3];
 }
 
 TEST_F(LmCli, ScoresLinesWithoutASourceAndRefusesOne) {

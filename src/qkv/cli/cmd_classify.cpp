@@ -55,13 +55,14 @@ Runner add_classify_command(CLI::App& app) {
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   return [o]() {
     set_num_threads(o->threads);
-    const EncoderSession session = open_encoder(o->text, "classification");
-    const std::vector<std::string>& labels = session.model->config().labels;
+    const auto session_ptr = open_encoder(o->text, "classification");
+    const EncoderSession& session = *session_ptr;
+    const std::vector<std::string>& labels = session.model().config().labels;
     QKV_CHECK(!labels.empty(), o->text.checkpoint << ": the model has no classification head (config.json \"labels\" is "
                                                      "empty); train one with qkv train --objective classify");
     const std::vector<std::vector<int32_t>> ids = read_encoder_lines(session, o->text);
     if (ids.empty()) return 0;
-    print_predictions(train::class_probabilities(*session.model, ids, o->text.batch_size), labels, o->top);
+    print_predictions(train::class_probabilities(session.model(), ids, o->text.batch_size), labels, o->top);
     return 0;
   };
 }

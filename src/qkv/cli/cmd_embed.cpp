@@ -49,9 +49,10 @@ Runner add_embed_command(CLI::App& app) {
   return [o]() {
     set_num_threads(o->threads);
     const auto start = std::chrono::steady_clock::now();
-    const EncoderSession session = open_encoder(o->text, "embedding");
+    const auto session_ptr = open_encoder(o->text, "embedding");
+    const EncoderSession& session = *session_ptr;
     const std::vector<std::vector<int32_t>> ids = read_encoder_lines(session, o->text);
-    const Tensor e = models::embed_sentences(*session.model, ids, session.pooling, o->text.batch_size);
+    const Tensor e = session.embed_ids(ids, o->text.batch_size);
     if (o->out.empty()) {
       print_json_lines(e);
       return 0;
@@ -60,7 +61,7 @@ Runner add_embed_command(CLI::App& app) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "qkv: wrote %s: %lld embeddings of %lld floats (%s) in %.1f s\n", o->out.c_str(),
                  static_cast<long long>(e.size(0)), static_cast<long long>(e.size(1)),
-                 models::describe(session.pooling).c_str(), seconds);
+                 models::describe(session.pooling()).c_str(), seconds);
     return 0;
   };
 }

@@ -26,12 +26,12 @@
 #include <memory>
 #include <sstream>
 
+#include "qkv/api/generator.h"
 #include "qkv/cli/commands.h"
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
-#include "qkv/decoding/generate.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/text/tokenizer.h"
 #include "qkv/text/utf8.h"
@@ -74,87 +74,37 @@ void check_flags(const GenerateCliOptions& o) {
   }
 }
 
-// Prints the text of the new tokens as they come: after each token the whole continuation is
-// decoded again and what extends the text already printed is written and flushed. A trailing
-// U+FFFD (byte pieces of a character not complete yet) waits for the next token.
-class TextStream {
- public:
-  explicit TextStream(const text::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
-  void push(int32_t id) {
-    ids_.push_back(id);
-    emit(false);
-  }
-  void finish() { emit(true); }
-
- private:
-  void emit(bool final) {
-    std::string text = tokenizer_.decode(ids_);
-    static const std::string kReplacement = "\xEF\xBF\xBD";
-    while (!final && text.size() >= kReplacement.size() &&
-           text.compare(text.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
-      text.resize(text.size() - kReplacement.size());
-    if (text.size() > printed_.size() && text.compare(0, printed_.size(), printed_) == 0) {
-      std::fwrite(text.data() + printed_.size(), 1, text.size() - printed_.size(), stdout);
-      std::fflush(stdout);
-      printed_ = std::move(text);
-    }
-  }
-  const text::Tokenizer& tokenizer_;
-  std::vector<int32_t> ids_;
-  std::string printed_;
-};
-
 int run_generate(const GenerateCliOptions& o) {
   check_flags(o);  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
   set_num_threads(o.threads);
-  auto model = models::load_causal_lm(o.checkpoint);
-  model->eval();
-  const auto& c = model->config();
-  const int64_t V = model->output_vocab_size();
-  std::unique_ptr<text::Tokenizer> tokenizer;  // spm.model, or an imported model's tokenizer.json
-  if (!o.ids) {
-    const std::string path = models::lm_tokenizer_path(o.checkpoint);
-    QKV_CHECK(!path.empty(), o.checkpoint << ": no " << models::kLmSpmFile << " or " << models::kLmBpeFile
-                                          << " for text prompts; use --ids for token ids");
-    tokenizer = text::load_tokenizer(path);
-    // An imported model's vocabulary may be padded beyond its tokenizer's; ours are equal.
-    QKV_CHECK(tokenizer->vocab_size() <= V, path << " has " << tokenizer->vocab_size()
-                                           << " tokens but the model's vocabulary is " << V);
-  }
-
-  decoding::GenerateOptions go;
-  go.max_new_tokens = o.max_new_tokens;
-  go.sample = o.sample;
-  go.sampling.temperature = o.temperature;
-  go.sampling.top_k = o.top_k;
-  go.sampling.top_p = o.top_p;
-  go.seed = o.seed;
-  go.long_prompt = o.truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
+  const api::Generator generator(o.checkpoint);
+  const int64_t V = generator.vocab_size();
+  QKV_CHECK(o.ids || generator.tokenizer(), o.checkpoint << ": no " << models::kLmSpmFile << " or " << models::kLmBpeFile
+                                                         << " for text prompts; use --ids for token ids");
+  api::GenerationOptions go;
+  go.decode.max_new_tokens = o.max_new_tokens;
+  go.decode.sample = o.sample;
+  go.decode.sampling.temperature = o.temperature;
+  go.decode.sampling.top_k = o.top_k;
+  go.decode.sampling.top_p = o.top_p;
+  go.decode.seed = o.seed;
+  go.decode.long_prompt = o.truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
+  go.batch_size = o.batch_size;
 
   // Prompts as ids, BOS first for text; `where` names each in messages.
   const bool single = o.prompt_opt->count() > 0;
   const std::vector<std::string> lines = single ? std::vector<std::string>{o.prompt} : text::read_text_lines_or_stdin(o.input);
   const std::string source = o.input == "-" ? "<stdin>" : o.input;
   auto where = [&](size_t i) { return single ? std::string("--prompt") : source + ":" + std::to_string(i + 1); };
-  QKV_CHECK(c.bos_id >= 0 && c.bos_id < V, o.checkpoint << ": the model has no BOS id (" << c.bos_id << ") to start a prompt with");
+  const int32_t bos = static_cast<int32_t>(generator.config().bos_id);
+  QKV_CHECK(bos >= 0 && bos < V, o.checkpoint << ": the model has no BOS id (" << bos << ") to start a prompt with");
   std::vector<std::vector<int32_t>> prompts(lines.size());
-  int64_t truncated = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    if (o.ids) {
-      prompts[i] = parse_ids(lines[i], where(i), V);
-      if (prompts[i].empty()) prompts[i].push_back(c.bos_id);
-    } else {
-      prompts[i].push_back(c.bos_id);
-      const std::vector<int32_t> text_ids = tokenizer->encode(lines[i]);
-      prompts[i].insert(prompts[i].end(), text_ids.begin(), text_ids.end());
-    }
-    try {
-      truncated += decoding::fit_prompt(prompts[i], c.max_seq_length, go).truncated;
-    } catch (const Error& e) {
-      throw Error(where(i) + ": " + e.what() + (o.truncate_prompt ? "" : "; --truncate-prompt keeps its last tokens"));
-    }
+    prompts[i] = o.ids ? parse_ids(lines[i], where(i), V) : generator.encode_prompt(lines[i]);
+    if (prompts[i].empty()) prompts[i].push_back(bos);
   }
+  const int64_t truncated = generator.check_prompts(prompts, go, where, "--truncate-prompt keeps its last tokens");
   if (truncated && !o.quiet)
     std::fprintf(stderr, "qkv generate: %lld prompt(s) cut to their last tokens to leave room for the new ones\n",
                  static_cast<long long>(truncated));
@@ -162,47 +112,38 @@ int run_generate(const GenerateCliOptions& o) {
   Stopwatch clock;
   int64_t new_tokens = 0;
   if (single) {
-    std::unique_ptr<TextStream> stream = tokenizer ? std::make_unique<TextStream>(*tokenizer) : nullptr;
+    std::unique_ptr<api::TextStream> stream =
+        !o.ids && generator.tokenizer() ? std::make_unique<api::TextStream>(*generator.tokenizer()) : nullptr;
     bool first = true;
-    const auto out = decoding::generate(*model, prompts, {0}, go, [&](size_t, int32_t token) {
+    const auto print = [](const std::string& piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+    const auto out = generator.generate_streaming(prompts[0], go, [&](int32_t token) {
       if (stream) {
-        stream->push(token);
+        print(stream->push(token));
       } else {
         std::printf(first ? "%d" : " %d", token);
         std::fflush(stdout);
       }
       first = false;
     });
-    if (stream) stream->finish();
+    if (stream) print(stream->finish());
     std::printf("\n");
-    new_tokens = static_cast<int64_t>(out[0].size());
+    new_tokens = static_cast<int64_t>(out.size());
   } else {
-    // Batches of similar length (less padding); each line keeps its own random stream.
-    std::vector<size_t> order(prompts.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
-    std::vector<std::vector<int32_t>> results(prompts.size());
     const bool tty = ::isatty(STDERR_FILENO);
-    for (size_t begin = 0; begin < order.size(); begin += static_cast<size_t>(o.batch_size)) {
-      const size_t end = std::min(order.size(), begin + static_cast<size_t>(o.batch_size));
-      std::vector<std::vector<int32_t>> batch;
-      std::vector<uint64_t> keys;
-      for (size_t i = begin; i < end; ++i) {
-        batch.push_back(prompts[order[i]]);
-        keys.push_back(order[i]);
-      }
-      auto out = decoding::generate(*model, batch, keys, go);
-      for (size_t i = begin; i < end; ++i) {
-        new_tokens += static_cast<int64_t>(out[i - begin].size());
-        results[order[i]] = std::move(out[i - begin]);
-      }
-      if (!o.quiet) {
-        std::fprintf(stderr, tty ? "\rgenerated %zu/%zu lines" : "generated %zu/%zu lines\n", end, order.size());
-        std::fflush(stderr);
-      }
+    const auto results = generator.generate_ids(prompts, go, [&](int64_t done, int64_t total) {
+      if (o.quiet) return;
+      std::fprintf(stderr, tty ? "\rgenerated %lld/%lld lines" : "generated %lld/%lld lines\n",
+                   static_cast<long long>(done), static_cast<long long>(total));
+      std::fflush(stderr);
+    });
+    if (!o.quiet && tty && !prompts.empty()) std::fprintf(stderr, "\n");
+    for (const auto& r : results) {
+      new_tokens += static_cast<int64_t>(r.size());
+      std::printf("%s\n", (o.ids ? join_ids(r) : generator.decode(r)).c_str());
     }
-    if (!o.quiet && tty && !order.empty()) std::fprintf(stderr, "\n");
-    for (const auto& r : results) std::printf("%s\n", (o.ids ? join_ids(r) : tokenizer->decode(r)).c_str());
   }
   const double t = clock.seconds();
   if (!o.quiet)

@@ -45,9 +45,9 @@ json cache_key(const SimilarCliOptions& o, const EncoderSession& s) {
   return {{"corpus_crc32", io::file_crc32(o.corpus)},
           {"corpus_bytes", fs::file_size(o.corpus)},
           {"weights_crc32", io::file_crc32(o.text.checkpoint + "/model.safetensors")},
-          {"pooling", s.pooling.pooling},
-          {"normalize", s.pooling.normalize},
-          {"max_tokens", s.pooling.max_seq_length},
+          {"pooling", s.pooling().pooling},
+          {"normalize", s.pooling().normalize},
+          {"max_tokens", s.pooling().max_seq_length},
           {"too_long", o.text.too_long},
           {"ids", o.text.ids}};
 }
@@ -62,13 +62,13 @@ Tensor corpus_embeddings(const SimilarCliOptions& o, const EncoderSession& s, in
       std::ifstream in(meta);
       if (json::parse(in) == key) {
         Tensor cached = io::read_npy(npy);
-        if (cached.dim() == 2 && cached.size(0) == lines && cached.size(1) == s.model->config().d_model) return cached;
+        if (cached.dim() == 2 && cached.size(0) == lines && cached.size(1) == s.model().config().d_model) return cached;
       }
     } catch (const std::exception&) {
       // A damaged cache is recomputed, never trusted.
     }
   }
-  const Tensor e = models::embed_sentences(*s.model, read_encoder_lines(s, o.text, o.corpus), s.pooling,
+  const Tensor e = models::embed_sentences(s.model(), read_encoder_lines(s, o.text, o.corpus), s.pooling(),
                                            o.text.batch_size);
   if (!o.no_cache) {
     // The embeddings first, then the key that vouches for them: a crash in between leaves a key
@@ -119,14 +119,15 @@ Runner add_similar_command(CLI::App& app) {
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   return [o]() {
     set_num_threads(o->threads);
-    const EncoderSession session = open_encoder(o->text, "semantic search");
+    const auto session_ptr = open_encoder(o->text, "semantic search");
+    const EncoderSession& session = *session_ptr;
     const std::vector<std::string> lines = text::read_text_lines(o->corpus);
     QKV_CHECK(!lines.empty(), o->corpus << ": no lines to search");
     const Tensor corpus = corpus_embeddings(*o, session, static_cast<int64_t>(lines.size()));
     std::vector<std::vector<int32_t>> queries;
     for (size_t i = 0; i < o->queries.size(); ++i)
-      queries.push_back(encoder_line_ids(session, o->queries[i], "--query " + std::to_string(i + 1)));
-    const Tensor q = models::embed_sentences(*session.model, queries, session.pooling, o->text.batch_size);
+      queries.push_back(encoder_line_ids(session, o->text, o->queries[i], "--query " + std::to_string(i + 1)));
+    const Tensor q = session.embed_ids(queries, o->text.batch_size);
     for (size_t i = 0; i < o->queries.size(); ++i) {
       std::printf("# %s\n", o->queries[i].c_str());
       print_matches(corpus, q.narrow(0, static_cast<int64_t>(i), 1).contiguous(), lines, o->top);

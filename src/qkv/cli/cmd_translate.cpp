@@ -15,14 +15,12 @@
 #include <numeric>
 #include <sstream>
 
+#include "qkv/api/translator.h"
 #include "qkv/cli/commands.h"
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
-#include "qkv/decoding/search.h"
-#include "qkv/models/checkpoint.h"
-#include "qkv/text/sentencepiece.h"
 #include "qkv/text/utf8.h"
 
 namespace qkv::cli {
@@ -40,18 +38,25 @@ struct TranslateOptions {
 
 // The input's lines as token ids (empty for an empty line), cut to max_seq_length or refused as
 // --too-long says.
-std::vector<data::IdLine> read_sources(const TranslateOptions& o, const models::TransformerConfig& c,
-                                       const text::SentencePiece* src_spm) {
+std::vector<data::IdLine> read_sources(const TranslateOptions& o, const api::Translator& translator,
+                                       const api::TranslationOptions& to) {
   const std::vector<std::string> lines = text::read_text_lines_or_stdin(o.input);
   const std::string where = o.input == "-" ? "<stdin>" : o.input;
+  const models::TransformerConfig& c = translator.config();
   std::vector<data::IdLine> sources(lines.size());
   int64_t truncated = 0;
   for (size_t i = 0; i < lines.size(); ++i) {
-    sources[i] = o.ids ? parse_ids(lines[i], where + ":" + std::to_string(i + 1), c.src_vocab_size) : src_spm->encode(lines[i]);
+    const std::string line_where = where + ":" + std::to_string(i + 1);
+    if (!o.ids) {
+      bool cut = false;
+      sources[i] = translator.encode_source(lines[i], to, line_where, &cut);
+      truncated += cut;
+      continue;
+    }
+    sources[i] = parse_ids(lines[i], line_where, c.src_vocab_size);
     if (static_cast<int64_t>(sources[i].size()) > c.max_seq_length) {
-      QKV_CHECK(o.too_long == "truncate", where << ":" << i + 1 << ": " << sources[i].size()
-                                                  << " tokens exceed the model's max_seq_length " << c.max_seq_length
-                                                  << " (use --too-long truncate)");
+      QKV_CHECK(to.truncate, line_where << ": " << sources[i].size() << " tokens exceed the model's max_seq_length "
+                                        << c.max_seq_length << " (use --too-long truncate)");
       sources[i].resize(static_cast<size_t>(c.max_seq_length));
       ++truncated;
     }
@@ -77,61 +82,40 @@ int run_translate(const TranslateOptions& o) {
   check_search_flags(o, std::numeric_limits<int64_t>::max());  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
   set_num_threads(o.threads);
-  auto model = models::load_seq2seq(o.checkpoint);
-  model->eval();
-  const auto& c = model->config();
-  check_search_flags(o, c.tgt_vocab_size);
-  std::unique_ptr<text::SentencePiece> src_spm, tgt_spm;
-  if (!o.ids) {
-    const std::string s = o.checkpoint + "/" + models::kSourceSpmFile, t = o.checkpoint + "/" + models::kTargetSpmFile;
-    QKV_CHECK(std::filesystem::exists(s) && std::filesystem::exists(t),
-              o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
-    src_spm = std::make_unique<text::SentencePiece>(s);
-    tgt_spm = std::make_unique<text::SentencePiece>(t);
-  }
-  const std::vector<data::IdLine> sources = read_sources(o, c, src_spm.get());
+  const api::Translator translator(o.checkpoint);
+  check_search_flags(o, translator.config().tgt_vocab_size);
+  QKV_CHECK(o.ids || translator.has_tokenizers(),
+            o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
+  api::TranslationOptions to;
+  to.search.beam_size = o.beam;
+  to.search.n_best = o.n_best;
+  to.search.length_penalty = o.length_penalty;
+  to.search.max_length_ratio = o.max_length_ratio;
+  to.search.max_length_offset = o.max_length_offset;
+  to.batch_size = o.batch_size;
+  to.truncate = o.too_long == "truncate";
+  const std::vector<data::IdLine> sources = read_sources(o, translator, to);
 
-  // Batches of similar length; results are put back in input order.
-  std::vector<size_t> order;
-  for (size_t i = 0; i < sources.size(); ++i)
-    if (!sources[i].empty()) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() < sources[b].size(); });
-  decoding::SearchOptions so;
-  so.beam_size = o.beam;
-  so.n_best = o.n_best;
-  so.length_penalty = o.length_penalty;
-  so.max_length_ratio = o.max_length_ratio;
-  so.max_length_offset = o.max_length_offset;
-  std::vector<std::vector<decoding::Hypothesis>> results(sources.size());
   Stopwatch clock;
-  int64_t done = 0, out_tokens = 0;
   const bool tty = ::isatty(STDERR_FILENO);
-  for (size_t begin = 0; begin < order.size(); begin += static_cast<size_t>(o.batch_size)) {
-    const size_t end = std::min(order.size(), begin + static_cast<size_t>(o.batch_size));
-    std::vector<data::IdLine> batch;
-    for (size_t i = begin; i < end; ++i) batch.push_back(sources[order[i]]);
-    auto r = o.beam == 1 && o.n_best == 1 ? std::vector<std::vector<decoding::Hypothesis>>() : decoding::beam_search(*model, batch, so);
-    if (r.empty())
-      for (auto& h : decoding::greedy_search(*model, batch, so)) r.push_back({h});
-    for (size_t i = begin; i < end; ++i) {
-      results[order[i]] = std::move(r[i - begin]);
-      for (const auto& h : results[order[i]]) out_tokens += static_cast<int64_t>(h.tokens.size()) + 1;
-    }
-    done += static_cast<int64_t>(end - begin);
-    if (!o.quiet) {
-      std::fprintf(stderr, tty ? "\rtranslated %lld/%zu sentences" : "translated %lld/%zu sentences\n",
-                   static_cast<long long>(done), order.size());
-      std::fflush(stderr);
-    }
-  }
-  if (!o.quiet && tty) std::fprintf(stderr, "\n");
+  int64_t done = 0;
+  const auto results = translator.translate_ids(sources, to, [&](int64_t finished, int64_t total) {
+    done = finished;
+    if (o.quiet) return;
+    std::fprintf(stderr, tty ? "\rtranslated %lld/%lld sentences" : "translated %lld/%lld sentences\n",
+                 static_cast<long long>(finished), static_cast<long long>(total));
+    std::fflush(stderr);
+  });
+  if (!o.quiet && tty && done > 0) std::fprintf(stderr, "\n");
+  int64_t out_tokens = 0;
   for (size_t i = 0; i < sources.size(); ++i) {
     if (sources[i].empty()) {
       std::printf("\n");
       continue;
     }
     for (const auto& h : results[i]) {
-      const std::string text = o.ids ? join_ids(h.tokens) : tgt_spm->decode(h.tokens);
+      out_tokens += static_cast<int64_t>(h.tokens.size()) + 1;
+      const std::string text = o.ids ? join_ids(h.tokens) : h.text;
       if (o.n_best > 1)  // sentence index ||| hypothesis ||| log-probability ||| normalised score
         std::printf("%zu ||| %s ||| %.6f ||| %.6f\n", i, text.c_str(), h.log_prob, h.score);
       else

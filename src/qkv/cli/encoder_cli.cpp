@@ -26,46 +26,33 @@ void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::s
   app.add_flag("--ids", o.ids, "Lines are space-separated token ids (the checkpoint's tokenizer is not used)");
 }
 
-EncoderSession open_encoder(const EncoderTextOptions& o, const char* use) {
+std::unique_ptr<EncoderSession> open_encoder(const EncoderTextOptions& o, const char* use) {
   check_checkpoint_argument(o.checkpoint);
-  EncoderSession s;
-  s.model = models::load_encoder(o.checkpoint, use);
-  s.model->eval();
-  const models::TransformerConfig& c = s.model->config();
-  s.pooling = models::load_sentence_embedding_config(o.checkpoint);
-  if (o.max_tokens > 0) s.pooling.max_seq_length = o.max_tokens;
-  if (s.pooling.max_seq_length <= 0) s.pooling.max_seq_length = c.max_seq_length;
-  if (s.pooling.max_seq_length > c.max_seq_length)
-    throw UsageError("--max-tokens " + std::to_string(s.pooling.max_seq_length) + ": the model has " +
-                     std::to_string(c.max_seq_length) + " positions");
-  s.too_long = o.too_long == "error" ? data::TooLong::Error : data::TooLong::Truncate;
-  if (!o.ids) {
-    const std::string path = models::lm_tokenizer_path(o.checkpoint);
-    QKV_CHECK(!path.empty(), o.checkpoint << ": no tokenizer (tokenizer.json or spm.model); give token ids with --ids");
-    s.tokenizer = text::load_tokenizer(path);
-    QKV_CHECK(s.tokenizer->vocab_size() == c.tgt_vocab_size,
-              path << ": the tokenizer has " << s.tokenizer->vocab_size() << " tokens but the model's embedding has "
-                   << c.tgt_vocab_size << " rows (config.json vocab_size)");
-  }
+  auto s = std::make_unique<EncoderSession>(o.checkpoint, use);
+  const int64_t positions = s->model().config().max_seq_length;
+  if (o.max_tokens > positions)
+    throw UsageError("--max-tokens " + std::to_string(o.max_tokens) + ": the model has " + std::to_string(positions) +
+                     " positions");
+  if (o.max_tokens > 0) s->set_max_tokens(o.max_tokens);
+  s->set_too_long(o.too_long == "error" ? data::TooLong::Error : data::TooLong::Truncate);
+  QKV_CHECK(o.ids || s->tokenizer(), o.checkpoint << ": no tokenizer (tokenizer.json or spm.model); give token ids with --ids");
   return s;
 }
 
-std::vector<int32_t> encoder_line_ids(const EncoderSession& s, const std::string& line, const std::string& where) {
-  const models::TransformerConfig& c = s.model->config();
-  if (!s.tokenizer)
-    return data::encoder_ids_from_ids(parse_ids(line, where, c.tgt_vocab_size), c, s.pooling.max_seq_length,
-                                      s.too_long, where);
-  return data::encoder_ids(*s.tokenizer, c, line, s.pooling.max_seq_length, s.too_long, where);
+std::vector<int32_t> encoder_line_ids(const EncoderSession& s, const EncoderTextOptions& o, const std::string& line,
+                                      const std::string& where) {
+  if (o.ids) return s.encode_ids(parse_ids(line, where, s.model().config().tgt_vocab_size), where);
+  return s.encode(line, where);
 }
 
-std::vector<std::vector<int32_t>> read_encoder_lines(const EncoderSession& s, const EncoderTextOptions&,
+std::vector<std::vector<int32_t>> read_encoder_lines(const EncoderSession& s, const EncoderTextOptions& o,
                                                      const std::string& path) {
   const std::vector<std::string> lines = text::read_text_lines_or_stdin(path);
   const std::string name = path == "-" ? "<stdin>" : path;
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(lines.size());
   for (size_t i = 0; i < lines.size(); ++i)
-    ids.push_back(encoder_line_ids(s, lines[i], name + ":" + std::to_string(i + 1)));
+    ids.push_back(encoder_line_ids(s, o, lines[i], name + ":" + std::to_string(i + 1)));
   return ids;
 }
 

@@ -6,9 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "qkv/data/encoder_text.h"
-#include "qkv/models/sentence_embedding.h"
-#include "qkv/text/tokenizer.h"
+#include "qkv/api/encoder.h"
 
 namespace qkv::cli {
 
@@ -21,17 +19,12 @@ struct EncoderTextOptions {
   bool ids = false;
 };
 
-struct EncoderSession {
-  std::unique_ptr<models::EncoderModel> model;  // in eval mode
-  std::unique_ptr<text::Tokenizer> tokenizer;   // null with --ids
-  models::SentenceEmbeddingConfig pooling;      // max_seq_length resolved (never 0)
-  data::TooLong too_long = data::TooLong::Truncate;
-};
+using EncoderSession = api::Encoder;
 
 // --checkpoint, --input (when input_help is not empty), --batch-size, --max-tokens, --too-long, --ids.
 void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::string& input_help);
 // Loads the encoder-only checkpoint (another family is refused naming `use`) and its tokenizer.
-EncoderSession open_encoder(const EncoderTextOptions& o, const char* use);
+std::unique_ptr<EncoderSession> open_encoder(const EncoderTextOptions& o, const char* use);
 // The ids of every line of `path` ('-' = stdin).
 std::vector<std::vector<int32_t>> read_encoder_lines(const EncoderSession& s, const EncoderTextOptions& o,
                                                      const std::string& path);
@@ -39,6 +32,7 @@ inline std::vector<std::vector<int32_t>> read_encoder_lines(const EncoderSession
   return read_encoder_lines(s, o, o.input);
 }
 // The ids of one text (a query).
-std::vector<int32_t> encoder_line_ids(const EncoderSession& s, const std::string& text, const std::string& where);
+std::vector<int32_t> encoder_line_ids(const EncoderSession& s, const EncoderTextOptions& o, const std::string& text,
+                                      const std::string& where);
 
 }  // namespace qkv::cli

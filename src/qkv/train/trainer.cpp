@@ -260,7 +260,7 @@ void Trainer::validate(const TrainerEvents& events) {
     ++state_.bad_validations;
   }
   keep_step_checkpoint(events);
-  if (events.on_validation) events.on_validation({state_.step, v, better});
+  if (events.on_validation) events.on_validation({state_.step, v, better, elapsed_now_});
 }
 
 void Trainer::check_weights_finite() const {

@@ -83,6 +83,7 @@ struct ValidationReport {
   int64_t step = 0;
   ValidationResult result;
   bool best = false;
+  double elapsed = 0;  // training seconds when validated, earlier runs included
 };
 struct TrainerEvents {
   std::function<void(const StepReport&)> on_log;

@@ -1,0 +1,39 @@
+"""qkv: Transformer models in C++ (translation, generation, embeddings, training), from Python.
+
+The compiled part lives in ``qkv._core``; it is loaded on first use, so pure-Python parts such as
+``qkv.plot`` work without it.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "Translator",
+    "Translation",
+    "Generator",
+    "Encoder",
+    "Model",
+    "Trainer",
+    "load_checkpoint",
+    "import_hf",
+    "score",
+    "set_num_threads",
+    "plot",
+    "__version__",
+]
+
+_CORE_NAMES = frozenset(__all__) - {"plot", "__version__"}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "plot":
+        return importlib.import_module("qkv.plot")
+    if name in _CORE_NAMES or name == "__version__":
+        core = importlib.import_module("qkv._core")
+        return getattr(core, name)
+    raise AttributeError(f"module 'qkv' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,120 @@
+#include "qkv/api/generator.h"
+
+#include <algorithm>
+
+#include "qkv/models/checkpoint.h"
+
+namespace qkv::api {
+
+Generator::Generator(const std::string& checkpoint_dir) : dir_(checkpoint_dir) {
+  models::check_checkpoint_dir(checkpoint_dir);
+  model_ = models::load_causal_lm(checkpoint_dir);
+  model_->eval();
+  const std::string path = models::lm_tokenizer_path(checkpoint_dir);
+  if (!path.empty()) {
+    tokenizer_ = text::load_tokenizer(path);
+    // An imported model's vocabulary may be padded beyond its tokenizer's; ours are equal.
+    QKV_CHECK(tokenizer_->vocab_size() <= vocab_size(), path << " has " << tokenizer_->vocab_size()
+                                                             << " tokens but the model's vocabulary is " << vocab_size());
+  }
+}
+
+Generator::~Generator() = default;
+
+const models::TransformerConfig& Generator::config() const { return model_->config(); }
+int64_t Generator::vocab_size() const { return model_->output_vocab_size(); }
+
+std::vector<int32_t> Generator::encode_prompt(const std::string& text) const {
+  QKV_CHECK(tokenizer_, dir_ << ": no " << models::kLmSpmFile << " or " << models::kLmBpeFile
+                             << " for text prompts; give token ids instead");
+  const int32_t bos = static_cast<int32_t>(config().bos_id);
+  QKV_CHECK(bos >= 0 && bos < vocab_size(), dir_ << ": the model has no BOS id (" << bos << ") to start a prompt with");
+  std::vector<int32_t> ids{bos};
+  const std::vector<int32_t> text_ids = tokenizer_->encode(text);
+  ids.insert(ids.end(), text_ids.begin(), text_ids.end());
+  return ids;
+}
+
+std::string Generator::decode(const std::vector<int32_t>& ids) const {
+  QKV_CHECK(tokenizer_, dir_ << ": no tokenizer to decode with");
+  return tokenizer_->decode(ids);
+}
+
+int64_t Generator::check_prompts(const std::vector<std::vector<int32_t>>& prompts, const GenerationOptions& options,
+                                 const std::function<std::string(size_t)>& where,
+                                 const std::string& truncate_hint) const {
+  int64_t truncated = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    try {
+      QKV_CHECK(!prompts[i].empty(), "an empty prompt (start it with the BOS id " << config().bos_id << ")");
+      truncated += decoding::fit_prompt(prompts[i], config().max_seq_length, options.decode).truncated;
+    } catch (const Error& e) {
+      const bool refused = options.decode.long_prompt == decoding::LongPrompt::Refuse && !prompts[i].empty();
+      throw Error(where(i) + ": " + e.what() + (refused ? "; " + truncate_hint : ""));
+    }
+  }
+  return truncated;
+}
+
+std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std::vector<int32_t>>& prompts,
+                                                          const GenerationOptions& options,
+                                                          const GenerateProgress& progress, uint64_t first_key) const {
+  QKV_CHECK(options.batch_size >= 1, "batch_size must be at least 1, got " << options.batch_size);
+  // Batches of similar length (less padding); each prompt keeps its own random stream.
+  std::vector<size_t> order(prompts.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
+  std::vector<std::vector<int32_t>> results(prompts.size());
+  const auto batch_size = static_cast<size_t>(options.batch_size);
+  for (size_t begin = 0; begin < order.size(); begin += batch_size) {
+    const size_t end = std::min(order.size(), begin + batch_size);
+    std::vector<std::vector<int32_t>> batch;
+    std::vector<uint64_t> keys;
+    for (size_t i = begin; i < end; ++i) {
+      batch.push_back(prompts[order[i]]);
+      keys.push_back(first_key + order[i]);
+    }
+    auto out = decoding::generate(*model_, batch, keys, options.decode);
+    for (size_t i = begin; i < end; ++i) results[order[i]] = std::move(out[i - begin]);
+    if (progress) progress(static_cast<int64_t>(end), static_cast<int64_t>(order.size()));
+  }
+  return results;
+}
+
+std::vector<std::string> Generator::generate(const std::vector<std::string>& prompts, const GenerationOptions& options,
+                                             const GenerateProgress& progress) const {
+  std::vector<std::vector<int32_t>> ids;
+  ids.reserve(prompts.size());
+  for (const std::string& p : prompts) ids.push_back(encode_prompt(p));
+  check_prompts(ids, options, [](size_t i) { return "prompt " + std::to_string(i + 1); },
+                "truncating the prompt from the left keeps its last tokens");
+  std::vector<std::string> texts;
+  for (const auto& out : generate_ids(ids, options, progress)) texts.push_back(tokenizer_->decode(out));
+  return texts;
+}
+
+std::vector<int32_t> Generator::generate_streaming(const std::vector<int32_t>& prompt, const GenerationOptions& options,
+                                                   const std::function<void(int32_t)>& on_token) const {
+  return decoding::generate(*model_, {prompt}, {0}, options.decode, [&](size_t, int32_t token) { on_token(token); })[0];
+}
+
+std::string TextStream::push(int32_t id) {
+  ids_.push_back(id);
+  return emit(false);
+}
+
+std::string TextStream::finish() { return emit(true); }
+
+std::string TextStream::emit(bool final) {
+  std::string text = tokenizer_.decode(ids_);
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  while (!final && text.size() >= kReplacement.size() &&
+         text.compare(text.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0)
+    text.resize(text.size() - kReplacement.size());
+  if (text.size() <= given_.size() || text.compare(0, given_.size(), given_) != 0) return "";
+  std::string piece = text.substr(given_.size());
+  given_ = std::move(text);
+  return piece;
+}
+
+}  // namespace qkv::api

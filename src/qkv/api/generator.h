@@ -1,0 +1,84 @@
+// Text generation as callers want it (`qkv generate`, the Python module's Generator): a
+// decoder-only checkpoint with its tokenizer (spm.model, or an imported tokenizer.json), prompts
+// in, continuations out, batched, or streamed piece by piece.
+//
+// A text prompt starts with the model's bos_id: a document start. `qkv train --arch decoder-only`
+// sets bos_id = eos_id, the separator its training stream has before every line, so a prompt is
+// read as the start of a line and EOS, the end of the line, stops it. Prompt i draws from the
+// random stream keyed by (seed, i): its output does not depend on the batch size, the thread count
+// or the other prompts.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qkv/decoding/generate.h"
+#include "qkv/models/causal_lm.h"
+#include "qkv/text/tokenizer.h"
+
+namespace qkv::api {
+
+struct GenerationOptions {
+  decoding::GenerateOptions decode;  // max_new_tokens, greedy or sampling, seed, long prompts
+  int64_t batch_size = 32;           // prompts generated together
+};
+
+// Lines done so far and in all, after each batch.
+using GenerateProgress = std::function<void(int64_t done, int64_t total)>;
+
+class Generator {
+ public:
+  // Loads DIR in eval mode with its tokenizer when it has one (without, only the *_ids calls work).
+  explicit Generator(const std::string& checkpoint_dir);
+  ~Generator();
+
+  const models::TransformerConfig& config() const;
+  const models::CausalLM& model() const { return *model_; }
+  models::CausalLM& model() { return *model_; }
+  const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  int64_t vocab_size() const;
+
+  // bos_id followed by the text's ids.
+  std::vector<int32_t> encode_prompt(const std::string& text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  // Checks every prompt against the context as options say; errors start with where(i) and end,
+  // for a prompt too long to keep, with `truncate_hint` (how the caller turns on truncation).
+  // Returns how many prompts would be cut (LongPrompt::TruncateLeft).
+  int64_t check_prompts(const std::vector<std::vector<int32_t>>& prompts, const GenerationOptions& options,
+                        const std::function<std::string(size_t)>& where, const std::string& truncate_hint) const;
+
+  // The new tokens of each prompt, in input order, batched by length; prompt i keyed by `first_key + i`.
+  std::vector<std::vector<int32_t>> generate_ids(const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerationOptions& options,
+                                                 const GenerateProgress& progress = {}, uint64_t first_key = 0) const;
+  std::vector<std::string> generate(const std::vector<std::string>& prompts, const GenerationOptions& options,
+                                    const GenerateProgress& progress = {}) const;
+  // One prompt; `on_token` hears each new token as soon as it is chosen. Returns all of them.
+  std::vector<int32_t> generate_streaming(const std::vector<int32_t>& prompt, const GenerationOptions& options,
+                                          const std::function<void(int32_t)>& on_token) const;
+
+ private:
+  std::unique_ptr<models::CausalLM> model_;
+  std::unique_ptr<text::Tokenizer> tokenizer_;
+  std::string dir_;
+};
+
+// Text of a growing list of ids, as pieces to append: each push returns what extends the text
+// given so far. A trailing U+FFFD (the byte pieces of a character not complete yet) waits for the
+// next token; finish() returns what is left.
+class TextStream {
+ public:
+  explicit TextStream(const text::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string push(int32_t id);
+  std::string finish();
+
+ private:
+  std::string emit(bool final);
+  const text::Tokenizer& tokenizer_;
+  std::vector<int32_t> ids_;
+  std::string given_;
+};
+
+}  // namespace qkv::api

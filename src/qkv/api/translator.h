@@ -1,0 +1,70 @@
+// Translation as callers want it (the CLI's `qkv translate`, the Python module's Translator): a
+// sequence-to-sequence checkpoint with its SentencePiece models, text in, text out, batched.
+//
+// Sentences are decoded in batches of similar length (sorted by length, so little is spent on
+// padding) and the results are put back in input order. An empty source gives no hypotheses.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qkv/data/id_lines.h"
+#include "qkv/decoding/search.h"
+#include "qkv/models/transformer.h"
+#include "qkv/text/sentencepiece.h"
+
+namespace qkv::api {
+
+struct TranslationOptions {
+  decoding::SearchOptions search;  // beam 4, n_best 1, length penalty 1 ...; beam 1 = greedy
+  int64_t batch_size = 32;         // sentences decoded together
+  bool truncate = true;            // a source over max_seq_length: cut it (false: an error naming it)
+};
+
+struct Translation {
+  std::vector<int32_t> tokens;  // target ids, without BOS and EOS
+  std::string text;             // decoded with the target SentencePiece model ("" without one)
+  double log_prob = 0;          // sum of log p over the tokens and EOS
+  double score = 0;             // log_prob / length^length_penalty
+};
+
+// Sentences done so far and in all, after each batch.
+using ProgressCallback = std::function<void(int64_t done, int64_t total)>;
+
+class Translator {
+ public:
+  // Loads DIR (config.json, model.safetensors) in eval mode and, when present, its
+  // source.spm.model and target.spm.model (without them only the *_ids calls work).
+  explicit Translator(const std::string& checkpoint_dir);
+  ~Translator();
+
+  const models::TransformerConfig& config() const { return model_->config(); }
+  const models::Transformer& model() const { return *model_; }
+  models::Transformer& model() { return *model_; }
+  bool has_tokenizers() const { return src_spm_ != nullptr; }
+
+  // Source ids of a text, fitted to max_seq_length as options.truncate says; `where` names it in
+  // errors ("input.txt:12"). `truncated` (optional) is set when it was cut.
+  data::IdLine encode_source(const std::string& text, const TranslationOptions& options, const std::string& where,
+                             bool* truncated = nullptr) const;
+  std::string decode_target(const std::vector<int32_t>& tokens) const;
+
+  // n_best translations per source, best first, in input order (none for an empty source).
+  // Sources must hold ids in [0, source vocabulary) and fit max_seq_length.
+  std::vector<std::vector<Translation>> translate_ids(const std::vector<data::IdLine>& sources,
+                                                      const TranslationOptions& options,
+                                                      const ProgressCallback& progress = {}) const;
+  // The same for texts (needs the SentencePiece models); texts named "line N" in errors.
+  std::vector<std::vector<Translation>> translate(const std::vector<std::string>& texts,
+                                                  const TranslationOptions& options,
+                                                  const ProgressCallback& progress = {}) const;
+
+ private:
+  std::unique_ptr<models::Transformer> model_;
+  std::unique_ptr<text::SentencePiece> src_spm_, tgt_spm_;
+  std::string dir_;
+};
+
+}  // namespace qkv::api
