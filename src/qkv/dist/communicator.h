@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/error.h"
+
 namespace qkv::dist {
 
 class Communicator {
@@ -64,10 +66,23 @@ class SingleProcess final : public Communicator {
   std::vector<double> gather(const std::vector<double>& values, const std::string&) override { return values; }
 };
 
+// Thrown on every rank by check_all_ranks when a rank failed: every rank knows, none is left
+// waiting, so each can end normally (exit status 1; rank 0 reports the message).
+struct CollectiveError : Error {
+  using Error::Error;
+};
+// A failure on one rank after which the others may be waiting in a collective for it (a step of
+// training, a collective past its timeout): the program must abort the job (MpiSession::abort).
+struct RankFailure : Error {
+  using Error::Error;
+};
+
 // After a phase every rank runs on its own (reading data, building a vocabulary): `error` is this
 // rank's failure ("" if none). When any rank failed, every rank throws qkv::Error with the message
-// of the lowest failing rank, "rank R: ...", so all stop together instead of the others waiting
-// for it in the first collective of training.
+// of the lowest failing rank, "rank R: ..." ("..." alone when every rank failed), as a
+// CollectiveError, so all stop together instead of the others waiting for it in the first
+// collective of training. Waits without a timeout (phases such as building a vocabulary take
+// as long as they take; a rank that dies meanwhile ends the job through mpirun).
 void check_all_ranks(Communicator& comm, const std::string& error);
 
 // A process-wide SingleProcess (the Trainer's default).

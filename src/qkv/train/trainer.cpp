@@ -166,7 +166,11 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   TrainResult result;
   double window_loss = 0, window_start = elapsed(), lr = 0, norm = 0;
   int64_t window_tokens = 0, window_steps = 0;
-  if (comm_->size() > 1) check_ranks_agree();
+  if (comm_->size() > 1) {
+    dist::check_all_ranks(*comm_, "");  // every rank got here (see run_training for the others)
+    check_ranks_agree();
+  }
+  try {
   while (true) {
     double clock = elapsed();
     bool stop = stop_requested();
@@ -223,6 +227,11 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   save_last(events);
   if (writes() && !options_.best_dir.empty() && !fs::exists(options_.best_dir + "/model.safetensors"))
     save_weights_only(options_.best_dir, events);
+  } catch (const std::exception& e) {
+    // The other ranks may be waiting for this one in a collective: only ending the job helps.
+    if (comm_->size() > 1) throw dist::RankFailure("rank " + std::to_string(comm_->rank()) + ": " + e.what());
+    throw;
+  }
   result.step = state_.step;
   result.elapsed = elapsed();
   if (reducer_) {
@@ -231,6 +240,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     result.allreduce_bytes = s.bytes;
     result.buckets = s.buckets;
     result.buckets_in_backward = s.started_in_backward;
+    result.steps_run = s.steps;
   }
   return result;
 }

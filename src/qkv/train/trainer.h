@@ -100,6 +100,7 @@ struct TrainResult {
   double allreduce_seconds = 0;
   int64_t allreduce_bytes = 0;
   int64_t buckets_in_backward = 0, buckets = 0;
+  int64_t steps_run = 0;  // steps this run() took (a resumed run's earlier ones not included)
   std::string stop_reason;  // "reached --steps", "time budget used", "interrupted", ...
   bool interrupted = false;
 };
