@@ -114,10 +114,16 @@ void train(const std::string& dir, dist::Communicator& comm, const RunSpec& run)
   EXPECT_EQ(r.step, run.steps);
   if (comm.size() > 1) {
     EXPECT_GT(r.allreduce_bytes, 0);
-    if (run.bucket_bytes < 4096) EXPECT_GT(r.buckets, 1);
+    if (run.bucket_bytes < 4096) {
+      EXPECT_GT(r.buckets, 1);
+    }
     // With overlap, buckets of the later layers start while backward runs on the earlier ones.
-    if (run.overlap && r.buckets > 1) EXPECT_GT(r.buckets_in_backward, 0);
-    if (!run.overlap) EXPECT_EQ(r.buckets_in_backward, 0);
+    if (run.overlap && r.buckets > 1) {
+      EXPECT_GT(r.buckets_in_backward, 0);
+    }
+    if (!run.overlap) {
+      EXPECT_EQ(r.buckets_in_backward, 0);
+    }
   }
 }
 

@@ -61,7 +61,9 @@ TEST(DistStep, MicroBatchesDrawTheWholeBatchsDropoutMasks) {
       diff = std::max(diff, static_cast<double>(std::fabs(g[0][i][j] - g[1][i][j])));
       scale = std::max(scale, static_cast<double>(std::fabs(g[0][i][j])));
     }
-    if (scale > 1e-6) EXPECT_LE(diff / scale, 1e-4) << "parameter " << i;
+    if (scale > 1e-6) {
+      EXPECT_LE(diff / scale, 1e-4) << "parameter " << i;
+    }
   }
 }
 
@@ -101,7 +103,9 @@ TEST(DistCommunicator, OneProcess) {
   EXPECT_EQ(c.gather({1.0, 2.0}, "x"), (std::vector<double>{1.0, 2.0}));
   EXPECT_NO_THROW(dist::check_all_ranks(c, ""));
   EXPECT_THROW(dist::check_all_ranks(c, "data.txt: cannot open"), Error);
-  if (!dist::mpi_compiled()) EXPECT_THROW(dist::MpiSession(), Error);
+  if (!dist::mpi_compiled()) {
+    EXPECT_THROW(dist::MpiSession(), Error);
+  }
 }
 
 }  // namespace
