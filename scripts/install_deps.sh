@@ -9,6 +9,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake git \
   libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev \
   libsentencepiece-dev zlib1g-dev libicu-dev clang libclang-rt-14-dev libomp-14-dev \
+  libopenmpi-dev openmpi-bin pybind11-dev python3-dev python3-venv \
   python3-torch python3-numpy python3-pip python3-matplotlib python3-pytest >/dev/null
 # The Bible texts (SWORD modules read by diatheke): the corpus of scripts/prepare_bible_corpus.py,
 # and the King James text the byte-level BPE reference tokenizer is trained on.

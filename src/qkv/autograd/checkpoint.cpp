@@ -4,7 +4,7 @@
 
 namespace qkv::fn {
 
-Var checkpoint(const std::function<Var(const Var&)>& f, const Var& x) {
+Var checkpoint(const std::function<Var(const Var&)>& f, const Var& x, const std::vector<Var>& params) {
   if (!grad_enabled()) return f(x);
   Tensor y;
   {
@@ -12,7 +12,7 @@ Var checkpoint(const std::function<Var(const Var&)>& f, const Var& x) {
     y = f(Var(x.value())).value();
   }
   // Recorded even if x needs no gradient: the parameters inside f do.
-  return record_op(std::move(y), true, [f, xv = x.value(), xc = x.cell()](const Tensor& dy) {
+  return record_op(std::move(y), true, [f, xv = x.value(), xc = x.cell(), params](const Tensor& dy) {
     Graph replay;  // a graph of its own: the outer graph is mid-walk
     const GraphScope scope(replay);
     Var input(xv, /*requires_grad=*/xc != nullptr);

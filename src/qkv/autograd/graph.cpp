@@ -52,6 +52,8 @@ void seed_gradient(const Var& out, const Tensor& grad_out) {
   }
 }
 
+thread_local const std::function<void()>* g_backward_hook = nullptr;
+
 // Walks `nodes` backwards; frees each node (and the gradient of its non-leaf output) once it has run.
 void run_backward(detail::GraphNodes& graph) {
   std::vector<std::unique_ptr<Node>>& nodes = graph.nodes;
@@ -60,6 +62,7 @@ void run_backward(detail::GraphNodes& graph) {
     if (node.out->grad.defined()) node.backward();
     if (!node.out->is_leaf) node.out->grad = Tensor();
     it->reset();
+    if (g_backward_hook) (*g_backward_hook)();
   }
   nodes.clear();
 }
@@ -77,6 +80,11 @@ void Graph::record(std::unique_ptr<Node> node) {
   node->out->graph = nodes_;
   nodes_->nodes.push_back(std::move(node));
 }
+
+BackwardHookScope::BackwardHookScope(const std::function<void()>* hook) : previous_(g_backward_hook) {
+  g_backward_hook = hook;
+}
+BackwardHookScope::~BackwardHookScope() { g_backward_hook = previous_; }
 
 GraphScope::GraphScope(Graph& graph) : previous_(g_current) { g_current = &graph; }
 GraphScope::~GraphScope() { g_current = previous_; }

@@ -15,6 +15,7 @@
 // Without a GraphScope, ops record into this thread's default graph (convenient in tests and
 // short scripts). Under NoGradGuard nothing is recorded (inference), and no activations are kept.
 #pragma once
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -71,6 +72,20 @@ class GraphScope {
 // Backward of a scalar (1-element) loss: d(loss) = 1.
 void backward(const Var& loss);
 void backward(const Var& out, const Tensor& grad_out);
+
+// While one lives on a thread, `hook` runs after every node that backward runs there (nested graphs
+// included), once the node is destroyed: the data-parallel trainer uses it to start all-reducing a
+// bucket of gradients as soon as no pending node refers to its parameters.
+class BackwardHookScope {
+ public:
+  explicit BackwardHookScope(const std::function<void()>* hook);
+  ~BackwardHookScope();
+  BackwardHookScope(const BackwardHookScope&) = delete;
+  BackwardHookScope& operator=(const BackwardHookScope&) = delete;
+
+ private:
+  const std::function<void()>* previous_;
+};
 
 bool grad_enabled();
 class NoGradGuard {

@@ -10,16 +10,25 @@
 // The library's train::run_training does the work; this file maps flags to its TrainRequest, shows
 // progress, and turns Ctrl-C (SIGINT) and SIGTERM into a stop request that saves the last
 // checkpoint (exit 130).
+//
+// Under mpirun (`mpirun -np N qkv train ...`) this file owns the MPI session: every rank runs the
+// same request with the world communicator; rank 0 alone prints progress. A failure before
+// training stops every rank with rank 0 reporting it (exit 1); one during training is reported by
+// the failing rank, which then aborts the job (MPI_Abort: every rank exits).
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/train_progress.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
+#include "qkv/dist/mpi.h"
 #include "qkv/models/config.h"
 #include "qkv/train/run.h"
 
@@ -48,14 +57,62 @@ struct StopOnSignal {
 
 struct TrainOptions : train::TrainRequest {
   int threads = 0;
+  double dist_timeout = 300;
+  double bucket_mb = 25;
+  bool no_overlap = false;
 };
 
+// Threads of one rank: --threads, else $QKV_THREADS, else the cores shared by the ranks on this host.
+int rank_threads(int threads) {
+  if (threads > 0 || std::getenv("QKV_THREADS")) return threads;
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks = local ? std::max(1, std::atoi(local)) : 1;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
+}
+
+void report_allreduce(TrainProgress& progress, const train::TrainResult& r, int64_t steps) {
+  if (steps <= 0 || r.allreduce_bytes == 0) return;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "all-reduce: %.1f MiB of gradients per step in %lld buckets (%lld of %lld started during backward); "
+                "%.3f s per step after backward (%.1f%% of training time)",
+                static_cast<double>(r.allreduce_bytes) / (1 << 20), static_cast<long long>(r.buckets),
+                static_cast<long long>(r.buckets_in_backward), static_cast<long long>(r.buckets * steps),
+                r.allreduce_seconds / static_cast<double>(steps), 100.0 * r.allreduce_seconds / std::max(1e-9, r.elapsed));
+  progress.info(line);
+}
+
 int run_train(const TrainOptions& o) {
-  set_num_threads(o.threads);
+  std::optional<dist::MpiSession> mpi;
+  if (dist::mpi_launched()) mpi.emplace();
+  train::TrainRequest request = o;
+  dist::Communicator* comm = mpi && mpi->world().size() > 1 ? &mpi->world() : nullptr;
+  request.comm = comm;
+  request.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(o.bucket_mb * (1 << 20)));
+  request.overlap = !o.no_overlap;
+  if (comm) comm->set_timeout(o.dist_timeout);
+  set_num_threads(comm ? rank_threads(o.threads) : o.threads);
+  const bool quiet = comm && comm->rank() != 0;
   TrainProgress progress(::isatty(STDERR_FILENO));
   const StopOnSignal stop;
-  const train::TrainResult r = train::run_training(o, progress.events(), &g_stop_requested);
+  if (comm && !quiet) progress.info("data parallel: " + comm->describe() + ", " + std::to_string(num_threads()) + " threads each");
+  train::TrainResult r;
+  try {
+    r = train::run_training(request, quiet ? train::TrainerEvents{} : progress.events(), &g_stop_requested);
+  } catch (const dist::CollectiveError& e) {
+    // Every rank stops; rank 0 reports the failure, and the others wait until it has (mpirun ends
+    // the job as soon as one rank exits non-zero).
+    if (!quiet) std::fprintf(stderr, "qkv: error: %s\n", e.what());
+    comm->barrier();
+    return 1;
+  } catch (const std::exception& e) {
+    if (!comm) throw;
+    std::fprintf(stderr, "qkv: error: %s\n", e.what());  // "rank R: ..."
+    mpi->abort(1);
+  }
+  if (quiet) return r.interrupted ? 130 : 0;
   progress.finished(r, train::last_checkpoint_dir(o));
+  if (comm) report_allreduce(progress, r, r.steps_run);
   return r.interrupted ? 130 : 0;
 }
 
@@ -93,7 +150,17 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
                  "AdamW's decoupled weight decay on weight matrices, not biases or norms (decoder-only default 0.1)")
       ->check(FiniteRange(0, 0.999999));
   app.add_option("--seed", o.seed, "Seed for initialisation, dropout and data")->capture_default_str();
-  app.add_option("--threads", o.threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, 4096));
+  app.add_option("--threads", o.threads,
+                 "Threads (default: $QKV_THREADS or all cores; under mpirun, per rank: the cores over the host's ranks)")
+      ->check(FiniteRange(0, 4096));
+  const char* g = "Data parallel (mpirun -np N qkv train ...)";
+  app.add_option("--dist-timeout", o.dist_timeout,
+                 "Seconds a rank waits for the others in a training step before stopping the job naming the rank "
+                 "that did not answer (0: forever)")
+      ->capture_default_str()->check(NonNegative())->group(g);
+  app.add_option("--allreduce-bucket-mb", o.bucket_mb, "Gradient all-reduce bucket size in MiB")
+      ->capture_default_str()->check(FiniteRange(1e-6, 1e6))->group(g);
+  app.add_flag("--no-overlap", o.no_overlap, "All-reduce gradients after backward instead of during it")->group(g);
 }
 
 void add_run_flags(CLI::App& app, TrainOptions& o) {

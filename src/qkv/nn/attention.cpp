@@ -25,7 +25,7 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const o
   if (training() && attention_dropout_ > 0.f) {
     drop.p = attention_dropout_;
     drop.seed = gen_->seed();
-    drop.offset = gen_->reserve(static_cast<uint64_t>(q.size(0) * q.size(1) * q.size(2) * k.size(2)));
+    drop.offset = gen_->reserve_rows(static_cast<uint64_t>(q.size(0) * q.size(1) * q.size(2) * k.size(2)), q.size(0));
   }
   const Var attn = fn::attention(q, k, v, masks, drop, weights);  // (B, H, Tq, dk)
   return W_o.forward(fn::combine_heads(attn));           // (B, Tq, D)

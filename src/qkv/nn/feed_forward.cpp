@@ -24,9 +24,9 @@ Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) co
 
 Var PositionWiseFeedForward::forward(const Var& x) const {
   // The mask is drawn here, once: the recomputation in backward must apply the same one.
-  const Dropout::Mask mask = dropout.draw(x.value().numel() / x.size(-1) * fc1.weight.size(0));
+  const Dropout::Mask mask = dropout.draw(x.value().numel() / x.size(-1) * fc1.weight.size(0), x.size(0));
   if (!recompute_ || !training()) return compute(x, mask);
-  return fn::checkpoint([this, mask](const Var& in) { return compute(in, mask); }, x);
+  return fn::checkpoint([this, mask](const Var& in) { return compute(in, mask); }, x, parameters());
 }
 
 }  // namespace qkv::nn

@@ -51,9 +51,9 @@ LayerNorm::LayerNorm(int64_t dim, float eps, ops::LayerNormVariant variant) : ep
   bias = register_parameter("bias", Tensor::zeros(Dims{dim}));
 }
 
-Dropout::Mask Dropout::draw(int64_t numel) const {
+Dropout::Mask Dropout::draw(int64_t numel, int64_t rows) const {
   if (!training() || p_ == 0.f) return {};
-  const uint64_t offset = gen_->reserve(static_cast<uint64_t>(numel));
+  const uint64_t offset = gen_->reserve_rows(static_cast<uint64_t>(numel), rows);
   return {true, gen_->seed(), offset};
 }
 

@@ -63,10 +63,11 @@ class Dropout : public Module {
     uint64_t seed = 0, offset = 0;
   };
   Dropout(float p, Generator& gen) : p_(p), gen_(&gen) {}
-  Var forward(const Var& x) const { return apply(x, draw(x.value().numel())); }
+  Var forward(const Var& x) const { return apply(x, draw(x.value().numel(), x.size(0))); }
   // Drawing and applying apart: a block replayed in backward (activation checkpointing) draws its
   // mask once in forward and applies that same mask in both passes.
-  Mask draw(int64_t numel) const;
+  // `rows`: the size of the masked tensor's dimension 0, its batch rows (Generator::reserve_rows).
+  Mask draw(int64_t numel, int64_t rows) const;
   Var apply(const Var& x, const Mask& mask) const;
   float p() const { return p_; }
 

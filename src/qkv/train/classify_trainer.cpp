@@ -69,7 +69,9 @@ Classifier make_classifier(const ClassifyTrainOptions& o, const std::vector<std:
     QKV_CHECK(k.model->config().labels == labels, o.out << "/last: the run's labels differ from those of " << o.labelled
                                                         << "; a resumed run trains on the same file");
   } else if (!o.init.empty()) {
-    fs::copy_file(models::lm_tokenizer_path(o.init), k.tokenizer_path, fs::copy_options::overwrite_existing);
+    on_rank0(o.comm, [&] {
+      fs::copy_file(models::lm_tokenizer_path(o.init), k.tokenizer_path, fs::copy_options::overwrite_existing);
+    });
     k.model = from_init(o, labels);
   } else {
     std::vector<std::string> texts;

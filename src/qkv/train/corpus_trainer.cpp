@@ -130,7 +130,9 @@ TrainResult train_on_corpus(const CorpusTrainOptions& o, const TrainerEvents& ev
   data::ParallelText train_text = o.tsv.empty() ? data::read_parallel(o.src, o.tgt) : data::read_parallel_tsv(o.tsv);
   info(std::to_string(train_text.size()) + " training pairs (" + std::to_string(train_text.empty_dropped) +
        " with an empty side skipped)");
-  if (!fs::exists(spm_path)) train_joint_vocabulary(train_text, o, spm_path);
+  on_rank0(o.comm, [&] {
+    if (!fs::exists(spm_path)) train_joint_vocabulary(train_text, o, spm_path);
+  });
   const text::SentencePiece spm(spm_path);
   std::vector<data::IdLine> src_ids = encode_all(spm, train_text.src), tgt_ids = encode_all(spm, train_text.tgt);
   const DevSet dev = read_dev_set(o, spm);

@@ -70,9 +70,11 @@ Validator mlm_validator(const std::vector<MaskedSequence>& dev) {
 }  // namespace
 
 void ensure_bert_vocabulary(const RunOptions& o, const std::vector<std::string>& lines, const std::string& spm_path) {
-  if (fs::exists(spm_path)) return;
-  train_vocabulary({&lines}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed, {"[CLS]", "[SEP]", "[MASK]"}},
-                   spm_path);
+  on_rank0(o.comm, [&] {
+    if (fs::exists(spm_path)) return;
+    train_vocabulary({&lines}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed, {"[CLS]", "[SEP]", "[MASK]"}},
+                     spm_path);
+  });
 }
 
 models::TransformerConfig with_bert_vocabulary(models::TransformerConfig c, const text::SentencePiece& spm) {

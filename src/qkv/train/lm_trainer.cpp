@@ -69,8 +69,10 @@ TrainResult train_language_model(const LmTrainOptions& o, const TrainerEvents& e
   };
   const std::string spm_path = prepare_run_directory(o), last = o.out + "/last";
   const std::vector<std::string> lines = read_training_lines(o.text);
-  if (!fs::exists(spm_path))
-    train_vocabulary({&lines}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed, {}}, spm_path);
+  on_rank0(o.comm, [&] {
+    if (!fs::exists(spm_path))
+      train_vocabulary({&lines}, o.out, {o.spm_vocab, o.spm_type, o.spm_sample, o.seed, {}}, spm_path);
+  });
   const text::SentencePiece spm(spm_path);
   std::unique_ptr<models::CausalLM> model = make_model(o, spm, last);
   const models::TransformerConfig& c = model->config();

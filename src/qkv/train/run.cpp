@@ -28,6 +28,17 @@ std::string metrics_path(const TrainRequest& o, const std::string& out) {
   return out + "/metrics.jsonl";
 }
 
+bool writer(const TrainRequest& o) { return !o.comm || o.comm->rank() == 0; }
+
+// metrics.jsonl, written by rank 0 alone; `events` unchanged elsewhere.
+struct RunLog {
+  RunLog(const TrainRequest& o, const std::string& out, const std::optional<TrainState>& saved) {
+    if (writer(o)) log.emplace(metrics_path(o, out), saved ? saved->step : -1);
+  }
+  TrainerEvents wrap(const TrainerEvents& events) { return log ? log->wrap(events) : events; }
+  std::optional<MetricsLog> log;
+};
+
 // A resumed run keeps the checkpoint's model. Model flags given with --resume must agree with it:
 // silently ignoring `--d-model 512` would train a different model than the user asked for.
 void check_resume_model_flags(const TrainRequest& o, const std::string& config_path) {
@@ -129,6 +140,9 @@ std::optional<TrainState> fill_run_options(const TrainRequest& o, const Hyper& d
   r.keep_checkpoints = o.keep_checkpoints;
   r.seed = o.seed;
   r.log_every = o.log_every.value_or(100);
+  r.comm = o.comm;
+  r.bucket_bytes = o.bucket_bytes;
+  r.overlap = o.overlap;
   return saved;
 }
 
@@ -137,7 +151,7 @@ TrainResult run_lm_train(const TrainRequest& o, const TrainerEvents& events, con
   l.text = o.text;
   l.valid_text = o.valid_text;
   const auto saved = fill_run_options(o, default_lm_hyper(), l, events);
-  MetricsLog log(metrics_path(o, l.out), saved ? saved->step : -1);
+  RunLog log(o, l.out, saved);
   models::TransformerConfig base = models::decoder_only_defaults();
   base.max_seq_length = o.block_size;
   l.model = model_config(o, base);
@@ -157,7 +171,7 @@ TrainResult run_corpus_train(const TrainRequest& o, const TrainerEvents& events,
   c.valid_src = o.valid_src;
   c.valid_tgt = o.valid_tgt;
   const auto saved = fill_run_options(o, default_hyper(), c, events);
-  MetricsLog log(metrics_path(o, c.out), saved ? saved->step : -1);
+  RunLog log(o, c.out, saved);
   c.model = model_config(o, c.model);
   QKV_CHECK(c.model.encoder_decoder(), (o.config_path.empty() ? "--arch" : o.config_path)
                                            << ": a" << (c.model.encoder_only() ? "n " : " ") << c.model.architecture
@@ -177,7 +191,7 @@ TrainResult run_mlm_train(const TrainRequest& o, const TrainerEvents& events, co
   m.text = o.text;
   m.valid_text = o.valid_text;
   const auto saved = fill_run_options(o, default_mlm_hyper(), m, events);
-  MetricsLog log(metrics_path(o, m.out), saved ? saved->step : -1);
+  RunLog log(o, m.out, saved);
   models::TransformerConfig base = models::encoder_only_defaults();
   base.max_seq_length = o.block_size;
   m.model = model_config(o, base);
@@ -201,7 +215,7 @@ TrainResult run_classify_train(const TrainRequest& o, const TrainerEvents& event
   c.valid_labelled = o.valid_labelled;
   c.init = o.resume.empty() ? o.init : "";  // a resumed run has its weights already
   const auto saved = fill_run_options(o, default_classify_hyper(), c, events);
-  MetricsLog log(metrics_path(o, c.out), saved ? saved->step : -1);
+  RunLog log(o, c.out, saved);
   models::TransformerConfig base = models::encoder_only_defaults();
   base.max_seq_length = o.block_size;
   c.model = model_config(o, base);
@@ -302,6 +316,9 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
   TrainerOptions t;
   t.hyper = resolve_hyper(o, defaults, saved, events);
   t.hyper.schedule.d_model = model->config().d_model;
+  t.comm = o.comm;
+  t.bucket_bytes = o.bucket_bytes;
+  t.overlap = o.overlap;
   t.last_dir = out;
   t.max_steps = plan.steps;
   t.save_every = o.save_every;
@@ -311,7 +328,7 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
   if (saved) trainer.resume(o.resume, *saved);
   print_synthetic_summary(*model, data, trainer.step(), plan.steps, events);
   std::optional<MetricsLog> log;  // synthetic runs log only where asked (--out is the checkpoint itself)
-  if (!o.metrics.empty()) log.emplace(o.metrics, saved ? saved->step : -1);
+  if (!o.metrics.empty() && writer(o)) log.emplace(o.metrics, saved ? saved->step : -1);
   const TrainResult r = trainer.run(log ? log->wrap(events) : events);
   return r;
 }
@@ -340,7 +357,19 @@ TrainResult dispatch(const TrainRequest& o, const TrainerEvents& events, const s
 }  // namespace
 
 TrainResult run_training(const TrainRequest& request, const TrainerEvents& events, const std::atomic<bool>* stop) {
-  return dispatch(request, events, stop);
+  if (!request.comm || request.comm->size() == 1) return dispatch(request, events, stop);
+  try {
+    return dispatch(request, events, stop);
+  } catch (const dist::CollectiveError&) {
+    throw;
+  } catch (const dist::RankFailure&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Failed while preparing (reading data, loading a checkpoint): the other ranks are on their way
+    // to the same check (on_rank0, or the one Trainer::run starts with); all stop with this message.
+    dist::check_all_ranks(*request.comm, e.what());
+    throw;
+  }
 }
 
 std::string last_checkpoint_dir(const TrainRequest& request) {

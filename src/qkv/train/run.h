@@ -47,10 +47,19 @@ struct TrainRequest {
   std::string arch = models::kEncoderDecoder, text, valid_text;
   int64_t block_size = 128;
   std::string objective, labelled, valid_labelled, init;
+  // Data parallelism (`mpirun -np N qkv train ...`): every rank calls run_training with the same
+  // request and its communicator (TrainerOptions::comm); nullptr: one process. Rank 0 alone
+  // prepares OUT, builds the vocabulary, validates and writes checkpoints and metrics.jsonl.
+  dist::Communicator* comm = nullptr;
+  int64_t bucket_bytes = 25 << 20;  // gradient all-reduce buckets
+  bool overlap = true;              // start buckets during backward
 };
 
 // Trains as `request` says; `stop` (optional) is polled between steps: set it to stop, save and
-// return with interrupted = true. Errors (bad flags, files, a diverged step) are qkv::Error.
+// return with interrupted = true. Errors (bad flags, files, a diverged step) are qkv::Error. With
+// more than one rank, a failure before training (a rank that cannot read its data) is a
+// dist::CollectiveError on every rank, naming the rank; one during training is a dist::RankFailure
+// on the failing rank, after which the caller must abort the job (the others wait for it).
 TrainResult run_training(const TrainRequest& request, const TrainerEvents& events = {},
                          const std::atomic<bool>* stop = nullptr);
 

@@ -7,9 +7,23 @@
 
 namespace qkv::train {
 
+void on_rank0(dist::Communicator* comm, const std::function<void()>& f) {
+  if (!comm || comm->size() == 1) return f();
+  std::string error;
+  if (comm->rank() == 0) try {
+      f();
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "failed";
+    }
+  dist::check_all_ranks(*comm, error);
+}
+
 std::string prepare_run_directory(const RunOptions& o, const std::string& tokenizer_file) {
-  std::filesystem::create_directories(o.out);
-  remove_stale_vocabulary_files(o.out);
+  on_rank0(o.comm, [&] {
+    std::filesystem::create_directories(o.out);
+    remove_stale_vocabulary_files(o.out);
+  });
   const std::string spm_path = o.out + "/" + tokenizer_file;
   if (o.resume) {
     models::check_checkpoint_dir(o.out + "/last");
@@ -36,6 +50,9 @@ TrainerOptions run_trainer_options(const RunOptions& o, int64_t d_model,
   t.patience = o.patience;
   t.log_every = o.log_every;
   t.stop_flag = stop;
+  t.comm = o.comm;
+  t.bucket_bytes = o.bucket_bytes;
+  t.overlap = o.overlap;
   return t;
 }
 

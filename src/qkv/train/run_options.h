@@ -3,6 +3,7 @@
 // the optimisation settings, the limits and the validation cadence.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -32,7 +33,16 @@ struct RunOptions {
   int64_t keep_checkpoints = 0;
   uint64_t seed = 0;
   int64_t log_every = 100;
+  // Data parallelism (TrainerOptions::comm): rank 0 alone prepares OUT, builds the vocabulary and
+  // writes; the other ranks read what it wrote.
+  dist::Communicator* comm = nullptr;
+  int64_t bucket_bytes = 25 << 20;
+  bool overlap = true;
 };
+
+// Runs `f` (building a vocabulary, preparing OUT) on rank 0 only; the other ranks wait for it.
+// Throws dist::CollectiveError on every rank when it failed there (or Error in one process).
+void on_rank0(dist::Communicator* comm, const std::function<void()>& f);
 
 // Creates o.out, removes vocabulary files of killed runs, and when resuming checks that OUT/last
 // and OUT/<tokenizer_file> exist. Returns the path of OUT/<tokenizer_file>.

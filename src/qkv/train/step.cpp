@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+
+#include "qkv/dist/communicator.h"
+#include "qkv/train/grad_sync.h"
 
 namespace qkv::train {
 
@@ -19,24 +23,67 @@ float chunk_forward_backward(const models::Model& model, const Objective& object
 }  // namespace
 
 StepResult forward_backward(const models::Model& model, const Objective& objective, const data::Batch& batch,
-                            float label_smoothing, int64_t micro_batch_rows) {
+                            const StepOptions& o) {
   StepResult r;
   r.target_tokens = objective.count_labels(model, batch);
   const int64_t B = batch.tgt.size(0);
-  if (micro_batch_rows <= 0 || micro_batch_rows >= B) {
-    r.loss = chunk_forward_backward(model, objective, batch, label_smoothing, 1.f);
+  const int64_t begin = std::clamp<int64_t>(o.row_begin, 0, B);
+  const int64_t end = o.row_end < 0 ? B : std::clamp<int64_t>(o.row_end, begin, B);
+  const int64_t step_rows = o.micro_batch_rows > 0 ? o.micro_batch_rows : B;
+  if (!o.reducer && begin == 0 && end == B && step_rows >= B) {  // the whole batch at once
+    r.loss = chunk_forward_backward(model, objective, batch, o.label_smoothing, 1.f);
     return r;
   }
-  double loss = 0;
-  for (int64_t begin = 0; begin < B; begin += micro_batch_rows) {
-    const data::Batch chunk = batch_rows(batch, begin, std::min(B, begin + micro_batch_rows));
-    const int64_t n = objective.count_labels(model, chunk);
-    if (n == 0) continue;  // a chunk without labels (all padding, nothing masked) contributes nothing
-    const float share = static_cast<float>(n) / static_cast<float>(r.target_tokens);
-    loss += static_cast<double>(chunk_forward_backward(model, objective, chunk, label_smoothing, share)) * share;
+  // The chunks with labels (a chunk of padding only, or with nothing masked, contributes nothing).
+  struct Chunk {
+    int64_t begin, end, labels;
+  };
+  std::vector<Chunk> chunks;
+  for (int64_t b = begin; b < end; b += step_rows) {
+    const int64_t e = std::min(end, b + step_rows);
+    const int64_t n = objective.count_labels(model, batch_rows(batch, b, e));
+    if (n > 0) chunks.push_back({b, e, n});
   }
+  std::unique_ptr<GradientReducer> local;
+  GradientReducer* reducer = o.reducer;
+  if (!reducer) {
+    local = std::make_unique<GradientReducer>(model.parameters(), dist::single_process());
+    reducer = local.get();
+  }
+  Generator& gen = model.generator();
+  const uint64_t seed = gen.seed(), start = gen.offset();
+  uint64_t after = start;
+  double loss = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const Chunk& k = chunks[c];
+    const bool last = c + 1 == chunks.size();
+    const data::Batch rows = batch_rows(batch, k.begin, k.end);
+    const float share = static_cast<float>(k.labels) / static_cast<float>(r.target_tokens);
+    gen.set_state(seed, start);
+    gen.set_rows(k.begin, k.end - k.begin, B);
+    if (last) reducer->arm();
+    {
+      const BackwardHookScope hook(last ? reducer->backward_hook() : nullptr);
+      loss += static_cast<double>(chunk_forward_backward(model, objective, rows, o.label_smoothing, share)) * share;
+    }
+    if (!last) reducer->stash();
+    after = gen.offset();
+  }
+  gen.clear_rows();
+  // Every chunk ends at the offset the whole batch ends at; a rank that ran none learns it here.
+  after = static_cast<uint64_t>(reducer->finish(chunks.empty() ? static_cast<int64_t>(start) : static_cast<int64_t>(after)));
+  gen.set_state(seed, after);
+  if (reducer->comm().size() > 1) reducer->comm().allreduce_sum(&loss, 1);
   r.loss = r.target_tokens ? static_cast<float>(loss) : std::numeric_limits<float>::quiet_NaN();
   return r;
+}
+
+StepResult forward_backward(const models::Model& model, const Objective& objective, const data::Batch& batch,
+                            float label_smoothing, int64_t micro_batch_rows) {
+  StepOptions o;
+  o.label_smoothing = label_smoothing;
+  o.micro_batch_rows = micro_batch_rows;
+  return forward_backward(model, objective, batch, o);
 }
 
 StepResult forward_backward(const models::Model& model, const Tensor& src, const Tensor& tgt, float label_smoothing,

@@ -21,11 +21,29 @@ struct StepResult {
   int64_t target_tokens = 0;  // labels in the loss (non-pad next tokens, chosen positions, rows)
 };
 
+class GradientReducer;
+
+// How forward_backward runs a batch.
+struct StepOptions {
+  float label_smoothing = 0.f;
+  int64_t micro_batch_rows = 0;  // > 0: chunks of this many rows (gradient accumulation)
+  // Data parallelism: this rank runs rows [row_begin, row_end) of the batch (-1: to the end), in
+  // chunks of micro_batch_rows, each weighted by its share of the whole batch's labels; `reducer`
+  // accumulates the chunks and sums the gradients over the ranks, so that every rank ends with the
+  // whole batch's gradient and the returned loss is the whole batch's.
+  int64_t row_begin = 0, row_end = -1;
+  GradientReducer* reducer = nullptr;
+};
+
 // Forward + backward (no optimizer step): gradients are accumulated into the parameters.
 // micro_batch_rows > 0 runs the batch in chunks of that many rows (gradient accumulation): each
 // chunk's loss gradient is weighted by its share of the batch's non-pad labels, so the gradient is
 // that of the whole batch's mean loss (up to float summation order) while only one chunk's
-// activations are alive at a time.
+// activations are alive at a time. Each chunk's backward goes into fresh gradients that are then
+// added to the earlier chunks' (train/grad_sync.h), and each row gets the dropout mask it gets in
+// the whole batch (Generator::set_rows), so a chunked step equals a data-parallel one exactly.
+StepResult forward_backward(const models::Model& model, const Objective& objective, const data::Batch& batch,
+                            const StepOptions& options);
 StepResult forward_backward(const models::Model& model, const Objective& objective, const data::Batch& batch,
                             float label_smoothing = 0.f, int64_t micro_batch_rows = 0);
 // Teacher forcing of (src, tgt).

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <zlib.h>
+
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/io/tensor_file.h"
 #include "qkv/models/checkpoint.h"
@@ -56,8 +58,12 @@ Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions option
       validator_(std::move(validator)),
       optimizer_(model.named_parameters(),
                  AdamOptions{options_.hyper.schedule.lr, options_.hyper.beta1, options_.hyper.beta2, options_.hyper.eps,
-                             options_.hyper.weight_decay, options_.hyper.optimizer == "adamw"}) {
+                             options_.hyper.weight_decay, options_.hyper.optimizer == "adamw"}),
+      comm_(options_.comm ? options_.comm : &dist::single_process()) {
   check_options(options_);
+  QKV_CHECK(options_.bucket_bytes > 0, "the all-reduce bucket size must be positive, got " << options_.bucket_bytes);
+  if (comm_->size() > 1)
+    reducer_ = std::make_unique<GradientReducer>(model_.parameters(), *comm_, options_.bucket_bytes, options_.overlap);
   model_.train();
   state_.kind = data_.kind();
   state_.hyper = options_.hyper;
@@ -93,6 +99,24 @@ void Trainer::resume(const std::string& dir, const TrainState& saved) {
   last_validated_ = -1;
 }
 
+// Before the first step: every rank must hold the same weights, optimizer step and data position
+// (the same checkpoint, config and seed), else they would silently train different models.
+void Trainer::check_ranks_agree() {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (const Var& p : model_.parameters())
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(p.value().f32()), static_cast<uInt>(p.value().numel() * 4));
+  const std::string data = data_.state().dump();
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size()));
+  const std::vector<double> all = comm_->gather(
+      {static_cast<double>(crc), static_cast<double>(state_.step), static_cast<double>(optimizer_.steps())},
+      "the start of training");
+  for (int r = 1; r < comm_->size(); ++r)
+    QKV_CHECK(all[3 * r] == all[0] && all[3 * r + 1] == all[1] && all[3 * r + 2] == all[2],
+              "rank " << r << " starts from other weights, step or data position than rank 0 (step "
+                      << all[3 * r + 1] << " vs " << all[1]
+                      << "): every rank must read the same checkpoint, config, data and seed");
+}
+
 bool Trainer::stop_requested() const {
   return stop_.load() || (options_.stop_flag && options_.stop_flag->load());
 }
@@ -109,8 +133,17 @@ void Trainer::train_one_step(double& loss, int64_t& tokens, double& lr, double& 
   lr = options_.hyper.schedule.at(state_.step + 1);
   optimizer_.set_lr(lr);
   optimizer_.zero_grad();
-  const StepResult r = forward_backward(model_, data_.objective(), batch, options_.hyper.label_smoothing,
-                                        options_.hyper.micro_batch);
+  StepOptions so;
+  so.label_smoothing = options_.hyper.label_smoothing;
+  so.micro_batch_rows = options_.hyper.micro_batch;
+  if (reducer_) {  // this rank's share of the rows
+    const int64_t B = batch.tgt.size(0), P = comm_->size();
+    const int64_t share = (B + P - 1) / P;
+    so.row_begin = std::min(B, comm_->rank() * share);
+    so.row_end = std::min(B, so.row_begin + share);
+    so.reducer = reducer_.get();
+  }
+  const StepResult r = forward_backward(model_, data_.objective(), batch, so);
   norm = clip_grad_norm(model_.parameters(), options_.hyper.clip_norm);
   // Diverged: stop before the update, so neither the weights in memory nor any checkpoint see it.
   QKV_CHECK(std::isfinite(r.loss) && std::isfinite(norm),
@@ -133,10 +166,27 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   TrainResult result;
   double window_loss = 0, window_start = elapsed(), lr = 0, norm = 0;
   int64_t window_tokens = 0, window_steps = 0;
+  if (comm_->size() > 1) {
+    dist::check_all_ranks(*comm_, "");  // every rank got here (see run_training for the others)
+    check_ranks_agree();
+  }
+  try {
   while (true) {
-    result.stop_reason = limit_reached(elapsed());
+    double clock = elapsed();
+    bool stop = stop_requested();
+    if (comm_->size() > 1) {
+      // One heartbeat per step: every rank's stop request and clock, so all stop at the same step
+      // (time budget by the slowest clock); a rank that died or hangs is named past the timeout.
+      const std::vector<double> all =
+          comm_->gather({stop ? 1.0 : 0.0, clock}, "the start of step " + std::to_string(state_.step + 1));
+      for (size_t i = 0; i < all.size(); i += 2) {
+        stop = stop || all[i] != 0;
+        clock = std::max(clock, all[i + 1]);
+      }
+    }
+    result.stop_reason = limit_reached(clock);
     if (!result.stop_reason.empty()) break;
-    if (stop_requested()) {
+    if (stop) {
       result.stop_reason = "interrupted";
       result.interrupted = true;
       break;
@@ -175,17 +225,41 @@ TrainResult Trainer::run(const TrainerEvents& events) {
   if (!result.interrupted && validator_ && options_.validate_at_end && last_validated_ != state_.step && state_.step > 0)
     validate(events);
   save_last(events);
-  if (!options_.best_dir.empty() && !fs::exists(options_.best_dir + "/model.safetensors"))
+  if (writes() && !options_.best_dir.empty() && !fs::exists(options_.best_dir + "/model.safetensors"))
     save_weights_only(options_.best_dir, events);
+  } catch (const std::exception& e) {
+    // The other ranks may be waiting for this one in a collective: only ending the job helps.
+    if (comm_->size() > 1) throw dist::RankFailure("rank " + std::to_string(comm_->rank()) + ": " + e.what());
+    throw;
+  }
   result.step = state_.step;
   result.elapsed = elapsed();
+  if (reducer_) {
+    const GradientReducer::Stats& s = reducer_->stats();
+    result.allreduce_seconds = s.wait_seconds;
+    result.allreduce_bytes = s.bytes;
+    result.buckets = s.buckets;
+    result.buckets_in_backward = s.started_in_backward;
+    result.steps_run = s.steps;
+  }
   return result;
 }
 
 void Trainer::validate(const TrainerEvents& events) {
-  model_.eval();
-  const ValidationResult v = validator_(model_);
-  model_.train();
+  ValidationResult v;
+  if (writes()) {
+    model_.eval();
+    v = validator_(model_);
+    model_.train();
+  }
+  if (comm_->size() > 1) {  // rank 0's result, however long validation takes
+    double r[4] = {v.loss, v.bleu, v.accuracy, v.macro_f1};
+    const double timeout = comm_->timeout();
+    comm_->set_timeout(0);
+    comm_->broadcast(r, sizeof r, 0);
+    comm_->set_timeout(timeout);
+    v = ValidationResult{r[0], r[1], r[2], r[3]};
+  }
   last_validated_ = state_.step;
   const bool better = v.score() > state_.best;
   if (better) {
@@ -209,6 +283,7 @@ void Trainer::check_weights_finite() const {
 
 void Trainer::save_weights_only(const std::string& dir, const TrainerEvents& events) {
   check_weights_finite();
+  if (!writes()) return;
   io::StagedDirectory staged(dir);
   models::write_model_files(staged, model_, state_.step);
   for (const auto& [name, source] : options_.extra_files) staged.copy_from(name, source);
@@ -219,6 +294,7 @@ void Trainer::save_weights_only(const std::string& dir, const TrainerEvents& eve
 void Trainer::save_last(const TrainerEvents& events) {
   if (options_.last_dir.empty()) return;
   check_weights_finite();
+  if (!writes()) return;
   state_.gen_seed = model_.generator().seed();
   state_.gen_offset = model_.generator().offset();
   state_.data = data_.state();
@@ -235,7 +311,7 @@ void Trainer::save_last(const TrainerEvents& events) {
 // RUN/step-NNNNNNN for `qkv average`: written after a validation; the oldest beyond
 // keep_checkpoints are deleted (zero-padded names sort by step).
 void Trainer::keep_step_checkpoint(const TrainerEvents& events) {
-  if (options_.keep_checkpoints <= 0 || options_.run_dir.empty()) return;
+  if (!writes() || options_.keep_checkpoints <= 0 || options_.run_dir.empty()) return;
   char name[32];
   std::snprintf(name, sizeof name, "step-%07lld", static_cast<long long>(state_.step));
   save_weights_only(options_.run_dir + "/" + name, events);

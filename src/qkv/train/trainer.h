@@ -20,8 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/dist/communicator.h"
 #include "qkv/models/model.h"
 #include "qkv/train/adam.h"
+#include "qkv/train/grad_sync.h"
 #include "qkv/train/train_state.h"
 #include "qkv/train/training_data.h"
 
@@ -46,6 +48,16 @@ struct TrainerOptions {
   // considers the final weights. Never after a stop request: that should exit promptly.
   bool validate_at_end = true;
   const std::atomic<bool>* stop_flag = nullptr;  // set by the caller (e.g. a SIGINT handler)
+
+  // Data parallelism (dist/communicator.h; nullptr: one process). Every rank runs a Trainer on the
+  // same model, data and options. Each takes rows [r*s, (r+1)*s) of every batch (s = ceil(rows /
+  // ranks)) in chunks of hyper.micro_batch rows, gradients are summed over the ranks (buckets of
+  // bucket_bytes, started during backward when overlap is on), and every rank applies the same
+  // update. Rank 0 alone validates (the others wait for its result), writes checkpoints and calls
+  // on_save; a stop request or time budget on any rank stops all at the same step.
+  dist::Communicator* comm = nullptr;
+  int64_t bucket_bytes = 25 << 20;
+  bool overlap = true;
 };
 
 struct ValidationResult {
@@ -83,6 +95,12 @@ struct TrainerEvents {
 struct TrainResult {
   int64_t step = 0;
   double elapsed = 0;
+  // Data parallelism: seconds spent summing gradients over the ranks after backward (the part not
+  // hidden behind it), gradient bytes all-reduced per step, buckets started during backward.
+  double allreduce_seconds = 0;
+  int64_t allreduce_bytes = 0;
+  int64_t buckets_in_backward = 0, buckets = 0;
+  int64_t steps_run = 0;  // steps this run() took (a resumed run's earlier ones not included)
   std::string stop_reason;  // "reached --steps", "time budget used", "interrupted", ...
   bool interrupted = false;
 };
@@ -103,12 +121,15 @@ class Trainer {
   TrainResult run(const TrainerEvents& events = {});
   void request_stop() { stop_.store(true); }
   int64_t step() const { return state_.step; }
+  int rank() const { return comm_->rank(); }
   const Adam& optimizer() const { return optimizer_; }
   // Writes last_dir now (model, optimizer, state, extra files).
   void save_last(const TrainerEvents& events = {});
 
  private:
   bool stop_requested() const;
+  bool writes() const { return comm_->rank() == 0; }
+  void check_ranks_agree();
   std::string limit_reached(double elapsed) const;
   void train_one_step(double& loss, int64_t& tokens, double& lr, double& norm);
   void validate(const TrainerEvents& events);
@@ -121,6 +142,8 @@ class Trainer {
   TrainerOptions options_;
   Validator validator_;
   Adam optimizer_;
+  dist::Communicator* comm_;
+  std::unique_ptr<GradientReducer> reducer_;  // more than one rank
   TrainState state_;
   double elapsed_before_ = 0;
   double elapsed_now_ = 0;

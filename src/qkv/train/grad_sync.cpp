@@ -1,0 +1,130 @@
+#include "qkv/train/grad_sync.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "qkv/core/error.h"
+#include "qkv/kernels/elementwise.h"
+
+namespace qkv::train {
+
+GradientReducer::GradientReducer(std::vector<Var> params, dist::Communicator& comm, int64_t bucket_bytes, bool overlap)
+    : params_(std::move(params)), comm_(&comm), overlap_(overlap) {
+  stash_.resize(params_.size());
+  baseline_.assign(params_.size(), 0);
+  hook_ = [this] { on_node(); };
+  if (comm_->size() == 1) return;
+  const int64_t cap = std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
+  Bucket current;
+  int64_t filled = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const int64_t n = params_[k].value().numel();
+    if (!current.params.empty() && filled + n > cap) {
+      current.buffer.resize(static_cast<size_t>(filled));
+      buckets_.push_back(std::move(current));
+      current = Bucket();
+      filled = 0;
+    }
+    current.params.push_back(k);
+    filled += n;
+  }
+  if (!current.params.empty()) {
+    current.buffer.resize(static_cast<size_t>(filled));
+    buckets_.push_back(std::move(current));
+  }
+  stats_.buckets = static_cast<int64_t>(buckets_.size());
+  for (const Bucket& b : buckets_) stats_.bytes += static_cast<int64_t>(b.buffer.size() * sizeof(float));
+}
+
+void GradientReducer::stash() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Tensor* g = params_[i].grad_slot();
+    if (!g || !g->defined()) continue;
+    if (stash_[i].defined()) {
+      kernels::add_inplace(stash_[i].f32(), g->f32(), g->numel());
+    } else {
+      stash_[i] = *g;
+    }
+    *g = Tensor();
+  }
+}
+
+void GradientReducer::merge(size_t i) {
+  if (!stash_[i].defined()) return;
+  Tensor* g = params_[i].grad_slot();
+  if (g->defined()) kernels::add_inplace(stash_[i].f32(), g->f32(), g->numel());
+  *g = stash_[i];
+  stash_[i] = Tensor();
+}
+
+void GradientReducer::arm() {
+  next_ = 0;
+  armed_ = true;
+  for (size_t i = 0; i < params_.size(); ++i) baseline_[i] = params_[i].cell().use_count();
+}
+
+bool GradientReducer::ready(const Bucket& b) const {
+  for (size_t i : b.params)
+    if (params_[i].cell().use_count() > baseline_[i]) return false;
+  return true;
+}
+
+void GradientReducer::start(Bucket& b) {
+  float* out = b.buffer.data();
+  for (size_t i : b.params) {
+    merge(i);
+    const Tensor& g = params_[i].grad();
+    const int64_t n = params_[i].value().numel();
+    if (g.defined()) {
+      std::memcpy(out, g.f32(), static_cast<size_t>(n) * sizeof(float));
+    } else {
+      std::fill(out, out + n, 0.f);
+    }
+    out += n;
+  }
+  comm_->start_allreduce_sum(b.buffer.data(), static_cast<int64_t>(b.buffer.size()));
+}
+
+void GradientReducer::on_node() {
+  if (!armed_) return;
+  while (next_ < buckets_.size() && ready(buckets_[next_])) {
+    start(buckets_[next_++]);
+    ++stats_.started_in_backward;
+  }
+  comm_->progress();
+}
+
+int64_t GradientReducer::finish(int64_t value) {
+  armed_ = false;
+  ++stats_.steps;
+  if (comm_->size() == 1) {
+    for (size_t i = 0; i < params_.size(); ++i) merge(i);
+    return value;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (; next_ < buckets_.size(); ++next_) start(buckets_[next_]);
+  next_ = 0;
+  // Which parameters have a gradient on some rank, and the max of `value`.
+  std::vector<int64_t> flags(params_.size() + 1);
+  for (size_t i = 0; i < params_.size(); ++i) flags[i] = params_[i].grad().defined() ? 1 : 0;
+  flags.back() = value;
+  comm_->wait_all();
+  comm_->allreduce_max(flags.data(), static_cast<int64_t>(flags.size()));
+  for (Bucket& b : buckets_) {
+    const float* in = b.buffer.data();
+    for (size_t i : b.params) {
+      const int64_t n = params_[i].value().numel();
+      if (flags[i]) {
+        Tensor* g = params_[i].grad_slot();
+        if (!g->defined()) *g = Tensor::empty(params_[i].shape());
+        std::memcpy(g->f32(), in, static_cast<size_t>(n) * sizeof(float));
+      }
+      in += n;
+    }
+  }
+  stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return flags.back();
+}
+
+}  // namespace qkv::train
