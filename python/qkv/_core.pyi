@@ -121,6 +121,17 @@ class Generator:
         truncate_prompt: bool = False,
         batch_size: int = 32,
     ) -> list[list[int]]: ...
+    def generate_with_attention(
+        self,
+        prompt: str,
+        max_new_tokens: int = 64,
+        sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        truncate_prompt: bool = False,
+    ) -> dict[str, Any]: ...
     @property
     def model(self) -> Model: ...
     @property

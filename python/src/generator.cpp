@@ -160,6 +160,37 @@ void bind_generator(py::module_& m) {
           py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
           py::arg("batch_size") = 32, "generate() on token ids (each prompt starts with its own BOS if it wants one).")
+      .def(
+          "generate_with_attention",
+          [](const api::Generator& g, const std::string& prompt, int64_t max_new_tokens, bool sample, double temperature,
+             int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt) {
+            const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt, 1);
+            const std::vector<int32_t> ids = g.encode_prompt(prompt);
+            g.check_prompts({ids}, o, [](size_t) { return std::string("prompt"); },
+                            "truncate_prompt=True keeps its last tokens");
+            std::vector<decoding::AttentionWeights> weights;
+            std::vector<std::vector<int32_t>> out;
+            {
+              py::gil_scoped_release release;
+              out = g.generate_ids({ids}, o, {}, 0, &weights);
+            }
+            py::list layers;
+            for (const Tensor& t : weights[0].decoder_self) layers.append(tensor_to_numpy(t));
+            const int64_t read = weights[0].decoder_self.empty() ? 0 : weights[0].decoder_self[0].size(1);
+            std::vector<std::string> pieces;
+            for (const int32_t id : g.tokens_read(ids, out[0], o, read)) pieces.push_back(g.piece(id));
+            py::dict d;
+            d["text"] = g.decode(out[0]);
+            d["tokens"] = out[0];
+            d["pieces"] = pieces;
+            d["self_attention"] = layers;
+            return d;
+          },
+          py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
+          py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
+          "generate() of one prompt that also returns what the model attended to: {'text', 'tokens', 'pieces' (the T "
+          "tokens the model read: BOS, the prompt, the new tokens it fed back), 'self_attention': [(H, T, T) per "
+          "layer]}; draw with qkv.plot.attention(w, pieces, pieces).")
       .def_property_readonly(
           "model", [](py::object self) { return PyModel{&self.cast<api::Generator&>().model(), nullptr, self}; })
       .def_property_readonly("vocab_size", &api::Generator::vocab_size);

@@ -99,3 +99,16 @@ def test_translation_attention_is_returned_labelled_and_drawn(translation_checkp
     figure = qkv.plot.attention(cross[-1], source, target, out=tmp_path / "cross.png")
     assert (tmp_path / "cross.png").stat().st_size > 1000
     assert len(figure.axes) >= 2
+
+
+def test_generation_attention_covers_the_tokens_read(lm_checkpoint, tmp_path):
+    generator = qkv.Generator(lm_checkpoint)
+    r = generator.generate_with_attention("the light", max_new_tokens=6, sample=True, seed=3)
+    assert r["text"] == generator.generate("the light", max_new_tokens=6, sample=True, seed=3)
+    w = r["self_attention"][-1]
+    T = len(r["pieces"])
+    assert w.shape == (2, T, T)
+    np.testing.assert_allclose(w.sum(axis=-1), 1.0, rtol=1e-5)
+    assert np.all(np.triu(w[0], k=1) == 0)  # causal: no query sees a later token
+    qkv.plot.attention(w, r["pieces"], r["pieces"], head="mean", out=tmp_path / "self.png")
+    assert (tmp_path / "self.png").stat().st_size > 1000
