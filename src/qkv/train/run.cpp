@@ -159,8 +159,7 @@ TrainResult run_lm_train(const TrainRequest& o, const TrainerEvents& events, con
                                                   << l.model.architecture << " model");
   l.block_size = o.block_size;
   l.batch_size = o.batch.value_or(16);
-  const TrainResult r = train_language_model(l, log.wrap(events), stop);
-  return r;
+  return train_language_model(l, log.wrap(events), stop);
 }
 
 TrainResult run_corpus_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
@@ -180,8 +179,18 @@ TrainResult run_corpus_train(const TrainRequest& o, const TrainerEvents& events,
   c.too_long = o.too_long;
   c.valid_bleu_sentences = o.valid_bleu_sentences;
   c.valid_beam = o.valid_beam;
-  const TrainResult r = train_on_corpus(c, log.wrap(events), stop);
-  return r;
+  return train_on_corpus(c, log.wrap(events), stop);
+}
+
+// The encoder-only model the flags describe (BERT's defaults, positions = --block-size), refusing
+// a --config of another family.
+models::TransformerConfig encoder_only_model(const TrainRequest& o) {
+  models::TransformerConfig base = models::encoder_only_defaults();
+  base.max_seq_length = o.block_size;
+  models::TransformerConfig c = model_config(o, base);
+  QKV_CHECK(c.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of a"
+                                            << (c.decoder_only() ? " " : "n ") << c.architecture << " model");
+  return c;
 }
 
 TrainResult run_mlm_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
@@ -192,16 +201,10 @@ TrainResult run_mlm_train(const TrainRequest& o, const TrainerEvents& events, co
   m.valid_text = o.valid_text;
   const auto saved = fill_run_options(o, default_mlm_hyper(), m, events);
   RunLog log(o, m.out, saved);
-  models::TransformerConfig base = models::encoder_only_defaults();
-  base.max_seq_length = o.block_size;
-  m.model = model_config(o, base);
-  QKV_CHECK(m.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of a"
-                                                  << (m.model.decoder_only() ? " " : "n ") << m.model.architecture
-                                                  << " model");
+  m.model = encoder_only_model(o);
   m.block_size = o.block_size;
   m.batch_size = o.batch.value_or(32);
-  const TrainResult r = train_masked_lm(m, log.wrap(events), stop);
-  return r;
+  return train_masked_lm(m, log.wrap(events), stop);
 }
 
 TrainResult run_classify_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
@@ -216,16 +219,10 @@ TrainResult run_classify_train(const TrainRequest& o, const TrainerEvents& event
   c.init = o.resume.empty() ? o.init : "";  // a resumed run has its weights already
   const auto saved = fill_run_options(o, default_classify_hyper(), c, events);
   RunLog log(o, c.out, saved);
-  models::TransformerConfig base = models::encoder_only_defaults();
-  base.max_seq_length = o.block_size;
-  c.model = model_config(o, base);
-  QKV_CHECK(c.model.encoder_only(), o.config_path << ": --arch encoder-only, but the config is of a"
-                                                  << (c.model.decoder_only() ? " " : "n ") << c.model.architecture
-                                                  << " model");
+  c.model = encoder_only_model(o);
   c.max_tokens = o.block_size;
   c.batch_size = o.batch.value_or(32);
-  const TrainResult r = train_classifier(c, log.wrap(events), stop);
-  return r;
+  return train_classifier(c, log.wrap(events), stop);
 }
 
 TrainResult run_encoder_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
