@@ -64,3 +64,49 @@ TEST(BufferPool, CacheStaysBoundedWhenShapesVary) {
 }
 
 }  // namespace qkv
+
+namespace qkv {
+namespace {
+
+// The value of element `index` (row-major position in its shape) of a strided view, read from its
+// strides directly: the reference copy_from is checked against.
+float element(const Tensor& t, int64_t index) {
+  int64_t offset = 0;
+  for (int d = t.dim() - 1; d >= 0; --d) {
+    offset += (index % t.size(d)) * t.strides()[d];
+    index /= t.size(d);
+  }
+  return t.f32()[offset];
+}
+
+// copy_from between views of every kind (narrowed, transposed, both, rows of a cache) equals an
+// element-by-element copy, and a copy between overlapping views of one storage reads the old values.
+TEST(Tensor, CopyFromStridedViewsEqualsElementwiseCopy) {
+  Tensor base = Tensor::empty(Dims{3, 4, 5, 6});
+  for (int64_t i = 0; i < base.numel(); ++i) base.f32()[i] = static_cast<float>(i);
+  const std::vector<Tensor> sources = {
+      base.narrow(2, 1, 3),                                   // a block per (i, j)
+      base.transpose(1, 3).narrow(1, 2, 3),                    // last dim strided
+      base.narrow(3, 0, 6).narrow(0, 1, 2).transpose(0, 2),    // outer dims permuted
+      base.slice0(1, 2).narrow(2, 0, 2),                       // a cache row's first positions
+  };
+  for (const Tensor& src : sources) {
+    Tensor dst_store = Tensor::zeros(Dims{8, 8, 8, 8});
+    Tensor dst = dst_store;
+    for (int d = 0; d < src.dim(); ++d) dst = dst.narrow(d, 1, src.size(d));  // a strided destination too
+    dst.copy_from(src);
+    for (int64_t i = 0; i < src.numel(); ++i) ASSERT_EQ(element(dst, i), element(src, i)) << "element " << i;
+    Tensor packed = Tensor::empty(src.shape());
+    packed.copy_from(src);
+    for (int64_t i = 0; i < src.numel(); ++i) ASSERT_EQ(packed.f32()[i], element(src, i)) << "element " << i;
+  }
+  // Overlap: shift the rows of one storage down by one.
+  Tensor rows = Tensor::empty(Dims{4, 3});
+  for (int64_t i = 0; i < 12; ++i) rows.f32()[i] = static_cast<float>(i);
+  rows.transpose(0, 1).narrow(1, 1, 3).copy_from(rows.transpose(0, 1).narrow(1, 0, 3));
+  const std::vector<float> want = {0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(rows.f32()[i], want[static_cast<size_t>(i)]) << i;
+}
+
+}  // namespace
+}  // namespace qkv

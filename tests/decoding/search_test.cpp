@@ -4,7 +4,10 @@
 // `qkv score` (train::score) computes for the pair.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "qkv/data/synthetic.h"
@@ -180,6 +183,111 @@ TEST_F(SearchTest, OptionsOutOfRangeAreRefusedNamingTheOption) {
   EXPECT_THROW(decoding::greedy_search(*model_, sources(), with([nan](auto& o) { o.max_length_ratio = nan; })), Error);
   // The largest beam the vocabulary allows works.
   EXPECT_EQ(error_of(with([](auto& o) { o.beam_size = o.n_best = 16; })), "<accepted>");
+}
+
+// Beam search over one sentence written out plainly from the rule (fairseq's sequence generator,
+// CTranslate2): every step re-runs the model on each beam's whole prefix, ranks all (beam, token)
+// continuations, and keeps the 2K best; an EOS among the first K finishes a hypothesis and the first
+// K others are the next beams. With eos_anywhere, an EOS anywhere before the K-th beam is found
+// finishes one instead: the rule qkv used before, kept here to show what it got wrong.
+struct ReferenceHypothesis {
+  std::vector<int32_t> tokens;
+  double log_prob = 0, score = 0;
+};
+std::vector<ReferenceHypothesis> reference_beam_search(const models::Transformer& m, const data::IdLine& src, int64_t K,
+                                                       int64_t limit, bool eos_anywhere) {
+  NoGradGuard no_grad;
+  const auto& c = m.config();
+  struct Beam {
+    std::vector<int32_t> tokens;
+    double cum;
+  };
+  std::vector<Beam> beams = {{{}, 0.0}};
+  std::vector<ReferenceHypothesis> done;
+  const auto finish = [&](const Beam& b, double log_prob) {
+    done.push_back({b.tokens, log_prob, log_prob / static_cast<double>(b.tokens.size() + 1)});
+  };
+  for (int64_t t = 0; t <= limit; ++t) {
+    struct Cand {
+      double lp;
+      int64_t beam;
+      int32_t token;
+    };
+    std::vector<Cand> cands;
+    std::vector<std::vector<double>> log_probs;
+    for (size_t k = 0; k < beams.size(); ++k) {
+      data::IdLine tgt{c.bos_id};
+      tgt.insert(tgt.end(), beams[k].tokens.begin(), beams[k].tokens.end());
+      const Tensor logits = m.forward(Tensor::from_ids(Dims{1, static_cast<int64_t>(src.size())}, src),
+                                      Tensor::from_ids(Dims{1, static_cast<int64_t>(tgt.size())}, tgt))
+                                .value();
+      const float* z = logits.f32() + (static_cast<int64_t>(tgt.size()) - 1) * c.tgt_vocab_size;
+      double mx = z[0], sum = 0;
+      for (int64_t v = 0; v < c.tgt_vocab_size; ++v) mx = std::max<double>(mx, z[v]);
+      for (int64_t v = 0; v < c.tgt_vocab_size; ++v) sum += std::exp(z[v] - mx);
+      std::vector<double> lp(static_cast<size_t>(c.tgt_vocab_size));
+      for (int64_t v = 0; v < c.tgt_vocab_size; ++v) lp[v] = z[v] - mx - std::log(sum);
+      log_probs.push_back(lp);
+      for (int32_t v = 0; v < c.tgt_vocab_size; ++v)
+        if (v != c.pad_id && v != c.bos_id) cands.push_back({beams[k].cum + lp[v], static_cast<int64_t>(k), v});
+    }
+    if (t == limit) {
+      for (size_t k = 0; k < beams.size(); ++k) finish(beams[k], beams[k].cum + log_probs[k][c.eos_id]);
+      break;
+    }
+    std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.lp > b.lp; });
+    cands.resize(std::min<size_t>(cands.size(), static_cast<size_t>(2 * K)));
+    std::vector<Beam> next;
+    for (size_t i = 0; i < cands.size() && static_cast<int64_t>(next.size()) < K; ++i) {
+      const Beam& from = beams[static_cast<size_t>(cands[i].beam)];
+      if (cands[i].token == c.eos_id) {
+        if ((eos_anywhere || static_cast<int64_t>(i) < K) && static_cast<int64_t>(done.size()) < K) finish(from, cands[i].lp);
+        continue;
+      }
+      next.push_back({from.tokens, cands[i].lp});
+      next.back().tokens.push_back(cands[i].token);
+    }
+    if (static_cast<int64_t>(done.size()) >= K || next.empty()) break;
+    beams = std::move(next);
+  }
+  std::stable_sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.score > b.score; });
+  return done;
+}
+
+// Beam search equals the plain reference of the rule, every hypothesis of the n-best list, on an
+// untrained model (arbitrary, long outputs where EOS shows up at every rank). On the same sentences
+// the old rule (finish an EOS ranked anywhere in the top 2K) returns a worse best hypothesis for
+// some of them: it stops once K hypotheses finished, while better beams were still alive.
+TEST_F(SearchTest, BeamSearchFollowsTheTopKEosRuleOfFairseqAndCTranslate2) {
+  models::Transformer untrained(model_->config(), 11);
+  untrained.eval();
+  std::vector<data::IdLine> src;
+  std::mt19937 gen(5);
+  for (int i = 0; i < 24; ++i) {
+    data::IdLine line;
+    const int64_t n = 2 + static_cast<int64_t>(gen() % 5);
+    for (int64_t j = 0; j < n; ++j) line.push_back(static_cast<int32_t>(4 + gen() % 12));
+    src.push_back(line);
+  }
+  const int64_t K = 3;
+  decoding::SearchOptions o;
+  o.beam_size = o.n_best = K;
+  o.max_length_ratio = 1.f;
+  o.max_length_offset = 4;
+  const auto found = decoding::beam_search(untrained, src, o);
+  int old_rule_worse = 0;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const int64_t limit = static_cast<int64_t>(src[i].size()) + 4;
+    const auto want = reference_beam_search(untrained, src[i], K, limit, false);
+    ASSERT_EQ(found[i].size(), want.size()) << "sentence " << i;
+    for (size_t j = 0; j < want.size(); ++j) {
+      EXPECT_EQ(found[i][j].tokens, want[j].tokens) << "sentence " << i << " hypothesis " << j;
+      EXPECT_NEAR(found[i][j].log_prob, want[j].log_prob, 1e-4) << "sentence " << i << " hypothesis " << j;
+    }
+    const auto old_rule = reference_beam_search(untrained, src[i], K, limit, true);
+    if (old_rule[0].score < want[0].score - 1e-6) ++old_rule_worse;
+  }
+  EXPECT_GT(old_rule_worse, 0) << "no sentence shows the difference: choose other sentences";
 }
 
 }  // namespace

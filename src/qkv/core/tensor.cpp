@@ -171,22 +171,45 @@ Tensor Tensor::narrow(int d, int64_t start, int64_t length) const {
 }
 
 namespace {
-// Calls f(linear_index_in_row_major_order, element_offset) for every element of a strided view.
-template <class F>
-void for_each_offset(const Dims& shape, const Dims& strides, F&& f) {
-  const int n = shape.size();
-  const int64_t total = shape.numel();
+// dst = src for two strided views of `shape` that do not overlap. The trailing dims that are
+// row-major in both views (size-1 dims ignored) form one block, copied with memcpy; the outer dims
+// are walked with an odometer. With no such block, the last dim is copied element by element with
+// its strides (a transpose).
+void strided_copy(uint32_t* dst, const Dims& dst_strides, const uint32_t* src, const Dims& src_strides, const Dims& shape) {
+  int outer_dims = static_cast<int>(shape.size());
+  int64_t block = 1;
+  while (outer_dims > 0) {
+    const int k = outer_dims - 1;
+    if (shape[k] != 1 && (dst_strides[k] != block || src_strides[k] != block)) break;
+    block *= shape[k];
+    --outer_dims;
+  }
+  int64_t run = 1, run_dst_stride = 0, run_src_stride = 0;  // the strided last dim, when block == 1
+  if (block == 1 && outer_dims > 0) {
+    --outer_dims;
+    run = shape[outer_dims];
+    run_dst_stride = dst_strides[outer_dims];
+    run_src_stride = src_strides[outer_dims];
+  }
+  int64_t outer = 1;
+  for (int k = 0; k < outer_dims; ++k) outer *= shape[k];
   int64_t idx[kMaxDims] = {};
-  int64_t off = 0;
-  for (int64_t linear = 0; linear < total; ++linear) {
-    f(linear, off);
-    for (int d = n - 1; d >= 0; --d) {
-      if (++idx[d] < shape[d]) {
-        off += strides[d];
+  int64_t d_off = 0, s_off = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    if (block > 1) {
+      std::memcpy(dst + d_off, src + s_off, static_cast<size_t>(block) * 4);
+    } else {
+      for (int64_t i = 0; i < run; ++i) dst[d_off + i * run_dst_stride] = src[s_off + i * run_src_stride];
+    }
+    for (int k = outer_dims - 1; k >= 0; --k) {
+      if (++idx[k] < shape[k]) {
+        d_off += dst_strides[k];
+        s_off += src_strides[k];
         break;
       }
-      off -= (shape[d] - 1) * strides[d];
-      idx[d] = 0;
+      d_off -= (shape[k] - 1) * dst_strides[k];
+      s_off -= (shape[k] - 1) * src_strides[k];
+      idx[k] = 0;
     }
   }
 }
@@ -195,20 +218,17 @@ void for_each_offset(const Dims& shape, const Dims& strides, F&& f) {
 void Tensor::copy_from(const Tensor& src) {
   QKV_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_,
             "copy_from: destination " << describe() << " vs source " << src.describe());
+  if (numel() == 0) return;
   if (is_contiguous() && src.is_contiguous()) {
     std::memmove(base(), src.base(), static_cast<size_t>(numel()) * 4);
     return;
   }
-  // Gather src into row-major order, then scatter into this view.
-  const uint32_t* s = static_cast<const uint32_t*>(src.base());
-  uint32_t* d = static_cast<uint32_t*>(base());
-  if (is_contiguous()) {
-    for_each_offset(src.shape_, src.strides_, [&](int64_t i, int64_t off) { d[i] = s[off]; });
-  } else {
-    Tensor tmp = src.contiguous();
-    const uint32_t* ts = static_cast<const uint32_t*>(tmp.base());
-    for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) { d[off] = ts[i]; });
+  if (buffer_ == src.buffer_) {  // views of one storage may overlap: read from a copy
+    const Tensor tmp = src.clone();
+    strided_copy(static_cast<uint32_t*>(base()), strides_, static_cast<const uint32_t*>(tmp.base()), tmp.strides_, shape_);
+    return;
   }
+  strided_copy(static_cast<uint32_t*>(base()), strides_, static_cast<const uint32_t*>(src.base()), src.strides_, shape_);
 }
 
 Tensor Tensor::contiguous() const {

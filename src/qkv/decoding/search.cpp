@@ -1,37 +1,113 @@
 #include "qkv/decoding/search.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <string>
+
+#include "qkv/kernels/log_softmax.h"
+#include "qkv/ops/ops.h"
 
 namespace qkv::decoding {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// The decoder over N rows (sentences x beam), with or without the key/value cache. With
-// `attention` it keeps the weights of every step and the reorderings between steps, so that any
-// row's history can be traced back at the end (attention_of).
+// A row's most likely next tokens: log-probability and token id, best first.
+struct TopTokens {
+  std::vector<float> log_prob;
+  std::vector<int32_t> token;
+};
+
+// Turns one row of logits into log-probabilities, in place, and finds its `count` most likely
+// tokens, best first, ties to the smaller id (the order of a sort by (log-prob, -id)). Pad and BOS
+// get -inf and are never chosen: a pad inside a hypothesis would be read as padding when the pair
+// is scored. Tokens at -inf are never chosen either, so fewer than `count` may come back.
+void log_probs_and_top(float* row, int64_t V, const models::TransformerConfig& c, int64_t count, TopTokens& top) {
+  const float lse = kernels::log_softmax_row(row, V);
+  QKV_CHECK(!std::isnan(lse), "search: the model's logits contain NaN");
+  row[c.pad_id] = -std::numeric_limits<float>::infinity();
+  row[c.bos_id] = -std::numeric_limits<float>::infinity();
+  top.log_prob.clear();
+  top.token.clear();
+  float worst = -std::numeric_limits<float>::infinity();  // what a token must beat to get in
+  const auto consider = [&](int64_t v) {
+    const float x = row[v];
+    if (!(x > worst)) return;  // an equal one has a smaller id: it stays ahead
+    size_t at = top.log_prob.size();
+    while (at > 0 && top.log_prob[at - 1] < x) --at;
+    top.log_prob.insert(top.log_prob.begin() + static_cast<std::ptrdiff_t>(at), x);
+    top.token.insert(top.token.begin() + static_cast<std::ptrdiff_t>(at), static_cast<int32_t>(v));
+    if (static_cast<int64_t>(top.log_prob.size()) > count) {
+      top.log_prob.pop_back();
+      top.token.pop_back();
+    }
+    if (static_cast<int64_t>(top.log_prob.size()) == count) worst = top.log_prob.back();
+  };
+  int64_t v = 0;
+  for (; v + 8 <= V; v += 8) {  // most blocks of 8 hold no candidate: one comparison skips them
+    int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + v), _mm256_set1_ps(worst), _CMP_GT_OQ));
+    for (; mask != 0; mask &= mask - 1) consider(v + __builtin_ctz(static_cast<unsigned>(mask)));
+  }
+  for (; v < V; ++v) consider(v);
+}
+
+// One decoding step's scores: log-probabilities (N, V) row-major (logits turned in place) and each
+// row's top tokens.
+struct StepScores {
+  Tensor log_probs;
+  std::vector<TopTokens> top;
+  const float* row(int64_t i) const { return log_probs.f32() + i * log_probs.size(1); }
+};
+
+StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t count) {
+  StepScores s{logits.contiguous(), {}};
+  const int64_t N = s.log_probs.size(0), V = s.log_probs.size(1);
+  s.top.resize(static_cast<size_t>(N));
+  float* data = s.log_probs.f32();
+  std::string error;
+#pragma omp parallel for schedule(static) if (N * V > 65536)
+  for (int64_t i = 0; i < N; ++i) {
+    try {
+      log_probs_and_top(data + i * V, V, c, count, s.top[static_cast<size_t>(i)]);
+    } catch (const Error& e) {
+#pragma omp critical
+      error = e.what();
+    }
+  }
+  QKV_CHECK(error.empty(), error);
+  return s;
+}
+
+// The decoder over N rows (sentences x beam), with or without the key/value cache. Sentences are
+// encoded once (not once per beam) and their rows expanded after. With `attention` it keeps the
+// weights of every step and the reorderings between steps, so that any row's history can be traced
+// back at the end (attention_of).
 class StepDecoder {
  public:
   StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
               bool use_cache, bool attention = false)
-      : model_(model), use_cache_(use_cache), attention_(attention), rows_per_source_(rows_per_source) {
+      : model_(model), use_cache_(use_cache), attention_(attention) {
     std::vector<int64_t> expand;
     for (int64_t b = 0; b < src.size(0); ++b)
       for (int64_t k = 0; k < rows_per_source; ++k) expand.push_back(b);
-    src_ = gather(src, expand);  // (N, S)
-    const models::Masks masks = model.generate_mask(src_, src_);
-    enc_ = model.encode(src_, masks.src, attention_ ? &encoder_weights_ : nullptr);
-    if (use_cache_) state_ = model.start_decoding(enc_, src_, max_length);
-    prefix_.assign(static_cast<size_t>(src_.size(0)), std::vector<int32_t>{});
+    const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
+    if (use_cache_) {
+      state_ = model.start_decoding(enc, src, max_length);
+      if (rows_per_source > 1) model.reorder(state_, expand);
+    } else {
+      src_ = ops::gather_rows(src, expand);  // (N, S)
+      enc_ = Var(ops::gather_rows(enc.value(), expand));
+      prefix_.assign(expand.size(), std::vector<int32_t>{});
+    }
   }
 
-  // Appends tokens (one per row) and returns log-probabilities of the next token, (N, V) row-major.
-  std::vector<float> next_log_probs(const std::vector<int32_t>& tokens) {
+  // Appends tokens (one per row) and returns the next token's scores with `count` top tokens a row.
+  StepScores next_scores(const std::vector<int32_t>& tokens, int64_t count) {
     const int64_t N = static_cast<int64_t>(tokens.size()), V = model_.config().tgt_vocab_size;
-    for (int64_t i = 0; i < N; ++i) prefix_[i].push_back(tokens[i]);
     Tensor logits;
     std::vector<Tensor> self_w, cross_w;
     std::vector<Tensor>* self_out = attention_ ? &self_w : nullptr;
@@ -39,6 +115,7 @@ class StepDecoder {
     if (use_cache_) {
       logits = model_.decode_step(Tensor::from_ids(Dims{N}, tokens), state_, self_out, cross_out).value();
     } else {  // the whole prefix again; keep the last position
+      for (int64_t i = 0; i < N; ++i) prefix_[i].push_back(tokens[i]);
       const int64_t T = static_cast<int64_t>(prefix_[0].size());
       std::vector<int32_t> flat;
       for (const auto& p : prefix_) flat.insert(flat.end(), p.begin(), p.end());
@@ -52,20 +129,7 @@ class StepDecoder {
       if (backpointers_.size() < steps_.size()) backpointers_.emplace_back();  // no reorder: rows kept
       steps_.push_back({std::move(self_w), std::move(cross_w)});
     }
-    std::vector<float> lp(logits.to_vector());
-    for (int64_t i = 0; i < N; ++i) {  // log-softmax per row, in double for the normaliser
-      float* row = lp.data() + i * V;
-      const float mx = *std::max_element(row, row + V);
-      double sum = 0;
-      for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v] - mx));
-      const float lse = mx + static_cast<float>(std::log(sum));
-      for (int64_t v = 0; v < V; ++v) row[v] -= lse;
-      // Pad and BOS are never produced: a pad inside a hypothesis would be read as padding when
-      // the pair is scored. The others keep their true log-probabilities (not renormalised).
-      row[model_.config().pad_id] = -std::numeric_limits<float>::infinity();
-      row[model_.config().bos_id] = -std::numeric_limits<float>::infinity();
-    }
-    return lp;
+    return score_step(std::move(logits), model_.config(), count);
   }
 
   // The weights of the sequence that is row `row` at step `last` (queries 0..last), of a source of
@@ -74,10 +138,10 @@ class StepDecoder {
     AttentionWeights a;
     const int64_t T = last + 1, layers = static_cast<int64_t>(encoder_weights_.size());
     const int64_t H = model_.config().num_heads;
-    for (const Tensor& enc : encoder_weights_) {  // (N, H, S_pad, S_pad): every row of a sentence is alike
+    for (const Tensor& enc : encoder_weights_) {  // (B, H, S_pad, S_pad), one row per sentence
       const int64_t S_pad = enc.size(2);
       Tensor e = Tensor::empty(Dims{H, src_len, src_len});
-      const float* from = enc.f32() + sentence * rows_per_source_ * H * S_pad * S_pad;
+      const float* from = enc.f32() + sentence * H * S_pad * S_pad;
       for (int64_t h = 0; h < H; ++h)
         for (int64_t q = 0; q < src_len; ++q)
           std::copy_n(from + (h * S_pad + q) * S_pad, src_len, e.f32() + (h * src_len + q) * src_len);
@@ -103,41 +167,33 @@ class StepDecoder {
     return a;
   }
 
+  // Row i continues old row rows[i]; rows may be fewer than before (finished sentences dropped).
   void reorder(const std::vector<int64_t>& rows) {
     if (attention_) backpointers_.push_back(rows);
-    std::vector<std::vector<int32_t>> prefix;
-    for (int64_t r : rows) prefix.push_back(prefix_[r]);
-    prefix_ = std::move(prefix);
     if (use_cache_) {
       model_.reorder(state_, rows);
     } else {
-      src_ = gather(src_, rows);
-      enc_ = Var(gather(enc_.value(), rows));
+      std::vector<std::vector<int32_t>> prefix;
+      for (int64_t r : rows) prefix.push_back(prefix_[r]);
+      prefix_ = std::move(prefix);
+      src_ = ops::gather_rows(src_, rows);
+      enc_ = Var(ops::gather_rows(enc_.value(), rows));
     }
   }
 
  private:
-  static Tensor gather(const Tensor& in, const std::vector<int64_t>& rows) {
-    Dims shape = in.shape();
-    shape[0] = static_cast<int64_t>(rows.size());
-    Tensor out = Tensor::empty(shape, in.dtype());
-    for (size_t i = 0; i < rows.size(); ++i) out.slice0(i, i + 1).copy_from(in.slice0(rows[i], rows[i] + 1));
-    return out;
-  }
-
   const models::Transformer& model_;
   bool use_cache_, attention_;
-  int64_t rows_per_source_;
-  std::vector<Tensor> encoder_weights_;  // per layer (N, H, S, S)
+  std::vector<Tensor> encoder_weights_;  // per layer (B, H, S, S)
   struct StepWeights {
     std::vector<Tensor> self, cross;  // per layer (N, H, 1, t + 1) and (N, H, 1, S) at step t
   };
   std::vector<StepWeights> steps_;
   std::vector<std::vector<int64_t>> backpointers_;  // the reordering after step t (empty: none)
-  Tensor src_;
-  Var enc_;
+  Tensor src_;                                      // without the cache: sources and encoder
+  Var enc_;                                         // output expanded to the rows, and each
+  std::vector<std::vector<int32_t>> prefix_;        // row's tokens so far
   models::DecoderState state_;
-  std::vector<std::vector<int32_t>> prefix_;
 };
 
 int64_t output_limit(const models::Transformer& model, size_t src_len, const SearchOptions& o) {
@@ -177,83 +233,119 @@ void validate_search_options(const SearchOptions& o, int64_t tgt_vocab_size) {
             "search: max_length_offset " << o.max_length_offset << " must be in [0, " << kMaxLengthOffset << "]");
 }
 
+namespace {
+
+// A candidate continuation of one sentence: beam `beam` extended by `token`, with the sum of
+// log-probabilities it would have.
+struct Candidate {
+  double log_prob;
+  int64_t beam;
+  int32_t token;
+};
+
+// The `count` best continuations of a sentence's live beams (rows first_row .. + K), best first,
+// ties to the smaller (beam, token), the order of a sort over every (beam, token) pair. A row's own
+// top `count` tokens are enough: cum + log_prob is monotonic in log_prob within a row.
+std::vector<Candidate> best_candidates(const StepScores& s, const std::vector<double>& cum, int64_t first_row,
+                                       int64_t K, int64_t count) {
+  std::vector<Candidate> cand;
+  for (int64_t k = 0; k < K; ++k) {
+    if (cum[first_row + k] == kNegInf) continue;
+    const TopTokens& top = s.top[static_cast<size_t>(first_row + k)];
+    for (size_t i = 0; i < top.token.size(); ++i) cand.push_back({cum[first_row + k] + top.log_prob[i], k, top.token[i]});
+  }
+  const size_t take = std::min<size_t>(cand.size(), static_cast<size_t>(count));
+  std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(take), cand.end(),
+                    [](const Candidate& x, const Candidate& y) {
+                      if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
+                      return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
+                    });
+  cand.resize(take);
+  return cand;
+}
+
+}  // namespace
+
+// Beam search as fairseq and CTranslate2 do it. Each step takes the 2K best continuations of a
+// sentence's K beams; an EOS among the first K of them finishes a hypothesis, an EOS ranked lower is
+// dropped (it was not good enough to be a beam), and the first K others are the next beams. A
+// sentence is done once K hypotheses have finished, or at its length limit, where every live beam
+// ends with EOS. Done sentences leave the batch, so the decoder only runs on sentences in progress.
 std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& model,
                                                  const std::vector<data::IdLine>& sources, const SearchOptions& o) {
   check_sources(model, sources, o);
   if (sources.empty()) return {};
   NoGradGuard no_grad;
   const auto& c = model.config();
-  const int64_t B = static_cast<int64_t>(sources.size()), K = o.beam_size, V = c.tgt_vocab_size;
+  const int64_t B = static_cast<int64_t>(sources.size()), K = o.beam_size;
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
   StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o.use_cache, o.attention);
 
-  // Row b*K + k holds beam k of sentence b. Only beam 0 is live at the start (the others are
-  // copies of it with -inf score) so the first step does not pick K copies of one token.
+  // Row j*K + k holds beam k of sentence active[j]. Only beam 0 is live at the start (the others
+  // are copies of it with -inf score) so the first step does not pick K copies of one token.
+  std::vector<int64_t> active(B);
+  std::iota(active.begin(), active.end(), int64_t{0});
   std::vector<double> cum(B * K, kNegInf);
   for (int64_t b = 0; b < B; ++b) cum[b * K] = 0;
   std::vector<std::vector<int32_t>> tokens(B * K);
   std::vector<std::vector<Hypothesis>> finished(B);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> ended_at(B);  // (step, row) of each finished one
-  std::vector<char> done(B, 0);
   std::vector<int32_t> next(B * K, c.bos_id);
 
-  for (int64_t t = 0; t <= max_limit; ++t) {
-    const std::vector<float> lp = dec.next_log_probs(next);
-    std::vector<int64_t> rows(B * K);
-    std::vector<double> new_cum(B * K, kNegInf);
-    std::vector<std::vector<int32_t>> new_tokens(B * K);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t k = 0; k < K; ++k) rows[b * K + k] = b * K + k;
-      if (done[b]) continue;
+  const auto finish = [&](int64_t b, const std::vector<int32_t>& prefix, double log_prob, int64_t step, int64_t row) {
+    finished[b].push_back({prefix, log_prob, normalised(log_prob, prefix.size() + 1, o.length_penalty), true, {}});
+    ended_at[b].emplace_back(step, row);
+  };
+  for (int64_t t = 0; t <= max_limit && !active.empty(); ++t) {
+    const StepScores s = dec.next_scores(next, 2 * K);
+    std::vector<int64_t> rows, still_active;
+    std::vector<double> new_cum;
+    std::vector<std::vector<int32_t>> new_tokens;
+    std::vector<int32_t> new_next;
+    for (size_t j = 0; j < active.size(); ++j) {
+      const int64_t b = active[j], first = static_cast<int64_t>(j) * K;
       if (t == limit[b]) {  // length limit: every live beam ends here with EOS
-        for (int64_t k = 0; k < K; ++k) {
-          const double base = cum[b * K + k];
-          if (base == kNegInf) continue;
-          const double lpe = base + lp[(b * K + k) * V + c.eos_id];
-          const std::vector<int32_t>& prev = tokens[b * K + k];
-          finished[b].push_back({prev, lpe, normalised(lpe, prev.size() + 1, o.length_penalty), true, {}});
-          ended_at[b].emplace_back(t, b * K + k);
-        }
-        done[b] = 1;
+        for (int64_t k = 0; k < K; ++k)
+          if (cum[first + k] != kNegInf) finish(b, tokens[first + k], cum[first + k] + s.row(first + k)[c.eos_id], t, first + k);
         continue;
       }
-      // Top 2K candidates over (beam, token): at most K of them are EOS, so K stay alive.
-      std::vector<std::pair<double, int64_t>> cand;
-      cand.reserve(K * V);
-      for (int64_t k = 0; k < K; ++k) {
-        if (cum[b * K + k] == kNegInf) continue;
-        const float* row = lp.data() + (b * K + k) * V;
-        for (int64_t v = 0; v < V; ++v) cand.emplace_back(cum[b * K + k] + row[v], k * V + v);
-      }
-      const size_t take = std::min<size_t>(cand.size(), 2 * K);
-      std::partial_sort(cand.begin(), cand.begin() + take, cand.end(),
-                        [](const auto& x, const auto& y) { return x.first > y.first || (x.first == y.first && x.second < y.second); });
+      const std::vector<Candidate> cand = best_candidates(s, cum, first, K, 2 * K);
       int64_t alive = 0;
-      for (size_t i = 0; i < take && alive < K; ++i) {
-        const int64_t k = cand[i].second / V;
-        const int32_t v = static_cast<int32_t>(cand[i].second % V);
-        const std::vector<int32_t>& prev = tokens[b * K + k];
-        if (v == c.eos_id) {
-          if (static_cast<int64_t>(finished[b].size()) < K) {  // EOS among the top candidates: a finished hypothesis
-            finished[b].push_back({prev, cand[i].first, normalised(cand[i].first, prev.size() + 1, o.length_penalty), true, {}});
-            ended_at[b].emplace_back(t, b * K + k);
-          }
+      for (size_t i = 0; i < cand.size() && alive < K; ++i) {
+        const int64_t row = first + cand[i].beam;
+        if (cand[i].token == c.eos_id) {
+          if (static_cast<int64_t>(i) < K && static_cast<int64_t>(finished[b].size()) < K) finish(b, tokens[row], cand[i].log_prob, t, row);
           continue;
         }
-        rows[b * K + alive] = b * K + k;
-        new_cum[b * K + alive] = cand[i].first;
-        new_tokens[b * K + alive] = prev;
-        new_tokens[b * K + alive].push_back(v);
-        next[b * K + alive] = v;
+        rows.push_back(row);
+        new_cum.push_back(cand[i].log_prob);
+        new_tokens.push_back(tokens[row]);
+        new_tokens.back().push_back(cand[i].token);
+        new_next.push_back(cand[i].token);
         ++alive;
       }
-      if (static_cast<int64_t>(finished[b].size()) >= K || alive == 0) done[b] = 1;
+      if (static_cast<int64_t>(finished[b].size()) >= K || alive == 0) {  // done: its rows leave the batch
+        rows.resize(rows.size() - static_cast<size_t>(alive));
+        new_cum.resize(rows.size());
+        new_tokens.resize(rows.size());
+        new_next.resize(rows.size());
+        continue;
+      }
+      for (; alive < K; ++alive) {  // fewer than K continuations (tiny vocabularies): dead rows
+        rows.push_back(first);
+        new_cum.push_back(kNegInf);
+        new_tokens.emplace_back();
+        new_next.push_back(c.eos_id);
+      }
+      still_active.push_back(b);
     }
-    if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) break;
+    active = std::move(still_active);
+    if (active.empty()) break;
     cum = std::move(new_cum);
     tokens = std::move(new_tokens);
+    next = std::move(new_next);
     dec.reorder(rows);
   }
   std::vector<std::vector<Hypothesis>> out(B);
@@ -280,38 +372,48 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   if (sources.empty()) return {};
   NoGradGuard no_grad;
   const auto& c = model.config();
-  const int64_t B = static_cast<int64_t>(sources.size()), V = c.tgt_vocab_size;
+  const int64_t B = static_cast<int64_t>(sources.size());
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
   StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o.use_cache, o.attention);
   std::vector<Hypothesis> hyps(B);
+  std::vector<int64_t> active(B);  // row i decodes sentence active[i]
+  std::iota(active.begin(), active.end(), int64_t{0});
+  std::vector<int64_t> ended_row(B), ended_step(B);
   std::vector<int32_t> next(B, c.bos_id);
-  int64_t remaining = B;
-  for (int64_t t = 0; t <= max_limit && remaining > 0; ++t) {
-    const std::vector<float> lp = dec.next_log_probs(next);
-    for (int64_t b = 0; b < B; ++b) {
+  for (int64_t t = 0; t <= max_limit && !active.empty(); ++t) {
+    const StepScores s = dec.next_scores(next, 1);
+    std::vector<int64_t> rows, still_active;
+    std::vector<int32_t> new_next;
+    for (size_t i = 0; i < active.size(); ++i) {
+      const int64_t b = active[i], row = static_cast<int64_t>(i);
       Hypothesis& h = hyps[b];
-      if (h.finished || t > limit[b]) continue;
-      const float* row = lp.data() + b * V;
+      const TopTokens& top = s.top[i];
       // At the limit only EOS may follow, as in beam search.
-      const int32_t v = t == limit[b] ? c.eos_id : static_cast<int32_t>(std::max_element(row, row + V) - row);
-      h.log_prob += row[v];
+      const int32_t v = t == limit[b] || top.token.empty() ? c.eos_id : top.token[0];
+      h.log_prob += s.row(row)[v];
       if (v == c.eos_id) {
         h.finished = true;
-        --remaining;
-      } else {
-        h.tokens.push_back(v);
+        ended_row[b] = row;
+        ended_step[b] = t;
+        continue;
       }
-      next[b] = v;
+      h.tokens.push_back(v);
+      rows.push_back(row);
+      still_active.push_back(b);
+      new_next.push_back(v);
     }
+    if (still_active.size() < active.size() && !still_active.empty()) dec.reorder(rows);
+    active = std::move(still_active);
+    next = std::move(new_next);
   }
   for (int64_t b = 0; b < B; ++b) {
     Hypothesis& h = hyps[b];
     h.score = normalised(h.log_prob, h.tokens.size() + 1, o.length_penalty);
-    // Row b chose EOS at step tokens.size() (every greedy hypothesis ends with EOS, forced at the limit).
+    // Every greedy hypothesis ends with EOS (forced at the limit).
     if (o.attention)
-      h.attention = dec.attention_of(b, static_cast<int64_t>(h.tokens.size()), static_cast<int64_t>(sources[b].size()), b);
+      h.attention = dec.attention_of(ended_row[b], ended_step[b], static_cast<int64_t>(sources[b].size()), b);
   }
   return hyps;
 }

@@ -1,5 +1,6 @@
 #include "qkv/kernels/attention.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <cmath>
@@ -31,6 +32,38 @@ void apply_dropout(float* out, const float* p, const AttentionDims& d, const Att
   }
 }
 
+float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  float sum = _mm_cvtss_f32(s);
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// y += a * x
+void axpy(float* y, float a, const float* x, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+// One query per head (a decoding step) without dropout: the two products are a dot product per
+// key and a weighted sum of value rows. BLAS's gemv costs more in call overhead than these small
+// heads take (dk 64, tens of keys), and cache rows are strided, so it is done here directly.
+void attend_one_query(const AttentionDims& d, const float* qh, const float* kh, int64_t k_stride, const float* vh,
+                      int64_t v_stride, float* oh, float* row, const AttentionMask& mask, int64_t b, float divisor) {
+  for (int64_t j = 0; j < d.Tk; ++j)
+    row[j] = is_masked(mask, b, 0, j, d) ? mask.fill : dot(qh, kh + j * k_stride, d.dk) / divisor;
+  softmax_row(row, d.Tk);
+  for (int64_t c = 0; c < d.dk; ++c) oh[c] = 0.f;
+  for (int64_t j = 0; j < d.Tk; ++j) axpy(oh, row[j], vh + j * v_stride, d.dk);
+}
+
 }  // namespace
 
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
@@ -48,6 +81,10 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     const float* vh = v + b * vs.b + h * vs.h;
     float* oh = out + b * os.b + h * os.h;
     float* ph = probs + bh * d.Tq * d.Tk;  // (Tq, Tk)
+    if (d.Tq == 1 && drop.p == 0.f) {
+      attend_one_query(d, qh, kh, ks.t, vh, vs.t, oh, ph, mask, b, divisor);
+      continue;
+    }
     sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
     for (int64_t i = 0; i < d.Tq; ++i) {
       float* row = ph + i * d.Tk;

@@ -1,6 +1,7 @@
 #include "qkv/models/transformer.h"
 
 #include <cmath>
+#include <numeric>
 #include <vector>
 #include <string>
 
@@ -123,6 +124,8 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   DecoderState st;
   st.max_length = max_length;
   st.src_mask = generate_mask(src, src).src;
+  st.source_of_row.resize(static_cast<size_t>(enc_output.size(0)));
+  std::iota(st.source_of_row.begin(), st.source_of_row.end(), int64_t{0});
   const int64_t N = enc_output.size(0), H = config_.num_heads, dk = config_.d_model / config_.num_heads;
   for (const DecoderLayer* layer : decoder_layers)
     st.layers.push_back({nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output)});
@@ -146,11 +149,19 @@ Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector
 }
 
 void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) const {
+  std::vector<int64_t> sources(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    QKV_CHECK(rows[i] >= 0 && rows[i] < static_cast<int64_t>(st.source_of_row.size()),
+              "reorder: row " << rows[i] << " outside [0, " << st.source_of_row.size() << ")");
+    sources[i] = st.source_of_row[static_cast<size_t>(rows[i])];
+  }
+  const bool same_sources = sources == st.source_of_row;
   for (LayerCache& c : st.layers) {
     c.self.reorder(rows);
-    c.cross.reorder(rows);
+    if (!same_sources) c.cross.reorder(rows);
   }
-  if (st.src_mask.key_keep.defined()) st.src_mask.key_keep = ops::gather_rows(st.src_mask.key_keep, rows);
+  if (!same_sources && st.src_mask.key_keep.defined()) st.src_mask.key_keep = ops::gather_rows(st.src_mask.key_keep, rows);
+  st.source_of_row = std::move(sources);
 }
 
 Var Transformer::forward(const Tensor& src, const Tensor& tgt) const {

@@ -53,6 +53,9 @@ struct DecoderState {
   ops::AttentionMasks src_mask;  // key padding of the N sources
   int64_t length = 0;            // positions decoded so far
   int64_t max_length = 0;
+  // The source (row of start_decoding's batch) each row decodes: rows of one source share the
+  // cross-attention keys and values, so a reordering among them leaves those alone.
+  std::vector<int64_t> source_of_row;
 };
 
 struct Masks {
@@ -88,8 +91,10 @@ class Transformer : public Model {
   // this position, per layer, on request: self (N, H, 1, state.length + 1), cross (N, H, 1, S).
   Var decode_step(const Tensor& tokens, DecoderState& state, std::vector<Tensor>* self_weights = nullptr,
                   std::vector<Tensor>* cross_weights = nullptr) const;
-  // Keeps / duplicates the sequences `rows` (beam search reordering): row i of the new state is
-  // row rows[i] of the old one.
+  // Keeps / duplicates the sequences `rows` (beam search reordering, dropping finished sentences,
+  // expanding each source to its beams): row i of the new state is row rows[i] of the old one.
+  // Copies only what changes: the decoded positions of rows that move, and the encoder's keys and
+  // values only where a row's source changes.
   void reorder(DecoderState& state, const std::vector<int64_t>& rows) const;
 
   nn::Embedding &encoder_embedding, &decoder_embedding;

@@ -51,9 +51,62 @@ ops::AttentionMasks first_keys(const ops::AttentionMasks& masks, int64_t length)
 }
 }  // namespace
 
+namespace {
+// Row i of `cache` (N, H, capacity, dk) becomes old row rows[i], over the first `length` positions
+// only (the rest is unused). Beam search calls this every step, so it works in place and copies each
+// row that changes once: a row is overwritten only after the rows that read from it are done (the
+// order of a parallel assignment), and a cycle of rows is broken through one row of scratch.
+// Dropping rows (rows.size() < N) just narrows the view; only a batch that grows gets new storage.
+void reorder_rows(Tensor& cache, const std::vector<int64_t>& rows, int64_t length) {
+  const int64_t N = cache.size(0), n = static_cast<int64_t>(rows.size());
+  for (int64_t r : rows) QKV_CHECK(r >= 0 && r < N, "attention cache: row " << r << " outside [0, " << N << ")");
+  const auto row = [&](int64_t i) { return cache.slice0(i, i + 1).narrow(2, 0, length); };
+  if (n > N) {
+    Dims shape = cache.shape();
+    shape[0] = n;
+    Tensor grown = Tensor::empty(shape);
+    for (int64_t i = 0; i < n; ++i) grown.slice0(i, i + 1).narrow(2, 0, length).copy_from(row(rows[i]));
+    cache = std::move(grown);
+    return;
+  }
+  constexpr int64_t kFromScratch = -1;
+  std::vector<int64_t> source(rows.begin(), rows.end()), readers(static_cast<size_t>(N), 0), ready;
+  int64_t pending = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (source[i] != i) {
+      ++readers[source[i]];
+      ++pending;
+    }
+  for (int64_t i = 0; i < n; ++i)
+    if (source[i] != i && readers[i] == 0) ready.push_back(i);
+  Tensor scratch;
+  int64_t next_unresolved = 0;
+  while (pending > 0) {
+    if (ready.empty()) {  // only cycles are left, each row read once: save one and start there
+      while (source[next_unresolved] == next_unresolved) ++next_unresolved;
+      const int64_t start = next_unresolved;
+      if (!scratch.defined()) scratch = Tensor::empty(row(start).shape());
+      scratch.copy_from(row(start));
+      for (int64_t i = 0; i < n; ++i)
+        if (source[i] == start && i != start) source[i] = kFromScratch;
+      readers[start] = 0;
+      ready.push_back(start);
+    }
+    const int64_t i = ready.back();
+    ready.pop_back();
+    const int64_t from = source[i];
+    row(i).copy_from(from == kFromScratch ? scratch : row(from));
+    source[i] = i;
+    --pending;
+    if (from != kFromScratch && --readers[from] == 0 && from < n && source[from] != from) ready.push_back(from);
+  }
+  if (n < N) cache = cache.slice0(0, n);
+}
+}  // namespace
+
 void KVCache::reorder(const std::vector<int64_t>& rows) {
-  k = ops::gather_rows(k, rows);
-  v = ops::gather_rows(v, rows);
+  reorder_rows(k, rows, length);
+  reorder_rows(v, rows, length);
 }
 
 Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks,
