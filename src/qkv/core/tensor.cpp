@@ -223,7 +223,13 @@ void Tensor::copy_from(const Tensor& src) {
     std::memmove(base(), src.base(), static_cast<size_t>(numel()) * 4);
     return;
   }
-  if (buffer_ == src.buffer_) {  // views of one storage may overlap: read from a copy
+  const auto last_element = [](const Tensor& t) {  // strides are never negative
+    int64_t last = t.offset_;
+    for (int d = 0; d < t.dim(); ++d) last += (t.shape_[d] - 1) * t.strides_[d];
+    return last;
+  };
+  const bool may_overlap = buffer_ == src.buffer_ && offset_ <= last_element(src) && src.offset_ <= last_element(*this);
+  if (may_overlap) {  // two views of one storage whose element ranges meet: read from a copy
     const Tensor tmp = src.clone();
     strided_copy(static_cast<uint32_t*>(base()), strides_, static_cast<const uint32_t*>(tmp.base()), tmp.strides_, shape_);
     return;

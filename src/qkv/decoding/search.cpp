@@ -264,6 +264,41 @@ std::vector<Candidate> best_candidates(const StepScores& s, const std::vector<do
   return cand;
 }
 
+// A sentence that goes on to the next step: its rows (K of them, in beam search) continue the old
+// rows `rows` with these scores and tokens. `block` is where its rows were: j in rows [j K, j K + K).
+struct Continuing {
+  int64_t sentence, block;
+  std::vector<int64_t> rows;
+  std::vector<double> cum;
+  std::vector<int32_t> token;
+};
+
+// The sentences that go on, in their order in the next step's batch. A sentence keeps its place
+// when that place is still inside the smaller batch; the others move into the places finished
+// sentences left. Compacting in order would instead shift every sentence after a finished one, and
+// each shift copies its rows' key/value caches (see Transformer::reorder).
+std::vector<Continuing> in_new_places(std::vector<Continuing> going_on) {
+  const size_t count = going_on.size();
+  std::vector<Continuing> placed(count);
+  std::vector<char> taken(count, 0);
+  std::vector<Continuing*> movers;
+  for (Continuing& go : going_on) {
+    if (static_cast<size_t>(go.block) < count) {
+      taken[static_cast<size_t>(go.block)] = 1;
+      placed[static_cast<size_t>(go.block)] = std::move(go);
+    } else {
+      movers.push_back(&go);
+    }
+  }
+  size_t free_place = 0;
+  for (Continuing* go : movers) {
+    while (taken[free_place]) ++free_place;
+    taken[free_place] = 1;
+    placed[free_place] = std::move(*go);
+  }
+  return placed;
+}
+
 }  // namespace
 
 // Beam search as fairseq and CTranslate2 do it. Each step takes the 2K best continuations of a
@@ -300,10 +335,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   };
   for (int64_t t = 0; t <= max_limit && !active.empty(); ++t) {
     const StepScores s = dec.next_scores(next, 2 * K);
-    std::vector<int64_t> rows, still_active;
-    std::vector<double> new_cum;
-    std::vector<std::vector<int32_t>> new_tokens;
-    std::vector<int32_t> new_next;
+    std::vector<Continuing> going_on;
     for (size_t j = 0; j < active.size(); ++j) {
       const int64_t b = active[j], first = static_cast<int64_t>(j) * K;
       if (t == limit[b]) {  // length limit: every live beam ends here with EOS
@@ -311,41 +343,44 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
           if (cum[first + k] != kNegInf) finish(b, tokens[first + k], cum[first + k] + s.row(first + k)[c.eos_id], t, first + k);
         continue;
       }
+      Continuing go{b, static_cast<int64_t>(j), {}, {}, {}};
       const std::vector<Candidate> cand = best_candidates(s, cum, first, K, 2 * K);
-      int64_t alive = 0;
-      for (size_t i = 0; i < cand.size() && alive < K; ++i) {
+      for (size_t i = 0; i < cand.size() && static_cast<int64_t>(go.rows.size()) < K; ++i) {
         const int64_t row = first + cand[i].beam;
         if (cand[i].token == c.eos_id) {
           if (static_cast<int64_t>(i) < K && static_cast<int64_t>(finished[b].size()) < K) finish(b, tokens[row], cand[i].log_prob, t, row);
           continue;
         }
-        rows.push_back(row);
-        new_cum.push_back(cand[i].log_prob);
-        new_tokens.push_back(tokens[row]);
-        new_tokens.back().push_back(cand[i].token);
-        new_next.push_back(cand[i].token);
-        ++alive;
+        go.rows.push_back(row);
+        go.cum.push_back(cand[i].log_prob);
+        go.token.push_back(cand[i].token);
       }
-      if (static_cast<int64_t>(finished[b].size()) >= K || alive == 0) {  // done: its rows leave the batch
-        rows.resize(rows.size() - static_cast<size_t>(alive));
-        new_cum.resize(rows.size());
-        new_tokens.resize(rows.size());
-        new_next.resize(rows.size());
-        continue;
+      if (static_cast<int64_t>(finished[b].size()) >= K || go.rows.empty()) continue;  // done: it leaves the batch
+      while (static_cast<int64_t>(go.rows.size()) < K) {  // fewer than K continuations (tiny vocabularies)
+        go.rows.push_back(first);
+        go.cum.push_back(kNegInf);
+        go.token.push_back(c.eos_id);
       }
-      for (; alive < K; ++alive) {  // fewer than K continuations (tiny vocabularies): dead rows
-        rows.push_back(first);
-        new_cum.push_back(kNegInf);
-        new_tokens.emplace_back();
-        new_next.push_back(c.eos_id);
-      }
-      still_active.push_back(b);
+      going_on.push_back(std::move(go));
     }
-    active = std::move(still_active);
-    if (active.empty()) break;
+    if (going_on.empty()) break;
+    std::vector<int64_t> rows;
+    std::vector<double> new_cum;
+    std::vector<std::vector<int32_t>> new_tokens;
+    next.clear();
+    active.clear();
+    for (const Continuing& go : in_new_places(std::move(going_on))) {
+      active.push_back(go.sentence);
+      for (size_t k = 0; k < go.rows.size(); ++k) {
+        rows.push_back(go.rows[k]);
+        new_cum.push_back(go.cum[k]);
+        new_tokens.push_back(go.cum[k] == kNegInf ? std::vector<int32_t>{} : tokens[go.rows[k]]);
+        if (go.cum[k] != kNegInf) new_tokens.back().push_back(go.token[k]);
+        next.push_back(go.token[k]);
+      }
+    }
     cum = std::move(new_cum);
     tokens = std::move(new_tokens);
-    next = std::move(new_next);
     dec.reorder(rows);
   }
   std::vector<std::vector<Hypothesis>> out(B);
@@ -384,8 +419,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   std::vector<int32_t> next(B, c.bos_id);
   for (int64_t t = 0; t <= max_limit && !active.empty(); ++t) {
     const StepScores s = dec.next_scores(next, 1);
-    std::vector<int64_t> rows, still_active;
-    std::vector<int32_t> new_next;
+    std::vector<Continuing> going_on;
     for (size_t i = 0; i < active.size(); ++i) {
       const int64_t b = active[i], row = static_cast<int64_t>(i);
       Hypothesis& h = hyps[b];
@@ -400,13 +434,19 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
         continue;
       }
       h.tokens.push_back(v);
-      rows.push_back(row);
-      still_active.push_back(b);
-      new_next.push_back(v);
+      going_on.push_back({b, row, {row}, {}, {v}});
     }
-    if (still_active.size() < active.size() && !still_active.empty()) dec.reorder(rows);
-    active = std::move(still_active);
-    next = std::move(new_next);
+    if (going_on.empty()) break;
+    const bool some_ended = going_on.size() < active.size();
+    std::vector<int64_t> rows;
+    next.clear();
+    active.clear();
+    for (const Continuing& go : in_new_places(std::move(going_on))) {
+      active.push_back(go.sentence);
+      rows.push_back(go.rows[0]);
+      next.push_back(go.token[0]);
+    }
+    if (some_ended) dec.reorder(rows);
   }
   for (int64_t b = 0; b < B; ++b) {
     Hypothesis& h = hyps[b];

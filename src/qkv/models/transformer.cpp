@@ -155,12 +155,21 @@ void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) co
               "reorder: row " << rows[i] << " outside [0, " << st.source_of_row.size() << ")");
     sources[i] = st.source_of_row[static_cast<size_t>(rows[i])];
   }
-  const bool same_sources = sources == st.source_of_row;
+  // Rows of one source hold the same encoder keys and values: a row that keeps its source keeps
+  // them, whichever old row it continues.
+  std::vector<int64_t> cross_rows(rows.size());
+  bool cross_unchanged = rows.size() == st.source_of_row.size();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const bool same = i < st.source_of_row.size() && st.source_of_row[i] == sources[i];
+    cross_rows[i] = same ? static_cast<int64_t>(i) : rows[i];
+    cross_unchanged = cross_unchanged && same;
+  }
   for (LayerCache& c : st.layers) {
     c.self.reorder(rows);
-    if (!same_sources) c.cross.reorder(rows);
+    if (!cross_unchanged) c.cross.reorder(cross_rows);
   }
-  if (!same_sources && st.src_mask.key_keep.defined()) st.src_mask.key_keep = ops::gather_rows(st.src_mask.key_keep, rows);
+  if (!cross_unchanged && st.src_mask.key_keep.defined())
+    st.src_mask.key_keep = ops::gather_rows(st.src_mask.key_keep, cross_rows);
   st.source_of_row = std::move(sources);
 }
 
