@@ -83,7 +83,8 @@ StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t
 }
 
 // The decoder over N rows (sentences x beam), with or without the key/value cache. Sentences are
-// encoded once (not once per beam) and their rows expanded after. With `attention` it keeps the
+// encoded once (not once per beam); with the cache, the beams of a sentence share its encoder keys
+// and values (DecoderState::rows_per_source), without it the encoder output is copied to each row. With `attention` it keeps the
 // weights of every step and the reorderings between steps, so that any row's history can be traced
 // back at the end (attention_of).
 class StepDecoder {
@@ -96,8 +97,7 @@ class StepDecoder {
       for (int64_t k = 0; k < rows_per_source; ++k) expand.push_back(b);
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
     if (use_cache_) {
-      state_ = model.start_decoding(enc, src, max_length);
-      if (rows_per_source > 1) model.reorder(state_, expand);
+      state_ = model.start_decoding(enc, src, max_length, rows_per_source);
     } else {
       src_ = ops::gather_rows(src, expand);  // (N, S)
       enc_ = Var(ops::gather_rows(enc.value(), expand));

@@ -52,16 +52,24 @@ void axpy(float* y, float a, const float* x, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// One query per head (a decoding step) without dropout: the two products are a dot product per
-// key and a weighted sum of value rows. BLAS's gemv costs more in call overhead than these small
-// heads take (dk 64, tens of keys), and cache rows are strided, so it is done here directly.
-void attend_one_query(const AttentionDims& d, const float* qh, const float* kh, int64_t k_stride, const float* vh,
-                      int64_t v_stride, float* oh, float* row, const AttentionMask& mask, int64_t b, float divisor) {
-  for (int64_t j = 0; j < d.Tk; ++j)
-    row[j] = is_masked(mask, b, 0, j, d) ? mask.fill : dot(qh, kh + j * k_stride, d.dk) / divisor;
-  softmax_row(row, d.Tk);
-  for (int64_t c = 0; c < d.dk; ++c) oh[c] = 0.f;
-  for (int64_t j = 0; j < d.Tk; ++j) axpy(oh, row[j], vh + j * v_stride, d.dk);
+// A few queries per head (a decoding step: one query, or the beams of a sentence reading its
+// encoder output) without dropout: the two products are a dot product per key and a weighted sum of
+// value rows. BLAS costs more in call overhead than these small heads take (dk 64, tens of keys),
+// and the keys and values a head's first query brings into cache serve the others.
+constexpr int64_t kMaxFewQueries = 8;
+void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_stride, const float* kh, int64_t k_stride,
+                        const float* vh, int64_t v_stride, float* oh, int64_t o_stride, float* probs,
+                        const AttentionMask& mask, int64_t b, float divisor) {
+  for (int64_t i = 0; i < d.Tq; ++i) {
+    const float* q = qh + i * q_stride;
+    float* row = probs + i * d.Tk;
+    float* o = oh + i * o_stride;
+    for (int64_t j = 0; j < d.Tk; ++j)
+      row[j] = is_masked(mask, b, i, j, d) ? mask.fill : dot(q, kh + j * k_stride, d.dk) / divisor;
+    softmax_row(row, d.Tk);
+    for (int64_t c = 0; c < d.dk; ++c) o[c] = 0.f;
+    for (int64_t j = 0; j < d.Tk; ++j) axpy(o, row[j], vh + j * v_stride, d.dk);
+  }
 }
 
 }  // namespace
@@ -81,8 +89,8 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     const float* vh = v + b * vs.b + h * vs.h;
     float* oh = out + b * os.b + h * os.h;
     float* ph = probs + bh * d.Tq * d.Tk;  // (Tq, Tk)
-    if (d.Tq == 1 && drop.p == 0.f) {
-      attend_one_query(d, qh, kh, ks.t, vh, vs.t, oh, ph, mask, b, divisor);
+    if (d.Tq <= kMaxFewQueries && drop.p == 0.f) {
+      attend_few_queries(d, qh, qs.t, kh, ks.t, vh, vs.t, oh, os.t, ph, mask, b, divisor);
       continue;
     }
     sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);

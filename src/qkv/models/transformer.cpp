@@ -30,12 +30,12 @@ Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::Attent
 }
 
 Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask,
-                               Tensor* self_weights, Tensor* cross_weights) const {
+                               Tensor* self_weights, Tensor* cross_weights, int64_t rows_per_source) const {
   // The single new query sees every cached position and itself: the no-peek mask of the full forward.
   Var h = residual(norm_pos_, norm1, dropout, x,
                    [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}, self_weights); });
   h = residual(norm_pos_, norm2, dropout, h,
-               [&](const Var& in) { return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights); });
+               [&](const Var& in) { return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights, rows_per_source); });
   return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
@@ -117,16 +117,18 @@ Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& m
   return fc.forward(x);  // (B, T, V)
 }
 
-DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length) const {
+DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
+                                         int64_t rows_per_source) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(max_length >= 1 && max_length <= config_.max_seq_length,
             "decoding length " << max_length << " must be in [1, max_seq_length " << config_.max_seq_length << "]");
   DecoderState st;
   st.max_length = max_length;
+  QKV_CHECK(rows_per_source >= 1, "start_decoding: rows_per_source " << rows_per_source << " must be at least 1");
   st.src_mask = generate_mask(src, src).src;
-  st.source_of_row.resize(static_cast<size_t>(enc_output.size(0)));
-  std::iota(st.source_of_row.begin(), st.source_of_row.end(), int64_t{0});
-  const int64_t N = enc_output.size(0), H = config_.num_heads, dk = config_.d_model / config_.num_heads;
+  st.rows_per_source = rows_per_source;
+  for (int64_t b = 0; b < enc_output.size(0); ++b) st.source_of_row.insert(st.source_of_row.end(), rows_per_source, b);
+  const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
   for (const DecoderLayer* layer : decoder_layers)
     st.layers.push_back({nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output)});
   return st;
@@ -142,26 +144,33 @@ Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector
   size_for_layers(self_weights, decoder_layers.size());
   size_for_layers(cross_weights, decoder_layers.size());
   for (size_t i = 0; i < decoder_layers.size(); ++i)
-    x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask, slot(self_weights, i), slot(cross_weights, i));
+    x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask, slot(self_weights, i), slot(cross_weights, i),
+                                        st.rows_per_source);
   if (decoder_norm) x = decoder_norm->forward(x);
   st.length += 1;
   return fn::reshape(fc.forward(x), Dims{N, config_.tgt_vocab_size});  // (N, V)
 }
 
 void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) const {
+  const int64_t R = st.rows_per_source, old_rows = static_cast<int64_t>(st.source_of_row.size());
+  QKV_CHECK(static_cast<int64_t>(rows.size()) % R == 0,
+            "reorder: " << rows.size() << " rows do not make groups of " << R << " (the beams of a sentence)");
   std::vector<int64_t> sources(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    QKV_CHECK(rows[i] >= 0 && rows[i] < static_cast<int64_t>(st.source_of_row.size()),
-              "reorder: row " << rows[i] << " outside [0, " << st.source_of_row.size() << ")");
+    QKV_CHECK(rows[i] >= 0 && rows[i] < old_rows, "reorder: row " << rows[i] << " outside [0, " << old_rows << ")");
+    QKV_CHECK(rows[i] / R == rows[i - i % R] / R,
+              "reorder: new row " << i << " comes from old group " << rows[i] / R << ", the others of its group from "
+                                  << rows[i - i % R] / R);
     sources[i] = st.source_of_row[static_cast<size_t>(rows[i])];
   }
-  // Rows of one source hold the same encoder keys and values: a row that keeps its source keeps
-  // them, whichever old row it continues.
-  std::vector<int64_t> cross_rows(rows.size());
-  bool cross_unchanged = rows.size() == st.source_of_row.size();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const bool same = i < st.source_of_row.size() && st.source_of_row[i] == sources[i];
-    cross_rows[i] = same ? static_cast<int64_t>(i) : rows[i];
+  // The encoder's keys and values, one row per group. A group that keeps its source keeps them,
+  // whichever old group its rows continue.
+  const int64_t groups = static_cast<int64_t>(rows.size()) / R, old_groups = old_rows / R;
+  std::vector<int64_t> cross_rows(static_cast<size_t>(groups));
+  bool cross_unchanged = groups == old_groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    const bool same = g < old_groups && st.source_of_row[static_cast<size_t>(g * R)] == sources[static_cast<size_t>(g * R)];
+    cross_rows[g] = same ? g : rows[g * R] / R;
     cross_unchanged = cross_unchanged && same;
   }
   for (LayerCache& c : st.layers) {

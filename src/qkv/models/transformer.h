@@ -24,7 +24,7 @@ namespace qkv::models {
 // Per decoder layer state of incremental decoding (inference only): the caches of its two attentions.
 struct LayerCache {
   nn::KVCache self;   // (N, H, max_len, dk): keys / values of every position decoded so far
-  nn::KVCache cross;  // (N, H, S, dk): the encoder output projected once
+  nn::KVCache cross;  // (N / rows_per_source, H, S, dk): the encoder output projected once
 };
 
 class DecoderLayer : public nn::Module {
@@ -36,8 +36,9 @@ class DecoderLayer : public nn::Module {
               const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr) const;
   // One position: x (N, 1, D) after the cached ones, attending to them and to itself; the weights
   // (N, H, 1, positions so far) and (N, H, 1, S) on request.
+  // rows_per_source: see DecoderState (the cross cache holds one row per group of that many rows).
   Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask, Tensor* self_weights = nullptr,
-                   Tensor* cross_weights = nullptr) const;
+                   Tensor* cross_weights = nullptr, int64_t rows_per_source = 1) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2, &norm3;
@@ -48,14 +49,17 @@ class DecoderLayer : public nn::Module {
 };
 
 // Incremental decoding state for N sequences (N = sentences x beam).
+// Rows come in groups of rows_per_source (the beams of a sentence: rows g R .. g R + R - 1) that
+// decode the same source; the encoder's keys and values and the source mask are kept once per group.
 struct DecoderState {
   std::vector<LayerCache> layers;
-  ops::AttentionMasks src_mask;  // key padding of the N sources
+  ops::AttentionMasks src_mask;  // key padding of each group's source
   int64_t length = 0;            // positions decoded so far
   int64_t max_length = 0;
   // The source (row of start_decoding's batch) each row decodes: rows of one source share the
   // cross-attention keys and values, so a reordering among them leaves those alone.
   std::vector<int64_t> source_of_row;
+  int64_t rows_per_source = 1;
 };
 
 struct Masks {
@@ -85,16 +89,18 @@ class Transformer : public Model {
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
   // Incremental decoding: encode once, then one position per call with cached keys and values.
-  // start_decoding takes the encoder output (N, S, D) and the sources (N, S) it came from.
-  DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length) const;
+  // start_decoding takes the encoder output (B, S, D) and the sources (B, S) it came from, and
+  // decodes rows_per_source rows of each (beam search's beams): N = B x rows_per_source rows.
+  DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
+                              int64_t rows_per_source = 1) const;
   // tokens (N) i32 at position state.length -> logits (N, V) for the next position. The weights of
   // this position, per layer, on request: self (N, H, 1, state.length + 1), cross (N, H, 1, S).
   Var decode_step(const Tensor& tokens, DecoderState& state, std::vector<Tensor>* self_weights = nullptr,
                   std::vector<Tensor>* cross_weights = nullptr) const;
-  // Keeps / duplicates the sequences `rows` (beam search reordering, dropping finished sentences,
-  // expanding each source to its beams): row i of the new state is row rows[i] of the old one.
-  // Copies only what changes: the decoded positions of rows that move, and the encoder's keys and
-  // values only where a row's source changes.
+  // Keeps / duplicates the sequences `rows` (beam search reordering, dropping finished sentences):
+  // row i of the new state is row rows[i] of the old one. The rows of a new group must all come from
+  // one old group. Copies only what changes: the decoded positions of rows that move, and the
+  // encoder's keys and values only where a group's source changes.
   void reorder(DecoderState& state, const std::vector<int64_t>& rows) const;
 
   nn::Embedding &encoder_embedding, &decoder_embedding;

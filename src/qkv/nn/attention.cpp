@@ -121,8 +121,20 @@ Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::
 }
 
 Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks,
-                                       Tensor* weights) const {
-  return attend(project(W_q, x), Var(cache.k), Var(cache.v), masks, weights);
+                                       Tensor* weights, int64_t rows_per_source) const {
+  if (rows_per_source == 1) return attend(project(W_q, x), Var(cache.k), Var(cache.v), masks, weights);
+  const int64_t N = x.size(0), T = x.size(1), D = x.size(2), groups = N / rows_per_source;
+  QKV_CHECK(N % rows_per_source == 0 && groups == cache.k.size(0),
+            "cross-attention: " << N << " rows in groups of " << rows_per_source << " for a cache of "
+                                << cache.k.size(0) << " sources");
+  // The R rows of a group, T queries each, become one sequence of R x T queries.
+  const Var grouped = fn::reshape(x, Dims{groups, rows_per_source * T, D});
+  const Var out = attend(project(W_q, grouped), Var(cache.k), Var(cache.v), masks, weights);
+  if (weights) {  // (groups, H, R T, S) -> (N, H, T, S)
+    const int64_t H = num_heads_, S = weights->size(3);
+    *weights = weights->reshape(Dims{groups, H, rows_per_source, T * S}).transpose(1, 2).contiguous().reshape(Dims{N, H, T, S});
+  }
+  return fn::reshape(out, Dims{N, T, D});
 }
 
 KVCache MultiHeadAttention::project_memory(const Var& memory) const {

@@ -43,8 +43,12 @@ class MultiHeadAttention : public Module {
   // weights: (N, H, T, length + T).
   Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   // Cross-attention of x (N, T, D) over a static cache of projected encoder keys and values.
-  Var forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks,
-                     Tensor* weights = nullptr) const;
+  // With rows_per_source R > 1, rows come in groups of R that read the same source (the beams of one
+  // sentence) and the cache holds one row per group (N / R): a group's queries attend together, so
+  // the encoder's keys and values are read once per group. masks cover the cache's rows.
+  // weights: (N, H, T, S) either way.
+  Var forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr,
+                     int64_t rows_per_source = 1) const;
   // The projected keys and values of `memory` (N, S, D), for forward_static.
   KVCache project_memory(const Var& memory) const;
   // softmax(Q K^T / sqrt(dk)) with the masks, (B, H, Tq, Tk): the attention weights, for
