@@ -33,7 +33,7 @@ TEST(AttentionFewQueries, EqualDoublePrecisionAttentionWithPaddingAndStridedCach
     mask.causal = causal;
     std::vector<float> out(B * H * Tq * dk), probs(B * H * Tq * Tk);
     const HeadsView qs{H * Tq * dk, Tq * dk, dk}, cache{H * capacity * dk, capacity * dk, dk}, os{H * Tq * dk, Tq * dk, dk};
-    attention_forward(d, q.data(), qs, k.data(), cache, v.data(), cache, out.data(), os, probs.data(), mask, {}, nullptr, 1);
+    attention_forward(d, q.data(), qs, k.data(), cache, v.data(), cache, out.data(), os, probs.data(), mask, {}, nullptr, 1, true);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < Tq; ++i) {

@@ -109,9 +109,9 @@ Var softmax(const Var& x) {
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
               const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
   Tensor probs;
-  Tensor out = ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, &probs);
-  if (weights) *weights = probs;
   const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
+  Tensor out = ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, &probs, !rg || !grad_enabled());
+  if (weights) *weights = probs;
   if (!rg || !grad_enabled()) probs = Tensor();  // inference keeps nothing
   return record_op(std::move(out), rg,
                    [qv = q.value(), kv = k.value(), vv = v.value(), probs, masks, dropout, qc = q.cell(),

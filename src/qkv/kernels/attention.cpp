@@ -77,7 +77,7 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
-                       int scratch_slots) {
+                       int scratch_slots, bool few_queries_direct) {
   // The seed divides by math.sqrt(d_k) (a double) applied to a float tensor: divide by that float.
   const float divisor = static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
   const int64_t heads = d.B * d.H;
@@ -89,7 +89,7 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     const float* vh = v + b * vs.b + h * vs.h;
     float* oh = out + b * os.b + h * os.h;
     float* ph = probs + bh * d.Tq * d.Tk;  // (Tq, Tk)
-    if (d.Tq <= kMaxFewQueries && drop.p == 0.f) {
+    if (few_queries_direct && d.Tq <= kMaxFewQueries && drop.p == 0.f) {
       attend_few_queries(d, qh, qs.t, kh, ks.t, vh, vs.t, oh, os.t, ph, mask, b, divisor);
       continue;
     }

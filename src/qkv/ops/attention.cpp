@@ -55,7 +55,7 @@ kernels::AttentionDropout kernel_dropout(const AttentionDropoutSpec& s) {
 }  // namespace
 
 Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionMasks& masks,
-                         const AttentionDropoutSpec& dropout, Tensor* probs) {
+                         const AttentionDropoutSpec& dropout, Tensor* probs, bool inference) {
   const kernels::AttentionDims d = check_attention(q_in, k_in, v_in, masks);
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   Tensor key_c, query_c;
@@ -66,7 +66,7 @@ Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v
   Tensor scratch = dropout.p > 0.f ? Tensor::empty(Dims{slots * d.Tq * d.Tk}) : Tensor();
   kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
                              heads_view(out), probs->f32(), km, kernel_dropout(dropout),
-                             scratch.defined() ? scratch.f32() : nullptr, slots);
+                             scratch.defined() ? scratch.f32() : nullptr, slots, inference);
   return out;
 }
 
