@@ -2,11 +2,12 @@
 """Shows that bench/ct2_convert.py is exact: greedy translations (beam 1) of qkv and of CTranslate2
 on the converted weights, compared token id for token id (issue 11, item 3).
 
-    build/bench-venv/bin/python bench/ct2_exact.py --checkpoint runs/bible-mt/best --input /tmp/bible/test.es
+    bench/ct2_exact.py --checkpoint runs/bible-mt/best --input /tmp/bible/test.es
 
 Both get the same source ids (`qkv tokenize` of the checkpoint's source SentencePiece model) in the
 same batches; CTranslate2's outputs are cut to qkv's per-sentence length limit (exact for greedy
 search: the first tokens do not depend on the limit). Prints the number of identical lines.
+CTranslate2 runs under build/bench-venv/bin/python (bench/setup_peers.sh) when it exists.
 """
 import argparse
 import os
@@ -30,12 +31,13 @@ def main():
 
     work = a.work or tempfile.mkdtemp(prefix="ct2_exact.")
     os.makedirs(work, exist_ok=True)
-    model = tp.convert_once(a.checkpoint, a.ct2_model or os.path.join(work, "ct2-float32"))
+    python = tp.peer_python()
+    model = tp.convert_once(python, a.checkpoint, a.ct2_model or os.path.join(work, "ct2-float32"))
     src = os.path.join(work, "source.ids")
     tp.qkv_tokenize(a.qkv, a.checkpoint, a.input, src)
     qkv_out, ct2_out = os.path.join(work, "qkv.greedy.ids"), os.path.join(work, "ct2.greedy.ids")
     tp.run_child(tp.qkv_translate_cmd(a.qkv, a.checkpoint, src, 1, a.batch_size, a.threads, 1.0), qkv_out)
-    tp.run_child(tp.ct2_translate_cmd(sys.executable, a.checkpoint, model, src, ct2_out, 1, a.batch_size,
+    tp.run_child(tp.ct2_translate_cmd(python, a.checkpoint, model, src, ct2_out, 1, a.batch_size,
                                       a.threads, "float32", 1.0, cut_to_limit=True))
     same, total = tp.identical_lines(qkv_out, ct2_out)
     print(f"greedy (beam 1): {same} of {total} lines identical, token id for token id "

@@ -43,22 +43,26 @@ def qkv_tokenize(qkv, checkpoint, text_path, out_path):
     run_child([qkv, "tokenize", "--tokenizer", spm, "--input", text_path, "--no-special-tokens"], out_path)
 
 
-def convert_once(checkpoint, out_dir):
+def peer_python():
+    """The Python with ctranslate2 (bench/setup_peers.sh's venv), else this one."""
+    venv = os.path.join(ROOT, "build", "bench-venv", "bin", "python")
+    return venv if os.path.exists(venv) else sys.executable
+
+
+def convert_once(python, checkpoint, out_dir):
     """Converts CKPT to out_dir unless out_dir holds a conversion of the same model.safetensors."""
     stamp = os.path.join(out_dir, "qkv_source.json")
     src = os.path.join(checkpoint, "model.safetensors")
+    if not os.path.isfile(src):
+        sys.exit(f"{src}: no such file (a qkv checkpoint directory holds config.json and model.safetensors)")
     key = {"checkpoint": os.path.abspath(checkpoint), "mtime": os.path.getmtime(src), "size": os.path.getsize(src)}
     if os.path.isfile(stamp):
         with open(stamp) as f:
             if json.load(f) == key:
                 return out_dir
-    sys.path.insert(0, HERE)
-    import ct2_convert
-
-    try:
-        ct2_convert.convert(checkpoint, out_dir, force=True, log=lambda m: print(f"  {m}", file=sys.stderr))
-    except ct2_convert.ConvertError as e:
-        sys.exit(f"ct2_convert: {e}")
+    r = run_child([python, os.path.join(HERE, "ct2_convert.py"), "--checkpoint", checkpoint, "--out", out_dir,
+                   "--force"])
+    print("  " + r.stderr.strip(), file=sys.stderr)
     with open(stamp, "w") as f:
         json.dump(key, f)
     return out_dir
