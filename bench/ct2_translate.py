@@ -18,8 +18,9 @@ What mirrors qkv (src/qkv/api/translator.cpp, src/qkv/decoding/search.cpp):
     CTranslate2 takes one max_decoding_length per call: the batch's largest limit (sentences that go
     past their own limit are counted in "over_limit"; --cut-to-limit cuts them back, which is exact
     for greedy search);
-  * score: log_prob / (tokens + 1)^length_penalty: return_end_token=True keeps EOS in CTranslate2's
-    hypotheses, so the length it normalises by counts EOS as qkv's does; the EOS is then dropped;
+  * score: log_prob / (tokens + 1)^length_penalty, fairseq's and qkv's; CTranslate2's translation
+    search scores hypotheses with their EOS (include_eos_in_hypotheses, always on there) and drops
+    it from the result, so its length_penalty is the same normalisation;
   * pad and BOS are never produced (suppress_sequences). qkv sets their log-probabilities to -inf
     after its log-softmax; CTranslate2 masks them before, so its other log-probabilities are
     renormalised over the rest: scores differ by log(1 - p(pad) - p(BOS)) a step, ~0 once trained;
@@ -74,7 +75,6 @@ def main():
     tgt_sp = spm.SentencePieceProcessor(model_file=os.path.join(a.checkpoint, "target.spm.model"))
     sources = [s[:max_seq_length] for s in read_ids(a.ids)]
     pieces = [[src_sp.id_to_piece(i) for i in s] for s in sources]
-    eos = tgt_sp.id_to_piece(config.get("eos_id", 3))
     never = [[tgt_sp.id_to_piece(config.get(k, d))] for k, d in (("pad_id", 0), ("bos_id", 2)) if config.get(k, d) >= 0]
 
     translator = ctranslate2.Translator(a.model, device="cpu", compute_type=a.compute_type,
@@ -86,11 +86,10 @@ def main():
         out = translator.translate_batch(
             [pieces[i] for i in batch], beam_size=a.beam, num_hypotheses=1, length_penalty=a.length_penalty,
             max_decoding_length=max(limits[i] for i in batch), max_batch_size=a.batch_size,
-            batch_type="examples", return_end_token=True, repetition_penalty=1.0, no_repeat_ngram_size=0,
+            batch_type="examples", repetition_penalty=1.0, no_repeat_ngram_size=0,
             suppress_sequences=never)
         for i, r in zip(batch, out):
-            toks = r.hypotheses[0]
-            results[i] = toks[:-1] if toks and toks[-1] == eos else toks
+            results[i] = r.hypotheses[0]  # without EOS
     seconds = time.perf_counter() - start
 
     over = sum(len(r) > lim for r, lim in zip(results, limits))
