@@ -48,6 +48,33 @@ def bleu(qkv, ref, hyp):
         return subprocess.run([qkv, "bleu", ref], stdin=f, capture_output=True, text=True, check=True).stdout.strip()
 
 
+def better_of_differing(qkv, checkpoint, work, src_path, a_path, b_path, alpha, threads):
+    """On the lines where the two outputs differ, which hypothesis qkv's model scores higher by the
+    search's own criterion, log_prob / (tokens + 1)^alpha (`qkv score` of BOS hyp EOS): a search
+    difference (a better hypothesis missed) rather than a model difference."""
+    with open(os.path.join(checkpoint, "config.json")) as f:
+        c = json.load(f)
+    bos, eos = c.get("bos_id", 2), c.get("eos_id", 3)
+    src, a, b = tp.read_lines(src_path), tp.read_lines(a_path), tp.read_lines(b_path)
+    rows = [i for i in range(len(a)) if a[i] != b[i]]
+    if not rows:
+        return 0, 0, 0
+    s_path, t_path = os.path.join(work, "differing.src"), os.path.join(work, "differing.tgt")
+    with open(s_path, "w") as fs, open(t_path, "w") as ft:
+        for hyp in (a, b):
+            for i in rows:
+                fs.write(src[i] + "\n")
+                ft.write(" ".join([str(bos)] + hyp[i].split() + [str(eos)]) + "\n")
+    out = tp.run_child([qkv, "score", "--checkpoint", checkpoint, "--src", s_path, "--tgt", t_path, "--per-line",
+                        "--threads", str(threads)]).stdout.split("\n")
+    lp = [float(x) for x in out[:2 * len(rows)]]
+    norm = [lp[k] / (len(((a, b)[k // len(rows)])[rows[k % len(rows)]].split()) + 1) ** alpha
+            for k in range(2 * len(rows))]
+    a_wins = sum(norm[k] > norm[k + len(rows)] for k in range(len(rows)))
+    b_wins = sum(norm[k] < norm[k + len(rows)] for k in range(len(rows)))
+    return len(rows), a_wins, b_wins
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", required=True, help="qkv encoder-decoder checkpoint directory")
@@ -117,6 +144,11 @@ def main():
     print(f"CTranslate2 int8 / float32: {tps['ct2 int8'] / tps[f32]:.2f}x the tokens/s")
     same, total = tp.identical_lines(out["qkv"], out[f32])
     print(f"qkv and CTranslate2 float32 agree on {same} of {total} lines (token ids)")
+    n, q_wins, c_wins = better_of_differing(a.qkv, a.checkpoint, work, src, out["qkv"], out[f32],
+                                            a.length_penalty, a.threads)
+    if n:
+        print(f"  of the {n} that differ, qkv's model scores (log_prob / (tokens + 1)^{a.length_penalty:g}) "
+              f"qkv's hypothesis higher on {q_wins}, CTranslate2's on {c_wins}")
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; files in {work}")
 
 
