@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Creates (once, cached) the virtual environment the benchmarks use for their peers: PyTorch 2.x,
 # transformers, safetensors, numpy (decoder-only benchmarks), sentence-transformers and ctranslate2
-# (bench_embed) from PyPI. Idempotent: a second run only checks that the packages import; a venv
-# made before a package was added here gets just the missing ones. Not part of CI.
+# (bench_embed), ctranslate2 and sentencepiece (bench_translate) from PyPI. Idempotent: a second run
+# only checks that the packages import; a venv made before a package was added here gets just the
+# missing ones. Not part of CI.
 #
 #   bench/setup_peers.sh [VENV]        # default: build/bench-venv
 #
@@ -15,11 +16,12 @@ python="${PYTHON:-python3}"
 
 check() {
   "$venv/bin/python" - <<'PY'
-import torch, transformers, safetensors, numpy, sentence_transformers, ctranslate2
+import torch, transformers, safetensors, numpy, sentence_transformers, ctranslate2, sentencepiece
 assert int(torch.__version__.split(".")[0]) >= 2, torch.__version__
 print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
       f"safetensors {safetensors.__version__}, numpy {numpy.__version__}, "
-      f"sentence-transformers {sentence_transformers.__version__}, ctranslate2 {ctranslate2.__version__}")
+      f"sentence-transformers {sentence_transformers.__version__}, ctranslate2 {ctranslate2.__version__}, "
+      f"sentencepiece {sentencepiece.__version__}")
 PY
 }
 
@@ -38,6 +40,6 @@ else
   "$venv/bin/python" -m pip install 'torch>=2,<3'
 fi
 # torch's requirement repeated, so that no dependency of these takes torch out of 2.x.
-"$venv/bin/python" -m pip install transformers safetensors numpy 'sentence-transformers>=3' ctranslate2 'torch>=2,<3'
+"$venv/bin/python" -m pip install transformers safetensors numpy 'sentence-transformers>=3' ctranslate2 sentencepiece 'torch>=2,<3'
 check
 echo "bench peers ready in $venv"
