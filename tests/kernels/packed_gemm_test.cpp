@@ -1,0 +1,101 @@
+// gemm_packed against a double-precision loop over the shapes that exercise its tails: every row
+// tail of the 6-row micro-kernel (M 1..13), rows of decoding (64, 128), column tails of the 16-wide
+// panels (out 1, 15, 17, 40), one-element and long sums, padded strides, with and without bias.
+//
+// Tolerance: each output is a float sum of K products accumulated by FMA in some order; its error is
+// at most about K * 2^-24 * sum_k |a_k w_k| (first-order bound for recursive summation), so we compare
+// to that scale rather than to |C| (which cancellation can make tiny): |C - ref| <= 4 K eps sum|a w|,
+// plus the bias' own rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "qkv/kernels/gemm.h"
+#include "qkv/kernels/packed_gemm.h"
+
+namespace qkv::kernels {
+namespace {
+
+struct Case {
+  int64_t M, out, in;
+  bool bias;
+};
+
+void check(const Case& c) {
+  std::mt19937 rng(static_cast<unsigned>(c.M * 1009 + c.out * 31 + c.in * 7 + c.bias));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t lda = c.in + 5, ldc = c.out + 3;  // strides wider than the rows
+  std::vector<float> A(c.M * lda), W(c.out * c.in), bias(c.out);
+  for (float& x : A) x = u(rng);
+  for (float& x : W) x = u(rng);
+  for (float& x : bias) x = u(rng);
+  const float sentinel = 12345.f;  // must survive in the stride padding of C
+  std::vector<float> C(c.M * ldc, sentinel);
+  const PackedWeights packed = pack_weights(W.data(), c.out, c.in);
+  gemm_packed(A.data(), c.M, lda, packed, c.bias ? bias.data() : nullptr, C.data(), ldc);
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < c.out; ++j) {
+      double ref = c.bias ? bias[j] : 0.0, scale = std::abs(ref);
+      for (int64_t k = 0; k < c.in; ++k) {
+        const double p = static_cast<double>(A[i * lda + k]) * W[j * c.in + k];
+        ref += p;
+        scale += std::abs(p);
+      }
+      ASSERT_NEAR(C[i * ldc + j], ref, 4 * (c.in + 1) * eps * scale + 1e-30)
+          << "M " << c.M << " out " << c.out << " in " << c.in << " bias " << c.bias << " at (" << i << ", " << j << ")";
+    }
+    for (int64_t j = c.out; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], sentinel) << "wrote past the row";
+  }
+}
+
+TEST(PackedGemm, MatchesDoublePrecisionOnEveryTail) {
+  std::vector<int64_t> Ms;
+  for (int64_t m = 1; m <= 13; ++m) Ms.push_back(m);
+  Ms.push_back(64);
+  Ms.push_back(128);
+  for (int64_t M : Ms)
+    for (int64_t out : {1, 15, 16, 17, 40, 256})
+      for (int64_t in : {1, 7, 64, 256})
+        for (bool bias : {false, true}) check({M, out, in, bias});
+}
+
+TEST(PackedGemm, PackKeepsEveryWeightAndZeroPadsTheLastPanel) {
+  const int64_t out = 19, in = 3;
+  std::vector<float> W(out * in);
+  for (size_t i = 0; i < W.size(); ++i) W[i] = static_cast<float>(i + 1);
+  PackedWeights p = pack_weights(W.data(), out, in);
+  ASSERT_EQ(p.panels(), 2);
+  for (int64_t o = 0; o < 2 * PackedWeights::kPanel; ++o)
+    for (int64_t k = 0; k < in; ++k) {
+      const float got = p.panel(o / 16)[k * 16 + o % 16];
+      EXPECT_EQ(got, o < out ? W[o * in + k] : 0.f) << o << " " << k;
+    }
+}
+
+// The decoder's output layer at a beam-search step: same numbers as OpenBLAS up to float rounding.
+TEST(PackedGemm, AgreesWithSgemmOnADecoderShape) {
+  const int64_t M = 128, in = 256, out = 1000;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> A(M * in), W(out * in), bias(out), C(M * out), ref(M * out);
+  for (float& x : A) x = g(rng);
+  for (float& x : W) x = g(rng) * 0.06f;
+  for (float& x : bias) x = g(rng);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < out; ++j) ref[i * out + j] = bias[j];
+  sgemm(false, true, M, out, in, 1.f, A.data(), in, W.data(), in, 1.f, ref.data(), out);
+  gemm_packed(A.data(), M, in, pack_weights(W.data(), out, in), bias.data(), C.data(), out);
+  // Relative to the row's scale (max |ref|): single outputs near zero have no relative accuracy.
+  for (int64_t i = 0; i < M; ++i) {
+    float row_max = 0.f;
+    for (int64_t j = 0; j < out; ++j) row_max = std::max(row_max, std::abs(ref[i * out + j]));
+    for (int64_t j = 0; j < out; ++j) ASSERT_NEAR(C[i * out + j], ref[i * out + j], 1e-5f * row_max) << i << " " << j;
+  }
+}
+
+}  // namespace
+}  // namespace qkv::kernels
