@@ -92,13 +92,13 @@ class StepDecoder {
   StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
               bool use_cache, bool attention = false)
       : model_(model), use_cache_(use_cache), attention_(attention) {
-    std::vector<int64_t> expand;
-    for (int64_t b = 0; b < src.size(0); ++b)
-      for (int64_t k = 0; k < rows_per_source; ++k) expand.push_back(b);
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
     if (use_cache_) {
       state_ = model.start_decoding(enc, src, max_length, rows_per_source);
-    } else {
+    } else {  // each sentence's rows get their own copy of its source and encoder output
+      std::vector<int64_t> expand;
+      for (int64_t b = 0; b < src.size(0); ++b)
+        for (int64_t k = 0; k < rows_per_source; ++k) expand.push_back(b);
       src_ = ops::gather_rows(src, expand);  // (N, S)
       enc_ = Var(ops::gather_rows(enc.value(), expand));
       prefix_.assign(expand.size(), std::vector<int32_t>{});
