@@ -6,7 +6,14 @@ The compiled part lives in ``qkv._core``; it is loaded on first use, so pure-Pyt
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# libgomp reads this when qkv._core loads it: a short spin before idle threads sleep, so two threads
+# do not crawl when another process holds a core (see src/qkv/cli/omp_wait.h); the user's own
+# OMP_WAIT_POLICY or GOMP_SPINCOUNT wins.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 __all__ = [
     "Translator",

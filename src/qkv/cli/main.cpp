@@ -14,6 +14,7 @@
 #include <string>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/omp_wait.h"
 #include "qkv/core/error.h"
 
 namespace {
@@ -65,6 +66,7 @@ int bad_input(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  qkv::cli::relaunch_with_short_omp_spin(argv);
   CLI::App app{"qkv: train and run Transformer models (Attention Is All You Need) on the CPU"};
   app.set_version_flag("--version", std::string("qkv ") + QKV_VERSION);
   app.require_subcommand(0, 1);
