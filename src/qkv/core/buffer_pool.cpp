@@ -31,7 +31,7 @@ struct PoolState {
   PoolStats stats;
 };
 
-constexpr int64_t kKeepCachedBytes = int64_t{256} << 20;
+constexpr int64_t kKeepCachedBytes = int64_t{64} << 20;
 
 // Buffers of 1 MiB and more are mapped pages of their own, so releasing one gives its memory back
 // to the OS at once (malloc would keep it in a fragmented heap).
@@ -87,8 +87,9 @@ Buffer* BufferPool::acquire(size_t bytes) {
     }
     // A miss. With fixed shapes (a steady training step) this line is never reached after the
     // first step. With varying shapes (batches of different lengths) every new size misses, and the
-    // cache would grow without bound: once idle buffers outweigh the live ones (and 256 MiB), they
-    // are given back before allocating.
+    // cache would grow without bound: once idle buffers outweigh the live ones (and 64 MiB), they
+    // are given back before allocating. 64 MiB: a training step's live tensors dwarf it, and
+    // inference, whose shapes change every step, keeps its memory near the working set.
     if (s.stats.bytes_cached > std::max<int64_t>(s.stats.bytes_live, kKeepCachedBytes)) release_cached(s);
     s.stats.system_allocs++;
     s.stats.bytes_live += static_cast<int64_t>(cls);
@@ -102,8 +103,34 @@ Buffer* BufferPool::acquire(size_t bytes) {
   return b;
 }
 
+Buffer* BufferPool::acquire_unpooled(size_t bytes) {
+  const size_t cls = size_class(bytes);
+  void* data = system_alloc(cls);
+  QKV_CHECK(data != nullptr, "out of memory allocating " << cls << " bytes for a tensor");
+  {
+    PoolState& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stats.system_allocs++;
+    s.stats.bytes_unpooled += static_cast<int64_t>(cls);
+  }
+  Buffer* b = new Buffer();
+  b->bytes = cls;
+  b->data = data;
+  b->pooled = false;
+  return b;
+}
+
 void BufferPool::release(Buffer* b) {
   PoolState& s = state();
+  if (!b->pooled) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.stats.bytes_unpooled -= static_cast<int64_t>(b->bytes);
+    }
+    system_free(b->data, b->bytes);
+    delete b;
+    return;
+  }
   std::lock_guard<std::mutex> lock(s.mutex);
   Buffer*& head = s.free_lists[b->bytes];
   b->next_free = head;

@@ -18,6 +18,7 @@ struct Buffer {
   size_t bytes = 0;     // capacity (rounded size class)
   void* data = nullptr;
   Buffer* next_free = nullptr;
+  bool pooled = true;  // false: returned to the system when released, never cached
 };
 
 struct PoolStats {
@@ -25,11 +26,15 @@ struct PoolStats {
   int64_t bytes_live = 0;     // bytes held by live tensors
   int64_t bytes_peak = 0;     // high-water mark of bytes_live since the last reset_peak()
   int64_t bytes_cached = 0;   // bytes parked on free lists
+  int64_t bytes_unpooled = 0; // bytes of live acquire_unpooled buffers (not in bytes_live: mostly unwritten)
 };
 
 class BufferPool {
  public:
   static Buffer* acquire(size_t bytes);
+  // A buffer of its own, never cached: from 1 MiB up fresh mapped pages, which take memory only
+  // once written, and which release() unmaps at once. Counted in bytes_unpooled, not in bytes_live.
+  static Buffer* acquire_unpooled(size_t bytes);
   static void release(Buffer* buffer);
   static PoolStats stats();
   static void reset_peak();

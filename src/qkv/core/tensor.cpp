@@ -68,6 +68,17 @@ Tensor Tensor::empty(const Dims& shape, DType dtype) {
   return t;
 }
 
+Tensor Tensor::empty_unpooled(const Dims& shape, DType dtype) {
+  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape " << shape);
+  Tensor t;
+  t.buffer_ = BufferPool::acquire_unpooled(static_cast<size_t>(shape.numel()) * 4);
+  t.buffer_->refs.store(1, std::memory_order_relaxed);
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Tensor Tensor::zeros(const Dims& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
   std::memset(t.base(), 0, static_cast<size_t>(t.numel()) * 4);

@@ -31,6 +31,10 @@ class Tensor {
   // Uninitialised contiguous tensor.
   static Tensor empty(const Dims& shape, DType dtype = DType::F32);
   static Tensor zeros(const Dims& shape, DType dtype = DType::F32);
+  // Uninitialised, with storage of its own from the system rather than the pool (BufferPool::
+  // acquire_unpooled): for a large buffer that is only partly written (a key/value cache sized for
+  // a length limit), whose unwritten pages then take no memory, and that goes back when freed.
+  static Tensor empty_unpooled(const Dims& shape, DType dtype = DType::F32);
   static Tensor full(const Dims& shape, float value);
   static Tensor from_vector(const Dims& shape, const std::vector<float>& values);
   static Tensor from_ids(const Dims& shape, const std::vector<int32_t>& ids);

@@ -18,43 +18,46 @@ constexpr int kRows = 6;
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
 constexpr int64_t kParallelMin = 1 << 16;
 
-// C[0..R) x [0..16) of one panel: the full K sum is kept in registers and C is written once, with the
-// bias added. Columns past `cols` (the zero-padded tail of the last panel) are not written.
-template <int R>
-void micro_kernel(const float* A, int64_t lda, const float* panel, int64_t K, const float* bias16, float* C,
+// C[0..rows) x [0..cols) of one panel, rows <= 6: the full K sum is kept in registers and C is
+// written once, with the bias added. The twelve accumulators are named variables, not an array: GCC
+// kept an array of them on the stack and stored every one at each k (67% of decoding time went to
+// those stores). Fewer than 6 rows repeat row 0 in the unused slots and drop those results.
+void micro_kernel(const float* A, int64_t lda, int rows, const float* panel, int64_t K, const float* bias16, float* C,
                   int64_t ldc, int64_t cols) {
-  __m256 acc[R][2];
+  const float* a[kRows];
+  for (int r = 0; r < kRows; ++r) a[r] = A + (r < rows ? r : 0) * lda;
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
   const __m256 b_lo = _mm256_loadu_ps(bias16), b_hi = _mm256_loadu_ps(bias16 + 8);
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = b_lo, acc[r][1] = b_hi;
+  __m256 c00 = b_lo, c01 = b_hi, c10 = b_lo, c11 = b_hi, c20 = b_lo, c21 = b_hi;
+  __m256 c30 = b_lo, c31 = b_hi, c40 = b_lo, c41 = b_hi, c50 = b_lo, c51 = b_hi;
   for (int64_t k = 0; k < K; ++k) {
     const __m256 w0 = _mm256_load_ps(panel + k * kPanel), w1 = _mm256_load_ps(panel + k * kPanel + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(A + r * lda + k);
-      acc[r][0] = _mm256_fmadd_ps(a, w0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, w1, acc[r][1]);
-    }
+    __m256 x = _mm256_broadcast_ss(a0 + k);
+    c00 = _mm256_fmadd_ps(x, w0, c00), c01 = _mm256_fmadd_ps(x, w1, c01);
+    x = _mm256_broadcast_ss(a1 + k);
+    c10 = _mm256_fmadd_ps(x, w0, c10), c11 = _mm256_fmadd_ps(x, w1, c11);
+    x = _mm256_broadcast_ss(a2 + k);
+    c20 = _mm256_fmadd_ps(x, w0, c20), c21 = _mm256_fmadd_ps(x, w1, c21);
+    x = _mm256_broadcast_ss(a3 + k);
+    c30 = _mm256_fmadd_ps(x, w0, c30), c31 = _mm256_fmadd_ps(x, w1, c31);
+    x = _mm256_broadcast_ss(a4 + k);
+    c40 = _mm256_fmadd_ps(x, w0, c40), c41 = _mm256_fmadd_ps(x, w1, c41);
+    x = _mm256_broadcast_ss(a5 + k);
+    c50 = _mm256_fmadd_ps(x, w0, c50), c51 = _mm256_fmadd_ps(x, w1, c51);
   }
-  if (cols == kPanel) {
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      _mm256_storeu_ps(C + r * ldc, acc[r][0]);
-      _mm256_storeu_ps(C + r * ldc + 8, acc[r][1]);
+  const __m256 lo[kRows] = {c00, c10, c20, c30, c40, c50}, hi[kRows] = {c01, c11, c21, c31, c41, c51};
+  for (int r = 0; r < rows; ++r) {
+    if (cols == kPanel) {
+      _mm256_storeu_ps(C + r * ldc, lo[r]);
+      _mm256_storeu_ps(C + r * ldc + 8, hi[r]);
+    } else {
+      alignas(32) float tmp[kPanel];
+      _mm256_store_ps(tmp, lo[r]);
+      _mm256_store_ps(tmp + 8, hi[r]);
+      std::memcpy(C + r * ldc, tmp, static_cast<size_t>(cols) * sizeof(float));
     }
-    return;
-  }
-  alignas(32) float tmp[kPanel];
-  for (int r = 0; r < R; ++r) {
-    _mm256_store_ps(tmp, acc[r][0]);
-    _mm256_store_ps(tmp + 8, acc[r][1]);
-    std::memcpy(C + r * ldc, tmp, static_cast<size_t>(cols) * sizeof(float));
   }
 }
-
-using MicroKernel = void (*)(const float*, int64_t, const float*, int64_t, const float*, float*, int64_t, int64_t);
-constexpr MicroKernel kKernels[kRows + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>, micro_kernel<3>,
-                                             micro_kernel<4>, micro_kernel<5>, micro_kernel<6>};
 
 // All M rows against one panel. The panel (K x 16 floats: 16 KB at K = 256) stays in L1 while the
 // row blocks of A stream past it from L2, so the weights are read from memory once per product.
@@ -66,7 +69,7 @@ void panel_product(const float* A, int64_t M, int64_t lda, const PackedWeights& 
   const int64_t K = W.in_features();
   for (int64_t i = 0; i < M; i += kRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kRows, M - i));
-    kKernels[rows](A + i * lda, lda, W.panel(p), K, bias16, C + i * ldc + col0, ldc, cols);
+    micro_kernel(A + i * lda, lda, rows, W.panel(p), K, bias16, C + i * ldc + col0, ldc, cols);
   }
 }
 

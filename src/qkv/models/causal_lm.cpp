@@ -41,10 +41,11 @@ Var CausalBlock::forward(const Var& x, const ops::AttentionMasks& masks, Tensor*
 }
 
 Var CausalBlock::forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks,
-                                Tensor* weights) const {
+                                Tensor* weights, const nn::PackedLinears* packed) const {
   Var h = residual(NormPosition::Pre, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward_cached(in, cache, masks, weights); });
-  return residual(NormPosition::Pre, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+                   [&](const Var& in) { return self_attn.forward_cached(in, cache, masks, weights, packed); });
+  return residual(NormPosition::Pre, norm2, dropout, h,
+                  [&](const Var& in) { return feed_forward.forward(in, packed); });
 }
 
 CausalLM::CausalLM(const TransformerConfig& config, uint64_t seed)
@@ -112,13 +113,23 @@ Var CausalLM::embed(const Tensor& ids, const Tensor& positions) const {
 }
 
 Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
-                         std::vector<Tensor>* weights) const {
+                         std::vector<Tensor>* weights, const nn::PackedLinears* packed) const {
   if (weights) weights->assign(layers.size(), Tensor());
   for (size_t i = 0; i < layers.size(); ++i) {
     Tensor* w = weights ? &(*weights)[i] : nullptr;
-    x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks, w) : layers[i]->forward(x, masks, w);
+    x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks, w, packed) : layers[i]->forward(x, masks, w);
   }
   return final_norm.forward(x);
+}
+
+std::shared_ptr<const nn::PackedLinears> CausalLM::pack_linears() const {
+  auto packed = std::make_shared<nn::PackedLinears>();
+  for (const CausalBlock* block : layers)
+    for (const nn::Linear* l : {&block->self_attn.W_q, &block->self_attn.W_k, &block->self_attn.W_v,
+                                &block->self_attn.W_o, &block->feed_forward.fc1, &block->feed_forward.fc2})
+      packed->add(*l);
+  packed->add(lm_head);
+  return packed;
 }
 
 Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights) const {
@@ -168,12 +179,14 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
   masks.key_keep = st.key_keep;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  const Var hidden = run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights);
+  st.packed = pack_linears();
+  const Var hidden =
+      run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights, st.packed.get());
   st.length = longest;
   // Only the last position of every row (all rows end at the same column) needs logits: the output
   // projection is the largest matmul, and the prompt's other positions would be thrown away.
   const Var last(hidden.value().narrow(1, longest - 1, 1).contiguous().reshape(Dims{N, config_.d_model}));
-  return fn::reshape(lm_head.forward(last), Dims{N, V});
+  return fn::reshape(nn::linear(lm_head, last, st.packed.get()), Dims{N, V});
 }
 
 Var CausalLM::step(const Tensor& tokens, GenerationState& st, std::vector<Tensor>* weights) const {
@@ -184,7 +197,7 @@ Var CausalLM::step(const Tensor& tokens, GenerationState& st, std::vector<Tensor
   masks.key_keep = st.key_keep;
   masks.fill = config_.mask_fill_value();
   const Var x = embed(tokens.reshape(Dims{N, 1}), positions_of(N, 1, st.length, st.padding));
-  const Var logits = lm_head.forward(run_blocks(x, &st.layers, masks, weights));
+  const Var logits = nn::linear(lm_head, run_blocks(x, &st.layers, masks, weights, st.packed.get()), st.packed.get());
   st.length += 1;
   return fn::reshape(logits, Dims{N, config_.tgt_vocab_size});
 }

@@ -28,7 +28,9 @@ class CausalBlock : public nn::Module {
   // given, receives the self-attention weights (B, H, T, keys).
   Var forward(const Var& x, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   // The same with the keys and values of the new positions appended to `cache` (inference).
-  Var forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
+  // packed: the packs of this block's linears to multiply with (nn/packed_linears.h), or null.
+  Var forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr,
+                     const nn::PackedLinears* packed = nullptr) const;
   nn::LayerNorm& norm1;
   nn::MultiHeadAttention& self_attn;
   nn::LayerNorm& norm2;
@@ -45,6 +47,9 @@ struct GenerationState {
   std::vector<int64_t> padding;  // per row: left-padding length
   int64_t length = 0;            // cache positions used (padding included)
   int64_t capacity = 0;          // padded prompt length + new tokens, <= max_seq_length
+  // The blocks' linears and the output layer packed by prefill for the steps' products of a few
+  // rows (nn/packed_linears.h): copies of the weights at that moment.
+  std::shared_ptr<const nn::PackedLinears> packed;
   int64_t rows() const { return static_cast<int64_t>(padding.size()); }
 };
 
@@ -85,7 +90,8 @@ class CausalLM : public Model {
   Var embed(const Tensor& ids, const Tensor& positions) const;
   // The blocks and the final norm: hidden states (B, T, D), before the output projection.
   Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
-                 std::vector<Tensor>* weights) const;
+                 std::vector<Tensor>* weights, const nn::PackedLinears* packed = nullptr) const;
+  std::shared_ptr<const nn::PackedLinears> pack_linears() const;
   void init_gpt2_weights();
 };
 

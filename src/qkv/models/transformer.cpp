@@ -30,13 +30,16 @@ Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::Attent
 }
 
 Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask,
-                               Tensor* self_weights, Tensor* cross_weights, int64_t rows_per_source) const {
+                               Tensor* self_weights, Tensor* cross_weights, int64_t rows_per_source,
+                               const nn::PackedLinears* packed) const {
   // The single new query sees every cached position and itself: the no-peek mask of the full forward.
   Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}, self_weights); });
+                   [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}, self_weights, packed); });
   h = residual(norm_pos_, norm2, dropout, h,
-               [&](const Var& in) { return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights, rows_per_source); });
-  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+               [&](const Var& in) {
+                 return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights, rows_per_source, packed);
+               });
+  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in, packed); });
 }
 
 Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
@@ -131,7 +134,21 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
   for (const DecoderLayer* layer : decoder_layers)
     st.layers.push_back({nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output)});
+  st.packed = pack_decoder_linears();
   return st;
+}
+
+std::shared_ptr<const nn::PackedLinears> Transformer::pack_decoder_linears() const {
+  auto packed = std::make_shared<nn::PackedLinears>();
+  for (const DecoderLayer* layer : decoder_layers) {
+    // Cross-attention's W_k and W_v project the encoder output once per sentence (BLAS's shapes).
+    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
+                                &layer->self_attn.W_o, &layer->cross_attn.W_q, &layer->cross_attn.W_o,
+                                &layer->feed_forward.fc1, &layer->feed_forward.fc2})
+      packed->add(*l);
+  }
+  packed->add(fc);
+  return packed;
 }
 
 Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector<Tensor>* self_weights,
@@ -145,10 +162,10 @@ Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector
   size_for_layers(cross_weights, decoder_layers.size());
   for (size_t i = 0; i < decoder_layers.size(); ++i)
     x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask, slot(self_weights, i), slot(cross_weights, i),
-                                        st.rows_per_source);
+                                        st.rows_per_source, st.packed.get());
   if (decoder_norm) x = decoder_norm->forward(x);
   st.length += 1;
-  return fn::reshape(fc.forward(x), Dims{N, config_.tgt_vocab_size});  // (N, V)
+  return fn::reshape(nn::linear(fc, x, st.packed.get()), Dims{N, config_.tgt_vocab_size});  // (N, V)
 }
 
 void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) const {

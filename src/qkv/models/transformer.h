@@ -37,8 +37,10 @@ class DecoderLayer : public nn::Module {
   // One position: x (N, 1, D) after the cached ones, attending to them and to itself; the weights
   // (N, H, 1, positions so far) and (N, H, 1, S) on request.
   // rows_per_source: see DecoderState (the cross cache holds one row per group of that many rows).
+  // packed: the packs of this layer's linears to multiply with (nn/packed_linears.h), or null.
   Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask, Tensor* self_weights = nullptr,
-                   Tensor* cross_weights = nullptr, int64_t rows_per_source = 1) const;
+                   Tensor* cross_weights = nullptr, int64_t rows_per_source = 1,
+                   const nn::PackedLinears* packed = nullptr) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2, &norm3;
@@ -60,6 +62,9 @@ struct DecoderState {
   // cross-attention keys and values, so a reordering among them leaves those alone.
   std::vector<int64_t> source_of_row;
   int64_t rows_per_source = 1;
+  // The decoder's linears (attention projections, feed-forwards, output), packed by start_decoding
+  // for products of a few rows; copies of the weights at that moment.
+  std::shared_ptr<const nn::PackedLinears> packed;
 };
 
 struct Masks {
@@ -90,7 +95,9 @@ class Transformer : public Model {
   void set_recompute_ffn(bool on) override;
   // Incremental decoding: encode once, then one position per call with cached keys and values.
   // start_decoding takes the encoder output (B, S, D) and the sources (B, S) it came from, and
-  // decodes rows_per_source rows of each (beam search's beams): N = B x rows_per_source rows.
+  // decodes rows_per_source rows of each (beam search's beams): N = B x rows_per_source rows. It packs
+  // the decoder's weights for the steps (about the size of the decoder and output layer; a few
+  // milliseconds for the Bible model), so the weights must not change while the state is in use.
   DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
                               int64_t rows_per_source = 1) const;
   // tokens (N) i32 at position state.length -> logits (N, V) for the next position. The weights of
@@ -114,6 +121,7 @@ class Transformer : public Model {
 
  private:
   Var embed(const nn::Embedding& table, const Tensor& ids) const;
+  std::shared_ptr<const nn::PackedLinears> pack_decoder_linears() const;
 };
 
 }  // namespace qkv::models

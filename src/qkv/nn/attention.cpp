@@ -20,7 +20,7 @@ Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const 
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-                               Tensor* weights) const {
+                               Tensor* weights, const PackedLinears* packed) const {
   ops::AttentionDropoutSpec drop;
   if (training() && attention_dropout_ > 0.f) {
     drop.p = attention_dropout_;
@@ -28,7 +28,7 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const o
     drop.offset = gen_->reserve_rows(static_cast<uint64_t>(q.size(0) * q.size(1) * q.size(2) * k.size(2)), q.size(0));
   }
   const Var attn = fn::attention(q, k, v, masks, drop, weights);  // (B, H, Tq, dk)
-  return W_o.forward(fn::combine_heads(attn));           // (B, Tq, D)
+  return linear(W_o, fn::combine_heads(attn), packed);  // (B, Tq, D)
 }
 
 }  // namespace qkv::nn
@@ -37,8 +37,8 @@ namespace qkv::nn {
 
 KVCache KVCache::with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk) {
   KVCache c;
-  c.k = Tensor::empty(Dims{N, num_heads, capacity, dk});
-  c.v = Tensor::empty(Dims{N, num_heads, capacity, dk});
+  c.k = Tensor::empty_unpooled(Dims{N, num_heads, capacity, dk});
+  c.v = Tensor::empty_unpooled(Dims{N, num_heads, capacity, dk});
   return c;
 }
 
@@ -64,7 +64,7 @@ void reorder_rows(Tensor& cache, const std::vector<int64_t>& rows, int64_t lengt
   if (n > N) {
     Dims shape = cache.shape();
     shape[0] = n;
-    Tensor grown = Tensor::empty(shape);
+    Tensor grown = Tensor::empty_unpooled(shape);
     for (int64_t i = 0; i < n; ++i) grown.slice0(i, i + 1).narrow(2, 0, length).copy_from(row(rows[i]));
     cache = std::move(grown);
     return;
@@ -110,26 +110,28 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
 }
 
 Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks,
-                                       Tensor* weights) const {
+                                       Tensor* weights, const PackedLinears* packed) const {
   const int64_t T = x.size(1), end = cache.length + T;
   QKV_CHECK(end <= cache.k.size(2), "attention cache: " << end << " positions exceed its capacity " << cache.k.size(2));
-  const Var q = project(W_q, x);  // (N, H, T, dk)
-  cache.k.narrow(2, cache.length, T).copy_from(project(W_k, x).value());
-  cache.v.narrow(2, cache.length, T).copy_from(project(W_v, x).value());
+  const Var q = project(W_q, x, packed);  // (N, H, T, dk)
+  cache.k.narrow(2, cache.length, T).copy_from(project(W_k, x, packed).value());
+  cache.v.narrow(2, cache.length, T).copy_from(project(W_v, x, packed).value());
   cache.length = end;
-  return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights);
+  return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights,
+                packed);
 }
 
 Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks,
-                                       Tensor* weights, int64_t rows_per_source) const {
-  if (rows_per_source == 1) return attend(project(W_q, x), Var(cache.k), Var(cache.v), masks, weights);
+                                       Tensor* weights, int64_t rows_per_source, const PackedLinears* packed) const {
+  if (rows_per_source == 1)
+    return attend(project(W_q, x, packed), Var(cache.k), Var(cache.v), masks, weights, packed);
   const int64_t N = x.size(0), T = x.size(1), D = x.size(2), groups = N / rows_per_source;
   QKV_CHECK(N % rows_per_source == 0 && groups == cache.k.size(0),
             "cross-attention: " << N << " rows in groups of " << rows_per_source << " for a cache of "
                                 << cache.k.size(0) << " sources");
   // The R rows of a group, T queries each, become one sequence of R x T queries.
   const Var grouped = fn::reshape(x, Dims{groups, rows_per_source * T, D});
-  const Var out = attend(project(W_q, grouped), Var(cache.k), Var(cache.v), masks, weights);
+  const Var out = attend(project(W_q, grouped, packed), Var(cache.k), Var(cache.v), masks, weights, packed);
   if (weights) {  // (groups, H, R T, S) -> (N, H, T, S)
     const int64_t H = num_heads_, S = weights->size(3);
     *weights = weights->reshape(Dims{groups, H, rows_per_source, T * S}).transpose(1, 2).contiguous().reshape(Dims{N, H, T, S});

@@ -3,6 +3,7 @@
 // FeedForward (linear2(dropout(relu(linear1(x))))).
 #pragma once
 #include "qkv/nn/layers.h"
+#include "qkv/nn/packed_linears.h"
 
 namespace qkv::nn {
 
@@ -12,7 +13,8 @@ class PositionWiseFeedForward : public Module {
  public:
   PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation = Activation::ReLU,
                           float dropout = 0.f);
-  Var forward(const Var& x) const;  // (B, T, D) -> (B, T, D)
+  // (B, T, D) -> (B, T, D); `packed`: the packs of fc1 / fc2 to use at inference (packed_linears.h).
+  Var forward(const Var& x, const PackedLinears* packed = nullptr) const;
   // Recompute the (B, T, d_ff) hidden activation in backward instead of keeping it (saves 4x the
   // memory of a (B, T, D) activation per layer for one extra fc1 forward).
   void set_recompute(bool on) { recompute_ = on; }
@@ -20,7 +22,7 @@ class PositionWiseFeedForward : public Module {
   Dropout& dropout;  // on the hidden activation
 
  private:
-  Var compute(const Var& x, const Dropout::Mask& mask) const;
+  Var compute(const Var& x, const Dropout::Mask& mask, const PackedLinears* packed = nullptr) const;
   Activation activation_;
   bool recompute_ = false;
 };
