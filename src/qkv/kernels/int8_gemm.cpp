@@ -1,0 +1,241 @@
+// Instruction scheme (AVX2 without VNNI).
+//
+// The two AVX2 integer multiply-adds are
+//   vpmaddubsw  u8 x s8 -> s16, adjacent pairs summed with SATURATION, and
+//   vpmaddwd    s16 x s16 -> s32, adjacent pairs summed exactly (|sum| <= 2 * 127 * 127 here).
+// vpmaddubsw needs one operand unsigned: shifting the activations by +128 gives pairs up to
+// 2 * 255 * 127 = 64770, which saturates s16 unless the weights are cut to 7 bits (accuracy lost), and
+// it needs a per-column compensation term; the sign trick (|a| x sign(a)*w) stays exact but costs a
+// vpsignb, a vpabsb, and a vpmaddwd against ones (to widen s16 to s32) on top of each vpmaddubsw.
+// We sign-extend instead: the weights are stored as int8 (a quarter of the float bytes, read once per
+// product) and widened in registers with vpmovsxbw, the activations are quantized straight to int16,
+// and each vpmaddwd does 16 exact multiply-adds into int32. Per 32 multiply-adds that is 2 vpmaddwd +
+// 2 vpaddd, against vpmaddubsw + vpmaddwd + vpsignb + vpaddd (+ vpabsb) for the sign trick: the same
+// number of multiplier uops (the bound on Zen 3) with fewer instructions, no saturation, no
+// restricted weight range, and int32 sums that are bit-exact whatever the order.
+#include "qkv/kernels/int8_gemm.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace qkv::kernels {
+
+namespace {
+
+constexpr int64_t kPanel = QuantizedWeights::kPanel;
+constexpr int64_t kPair = QuantizedWeights::kPair;
+constexpr int64_t kPanelPairBytes = kPanel * kPair;  // one input pair of a panel: 32 int8
+// Rows per micro-kernel call: 6 rows x 2 vectors of 8 int32 = 12 accumulators, plus the 2 widened
+// weight vectors and 1 broadcast pair of A: 15 of AVX2's 16 registers (as the float kernel).
+constexpr int kRows = 6;
+// Below this many multiply-adds one thread does the product: forking costs a few microseconds.
+constexpr int64_t kParallelMin = 1 << 17;
+
+// 127 / max|x| (0 for an all-zero row, so that no 0 * inf = NaN appears), and the scale max|x| / 127.
+struct RowScale {
+  float inverse, scale;
+};
+RowScale row_scale(float max_abs) {
+  return max_abs > 0.f ? RowScale{127.f / max_abs, max_abs / 127.f} : RowScale{0.f, 0.f};
+}
+
+float max_abs(const float* x, int64_t n) {
+  const __m256 no_sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), no_sign));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float result = *std::max_element(lanes, lanes + 8);
+  for (; k < n; ++k) result = std::max(result, std::abs(x[k]));
+  return result;
+}
+
+// round-half-even(x * inverse): the vector conversion (cvtps2dq) and lrint both round in the default
+// MXCSR mode, so the scalar tail and the vector body agree bit for bit. |x * inverse| <= 127 up to
+// one rounding of the product, so the result is always within [-127, 127].
+int32_t quantize_value(float x, float inverse) { return static_cast<int32_t>(std::lrint(x * inverse)); }
+
+// One row of activations to int16 (the kernel's operand), zero-padded to `padded` values.
+float quantize_row_int16(const float* x, int64_t n, int64_t padded, int16_t* q) {
+  const RowScale s = row_scale(max_abs(x, n));
+  const __m256 inverse = _mm256_set1_ps(s.inverse);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), inverse));
+    const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8), inverse));
+    // packs works within 128-bit lanes: (lo0 hi0 lo1 hi1) -> (lo0 lo1 hi0 hi1).
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), packed);
+  }
+  for (; k < n; ++k) q[k] = static_cast<int16_t>(quantize_value(x[k], s.inverse));
+  for (; k < padded; ++k) q[k] = 0;
+  return s.scale;
+}
+
+int32_t load_pair(const int16_t* a) {
+  int32_t pair;
+  std::memcpy(&pair, a, sizeof pair);
+  return pair;
+}
+
+// What one micro-kernel call needs besides the rows of A: the panel, its scales and bias (16 each,
+// zero-padded), and how many of its 16 columns exist.
+struct PanelOperand {
+  const int8_t* weights;
+  int64_t pairs;
+  const float* scales16;
+  const float* bias16;
+  int64_t cols;
+};
+
+// Writes C[0..R) x [0..cols) from the dequantized int32 sums (columns past cols are padding).
+template <int R>
+void store_dequantized(const __m256i (&acc)[R][2], const float* a_scales, const PanelOperand& w, float* C,
+                       int64_t ldc) {
+  const __m256 ws_lo = _mm256_load_ps(w.scales16), ws_hi = _mm256_load_ps(w.scales16 + 8);
+  const __m256 b_lo = _mm256_load_ps(w.bias16), b_hi = _mm256_load_ps(w.bias16 + 8);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+    const __m256 a_scale = _mm256_set1_ps(a_scales[r]);
+    const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][0]), _mm256_mul_ps(a_scale, ws_lo), b_lo);
+    const __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][1]), _mm256_mul_ps(a_scale, ws_hi), b_hi);
+    if (w.cols == kPanel) {
+      _mm256_storeu_ps(C + r * ldc, lo);
+      _mm256_storeu_ps(C + r * ldc + 8, hi);
+    } else {
+      alignas(32) float tmp[kPanel];
+      _mm256_store_ps(tmp, lo);
+      _mm256_store_ps(tmp + 8, hi);
+      std::memcpy(C + r * ldc, tmp, static_cast<size_t>(w.cols) * sizeof(float));
+    }
+  }
+}
+
+// C[0..R) x one panel: the whole K sum is kept in int32 registers and C is written once. Each input
+// pair loads one 32-byte line of weights, widens it to two vectors of 8 (k, k+1) int16 pairs, and
+// multiplies them by every row's broadcast (a[k], a[k+1]).
+template <int R>
+void micro_kernel(const int16_t* A, int64_t lda, const float* a_scales, const PanelOperand& w, float* C,
+                  int64_t ldc) {
+  __m256i acc[R][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const int8_t* line = w.weights;
+  for (int64_t q = 0; q < w.pairs; ++q, line += kPanelPairBytes) {
+    const __m256i w0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(line)));
+    const __m256i w1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(line + 16)));
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256i a = _mm256_set1_epi32(load_pair(A + r * lda + q * kPair));
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(a, w0));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(a, w1));
+    }
+  }
+  store_dequantized<R>(acc, a_scales, w, C, ldc);
+}
+
+using MicroKernel = void (*)(const int16_t*, int64_t, const float*, const PanelOperand&, float*, int64_t);
+constexpr MicroKernel kKernels[kRows + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>, micro_kernel<3>,
+                                             micro_kernel<4>, micro_kernel<5>, micro_kernel<6>};
+
+// All M rows against one panel. The panel (K x 16 int8: 4 KB at K = 256) stays in L1 while the rows
+// of quantized A stream past it from L2, so the weights are read from memory once per product.
+void panel_product(const int16_t* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W, int64_t p,
+                   const float* bias, float* C, int64_t ldc) {
+  const int64_t col0 = p * kPanel, cols = std::min(kPanel, W.out_features() - col0);
+  alignas(32) float bias16[kPanel] = {};
+  if (bias) std::memcpy(bias16, bias + col0, static_cast<size_t>(cols) * sizeof(float));
+  const int64_t padded = W.padded_in_features();
+  const PanelOperand operand{W.panel(p), padded / kPair, W.scales() + col0, bias16, cols};
+  for (int64_t i = 0; i < M; i += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, M - i));
+    kKernels[rows](Aq + i * padded, padded, a_scales + i, operand, C + i * ldc + col0, ldc);
+  }
+}
+
+// The calling thread's buffers for quantized activations, grown as needed and kept between calls.
+struct ActivationScratch {
+  std::vector<int16_t> values;
+  std::vector<float> scales;
+};
+ActivationScratch& activation_scratch(int64_t M, int64_t padded) {
+  thread_local ActivationScratch scratch;
+  if (static_cast<int64_t>(scratch.values.size()) < M * padded) scratch.values.resize(M * padded);
+  if (static_cast<int64_t>(scratch.scales.size()) < M) scratch.scales.resize(M);
+  return scratch;
+}
+
+template <class T>
+T* aligned_array(int64_t count) {
+  // aligned_alloc wants a size that is a multiple of the alignment; never zero bytes.
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(1, count)) * sizeof(T);
+  bytes = (bytes + 63) / 64 * 64;
+  T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+QuantizedWeights::QuantizedWeights(int64_t out_features, int64_t in_features)
+    : out_(out_features), in_(in_features) {
+  data_.reset(aligned_array<int8_t>(panels() * padded_in_features() * kPanel));
+  scales_.reset(aligned_array<float>(panels() * kPanel));
+}
+
+float quantize_row(const float* x, int64_t n, int8_t* q) {
+  const RowScale s = row_scale(max_abs(x, n));
+  for (int64_t k = 0; k < n; ++k) q[k] = static_cast<int8_t>(quantize_value(x[k], s.inverse));
+  return s.scale;
+}
+
+QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t in_features) {
+  if (in_features > QuantizedWeights::kMaxInFeatures)
+    throw std::invalid_argument("quantize_weights: int32 sums would overflow past " +
+                                std::to_string(QuantizedWeights::kMaxInFeatures) + " input features");
+  QuantizedWeights packed(out_features, in_features);
+  const int64_t padded = packed.padded_in_features();
+  int8_t* dst = packed.data();
+  float* scales = packed.scales();
+#pragma omp parallel for schedule(static) if (out_features * in_features > kParallelMin)
+  for (int64_t p = 0; p < packed.panels(); ++p) {
+    std::vector<int8_t> row(static_cast<size_t>(padded));
+    int8_t* panel = dst + p * padded * kPanel;
+    for (int64_t j = 0; j < kPanel; ++j) {
+      const int64_t o = p * kPanel + j;
+      std::fill(row.begin(), row.end(), int8_t{0});
+      scales[o] = o < out_features ? quantize_row(W + o * in_features, in_features, row.data()) : 0.f;
+      for (int64_t k = 0; k < padded; ++k) panel[(k / kPair) * kPanelPairBytes + j * kPair + k % kPair] = row[k];
+    }
+  }
+  return packed;
+}
+
+void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
+               int64_t ldc) {
+  if (M <= 0 || W.out_features() <= 0) return;
+  const int64_t K = W.in_features(), padded = W.padded_in_features();
+  ActivationScratch& scratch = activation_scratch(M, padded);
+  int16_t* Aq = scratch.values.data();
+  float* a_scales = scratch.scales.data();
+  const int64_t work = M * W.out_features() * std::max<int64_t>(K, 1);
+  // One parallel region: the threads quantize the rows, wait for each other at the loop's barrier,
+  // then split the panels (output columns), so each thread reads only its own part of the weights.
+#pragma omp parallel if (work > kParallelMin)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M; ++i) a_scales[i] = quantize_row_int16(A + i * lda, K, padded, Aq + i * padded);
+#pragma omp for schedule(static)
+    for (int64_t p = 0; p < W.panels(); ++p) panel_product(Aq, a_scales, M, W, p, bias_or_null, C, ldc);
+  }
+}
+
+}  // namespace qkv::kernels
