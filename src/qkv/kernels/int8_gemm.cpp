@@ -16,8 +16,11 @@
 #include "qkv/kernels/int8_gemm.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -96,69 +99,100 @@ struct PanelOperand {
   int64_t cols;
 };
 
-// Writes C[0..R) x [0..cols) from the dequantized int32 sums (columns past cols are padding).
-template <int R>
-void store_dequantized(const __m256i (&acc)[R][2], const float* a_scales, const PanelOperand& w, float* C,
-                       int64_t ldc) {
-  const __m256 ws_lo = _mm256_load_ps(w.scales16), ws_hi = _mm256_load_ps(w.scales16 + 8);
-  const __m256 b_lo = _mm256_load_ps(w.bias16), b_hi = _mm256_load_ps(w.bias16 + 8);
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) {
-    const __m256 a_scale = _mm256_set1_ps(a_scales[r]);
-    const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][0]), _mm256_mul_ps(a_scale, ws_lo), b_lo);
-    const __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][1]), _mm256_mul_ps(a_scale, ws_hi), b_hi);
-    if (w.cols == kPanel) {
-      _mm256_storeu_ps(C + r * ldc, lo);
-      _mm256_storeu_ps(C + r * ldc + 8, hi);
-    } else {
-      alignas(32) float tmp[kPanel];
-      _mm256_store_ps(tmp, lo);
-      _mm256_store_ps(tmp + 8, hi);
-      std::memcpy(C + r * ldc, tmp, static_cast<size_t>(w.cols) * sizeof(float));
-    }
+// Writes row r of C's panel block, columns [0..cols), from its two vectors of int32 sums.
+inline void store_dequantized_row(__m256i sum_lo, __m256i sum_hi, float a_scale, const PanelOperand& w, float* C_row) {
+  const __m256 s = _mm256_set1_ps(a_scale);
+  const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lo), _mm256_mul_ps(s, _mm256_load_ps(w.scales16)),
+                                    _mm256_load_ps(w.bias16));
+  const __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_hi), _mm256_mul_ps(s, _mm256_load_ps(w.scales16 + 8)),
+                                    _mm256_load_ps(w.bias16 + 8));
+  if (w.cols == kPanel) {
+    _mm256_storeu_ps(C_row, lo);
+    _mm256_storeu_ps(C_row + 8, hi);
+    return;
   }
+  alignas(32) float tmp[kPanel];
+  _mm256_store_ps(tmp, lo);
+  _mm256_store_ps(tmp + 8, hi);
+  std::memcpy(C_row, tmp, static_cast<size_t>(w.cols) * sizeof(float));
 }
 
 // C[0..R) x one panel: the whole K sum is kept in int32 registers and C is written once. Each input
 // pair loads one 32-byte line of weights, widens it to two vectors of 8 (k, k+1) int16 pairs, and
 // multiplies them by every row's broadcast (a[k], a[k+1]).
+//
+// The accumulators are named variables, not an array: GCC keeps an array of vectors in memory and
+// stores it back at every step (12 stores per step, which halved the speed), and it hoists all the
+// broadcasts of a step ahead of the multiplies, which runs out of registers and spills. The empty
+// asm statement after each row keeps the rows in order (the next row's broadcast is a load, which
+// may not cross it), so each step needs only acc + 2 weight vectors + 1 broadcast + 1 product.
 template <int R>
 void micro_kernel(const int16_t* A, int64_t lda, const float* a_scales, const PanelOperand& w, float* C,
                   int64_t ldc) {
-  __m256i acc[R][2];
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  static_assert(R >= 1 && R <= 6, "six rows of two accumulators fill the 16 AVX2 registers");
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
   const int8_t* line = w.weights;
-  for (int64_t q = 0; q < w.pairs; ++q, line += kPanelPairBytes) {
+  const int64_t pairs = w.pairs;  // a local: the asm statements would have it reloaded at each step
+  for (int64_t q = 0; q < pairs; ++q, line += kPanelPairBytes) {
     const __m256i w0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(line)));
     const __m256i w1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(line + 16)));
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m256i a = _mm256_set1_epi32(load_pair(A + r * lda + q * kPair));
-      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(a, w0));
-      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(a, w1));
-    }
+    const int16_t* a_pair = A + q * kPair;
+#define QKV_INT8_ROW_STEP(r)                                            \
+  if constexpr (R > r) {                                                \
+    const __m256i a = _mm256_set1_epi32(load_pair(a_pair + r * lda));   \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(a, w0));     \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(a, w1));     \
+    asm volatile("" ::: "memory");                                      \
   }
-  store_dequantized<R>(acc, a_scales, w, C, ldc);
+    QKV_INT8_ROW_STEP(0)
+    QKV_INT8_ROW_STEP(1)
+    QKV_INT8_ROW_STEP(2)
+    QKV_INT8_ROW_STEP(3)
+    QKV_INT8_ROW_STEP(4)
+    QKV_INT8_ROW_STEP(5)
+#undef QKV_INT8_ROW_STEP
+  }
+  const __m256i sums[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int r = 0; r < R; ++r) store_dequantized_row(sums[r][0], sums[r][1], a_scales[r], w, C + r * ldc);
 }
 
 using MicroKernel = void (*)(const int16_t*, int64_t, const float*, const PanelOperand&, float*, int64_t);
-constexpr MicroKernel kKernels[kRows + 1] = {nullptr,          micro_kernel<1>, micro_kernel<2>, micro_kernel<3>,
-                                             micro_kernel<4>, micro_kernel<5>, micro_kernel<6>};
+// kKernels[r - 1] handles r rows.
+template <size_t... R>
+constexpr std::array<MicroKernel, sizeof...(R)> kernel_table(std::index_sequence<R...>) {
+  return {micro_kernel<static_cast<int>(R) + 1>...};
+}
+constexpr auto kKernels = kernel_table(std::make_index_sequence<kRows>());
 
-// All M rows against one panel. The panel (K x 16 int8: 4 KB at K = 256) stays in L1 while the rows
-// of quantized A stream past it from L2, so the weights are read from memory once per product.
-void panel_product(const int16_t* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W, int64_t p,
-                   const float* bias, float* C, int64_t ldc) {
+// Rows [row0, row_end) against one panel.
+void panel_product(const int16_t* Aq, const float* a_scales, int64_t row0, int64_t row_end, const QuantizedWeights& W,
+                   int64_t p, const float* bias, float* C, int64_t ldc) {
   const int64_t col0 = p * kPanel, cols = std::min(kPanel, W.out_features() - col0);
   alignas(32) float bias16[kPanel] = {};
   if (bias) std::memcpy(bias16, bias + col0, static_cast<size_t>(cols) * sizeof(float));
   const int64_t padded = W.padded_in_features();
   const PanelOperand operand{W.panel(p), padded / kPair, W.scales() + col0, bias16, cols};
-  for (int64_t i = 0; i < M; i += kRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kRows, M - i));
-    kKernels[rows](Aq + i * padded, padded, a_scales + i, operand, C + i * ldc + col0, ldc);
+  for (int64_t i = row0; i < row_end; i += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, row_end - i));
+    kKernels[rows - 1](Aq + i * padded, padded, a_scales + i, operand, C + i * ldc + col0, ldc);
   }
+}
+
+// Loop order. For a few rows (M <= kRowChunk) each panel (K x 16 int8: 4 KB at K = 256) stays in
+// L1 while all rows pass it: the weights are read once per product. For many rows and many outputs
+// (128 x 8000), panel after panel over all rows writes 16 floats into each of 128 rows 32 KB apart:
+// 128 pages per panel, more than the L1 TLB holds, and the product ran 4x slower. So the rows go
+// in chunks of kRowChunk against a block of panels small enough to stay in L2 (kBlockBytes of
+// weights): the weights are still read from memory once, and the stores of a chunk touch few pages.
+constexpr int64_t kRowChunk = 32;
+constexpr int64_t kBlockBytes = 128 << 10;
+
+void panel_block_product(const int16_t* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W,
+                         int64_t p_begin, int64_t p_end, const float* bias, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; i += kRowChunk)
+    for (int64_t p = p_begin; p < p_end; ++p)
+      panel_product(Aq, a_scales, i, std::min(M, i + kRowChunk), W, p, bias, C, ldc);
 }
 
 // The calling thread's buffers for quantized activations, grown as needed and kept between calls.
@@ -227,14 +261,23 @@ void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W
   int16_t* Aq = scratch.values.data();
   float* a_scales = scratch.scales.data();
   const int64_t work = M * W.out_features() * std::max<int64_t>(K, 1);
+  const bool parallel = work > kParallelMin;
+  // Blocks of panels: at most kBlockBytes of weights, and at least one block per thread.
+  const int64_t panels = W.panels(), threads = parallel ? omp_get_max_threads() : 1;
+  const int64_t panel_bytes = padded * kPanel;
+  const int64_t per_block = std::clamp<int64_t>(kBlockBytes / panel_bytes, 1, (panels + threads - 1) / threads);
+  const int64_t blocks = (panels + per_block - 1) / per_block;
   // One parallel region: the threads quantize the rows, wait for each other at the loop's barrier,
-  // then split the panels (output columns), so each thread reads only its own part of the weights.
-#pragma omp parallel if (work > kParallelMin)
+  // then split the panel blocks (output columns), so each thread reads only its own part of the
+  // weights. Every output is computed by the same instructions whatever the split: exact anyway.
+#pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M; ++i) a_scales[i] = quantize_row_int16(A + i * lda, K, padded, Aq + i * padded);
 #pragma omp for schedule(static)
-    for (int64_t p = 0; p < W.panels(); ++p) panel_product(Aq, a_scales, M, W, p, bias_or_null, C, ldc);
+    for (int64_t b = 0; b < blocks; ++b)
+      panel_block_product(Aq, a_scales, M, W, b * per_block, std::min(panels, (b + 1) * per_block), bias_or_null, C,
+                          ldc);
   }
 }
 
