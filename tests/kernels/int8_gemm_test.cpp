@@ -30,8 +30,9 @@ QuantizedRows naive_quantize(const float* x, int64_t rows, int64_t n, int64_t ld
   for (int64_t i = 0; i < rows; ++i) {
     float m = 0.f;
     for (int64_t k = 0; k < n; ++k) m = std::max(m, std::abs(x[i * ld + k]));
-    const float inverse = m > 0.f ? 127.f / m : 0.f;
-    q.scales[i] = m / 127.f;
+    const bool negligible = m < kNegligibleMax;  // zero or denormal: 127 / m would overflow
+    const float inverse = negligible ? 0.f : 127.f / m;
+    q.scales[i] = negligible ? 0.f : m / 127.f;
     for (int64_t k = 0; k < n; ++k) q.values[i * n + k] = static_cast<int32_t>(std::nearbyint(x[i * ld + k] * inverse));
   }
   return q;
@@ -144,7 +145,7 @@ TEST(Int8Gemm, ErrorAgainstSgemmIsWithinTheQuantizationBound) {
 }
 
 // A row of zeros has scale 0 (no 127 / 0): its outputs are the bias exactly, never NaN; the same for
-// an output channel whose weights are all zero.
+// a row of denormals (127 / 1e-40 is inf, and 0 * inf NaN) and an output channel of zero weights.
 TEST(Int8Gemm, ZeroRowsAndZeroChannelsGiveTheBias) {
   const int64_t M = 9, out = 40, in = 70;
   std::mt19937 rng(3);
@@ -154,6 +155,7 @@ TEST(Int8Gemm, ZeroRowsAndZeroChannelsGiveTheBias) {
   for (float& x : W) x = g(rng);
   for (float& x : bias) x = g(rng);
   for (int64_t i : {0, 4, 8}) std::fill(A.begin() + i * in, A.begin() + (i + 1) * in, i == 4 ? -0.f : 0.f);
+  for (int64_t k = 0; k < in; k += 2) A[8 * in + k] = 1e-40f;  // denormals between zeros
   for (int64_t j : {3, 17}) std::fill(W.begin() + j * in, W.begin() + (j + 1) * in, 0.f);
   const QuantizedWeights qw = quantize_weights(W.data(), out, in);
   EXPECT_EQ(qw.scales()[3], 0.f);

@@ -20,12 +20,12 @@
 
 #include <algorithm>
 #include <array>
-#include <utility>
 #include <cmath>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qkv::kernels {
@@ -41,12 +41,13 @@ constexpr int kRows = 6;
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
 constexpr int64_t kParallelMin = 1 << 17;
 
-// 127 / max|x| (0 for an all-zero row, so that no 0 * inf = NaN appears), and the scale max|x| / 127.
+// 127 / max|x| and the scale max|x| / 127. Below kNegligibleMax (zero rows, and denormal ones where
+// 127 / max|x| would overflow to inf and 0 * inf give NaN) the row counts as zero: inverse and scale 0.
 struct RowScale {
   float inverse, scale;
 };
 RowScale row_scale(float max_abs) {
-  return max_abs > 0.f ? RowScale{127.f / max_abs, max_abs / 127.f} : RowScale{0.f, 0.f};
+  return max_abs >= kNegligibleMax ? RowScale{127.f / max_abs, max_abs / 127.f} : RowScale{0.f, 0.f};
 }
 
 float max_abs(const float* x, int64_t n) {

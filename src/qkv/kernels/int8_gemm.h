@@ -3,13 +3,17 @@
 // Weights are quantized once per output channel and activations per row, both symmetric to
 // [-127, 127] (scale = max|x| / 127, q = round-half-even(x * 127 / max|x|)); the products are summed
 // exactly in int32 and dequantized as C[m][n] = float(acc) * (a_scale[m] * w_scale[n]) + bias[n]
-// (one fused multiply-add). This is the scheme of CTranslate2's int8 models.
+// (one fused multiply-add). This is the scheme of CTranslate2's int8 models. A row whose max|x| is
+// below kNegligibleMax (all zeros, or denormals, where 127 / max|x| overflows) has scale 0 and
+// quantizes to zeros, so its outputs are exactly the bias.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 
 namespace qkv::kernels {
+
+inline constexpr float kNegligibleMax = 1e-36f;  // > 127 / FLT_MAX
 
 // W (out_features, in_features) quantized per output channel and packed for gemm_int8's micro-kernel:
 // panels of kPanel output features, K padded with zeros to a multiple of kPair. Within panel p, the
@@ -55,7 +59,7 @@ class QuantizedWeights {
 QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t in_features);
 
 // Quantizes n floats symmetrically to [-127, 127] as described above and returns the scale
-// max|x| / 127 (0 for an all-zero row, whose values all quantize to 0).
+// max|x| / 127 (0 for a row below kNegligibleMax, whose values all quantize to 0).
 float quantize_row(const float* x, int64_t n, int8_t* q);
 
 // C (M, out) = dequantized(quantize(A) @ W^T) + bias, with A (M, in; row stride lda) quantized per
