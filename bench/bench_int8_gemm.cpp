@@ -80,8 +80,9 @@ int main(int argc, char** argv) {
   }
   std::printf("int8 vs float GEMM at decoding sizes, GFLOP/s (2 M in out / median time), median of %d samples\n",
               reps);
-  std::printf("                      |       median GFLOP/s   | int8 speedup|        best GFLOP/s    | int8 speedup| int8 us\n");
-  std::printf("thr    M    in   out |   int8 packed  sgemm |  /pck /sgem |   int8 packed  sgemm |  /pck /sgem | (median)\n");
+  std::printf("%s%s\n%s%s\n", "                     |   median GFLOP/s     | int8 speedup|",
+              "     best GFLOP/s     | int8 speedup| int8 us", "thr    M    in   out |   int8 packed  sgemm |  /pck /sgem |",
+              "   int8 packed  sgemm |  /pck /sgem | (median)");
   const int64_t shapes[][2] = {{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};
   for (int threads : {1, 2}) {
     if (only_threads && threads != only_threads) continue;
