@@ -81,7 +81,8 @@ int main(int argc, char** argv) {
   std::printf("int8 vs float GEMM at decoding sizes, GFLOP/s (2 M in out / median time), median of %d samples\n",
               reps);
   std::printf("%s%s\n%s%s\n", "                     |   median GFLOP/s     | int8 speedup|",
-              "     best GFLOP/s     | int8 speedup| int8 us", "thr    M    in   out |   int8 packed  sgemm |  /pck /sgem |",
+              "     best GFLOP/s     | int8 speedup| int8 us",
+              "thr    M    in   out |   int8 packed  sgemm |  /pck /sgem |",
               "   int8 packed  sgemm |  /pck /sgem | (median)");
   const int64_t shapes[][2] = {{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};
   for (int threads : {1, 2}) {
