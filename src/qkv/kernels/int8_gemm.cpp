@@ -12,7 +12,9 @@
 // and each vpmaddwd does 16 exact multiply-adds into int32. Per 32 multiply-adds that is 2 vpmaddwd +
 // 2 vpaddd, against vpmaddubsw + vpmaddwd + vpsignb + vpaddd (+ vpabsb) for the sign trick: the same
 // number of multiplier uops (the bound on Zen 3) with fewer instructions, no saturation, no
-// restricted weight range, and int32 sums that are bit-exact whatever the order. Measured on the
+// restricted weight range, and int32 sums that are bit-exact whatever the order. The sign trick also
+// needs two more registers (|a| and the vector of ones), so its 6-row x 16-column block would not fit
+// in AVX2's 16 registers. Measured on the
 // EPYC (Zen 3) host, one thread: about 140 G int-ops/s, 1.6-2.3x OpenBLAS SGEMM at M = 32..128 and
 // 4-6x at M = 4 (bench/bench_int8_gemm.cpp).
 #include "qkv/kernels/int8_gemm.h"
