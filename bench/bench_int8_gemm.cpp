@@ -1,0 +1,95 @@
+// GFLOP/s of gemm_int8 (activation quantization included), gemm_packed (float, pre-packed weights)
+// and OpenBLAS SGEMM (A @ W^T, W row-major (out, in)) at decoding sizes: M = 4..128 rows against
+// nn.Linear weights. Integer multiply-adds count as 2 flops, as float ones. Usage:
+// bench_int8_gemm [--reps R] [--threads N] (N = 0: both 1 and 2 threads)
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "qkv/core/threads.h"
+#include "qkv/kernels/int8_gemm.h"
+#include "qkv/kernels/packed_gemm.h"
+
+using namespace qkv;
+
+namespace {
+
+std::vector<float> randn(int64_t n, float stddev, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  std::mt19937_64 eng(seed);
+  std::normal_distribution<float> d(0.f, stddev);
+  for (float& x : v) x = d(eng);
+  return v;
+}
+
+// Seconds per call of f, median and best of `reps` samples; each sample repeats f enough times to
+// last about 2 ms, so that microsecond-sized products are not lost in the clock's noise. The best
+// sample is printed beside the median because the machine is shared: under load the median
+// measures the scheduler as much as the kernel.
+struct Timing {
+  double median, best;
+};
+template <class F>
+Timing seconds_per_call(int reps, F&& f) {
+  const double once = bench::median_seconds(3, f);
+  const int inner = std::max(1, static_cast<int>(2e-3 / std::max(once, 1e-9)));
+  double best = 1e30;
+  const double median = bench::median_seconds(reps, [&] {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
+  return {median / inner, best / inner};
+}
+
+void bench_shape(int64_t M, int64_t in, int64_t out, int reps) {
+  const std::vector<float> A = randn(M * in, 1.f, 1), W = randn(out * in, 0.05f, 2), bias = randn(out, 1.f, 3);
+  std::vector<float> C(static_cast<size_t>(M * out));
+  const kernels::QuantizedWeights qw = kernels::quantize_weights(W.data(), out, in);
+  const kernels::PackedWeights pw = kernels::pack_weights(W.data(), out, in);
+  const Timing t_int8 =
+      seconds_per_call(reps, [&] { kernels::gemm_int8(A.data(), M, in, qw, bias.data(), C.data(), out); });
+  const Timing t_packed =
+      seconds_per_call(reps, [&] { kernels::gemm_packed(A.data(), M, in, pw, bias.data(), C.data(), out); });
+  const Timing t_sgemm = seconds_per_call(reps, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, out, in, 1.f, A.data(), in, W.data(), in, 0.f, C.data(),
+                out);
+  });
+  const double gflop = 2.0 * M * in * out * 1e-9;
+  std::printf("%3d %4lld %5lld %5lld | %6.1f %6.1f %6.1f | %5.2f %5.2f | %6.1f %6.1f %6.1f | %5.2f %5.2f | %8.1f\n",
+              num_threads(), static_cast<long long>(M), static_cast<long long>(in), static_cast<long long>(out),
+              gflop / t_int8.median, gflop / t_packed.median, gflop / t_sgemm.median, t_packed.median / t_int8.median,
+              t_sgemm.median / t_int8.median, gflop / t_int8.best, gflop / t_packed.best, gflop / t_sgemm.best,
+              t_packed.best / t_int8.best, t_sgemm.best / t_int8.best, t_int8.median * 1e6);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 11, only_threads = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads")) only_threads = std::stoi(argv[i + 1]);
+  }
+  std::printf("int8 vs float GEMM at decoding sizes, GFLOP/s (2 M in out / median time), median of %d samples\n",
+              reps);
+  std::printf("%s%s\n%s%s\n", "                     |   median GFLOP/s     | int8 speedup|",
+              "     best GFLOP/s     | int8 speedup| int8 us",
+              "thr    M    in   out |   int8 packed  sgemm |  /pck /sgem |",
+              "   int8 packed  sgemm |  /pck /sgem | (median)");
+  const int64_t shapes[][2] = {{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};
+  for (int threads : {1, 2}) {
+    if (only_threads && threads != only_threads) continue;
+    set_num_threads(threads);
+    for (int64_t M : {4, 32, 128})
+      for (const auto& s : shapes) bench_shape(M, s[0], s[1], reps);
+  }
+  return 0;
+}

@@ -1,0 +1,289 @@
+// Instruction scheme (AVX2 without VNNI).
+//
+// The two AVX2 integer multiply-adds are
+//   vpmaddubsw  u8 x s8 -> s16, adjacent pairs summed with SATURATION, and
+//   vpmaddwd    s16 x s16 -> s32, adjacent pairs summed exactly (|sum| <= 2 * 127 * 127 here).
+// vpmaddubsw needs one operand unsigned: shifting the activations by +128 gives pairs up to
+// 2 * 255 * 127 = 64770, which saturates s16 unless the weights are cut to 7 bits (accuracy lost), and
+// it needs a per-column compensation term; the sign trick (|a| x sign(a)*w) stays exact but costs a
+// vpsignb, a vpabsb, and a vpmaddwd against ones (to widen s16 to s32) on top of each vpmaddubsw.
+// We sign-extend instead: the weights are stored as int8 (a quarter of the float bytes, read once per
+// product) and widened in registers with vpmovsxbw, the activations are quantized straight to int16,
+// and each vpmaddwd does 16 exact multiply-adds into int32. Per 32 multiply-adds that is 2 vpmaddwd +
+// 2 vpaddd, against vpmaddubsw + vpmaddwd + vpsignb + vpaddd (+ vpabsb) for the sign trick: the same
+// number of multiplier uops (the bound on Zen 3) with fewer instructions, no saturation, no
+// restricted weight range, and int32 sums that are bit-exact whatever the order. The sign trick also
+// needs two more registers (|a| and the vector of ones), so its 6-row x 16-column block would not fit
+// in AVX2's 16 registers. Measured on the
+// EPYC (Zen 3) host, one thread: about 140 G int-ops/s, 1.6-2.3x OpenBLAS SGEMM at M = 32..128 and
+// 4-6x at M = 4 (bench/bench_int8_gemm.cpp).
+#include "qkv/kernels/int8_gemm.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace qkv::kernels {
+
+namespace {
+
+constexpr int64_t kPanel = QuantizedWeights::kPanel;
+constexpr int64_t kPair = QuantizedWeights::kPair;
+constexpr int64_t kPanelPairBytes = kPanel * kPair;  // one input pair of a panel: 32 int8
+// Rows per micro-kernel call: 6 rows x 2 vectors of 8 int32 = 12 accumulators, plus the 2 widened
+// weight vectors and 1 broadcast pair of A: 15 of AVX2's 16 registers (as the float kernel).
+constexpr int kRows = 6;
+// Below this many multiply-adds one thread does the product: forking costs a few microseconds.
+constexpr int64_t kParallelMin = 1 << 17;
+
+// 127 / max|x| and the scale max|x| / 127. Below kNegligibleMax (zero rows, and denormal ones where
+// 127 / max|x| would overflow to inf and 0 * inf give NaN) the row counts as zero: inverse and scale 0.
+struct RowScale {
+  float inverse, scale;
+};
+RowScale row_scale(float max_abs) {
+  return max_abs >= kNegligibleMax ? RowScale{127.f / max_abs, max_abs / 127.f} : RowScale{0.f, 0.f};
+}
+
+float max_abs(const float* x, int64_t n) {
+  const __m256 no_sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(x + k), no_sign));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float result = *std::max_element(lanes, lanes + 8);
+  for (; k < n; ++k) result = std::max(result, std::abs(x[k]));
+  return result;
+}
+
+// round-half-even(x * inverse): the vector conversion (cvtps2dq) and lrint both round in the default
+// MXCSR mode, so the scalar tail and the vector body agree bit for bit. |x * inverse| <= 127 up to
+// one rounding of the product, so the result is always within [-127, 127].
+int32_t quantize_value(float x, float inverse) { return static_cast<int32_t>(std::lrint(x * inverse)); }
+
+// One row of activations to int16 (the kernel's operand), zero-padded to `padded` values.
+float quantize_row_int16(const float* x, int64_t n, int64_t padded, int16_t* q) {
+  const RowScale s = row_scale(max_abs(x, n));
+  const __m256 inverse = _mm256_set1_ps(s.inverse);
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), inverse));
+    const __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8), inverse));
+    // packs works within 128-bit lanes: (lo0 hi0 lo1 hi1) -> (lo0 lo1 hi0 hi1).
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k), packed);
+  }
+  for (; k < n; ++k) q[k] = static_cast<int16_t>(quantize_value(x[k], s.inverse));
+  for (; k < padded; ++k) q[k] = 0;
+  return s.scale;
+}
+
+int32_t load_pair(const int16_t* a) {
+  int32_t pair;
+  std::memcpy(&pair, a, sizeof pair);
+  return pair;
+}
+
+// What one micro-kernel call needs besides the rows of A: the panel, its scales and bias (16 each,
+// zero-padded), and how many of its 16 columns exist.
+struct PanelOperand {
+  const int8_t* weights;
+  int64_t pairs;
+  const float* scales16;
+  const float* bias16;
+  int64_t cols;
+};
+
+// Writes row r of C's panel block, columns [0..cols), from its two vectors of int32 sums.
+inline void store_dequantized_row(__m256i sum_lo, __m256i sum_hi, float a_scale, const PanelOperand& w, float* C_row) {
+  const __m256 s = _mm256_set1_ps(a_scale);
+  const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lo), _mm256_mul_ps(s, _mm256_load_ps(w.scales16)),
+                                    _mm256_load_ps(w.bias16));
+  const __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_hi), _mm256_mul_ps(s, _mm256_load_ps(w.scales16 + 8)),
+                                    _mm256_load_ps(w.bias16 + 8));
+  if (w.cols == kPanel) {
+    _mm256_storeu_ps(C_row, lo);
+    _mm256_storeu_ps(C_row + 8, hi);
+    return;
+  }
+  alignas(32) float tmp[kPanel];
+  _mm256_store_ps(tmp, lo);
+  _mm256_store_ps(tmp + 8, hi);
+  std::memcpy(C_row, tmp, static_cast<size_t>(w.cols) * sizeof(float));
+}
+
+// C[0..R) x one panel: the whole K sum is kept in int32 registers and C is written once. Each input
+// pair loads one 32-byte line of weights, widens it to two vectors of 8 (k, k+1) int16 pairs, and
+// multiplies them by every row's broadcast (a[k], a[k+1]).
+//
+// The accumulators are named variables, not an array: GCC keeps an array of vectors in memory and
+// stores it back at every step (12 stores per step: 88 instead of 140 GFLOP/s), and it hoists all the
+// broadcasts of a step ahead of the multiplies, which runs out of registers and spills. The empty
+// asm statement after each row keeps the rows in order (the next row's broadcast is a load, which
+// may not cross it), so each step needs only acc + 2 weight vectors + 1 broadcast + 1 product.
+template <int R>
+void micro_kernel(const int16_t* A, int64_t lda, const float* a_scales, const PanelOperand& w, float* C,
+                  int64_t ldc) {
+  static_assert(R >= 1 && R <= 6, "six rows of two accumulators fill the 16 AVX2 registers");
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256i c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const int8_t* line = w.weights;
+  const int64_t pairs = w.pairs;  // a local: the asm statements would have it reloaded at each step
+  for (int64_t q = 0; q < pairs; ++q, line += kPanelPairBytes) {
+    const __m256i w0 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(line)));
+    const __m256i w1 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(line + 16)));
+    const int16_t* a_pair = A + q * kPair;
+#define QKV_INT8_ROW_STEP(r)                                            \
+  if constexpr (R > r) {                                                \
+    const __m256i a = _mm256_set1_epi32(load_pair(a_pair + r * lda));   \
+    c##r##0 = _mm256_add_epi32(c##r##0, _mm256_madd_epi16(a, w0));     \
+    c##r##1 = _mm256_add_epi32(c##r##1, _mm256_madd_epi16(a, w1));     \
+    asm volatile("" ::: "memory");                                      \
+  }
+    QKV_INT8_ROW_STEP(0)
+    QKV_INT8_ROW_STEP(1)
+    QKV_INT8_ROW_STEP(2)
+    QKV_INT8_ROW_STEP(3)
+    QKV_INT8_ROW_STEP(4)
+    QKV_INT8_ROW_STEP(5)
+#undef QKV_INT8_ROW_STEP
+  }
+  const __m256i sums[6][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int r = 0; r < R; ++r) store_dequantized_row(sums[r][0], sums[r][1], a_scales[r], w, C + r * ldc);
+}
+
+using MicroKernel = void (*)(const int16_t*, int64_t, const float*, const PanelOperand&, float*, int64_t);
+// kKernels[r - 1] handles r rows.
+template <size_t... R>
+constexpr std::array<MicroKernel, sizeof...(R)> kernel_table(std::index_sequence<R...>) {
+  return {micro_kernel<static_cast<int>(R) + 1>...};
+}
+constexpr auto kKernels = kernel_table(std::make_index_sequence<kRows>());
+
+// Rows [row0, row_end) against one panel.
+void panel_product(const int16_t* Aq, const float* a_scales, int64_t row0, int64_t row_end, const QuantizedWeights& W,
+                   int64_t p, const float* bias, float* C, int64_t ldc) {
+  const int64_t col0 = p * kPanel, cols = std::min(kPanel, W.out_features() - col0);
+  alignas(32) float bias16[kPanel] = {};
+  if (bias) std::memcpy(bias16, bias + col0, static_cast<size_t>(cols) * sizeof(float));
+  const int64_t padded = W.padded_in_features();
+  const PanelOperand operand{W.panel(p), padded / kPair, W.scales() + col0, bias16, cols};
+  for (int64_t i = row0; i < row_end; i += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, row_end - i));
+    kKernels[rows - 1](Aq + i * padded, padded, a_scales + i, operand, C + i * ldc + col0, ldc);
+  }
+}
+
+// Loop order. For a few rows (M <= kRowChunk) each panel (K x 16 int8: 4 KB at K = 256) stays in
+// L1 while all rows pass it: the weights are read once per product. For many rows and many outputs
+// (128 x 8000), panel after panel over all rows writes 16 floats into each of 128 rows 32 KB apart:
+// 128 pages per panel, more than the L1 TLB holds, and the product ran 4x slower. So the rows go
+// in chunks of kRowChunk against a block of panels small enough to stay in L2 (kBlockBytes of
+// weights): the weights are still read from memory once, and the stores of a chunk touch few pages.
+constexpr int64_t kRowChunk = 32;
+constexpr int64_t kBlockBytes = 128 << 10;
+
+void panel_block_product(const int16_t* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W,
+                         int64_t p_begin, int64_t p_end, const float* bias, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; i += kRowChunk)
+    for (int64_t p = p_begin; p < p_end; ++p)
+      panel_product(Aq, a_scales, i, std::min(M, i + kRowChunk), W, p, bias, C, ldc);
+}
+
+// The calling thread's buffers for quantized activations, grown as needed and kept between calls.
+struct ActivationScratch {
+  std::vector<int16_t> values;
+  std::vector<float> scales;
+};
+ActivationScratch& activation_scratch(int64_t M, int64_t padded) {
+  thread_local ActivationScratch scratch;
+  if (static_cast<int64_t>(scratch.values.size()) < M * padded) scratch.values.resize(M * padded);
+  if (static_cast<int64_t>(scratch.scales.size()) < M) scratch.scales.resize(M);
+  return scratch;
+}
+
+template <class T>
+T* aligned_array(int64_t count) {
+  // aligned_alloc wants a size that is a multiple of the alignment; never zero bytes.
+  size_t bytes = static_cast<size_t>(std::max<int64_t>(1, count)) * sizeof(T);
+  bytes = (bytes + 63) / 64 * 64;
+  T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+}  // namespace
+
+QuantizedWeights::QuantizedWeights(int64_t out_features, int64_t in_features)
+    : out_(out_features), in_(in_features) {
+  data_.reset(aligned_array<int8_t>(panels() * padded_in_features() * kPanel));
+  scales_.reset(aligned_array<float>(panels() * kPanel));
+}
+
+float quantize_row(const float* x, int64_t n, int8_t* q) {
+  const RowScale s = row_scale(max_abs(x, n));
+  for (int64_t k = 0; k < n; ++k) q[k] = static_cast<int8_t>(quantize_value(x[k], s.inverse));
+  return s.scale;
+}
+
+QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t in_features) {
+  if (in_features > QuantizedWeights::kMaxInFeatures)
+    throw std::invalid_argument("quantize_weights: int32 sums would overflow past " +
+                                std::to_string(QuantizedWeights::kMaxInFeatures) + " input features");
+  QuantizedWeights packed(out_features, in_features);
+  const int64_t padded = packed.padded_in_features();
+  int8_t* dst = packed.data();
+  float* scales = packed.scales();
+#pragma omp parallel for schedule(static) if (out_features * in_features > kParallelMin)
+  for (int64_t p = 0; p < packed.panels(); ++p) {
+    std::vector<int8_t> row(static_cast<size_t>(padded));
+    int8_t* panel = dst + p * padded * kPanel;
+    for (int64_t j = 0; j < kPanel; ++j) {
+      const int64_t o = p * kPanel + j;
+      std::fill(row.begin(), row.end(), int8_t{0});
+      scales[o] = o < out_features ? quantize_row(W + o * in_features, in_features, row.data()) : 0.f;
+      for (int64_t k = 0; k < padded; ++k) panel[(k / kPair) * kPanelPairBytes + j * kPair + k % kPair] = row[k];
+    }
+  }
+  return packed;
+}
+
+void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
+               int64_t ldc) {
+  if (M <= 0 || W.out_features() <= 0) return;
+  const int64_t K = W.in_features(), padded = W.padded_in_features();
+  ActivationScratch& scratch = activation_scratch(M, padded);
+  int16_t* Aq = scratch.values.data();
+  float* a_scales = scratch.scales.data();
+  const int64_t work = M * W.out_features() * std::max<int64_t>(K, 1);
+  const bool parallel = work > kParallelMin;
+  // Blocks of panels: at most kBlockBytes of weights, and at least one block per thread.
+  const int64_t panels = W.panels(), threads = parallel ? omp_get_max_threads() : 1;
+  const int64_t panel_bytes = padded * kPanel;
+  const int64_t per_block = std::clamp<int64_t>(kBlockBytes / panel_bytes, 1, (panels + threads - 1) / threads);
+  const int64_t blocks = (panels + per_block - 1) / per_block;
+  // One parallel region: the threads quantize the rows, wait for each other at the loop's barrier,
+  // then split the panel blocks (output columns), so each thread reads only its own part of the
+  // weights. Every output is computed by the same instructions whatever the split: exact anyway.
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M; ++i) a_scales[i] = quantize_row_int16(A + i * lda, K, padded, Aq + i * padded);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b)
+      panel_block_product(Aq, a_scales, M, W, b * per_block, std::min(panels, (b + 1) * per_block), bias_or_null, C,
+                          ldc);
+  }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,72 @@
+// C = A @ W^T + bias in 8-bit integers, for inference (`qkv translate --quantize int8`).
+//
+// Weights are quantized once per output channel and activations per row, both symmetric to
+// [-127, 127] (scale = max|x| / 127, q = round-half-even(x * 127 / max|x|)); the products are summed
+// exactly in int32 and dequantized as C[m][n] = float(acc) * (a_scale[m] * w_scale[n]) + bias[n]
+// (one fused multiply-add). This is the scheme of CTranslate2's int8 models. A row whose max|x| is
+// below kNegligibleMax (all zeros, or denormals, where 127 / max|x| overflows) has scale 0 and
+// quantizes to zeros, so its outputs are exactly the bias.
+#pragma once
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+namespace qkv::kernels {
+
+inline constexpr float kNegligibleMax = 1e-36f;  // > 127 / FLT_MAX
+
+// W (out_features, in_features) quantized per output channel and packed for gemm_int8's micro-kernel:
+// panels of kPanel output features, K padded with zeros to a multiple of kPair. Within panel p, the
+// kPair inputs q*2, q*2+1 of feature p*16 + j are the bytes q*32 + j*2 + {0, 1}: one 32-byte line
+// per input pair, which the kernel sign-extends to two vectors of 8 (k, k+1) int16 pairs. Features past
+// out_features in the last panel are zero (weights and scales).
+class QuantizedWeights {
+ public:
+  static constexpr int64_t kPanel = 16;
+  static constexpr int64_t kPair = 2;
+  // The int32 sum of K products of magnitude <= 127 * 127 cannot overflow below this many inputs.
+  static constexpr int64_t kMaxInFeatures = INT32_MAX / (127 * 127);
+
+  QuantizedWeights() = default;
+  QuantizedWeights(int64_t out_features, int64_t in_features);
+
+  int64_t out_features() const { return out_; }
+  int64_t in_features() const { return in_; }
+  int64_t padded_in_features() const { return (in_ + kPair - 1) / kPair * kPair; }
+  int64_t panels() const { return (out_ + kPanel - 1) / kPanel; }
+  const int8_t* panel(int64_t p) const { return data_.get() + p * padded_in_features() * kPanel; }
+  int8_t* data() { return data_.get(); }
+  // Per-channel scales, padded with zeros to panels() * kPanel floats.
+  const float* scales() const { return scales_.get(); }
+  float* scales() { return scales_.get(); }
+  // The quantized weight W[o][k] as stored (for tests and inspection).
+  int8_t at(int64_t o, int64_t k) const {
+    return panel(o / kPanel)[(k / kPair) * kPanel * kPair + (o % kPanel) * kPair + k % kPair];
+  }
+  bool empty() const { return !data_; }
+
+ private:
+  template <class T>
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  int64_t out_ = 0, in_ = 0;
+  std::unique_ptr<int8_t, Free<int8_t>> data_;  // 64-byte aligned: one input pair of a panel per half line
+  std::unique_ptr<float, Free<float>> scales_;  // 64-byte aligned
+};
+
+// Quantizes W (out_features, in_features) row-major. Throws std::invalid_argument past kMaxInFeatures.
+QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t in_features);
+
+// Quantizes n floats symmetrically to [-127, 127] as described above and returns the scale
+// max|x| / 127 (0 for a row below kNegligibleMax, whose values all quantize to 0).
+float quantize_row(const float* x, int64_t n, int8_t* q);
+
+// C (M, out) = dequantized(quantize(A) @ W^T) + bias, with A (M, in; row stride lda) quantized per
+// row on the fly, bias_or_null out floats or null, C of row stride ldc. Every element of C's M x out
+// block is written (C need not be initialised). The int32 sums are exact, so the result does not
+// depend on the thread count.
+void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
+               int64_t ldc);
+
+}  // namespace qkv::kernels
