@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Translation speed of `qkv translate` against CTranslate2 (float32 and int8) on the same weights
+"""Translation speed of `qkv translate` (float32 and --quantize int8) against CTranslate2 (float32 and int8) on the same weights
 (issue 11, item 3), with peak memory, BLEU and the agreement of the outputs, all from one run.
 
     bench/bench_translate.py --checkpoint runs/bible-mt/best --input /tmp/bible/test.es --ref /tmp/bible/test.en
@@ -104,18 +104,23 @@ def main():
     with open(first, "w") as f:
         f.write(next(line for line in tp.read_lines(src) if line.strip()) + "\n")
 
-    peers = ["qkv", "ct2 float32", "ct2 int8"]
+    peers = ["qkv", "qkv int8", "ct2 float32", "ct2 int8"]
+    ct2_peers = peers[2:]
     out = {p: os.path.join(work, p.replace(" ", "-") + ".ids") for p in peers}
     secs, rss, own, over = {p: [] for p in peers}, {p: [] for p in peers}, [], {}
-    qkv_cmd = lambda ids: tp.qkv_translate_cmd(a.qkv, a.checkpoint, ids, a.beam, a.batch_size, a.threads,  # noqa
-                                                a.length_penalty)
+    def qkv_cmd(ids, quantize):
+        return tp.qkv_translate_cmd(a.qkv, a.checkpoint, ids, a.beam, a.batch_size, a.threads,
+                                    a.length_penalty) + ["--quantize", quantize]
+
     for r in range(a.runs):
-        full = tp.run_child(qkv_cmd(src), out["qkv"])
-        one = tp.run_child(qkv_cmd(first), os.path.join(work, "first.out.ids"))
-        secs["qkv"].append(full.wall - one.wall)
-        rss["qkv"].append(full.maxrss_mb)
-        own.append(tp.qkv_summary_seconds(full.stderr))
-        for p in peers[1:]:
+        for p, quantize in (("qkv", "none"), ("qkv int8", "int8")):
+            full = tp.run_child(qkv_cmd(src, quantize), out[p])
+            one = tp.run_child(qkv_cmd(first, quantize), os.path.join(work, "first.out.ids"))
+            secs[p].append(full.wall - one.wall)
+            rss[p].append(full.maxrss_mb)
+            if p == "qkv":
+                own.append(tp.qkv_summary_seconds(full.stderr))
+        for p in ct2_peers:
             run = tp.run_child(tp.ct2_translate_cmd(python, a.checkpoint, model, src, out[p], a.beam, a.batch_size,
                                                     a.threads, p.split()[1], a.length_penalty))
             report = json.loads(run.stdout)
@@ -137,10 +142,12 @@ def main():
         print(f"{p:<12} {tokens:>7} {s:>8.2f} {tps[p]:>9.1f} {max(rss[p]):>6.0f} MB  {bleu(a.qkv, a.ref, hyp)}")
     print(f"qkv's own clock (after loading): median {statistics.median(own):.2f} s; CTranslate2 outputs longer "
           f"than qkv's per-sentence limit (one max_decoding_length per batch): "
-          + ", ".join(f"{p} {over[p]}" for p in peers[1:]))
+          + ", ".join(f"{p} {over[p]}" for p in ct2_peers))
     f32 = "ct2 float32"
     print(f"qkv / CTranslate2 float32: {tps['qkv'] / tps[f32]:.2f}x the tokens/s, "
           f"{max(rss['qkv']) / max(rss[f32]):.2f}x the peak RSS")
+    print(f"qkv int8 / CTranslate2 int8: {tps['qkv int8'] / tps['ct2 int8']:.2f}x the tokens/s, "
+          f"{max(rss['qkv int8']) / max(rss['ct2 int8']):.2f}x the peak RSS")
     print(f"CTranslate2 int8 / float32: {tps['ct2 int8'] / tps[f32]:.2f}x the tokens/s")
     same, total = tp.identical_lines(out["qkv"], out[f32])
     print(f"qkv and CTranslate2 float32 agree on {same} of {total} lines (token ids)")

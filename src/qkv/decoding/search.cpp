@@ -90,11 +90,11 @@ StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t
 class StepDecoder {
  public:
   StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
-              bool use_cache, bool attention = false)
+              bool use_cache, bool attention, nn::LinearPrecision precision)
       : model_(model), use_cache_(use_cache), attention_(attention) {
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
     if (use_cache_) {
-      state_ = model.start_decoding(enc, src, max_length, rows_per_source);
+      state_ = model.start_decoding(enc, src, max_length, rows_per_source, precision);
     } else {  // each sentence's rows get their own copy of its source and encoder output
       std::vector<int64_t> expand;
       for (int64_t b = 0; b < src.size(0); ++b)
@@ -316,7 +316,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o.use_cache, o.attention);
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o.use_cache, o.attention, o.precision);
 
   // Row j*K + k holds beam k of sentence active[j]. Only beam 0 is live at the start (the others
   // are copies of it with -inf score) so the first step does not pick K copies of one token.
@@ -411,7 +411,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o.use_cache, o.attention);
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o.use_cache, o.attention, o.precision);
   std::vector<Hypothesis> hyps(B);
   std::vector<int64_t> active(B);  // row i decodes sentence active[i]
   std::iota(active.begin(), active.end(), int64_t{0});

@@ -35,6 +35,9 @@ struct SearchOptions {
   // every row until the end (about layers x heads x steps x (steps / 2 + source length) floats per
   // row), so translate big batches without it.
   bool attention = false;
+  // The decoder's products (kernels/int8_gemm.h for Int8: weights per output channel, activations per
+  // row; the encoder and the cross-attention keys and values stay float32). Cached decoding only.
+  nn::LinearPrecision precision = nn::LinearPrecision::Float32;
 };
 
 // Throws qkv::Error naming the option that is out of its range (see SearchOptions). Both searches

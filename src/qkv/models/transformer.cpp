@@ -121,7 +121,7 @@ Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& m
 }
 
 DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
-                                         int64_t rows_per_source) const {
+                                         int64_t rows_per_source, nn::LinearPrecision precision) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(max_length >= 1 && max_length <= config_.max_seq_length,
             "decoding length " << max_length << " must be in [1, max_seq_length " << config_.max_seq_length << "]");
@@ -134,12 +134,12 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
   for (const DecoderLayer* layer : decoder_layers)
     st.layers.push_back({nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output)});
-  st.packed = pack_decoder_linears();
+  st.packed = pack_decoder_linears(precision);
   return st;
 }
 
-std::shared_ptr<const nn::PackedLinears> Transformer::pack_decoder_linears() const {
-  auto packed = std::make_shared<nn::PackedLinears>();
+std::shared_ptr<const nn::PackedLinears> Transformer::pack_decoder_linears(nn::LinearPrecision precision) const {
+  auto packed = std::make_shared<nn::PackedLinears>(precision);
   for (const DecoderLayer* layer : decoder_layers) {
     // Cross-attention's W_k and W_v project the encoder output once per sentence (BLAS's shapes).
     for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,

@@ -98,8 +98,10 @@ class Transformer : public Model {
   // decodes rows_per_source rows of each (beam search's beams): N = B x rows_per_source rows. It packs
   // the decoder's weights for the steps (about the size of the decoder and output layer; a few
   // milliseconds for the Bible model), so the weights must not change while the state is in use.
+  // precision: how the packed weights are stored (nn::LinearPrecision).
   DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
-                              int64_t rows_per_source = 1) const;
+                              int64_t rows_per_source = 1,
+                              nn::LinearPrecision precision = nn::LinearPrecision::Float32) const;
   // tokens (N) i32 at position state.length -> logits (N, V) for the next position. The weights of
   // this position, per layer, on request: self (N, H, 1, state.length + 1), cross (N, H, 1, S).
   Var decode_step(const Tensor& tokens, DecoderState& state, std::vector<Tensor>* self_weights = nullptr,
@@ -121,7 +123,7 @@ class Transformer : public Model {
 
  private:
   Var embed(const nn::Embedding& table, const Tensor& ids) const;
-  std::shared_ptr<const nn::PackedLinears> pack_decoder_linears() const;
+  std::shared_ptr<const nn::PackedLinears> pack_decoder_linears(nn::LinearPrecision precision) const;
 };
 
 }  // namespace qkv::models
