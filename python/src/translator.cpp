@@ -7,8 +7,12 @@ namespace qkv::python {
 namespace {
 api::TranslationOptions translation_options(int beam, int n_best, float length_penalty, float max_length_ratio,
                                             int64_t max_length_offset, int64_t batch_size, bool truncate,
-                                            bool attention = false) {
+                                            bool attention = false, const std::string& quantize = "none") {
   api::TranslationOptions o;
+  if (quantize == "int8")
+    o.search.precision = nn::LinearPrecision::Int8;
+  else if (quantize != "none")
+    throw py::value_error("quantize must be 'none' or 'int8', got '" + quantize + "'");
   o.search.attention = attention;
   o.search.beam_size = beam;
   o.search.n_best = n_best;
@@ -79,9 +83,10 @@ void bind_translator(py::module_& m) {
       .def(
           "translate",
           [](const api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,
-             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate, bool attention) {
+             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate, bool attention,
+             const std::string& quantize) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, truncate, attention);
+                                               batch_size, truncate, attention, quantize);
             std::vector<std::vector<api::Translation>> r;
             {
               py::gil_scoped_release release;
@@ -91,16 +96,17 @@ void bind_translator(py::module_& m) {
           },
           py::arg("texts"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
-          py::arg("truncate") = true, py::arg("attention") = false,
+          py::arg("truncate") = true, py::arg("attention") = false, py::arg("quantize") = "none",
           "Translates each text. n_best 1: a list of strings; n_best > 1 or attention=True: a list of lists of "
           "Translation, best first (with attention=True each carries its attention weights). beam 1 is greedy "
-          "search. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it).")
+          "search. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it). "
+          "quantize='int8': the decoder's products in int8 (as `qkv translate --quantize int8`).")
       .def(
           "translate_ids",
           [](const api::Translator& t, const py::object& sources, int beam, int n_best, float length_penalty,
-             float max_length_ratio, int64_t max_length_offset, int64_t batch_size) {
+             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, const std::string& quantize) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, true);
+                                               batch_size, true, false, quantize);
             const auto ids = to_id_lines(sources, "source");
             std::vector<std::vector<api::Translation>> r;
             {
@@ -111,6 +117,7 @@ void bind_translator(py::module_& m) {
           },
           py::arg("sources"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
+          py::arg("quantize") = "none",
           "translate() on token ids: lists of source ids in, lists of target ids out (n_best 1) or Translation lists.")
       .def_property_readonly(
           "model", [](py::object self) { return PyModel{&self.cast<api::Translator&>().model(), nullptr, self}; },

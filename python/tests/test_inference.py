@@ -20,6 +20,17 @@ def test_translator_equals_qkv_translate(translation_checkpoint, data_dir, tmp_p
     assert ours[-1] == ""  # an empty source stays empty
 
 
+def test_int8_translation_equals_the_cli_and_bad_precision_is_refused(translation_checkpoint, data_dir, tmp_path):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:8]]
+    inp = write_lines(tmp_path / "in.es", src)
+    translator = qkv.Translator(translation_checkpoint)
+    cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+                  "--threads", "1", "--quiet", "--quantize", "int8")
+    assert translator.translate(src, beam=4, quantize="int8") == cli.stdout.split("\n")[:len(src)]
+    with pytest.raises(ValueError, match="quantize"):
+        translator.translate(src, quantize="int4")
+
+
 def test_n_best_hypotheses_are_ranked_and_match_the_cli(translation_checkpoint, data_dir, tmp_path):
     src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:3]]
     inp = write_lines(tmp_path / "in.es", src)

@@ -69,6 +69,27 @@ TEST(PackedLinears, ALayerWithoutAPackUsesItsWeights) {
   EXPECT_EQ(linear(b, x, &packed).value().to_vector(), b.forward(x).value().to_vector());
 }
 
+TEST(PackedLinears, Int8PacksFollowTheFloatProductWithinQuantisationError) {
+  Generator gen(11);
+  Linear layer(256, 300, gen);
+  PackedLinears packed(LinearPrecision::Int8);
+  packed.add(layer);
+  ASSERT_NE(packed.find_int8(layer), nullptr);
+  EXPECT_EQ(packed.find(layer), nullptr);
+  NoGradGuard no_grad;
+  for (int64_t rows : {int64_t{1}, int64_t{6}, int64_t{300}}) {  // int8 is used for any number of rows
+    const Var x(random_tensor(Dims{rows, 256}, static_cast<uint64_t>(rows)));
+    const Tensor want = layer.forward(x).value(), got = linear(layer, x, &packed).value();
+    // Rounding to 1/127 of each row's and each channel's range: per product at most
+    // |a| s_w / 2 + |w| s_a / 2 + s_a s_w / 4 (kernels/int8_gemm.h); here |a| <= 1, |w| <= 1/16.
+    const float s_a = 1.f / 127, s_w = (1.f / 16) / 127;
+    const float bound = 256 * (s_w / 2 + (1.f / 16) * s_a / 2 + s_a * s_w / 4);
+    const float err = max_abs_diff(got, want);
+    EXPECT_LE(err, bound) << rows << " rows";
+    EXPECT_GT(err, 0.f) << "an int8 product that equals float32 exactly was not quantized";
+  }
+}
+
 TEST(KVCacheStorage, ComesFromTheSystemAndGoesBackWhenFreed) {
   const PoolStats before = BufferPool::stats();
   {
