@@ -18,9 +18,13 @@ namespace {
 TEST(AttentionFewQueries, EqualDoublePrecisionAttentionWithPaddingAndStridedCache) {
   std::mt19937 gen(3);
   std::normal_distribution<float> normal(0.f, 1.f);
-  for (const auto& [dk, Tq, causal] : {std::tuple{int64_t{64}, int64_t{1}, false}, std::tuple{int64_t{13}, int64_t{1}, false},
-                                      std::tuple{int64_t{64}, int64_t{4}, false}, std::tuple{int64_t{13}, int64_t{3}, true}}) {
-    const int64_t B = 3, H = 2, Tk = 7, capacity = 10;
+  // dk 64 and 32 take the register-blocked path (8 keys at a time: Tk 19 has two blocks and a tail).
+  for (const auto& [dk, Tq, causal, Tk] :
+       {std::tuple{int64_t{64}, int64_t{1}, false, int64_t{7}}, std::tuple{int64_t{13}, int64_t{1}, false, int64_t{7}},
+        std::tuple{int64_t{64}, int64_t{4}, false, int64_t{7}}, std::tuple{int64_t{13}, int64_t{3}, true, int64_t{7}},
+        std::tuple{int64_t{64}, int64_t{1}, false, int64_t{19}}, std::tuple{int64_t{32}, int64_t{3}, true, int64_t{19}},
+        std::tuple{int64_t{32}, int64_t{1}, false, int64_t{16}}, std::tuple{int64_t{64}, int64_t{8}, true, int64_t{24}}}) {
+    const int64_t B = 3, H = 2, capacity = Tk + 3;
     AttentionDims d{B, H, Tq, Tk, dk};
     std::vector<float> q(B * H * Tq * dk), k(B * H * capacity * dk), v(B * H * capacity * dk);
     for (std::vector<float>* p : {&q, &k, &v})

@@ -57,18 +57,86 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 // value rows. BLAS costs more in call overhead than these small heads take (dk 64, tens of keys),
 // and the keys and values a head's first query brings into cache serve the others.
 constexpr int64_t kMaxFewQueries = 8;
+
+bool any_mask(const AttentionMask& m) { return m.key_keep || m.query_keep || m.causal; }
+
+// Sums of each of 8 vectors, as one vector: lane j holds the sum of a[j]'s 8 lanes.
+inline __m256 sum_lanes_of_8(const __m256 a[8]) {
+  const __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // per 128-bit half: keys 0-3 / 4-7
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// One query's scores q.k / sqrt(dk) against a head whose dk is NV vectors of 8 (dk 32 or 64, the
+// common head sizes): 8 keys at a time, reduced together (one horizontal sum per 8 keys, not one
+// per key).
+template <int NV>
+void scores_of_one_query(const float* q, const float* kh, int64_t k_stride, float* row, int64_t Tk, float divisor) {
+  __m256 qv[NV];
+  for (int c = 0; c < NV; ++c) qv[c] = _mm256_loadu_ps(q + 8 * c);
+  const __m256 div = _mm256_set1_ps(divisor);
+  int64_t j = 0;
+  for (; j + 8 <= Tk; j += 8) {
+    __m256 acc[8];
+    for (int r = 0; r < 8; ++r) {
+      const float* key = kh + (j + r) * k_stride;
+      __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(key));
+      for (int c = 1; c < NV; ++c) a = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(key + 8 * c), a);
+      acc[r] = a;
+    }
+    _mm256_storeu_ps(row + j, _mm256_div_ps(sum_lanes_of_8(acc), div));
+  }
+  for (; j < Tk; ++j) {
+    const float* key = kh + j * k_stride;
+    __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(key));
+    for (int c = 1; c < NV; ++c) a = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(key + 8 * c), a);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    row[j] = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h))) / divisor;
+  }
+}
+
+// o = sum_j row[j] v_j with o in NV registers over all keys (no load and store of it per key).
+template <int NV>
+void weighted_values(const float* row, int64_t Tk, const float* vh, int64_t v_stride, float* o) {
+  __m256 acc[NV];
+  for (int c = 0; c < NV; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < Tk; ++j) {
+    const __m256 p = _mm256_broadcast_ss(row + j);
+    const float* value = vh + j * v_stride;
+    for (int c = 0; c < NV; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(value + 8 * c), acc[c]);
+  }
+  for (int c = 0; c < NV; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
+}
+
 void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_stride, const float* kh, int64_t k_stride,
                         const float* vh, int64_t v_stride, float* oh, int64_t o_stride, float* probs,
                         const AttentionMask& mask, int64_t b, float divisor) {
+  const bool masked = any_mask(mask);
   for (int64_t i = 0; i < d.Tq; ++i) {
     const float* q = qh + i * q_stride;
     float* row = probs + i * d.Tk;
     float* o = oh + i * o_stride;
-    for (int64_t j = 0; j < d.Tk; ++j)
-      row[j] = is_masked(mask, b, i, j, d) ? mask.fill : dot(q, kh + j * k_stride, d.dk) / divisor;
+    if (d.dk == 64) {
+      scores_of_one_query<8>(q, kh, k_stride, row, d.Tk, divisor);
+    } else if (d.dk == 32) {
+      scores_of_one_query<4>(q, kh, k_stride, row, d.Tk, divisor);
+    } else {
+      for (int64_t j = 0; j < d.Tk; ++j) row[j] = dot(q, kh + j * k_stride, d.dk) / divisor;
+    }
+    if (masked)
+      for (int64_t j = 0; j < d.Tk; ++j)
+        if (is_masked(mask, b, i, j, d)) row[j] = mask.fill;
     softmax_row(row, d.Tk);
-    for (int64_t c = 0; c < d.dk; ++c) o[c] = 0.f;
-    for (int64_t j = 0; j < d.Tk; ++j) axpy(o, row[j], vh + j * v_stride, d.dk);
+    if (d.dk == 64) {
+      weighted_values<8>(row, d.Tk, vh, v_stride, o);
+    } else if (d.dk == 32) {
+      weighted_values<4>(row, d.Tk, vh, v_stride, o);
+    } else {
+      for (int64_t c = 0; c < d.dk; ++c) o[c] = 0.f;
+      for (int64_t j = 0; j < d.Tk; ++j) axpy(o, row[j], vh + j * v_stride, d.dk);
+    }
   }
 }
 
