@@ -2,8 +2,13 @@
 // benchmark run: target tokens/s of each, the ratio, peak memory of each, and qkv's GFLOP/s against
 // the SGEMM ceiling.
 //
-// Usage: bench_train_step [--steps N] [--threads T] [--layers L] [--batch B] [--len T] [--recompute-ffn] [--micro-batch ROWS] [--no-torch]
-// PyTorch runs as `/usr/bin/python3 bench/seed_step_torch.py` (its own process, so peak RSS is its own).
+// Usage: bench_train_step [--steps N] [--threads T] [--layers L] [--batch B] [--len T] [--recompute-ffn]
+//                         [--micro-batch ROWS] [--max-memory SIZE] [--python PATH] [--no-torch]
+// qkv runs with `qkv train`'s defaults: the batch is chunked as --max-memory (default auto) chooses
+// (train/memory_budget.h), unless --micro-batch is given; the estimate is printed beside the
+// measured peak. PyTorch runs as `PATH bench/seed_step_torch.py` in its own process (so peak RSS is
+// its own); PATH defaults to build/bench-venv/bin/python (PyTorch 2.x, bench/setup_peers.sh) when
+// it exists, else /usr/bin/python3.
 #include <cblas.h>
 #include <sys/resource.h>
 
@@ -14,10 +19,13 @@
 #include <random>
 #include <string>
 
+#include <filesystem>
+
 #include "bench_common.h"
 #include "qkv/core/threads.h"
 #include "qkv/data/synthetic.h"
 #include "qkv/models/transformer.h"
+#include "qkv/train/memory_budget.h"
 #include "qkv/train/step.h"
 
 using namespace qkv;
@@ -29,6 +37,10 @@ struct Args {
   bool torch = true;
   bool recompute_ffn = false;
   int64_t micro_batch = 0;
+  int64_t max_memory = train::kAutoMemory;  // qkv train's default
+  std::string python = std::filesystem::exists(QKV_SOURCE_DIR "/build/bench-venv/bin/python")
+                           ? QKV_SOURCE_DIR "/build/bench-venv/bin/python"
+                           : "/usr/bin/python3";
 };
 
 double peak_rss_gb() {
@@ -59,10 +71,12 @@ double sgemm_ceiling_gflops() {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
-  Args a;
+namespace {
+// Returns false (after a message) on an unknown argument or a bad --max-memory.
+bool parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
-    auto next = [&] { return i + 1 < argc ? std::stoll(argv[++i]) : 0; };
+    auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    auto next = [&] { const std::string v = str(); return v.empty() ? 0 : std::stoll(v); };
     if (!std::strcmp(argv[i], "--steps")) a.steps = static_cast<int>(next());
     else if (!std::strcmp(argv[i], "--threads")) a.threads = static_cast<int>(next());
     else if (!std::strcmp(argv[i], "--layers")) a.layers = next();
@@ -71,34 +85,25 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--no-torch")) a.torch = false;
     else if (!std::strcmp(argv[i], "--recompute-ffn")) a.recompute_ffn = true;
     else if (!std::strcmp(argv[i], "--micro-batch")) a.micro_batch = next();
-    else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
+    else if (!std::strcmp(argv[i], "--python")) a.python = str();
+    else if (!std::strcmp(argv[i], "--max-memory")) {
+      try {
+        a.max_memory = train::parse_memory_size(str());
+      } catch (const Error& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return false;
+      }
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", argv[i]);
+      return false;
+    }
   }
-  set_num_threads(a.threads);
-  models::TransformerConfig config;  // the seed's
-  config.num_layers = a.layers;
-  models::Transformer model(config, 0);
-  model.train();
-  model.set_recompute_ffn(a.recompute_ffn);
-  train::Adam opt(model.named_parameters());
-  const data::SyntheticBatch b = data::synthetic_batch("random", a.batch, a.len, config.tgt_vocab_size, 0, 0);
-  int64_t tokens = 0;
-  std::vector<double> times;
-  const double t = bench::median_seconds(a.steps, [&] { tokens = train::train_step(model, opt, b.src, b.tgt, 0.f, a.micro_batch).target_tokens; });
-  const double qkv_rss = peak_rss_gb();
-  const PoolStats pool = BufferPool::stats();
-  const double flops = step_flops(config, a.batch, a.len, a.len - 1);
-  const double ceiling = sgemm_ceiling_gflops();
-  std::printf("seed config: batch %lld x %lld, %lld layers, d_model 512, d_ff 2048, 8 heads, vocab 5000, dropout 0.1, %d threads%s%s\n",
-              static_cast<long long>(a.batch), static_cast<long long>(a.len), static_cast<long long>(a.layers), a.threads,
-              a.recompute_ffn ? ", qkv recomputes FFN activations" : "",
-              a.micro_batch > 0 ? (", qkv accumulates gradients over micro-batches of " + std::to_string(a.micro_batch) + " rows").c_str() : "");
-  std::printf("qkv     step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB)\n", t,
-              a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9);
-  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n",
-              flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling);
-  std::fflush(stdout);
-  if (!a.torch) return 0;
-  const std::string cmd = "/usr/bin/python3 " QKV_BENCH_DIR "/seed_step_torch.py --steps " + std::to_string(a.steps) +
+  return true;
+}
+
+// PyTorch's step in its own process; prints its line and the ratios. Returns the exit status.
+int run_torch(const Args& a, double qkv_seconds, double qkv_rss) {
+  const std::string cmd = a.python + " " QKV_BENCH_DIR "/seed_step_torch.py --steps " + std::to_string(a.steps) +
                           " --threads " + std::to_string(a.threads) + " --layers " + std::to_string(a.layers) +
                           " --batch " + std::to_string(a.batch) + " --len " + std::to_string(a.len);
   std::FILE* pipe = popen(cmd.c_str(), "r");
@@ -106,7 +111,7 @@ int main(int argc, char** argv) {
   std::string out;
   char buf[4096];
   while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  if (pclose(pipe) != 0) { std::fprintf(stderr, "PyTorch benchmark failed:\n%s\n", out.c_str()); return 1; }
+  if (pclose(pipe) != 0) { std::fprintf(stderr, "PyTorch benchmark failed (%s):\n%s\n", cmd.c_str(), out.c_str()); return 1; }
   // The script prints one JSON object on its last line.
   std::string last_line = out;
   while (!last_line.empty() && last_line.back() == '\n') last_line.pop_back();
@@ -120,8 +125,53 @@ int main(int argc, char** argv) {
   }
   const double tt = j["median_step_seconds"].get<double>();
   const double trss = j["peak_rss_bytes"].get<double>() / 1e9;
-  std::printf("pytorch step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB  (torch %s)\n", tt, a.steps,
-              j["tokens_per_second"].get<double>(), trss, j["torch_version"].get<std::string>().c_str());
-  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's memory\n", tt / t, qkv_rss / trss);
+  std::printf("pytorch step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB  (torch %s, %s)\n", tt, a.steps,
+              j["tokens_per_second"].get<double>(), trss, j["torch_version"].get<std::string>().c_str(), a.python.c_str());
+  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's memory\n", tt / qkv_seconds, qkv_rss / trss);
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!parse_args(argc, argv, a)) return 2;
+  set_num_threads(a.threads);
+  models::TransformerConfig config;  // the seed's
+  config.num_layers = a.layers;
+  models::Transformer model(config, 0);
+  model.train();
+  model.set_recompute_ffn(a.recompute_ffn);
+  train::Adam opt(model.named_parameters());
+  const data::SyntheticBatch b = data::synthetic_batch("random", a.batch, a.len, config.tgt_vocab_size, 0, 0);
+  // The chunking `qkv train` would choose for this batch (the same planner, the same budget).
+  int64_t parameters = 0;
+  for (const Var& p : model.parameters()) parameters += p.value().numel();
+  const train::StepShape shape{a.batch, a.len, a.len - 1, a.batch * (a.len - 1), config.tgt_vocab_size};
+  const train::MicroBatchPlan plan =
+      train::plan_micro_batches(config, parameters, a.recompute_ffn, shape, a.max_memory);
+  const int64_t rows = a.micro_batch > 0 ? a.micro_batch : plan.rows;
+  const train::MemoryEstimate estimate =
+      train::estimate_step_memory(config, parameters, a.recompute_ffn, shape, rows > 0 ? rows : a.batch);
+  int64_t tokens = 0;
+  const double t = bench::median_seconds(a.steps, [&] { tokens = train::train_step(model, opt, b.src, b.tgt, 0.f, rows).target_tokens; });
+  const double qkv_rss = peak_rss_gb();
+  const PoolStats pool = BufferPool::stats();
+  const double flops = step_flops(config, a.batch, a.len, a.len - 1);
+  const double ceiling = sgemm_ceiling_gflops();
+  const std::string chunking =
+      rows > 0 ? ", qkv accumulates gradients over micro-batches of " + std::to_string(rows) + " rows (" +
+                     (a.micro_batch > 0 ? "--micro-batch" : "chosen under --max-memory " + train::format_memory_size(a.max_memory) +
+                                                                " = " + train::format_bytes(plan.budget_bytes)) + ")"
+               : ", whole batch (--max-memory " + train::format_memory_size(a.max_memory) + ")";
+  std::printf("seed config: batch %lld x %lld, %lld layers, d_model 512, d_ff 2048, 8 heads, vocab 5000, dropout 0.1, %d threads%s%s\n",
+              static_cast<long long>(a.batch), static_cast<long long>(a.len), static_cast<long long>(a.layers), a.threads,
+              a.recompute_ffn ? ", qkv recomputes FFN activations" : "", chunking.c_str());
+  std::printf("qkv     step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB; "
+              "estimate %.2f GB = state %.2f + activations %.2f + process %.2f)\n",
+              t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, estimate.total() / 1e9, estimate.state_bytes / 1e9,
+              estimate.activation_bytes / 1e9, train::kProcessOverheadBytes / 1e9);
+  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n",
+              flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling);
+  std::fflush(stdout);
+  return a.torch ? run_torch(a, t, qkv_rss) : 0;
 }

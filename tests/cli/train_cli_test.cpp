@@ -88,7 +88,8 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrorsNamingTheFlag) {
   for (const std::string flag : {"--lr nan", "--lr inf", "--lr -1", "--lr 0", "--log-every 0", "--log-every -1",
                                  "--clip-norm nan", "--clip-norm -1", "--micro-batch -1", "--save-every -1",
                                  "--threads -3", "--steps -1", "--max-len 0", "--dropout 1", "--label-smoothing nan",
-                                 "--warmup 0", "--batch 0", "--len 1"}) {
+                                 "--warmup 0", "--batch 0", "--len 1", "--max-memory 2X", "--max-memory lots",
+                                 "--max-memory -1G", "--max-memory 12"}) {
     const CliRun r = qkv_train(kTiny + flag + " --out " + d + "/ckpt");
     EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
     EXPECT_EQ(r.out.rfind("qkv: error:", 0), 0u) << flag << ": " << r.out;

@@ -30,6 +30,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/dist/mpi.h"
 #include "qkv/models/config.h"
+#include "qkv/train/memory_budget.h"
 #include "qkv/train/run.h"
 
 namespace qkv::cli {
@@ -116,6 +117,21 @@ int run_train(const TrainOptions& o) {
   return r.interrupted ? 130 : 0;
 }
 
+// --max-memory's sizes, refused at parse time (a usage error naming the flag) as train::parse_memory_size does.
+CLI::Validator MemorySize() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          train::parse_memory_size(s);
+        } catch (const Error& e) {
+          const std::string m = e.what(), prefix = "--max-memory: ";
+          return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+        }
+        return {};
+      },
+      "SIZE");
+}
+
 void add_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--config", o.config_path, "Model config JSON (overrides the preset's model)");
   app.add_option("--vocab", o.vocab, "Vocabulary size (source and target; synthetic)")->check(FiniteRange(2, 1 << 24));
@@ -140,8 +156,15 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--label-smoothing", o.label_smoothing, "Label smoothing (corpus default 0.1)")
       ->check(FiniteRange(0, 0.999999));
   app.add_option("--micro-batch", o.micro_batch,
-                 "Run each batch in chunks of this many sentences, accumulating gradients (same update, less memory)")
+                 "Run each batch in chunks of this many sentences, accumulating gradients (same update up to float "
+                 "rounding, less memory); overrides --max-memory's choice")
       ->check(NonNegative());
+  app.add_option("--max-memory", o.max_memory,
+                 "Memory budget of a training step (e.g. 2G, 1500M; 0: no limit; default auto = the model's "
+                 "weights, gradients and Adam moments plus 1.5 GiB of activations). A batch whose estimated peak "
+                 "exceeds it runs in micro-batches of the most rows that fit, chosen from the flags and the batch's "
+                 "shape only (a resumed run keeps its budget); --micro-batch overrides the choice")
+      ->check(MemorySize());
   app.add_flag("--recompute-ffn", o.recompute_ffn,
                "Recompute feed-forward activations in backward: less memory, one extra fc1 forward per layer");
   app.add_option("--optimizer", o.optimizer, "adam (translation default) or adamw (decoder-only default)")

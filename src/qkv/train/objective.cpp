@@ -1,5 +1,6 @@
 #include "qkv/train/objective.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "qkv/data/id_lines.h"
@@ -39,6 +40,13 @@ class TeacherForcing final : public Objective {
     return fn::cross_entropy(fn::reshape(logits, Dims{-1, model.output_vocab_size()}), tf.labels,
                              model.config().pad_id, label_smoothing);
   }
+  // Logits of every input position (tgt[:, :-1]), padding included; an encoder-decoder model
+  // also encodes src.
+  StepShape step_shape(const models::Model& model, const data::Batch& b) const override {
+    const int64_t B = b.tgt.size(0), T = b.tgt.size(1) - 1;
+    const int64_t S = model.config().encoder_decoder() && b.src.defined() ? b.src.size(1) : 0;
+    return {B, S, T, B * T, model.output_vocab_size()};
+  }
 };
 
 class MaskedLm final : public Objective {
@@ -48,6 +56,10 @@ class MaskedLm final : public Objective {
     const MaskedLogits m = masked_lm_logits(model, b.tgt, b.labels);
     return fn::cross_entropy(m.logits, m.labels, -1, label_smoothing);
   }
+  // The head runs on the chosen positions only.
+  StepShape step_shape(const models::Model& model, const data::Batch& b) const override {
+    return {b.tgt.size(0), 0, b.tgt.size(1), count_not(b.labels, -1), model.output_vocab_size()};
+  }
 };
 
 class Classification final : public Objective {
@@ -55,6 +67,10 @@ class Classification final : public Objective {
   int64_t count_labels(const models::Model&, const data::Batch& b) const override { return b.labels.numel(); }
   Var loss(const models::Model& model, const data::Batch& b, float label_smoothing) const override {
     return fn::cross_entropy(classification_logits(model, b.tgt), b.labels, -1, label_smoothing);
+  }
+  StepShape step_shape(const models::Model& model, const data::Batch& b) const override {
+    const int64_t labels = std::max<int64_t>(1, static_cast<int64_t>(model.config().labels.size()));
+    return {b.tgt.size(0), 0, b.tgt.size(1), b.tgt.size(0), labels};
   }
 };
 }  // namespace

@@ -14,6 +14,7 @@
 #include "qkv/autograd/functions.h"
 #include "qkv/data/batcher.h"
 #include "qkv/models/model.h"
+#include "qkv/train/memory_budget.h"
 
 namespace qkv::train {
 
@@ -25,6 +26,8 @@ class Objective {
   // The mean loss over those labels, recorded in the current graph. Only the returned Var should
   // keep the logits alive, so that one chunk's activations are freed before the next.
   virtual Var loss(const models::Model& model, const data::Batch& batch, float label_smoothing) const = 0;
+  // What the step runs for `batch` (positions, outputs), for its memory estimate (train/memory_budget.h).
+  virtual StepShape step_shape(const models::Model& model, const data::Batch& batch) const = 0;
 };
 
 const Objective& teacher_forcing();

@@ -11,6 +11,7 @@
 #include "qkv/train/corpus_trainer.h"
 #include "qkv/train/encoder_trainer.h"
 #include "qkv/train/lm_trainer.h"
+#include "qkv/train/memory_budget.h"
 #include "qkv/train/metrics_log.h"
 
 namespace qkv::train {
@@ -63,6 +64,7 @@ void check_resume_model_flags(const TrainRequest& o, const std::string& config_p
 Hyper resolve_hyper(const TrainRequest& o, Hyper h, const std::optional<TrainState>& saved,
                            const TrainerEvents& events) {
   if (saved && saved->has_hyper) h = saved->hyper;
+  if (saved) h.max_memory = saved->hyper.max_memory;  // runs of qkv 0.1 (no settings saved) never chunked
   const auto override_with = [&](const char* flag, const auto& given, auto& field) {
     if (!given) return;
     if (saved && saved->has_hyper && static_cast<double>(*given) != static_cast<double>(field))
@@ -81,6 +83,13 @@ Hyper resolve_hyper(const TrainRequest& o, Hyper h, const std::optional<TrainSta
   override_with("--clip-norm", o.clip_norm, h.clip_norm);
   override_with("--label-smoothing", o.label_smoothing, h.label_smoothing);
   override_with("--micro-batch", o.micro_batch, h.micro_batch);
+  if (o.max_memory) {
+    const int64_t m = parse_memory_size(*o.max_memory);
+    if (saved && m != h.max_memory)
+      info(events, "--max-memory " + format_memory_size(m) + " overrides the checkpoint's " +
+                       format_memory_size(h.max_memory));
+    h.max_memory = m;
+  }
   override_with("--weight-decay", o.weight_decay, h.weight_decay);
   if (o.optimizer) {
     if (saved && saved->has_hyper && *o.optimizer != h.optimizer)

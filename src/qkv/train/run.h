@@ -32,6 +32,9 @@ struct TrainRequest {
   std::optional<float> label_smoothing;
   std::optional<double> lr, clip_norm, weight_decay;
   std::optional<std::string> schedule, optimizer;
+  // --max-memory as written ("2G", "1500M", "0", "auto"; train/memory_budget.h); unset: the saved
+  // run's budget when resuming, else auto.
+  std::optional<std::string> max_memory;
   bool recompute_ffn = false;
   uint64_t seed = 0;
   // The run.

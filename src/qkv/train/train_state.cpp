@@ -14,7 +14,8 @@ json hyper_to_json(const Hyper& h) {
   return {{"schedule", h.schedule.kind}, {"lr", h.schedule.lr},        {"warmup", h.schedule.warmup},
           {"d_model", h.schedule.d_model}, {"clip_norm", h.clip_norm}, {"label_smoothing", h.label_smoothing},
           {"micro_batch", h.micro_batch}, {"beta1", h.beta1},          {"beta2", h.beta2},
-          {"eps", h.eps},                 {"optimizer", h.optimizer},  {"weight_decay", h.weight_decay}};
+          {"eps", h.eps},                 {"optimizer", h.optimizer},  {"weight_decay", h.weight_decay},
+          {"max_memory", h.max_memory}};
 }
 
 Hyper hyper_from_json(const json& j) {
@@ -30,6 +31,10 @@ Hyper hyper_from_json(const json& j) {
   // Absent in files written before AdamW existed: those runs used Adam without decay.
   if (j.contains("optimizer")) h.optimizer = j.at("optimizer").get<std::string>();
   if (j.contains("weight_decay")) h.weight_decay = j.at("weight_decay").get<double>();
+  // Absent in files written before --max-memory existed: those runs never chunked on their own, and
+  // must not start to on resume (the sums would change).
+  h.max_memory = j.contains("max_memory") ? j.at("max_memory").get<int64_t>() : 0;
+  QKV_CHECK(h.max_memory >= 0 || h.max_memory == kAutoMemory, "max_memory must be >= 0 or -1 (auto), got " << h.max_memory);
   QKV_CHECK(h.optimizer == "adam" || h.optimizer == "adamw", "optimizer must be adam or adamw, got " << h.optimizer);
   return h;
 }
@@ -43,6 +48,7 @@ TrainState from_legacy_synthetic(const json& j) {
   s.gen_offset = j.at("generator_offset").get<uint64_t>();
   s.data = {{"task", j.at("task")}, {"batch", j.at("batch")}, {"len", j.at("len")}, {"seed", j.at("data_seed")}};
   s.hyper.schedule = {"constant", j.at("lr").get<double>(), 4000, 512};
+  s.hyper.max_memory = 0;  // qkv 0.1 never chunked a batch
   s.has_hyper = true;  // the synthetic trainer had no other settings (no clipping, no smoothing)
   return s;
 }
@@ -58,6 +64,7 @@ TrainState from_legacy_corpus(const json& j) {
   s.best = j.at("best").get<double>();
   s.bad_validations = j.at("bad_validations").get<int64_t>();
   s.elapsed = j.at("elapsed_seconds").get<double>();
+  s.hyper.max_memory = 0;  // qkv 0.1 never chunked a batch (the one setting taken from here: run.cpp)
   return s;
 }
 }  // namespace

@@ -5,7 +5,8 @@
 //    "generator": {"seed": 0, "offset": 123456},        dropout RNG position
 //    "data": {...},                                     the data source's position (TrainingData::state)
 //    "hyper": {"schedule": "inverse_sqrt", "lr": 5e-4, "warmup": 4000, "clip_norm": 1.0,
-//              "label_smoothing": 0.1, "micro_batch": 0, "beta1": 0.9, "beta2": 0.98, "eps": 1e-9},
+//              "label_smoothing": 0.1, "micro_batch": 0, "max_memory": -1, "beta1": 0.9, "beta2": 0.98,
+//              "eps": 1e-9},                           max_memory: bytes, 0 no limit, -1 auto (absent: 0)
 //    "best": 21.3, "bad_validations": 0, "elapsed_seconds": 3600.5}
 //
 // Files written by earlier versions (two formats: synthetic and corpus) are read too.
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "qkv/train/memory_budget.h"
 #include "qkv/train/schedule.h"
 
 namespace qkv::train {
@@ -24,7 +26,10 @@ struct Hyper {
   Schedule schedule{"constant", 1e-4, 4000, 512};
   double clip_norm = 0.0;  // 0: no clipping
   float label_smoothing = 0.f;
-  int64_t micro_batch = 0;
+  int64_t micro_batch = 0;  // > 0: chunks of this many rows (--micro-batch; overrides max_memory)
+  // --max-memory in bytes: batches whose estimated step exceeds it run in micro-batches chosen from
+  // the shapes (train/memory_budget.h); 0: no limit; kAutoMemory: the default budget.
+  int64_t max_memory = kAutoMemory;
   double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
   std::string optimizer = "adam";  // "adam" (seed 000) or "adamw" (decoupled weight decay)
   double weight_decay = 0.0;       // adamw: on 2-D weight matrices only (nanoGPT's rule)

@@ -12,6 +12,7 @@
 #include "qkv/io/tensor_file.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/clip.h"
+#include "qkv/train/memory_budget.h"
 #include "qkv/train/step.h"
 
 namespace qkv::train {
@@ -28,6 +29,8 @@ void check_hyper(const Hyper& h) {
   QKV_CHECK(h.weight_decay == 0 || h.optimizer == "adamw",
             "--weight-decay needs --optimizer adamw (Adam's L2 penalty is not offered)");
   QKV_CHECK(h.micro_batch >= 0, "--micro-batch must be >= 0 (0: whole batch), got " << h.micro_batch);
+  QKV_CHECK(h.max_memory >= 0 || h.max_memory == kAutoMemory,
+            "--max-memory must be a size >= 0 (0: no limit) or auto, got " << h.max_memory);
 }
 
 namespace {
@@ -48,6 +51,21 @@ int64_t saved_optimizer_step(const std::string& path) {
   } catch (const std::exception&) {
     throw Error(path + ": optimizer metadata \"step\" is not an integer");
   }
+}
+
+// "micro-batches of 32 rows (2 chunks of the 64-row batch at step 1) to stay under --max-memory auto
+// (2.47 GiB): estimate 2.31 GiB, whole batch 3.36 GiB; ...", or that not even one row fits.
+std::string plan_message(const MicroBatchPlan& plan, int64_t batch_rows, int64_t max_memory, int64_t whole_bytes,
+                         int64_t step) {
+  const std::string budget = "--max-memory " + format_memory_size(max_memory) +
+                             (max_memory == kAutoMemory ? " (" + format_bytes(plan.budget_bytes) + ")" : "");
+  if (!plan.fits)
+    return "even one row is estimated at " + format_bytes(plan.estimate.total()) + ", over " + budget +
+           ": running one row at a time; raise --max-memory";
+  return "micro-batches of " + std::to_string(plan.rows) + " rows (" + std::to_string(plan.chunks) + " chunks of the " +
+         std::to_string(batch_rows) + "-row batch at step " + std::to_string(step) + ") to stay under " + budget +
+         ": estimate " + format_bytes(plan.estimate.total()) + ", whole batch " + format_bytes(whole_bytes) +
+         "; --micro-batch ROWS or --max-memory 0 to choose otherwise";
 }
 }  // namespace
 
@@ -70,6 +88,7 @@ Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions option
   state_.has_hyper = true;
   state_.gen_seed = model_.generator().seed();
   state_.gen_offset = model_.generator().offset();
+  for (const Var& p : model_.parameters()) parameters_ += p.value().numel();
 }
 
 void Trainer::resume(const std::string& dir, const TrainState& saved) {
@@ -128,21 +147,47 @@ std::string Trainer::limit_reached(double elapsed) const {
   return "";
 }
 
-void Trainer::train_one_step(double& loss, int64_t& tokens, double& lr, double& norm) {
+// The rows per chunk for this rank's `rows` of `batch`: --micro-batch when given, else what
+// --max-memory allows (a function of the saved settings and the batch's shape only, so a resumed run
+// chunks as the uninterrupted one did). It plans as if --recompute-ffn were off: that flag is not
+// part of a checkpoint, and a resume without it must chunk alike (with it, the estimate is high).
+// The first batch that is split (or cannot fit) is reported once.
+int64_t Trainer::micro_batch_rows(const data::Batch& batch, int64_t rows, const TrainerEvents& events) {
+  const Hyper& h = options_.hyper;
+  if (h.micro_batch > 0 || h.max_memory == 0) return h.micro_batch;
+  StepShape shape = data_.objective().step_shape(model_, batch);
+  if (rows < shape.rows) {  // a rank's share: its part of the outputs too
+    shape.outputs = (shape.outputs * rows + shape.rows - 1) / shape.rows;
+    shape.rows = rows;
+  }
+  constexpr bool kPlanWithFfnSaved = false;  // see above
+  const MicroBatchPlan plan = plan_micro_batches(model_.config(), parameters_, kPlanWithFfnSaved, shape, h.max_memory);
+  if (plan.rows > 0 && !reported_micro_batches_ && events.on_info) {
+    reported_micro_batches_ = true;
+    const MemoryEstimate whole = estimate_step_memory(model_.config(), parameters_, kPlanWithFfnSaved, shape, shape.rows);
+    events.on_info(plan_message(plan, shape.rows, h.max_memory, whole.total(), state_.step + 1));
+  }
+  return plan.rows;
+}
+
+void Trainer::train_one_step(double& loss, int64_t& tokens, double& lr, double& norm, const TrainerEvents& events) {
   const data::Batch batch = data_.next();
   lr = options_.hyper.schedule.at(state_.step + 1);
   optimizer_.set_lr(lr);
   optimizer_.zero_grad();
   StepOptions so;
   so.label_smoothing = options_.hyper.label_smoothing;
-  so.micro_batch_rows = options_.hyper.micro_batch;
+  const int64_t B = batch.tgt.size(0);
   if (reducer_) {  // this rank's share of the rows
-    const int64_t B = batch.tgt.size(0), P = comm_->size();
+    const int64_t P = comm_->size();
     const int64_t share = (B + P - 1) / P;
     so.row_begin = std::min(B, comm_->rank() * share);
     so.row_end = std::min(B, so.row_begin + share);
     so.reducer = reducer_.get();
   }
+  // Every rank plans for the largest share, so all chunk alike.
+  const int64_t P = comm_->size();
+  so.micro_batch_rows = micro_batch_rows(batch, reducer_ ? (B + P - 1) / P : B, events);
   const StepResult r = forward_backward(model_, data_.objective(), batch, so);
   norm = clip_grad_norm(model_.parameters(), options_.hyper.clip_norm);
   // Diverged: stop before the update, so neither the weights in memory nor any checkpoint see it.
@@ -191,7 +236,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
       result.interrupted = true;
       break;
     }
-    train_one_step(window_loss, window_tokens, lr, norm);
+    train_one_step(window_loss, window_tokens, lr, norm, events);
     ++window_steps;
     const bool last_step = options_.max_steps > 0 && state_.step == options_.max_steps;
     if (state_.step % options_.log_every == 0 || last_step) {

@@ -51,7 +51,7 @@ struct TrainerOptions {
 
   // Data parallelism (dist/communicator.h; nullptr: one process). Every rank runs a Trainer on the
   // same model, data and options. Each takes rows [r*s, (r+1)*s) of every batch (s = ceil(rows /
-  // ranks)) in chunks of hyper.micro_batch rows, gradients are summed over the ranks (buckets of
+  // ranks)) in chunks of hyper.micro_batch rows (or as hyper.max_memory allows), gradients are summed over the ranks (buckets of
   // bucket_bytes, started during backward when overlap is on), and every rank applies the same
   // update. Rank 0 alone validates (the others wait for its result), writes checkpoints and calls
   // on_save; a stop request or time budget on any rank stops all at the same step.
@@ -131,7 +131,8 @@ class Trainer {
   bool writes() const { return comm_->rank() == 0; }
   void check_ranks_agree();
   std::string limit_reached(double elapsed) const;
-  void train_one_step(double& loss, int64_t& tokens, double& lr, double& norm);
+  int64_t micro_batch_rows(const data::Batch& batch, int64_t rows, const TrainerEvents& events);
+  void train_one_step(double& loss, int64_t& tokens, double& lr, double& norm, const TrainerEvents& events);
   void validate(const TrainerEvents& events);
   void check_weights_finite() const;
   void save_weights_only(const std::string& dir, const TrainerEvents& events);
@@ -148,6 +149,8 @@ class Trainer {
   double elapsed_before_ = 0;
   double elapsed_now_ = 0;
   int64_t last_validated_ = -1;
+  int64_t parameters_ = 0;               // the model's parameter count, for the memory estimate
+  bool reported_micro_batches_ = false;  // the automatic micro-batch choice is reported once a run
   std::atomic<bool> stop_{false};
 };
 
