@@ -96,6 +96,7 @@ class Generator:
         truncate_prompt: bool = False,
         batch_size: int = 32,
         stream: bool = False,
+        quantize: str = "none",
     ) -> Union[str, PieceStream]: ...
     @overload
     def generate(
@@ -110,6 +111,7 @@ class Generator:
         truncate_prompt: bool = False,
         batch_size: int = 32,
         stream: bool = False,
+        quantize: str = "none",
     ) -> list[str]: ...
     def generate_ids(
         self,
@@ -122,6 +124,7 @@ class Generator:
         seed: int = 0,
         truncate_prompt: bool = False,
         batch_size: int = 32,
+        quantize: str = "none",
     ) -> list[list[int]]: ...
     def generate_with_attention(
         self,

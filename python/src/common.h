@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/nn/packed_linears.h"
 
 namespace qkv::python {
 
@@ -24,6 +25,10 @@ void copy_numpy_into(const py::array& source, Tensor& t, const std::string& what
 
 // A list of lists of ints (or a 2-D integer array) as token-id lines; errors name `what`.
 std::vector<std::vector<int32_t>> to_id_lines(const py::handle& lines, const std::string& what);
+
+// quantize= of Translator and Generator: "none" or "int8" (as the CLI's --quantize); anything
+// else is a ValueError naming it.
+nn::LinearPrecision precision_from_quantize(const std::string& quantize);
 
 // Registers the exception translation: qkv::NotFoundError -> FileNotFoundError, qkv::Error ->
 // ValueError; anything else keeps pybind11's mapping (std::bad_alloc -> MemoryError,

@@ -50,6 +50,12 @@ std::vector<std::vector<int32_t>> to_id_lines(const py::handle& lines, const std
   return out;
 }
 
+nn::LinearPrecision precision_from_quantize(const std::string& quantize) {
+  if (quantize == "int8") return nn::LinearPrecision::Int8;
+  if (quantize != "none") throw py::value_error("quantize must be 'none' or 'int8', got '" + quantize + "'");
+  return nn::LinearPrecision::Float32;
+}
+
 void register_errors(py::module_&) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {

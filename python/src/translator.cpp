@@ -9,10 +9,7 @@ api::TranslationOptions translation_options(int beam, int n_best, float length_p
                                             int64_t max_length_offset, int64_t batch_size, bool truncate,
                                             bool attention = false, const std::string& quantize = "none") {
   api::TranslationOptions o;
-  if (quantize == "int8")
-    o.search.precision = nn::LinearPrecision::Int8;
-  else if (quantize != "none")
-    throw py::value_error("quantize must be 'none' or 'int8', got '" + quantize + "'");
+  o.search.precision = precision_from_quantize(quantize);
   o.search.attention = attention;
   o.search.beam_size = beam;
   o.search.n_best = n_best;

@@ -67,6 +67,18 @@ def test_generator_equals_qkv_generate_and_streams_the_same_text(lm_checkpoint, 
     assert len(pieces) >= 2 and "".join(pieces) == one
 
 
+def test_int8_generation_equals_the_cli_and_bad_precision_is_refused(lm_checkpoint, tmp_path):
+    prompts = ["the light", "God said let there"]
+    inp = write_lines(tmp_path / "prompts.txt", prompts)
+    generator = qkv.Generator(lm_checkpoint)
+    cli = run_qkv("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
+                  "--sample", "--seed", "5", "--threads", "1", "--quiet", "--quantize", "int8")
+    ours = generator.generate(prompts, max_new_tokens=12, sample=True, seed=5, quantize="int8")
+    assert ours == cli.stdout.split("\n")[:2]
+    with pytest.raises(ValueError, match="quantize"):
+        generator.generate("the", quantize="fp4")
+
+
 def test_a_stream_dropped_early_stops_cleanly(lm_checkpoint):
     generator = qkv.Generator(lm_checkpoint)
     stream = generator.generate("the", max_new_tokens=30, stream=True)

@@ -68,6 +68,34 @@ TEST_P(CausalLmCache, PrefillAndStepsMatchTheFullForwardForLeftPaddedRows) {
 
 INSTANTIATE_TEST_SUITE_P(Positions, CausalLmCache, ::testing::Values("learned", "sinusoidal"));
 
+// int8 packs (qkv generate --quantize int8): the logits follow the float forward within the
+// quantisation error, and differ from it, so the int8 products are really the ones in use.
+TEST(CausalLm, Int8PrefillAndStepsFollowTheFloatForward) {
+  CausalLM model(lm_config("learned"), 5);
+  model.eval();
+  NoGradGuard no_grad;
+  std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2}, {1, 7}};
+  GenerationState st;
+  Var logits = model.prefill(seqs, 4, st, nullptr, nn::LinearPrecision::Int8);
+  const int64_t V = model.output_vocab_size();
+  float largest_difference = 0;
+  for (int step = 0; step < 4; ++step) {
+    Tensor next = Tensor::empty(Dims{2}, DType::I32);
+    for (size_t r = 0; r < seqs.size(); ++r) {
+      const std::vector<float> exact = last_logits(model, seqs[r]);
+      float scale = 0;
+      for (float v : exact) scale = std::max(scale, std::fabs(v));
+      const float d = max_abs_diff(logits.value().f32() + r * V, exact);
+      EXPECT_LT(d, 0.05f * scale) << "row " << r << " step " << step;
+      largest_difference = std::max(largest_difference, d);
+      next.i32()[r] = static_cast<int32_t>((step * 5 + r * 3 + 2) % V);
+      seqs[r].push_back(next.i32()[r]);
+    }
+    logits = model.step(next, st);
+  }
+  EXPECT_GT(largest_difference, 1e-6f) << "int8 logits equal the float ones: the packs were not int8";
+}
+
 TEST(CausalLm, ContextLimitsAreRefusedWithTheNumbers) {
   CausalLM model(lm_config("learned"), 1);
   NoGradGuard no_grad;

@@ -46,6 +46,7 @@ struct GenerateCliOptions {
   std::string checkpoint, prompt, input;
   bool ids = false, sample = false, truncate_prompt = false, quiet = false;
   std::string attention_out;  // --attention-out DIR
+  std::string quantize = "none";
   int64_t max_new_tokens = 0, batch_size = 32;
   double temperature = 1.0, top_p = 1.0;
   int64_t top_k = 0;
@@ -93,6 +94,7 @@ int run_generate(const GenerateCliOptions& o) {
   go.decode.seed = o.seed;
   go.decode.long_prompt = o.truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
   go.batch_size = o.batch_size;
+  if (o.quantize == "int8") go.decode.precision = nn::LinearPrecision::Int8;
 
   // Prompts as ids, BOS first for text; `where` names each in messages.
   const bool single = o.prompt_opt->count() > 0;
@@ -204,6 +206,11 @@ Runner add_generate_command(CLI::App& app) {
   app.add_flag("--truncate-prompt", o->truncate_prompt,
                "Cut long prompts from the left to leave room for --max-new-tokens (default: refuse a prompt that fills the context)");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
+  app.add_option("--quantize", o->quantize,
+                 "Products in int8 (weights per output channel, activations per row, as `qkv translate --quantize "
+                 "int8`): faster, slightly different text")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "int8"}));
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
   app.add_option("--attention-out", o->attention_out,
                  "Write each line's self-attention weights (DIR/NNNN.npz) and heatmaps of them "

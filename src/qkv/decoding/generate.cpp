@@ -66,7 +66,7 @@ void generate_batch(const models::CausalLM& model, const std::vector<FittedPromp
   std::vector<Tensor> weights;
   std::vector<Tensor>* weights_out = attention ? &weights : nullptr;
   // The last new token is never fed back, so new_tokens - 1 steps follow the prefill.
-  Tensor logits = model.prefill(prompts, new_tokens, state, weights_out).value().contiguous();  // (N, V)
+  Tensor logits = model.prefill(prompts, new_tokens, state, weights_out, o.precision).value().contiguous();  // (N, V)
   std::vector<size_t> active = rows;  // state row i is the caller's prompt active[i]
   if (attention) {
     const int64_t longest = state.length, H = model.config().num_heads;

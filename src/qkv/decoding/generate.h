@@ -34,6 +34,9 @@ struct GenerateOptions {
   uint64_t seed = 0;            // with sample: the random stream's key
   bool stop_at_eos = true;      // a row ends at EOS (not included in the output); false: EOS is a token
   LongPrompt long_prompt = LongPrompt::Refuse;
+  // The model's products: float32, or int8 weights per output channel with activations per row
+  // (kernels/int8_gemm.h, as `qkv translate --quantize int8`).
+  nn::LinearPrecision precision = nn::LinearPrecision::Float32;
 };
 
 // A prompt fitted to the context: the tokens the model reads and how many it may add.

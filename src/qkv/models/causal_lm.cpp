@@ -122,8 +122,8 @@ Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::Att
   return final_norm.forward(x);
 }
 
-std::shared_ptr<const nn::PackedLinears> CausalLM::pack_linears() const {
-  auto packed = std::make_shared<nn::PackedLinears>();
+std::shared_ptr<const nn::PackedLinears> CausalLM::pack_linears(nn::LinearPrecision precision) const {
+  auto packed = std::make_shared<nn::PackedLinears>(precision);
   for (const CausalBlock* block : layers)
     for (const nn::Linear* l : {&block->self_attn.W_q, &block->self_attn.W_k, &block->self_attn.W_v,
                                 &block->self_attn.W_o, &block->feed_forward.fc1, &block->feed_forward.fc2})
@@ -146,7 +146,7 @@ Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights) const {
 Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input) const { return forward(input); }
 
 Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
-                      GenerationState& st, std::vector<Tensor>* weights) const {
+                      GenerationState& st, std::vector<Tensor>* weights, nn::LinearPrecision precision) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(!prompts.empty(), "prefill: no prompts");
   int64_t longest = 0;
@@ -179,7 +179,7 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
   masks.key_keep = st.key_keep;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  st.packed = pack_linears();
+  st.packed = pack_linears(precision);
   const Var hidden =
       run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights, st.packed.get());
   st.length = longest;

@@ -70,8 +70,11 @@ class CausalLM : public Model {
   // Inference (under NoGradGuard). prefill runs the (non-empty) prompts at once, filling the cache,
   // and returns the logits (N, V) of the token after each prompt; `max_new_tokens` sizes the cache
   // (longest prompt + max_new_tokens must fit max_seq_length).
+  // precision: how the packed weights that the prompt and the steps run through are stored
+  // (nn::LinearPrecision; float32 packs serve only products of a few rows, long prompts use BLAS).
   Var prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, GenerationState& state,
-              std::vector<Tensor>* weights = nullptr) const;
+              std::vector<Tensor>* weights = nullptr,
+              nn::LinearPrecision precision = nn::LinearPrecision::Float32) const;
   // tokens (N) i32 appended to every row -> logits (N, V) of the next token.
   Var step(const Tensor& tokens, GenerationState& state, std::vector<Tensor>* weights = nullptr) const;
   // Row i of the new state is row rows[i] of the old one (drop finished rows, beam reordering).
@@ -91,7 +94,7 @@ class CausalLM : public Model {
   // The blocks and the final norm: hidden states (B, T, D), before the output projection.
   Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
                  std::vector<Tensor>* weights, const nn::PackedLinears* packed = nullptr) const;
-  std::shared_ptr<const nn::PackedLinears> pack_linears() const;
+  std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const;
   void init_gpt2_weights();
 };
 
