@@ -7,13 +7,15 @@
 //
 // Usage: bench_generate [--threads T] [--reps R] [--new-tokens N] [--prompt P] [--batches 1,16]
 //                       [--layers L] [--d-model D] [--heads H] [--vocab V] [--context C]
-//                       [--python PATH] [--no-hf]
+//                       [--python PATH] [--no-hf] [--int8]
 // Defaults: GPT-2 small (12 layers, d_model 768, 12 heads, d_ff 3072, vocabulary 50257, context 1024,
 // learned positions, GELU tanh, tied output), prompt 16, 256 new tokens, 3 reps, 2 threads.
 // qkv's loop is the greedy one (decoding::generate without stopping at EOS): prefill, then one
 // step per token, argmax of each row. The peer is `PYTHON bench/generate_hf.py`:
 // GPT2LMHeadModel(GPT2Config(...)).generate(do_sample=False, max_new_tokens=N, min_new_tokens=N).
 // Both sides read the same prompt ids: row r, position t holds (r * 7919 + t * 104729 + 12345) % V.
+// --int8 adds a row for qkv with int8 products (`qkv generate --quantize int8`); its batch-1 bound
+// counts the int8 weights (1 byte + a float scale per output channel) and the float cache.
 #include <immintrin.h>
 #include <sys/resource.h>
 
@@ -40,7 +42,7 @@ struct Args {
   int threads = 2, reps = 3;
   int64_t new_tokens = 256, prompt = 16, layers = 12, d_model = 768, heads = 12, vocab = 50257, context = 1024;
   std::vector<int64_t> batches = {1, 16};
-  bool hf = true;
+  bool hf = true, int8 = false;
   std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
 };
 
@@ -131,12 +133,13 @@ struct GenTiming {
 };
 // Greedy generation of exactly `new_tokens` tokens per prompt; returns the times of one run.
 GenTiming generate_greedy(const models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
-                          int64_t new_tokens, std::vector<std::vector<int32_t>>* out) {
+                          int64_t new_tokens, std::vector<std::vector<int32_t>>* out,
+                          nn::LinearPrecision precision = nn::LinearPrecision::Float32) {
   NoGradGuard no_grad;
   const auto a = Clock::now();
   models::GenerationState state;
   std::vector<int32_t> next;
-  argmax_rows(model.prefill(prompts, new_tokens, state).value().contiguous(), next);
+  argmax_rows(model.prefill(prompts, new_tokens, state, nullptr, precision).value().contiguous(), next);
   GenTiming t;
   t.prefill = since(a);
   const int64_t N = static_cast<int64_t>(prompts.size());
@@ -168,6 +171,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--context")) a.context = num();
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--no-hf")) a.hf = false;
+    else if (!std::strcmp(argv[i], "--int8")) a.int8 = true;
     else if (!std::strcmp(argv[i], "--batches")) {
       a.batches.clear();
       std::stringstream ss(str());
@@ -220,26 +224,47 @@ int main(int argc, char** argv) {
               bw.best() * 1e9 / bytes_per_token);
   std::fflush(stdout);
 
-  std::map<int64_t, double> qkv_tps;
-  for (int64_t B : a.batches) {
-    const auto prompts = prompts_of(B, a.prompt, a.vocab);
-    generate_greedy(model, prompts, std::min<int64_t>(a.new_tokens, 8), nullptr);  // warm-up
-    std::vector<double> total, prefill, step;
-    std::vector<std::vector<int32_t>> out;
-    for (int r = 0; r < a.reps; ++r) {
-      const GenTiming t = generate_greedy(model, prompts, a.new_tokens, &out);
-      total.push_back(t.total);
-      prefill.push_back(t.prefill);
-      step.push_back((t.total - t.prefill) / std::max<int64_t>(1, a.new_tokens - 1));
+  // int8 weights: a byte per weight and a float scale per output channel (every matrix is d_in x
+  // d_out with d_out channels; biases, norms and the cache stay float).
+  double int8_weight_bytes = 0;
+  seen.clear();
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!seen.insert(p.value().f32()).second || name == "position_embedding.weight") continue;
+    const double n = static_cast<double>(p.value().numel());
+    int8_weight_bytes += p.value().dim() == 2 ? n + 4.0 * static_cast<double>(p.value().size(0)) : 4.0 * n;
+  }
+  const double int8_bytes_per_token = int8_weight_bytes + kv_bytes;
+
+  const auto run_qkv = [&](nn::LinearPrecision precision, const char* label, double bytes_per_token_read) {
+    std::map<int64_t, double> tps;
+    for (int64_t B : a.batches) {
+      const auto prompts = prompts_of(B, a.prompt, a.vocab);
+      generate_greedy(model, prompts, std::min<int64_t>(a.new_tokens, 8), nullptr, precision);  // warm-up
+      std::vector<double> total, prefill, step;
+      std::vector<std::vector<int32_t>> out;
+      for (int r = 0; r < a.reps; ++r) {
+        const GenTiming t = generate_greedy(model, prompts, a.new_tokens, &out, precision);
+        total.push_back(t.total);
+        prefill.push_back(t.prefill);
+        step.push_back((t.total - t.prefill) / std::max<int64_t>(1, a.new_tokens - 1));
+      }
+      tps[B] = B * a.new_tokens / median(total);
+      std::printf("%-8s batch %2lld: %.2f s (median of %d)  %.1f tokens/s  (prefill %.3f s, %.1f ms per step)", label,
+                  static_cast<long long>(B), median(total), a.reps, tps[B], median(prefill), median(step) * 1e3);
+      const double bound = bw.best() * 1e9 / bytes_per_token_read;
+      if (B == 1)
+        std::printf("  = %.2f of the bandwidth bound (steps only: %.2f)", tps[B] / bound, 1.0 / median(step) / bound);
+      std::printf("\n");
+      std::fflush(stdout);
     }
-    qkv_tps[B] = B * a.new_tokens / median(total);
-    std::printf("qkv      batch %2lld: %.2f s (median of %d)  %.1f tokens/s  (prefill %.3f s, %.1f ms per step)",
-                static_cast<long long>(B), median(total), a.reps, qkv_tps[B], median(prefill), median(step) * 1e3);
-    if (B == 1)
-      std::printf("  = %.2f of the bandwidth bound (steps only: %.2f)", qkv_tps[B] / (bw.best() * 1e9 / bytes_per_token),
-                  1.0 / median(step) / (bw.best() * 1e9 / bytes_per_token));
-    std::printf("\n");
-    std::fflush(stdout);
+    return tps;
+  };
+  const std::map<int64_t, double> qkv_tps = run_qkv(nn::LinearPrecision::Float32, "qkv", bytes_per_token);
+  std::map<int64_t, double> int8_tps;
+  if (a.int8) {
+    std::printf("qkv int8 reads %.0f MB per token at batch 1 -> at most %.1f tokens/s\n", int8_bytes_per_token / 1e6,
+                bw.best() * 1e9 / int8_bytes_per_token);
+    int8_tps = run_qkv(nn::LinearPrecision::Int8, "qkv int8", int8_bytes_per_token);
   }
   std::printf("qkv      peak RSS %.2f GB\n", peak_rss_gb());
   if (!a.hf) return 0;
@@ -284,8 +309,11 @@ int main(int argc, char** argv) {
   }
   std::printf("hf       peak RSS %.2f GB  (torch %s, transformers %s)\n", j["peak_rss_bytes"].get<double>() / 1e9,
               j["torch_version"].get<std::string>().c_str(), j["transformers_version"].get<std::string>().c_str());
-  for (int64_t B : a.batches)
-    std::printf("ratio    batch %2lld: qkv is %.2fx faster\n", static_cast<long long>(B),
-                qkv_tps[B] / j["batches"][std::to_string(B)]["tokens_per_second"].get<double>());
+  for (int64_t B : a.batches) {
+    const double hf_tps = j["batches"][std::to_string(B)]["tokens_per_second"].get<double>();
+    std::printf("ratio    batch %2lld: qkv is %.2fx faster", static_cast<long long>(B), qkv_tps.at(B) / hf_tps);
+    if (a.int8) std::printf("; qkv int8 %.2fx (against transformers' float32)", int8_tps.at(B) / hf_tps);
+    std::printf("\n");
+  }
   return 0;
 }

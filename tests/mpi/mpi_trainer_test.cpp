@@ -242,5 +242,46 @@ TEST(MpiCommunicator, CollectivesAndAFailureOnOneRankStopsAll) {
   }
 }
 
+// Rank 0 working alone (validation) while the others wait: signs of life keep them waiting past
+// the timeout; silence names rank 0 within it.
+TEST(MpiCommunicator, ABusyRankIsAwaitedWhileItSignalsAndNamedWhenSilent) {
+  dist::Communicator& w = mpi_world();
+  if (w.size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const double timeout = w.timeout();
+  w.set_timeout(0.4);
+  double result[2] = {0, 0};
+  if (w.rank() == 0) {  // 1.6 s of work, 4x the timeout, with signs of life
+    for (int i = 0; i < 32; ++i) {
+      ::usleep(50000);
+      w.signal_alive();
+    }
+    result[0] = 1.5;
+    result[1] = 2.5;
+  }
+  EXPECT_NO_THROW(w.broadcast_from_busy(result, sizeof result, 0, "validation at step 3"));
+  EXPECT_EQ(result[0], 1.5);
+  EXPECT_EQ(result[1], 2.5);
+
+  if (w.rank() == 0) {  // silent for 1.6 s: the others give up after 0.4 s, naming rank 0
+    ::usleep(1600000);
+    result[0] = 7;
+    w.broadcast_from_busy(result, sizeof result, 0, "validation at step 6");
+  } else {
+    try {
+      w.broadcast_from_busy(result, sizeof result, 0, "validation at step 6");
+      ADD_FAILURE() << "rank " << w.rank() << " waited past the timeout for a silent rank 0";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(w.rank()) +
+                                           ": validation at step 6: rank 0 sent no sign of life for 0.4 s (it died "
+                                           "or hangs)");
+    }
+    w.set_timeout(0);  // the late result still arrives, and nothing is left over for the next one
+    w.broadcast_from_busy(result, sizeof result, 0, "validation at step 6");
+    EXPECT_EQ(result[0], 7);
+  }
+  w.set_timeout(timeout);
+  w.barrier();
+}
+
 }  // namespace
 }  // namespace qkv::train

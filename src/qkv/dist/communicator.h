@@ -45,6 +45,18 @@ class Communicator {
   virtual void progress() {}
   virtual void wait_all() {}
 
+  // Work one rank does alone while the others wait for its result (rank 0's validation): the busy
+  // rank calls signal_alive() now and then (it sends at most one message per quarter of the
+  // timeout, and never more than one a second), then broadcast_from_busy() with the result; the
+  // others wait in broadcast_from_busy(), whose timeout restarts with every sign of life from
+  // `root`. So the work may take as long as it takes, but a root that hangs is named within the
+  // timeout. (One that dies ends the job through mpirun.)
+  virtual void signal_alive() {}
+  virtual void broadcast_from_busy(void* data, int64_t bytes, int root, const std::string& what) {
+    (void)what;
+    broadcast(data, bytes, root);
+  }
+
   double timeout() const { return timeout_; }
   void set_timeout(double seconds) { timeout_ = seconds; }
 

@@ -35,7 +35,7 @@ void MpiSession::abort(int code) { std::exit(code); }
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kTagGather = 101, kTagProbe = 102;
+constexpr int kTagGather = 101, kTagProbe = 102, kTagAlive = 103, kTagResult = 104;
 constexpr int64_t kMaxCount = int64_t{1} << 30;  // MPI counts are ints: larger buffers go in pieces
 
 std::string library_version() {
@@ -58,10 +58,14 @@ class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator() {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &busy_comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
-  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+  ~MpiCommunicator() override {
+    MPI_Comm_free(&busy_comm_);
+    MPI_Comm_free(&comm_);
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -114,6 +118,64 @@ class MpiCommunicator final : public Communicator {
     }
     wait(sends, what);
     return all;
+  }
+
+  // Signs of life and the result travel as point-to-point messages on a communicator of their own,
+  // so that a receiver matching any tag from the root there sees them in the order they were sent
+  // (MPI does not let messages between two ranks overtake each other): when the result arrives,
+  // every sign of life sent before it has been received too, and none is left over.
+  void signal_alive() override {
+    const auto now = Clock::now();
+    const double every = std::min(1.0, timeout() > 0 ? timeout() / 4 : 1.0);
+    if (std::chrono::duration<double>(now - last_alive_).count() < every) return;
+    last_alive_ = now;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Request req;
+      MPI_Isend(&kAliveByte, 1, MPI_BYTE, r, kTagAlive, busy_comm_, &req);
+      MPI_Request_free(&req);  // a byte from static storage: nothing to wait for
+    }
+  }
+
+  void broadcast_from_busy(void* data, int64_t bytes, int root, const std::string& what) override {
+    QKV_CHECK(bytes < kMaxCount, "broadcast_from_busy: " << bytes << " bytes is too large");
+    const int count = static_cast<int>(bytes);
+    if (rank_ == root) {
+      std::vector<MPI_Request> sends;
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        sends.emplace_back();
+        MPI_Isend(data, count, MPI_BYTE, r, kTagResult, busy_comm_, &sends.back());
+      }
+      wait(sends, what);
+      last_alive_ = Clock::time_point{};
+      return;
+    }
+    auto heard = Clock::now();
+    for (int64_t spins = 0;; ++spins) {
+      int flag = 0;
+      MPI_Status status;
+      MPI_Iprobe(root, MPI_ANY_TAG, busy_comm_, &flag, &status);
+      if (flag && status.MPI_TAG == kTagResult) {
+        MPI_Recv(data, count, MPI_BYTE, root, kTagResult, busy_comm_, MPI_STATUS_IGNORE);
+        return;
+      }
+      if (flag) {
+        char byte = 0;
+        MPI_Recv(&byte, 1, MPI_BYTE, root, status.MPI_TAG, busy_comm_, MPI_STATUS_IGNORE);
+        heard = Clock::now();
+        spins = 0;
+        continue;
+      }
+      const double silent = std::chrono::duration<double>(Clock::now() - heard).count();
+      if (timeout() > 0 && silent > timeout()) {
+        std::ostringstream os;
+        os << "rank " << rank_ << ": " << what << ": rank " << root << " sent no sign of life for " << timeout()
+           << " s (it died or hangs)";
+        throw Error(os.str());
+      }
+      if (spins > 2000) ::usleep(spins > 20000 ? 1000 : 20);
+    }
   }
 
   void start_allreduce_sum(float* data, int64_t n) override {
@@ -213,7 +275,9 @@ class MpiCommunicator final : public Communicator {
     return os.str();
   }
 
-  MPI_Comm comm_ = MPI_COMM_NULL;
+  static constexpr char kAliveByte = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL, busy_comm_ = MPI_COMM_NULL;
+  Clock::time_point last_alive_{};
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Request> pending_;
 };

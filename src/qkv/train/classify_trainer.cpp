@@ -132,8 +132,8 @@ TrainResult train_classifier(const ClassifyTrainOptions& o, const TrainerEvents&
                    " validation sentences truncated to " + std::to_string(o.max_tokens) + " tokens");
   Validator validator;
   if (!dev.empty())
-    validator = [&](const models::Model& m) {
-      const ClassificationScore s = classification_score(class_probabilities(m, dev, 32), valid_gold);
+    validator = [&](const models::Model& m, const AfterBatch& after_batch) {
+      const ClassificationScore s = classification_score(class_probabilities(m, dev, 32, after_batch), valid_gold);
       ValidationResult v;
       v.loss = s.loss;
       v.accuracy = s.accuracy;

@@ -53,9 +53,9 @@ DevSet read_dev_set(const CorpusTrainOptions& o, const text::SentencePiece& spm)
 
 // Dev loss over every pair; BLEU of the first valid_bleu_sentences translated with valid_beam.
 ValidationResult validate(const models::Transformer& model, const DevSet& dev, const text::SentencePiece& spm,
-                          const CorpusTrainOptions& o) {
+                          const CorpusTrainOptions& o, const AfterBatch& after_batch) {
   ValidationResult r;
-  r.loss = score(model, dev.src, dev.tgt_full, 32).mean_loss();
+  r.loss = score(model, dev.src, dev.tgt_full, 32, after_batch).mean_loss();
   if (o.valid_bleu_sentences < 0) return r;
   const size_t n = o.valid_bleu_sentences == 0 ? dev.src.size()
                                                : std::min(dev.src.size(), static_cast<size_t>(o.valid_bleu_sentences));
@@ -70,6 +70,7 @@ ValidationResult validate(const models::Transformer& model, const DevSet& dev, c
     } else {
       for (const auto& hs : decoding::beam_search(model, batch, so)) hyps.push_back(spm.decode(hs[0].tokens));
     }
+    after_batch();
   }
   r.bleu = eval::corpus_bleu(hyps, {refs}).score;
   return r;
@@ -150,7 +151,9 @@ TrainResult train_on_corpus(const CorpusTrainOptions& o, const TrainerEvents& ev
 
   Validator validator;
   if (!dev.src.empty())
-    validator = [&](const models::Model&) { return validate(*model, dev, spm, o); };  // the model being trained
+    validator = [&](const models::Model&, const AfterBatch& after_batch) {  // the model being trained
+      return validate(*model, dev, spm, o, after_batch);
+    };
   Trainer trainer(*model, data, run_trainer_options(o, c.d_model, {{models::kSourceSpmFile, spm_path}, {models::kTargetSpmFile, spm_path}}, stop), validator);
   if (o.resume) trainer.resume(last, read_train_state(last + "/train_state.json"));
   return trainer.run(events);

@@ -14,7 +14,7 @@ int32_t argmax_row(const float* p, int64_t n) { return static_cast<int32_t>(std:
 }  // namespace
 
 MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<MaskedSequence>& sequences,
-                              int64_t batch_size) {
+                              int64_t batch_size, const std::function<void()>& after_batch) {
   QKV_CHECK(batch_size >= 1, "masked_lm_score: batch size must be positive");
   const NoGradGuard no_grad;
   const int32_t filler = std::max<int32_t>(model.config().pad_id, 0);
@@ -43,6 +43,7 @@ MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<Mask
     fn::cross_entropy(m.logits, m.labels, -1, 0.f, &row_loss);
     for (int64_t n = 0; n < N; ++n) nll += row_loss.f32()[n];
     s.positions += N;
+    if (after_batch) after_batch();
   }
   if (s.positions > 0) {
     s.loss = nll / static_cast<double>(s.positions);
@@ -51,7 +52,8 @@ MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<Mask
   return s;
 }
 
-Tensor class_probabilities(const models::Model& model, const std::vector<data::IdLine>& rows, int64_t batch_size) {
+Tensor class_probabilities(const models::Model& model, const std::vector<data::IdLine>& rows, int64_t batch_size,
+                           const std::function<void()>& after_batch) {
   QKV_CHECK(batch_size >= 1, "class_probabilities: batch size must be positive");
   QKV_CHECK(model.config().pad_id >= 0, "classification: the model has no padding id (config.json pad_id)");
   const NoGradGuard no_grad;
@@ -70,6 +72,7 @@ Tensor class_probabilities(const models::Model& model, const std::vector<data::I
     const Tensor p = fn::softmax(classification_logits(model, pad_rows(batch, model.config().pad_id))).value().contiguous();
     for (int64_t i = begin; i < end; ++i)
       std::copy(p.f32() + (i - begin) * L, p.f32() + (i - begin + 1) * L, out.f32() + order[static_cast<size_t>(i)] * L);
+    if (after_batch) after_batch();
   }
   return out;
 }

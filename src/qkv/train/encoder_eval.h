@@ -3,6 +3,7 @@
 // accuracy and macro-F1 (validation of fine-tuning, `qkv classify`).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "qkv/data/id_lines.h"
@@ -16,12 +17,14 @@ struct MaskedLmScore {
   double accuracy = 0;  // share of chosen positions whose most probable id is the original
   int64_t positions = 0;
 };
+// after_batch, when set, is called after each batch (validation's sign of life), here and below.
 MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<MaskedSequence>& sequences,
-                              int64_t batch_size);
+                              int64_t batch_size, const std::function<void()>& after_batch = {});
 
 // Softmax probabilities (rows, labels) of [CLS] ... [SEP] rows, batched (longest first, padded
 // with the model's pad_id, which must be an id), in the order of `rows`.
-Tensor class_probabilities(const models::Model& model, const std::vector<data::IdLine>& rows, int64_t batch_size);
+Tensor class_probabilities(const models::Model& model, const std::vector<data::IdLine>& rows, int64_t batch_size,
+                           const std::function<void()>& after_batch = {});
 
 struct ClassificationScore {
   double loss = 0;  // mean cross-entropy of the gold labels

@@ -59,8 +59,8 @@ void check_mlm_options(const MlmTrainOptions& o) {
 
 Validator mlm_validator(const std::vector<MaskedSequence>& dev) {
   if (dev.empty()) return {};
-  return [&dev](const models::Model& m) {
-    const MaskedLmScore s = masked_lm_score(m, dev, 16);
+  return [&dev](const models::Model& m, const AfterBatch& after_batch) {
+    const MaskedLmScore s = masked_lm_score(m, dev, 16, after_batch);
     ValidationResult v;
     v.loss = s.loss;
     v.accuracy = s.accuracy;

@@ -24,8 +24,9 @@ Hyper default_lm_hyper() {
   return h;
 }
 
-double language_model_loss(const models::Model& model, const std::vector<data::IdLine>& blocks, int64_t batch_size) {
-  return score(model, {}, blocks, batch_size).mean_loss();
+double language_model_loss(const models::Model& model, const std::vector<data::IdLine>& blocks, int64_t batch_size,
+                           const std::function<void()>& after_batch) {
+  return score(model, {}, blocks, batch_size, after_batch).mean_loss();
 }
 
 namespace {
@@ -95,7 +96,9 @@ TrainResult train_language_model(const LmTrainOptions& o, const TrainerEvents& e
                             o.block_size, true);
   Validator validator;
   if (!dev_blocks.empty())
-    validator = [&](const models::Model& m) { return ValidationResult{language_model_loss(m, dev_blocks, 16)}; };
+    validator = [&](const models::Model& m, const AfterBatch& after_batch) {
+      return ValidationResult{language_model_loss(m, dev_blocks, 16, after_batch)};
+    };
   Trainer trainer(*model, data, run_trainer_options(o, c.d_model, {{models::kLmSpmFile, spm_path}}, stop), validator);
   if (o.resume) trainer.resume(last, read_train_state(last + "/train_state.json"));
   return trainer.run(events);

@@ -11,6 +11,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "qkv/models/config.h"
@@ -38,6 +39,7 @@ TrainResult train_language_model(const LmTrainOptions& options, const TrainerEve
 
 // The held-out loss per token of a language model on `text` (lines packed and cut into blocks of
 // block_size as in training, every token scored): for validation and `qkv score`-style reports.
-double language_model_loss(const models::Model& model, const std::vector<data::IdLine>& blocks, int64_t batch_size);
+double language_model_loss(const models::Model& model, const std::vector<data::IdLine>& blocks, int64_t batch_size,
+                           const std::function<void()>& after_batch = {});
 
 }  // namespace qkv::train

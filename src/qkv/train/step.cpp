@@ -123,7 +123,7 @@ data::TeacherForcing lm_teacher_forcing(const std::vector<data::IdLine>& lines, 
 }  // namespace
 
 ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& src,
-                  const std::vector<data::IdLine>& tgt, int64_t batch_size) {
+                  const std::vector<data::IdLine>& tgt, int64_t batch_size, const std::function<void()>& after_batch) {
   const bool lm = model.config().decoder_only();
   QKV_CHECK(lm ? src.empty() : src.size() == tgt.size(),
             "score: " << src.size() << " source lines but " << tgt.size() << " target lines"
@@ -156,6 +156,7 @@ ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& s
         result.total_nll += nll;
         result.tokens += 1;
       }
+    if (after_batch) after_batch();
   }
   return result;
 }

@@ -6,6 +6,7 @@
 // loss is that of predicting token i+1 from tokens 0..i. Other objectives (masked LM,
 // classification: train/objective.h) go through the same step with their batches' labels.
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "qkv/data/id_lines.h"
@@ -62,7 +63,9 @@ struct ScoreResult {
 // Teacher-forced log-probabilities in eval mode without recording (pairs batched with padding).
 // An encoder-decoder model scores (src, tgt) pairs, tgt with BOS and EOS; a decoder-only model
 // takes an empty `src` and scores each tgt line's tokens 1.. given the ones before them.
+// after_batch, when set, is called after each batch (validation's sign of life).
 ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& src,
-                  const std::vector<data::IdLine>& tgt, int64_t batch_size);
+                  const std::vector<data::IdLine>& tgt, int64_t batch_size,
+                  const std::function<void()>& after_batch = {});
 
 }  // namespace qkv::train

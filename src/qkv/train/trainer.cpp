@@ -274,7 +274,10 @@ TrainResult Trainer::run(const TrainerEvents& events) {
     save_weights_only(options_.best_dir, events);
   } catch (const std::exception& e) {
     // The other ranks may be waiting for this one in a collective: only ending the job helps.
-    if (comm_->size() > 1) throw dist::RankFailure("rank " + std::to_string(comm_->rank()) + ": " + e.what());
+    if (comm_->size() > 1) {  // the communicator's own messages already start with "rank R: "
+      const std::string prefix = "rank " + std::to_string(comm_->rank()) + ": ", what = e.what();
+      throw dist::RankFailure(what.rfind(prefix, 0) == 0 ? what : prefix + what);
+    }
     throw;
   }
   result.step = state_.step;
@@ -294,15 +297,12 @@ void Trainer::validate(const TrainerEvents& events) {
   ValidationResult v;
   if (writes()) {
     model_.eval();
-    v = validator_(model_);
+    v = validator_(model_, [this] { comm_->signal_alive(); });
     model_.train();
   }
-  if (comm_->size() > 1) {  // rank 0's result, however long validation takes
+  if (comm_->size() > 1) {  // rank 0's result, however long validation takes while it signals
     double r[4] = {v.loss, v.bleu, v.accuracy, v.macro_f1};
-    const double timeout = comm_->timeout();
-    comm_->set_timeout(0);
-    comm_->broadcast(r, sizeof r, 0);
-    comm_->set_timeout(timeout);
+    comm_->broadcast_from_busy(r, sizeof r, 0, "validation at step " + std::to_string(state_.step));
     v = ValidationResult{r[0], r[1], r[2], r[3]};
   }
   last_validated_ = state_.step;

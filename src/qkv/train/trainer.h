@@ -69,7 +69,11 @@ struct ValidationResult {
   double score() const { return bleu >= 0 ? bleu : macro_f1 >= 0 ? macro_f1 : -loss; }
   double perplexity() const { return std::exp(loss); }  // loss is the mean per-token cross-entropy
 };
-using Validator = std::function<ValidationResult(const models::Model&)>;
+// A validator calls `after_batch` after each batch it runs: on rank 0 of a multi-rank run that
+// tells the ranks waiting for its result that validation is still going (dist::Communicator's
+// signal_alive), so a long validation is never mistaken for a hung rank.
+using AfterBatch = std::function<void()>;
+using Validator = std::function<ValidationResult(const models::Model&, const AfterBatch& after_batch)>;
 
 struct StepReport {
   int64_t step = 0, max_steps = 0, epoch = 0;  // epoch counts from 1
