@@ -76,6 +76,25 @@ TEST(PackedGemm, PackKeepsEveryWeightAndZeroPadsTheLastPanel) {
     }
 }
 
+// A row alone (the one-row kernel of batch-1 decoding) gives the same bits as the same row inside a
+// block of 6 (the 6-row kernel) or of 13: generation must not depend on how many rows share a step.
+TEST(PackedGemm, ARowAloneGivesTheBitsOfTheSameRowInABlock) {
+  const int64_t in = 200, out = 45;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g(0.f, 1.f);
+  std::vector<float> A(13 * in), W(out * in), bias(out);
+  for (float& x : A) x = g(rng);
+  for (float& x : W) x = g(rng);
+  for (float& x : bias) x = g(rng);
+  const PackedWeights packed = pack_weights(W.data(), out, in);
+  std::vector<float> block(13 * out), alone(out);
+  gemm_packed(A.data(), 13, in, packed, bias.data(), block.data(), out);
+  for (int64_t i = 0; i < 13; ++i) {
+    gemm_packed(A.data() + i * in, 1, in, packed, bias.data(), alone.data(), out);
+    for (int64_t j = 0; j < out; ++j) ASSERT_EQ(alone[j], block[i * out + j]) << "row " << i << " column " << j;
+  }
+}
+
 // The decoder's output layer at a beam-search step: same numbers as OpenBLAS up to float rounding.
 TEST(PackedGemm, AgreesWithSgemmOnADecoderShape) {
   const int64_t M = 128, in = 256, out = 1000;

@@ -19,6 +19,8 @@
 // 4-6x at M = 4 (bench/bench_int8_gemm.cpp).
 #include "qkv/kernels/int8_gemm.h"
 
+#include "qkv/kernels/weight_alloc.h"
+
 #include <immintrin.h>
 #include <omp.h>
 
@@ -214,12 +216,7 @@ ActivationScratch& activation_scratch(int64_t M, int64_t padded) {
 
 template <class T>
 T* aligned_array(int64_t count) {
-  // aligned_alloc wants a size that is a multiple of the alignment; never zero bytes.
-  size_t bytes = static_cast<size_t>(std::max<int64_t>(1, count)) * sizeof(T);
-  bytes = (bytes + 63) / 64 * 64;
-  T* p = static_cast<T*>(std::aligned_alloc(64, bytes));
-  if (!p) throw std::bad_alloc();
-  return p;
+  return static_cast<T*>(allocate_weights(static_cast<size_t>(std::max<int64_t>(0, count)) * sizeof(T)));
 }
 
 }  // namespace
