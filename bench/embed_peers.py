@@ -20,18 +20,19 @@ Usage (build/bench-venv/bin/python, bench/setup_peers.sh):
       .forward_batch(ids, lengths), mean pooling over the attention mask and L2 normalisation in numpy;
       rows back in input order.
 Each timed mode does one warm-up run, then R timed runs of all sentences, and prints one JSON line:
-  {"system", "seconds", "median_seconds", "sentences_per_second", "peak_rss_bytes" (getrusage of this
-   process after the runs), "load_seconds", "versions", "min_cosine" and "max_abs_diff" against --compare
+  {"system", "seconds", "median_seconds", "sentences_per_second", "peak_rss_bytes" (VmHWM of this
+   process after the runs: bench/peak_rss.py), "load_seconds", "versions", "min_cosine" and "max_abs_diff" against --compare
    (qkv's embeddings, float32 .npy, row i = sentence i)}
 """
 
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import time
+
+from peak_rss import peak_rss_bytes  # bench/, beside this script
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: nothing is downloaded
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -179,7 +180,7 @@ def main():
         p.error("st needs --model-dir and --sentences; ct2 also --ct2-dir")
     sentences = read_sentences(a.sentences)
     times, emb, load, versions = (run_st if a.mode == "st" else run_ct2)(a, sentences)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss_bytes()
     med = statistics.median(times)
     print(json.dumps({
         "system": a.mode, "seconds": times, "median_seconds": med, "sentences_per_second": len(sentences) / med,

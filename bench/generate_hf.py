@@ -19,10 +19,11 @@ Prints one JSON line:
 
 import argparse
 import json
-import resource
 import statistics
 import sys
 import time
+
+from peak_rss import peak_rss_bytes  # bench/, beside this script
 
 
 def main():
@@ -74,7 +75,7 @@ def main():
 
     print(json.dumps({
         "batches": results,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_rss_bytes(),
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
         "threads": a.threads,

@@ -17,17 +17,18 @@ torch.nn.functional.scaled_dot_product_attention(is_causal=True), PyTorch 2.x's 
 One warm-up step, then N timed steps (zero_grad; loss = ...; backward; step; loss.item()).
 Prints one JSON line:
   {"step_seconds", "median_step_seconds", "tokens_per_step" (= batch * block),
-   "tokens_per_second", "peak_rss_bytes" (ru_maxrss * 1024), "rss_after_import_bytes",
+   "tokens_per_second", "peak_rss_bytes" (VmHWM: bench/peak_rss.py), "rss_after_import_bytes",
    "torch_version", "threads", "losses", "config"}
 """
 
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import time
+
+from peak_rss import peak_rss_bytes  # bench/, beside this script
 
 
 def rss_now_bytes():
@@ -113,7 +114,7 @@ def main():
         "median_step_seconds": median,
         "tokens_per_step": tokens,
         "tokens_per_second": tokens / median,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_rss_bytes(),
         "rss_after_import_bytes": rss_after_import,
         "torch_version": torch.__version__,
         "threads": a.threads,

@@ -14,16 +14,17 @@ steps, each exactly the seed's loop body:
 Prints one JSON line:
   {"step_seconds": [...], "median_step_seconds", "target_tokens_per_step" (non-pad
    labels, = batch*(len-1)), "tokens_per_second" (= tokens / median), "peak_rss_bytes"
-   (getrusage ru_maxrss * 1024), "torch_version", "threads", "losses", "config"}
+   (VmHWM: bench/peak_rss.py), "torch_version", "threads", "losses", "config"}
 """
 
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 import time
+
+from peak_rss import peak_rss_bytes  # bench/, beside this script
 
 import torch
 import torch.nn as nn
@@ -89,7 +90,7 @@ def main():
         "median_step_seconds": median,
         "target_tokens_per_step": tokens,
         "tokens_per_second": tokens / median,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_rss_bytes(),
         "torch_version": torch.__version__,
         "threads": a.threads,
         "losses": losses,
