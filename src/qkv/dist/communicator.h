@@ -46,8 +46,8 @@ class Communicator {
   virtual void wait_all() {}
 
   // Work one rank does alone while the others wait for its result (rank 0's validation): the busy
-  // rank calls signal_alive() now and then (it sends at most one message per quarter of the
-  // timeout, and never more than one a second), then broadcast_from_busy() with the result; the
+  // rank calls signal_alive() now and then (it sends at most one message a second, or one per
+  // quarter of the timeout when that is shorter), then broadcast_from_busy() with the result; the
   // others wait in broadcast_from_busy(), whose timeout restarts with every sign of life from
   // `root`. So the work may take as long as it takes, but a root that hangs is named within the
   // timeout. (One that dies ends the job through mpirun.)
