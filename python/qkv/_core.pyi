@@ -15,6 +15,7 @@ def score(
     tgt: Sequence[Sequence[int]],
     src: Optional[Sequence[Sequence[int]]] = None,
     batch_size: int = 32,
+    quantize: str = "none",
 ) -> dict[str, Any]: ...
 
 class Model:

@@ -31,14 +31,16 @@ PyModel load_checkpoint(const std::string& dir) {
   return PyModel{model.get(), model, py::none()};
 }
 
-py::dict score(const PyModel& m, const py::object& tgt, const py::object& src, int64_t batch_size) {
+py::dict score(const PyModel& m, const py::object& tgt, const py::object& src, int64_t batch_size,
+               const std::string& quantize) {
+  const nn::LinearPrecision precision = precision_from_quantize(quantize);
   const auto tgt_lines = to_id_lines(tgt, "tgt line");
   const auto src_lines = src.is_none() ? std::vector<std::vector<int32_t>>{} : to_id_lines(src, "src line");
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
   train::ScoreResult r;
   {
     py::gil_scoped_release release;
-    r = train::score(*m.model, src_lines, tgt_lines, batch_size);
+    r = train::score(*m.model, src_lines, tgt_lines, batch_size, {}, precision);
   }
   py::dict d;
   d["line_log_prob"] = r.line_log_prob;
@@ -120,9 +122,11 @@ void bind_model(py::module_& m) {
   m.def("load_checkpoint", &load_checkpoint, py::arg("dir"),
         "Loads a qkv checkpoint directory (config.json + model.safetensors) of any family, strictly, in eval mode.");
   m.def("score", &score, py::arg("model"), py::arg("tgt"), py::arg("src") = py::none(), py::arg("batch_size") = 32,
+        py::arg("quantize") = "none",
         "Teacher-forced log-probabilities, as `qkv score`: for an encoder-decoder model, (src, tgt) id lines with "
         "tgt holding BOS and EOS; for a decoder-only model, tgt lines alone, each token scored given the ones before. "
-        "Returns {'line_log_prob': [...], 'loss': mean over tokens, 'tokens': n}.");
+        "Returns {'line_log_prob': [...], 'loss': mean over tokens, 'tokens': n}. quantize='int8': every linear "
+        "layer in int8 (as `qkv score --quantize int8`).");
 }
 
 }  // namespace qkv::python

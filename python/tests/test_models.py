@@ -81,3 +81,19 @@ def test_score_equals_the_cli(small_checkpoint, tmp_path):
     per_line = [float(x) for x in cli.stdout.split("\n")[:2]]
     np.testing.assert_allclose(r["line_log_prob"], per_line, rtol=1e-5)
     assert r["tokens"] == 5
+
+
+def test_int8_score_equals_the_cli_and_follows_float32(small_checkpoint, tmp_path):
+    model = qkv.load_checkpoint(small_checkpoint)
+    lines = [[2, 5, 6, 7], [2, 9, 3]]
+    exact = qkv.score(model, lines)
+    r = qkv.score(model, lines, quantize="int8")
+    ids = tmp_path / "ids.txt"
+    ids.write_text("".join(" ".join(map(str, l)) + "\n" for l in lines))
+    cli = run_qkv("score", "--checkpoint", small_checkpoint, "--tgt", str(ids), "--per-line", "--threads", "1",
+                  "--quantize", "int8")
+    per_line = [float(x) for x in cli.stdout.split("\n")[:2]]
+    np.testing.assert_allclose(r["line_log_prob"], per_line, rtol=1e-5)
+    np.testing.assert_allclose(r["line_log_prob"], exact["line_log_prob"], rtol=0.05)
+    with pytest.raises(ValueError, match="quantize"):
+        qkv.score(model, lines, quantize="int4")

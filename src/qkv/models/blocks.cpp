@@ -29,10 +29,11 @@ EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
       norm_pos_(c.norm) {}
 
-Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights) const {
+Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights,
+                          const nn::PackedLinears* packed) const {
   Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward(in, in, in, src_mask, weights); });
-  return residual(norm_pos_, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+                   [&](const Var& in) { return self_attn.forward(in, in, in, src_mask, weights, packed); });
+  return residual(norm_pos_, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in, packed); });
 }
 
 }  // namespace qkv::models

@@ -30,7 +30,9 @@ class EncoderLayer : public nn::Module {
  public:
   EncoderLayer(const TransformerConfig& c, Generator& gen);
   // (B, S, D) -> (B, S, D); weights, when given, receives the self-attention weights (B, H, S, S).
-  Var forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights = nullptr) const;
+  // packed: the packs of this layer's linears to multiply with (nn/packed_linears.h), or null.
+  Var forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights = nullptr,
+              const nn::PackedLinears* packed = nullptr) const;
   nn::MultiHeadAttention& self_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2;

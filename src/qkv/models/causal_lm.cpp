@@ -132,7 +132,7 @@ std::shared_ptr<const nn::PackedLinears> CausalLM::pack_linears(nn::LinearPrecis
   return packed;
 }
 
-Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights) const {
+Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights, const nn::PackedLinears* packed) const {
   QKV_CHECK(ids.dim() == 2, "CausalLM: ids " << ids.shape() << " must be (B, T)");
   QKV_CHECK(ids.size(1) >= 1 && ids.size(1) <= config_.max_seq_length,
             "CausalLM: " << ids.size(1) << " positions, the model's context (max_seq_length) is "
@@ -140,10 +140,13 @@ Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights) const {
   ops::AttentionMasks masks;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  return lm_head.forward(run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks, weights));
+  const Var hidden = run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks, weights, packed);
+  return nn::linear(lm_head, hidden, packed);
 }
 
-Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input) const { return forward(input); }
+Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input, const nn::PackedLinears* packed) const {
+  return forward(input, nullptr, packed);
+}
 
 Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
                       GenerationState& st, std::vector<Tensor>* weights, nn::LinearPrecision precision) const {

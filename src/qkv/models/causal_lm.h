@@ -62,8 +62,12 @@ class CausalLM : public Model {
   // with the self-attention weights of the call, one tensor per layer, (N, H, new positions,
   // cache positions so far): forward (B, H, T, T), prefill (N, H, P, P) over the left-padded
   // prompts (padding keys get 0), step (N, H, 1, length + 1).
-  Var forward(const Tensor& ids, std::vector<Tensor>* weights = nullptr) const;
-  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override;
+  // packed: as teacher_forced_logits'.
+  Var forward(const Tensor& ids, std::vector<Tensor>* weights = nullptr, const nn::PackedLinears* packed = nullptr) const;
+  using Model::teacher_forced_logits;
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input, const nn::PackedLinears* packed) const override;
+  // The blocks' linears and the output layer, packed in `precision`.
+  std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const override;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
 
@@ -94,7 +98,6 @@ class CausalLM : public Model {
   // The blocks and the final norm: hidden states (B, T, D), before the output projection.
   Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
                  std::vector<Tensor>* weights, const nn::PackedLinears* packed = nullptr) const;
-  std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const;
   void init_gpt2_weights();
 };
 

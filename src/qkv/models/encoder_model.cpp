@@ -118,7 +118,7 @@ Var EncoderModel::embed(const EncoderInput& in) const {
   return dropout->forward(embedding_norm->forward(e));
 }
 
-Var EncoderModel::encode(const EncoderInput& in) const {
+Var EncoderModel::encode(const EncoderInput& in, const nn::PackedLinears* packed) const {
   QKV_CHECK(in.ids.defined() && in.ids.dim() == 2 && in.ids.dtype() == DType::I32,
             "EncoderModel: ids " << in.ids.describe() << " must be i32 (B, T)");
   QKV_CHECK(in.ids.size(1) >= 1 && in.ids.size(1) <= config_.max_seq_length,
@@ -135,8 +135,17 @@ Var EncoderModel::encode(const EncoderInput& in) const {
   masks.key_keep = in.key_keep;
   masks.fill = config_.mask_fill_value();
   Var x = embed(in);
-  for (const EncoderLayer* layer : layers) x = layer->forward(x, masks);
+  for (const EncoderLayer* layer : layers) x = layer->forward(x, masks, nullptr, packed);
   return x;
+}
+
+std::shared_ptr<const nn::PackedLinears> EncoderModel::pack_linears(nn::LinearPrecision precision) const {
+  auto packed = std::make_shared<nn::PackedLinears>(precision);
+  for (const EncoderLayer* layer : layers)
+    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
+                                &layer->self_attn.W_o, &layer->feed_forward.fc1, &layer->feed_forward.fc2})
+      packed->add(*l);
+  return packed;
 }
 
 Var EncoderModel::pool(const Var& hidden) const {
@@ -161,9 +170,9 @@ Var EncoderModel::classify(const Var& hidden) const {
   return classifier->forward(dropout->forward(pool(hidden)));
 }
 
-Var EncoderModel::teacher_forced_logits(const Tensor&, const Tensor& input) const {
+Var EncoderModel::teacher_forced_logits(const Tensor&, const Tensor& input, const nn::PackedLinears* packed) const {
   EncoderInput in{input, config_.pad_id >= 0 ? ops::keep_mask(input, config_.pad_id) : Tensor(), Tensor()};
-  return mlm_logits(encode(in));
+  return mlm_logits(encode(in, packed));
 }
 
 }  // namespace qkv::models

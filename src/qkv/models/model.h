@@ -5,12 +5,14 @@
 //   Transformer (encoder-decoder, sequence-to-sequence): encode, start decoding, step, reorder;
 //   CausalLM (decoder-only, a generator): forward, prefill, step, reorder.
 #pragma once
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "qkv/models/config.h"
 #include "qkv/nn/module.h"
+#include "qkv/nn/packed_linears.h"
 
 namespace qkv::models {
 
@@ -26,7 +28,15 @@ class Model : public nn::Module {
 
   // Teacher-forced logits (B, T, V) for training and scoring: the encoder-decoder model reads
   // `src` (B, S) and the target input (B, T); a decoder-only model ignores `src`.
-  virtual Var teacher_forced_logits(const Tensor& src, const Tensor& input) const = 0;
+  // packed: packs of the model's linears (pack_linears) to multiply with at inference (scoring in
+  // int8), or null for the weights themselves.
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const {
+    return teacher_forced_logits(src, input, nullptr);
+  }
+  virtual Var teacher_forced_logits(const Tensor& src, const Tensor& input, const nn::PackedLinears* packed) const = 0;
+  // The linear layers that teacher_forced_logits runs through, packed in `precision`: copies of
+  // the weights now, for inference only (nn/packed_linears.h).
+  virtual std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const = 0;
   // Tensors stored in model.safetensors beside the parameters (a sinusoidal table), by name.
   virtual std::vector<std::pair<std::string, Tensor>> named_buffers() const { return {}; }
   // Activation checkpointing of every feed-forward block (see PositionWiseFeedForward).

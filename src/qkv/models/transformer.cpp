@@ -21,12 +21,14 @@ DecoderLayer::DecoderLayer(const TransformerConfig& c, Generator& gen)
       norm_pos_(c.norm) {}
 
 Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-                          const ops::AttentionMasks& tgt_mask, Tensor* self_weights, Tensor* cross_weights) const {
+                          const ops::AttentionMasks& tgt_mask, Tensor* self_weights, Tensor* cross_weights,
+                          const nn::PackedLinears* packed) const {
   Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask, self_weights); });
-  h = residual(norm_pos_, norm2, dropout, h,
-               [&](const Var& in) { return cross_attn.forward(in, enc_output, enc_output, src_mask, cross_weights); });
-  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
+                   [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask, self_weights, packed); });
+  h = residual(norm_pos_, norm2, dropout, h, [&](const Var& in) {
+    return cross_attn.forward(in, enc_output, enc_output, src_mask, cross_weights, packed);
+  });
+  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in, packed); });
 }
 
 Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask,
@@ -102,22 +104,25 @@ void size_for_layers(std::vector<Tensor>* weights, size_t layers) {
 Tensor* slot(std::vector<Tensor>* weights, size_t i) { return weights ? &(*weights)[i] : nullptr; }
 }  // namespace
 
-Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights) const {
+Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights,
+                        const nn::PackedLinears* packed) const {
   Var x = embed(encoder_embedding, src);
   size_for_layers(self_weights, encoder_layers.size());
-  for (size_t i = 0; i < encoder_layers.size(); ++i) x = encoder_layers[i]->forward(x, src_mask, slot(self_weights, i));
+  for (size_t i = 0; i < encoder_layers.size(); ++i)
+    x = encoder_layers[i]->forward(x, src_mask, slot(self_weights, i), packed);
   return encoder_norm ? encoder_norm->forward(x) : x;
 }
 
 Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights,
-                        std::vector<Tensor>* cross_weights) const {
+                        std::vector<Tensor>* cross_weights, const nn::PackedLinears* packed) const {
   Var x = embed(decoder_embedding, tgt);
   size_for_layers(self_weights, decoder_layers.size());
   size_for_layers(cross_weights, decoder_layers.size());
   for (size_t i = 0; i < decoder_layers.size(); ++i)
-    x = decoder_layers[i]->forward(x, enc_output, masks.src, masks.tgt, slot(self_weights, i), slot(cross_weights, i));
+    x = decoder_layers[i]->forward(x, enc_output, masks.src, masks.tgt, slot(self_weights, i), slot(cross_weights, i),
+                                   packed);
   if (decoder_norm) x = decoder_norm->forward(x);
-  return fc.forward(x);  // (B, T, V)
+  return nn::linear(fc, x, packed);  // (B, T, V)
 }
 
 DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
@@ -199,11 +204,29 @@ void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) co
   st.source_of_row = std::move(sources);
 }
 
-Var Transformer::forward(const Tensor& src, const Tensor& tgt) const {
+Var Transformer::forward(const Tensor& src, const Tensor& tgt) const { return forward(src, tgt, nullptr); }
+
+Var Transformer::forward(const Tensor& src, const Tensor& tgt, const nn::PackedLinears* packed) const {
   QKV_CHECK(src.dim() == 2 && tgt.dim() == 2 && src.size(0) == tgt.size(0),
             "Transformer: src " << src.shape() << " and tgt " << tgt.shape() << " must be (B, S) and (B, T)");
   const Masks masks = generate_mask(src, tgt);
-  return decode(tgt, encode(src, masks.src), masks);
+  return decode(tgt, encode(src, masks.src, nullptr, packed), masks, nullptr, nullptr, packed);
+}
+
+std::shared_ptr<const nn::PackedLinears> Transformer::pack_linears(nn::LinearPrecision precision) const {
+  auto packed = std::make_shared<nn::PackedLinears>(precision);
+  for (const auto& layer : encoder_layers)
+    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
+                                &layer->self_attn.W_o, &layer->feed_forward.fc1, &layer->feed_forward.fc2})
+      packed->add(*l);
+  for (const auto& layer : decoder_layers)
+    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
+                                &layer->self_attn.W_o, &layer->cross_attn.W_q, &layer->cross_attn.W_k,
+                                &layer->cross_attn.W_v, &layer->cross_attn.W_o, &layer->feed_forward.fc1,
+                                &layer->feed_forward.fc2})
+      packed->add(*l);
+  packed->add(fc);
+  return packed;
 }
 
 }  // namespace qkv::models

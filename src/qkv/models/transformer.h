@@ -33,7 +33,8 @@ class DecoderLayer : public nn::Module {
   // x (B, T, D), enc_output (B, S, D) -> (B, T, D). self_weights / cross_weights, when given,
   // receive the attention weights (B, H, T, T) / (B, H, T, S).
   Var forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-              const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr) const;
+              const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr,
+              const nn::PackedLinears* packed = nullptr) const;
   // One position: x (N, 1, D) after the cached ones, attending to them and to itself; the weights
   // (N, H, 1, positions so far) and (N, H, 1, S) on request.
   // rows_per_source: see DecoderState (the cross cache holds one row per group of that many rows).
@@ -85,12 +86,20 @@ class Transformer : public Model {
   // Attention weights on request (for pictures; null, the default, costs nothing): one tensor per
   // layer, softmax rows over the keys (masked keys get 0).
   //   encode: self_weights (B, H, S, S);  decode: self_weights (B, H, T, T), cross_weights (B, H, T, S).
-  Var encode(const Tensor& src, const ops::AttentionMasks& src_mask,
-             std::vector<Tensor>* self_weights = nullptr) const;  // (B, S, D)
+  // packed (encode, decode, forward): packs of the linears to multiply with at inference
+  // (pack_linears; nn/packed_linears.h), or null for the weights themselves.
+  Var encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights = nullptr,
+             const nn::PackedLinears* packed = nullptr) const;  // (B, S, D)
   Var decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights = nullptr,
-             std::vector<Tensor>* cross_weights = nullptr) const;  // logits
+             std::vector<Tensor>* cross_weights = nullptr, const nn::PackedLinears* packed = nullptr) const;  // logits
+  Var forward(const Tensor& src, const Tensor& tgt, const nn::PackedLinears* packed) const;
 
-  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override { return forward(src, input); }
+  using Model::teacher_forced_logits;
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input, const nn::PackedLinears* packed) const override {
+    return forward(src, input, packed);
+  }
+  // Every linear layer (encoder, decoder, output), packed in `precision`.
+  std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const override;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
   // Incremental decoding: encode once, then one position per call with cached keys and values.

@@ -15,8 +15,9 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Gener
 }
 
 Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
-                                Tensor* weights) const {
-  return attend(project(W_q, Q), project(W_k, K), project(W_v, V), masks, weights);  // q (B, H, Tq, dk), k v (B, H, Tk, dk)
+                                Tensor* weights, const PackedLinears* packed) const {
+  // q (B, H, Tq, dk), k v (B, H, Tk, dk)
+  return attend(project(W_q, Q, packed), project(W_k, K, packed), project(W_v, V, packed), masks, weights, packed);
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,

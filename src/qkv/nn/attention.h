@@ -31,8 +31,9 @@ class MultiHeadAttention : public Module {
   // Every forward below takes an optional `weights`: when given, it receives the attention weights
   // (B, H, Tq, Tk) of this call, the softmax the fused op computes anyway (no extra work; for
   // pictures of what the model attends to). Null, the default, keeps nothing.
+  // packed: the packs of W_q, W_k, W_v, W_o to multiply with at inference (see below), or null.
   Var forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
-              Tensor* weights = nullptr) const;
+              Tensor* weights = nullptr, const PackedLinears* packed = nullptr) const;
 
   // The two halves of forward, for incremental decoding where keys and values are cached:
   // project: (B, T, D) -> split heads of W(x), (B, H, T, dk);
