@@ -137,21 +137,55 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   st.rows_per_source = rows_per_source;
   for (int64_t b = 0; b < enc_output.size(0); ++b) st.source_of_row.insert(st.source_of_row.end(), rows_per_source, b);
   const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
-  for (const DecoderLayer* layer : decoder_layers)
-    st.layers.push_back({nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output)});
   st.packed = pack_decoder_linears(precision);
+  const nn::PackedLinears* memory_packs = precision == nn::LinearPrecision::Int8 ? st.packed.get() : nullptr;
+  for (const DecoderLayer* layer : decoder_layers)
+    st.layers.push_back(
+        {nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output, memory_packs)});
   return st;
 }
 
-std::shared_ptr<const nn::PackedLinears> Transformer::pack_decoder_linears(nn::LinearPrecision precision) const {
-  auto packed = std::make_shared<nn::PackedLinears>(precision);
-  for (const DecoderLayer* layer : decoder_layers) {
-    // Cross-attention's W_k and W_v project the encoder output once per sentence (BLAS's shapes).
+namespace {
+void add_encoder_linears(const std::vector<EncoderLayer*>& layers, nn::PackedLinears& packed) {
+  for (const EncoderLayer* layer : layers)
+    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
+                                &layer->self_attn.W_o, &layer->feed_forward.fc1, &layer->feed_forward.fc2})
+      packed.add(*l);
+}
+// with_memory: also cross-attention's W_k and W_v, which project the encoder output.
+void add_decoder_linears(const std::vector<DecoderLayer*>& layers, bool with_memory, nn::PackedLinears& packed) {
+  for (const DecoderLayer* layer : layers) {
     for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
                                 &layer->self_attn.W_o, &layer->cross_attn.W_q, &layer->cross_attn.W_o,
                                 &layer->feed_forward.fc1, &layer->feed_forward.fc2})
-      packed->add(*l);
+      packed.add(*l);
+    if (with_memory) {
+      packed.add(layer->cross_attn.W_k);
+      packed.add(layer->cross_attn.W_v);
+    }
   }
+}
+}  // namespace
+
+std::shared_ptr<const nn::PackedLinears> Transformer::pack_decoder_linears(nn::LinearPrecision precision) const {
+  auto packed = std::make_shared<nn::PackedLinears>(precision);
+  // Cross-attention's W_k and W_v project the encoder output once per sentence: many rows, where
+  // float32 packs would not be used (BLAS's shapes); int8 packs serve any number of rows.
+  add_decoder_linears(decoder_layers, precision == nn::LinearPrecision::Int8, *packed);
+  packed->add(fc);
+  return packed;
+}
+
+std::shared_ptr<const nn::PackedLinears> Transformer::pack_encoder_linears(nn::LinearPrecision precision) const {
+  auto packed = std::make_shared<nn::PackedLinears>(precision);
+  add_encoder_linears(encoder_layers, *packed);
+  return packed;
+}
+
+std::shared_ptr<const nn::PackedLinears> Transformer::pack_linears(nn::LinearPrecision precision) const {
+  auto packed = std::make_shared<nn::PackedLinears>(precision);
+  add_encoder_linears(encoder_layers, *packed);
+  add_decoder_linears(decoder_layers, true, *packed);
   packed->add(fc);
   return packed;
 }
@@ -211,22 +245,6 @@ Var Transformer::forward(const Tensor& src, const Tensor& tgt, const nn::PackedL
             "Transformer: src " << src.shape() << " and tgt " << tgt.shape() << " must be (B, S) and (B, T)");
   const Masks masks = generate_mask(src, tgt);
   return decode(tgt, encode(src, masks.src, nullptr, packed), masks, nullptr, nullptr, packed);
-}
-
-std::shared_ptr<const nn::PackedLinears> Transformer::pack_linears(nn::LinearPrecision precision) const {
-  auto packed = std::make_shared<nn::PackedLinears>(precision);
-  for (const auto& layer : encoder_layers)
-    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
-                                &layer->self_attn.W_o, &layer->feed_forward.fc1, &layer->feed_forward.fc2})
-      packed->add(*l);
-  for (const auto& layer : decoder_layers)
-    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
-                                &layer->self_attn.W_o, &layer->cross_attn.W_q, &layer->cross_attn.W_k,
-                                &layer->cross_attn.W_v, &layer->cross_attn.W_o, &layer->feed_forward.fc1,
-                                &layer->feed_forward.fc2})
-      packed->add(*l);
-  packed->add(fc);
-  return packed;
 }
 
 }  // namespace qkv::models

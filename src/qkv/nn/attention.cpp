@@ -140,10 +140,10 @@ Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const
   return fn::reshape(out, Dims{N, T, D});
 }
 
-KVCache MultiHeadAttention::project_memory(const Var& memory) const {
+KVCache MultiHeadAttention::project_memory(const Var& memory, const PackedLinears* packed) const {
   KVCache c;
-  c.k = project(W_k, memory).value();
-  c.v = project(W_v, memory).value();
+  c.k = project(W_k, memory, packed).value();
+  c.v = project(W_v, memory, packed).value();
   c.length = c.k.size(2);
   return c;
 }

@@ -60,7 +60,7 @@ class MultiHeadAttention : public Module {
   Var forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr,
                      int64_t rows_per_source = 1, const PackedLinears* packed = nullptr) const;
   // The projected keys and values of `memory` (N, S, D), for forward_static.
-  KVCache project_memory(const Var& memory) const;
+  KVCache project_memory(const Var& memory, const PackedLinears* packed = nullptr) const;
   // softmax(Q K^T / sqrt(dk)) with the masks, (B, H, Tq, Tk): the attention weights, for
   // inspection and pictures (seed 003's scaled_dot_product_attention returns them). No gradient.
   Tensor attention_weights(const Var& Q, const Var& K, const ops::AttentionMasks& masks) const;
