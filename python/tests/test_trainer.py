@@ -58,12 +58,18 @@ def test_ctrl_c_saves_the_last_checkpoint_and_raises_keyboard_interrupt(data_dir
         if metrics["event"] == "step" and metrics["step"] == 3:
             os.kill(os.getpid(), signal.SIGINT)
 
-    with pytest.raises(KeyboardInterrupt):
-        trainer.fit(callback=interrupt_at_step_3)
+    # Python's own handler before fit, whatever the runner left (a job started in the background by
+    # a shell without job control inherits SIGINT ignored).
+    runner_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            trainer.fit(callback=interrupt_at_step_3)
+        # Python's own Ctrl-C handling is back after fit.
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, runner_handler)
     state = json.loads((out / "last" / "train_state.json").read_text())
     assert 3 <= state["step"] <= 4
-    # Python's own Ctrl-C handling is back after fit.
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     # And the run resumes where it stopped.
     resumed = qkv.Trainer(text=str(data_dir / "text.txt"), resume=str(out), steps=state["step"] + 2, log_every=1,
                           **FLAGS)
