@@ -72,6 +72,15 @@ def rank_pid(rank, marker, deadline):
     return None
 
 
+def stderr_within(p, seconds):
+    """The job's stderr once it ends; past `seconds` its whole process group is killed first."""
+    try:
+        return p.communicate(timeout=seconds)[1]
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        return p.communicate()[1]
+
+
 def wait_for(path, deadline):
     while not os.path.exists(path) and time.time() < deadline:
         time.sleep(0.1)
@@ -144,11 +153,7 @@ def main():
         time.sleep(1)
         os.kill(rank1, signal.SIGSTOP)
         stopped = time.time()
-        try:
-            _, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            _, err = p.communicate()
+        err = stderr_within(p, 60)
         took = time.time() - stopped
         try:
             os.kill(rank1, signal.SIGKILL)
@@ -175,11 +180,7 @@ def main():
         time.sleep(0.3)
         os.kill(rank1, signal.SIGKILL)
         killed = time.time()
-        try:
-            _, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            _, err = p.communicate()
+        err = stderr_within(p, 60)
         took = time.time() - killed
         check(p.returncode != 0 and "rank 1" in err and took < 30,
               f"kill -9 of rank 1 ends the job within 30 s, naming rank 1 ({took:.1f} s, exit {p.returncode}: "
@@ -202,11 +203,7 @@ def main():
     if rank_pid(1, f"{tmp}/c", deadline) is not None:
         time.sleep(1.0)
         p.send_signal(signal.SIGINT)
-        try:
-            _, err = p.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            _, err = p.communicate()
+        err = stderr_within(p, 60)
         saved = os.path.exists(f"{tmp}/c/manifest.json")
         step = manifest_step(f"{tmp}/c") if saved else -1
         check(saved and f"interrupted at step {step}" in err and 0 < step < 1500,
