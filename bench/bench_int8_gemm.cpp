@@ -1,7 +1,9 @@
 // GFLOP/s of gemm_int8 (activation quantization included), gemm_packed (float, pre-packed weights)
 // and OpenBLAS SGEMM (A @ W^T, W row-major (out, in)) at decoding sizes: M = 4..128 rows against
-// nn.Linear weights. Integer multiply-adds count as 2 flops, as float ones. Usage:
-// bench_int8_gemm [--reps R] [--threads N] (N = 0: both 1 and 2 threads)
+// nn.Linear weights; with --large, at encoder sizes: M = 960 and 4096 rows (a batch of 32 sentences
+// of 30 tokens, a translation batch) against MiniLM's and the seed model's linears. Integer
+// multiply-adds count as 2 flops, as float ones. Usage:
+// bench_int8_gemm [--reps R] [--threads N] [--large] (N = 0: both 1 and 2 threads)
 #include <cblas.h>
 
 #include <algorithm>
@@ -74,9 +76,18 @@ void bench_shape(int64_t M, int64_t in, int64_t out, int reps) {
 
 int main(int argc, char** argv) {
   int reps = 11, only_threads = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--threads")) only_threads = std::stoi(argv[i + 1]);
+  bool large = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--large")) {
+      large = true;
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--reps")) {
+      reps = std::stoi(argv[++i]);
+    } else if (i + 1 < argc && !std::strcmp(argv[i], "--threads")) {
+      only_threads = std::stoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: bench_int8_gemm [--reps R] [--threads N] [--large]\n");
+      return 2;
+    }
   }
   std::printf("int8 vs float GEMM at decoding sizes, GFLOP/s (2 M in out / median time), median of %d samples\n",
               reps);
@@ -84,11 +95,14 @@ int main(int argc, char** argv) {
               "     best GFLOP/s     | int8 speedup| int8 us",
               "thr    M    in   out |   int8 packed  sgemm |  /pck /sgem |",
               "   int8 packed  sgemm |  /pck /sgem | (median)");
-  const int64_t shapes[][2] = {{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};
+  const std::vector<std::vector<int64_t>> shapes =
+      large ? std::vector<std::vector<int64_t>>{{384, 384}, {384, 1536}, {1536, 384}, {512, 2048}, {2048, 512}}
+            : std::vector<std::vector<int64_t>>{{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};
+  const std::vector<int64_t> rows = large ? std::vector<int64_t>{960, 4096} : std::vector<int64_t>{4, 32, 128};
   for (int threads : {1, 2}) {
     if (only_threads && threads != only_threads) continue;
     set_num_threads(threads);
-    for (int64_t M : {4, 32, 128})
+    for (int64_t M : rows)
       for (const auto& s : shapes) bench_shape(M, s[0], s[1], reps);
   }
   return 0;

@@ -1,7 +1,9 @@
-// The few-queries path of attention_forward (a decoding step: one query per head, or the beams of a
-// sentence reading its encoder output; no dropout) against attention written out in double
-// precision, with key padding, a causal mask, and strided key/value rows (a cache whose capacity
-// exceeds the keys in use), for head sizes with and without a tail past the 8 lanes.
+// attention_forward's inference paths against attention written out in double precision, with key
+// padding, a causal mask, and strided key/value rows (a cache whose capacity exceeds the keys in
+// use), for head sizes with and without a tail past the 8 lanes: the direct path of a few queries (a
+// decoding step: one query per head, or the beams of a sentence reading its encoder output) or of a
+// short sequence (a sentence being embedded: 40 queries and keys), and BLAS with the vectorised
+// softmax past 128 keys. The softmax rows are also compared with the scalar one of training.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/softmax.h"
 
 namespace qkv::kernels {
 namespace {
@@ -23,7 +26,9 @@ TEST(AttentionFewQueries, EqualDoublePrecisionAttentionWithPaddingAndStridedCach
        {std::tuple{int64_t{64}, int64_t{1}, false, int64_t{7}}, std::tuple{int64_t{13}, int64_t{1}, false, int64_t{7}},
         std::tuple{int64_t{64}, int64_t{4}, false, int64_t{7}}, std::tuple{int64_t{13}, int64_t{3}, true, int64_t{7}},
         std::tuple{int64_t{64}, int64_t{1}, false, int64_t{19}}, std::tuple{int64_t{32}, int64_t{3}, true, int64_t{19}},
-        std::tuple{int64_t{32}, int64_t{1}, false, int64_t{16}}, std::tuple{int64_t{64}, int64_t{8}, true, int64_t{24}}}) {
+        std::tuple{int64_t{32}, int64_t{1}, false, int64_t{16}}, std::tuple{int64_t{64}, int64_t{8}, true, int64_t{24}},
+        std::tuple{int64_t{32}, int64_t{40}, false, int64_t{40}}, std::tuple{int64_t{64}, int64_t{37}, true, int64_t{37}},
+        std::tuple{int64_t{64}, int64_t{20}, false, int64_t{130}}}) {
     const int64_t B = 3, H = 2, capacity = Tk + 3;
     AttentionDims d{B, H, Tq, Tk, dk};
     std::vector<float> q(B * H * Tq * dk), k(B * H * capacity * dk), v(B * H * capacity * dk);
@@ -63,6 +68,30 @@ TEST(AttentionFewQueries, EqualDoublePrecisionAttentionWithPaddingAndStridedCach
             EXPECT_NEAR(out[b * os.b + h * os.h + i * os.t + c], o, 1e-5) << where << " dim " << c;
           }
         }
+  }
+}
+
+// Inference's softmax against training's (std::exp, one running sum) on rows with every tail of the
+// 8 lanes, masked entries (-1e9) and a large spread: within a few ulp of each probability.
+TEST(SoftmaxRowVectorized, AgreesWithTheScalarSoftmaxWithinAFewUlp) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.f, 4.f);
+  for (int64_t C : {1, 2, 7, 8, 9, 16, 33, 130, 1000}) {
+    std::vector<float> row(C);
+    for (float& x : row) x = normal(gen);
+    if (C > 2) row[1] = -1e9f;
+    std::vector<float> scalar = row, vectorized = row;
+    softmax_row(scalar.data(), C);
+    softmax_row_vectorized(vectorized.data(), C);
+    double total = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      EXPECT_NEAR(vectorized[c], scalar[c], 4e-7f * scalar[c] + 1e-30f) << "C " << C << " column " << c;
+      total += vectorized[c];
+    }
+    EXPECT_NEAR(total, 1.0, 1e-6) << "C " << C;
+    if (C > 2) {
+      EXPECT_EQ(vectorized[1], 0.f) << "a masked entry gets no weight";
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // gemm_packed against a double-precision loop over the shapes that exercise its tails: every row
 // tail of the 6-row micro-kernel (M 1..13), rows of decoding (64, 128), column tails of the 16-wide
-// panels (out 1, 15, 17, 40), one-element and long sums, padded strides, with and without bias.
+// panels (out 1, 15, 17, 40), one-element and long sums, padded strides, with and without bias; and
+// products of many rows, which run in row blocks sized to the L2 cache (block tails included).
 //
 // Tolerance: each output is a float sum of K products accumulated by FMA in some order; its error is
 // at most about K * 2^-24 * sum_k |a_k w_k| (first-order bound for recursive summation), so we compare
@@ -63,6 +64,12 @@ TEST(PackedGemm, MatchesDoublePrecisionOnEveryTail) {
         for (bool bias : {false, true}) check({M, out, in, bias});
 }
 
+// Encoder batches: hundreds of rows, split into row blocks of 256 KB of A (42 rows at in = 1536,
+// 170 at in = 384), with a partial last block and a one-row tail.
+TEST(PackedGemm, MatchesDoublePrecisionAcrossRowBlocks) {
+  for (const Case& c : {Case{301, 40, 1536, true}, Case{343, 17, 384, false}, Case{1000, 33, 384, true}}) check(c);
+}
+
 TEST(PackedGemm, PackKeepsEveryWeightAndZeroPadsTheLastPanel) {
   const int64_t out = 19, in = 3;
   std::vector<float> W(out * in);
@@ -77,21 +84,25 @@ TEST(PackedGemm, PackKeepsEveryWeightAndZeroPadsTheLastPanel) {
 }
 
 // A row alone (the one-row kernel of batch-1 decoding) gives the same bits as the same row inside a
-// block of 6 (the 6-row kernel) or of 13: generation must not depend on how many rows share a step.
+// tile of 6 (the 6-row kernel), of 13, or of a product of several row blocks (in = 1536: blocks of
+// 42 rows): generation and embeddings must not depend on how many rows share a product.
 TEST(PackedGemm, ARowAloneGivesTheBitsOfTheSameRowInABlock) {
-  const int64_t in = 200, out = 45;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> g(0.f, 1.f);
-  std::vector<float> A(13 * in), W(out * in), bias(out);
-  for (float& x : A) x = g(rng);
-  for (float& x : W) x = g(rng);
-  for (float& x : bias) x = g(rng);
-  const PackedWeights packed = pack_weights(W.data(), out, in);
-  std::vector<float> block(13 * out), alone(out);
-  gemm_packed(A.data(), 13, in, packed, bias.data(), block.data(), out);
-  for (int64_t i = 0; i < 13; ++i) {
-    gemm_packed(A.data() + i * in, 1, in, packed, bias.data(), alone.data(), out);
-    for (int64_t j = 0; j < out; ++j) ASSERT_EQ(alone[j], block[i * out + j]) << "row " << i << " column " << j;
+  for (const auto& [M, in] : {std::pair<int64_t, int64_t>{13, 200}, {100, 1536}}) {
+    const int64_t out = 45;
+    std::mt19937 rng(11);
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::vector<float> A(M * in), W(out * in), bias(out);
+    for (float& x : A) x = g(rng);
+    for (float& x : W) x = g(rng);
+    for (float& x : bias) x = g(rng);
+    const PackedWeights packed = pack_weights(W.data(), out, in);
+    std::vector<float> block(M * out), alone(out);
+    gemm_packed(A.data(), M, in, packed, bias.data(), block.data(), out);
+    for (int64_t i = 0; i < M; ++i) {
+      gemm_packed(A.data() + i * in, 1, in, packed, bias.data(), alone.data(), out);
+      for (int64_t j = 0; j < out; ++j)
+        ASSERT_EQ(alone[j], block[i * out + j]) << M << " rows: row " << i << " column " << j;
+    }
   }
 }
 

@@ -48,9 +48,11 @@ std::vector<std::vector<int32_t>> Encoder::encode_all(const std::vector<std::str
   return ids;
 }
 
-Tensor Encoder::embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size) const {
+Tensor Encoder::embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size,
+                         const std::function<void(int64_t done)>& on_batch) const {
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
-  return models::embed_sentences(*model_, sentences, pooling_, batch_size);
+  const auto packed = model_->pack_linears(nn::LinearPrecision::Float32);
+  return models::embed_sentences(*model_, sentences, pooling_, batch_size, on_batch, packed.get());
 }
 
 Tensor Encoder::embed(const std::vector<std::string>& texts, int64_t batch_size) const {
@@ -64,7 +66,8 @@ Tensor Encoder::classify_ids(const std::vector<std::vector<int32_t>>& sentences,
                                        "train one with qkv train --objective classify");
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
   if (sentences.empty()) return Tensor::zeros({0, static_cast<int64_t>(labels().size())});
-  return train::class_probabilities(*model_, sentences, batch_size);
+  const auto packed = model_->pack_linears(nn::LinearPrecision::Float32);
+  return train::class_probabilities(*model_, sentences, batch_size, {}, packed.get());
 }
 
 Tensor Encoder::classify(const std::vector<std::string>& texts, int64_t batch_size) const {

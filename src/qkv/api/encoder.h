@@ -3,6 +3,7 @@
 // [CLS] ... [SEP] ids, sentence embeddings and class probabilities.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,8 +38,12 @@ class Encoder {
   std::vector<int32_t> encode_ids(const std::vector<int32_t>& ids, const std::string& where) const;
   std::vector<std::vector<int32_t>> encode_all(const std::vector<std::string>& texts) const;  // "line N"
 
-  // (N, d_model) sentence embeddings of tokenised sentences, in batches of similar lengths.
-  Tensor embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size = 32) const;
+  // (N, d_model) sentence embeddings of tokenised sentences, in batches of similar lengths;
+  // on_batch (optional) hears the sentences done so far. Each call packs the blocks' linears once
+  // for kernels::gemm_packed (BLAS would re-pack every weight for every batch), from the weights
+  // as they are then: weights changed through model() between calls are always seen.
+  Tensor embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size = 32,
+                   const std::function<void(int64_t done)>& on_batch = {}) const;
   Tensor embed(const std::vector<std::string>& texts, int64_t batch_size = 32) const;
   // (N, labels) class probabilities (needs a classification head: config.json "labels").
   Tensor classify_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size = 32) const;

@@ -62,7 +62,7 @@ Runner add_classify_command(CLI::App& app) {
                                                      "empty); train one with qkv train --objective classify");
     const std::vector<std::vector<int32_t>> ids = read_encoder_lines(session, o->text);
     if (ids.empty()) return 0;
-    print_predictions(train::class_probabilities(session.model(), ids, o->text.batch_size), labels, o->top);
+    print_predictions(session.classify_ids(ids, o->text.batch_size), labels, o->top);
     return 0;
   };
 }

@@ -68,8 +68,7 @@ Tensor corpus_embeddings(const SimilarCliOptions& o, const EncoderSession& s, in
       // A damaged cache is recomputed, never trusted.
     }
   }
-  const Tensor e = models::embed_sentences(s.model(), read_encoder_lines(s, o.text, o.corpus), s.pooling(),
-                                           o.text.batch_size);
+  const Tensor e = s.embed_ids(read_encoder_lines(s, o.text, o.corpus), o.text.batch_size);
   if (!o.no_cache) {
     // The embeddings first, then the key that vouches for them: a crash in between leaves a key
     // that does not match, never a key over stale embeddings.

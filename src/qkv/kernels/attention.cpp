@@ -53,10 +53,13 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 }
 
 // A few queries per head (a decoding step: one query, or the beams of a sentence reading its
-// encoder output) without dropout: the two products are a dot product per key and a weighted sum of
-// value rows. BLAS costs more in call overhead than these small heads take (dk 64, tens of keys),
-// and the keys and values a head's first query brings into cache serve the others.
+// encoder output), or a short sequence (a sentence being embedded: tens of queries and keys), without
+// dropout: the two products are a dot product per key and a weighted sum of value rows. BLAS costs
+// more in call overhead and copies than these small heads take (dk 32 or 64, tens of keys), and the
+// keys and values a head's first query brings into cache serve the others. Past kMaxDirectKeys
+// keys, BLAS's blocking wins when there are many queries.
 constexpr int64_t kMaxFewQueries = 8;
+constexpr int64_t kMaxDirectKeys = 128;
 
 bool any_mask(const AttentionMask& m) { return m.key_keep || m.query_keep || m.causal; }
 
@@ -128,7 +131,7 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
     if (masked)
       for (int64_t j = 0; j < d.Tk; ++j)
         if (is_masked(mask, b, i, j, d)) row[j] = mask.fill;
-    softmax_row(row, d.Tk);
+    softmax_row_vectorized(row, d.Tk);
     if (d.dk == 64) {
       weighted_values<8>(row, d.Tk, vh, v_stride, o);
     } else if (d.dk == 32) {
@@ -145,7 +148,7 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
-                       int scratch_slots, bool few_queries_direct) {
+                       int scratch_slots, bool inference) {
   // The seed divides by math.sqrt(d_k) (a double) applied to a float tensor: divide by that float.
   const float divisor = static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
   const int64_t heads = d.B * d.H;
@@ -157,7 +160,7 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     const float* vh = v + b * vs.b + h * vs.h;
     float* oh = out + b * os.b + h * os.h;
     float* ph = probs + bh * d.Tq * d.Tk;  // (Tq, Tk)
-    if (few_queries_direct && d.Tq <= kMaxFewQueries && drop.p == 0.f) {
+    if (inference && drop.p == 0.f && (d.Tq <= kMaxFewQueries || d.Tk <= kMaxDirectKeys)) {
       attend_few_queries(d, qh, qs.t, kh, ks.t, vh, vs.t, oh, os.t, ph, mask, b, divisor);
       continue;
     }
@@ -165,7 +168,10 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     for (int64_t i = 0; i < d.Tq; ++i) {
       float* row = ph + i * d.Tk;
       for (int64_t j = 0; j < d.Tk; ++j) row[j] = is_masked(mask, b, i, j, d) ? mask.fill : row[j] / divisor;
-      softmax_row(row, d.Tk);
+      if (inference)
+        softmax_row_vectorized(row, d.Tk);
+      else
+        softmax_row(row, d.Tk);
     }
     const float* weights = ph;
     if (drop.p > 0.f) {

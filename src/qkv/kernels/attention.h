@@ -31,13 +31,14 @@ struct AttentionDropout {
 };
 
 // scratch: scratch_slots * Tq * Tk floats, one slot per OpenMP thread (used only when dropout p > 0).
-// few_queries_direct: heads of at most 8 queries without dropout (decoding steps) skip BLAS for
-// direct dot products. Off in training, whose numbers then never depend on the sequence length's
-// path (and stay those of checkpoints written before this path existed).
+// inference: no gradient will be taken. Heads of at most 8 queries or 128 keys without dropout
+// (decoding steps, sentences being embedded) then skip BLAS for direct dot products, and the
+// softmax uses AVX2 exp. Off in training, whose numbers then never depend on the sequence length's
+// path (and stay those of checkpoints written before these paths existed).
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
-                       int scratch_slots, bool few_queries_direct = false);
+                       int scratch_slots, bool inference = false);
 
 // Per head, with Pd = dropout(P) and dS the gradient w.r.t. the scaled scores S:
 //   dV = Pd^T @ dO

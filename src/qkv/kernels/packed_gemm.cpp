@@ -85,21 +85,32 @@ void micro_kernel_one_row(const float* a, const float* panel, int64_t K, const f
   }
 }
 
-// All M rows against one panel. The panel (K x 16 floats: 16 KB at K = 256) stays in L1 while the
-// row blocks of A stream past it from L2, so the weights are read from memory once per product.
-void panel_product(const float* A, int64_t M, int64_t lda, const PackedWeights& W, int64_t p, const float* bias,
-                   float* C, int64_t ldc) {
+// Rows [i0, i1) against one panel. The panel (K x 16 floats: 24 KB at K = 384) stays in L1 while
+// the rows' 6-row tiles stream past it from L2.
+void panel_product(const float* A, int64_t i0, int64_t i1, int64_t lda, const PackedWeights& W, int64_t p,
+                   const float* bias, float* C, int64_t ldc) {
   const int64_t col0 = p * kPanel, cols = std::min(kPanel, W.out_features() - col0);
   alignas(32) float bias16[kPanel] = {};
   if (bias) std::memcpy(bias16, bias + col0, static_cast<size_t>(cols) * sizeof(float));
   const int64_t K = W.in_features();
-  for (int64_t i = 0; i < M; i += kRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kRows, M - i));
+  for (int64_t i = i0; i < i1; i += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, i1 - i));
     if (rows == 1)
       micro_kernel_one_row(A + i * lda, W.panel(p), K, bias16, C + i * ldc + col0, cols);
     else
       micro_kernel(A + i * lda, lda, rows, W.panel(p), K, bias16, C + i * ldc + col0, ldc, cols);
   }
+}
+
+// Rows per block of A: a block (rows x K floats) is read once per panel, so it should stay in the
+// core's L2 (512 KB here; half of it leaves room for the panels streaming through). Without blocks
+// a product of thousands of rows re-read all of A from L3 for every panel: 155 GFLOP/s against
+// 194 at M = 4096, K = 1536.
+constexpr int64_t kBlockBytes = 256 * 1024;
+
+int64_t rows_per_block(int64_t K) {
+  const int64_t rows = kBlockBytes / (K * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(kRows, rows / kRows * kRows);
 }
 
 }  // namespace
@@ -132,10 +143,18 @@ void gemm_packed(const float* A, int64_t M, int64_t lda, const PackedWeights& W,
                  float* C, int64_t ldc) {
   if (M <= 0 || W.out_features() <= 0) return;
   const int64_t work = M * W.out_features() * W.in_features();
-  // Threads split the panels (output columns): each thread reads only its own part of the weights,
-  // and at decode sizes there are far more panels (16 to 500) than rows blocks (1 to 22).
-#pragma omp parallel for schedule(static) if (work > kParallelMin)
-  for (int64_t p = 0; p < W.panels(); ++p) panel_product(A, M, lda, W, p, bias_or_null, C, ldc);
+  const int64_t block = rows_per_block(W.in_features()), panels = W.panels();
+  // Threads split the panels (output columns) of each row block: a thread reads only its own part
+  // of the weights, the same part in every block, and at decode sizes there are far more panels
+  // (16 to 500) than row tiles (1 to 22). Blocks write disjoint rows, so no barrier between them.
+  // Every element is one micro-kernel's full sum over K whatever the blocking: the bits of a row do
+  // not depend on M.
+#pragma omp parallel if (work > kParallelMin)
+  for (int64_t i0 = 0; i0 < M; i0 += block) {
+    const int64_t i1 = std::min(M, i0 + block);
+#pragma omp for schedule(static) nowait
+    for (int64_t p = 0; p < panels; ++p) panel_product(A, i0, i1, lda, W, p, bias_or_null, C, ldc);
+  }
 }
 
 }  // namespace qkv::kernels

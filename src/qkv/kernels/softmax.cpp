@@ -1,8 +1,38 @@
 #include "qkv/kernels/softmax.h"
 
 #include <cmath>
+#include <limits>
+
+#include "qkv/kernels/vec_math.h"
 
 namespace qkv::kernels {
+
+void softmax_row_vectorized(float* row, int64_t C) {
+  __m256 m = simd::splat(-std::numeric_limits<float>::infinity());
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row + c));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float mx = lanes[0];
+  for (int i = 1; i < 8; ++i) mx = lanes[i] > mx ? lanes[i] : mx;
+  for (; c < C; ++c) mx = row[c] > mx ? row[c] : mx;
+  const __m256 shift = simd::splat(mx);
+  __m256 sum8 = _mm256_setzero_ps();
+  for (c = 0; c + 8 <= C; c += 8) {
+    const __m256 e = simd::exp(_mm256_sub_ps(_mm256_loadu_ps(row + c), shift));
+    _mm256_storeu_ps(row + c, e);
+    sum8 = _mm256_add_ps(sum8, e);
+  }
+  _mm256_store_ps(lanes, sum8);
+  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; c < C; ++c) {
+    row[c] = std::exp(row[c] - mx);
+    sum += row[c];
+  }
+  const __m256 inv = simd::splat(1.f / sum);
+  for (c = 0; c + 8 <= C; c += 8) _mm256_storeu_ps(row + c, _mm256_mul_ps(_mm256_loadu_ps(row + c), inv));
+  for (; c < C; ++c) row[c] *= 1.f / sum;
+}
 
 void softmax_row(float* row, int64_t C) {
   float mx = row[0];

@@ -20,6 +20,13 @@ std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const Transformer
   return std::make_unique<nn::PositionWiseFeedForward>(c.d_model, c.d_ff, gen, activation_of(c), c.ffn_dropout);
 }
 
+void add_block_linears(const nn::MultiHeadAttention& self_attn, const nn::PositionWiseFeedForward& feed_forward,
+                       nn::PackedLinears& packed) {
+  for (const nn::Linear* l : {&self_attn.W_q, &self_attn.W_k, &self_attn.W_v, &self_attn.W_o, &feed_forward.fc1,
+                              &feed_forward.fc2})
+    packed.add(*l);
+}
+
 EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
     : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
                                                                                       c.attention_dropout))),

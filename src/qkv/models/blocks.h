@@ -23,6 +23,11 @@ std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c);
 // fc2(activation(fc1(x))) with the config's activation and ffn_dropout.
 std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen);
 
+// Adds a block's self-attention projections (W_q, W_k, W_v, W_o) and feed-forward (fc1, fc2) to
+// `packed`: the linears inference multiplies with in every family's blocks.
+void add_block_linears(const nn::MultiHeadAttention& self_attn, const nn::PositionWiseFeedForward& feed_forward,
+                       nn::PackedLinears& packed);
+
 // Self-attention then feed-forward, each a residual sub-layer: the seed's encoder layer, and
 // BERT's (post-LN) block.
 //   x = norm1(x + dropout(self_attn(x, x, x, mask)));  x = norm2(x + dropout(feed_forward(x)))

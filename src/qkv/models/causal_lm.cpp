@@ -124,10 +124,7 @@ Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::Att
 
 std::shared_ptr<const nn::PackedLinears> CausalLM::pack_linears(nn::LinearPrecision precision) const {
   auto packed = std::make_shared<nn::PackedLinears>(precision);
-  for (const CausalBlock* block : layers)
-    for (const nn::Linear* l : {&block->self_attn.W_q, &block->self_attn.W_k, &block->self_attn.W_v,
-                                &block->self_attn.W_o, &block->feed_forward.fc1, &block->feed_forward.fc2})
-      packed->add(*l);
+  for (const CausalBlock* block : layers) add_block_linears(block->self_attn, block->feed_forward, *packed);
   packed->add(lm_head);
   return packed;
 }

@@ -141,10 +141,7 @@ Var EncoderModel::encode(const EncoderInput& in, const nn::PackedLinears* packed
 
 std::shared_ptr<const nn::PackedLinears> EncoderModel::pack_linears(nn::LinearPrecision precision) const {
   auto packed = std::make_shared<nn::PackedLinears>(precision);
-  for (const EncoderLayer* layer : layers)
-    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
-                                &layer->self_attn.W_o, &layer->feed_forward.fc1, &layer->feed_forward.fc2})
-      packed->add(*l);
+  for (const EncoderLayer* layer : layers) add_block_linears(layer->self_attn, layer->feed_forward, *packed);
   return packed;
 }
 

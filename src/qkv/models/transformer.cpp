@@ -138,40 +138,30 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   for (int64_t b = 0; b < enc_output.size(0); ++b) st.source_of_row.insert(st.source_of_row.end(), rows_per_source, b);
   const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
   st.packed = pack_decoder_linears(precision);
-  const nn::PackedLinears* memory_packs = precision == nn::LinearPrecision::Int8 ? st.packed.get() : nullptr;
   for (const DecoderLayer* layer : decoder_layers)
     st.layers.push_back(
-        {nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output, memory_packs)});
+        {nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output, st.packed.get())});
   return st;
 }
 
 namespace {
 void add_encoder_linears(const std::vector<EncoderLayer*>& layers, nn::PackedLinears& packed) {
-  for (const EncoderLayer* layer : layers)
-    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
-                                &layer->self_attn.W_o, &layer->feed_forward.fc1, &layer->feed_forward.fc2})
-      packed.add(*l);
+  for (const EncoderLayer* layer : layers) add_block_linears(layer->self_attn, layer->feed_forward, packed);
 }
-// with_memory: also cross-attention's W_k and W_v, which project the encoder output.
-void add_decoder_linears(const std::vector<DecoderLayer*>& layers, bool with_memory, nn::PackedLinears& packed) {
+// Cross-attention's W_k and W_v included: they project the encoder output once per batch.
+void add_decoder_linears(const std::vector<DecoderLayer*>& layers, nn::PackedLinears& packed) {
   for (const DecoderLayer* layer : layers) {
-    for (const nn::Linear* l : {&layer->self_attn.W_q, &layer->self_attn.W_k, &layer->self_attn.W_v,
-                                &layer->self_attn.W_o, &layer->cross_attn.W_q, &layer->cross_attn.W_o,
-                                &layer->feed_forward.fc1, &layer->feed_forward.fc2})
+    add_block_linears(layer->self_attn, layer->feed_forward, packed);
+    for (const nn::Linear* l : {&layer->cross_attn.W_q, &layer->cross_attn.W_k, &layer->cross_attn.W_v,
+                                &layer->cross_attn.W_o})
       packed.add(*l);
-    if (with_memory) {
-      packed.add(layer->cross_attn.W_k);
-      packed.add(layer->cross_attn.W_v);
-    }
   }
 }
 }  // namespace
 
 std::shared_ptr<const nn::PackedLinears> Transformer::pack_decoder_linears(nn::LinearPrecision precision) const {
   auto packed = std::make_shared<nn::PackedLinears>(precision);
-  // Cross-attention's W_k and W_v project the encoder output once per sentence: many rows, where
-  // float32 packs would not be used (BLAS's shapes); int8 packs serve any number of rows.
-  add_decoder_linears(decoder_layers, precision == nn::LinearPrecision::Int8, *packed);
+  add_decoder_linears(decoder_layers, *packed);
   packed->add(fc);
   return packed;
 }
@@ -185,7 +175,7 @@ std::shared_ptr<const nn::PackedLinears> Transformer::pack_encoder_linears(nn::L
 std::shared_ptr<const nn::PackedLinears> Transformer::pack_linears(nn::LinearPrecision precision) const {
   auto packed = std::make_shared<nn::PackedLinears>(precision);
   add_encoder_linears(encoder_layers, *packed);
-  add_decoder_linears(decoder_layers, true, *packed);
+  add_decoder_linears(decoder_layers, *packed);
   packed->add(fc);
   return packed;
 }

@@ -100,7 +100,7 @@ class Transformer : public Model {
   }
   // Every linear layer (encoder, decoder, output), packed in `precision`.
   std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const override;
-  // The encoder's linear layers alone (for encode's products in int8 at translation).
+  // The encoder's linear layers alone (for encode's products at translation).
   std::shared_ptr<const nn::PackedLinears> pack_encoder_linears(nn::LinearPrecision precision) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;

@@ -34,7 +34,6 @@ Var linear(const Linear& layer, const Var& x, const PackedLinears* packed) {
   const bool records = grad_enabled() && (x.requires_grad() || layer.weight.requires_grad() ||
                                           (layer.bias.defined() && layer.bias.requires_grad()));
   const int64_t K = layer.weight.size(1), rows = x.value().numel() / std::max<int64_t>(K, 1);
-  if (pack && rows > kMaxPackedRows) pack = nullptr;
   if ((!pack && !quantized) || records || x.size(-1) != K) return layer.forward(x);
   const Tensor in = x.value().contiguous();
   const int64_t out = layer.weight.size(0);

@@ -106,7 +106,7 @@ struct AttentionDropoutSpec {
 // softmax(masked_fill(Q K^T / sqrt(dk))) [dropout] @ V, one fused op.
 // q (B, H, Tq, dk), k and v (B, H, Tk, dk): may be strided views with a contiguous last dim.
 // Returns out (B, H, Tq, dk) contiguous; *probs gets the saved softmax (B, H, Tq, Tk).
-// inference: no gradient will be taken, so a step's few queries may take the kernel's direct path
+// inference: no gradient will be taken, so short heads may take the kernel's direct path and the softmax its AVX2 exp
 // (see kernels::attention_forward); training keeps one summation order for every length.
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& masks,
                          const AttentionDropoutSpec& dropout, Tensor* probs, bool inference = false);

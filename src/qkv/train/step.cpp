@@ -134,9 +134,8 @@ ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& s
   const int32_t pad = model.config().pad_id, ignored = lm ? -1 : pad;
   ScoreResult result;
   result.line_log_prob.assign(tgt.size(), 0.0);
-  // Float32 needs no packs: scoring batches are long, and BLAS is as fast there.
-  const std::shared_ptr<const nn::PackedLinears> packs =
-      precision == nn::LinearPrecision::Int8 ? model.pack_linears(precision) : nullptr;
+  // Packed once per call: BLAS would re-pack every weight for every batch.
+  const std::shared_ptr<const nn::PackedLinears> packs = model.pack_linears(precision);
   for (size_t begin = 0; begin < tgt.size(); begin += static_cast<size_t>(batch_size)) {
     const size_t end = std::min(tgt.size(), begin + static_cast<size_t>(batch_size));
     const std::vector<data::IdLine> t(tgt.begin() + begin, tgt.begin() + end);
