@@ -4,7 +4,8 @@
 // R runs after a warm-up), the ratio of qkv to the faster peer, each one's peak RSS (each peer in
 // its own fresh process), the lowest cosine between each peer's embeddings and qkv's (the same
 // computation: > 0.9999), and qkv's matmul share: the run's GEMM FLOPs (from the shapes of its
-// padded batches) at the SGEMM rate measured in this run, against qkv's time.
+// padded batches) at the SGEMM rate measured in this run, against qkv's time, and the run's linear
+// products replayed alone through qkv's kernels::gemm_packed and through cblas_sgemm.
 //
 // Usage: bench_embed [--threads T] [--reps R] [--batch-size B] [--count N] [--sentences FILE]
 //                    [--model-dir HF_DIR] [--checkpoint CKPT] [--ct2-dir DIR] [--python PATH]
@@ -38,6 +39,7 @@
 #include "qkv/data/encoder_text.h"
 #include "qkv/interop/hf_import.h"
 #include "qkv/io/npy.h"
+#include "qkv/kernels/packed_gemm.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/sentence_embedding.h"
 #include "qkv/text/tokenizer.h"
@@ -138,32 +140,46 @@ Flops encoder_flops(const std::vector<std::pair<int64_t, int64_t>>& batches, con
   return f;
 }
 
-// The run's linear-layer GEMMs (98% of its FLOPs) through cblas_sgemm alone, as ops::linear_forward
-// calls it: y (M, N) += x (M, K) @ W (N, K)^T on the bias, M = the padded batch's positions; one
-// layer's six GEMMs per batch, times the layer count. Median of 3 passes after a warm-up, seconds.
-double linear_gemms_seconds(const std::vector<std::pair<int64_t, int64_t>>& batches, const models::TransformerConfig& c) {
+// The run's linear-layer GEMMs (98% of its FLOPs) alone: y (M, N) = x (M, K) @ W (N, K)^T + bias,
+// M = the padded batch's positions; one layer's six GEMMs per batch, times the layer count; median
+// of 3 passes after a warm-up, seconds. Through qkv's own path (kernels::gemm_packed on weights
+// packed once, the bias added in the kernel) and through cblas_sgemm (onto the pre-filled bias, as
+// ops::linear_forward calls it without packs).
+struct GemmSeconds {
+  double packed = 0, cblas = 0;
+};
+GemmSeconds linear_gemms_seconds(const std::vector<std::pair<int64_t, int64_t>>& batches,
+                                 const models::TransformerConfig& c) {
   const int64_t D = c.d_model, F = c.d_ff;
   int64_t max_m = 0;
   for (const auto& [rows, T] : batches) max_m = std::max(max_m, rows * T);
   std::vector<float> x(static_cast<size_t>(max_m * F), 0.01f), y(static_cast<size_t>(max_m * F), 0.f),
-      w(static_cast<size_t>(F * D), 0.01f);
-  const auto gemm = [&](int64_t M, int64_t N, int64_t K) {
+      w(static_cast<size_t>(F * D), 0.01f), bias(static_cast<size_t>(F), 0.f);
+  const kernels::PackedWeights square = kernels::pack_weights(w.data(), D, D), up = kernels::pack_weights(w.data(), F, D),
+                               down = kernels::pack_weights(w.data(), D, F);
+  const auto cblas = [&](int64_t M, int64_t N, int64_t K, const kernels::PackedWeights&) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(M), static_cast<blasint>(N),
                 static_cast<blasint>(K), 1.f, x.data(), static_cast<blasint>(K), w.data(), static_cast<blasint>(K), 1.f,
                 y.data(), static_cast<blasint>(N));
   };
-  std::vector<double> t;
-  for (int pass = 0; pass < 4; ++pass) {
-    const auto s = Clock::now();
-    for (const auto& [rows, T] : batches) {
-      const int64_t M = rows * T;
-      for (int k = 0; k < 4; ++k) gemm(M, D, D);  // W_q, W_k, W_v, W_o
-      gemm(M, F, D);                              // fc1
-      gemm(M, D, F);                              // fc2
+  const auto packed = [&](int64_t M, int64_t N, int64_t K, const kernels::PackedWeights& W) {
+    kernels::gemm_packed(x.data(), M, K, W, bias.data(), y.data(), N);
+  };
+  const auto replay = [&](const auto& gemm) {
+    std::vector<double> t;
+    for (int pass = 0; pass < 4; ++pass) {
+      const auto s = Clock::now();
+      for (const auto& [rows, T] : batches) {
+        const int64_t M = rows * T;
+        for (int k = 0; k < 4; ++k) gemm(M, D, D, square);  // W_q, W_k, W_v, W_o
+        gemm(M, F, D, up);                                  // fc1
+        gemm(M, D, F, down);                                // fc2
+      }
+      if (pass > 0) t.push_back(since(s) * static_cast<double>(c.num_layers));
     }
-    if (pass > 0) t.push_back(since(s) * static_cast<double>(c.num_layers));
-  }
-  return median(t);
+    return median(t);
+  };
+  return {replay(packed), replay(cblas)};
 }
 
 struct QkvRun {
@@ -258,7 +274,7 @@ int main(int argc, char** argv) {
   const Flops flops = encoder_flops(batches, config);
   const double ceiling = sgemm_ceiling_gflops();
   const double at_ceiling = flops.total() / (ceiling * 1e9);
-  const double gemms_alone = linear_gemms_seconds(batches, config);
+  const GemmSeconds gemms_alone = linear_gemms_seconds(batches, config);
 
   std::printf("all-MiniLM-L6-v2: %lld layers, d_model %lld, %lld heads, d_ff %lld; %s\n",
               static_cast<long long>(config.num_layers), static_cast<long long>(config.d_model),
@@ -276,9 +292,11 @@ int main(int argc, char** argv) {
               flops.total() * 1e-9, flops.linear * 1e-9, flops.attention * 1e-9, padded_tokens,
               100.0 * (padded_tokens - real_tokens) / padded_tokens, ceiling, at_ceiling, at_ceiling / median(total),
               at_ceiling / median(emb), flops.total() / median(total) * 1e-9);
-  std::printf("qkv      the run's linear GEMMs alone through cblas_sgemm (same shapes, %.0f GFLOP/s): %.3f s = %.2f of "
-              "qkv's time; the rest (attention, GELU, LayerNorm, softmax, pooling, tokenisation, copies) %.3f s\n",
-              flops.linear / gemms_alone * 1e-9, gemms_alone, gemms_alone / median(total), median(total) - gemms_alone);
+  std::printf("qkv      the run's linear GEMMs alone (same shapes): qkv's gemm_packed %.0f GFLOP/s, %.3f s = %.2f of "
+              "qkv's time; cblas_sgemm %.0f GFLOP/s, %.3f s; the rest of qkv's run (attention, GELU, LayerNorm, "
+              "pooling, tokenisation, copies) %.3f s\n",
+              flops.linear / gemms_alone.packed * 1e-9, gemms_alone.packed, gemms_alone.packed / median(total),
+              flops.linear / gemms_alone.cblas * 1e-9, gemms_alone.cblas, median(total) - gemms_alone.packed);
   std::fflush(stdout);
 
   struct Peer {

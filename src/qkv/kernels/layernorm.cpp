@@ -1,11 +1,50 @@
 #include "qkv/kernels/layernorm.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
 namespace qkv::kernels {
 
 namespace {
+// Sum of x[0..C) in double, eight lanes at a time (two vectors of four doubles). A serial double sum
+// waits 4 cycles per element: it was 3.4% of embedding with MiniLM. The order differs from a serial
+// sum only far below float precision (29 extra bits), so the float mean and scale almost never move.
+double sum_in_double(const float* x, int64_t C) {
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) {
+    const __m256 v = _mm256_loadu_ps(x + c);
+    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; c < C; ++c) sum += x[c];
+  return sum;
+}
+
+// Sum of (x - m)^2 in double, as sum_in_double.
+double squared_deviations_in_double(const float* x, int64_t C, double m) {
+  const __m256d mv = _mm256_set1_pd(m);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int64_t c = 0;
+  for (; c + 8 <= C; c += 8) {
+    const __m256 v = _mm256_loadu_ps(x + c);
+    const __m256d dlo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), mv);
+    const __m256d dhi = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), mv);
+    lo = _mm256_fmadd_pd(dlo, dlo, lo);
+    hi = _mm256_fmadd_pd(dhi, dhi, hi);
+  }
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, _mm256_add_pd(lo, hi));
+  double sq = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  for (; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
+  return sq;
+}
+
 // Shared body of both forwards. Per row, the mean and the sum of squared deviations in two passes
 // in double (the variance of a row with a large mean stays exact); scale_of(r, sum_sq) returns the
 // factor of x - mean (and may save a statistic of row r).
@@ -15,12 +54,8 @@ void layernorm_forward_impl(float* y, float* mean, float* rstd, const float* x, 
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * C;
-    double sum = 0;
-    for (int64_t c = 0; c < C; ++c) sum += xr[c];
-    const double m = sum / C;
-    double sq = 0;
-    for (int64_t c = 0; c < C; ++c) sq += (xr[c] - m) * (xr[c] - m);
-    const float rs = scale_of(r, sq);
+    const double m = sum_in_double(xr, C) / C;
+    const float rs = scale_of(r, squared_deviations_in_double(xr, C, m));
     const float mf = static_cast<float>(m);
     float* yr = y + r * C;
     for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mf) * rs * weight[c] + bias[c];
