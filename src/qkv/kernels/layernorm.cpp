@@ -8,9 +8,10 @@
 namespace qkv::kernels {
 
 namespace {
-// Sum of x[0..C) in double, eight lanes at a time (two vectors of four doubles). A serial double sum
-// waits 4 cycles per element: it was 3.4% of embedding with MiniLM. The order differs from a serial
-// sum only far below float precision (29 extra bits), so the float mean and scale almost never move.
+// Sum of x[0..C) in double, eight lanes at a time (two vectors of four doubles): a serial double sum
+// waits for the previous add (4 cycles) at every element, and LayerNorm was 3.4% of an embedding
+// run with MiniLM. The order differs from a serial sum only far below float precision (29 extra
+// bits), so the float mean and scale almost never move (LegacyCheckpoint still resumes bit for bit).
 double sum_in_double(const float* x, int64_t C) {
   __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
   int64_t c = 0;

@@ -7,7 +7,8 @@ namespace qkv::kernels {
 // Numerically stable: subtracts the row max before exp.
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t C);
 void softmax_row(float* row, int64_t C);  // in place, one row
-// The same with AVX2 exp (1.2 ulp) and lane-wise sums: 3-4x faster, rounded differently. For
+// The same with AVX2 exp (1.2 ulp) and lane-wise sums, rounded differently (attention's softmax in
+// an embedding run: 4.0% of the profile with softmax_row and libm's expf, 1.3% with this). For
 // inference only: training keeps softmax_row, whose numbers checkpoints were trained with.
 void softmax_row_vectorized(float* row, int64_t C);
 // y = softmax(x): dx_i = y_i * (dy_i - sum_j dy_j y_j).
