@@ -12,6 +12,7 @@
 #include "qkv/train/encoder_trainer.h"
 #include "qkv/train/lm_trainer.h"
 #include "qkv/train/memory_budget.h"
+#include "qkv/io/checkpoint_lock.h"
 #include "qkv/train/metrics_log.h"
 
 namespace qkv::train {
@@ -340,6 +341,11 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
 }
 
 TrainResult dispatch(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
+  // The writer holds the checkpoint it writes for the whole run (io/checkpoint_lock.h); a refusal
+  // on rank 0 reaches the other ranks as any failure while preparing does (run_training).
+  const std::string last = last_checkpoint_dir(o);
+  std::optional<io::CheckpointLock> lock;
+  if (!last.empty() && writer(o)) lock.emplace(last);
   if (o.arch == models::kEncoderOnly) return run_encoder_train(o, events, stop);
   QKV_CHECK(o.objective.empty() && o.init.empty(), "--objective and --init are for --arch encoder-only");
   QKV_CHECK(o.labelled.empty() && o.valid_labelled.empty(),
