@@ -48,10 +48,24 @@ std::vector<std::vector<int32_t>> Encoder::encode_all(const std::vector<std::str
   return ids;
 }
 
+namespace {
+// Packing copies every weight of the blocks into fresh memory (MiniLM: 42 MB, tens of milliseconds
+// with the page faults), which a call of a few sentences would spend more on than the packs save.
+// Below this many tokens the call multiplies with the weights through BLAS.
+constexpr int64_t kMinTokensToPack = 2048;
+
+std::shared_ptr<const nn::PackedLinears> packs_for(const models::EncoderModel& model,
+                                                   const std::vector<std::vector<int32_t>>& sentences) {
+  int64_t tokens = 0;
+  for (const auto& s : sentences) tokens += static_cast<int64_t>(s.size());
+  return tokens >= kMinTokensToPack ? model.pack_linears(nn::LinearPrecision::Float32) : nullptr;
+}
+}  // namespace
+
 Tensor Encoder::embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size,
                          const std::function<void(int64_t done)>& on_batch) const {
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
-  const auto packed = model_->pack_linears(nn::LinearPrecision::Float32);
+  const auto packed = packs_for(*model_, sentences);
   return models::embed_sentences(*model_, sentences, pooling_, batch_size, on_batch, packed.get());
 }
 
@@ -66,7 +80,7 @@ Tensor Encoder::classify_ids(const std::vector<std::vector<int32_t>>& sentences,
                                        "train one with qkv train --objective classify");
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
   if (sentences.empty()) return Tensor::zeros({0, static_cast<int64_t>(labels().size())});
-  const auto packed = model_->pack_linears(nn::LinearPrecision::Float32);
+  const auto packed = packs_for(*model_, sentences);
   return train::class_probabilities(*model_, sentences, batch_size, {}, packed.get());
 }
 

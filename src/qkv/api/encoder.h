@@ -39,9 +39,10 @@ class Encoder {
   std::vector<std::vector<int32_t>> encode_all(const std::vector<std::string>& texts) const;  // "line N"
 
   // (N, d_model) sentence embeddings of tokenised sentences, in batches of similar lengths;
-  // on_batch (optional) hears the sentences done so far. Each call packs the blocks' linears once
-  // for kernels::gemm_packed (BLAS would re-pack every weight for every batch), from the weights
-  // as they are then: weights changed through model() between calls are always seen.
+  // on_batch (optional) hears the sentences done so far. A call of 2048 tokens or more packs the
+  // blocks' linears once for kernels::gemm_packed (BLAS would re-pack every weight for every
+  // batch), from the weights as they are then: weights changed through model() between calls are
+  // always seen. Shorter calls use BLAS, as packing would cost them more than it saves.
   Tensor embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size = 32,
                    const std::function<void(int64_t done)>& on_batch = {}) const;
   Tensor embed(const std::vector<std::string>& texts, int64_t batch_size = 32) const;
