@@ -1,11 +1,13 @@
-// KVCache::reorder works in place (beam search calls it every step): for every kind of row mapping
-// (identity, swaps, cycles, duplicates, dropped rows, a growing batch) the decoded positions of each
-// row equal a plain gather of the old rows, and positions past `length` are not needed.
+// KVCache::reorder moves a map of rows, reorder_copying (static caches) copies rows in place: for
+// every kind of row mapping (identity, swaps, cycles, duplicates, dropped rows, a growing batch) each
+// sequence's positions, gathered into place, equal a plain gather of the old rows. And attention
+// through a mapped cache, step after step, gives the bits of attention over rows copied into place.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
 
+#include "qkv/autograd/graph.h"
 #include "qkv/nn/attention.h"
 
 namespace qkv::nn {
@@ -51,17 +53,91 @@ TEST(KVCacheReorder, EqualsAGatherOfTheOldRowsForEveryKindOfMapping) {
   }
   for (const auto& [what, rows] : cases) {
     const KVCache before = numbered_cache(N, H, capacity, dk, length);
-    KVCache after = numbered_cache(N, H, capacity, dk, length);
-    after.reorder(rows);
-    expect_gathered(after, before, rows, what);
+    KVCache copied = numbered_cache(N, H, capacity, dk, length);
+    copied.reorder_copying(rows);
+    expect_gathered(copied, before, rows, what + " (copying)");
+    KVCache mapped = numbered_cache(N, H, capacity, dk, length);
+    mapped.reorder(rows);
+    ASSERT_EQ(mapped.sequences(), static_cast<int64_t>(rows.size())) << what;
+    mapped.gather_in_place();
+    expect_gathered(mapped, before, rows, what + " (map)");
   }
   // Twice in a row on a narrowed cache (rows dropped, then reordered again).
-  KVCache c = numbered_cache(N, H, capacity, dk, length);
-  const KVCache before = numbered_cache(N, H, capacity, dk, length);
-  c.reorder({6, 5, 4, 3});
-  c.reorder({1, 0, 0});
-  expect_gathered(c, before, {5, 6, 6}, "drop then reorder");
-  EXPECT_THROW(c.reorder({0, 3}), Error);  // row 3 no longer exists
+  for (const bool by_map : {false, true}) {
+    KVCache c = numbered_cache(N, H, capacity, dk, length);
+    const KVCache before = numbered_cache(N, H, capacity, dk, length);
+    const auto reorder = [&](const std::vector<int64_t>& rows) { by_map ? c.reorder(rows) : c.reorder_copying(rows); };
+    reorder({6, 5, 4, 3});
+    reorder({1, 0, 0});
+    EXPECT_THROW(reorder({0, 3}), Error);  // sequence 3 no longer exists
+    c.gather_in_place();
+    expect_gathered(c, before, {5, 6, 6}, by_map ? "drop then reorder (map)" : "drop then reorder (copying)");
+  }
+}
+
+// Beam search's use: a step of self-attention, a reordering (beams swapped, duplicated, sentences
+// dropped, the batch grown), a step, ... The cache whose rows move by a map must give the output
+// and attention weights of the cache whose rows are copied, bit for bit, and positions written
+// after a reordering must not disturb what the map still points at.
+TEST(KVCacheReorder, AttentionThroughTheMapEqualsAttentionOverCopiedRows) {
+  NoGradGuard no_grad;
+  // dk 32, 64 and 24 (the kernel's generic path)
+  for (const auto& [d_model, heads] : {std::pair<int64_t, int64_t>{64, 2}, {128, 2}, {96, 4}}) {
+    Generator gen(7);
+    MultiHeadAttention attn(d_model, heads, gen);
+    attn.eval();
+    const int64_t capacity = 12;
+    KVCache copied = KVCache::with_capacity(6, attn.num_heads(), capacity, d_model / attn.num_heads());
+    KVCache mapped = KVCache::with_capacity(6, attn.num_heads(), capacity, d_model / attn.num_heads());
+    const std::vector<std::vector<int64_t>> reorders = {
+        {0, 0, 1, 3, 3, 5}, {5, 4, 3, 2, 1, 0}, {1, 1, 1, 4}, {0, 0, 1, 1, 2, 2, 3, 3}, {7, 6, 0, 2, 2},
+        {4, 3, 2, 1, 0},   {2, 2, 0}};
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (size_t step = 0; step <= reorders.size(); ++step) {
+      const int64_t n = copied.k.size(0), T = step == 3 ? 2 : 1;  // step 3 appends two positions at once
+      Tensor x = Tensor::empty(Dims{n, T, d_model});
+      for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = normal(rng);
+      Tensor w_copied, w_mapped;
+      const Tensor want = attn.forward_cached(Var(x), copied, {}, &w_copied).value();
+      const Tensor got = attn.forward_cached(Var(x), mapped, {}, &w_mapped).value();
+      const std::string at = "d_model " + std::to_string(d_model) + ", step " + std::to_string(step);
+      ASSERT_EQ(got.to_vector(), want.to_vector()) << at;
+      ASSERT_EQ(w_mapped.to_vector(), w_copied.to_vector()) << at;
+      if (step == reorders.size()) break;
+      copied.reorder_copying(reorders[step]);
+      mapped.reorder(reorders[step]);
+    }
+    EXPECT_TRUE(mapped.key_rows.defined());
+  }
+}
+
+TEST(KVCacheReorder, ManyNewPositionsGatherTheMappedRowsFirst) {
+  NoGradGuard no_grad;
+  Generator gen(11);
+  MultiHeadAttention attn(64, 2, gen);
+  attn.eval();
+  KVCache copied = KVCache::with_capacity(3, 2, 32, 32), mapped = KVCache::with_capacity(3, 2, 32, 32);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const auto random_x = [&](int64_t n, int64_t T) {
+    Tensor x = Tensor::empty(Dims{n, T, 64});
+    for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = normal(rng);
+    return x;
+  };
+  const Tensor x0 = random_x(3, 2);
+  attn.forward_cached(Var(x0), copied, {});
+  attn.forward_cached(Var(x0), mapped, {});
+  copied.reorder_copying({2, 0, 0});
+  mapped.reorder({2, 0, 0});
+  ops::AttentionMasks causal;
+  causal.causal = true;
+  const Tensor x1 = random_x(3, 12);  // past the mapped kernel's 8 queries: gathered into place first
+  const Tensor want = attn.forward_cached(Var(x1), copied, causal).value();
+  const Tensor got = attn.forward_cached(Var(x1), mapped, causal).value();
+  EXPECT_FALSE(mapped.key_rows.defined());
+  EXPECT_EQ(got.to_vector(), want.to_vector());
+  EXPECT_THROW(attn.forward_cached(Var(random_x(2, 1)), mapped, {}), Error);  // 2 sequences for a cache of 3
 }
 
 }  // namespace

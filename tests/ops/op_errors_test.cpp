@@ -71,6 +71,24 @@ TEST_F(OpErrors, MatmulShapeMismatchNamesOpAndBothShapes) {
   EXPECT_TRUE(throws_with([] { fn::matmul(leaf({3, 4}), leaf({2, 4, 5})); }, {"matmul", "(3, 4)", "(2, 4, 5)"}));
 }
 
+TEST_F(OpErrors, MappedAttentionRefusesRowsOutsideTheCacheAndLongQueries) {
+  Tensor probs;
+  const auto rows_of = [](std::vector<int32_t> r, int64_t B, int64_t Tk) {
+    Tensor t = Tensor::empty(Dims{B, Tk}, DType::I32);
+    std::copy(r.begin(), r.end(), t.i32());
+    return t;
+  };
+  const Tensor k = leaf({3, 2, 2, 4}).value();  // 3 cache rows, 2 positions
+  EXPECT_TRUE(throws_with([&] { ops::attention_forward_mapped(leaf({2, 2, 1, 4}).value(), k, k, rows_of({0, 1, 2, 3}, 2, 2), {}, &probs); },
+                          {"mapped attention", "key 1 of row 1 is in row 3", "[0, 3)"}));
+  EXPECT_TRUE(throws_with([&] { ops::attention_forward_mapped(leaf({2, 2, 9, 4}).value(), k, k, rows_of({0, 1, 2, 0}, 2, 2), {}, &probs); },
+                          {"mapped attention", "9 queries"}));
+  EXPECT_TRUE(throws_with([&] { ops::attention_forward_mapped(leaf({2, 2, 1, 4}).value(), k, k, rows_of({0, 1, 2}, 1, 3), {}, &probs); },
+                          {"mapped attention", "(2, 2)"}));
+  const Tensor out = ops::attention_forward_mapped(leaf({2, 2, 1, 4}).value(), k, k, rows_of({2, 0, 1, 1}, 2, 2), {}, &probs);
+  EXPECT_EQ(out.shape(), (Dims{2, 2, 1, 4}));
+}
+
 TEST_F(OpErrors, AttentionShapeMismatchNamesOpAndBothShapes) {
   const ops::AttentionMasks none;
   // dk differs between q and k.

@@ -71,11 +71,25 @@ inline __m256 sum_lanes_of_8(const __m256 a[8]) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// Where key (or value) j of a head is: a strided sequence of rows, or (a beam-search cache whose
+// rows are moved by a map instead of copied) position j of whichever batch row the map names.
+struct StridedRows {
+  const float* head;  // row 0 of the head
+  int64_t t_stride;
+  const float* operator()(int64_t j) const { return head + j * t_stride; }
+};
+struct MappedRows {
+  const float* head;     // row 0 of the head in batch row 0
+  const int32_t* rows;   // the batch row of each position j
+  int64_t b_stride, t_stride;
+  const float* operator()(int64_t j) const { return head + rows[j] * b_stride + j * t_stride; }
+};
+
 // One query's scores q.k / sqrt(dk) against a head whose dk is NV vectors of 8 (dk 32 or 64, the
 // common head sizes): 8 keys at a time, reduced together (one horizontal sum per 8 keys, not one
 // per key).
-template <int NV>
-void scores_of_one_query(const float* q, const float* kh, int64_t k_stride, float* row, int64_t Tk, float divisor) {
+template <int NV, class Keys>
+void scores_of_one_query(const float* q, const Keys& key_at, float* row, int64_t Tk, float divisor) {
   __m256 qv[NV];
   for (int c = 0; c < NV; ++c) qv[c] = _mm256_loadu_ps(q + 8 * c);
   const __m256 div = _mm256_set1_ps(divisor);
@@ -83,7 +97,7 @@ void scores_of_one_query(const float* q, const float* kh, int64_t k_stride, floa
   for (; j + 8 <= Tk; j += 8) {
     __m256 acc[8];
     for (int r = 0; r < 8; ++r) {
-      const float* key = kh + (j + r) * k_stride;
+      const float* key = key_at(j + r);
       __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(key));
       for (int c = 1; c < NV; ++c) a = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(key + 8 * c), a);
       acc[r] = a;
@@ -91,7 +105,7 @@ void scores_of_one_query(const float* q, const float* kh, int64_t k_stride, floa
     _mm256_storeu_ps(row + j, _mm256_div_ps(sum_lanes_of_8(acc), div));
   }
   for (; j < Tk; ++j) {
-    const float* key = kh + j * k_stride;
+    const float* key = key_at(j);
     __m256 a = _mm256_mul_ps(qv[0], _mm256_loadu_ps(key));
     for (int c = 1; c < NV; ++c) a = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(key + 8 * c), a);
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -101,44 +115,45 @@ void scores_of_one_query(const float* q, const float* kh, int64_t k_stride, floa
 }
 
 // o = sum_j row[j] v_j with o in NV registers over all keys (no load and store of it per key).
-template <int NV>
-void weighted_values(const float* row, int64_t Tk, const float* vh, int64_t v_stride, float* o) {
+template <int NV, class Values>
+void weighted_values(const float* row, int64_t Tk, const Values& value_at, float* o) {
   __m256 acc[NV];
   for (int c = 0; c < NV; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t j = 0; j < Tk; ++j) {
     const __m256 p = _mm256_broadcast_ss(row + j);
-    const float* value = vh + j * v_stride;
+    const float* value = value_at(j);
     for (int c = 0; c < NV; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(value + 8 * c), acc[c]);
   }
   for (int c = 0; c < NV; ++c) _mm256_storeu_ps(o + 8 * c, acc[c]);
 }
 
-void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_stride, const float* kh, int64_t k_stride,
-                        const float* vh, int64_t v_stride, float* oh, int64_t o_stride, float* probs,
-                        const AttentionMask& mask, int64_t b, float divisor) {
+template <class Keys, class Values>
+void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_stride, const Keys& key_at,
+                        const Values& value_at, float* oh, int64_t o_stride, float* probs, const AttentionMask& mask,
+                        int64_t b, float divisor) {
   const bool masked = any_mask(mask);
   for (int64_t i = 0; i < d.Tq; ++i) {
     const float* q = qh + i * q_stride;
     float* row = probs + i * d.Tk;
     float* o = oh + i * o_stride;
     if (d.dk == 64) {
-      scores_of_one_query<8>(q, kh, k_stride, row, d.Tk, divisor);
+      scores_of_one_query<8>(q, key_at, row, d.Tk, divisor);
     } else if (d.dk == 32) {
-      scores_of_one_query<4>(q, kh, k_stride, row, d.Tk, divisor);
+      scores_of_one_query<4>(q, key_at, row, d.Tk, divisor);
     } else {
-      for (int64_t j = 0; j < d.Tk; ++j) row[j] = dot(q, kh + j * k_stride, d.dk) / divisor;
+      for (int64_t j = 0; j < d.Tk; ++j) row[j] = dot(q, key_at(j), d.dk) / divisor;
     }
     if (masked)
       for (int64_t j = 0; j < d.Tk; ++j)
         if (is_masked(mask, b, i, j, d)) row[j] = mask.fill;
     softmax_row_vectorized(row, d.Tk);
     if (d.dk == 64) {
-      weighted_values<8>(row, d.Tk, vh, v_stride, o);
+      weighted_values<8>(row, d.Tk, value_at, o);
     } else if (d.dk == 32) {
-      weighted_values<4>(row, d.Tk, vh, v_stride, o);
+      weighted_values<4>(row, d.Tk, value_at, o);
     } else {
       for (int64_t c = 0; c < d.dk; ++c) o[c] = 0.f;
-      for (int64_t j = 0; j < d.Tk; ++j) axpy(o, row[j], vh + j * v_stride, d.dk);
+      for (int64_t j = 0; j < d.Tk; ++j) axpy(o, row[j], value_at(j), d.dk);
     }
   }
 }
@@ -148,10 +163,21 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
-                       int scratch_slots, bool inference) {
+                       int scratch_slots, bool inference, const KeyRows& key_rows) {
   // The seed divides by math.sqrt(d_k) (a double) applied to a float tensor: divide by that float.
   const float divisor = static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
   const int64_t heads = d.B * d.H;
+  if (key_rows.rows) {
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      const int64_t b = bh / d.H, h = bh % d.H;
+      const int32_t* rows = key_rows.rows + b * key_rows.stride;
+      attend_few_queries(d, q + b * qs.b + h * qs.h, qs.t, MappedRows{k + h * ks.h, rows, ks.b, ks.t},
+                         MappedRows{v + h * vs.h, rows, vs.b, vs.t}, out + b * os.b + h * os.h, os.t,
+                         probs + bh * d.Tq * d.Tk, mask, b, divisor);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < heads; ++bh) {
     const int64_t b = bh / d.H, h = bh % d.H;
@@ -161,7 +187,7 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     float* oh = out + b * os.b + h * os.h;
     float* ph = probs + bh * d.Tq * d.Tk;  // (Tq, Tk)
     if (inference && drop.p == 0.f && (d.Tq <= kMaxFewQueries || d.Tk <= kMaxDirectKeys)) {
-      attend_few_queries(d, qh, qs.t, kh, ks.t, vh, vs.t, oh, os.t, ph, mask, b, divisor);
+      attend_few_queries(d, qh, qs.t, StridedRows{kh, ks.t}, StridedRows{vh, vs.t}, oh, os.t, ph, mask, b, divisor);
       continue;
     }
     sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);

@@ -30,15 +30,25 @@ struct AttentionDropout {
   uint64_t offset = 0;  // counter base: element (b, h, i, j) draws offset + ((b*H + h)*Tq + i)*Tk + j
 };
 
+// A cache whose rows are moved by a map rather than copied (beam search reorders its sequences every
+// step): key and value j of batch row b of q are position j of batch row rows[b * stride + j] of k
+// and v, whose batch dimension may be larger than q's (rows that ended keep their storage).
+struct KeyRows {
+  const int32_t* rows = nullptr;  // null: batch row b's keys are in batch row b
+  int64_t stride = 0;
+};
+
 // scratch: scratch_slots * Tq * Tk floats, one slot per OpenMP thread (used only when dropout p > 0).
 // inference: no gradient will be taken. Heads of at most 8 queries or 128 keys without dropout
 // (decoding steps, sentences being embedded) then skip BLAS for direct dot products, and the
 // softmax uses AVX2 exp. Off in training, whose numbers then never depend on the sequence length's
 // path (and stay those of checkpoints written before these paths existed).
+// key_rows: given, the call must be inference without dropout; it always takes the direct path
+// (the same arithmetic as with the rows copied into place, so the same bits).
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
-                       int scratch_slots, bool inference = false);
+                       int scratch_slots, bool inference = false, const KeyRows& key_rows = {});
 
 // Per head, with Pd = dropout(P) and dS the gradient w.r.t. the scaled scores S:
 //   dV = Pd^T @ dO

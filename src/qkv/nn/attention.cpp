@@ -1,5 +1,7 @@
 #include "qkv/nn/attention.h"
 
+#include <algorithm>
+
 namespace qkv::nn {
 
 MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout)
@@ -53,9 +55,19 @@ ops::AttentionMasks first_keys(const ops::AttentionMasks& masks, int64_t length)
 }  // namespace
 
 namespace {
+// Copies rows [0, rows) of `from` into a fresh (rows_out, H, capacity, dk) cache tensor, over the
+// first `length` positions.
+Tensor grown_copy(const Tensor& from, int64_t rows_out, int64_t length) {
+  Dims shape = from.shape();
+  shape[0] = rows_out;
+  Tensor grown = Tensor::empty_unpooled(shape);
+  const int64_t rows = from.size(0);
+  grown.slice0(0, rows).narrow(2, 0, length).copy_from(from.narrow(2, 0, length));
+  return grown;
+}
+
 // Row i of `cache` (N, H, capacity, dk) becomes old row rows[i], over the first `length` positions
-// only (the rest is unused). Beam search calls this every step, so it works in place and copies each
-// row that changes once: a row is overwritten only after the rows that read from it are done (the
+// only (the rest is unused). In place, copying each row that changes once: a row is overwritten only after the rows that read from it are done (the
 // order of a parallel assignment), and a cycle of rows is broken through one row of scratch.
 // Dropping rows (rows.size() < N) just narrows the view; only a batch that grows gets new storage.
 void reorder_rows(Tensor& cache, const std::vector<int64_t>& rows, int64_t length) {
@@ -106,24 +118,86 @@ void reorder_rows(Tensor& cache, const std::vector<int64_t>& rows, int64_t lengt
 }  // namespace
 
 void KVCache::reorder(const std::vector<int64_t>& rows) {
+  const int64_t n_old = sequences(), n = static_cast<int64_t>(rows.size()), capacity = k.size(2);
+  for (int64_t r : rows)
+    QKV_CHECK(r >= 0 && r < n_old, "attention cache: sequence " << r << " outside [0, " << n_old << ")");
+  if (n > k.size(0)) {  // more sequences than rows: new storage (the map's rows stay valid)
+    k = grown_copy(k, n, length);
+    v = grown_copy(v, n, length);
+  }
+  Tensor map = Tensor::empty(Dims{n, capacity}, DType::I32);
+  int32_t* out = map.i32();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t from = rows[static_cast<size_t>(i)];
+    if (key_rows.defined()) {
+      const int32_t* in = key_rows.i32() + from * capacity;
+      std::copy(in, in + length, out + i * capacity);
+    } else {
+      std::fill(out + i * capacity, out + i * capacity + length, static_cast<int32_t>(from));
+    }
+  }
+  key_rows = std::move(map);
+}
+
+void KVCache::reorder_copying(const std::vector<int64_t>& rows) {
+  QKV_CHECK(!key_rows.defined(), "attention cache: reorder_copying on a cache whose rows move by a map");
   reorder_rows(k, rows, length);
   reorder_rows(v, rows, length);
 }
 
+void KVCache::gather_in_place() {
+  if (!key_rows.defined()) return;
+  QKV_CHECK(k.is_contiguous() && v.is_contiguous(), "attention cache: a mapped cache's storage must be whole");
+  const int64_t n = key_rows.size(0), capacity = k.size(2), H = k.size(1), dk = k.size(3);
+  Tensor gk = Tensor::empty_unpooled(Dims{n, H, capacity, dk}), gv = Tensor::empty_unpooled(Dims{n, H, capacity, dk});
+  const float *k_in = k.f32(), *v_in = v.f32();
+  float *k_out = gk.f32(), *v_out = gv.f32();
+  const int32_t* map = key_rows.i32();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t p = 0; p < length; ++p) {
+        const int64_t to = ((i * H + h) * capacity + p) * dk, from = ((map[i * capacity + p] * H + h) * capacity + p) * dk;
+        std::copy(k_in + from, k_in + from + dk, k_out + to);
+        std::copy(v_in + from, v_in + from + dk, v_out + to);
+      }
+  k = std::move(gk);
+  v = std::move(gv);
+  key_rows = Tensor();
+}
+
 Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks,
                                        Tensor* weights, const PackedLinears* packed) const {
-  const int64_t T = x.size(1), end = cache.length + T;
+  const int64_t N = x.size(0), T = x.size(1), end = cache.length + T;
   QKV_CHECK(end <= cache.k.size(2), "attention cache: " << end << " positions exceed its capacity " << cache.k.size(2));
+  QKV_CHECK(N == cache.sequences(), "attention cache: " << N << " sequences for a cache of " << cache.sequences());
+  constexpr int64_t kMaxMappedQueries = 8;  // what ops::attention_forward_mapped takes
+  if (T > kMaxMappedQueries) cache.gather_in_place();
   const Var q = project(W_q, x, packed);  // (N, H, T, dk)
-  cache.k.narrow(2, cache.length, T).copy_from(project(W_k, x, packed).value());
-  cache.v.narrow(2, cache.length, T).copy_from(project(W_v, x, packed).value());
+  // Sequence i's new positions go to row i: no row's positions [length, end) were written before.
+  cache.k.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_k, x, packed).value());
+  cache.v.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_v, x, packed).value());
+  if (cache.key_rows.defined()) {
+    const int64_t capacity = cache.k.size(2);
+    int32_t* map = cache.key_rows.i32();
+    for (int64_t i = 0; i < N; ++i) std::fill(map + i * capacity + cache.length, map + i * capacity + end, static_cast<int32_t>(i));
+  }
   cache.length = end;
-  return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights,
-                packed);
+  if (!cache.key_rows.defined())
+    return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights,
+                  packed);
+  QKV_CHECK((!grad_enabled() || !q.requires_grad()) && !(training() && attention_dropout_ > 0.f),
+            "attention cache: a reordered cache is for inference only (no gradient, no attention dropout)");
+  Tensor probs;
+  const Tensor out = ops::attention_forward_mapped(q.value(), cache.k.narrow(2, 0, end), cache.v.narrow(2, 0, end),
+                                                   cache.key_rows.narrow(1, 0, end), first_keys(masks, end), &probs);
+  if (weights) *weights = probs;
+  return linear(W_o, fn::combine_heads(Var(out)), packed);
 }
 
 Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks,
                                        Tensor* weights, int64_t rows_per_source, const PackedLinears* packed) const {
+  QKV_CHECK(!cache.key_rows.defined(), "cross-attention: a static cache is reordered by copying (reorder_copying)");
   if (rows_per_source == 1)
     return attend(project(W_q, x, packed), Var(cache.k), Var(cache.v), masks, weights, packed);
   const int64_t N = x.size(0), T = x.size(1), D = x.size(2), groups = N / rows_per_source;

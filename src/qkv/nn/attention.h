@@ -14,13 +14,28 @@ namespace qkv::nn {
 struct KVCache {
   Tensor k, v;          // (N, H, capacity, dk)
   int64_t length = 0;   // positions filled
+  // i32 (n, capacity) once reorder() has moved rows, else undefined: position p of sequence i is
+  // then in row key_rows[i, p] of k and v. Beam search reorders its sequences every step; moving
+  // the map instead of the keys and values costs n x length integers, not n x length x d_model
+  // floats twice per layer (the copies took 13% of translation's time). k and v keep every row
+  // that was ever used: a row's position p is written once, at step p, and then only read.
+  Tensor key_rows;
   // Allocates room for `capacity` positions of N sequences, as storage of its own (not the tensor
   // pool's): its pages count towards memory only once written, and most sentences end far below the
   // length limit the capacity is sized for. Pooled, a batch's caches were most of translation's
   // memory.
   static KVCache with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk);
-  // Keeps / duplicates rows: row i becomes row rows[i] (beam search, dropping finished sequences).
+  // Keeps / duplicates sequences: sequence i becomes old sequence rows[i] (beam search, dropping
+  // finished sequences). Moves the map; copies only when the batch grows past the rows allocated.
   void reorder(const std::vector<int64_t>& rows);
+  // The same for a static cache (cross-attention's, read in place by forward_static): copies each
+  // row that changes, once, in place.
+  void reorder_copying(const std::vector<int64_t>& rows);
+  // Copies every sequence's keys and values into its own row (k and v in the order of the
+  // sequences) and drops the map: for attention that needs them in place (more than a few queries).
+  void gather_in_place();
+  // The number of sequences (k and v may hold more rows).
+  int64_t sequences() const { return key_rows.defined() ? key_rows.size(0) : k.size(0); }
 };
 
 class MultiHeadAttention : public Module {

@@ -13,6 +13,8 @@ kernels::HeadsView heads_view(const Tensor& t) { return {t.strides()[0], t.strid
 // Makes the last dim unit-stride (the kernels' one layout requirement); other strides are kept.
 Tensor unit_last(const Tensor& t) { return t.strides()[t.dim() - 1] == 1 ? t : t.contiguous(); }
 
+void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m);
+
 kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& m) {
   QKV_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
             "attention: q, k, v must be (B, H, T, dk); got q " << q.shape() << ", k " << k.shape() << ", v "
@@ -21,6 +23,11 @@ kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const T
   QKV_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
             "attention: q " << q.shape() << " and k " << k.shape() << " disagree in B, H or dk");
   const kernels::AttentionDims d{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3)};
+  check_masks(d, m);
+  return d;
+}
+
+void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m) {
   if (m.key_keep.defined())
     QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{d.B, d.Tk}),
               "attention: key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
@@ -29,7 +36,6 @@ kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const T
     QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{d.B, d.Tq}),
               "attention: query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << d.B << ", "
                                        << d.Tq << ")");
-  return d;
 }
 
 kernels::AttentionMask kernel_mask(const AttentionMasks& m, Tensor* key_c, Tensor* query_c) {
@@ -67,6 +73,36 @@ Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v
   kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
                              heads_view(out), probs->f32(), km, kernel_dropout(dropout),
                              scratch.defined() ? scratch.f32() : nullptr, slots, inference);
+  return out;
+}
+
+Tensor attention_forward_mapped(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& key_rows,
+                                const AttentionMasks& masks, Tensor* probs) {
+  QKV_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && k_in.shape() == v_in.shape() && q_in.size(1) == k_in.size(1) &&
+                q_in.size(3) == k_in.size(3),
+            "mapped attention: q " << q_in.shape() << ", k " << k_in.shape() << ", v " << v_in.shape()
+                                   << " must be (B, H, Tq, dk), (Bk, H, Tk, dk) twice");
+  const int64_t Bk = k_in.size(0);
+  const kernels::AttentionDims d{q_in.size(0), q_in.size(1), q_in.size(2), k_in.size(2), q_in.size(3)};
+  QKV_CHECK(d.Tq <= 8, "mapped attention: " << d.Tq << " queries per head; at most 8 (decoding steps)");
+  QKV_CHECK(key_rows.dtype() == DType::I32 && key_rows.shape() == (Dims{d.B, d.Tk}) && key_rows.strides()[1] == 1,
+            "mapped attention: key rows " << key_rows.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
+                                          << ") with a contiguous last dim");
+  const int32_t* rows = key_rows.i32();
+  const int64_t stride = key_rows.strides()[0];
+  for (int64_t b = 0; b < d.B; ++b)
+    for (int64_t j = 0; j < d.Tk; ++j)
+      QKV_CHECK(rows[b * stride + j] >= 0 && rows[b * stride + j] < Bk,
+                "mapped attention: key " << j << " of row " << b << " is in row " << rows[b * stride + j]
+                                         << ", outside [0, " << Bk << ")");
+  check_masks(d, masks);  // the masks cover q's rows
+  const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
+  Tensor key_c, query_c;
+  const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
+  Tensor out = Tensor::empty(Dims{d.B, d.H, d.Tq, d.dk});
+  *probs = Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk});
+  kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
+                             heads_view(out), probs->f32(), km, {}, nullptr, 1, true, {rows, stride});
   return out;
 }
 

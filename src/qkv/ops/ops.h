@@ -110,6 +110,13 @@ struct AttentionDropoutSpec {
 // (see kernels::attention_forward); training keeps one summation order for every length.
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& masks,
                          const AttentionDropoutSpec& dropout, Tensor* probs, bool inference = false);
+// Inference attention over a cache whose rows move by a map instead of being copied (beam search):
+// key and value j of row b of q are position j of row key_rows[b, j] of k and v. q (B, H, Tq, dk) with
+// Tq <= 8, k and v (Bk, H, Tk, dk) with any Bk (rows that ended keep their storage), key_rows i32
+// (B, Tk) with a contiguous last dim, every entry in [0, Bk). Same numbers as attention_forward on
+// the rows gathered into place.
+Tensor attention_forward_mapped(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_rows,
+                                const AttentionMasks& masks, Tensor* probs);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
                         Tensor* dv);
