@@ -102,6 +102,39 @@ TEST_F(SearchTest, CacheDoesNotChangeTheResult) {
   }
 }
 
+// api::Translator packs the weights once for all its batches and hands the packs to each search:
+// the same hypotheses and scores, bit for bit, as a search that packs its own; packs of another
+// precision are refused.
+TEST_F(SearchTest, PacksGivenByTheCallerGiveTheSameResultAsPackingPerSearch) {
+  models::Transformer untrained(model_->config(), 9);
+  untrained.eval();
+  for (const auto precision : {nn::LinearPrecision::Float32, nn::LinearPrecision::Int8}) {
+    decoding::SearchOptions own, given;
+    own.beam_size = given.beam_size = 3;
+    own.n_best = given.n_best = 3;
+    own.precision = given.precision = precision;
+    given.encoder_packs = untrained.pack_encoder_linears(precision);
+    given.decoder_packs = untrained.pack_decoder_linears(precision);
+    const auto a = decoding::beam_search(untrained, sources(), own);
+    const auto b = decoding::beam_search(untrained, sources(), given);
+    const auto g = decoding::greedy_search(untrained, sources(), given);
+    const auto h = decoding::greedy_search(untrained, sources(), own);
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i].size(), b[i].size());
+      for (size_t j = 0; j < a[i].size(); ++j) {
+        EXPECT_EQ(a[i][j].tokens, b[i][j].tokens) << "sentence " << i << " hyp " << j;
+        EXPECT_EQ(a[i][j].log_prob, b[i][j].log_prob) << "sentence " << i << " hyp " << j;
+      }
+      EXPECT_EQ(g[i].tokens, h[i].tokens) << "greedy, sentence " << i;
+      EXPECT_EQ(g[i].log_prob, h[i].log_prob) << "greedy, sentence " << i;
+    }
+  }
+  decoding::SearchOptions mixed;
+  mixed.precision = nn::LinearPrecision::Int8;
+  mixed.decoder_packs = untrained.pack_decoder_linears(nn::LinearPrecision::Float32);
+  EXPECT_THROW(decoding::beam_search(untrained, sources(), mixed), Error);
+}
+
 TEST_F(SearchTest, NBestScoresEqualTeacherForcedScores) {
   models::Transformer untrained(model_->config(), 3);
   untrained.eval();

@@ -87,18 +87,25 @@ StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t
 // and values (DecoderState::rows_per_source), without it the encoder output is copied to each row. With `attention` it keeps the
 // weights of every step and the reorderings between steps, so that any row's history can be traced
 // back at the end (attention_of).
+struct ReusedPacks {
+  std::shared_ptr<const nn::PackedLinears> encoder, decoder;
+};
+
 class StepDecoder {
  public:
   StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
-              bool use_cache, bool attention, nn::LinearPrecision precision)
+              bool use_cache, bool attention, nn::LinearPrecision precision, const ReusedPacks& reused)
       : model_(model), use_cache_(use_cache), attention_(attention) {
-    // The encoder's products through packs too (packed per batch: milliseconds for the Bible model;
-    // gemm_packed beats BLAS at the encoder's hundreds of rows as well).
-    const auto encoder_packs = model.pack_encoder_linears(precision);
+    // The encoder's products through packs too (gemm_packed beats BLAS at the encoder's hundreds of
+    // rows as well): the caller's, or packed for this batch.
+    QKV_CHECK((!reused.encoder || reused.encoder->precision() == precision) &&
+                  (!reused.decoder || reused.decoder->precision() == precision),
+              "search: the packs given in SearchOptions are of another precision than SearchOptions::precision");
+    const auto encoder_packs = reused.encoder ? reused.encoder : model.pack_encoder_linears(precision);
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr,
                                  encoder_packs.get());
     if (use_cache_) {
-      state_ = model.start_decoding(enc, src, max_length, rows_per_source, precision);
+      state_ = model.start_decoding(enc, src, max_length, rows_per_source, precision, reused.decoder);
     } else {  // each sentence's rows get their own copy of its source and encoder output
       std::vector<int64_t> expand;
       for (int64_t b = 0; b < src.size(0); ++b)
@@ -320,7 +327,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o.use_cache, o.attention, o.precision);
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o.use_cache, o.attention, o.precision,
+                  ReusedPacks{o.encoder_packs, o.decoder_packs});
 
   // Row j*K + k holds beam k of sentence active[j]. Only beam 0 is live at the start (the others
   // are copies of it with -inf score) so the first step does not pick K copies of one token.
@@ -407,7 +415,9 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
 
 std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
                                       const SearchOptions& o) {
-  check_sources(model, sources, SearchOptions{1, 1, o.length_penalty, o.max_length_ratio, o.max_length_offset, o.use_cache, o.attention});
+  SearchOptions greedy = o;
+  greedy.beam_size = greedy.n_best = 1;
+  check_sources(model, sources, greedy);
   if (sources.empty()) return {};
   NoGradGuard no_grad;
   const auto& c = model.config();
@@ -415,7 +425,8 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o.use_cache, o.attention, o.precision);
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o.use_cache, o.attention, o.precision,
+                  ReusedPacks{o.encoder_packs, o.decoder_packs});
   std::vector<Hypothesis> hyps(B);
   std::vector<int64_t> active(B);  // row i decodes sentence active[i]
   std::iota(active.begin(), active.end(), int64_t{0});

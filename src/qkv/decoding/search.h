@@ -38,6 +38,11 @@ struct SearchOptions {
   // The decoder's products (kernels/int8_gemm.h for Int8: weights per output channel, activations per
   // row; the encoder and the cross-attention keys and values stay float32). Cached decoding only.
   nn::LinearPrecision precision = nn::LinearPrecision::Float32;
+  // The model's encoder and decoder linears packed in `precision` (Transformer::pack_encoder_linears,
+  // pack_decoder_linears), for a caller that searches many batches with weights that do not change
+  // meanwhile (api::Translator packs once per call: 25 MB for the Bible model, 28 times on John
+  // otherwise). Null: each search packs its own. Cached decoding only.
+  std::shared_ptr<const nn::PackedLinears> encoder_packs, decoder_packs;
 };
 
 // Throws qkv::Error naming the option that is out of its range (see SearchOptions). Both searches

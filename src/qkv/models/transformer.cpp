@@ -126,7 +126,8 @@ Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& m
 }
 
 DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
-                                         int64_t rows_per_source, nn::LinearPrecision precision) const {
+                                         int64_t rows_per_source, nn::LinearPrecision precision,
+                                         std::shared_ptr<const nn::PackedLinears> decoder_packs) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(max_length >= 1 && max_length <= config_.max_seq_length,
             "decoding length " << max_length << " must be in [1, max_seq_length " << config_.max_seq_length << "]");
@@ -137,7 +138,9 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   st.rows_per_source = rows_per_source;
   for (int64_t b = 0; b < enc_output.size(0); ++b) st.source_of_row.insert(st.source_of_row.end(), rows_per_source, b);
   const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
-  st.packed = pack_decoder_linears(precision);
+  QKV_CHECK(!decoder_packs || decoder_packs->precision() == precision,
+            "start_decoding: the decoder's packs are of another precision than the one asked for");
+  st.packed = decoder_packs ? std::move(decoder_packs) : pack_decoder_linears(precision);
   for (const DecoderLayer* layer : decoder_layers)
     st.layers.push_back(
         {nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output, st.packed.get())});

@@ -102,6 +102,8 @@ class Transformer : public Model {
   std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const override;
   // The encoder's linear layers alone (for encode's products at translation).
   std::shared_ptr<const nn::PackedLinears> pack_encoder_linears(nn::LinearPrecision precision) const;
+  // The decoder's linear layers and the output layer (what start_decoding packs).
+  std::shared_ptr<const nn::PackedLinears> pack_decoder_linears(nn::LinearPrecision precision) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
   // Incremental decoding: encode once, then one position per call with cached keys and values.
@@ -109,10 +111,13 @@ class Transformer : public Model {
   // decodes rows_per_source rows of each (beam search's beams): N = B x rows_per_source rows. It packs
   // the decoder's weights for the steps (about the size of the decoder and output layer; a few
   // milliseconds for the Bible model), so the weights must not change while the state is in use.
-  // precision: how the packed weights are stored (nn::LinearPrecision).
+  // precision: how the packed weights are stored (nn::LinearPrecision). decoder_packs: the packs of
+  // pack_decoder_linears(precision) to use instead of packing anew (a caller decoding many batches
+  // with unchanged weights packs once); null: start_decoding packs.
   DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
                               int64_t rows_per_source = 1,
-                              nn::LinearPrecision precision = nn::LinearPrecision::Float32) const;
+                              nn::LinearPrecision precision = nn::LinearPrecision::Float32,
+                              std::shared_ptr<const nn::PackedLinears> decoder_packs = nullptr) const;
   // tokens (N) i32 at position state.length -> logits (N, V) for the next position. The weights of
   // this position, per layer, on request: self (N, H, 1, state.length + 1), cross (N, H, 1, S).
   Var decode_step(const Tensor& tokens, DecoderState& state, std::vector<Tensor>* self_weights = nullptr,
@@ -134,7 +139,6 @@ class Transformer : public Model {
 
  private:
   Var embed(const nn::Embedding& table, const Tensor& ids) const;
-  std::shared_ptr<const nn::PackedLinears> pack_decoder_linears(nn::LinearPrecision precision) const;
 };
 
 }  // namespace qkv::models
