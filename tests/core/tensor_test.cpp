@@ -63,6 +63,42 @@ TEST(BufferPool, CacheStaysBoundedWhenShapesVary) {
   EXPECT_LE(worst_cached, (int64_t{256} << 20) + (int64_t{160} << 20));
 }
 
+// A decoding loop's shapes shrink step by step; under a ScopedCacheLimit the pool keeps at most
+// the limit idle (plus the buffer freed last), the smallest of nested limits holds, and the
+// default rule (as much idle as live, 64 MiB at least) comes back when the limits end.
+TEST(BufferPool, ScopedLimitBoundsWhatShrinkingShapesLeaveIdle) {
+  BufferPool::trim();
+  Tensor model = Tensor::empty(Dims{int64_t{24} << 20});  // 96 MiB live, like a model's weights
+  const auto shrinking_steps = [](int64_t first_floats) {
+    int64_t worst = 0;
+    for (int64_t floats = first_floats; floats > (first_floats / 4); floats -= first_floats / 64) {
+      for (int i = 0; i < 3; ++i) {  // a step: a few tensors of this size, freed at its end
+        Tensor a = Tensor::empty(Dims{floats}), b = Tensor::empty(Dims{floats / 2});
+        a.f32()[0] = b.f32()[0] = 1.f;
+      }
+      worst = std::max(worst, BufferPool::stats().bytes_cached);
+    }
+    return worst;
+  };
+  const int64_t step_floats = int64_t{1} << 20;  // 4 MiB, then 3 MiB... down to 1 MiB
+  const int64_t unlimited = shrinking_steps(step_floats);
+  EXPECT_GT(unlimited, int64_t{32} << 20) << "the default rule keeps up to the live bytes idle";
+  BufferPool::trim();
+  {
+    const ScopedCacheLimit outer(int64_t{16} << 20);
+    {
+      const ScopedCacheLimit inner(int64_t{8} << 20);
+      EXPECT_LE(shrinking_steps(step_floats), (int64_t{8} << 20) + (int64_t{6} << 20));
+    }
+    BufferPool::trim();
+    const int64_t under_outer = shrinking_steps(step_floats);
+    EXPECT_LE(under_outer, (int64_t{16} << 20) + (int64_t{6} << 20));
+    EXPECT_GT(under_outer, int64_t{8} << 20) << "the inner limit ended with its scope";
+  }
+  BufferPool::trim();
+  EXPECT_EQ(shrinking_steps(step_floats), unlimited);
+}
+
 }  // namespace qkv
 
 namespace qkv {

@@ -61,12 +61,11 @@ std::vector<std::vector<Translation>> Translator::translate_ids(const std::vecto
   const bool greedy = options.search.beam_size == 1 && options.search.n_best == 1;
   std::vector<std::vector<Translation>> results(sources.size());
   const auto batch_size = static_cast<size_t>(options.batch_size);
-  // Several batches: pack the weights once for all of them, not once per batch.
+  // Several batches: pack the decoder once for all of them, not once per batch. The encoder's
+  // packs live only while a batch is encoded: kept, they would add their size to decoding's peak.
   decoding::SearchOptions search = options.search;
-  if (search.use_cache && order.size() > batch_size) {
-    if (!search.encoder_packs) search.encoder_packs = model_->pack_encoder_linears(search.precision);
-    if (!search.decoder_packs) search.decoder_packs = model_->pack_decoder_linears(search.precision);
-  }
+  if (search.use_cache && order.size() > batch_size && !search.decoder_packs)
+    search.decoder_packs = model_->pack_decoder_linears(search.precision);
   for (size_t begin = 0; begin < order.size(); begin += batch_size) {
     const size_t end = std::min(order.size(), begin + batch_size);
     std::vector<data::IdLine> batch;

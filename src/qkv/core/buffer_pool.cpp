@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <vector>
 #include <unordered_map>
 
 #include "qkv/core/error.h"
@@ -29,6 +30,9 @@ struct PoolState {
   std::mutex mutex;
   std::unordered_map<size_t, Buffer*> free_lists;
   PoolStats stats;
+  int scoped_limits = 0;       // ScopedCacheLimit objects alive
+  int64_t scoped_limit = 0;    // the smallest of their limits
+  std::vector<int64_t> limits;  // every live one's, to restore the smallest when one ends
 };
 
 constexpr int64_t kKeepCachedBytes = int64_t{64} << 20;
@@ -90,7 +94,15 @@ Buffer* BufferPool::acquire(size_t bytes) {
     // cache would grow without bound: once idle buffers outweigh the live ones (and 64 MiB), they
     // are given back before allocating. 64 MiB: a training step's live tensors dwarf it, and
     // inference, whose shapes change every step, keeps its memory near the working set.
-    if (s.stats.bytes_cached > std::max<int64_t>(s.stats.bytes_live, kKeepCachedBytes)) release_cached(s);
+    // A ScopedCacheLimit replaces the rule while it lives.
+    const int64_t keep = s.scoped_limits > 0 ? s.scoped_limit : std::max<int64_t>(s.stats.bytes_live, kKeepCachedBytes);
+    if (s.stats.bytes_cached > keep) {
+      release_cached(s);
+      // Under a limit, also hand the heap's free pages back: the small buffers freed here would
+      // otherwise stay in glibc's heap, fragmented (translation: peak RSS 225 -> 194 MB, about
+      // 2.5% slower).
+      if (s.scoped_limits > 0) malloc_trim(0);
+    }
     s.stats.system_allocs++;
     s.stats.bytes_live += static_cast<int64_t>(cls);
     if (s.stats.bytes_live > s.stats.bytes_peak) s.stats.bytes_peak = s.stats.bytes_live;
@@ -155,6 +167,26 @@ void BufferPool::trim() {
   PoolState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   release_cached(s);
+}
+
+}  // namespace qkv
+
+namespace qkv {
+
+ScopedCacheLimit::ScopedCacheLimit(int64_t bytes) : bytes_(bytes) {
+  PoolState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.limits.push_back(bytes);
+  s.scoped_limits = static_cast<int>(s.limits.size());
+  s.scoped_limit = *std::min_element(s.limits.begin(), s.limits.end());
+}
+
+ScopedCacheLimit::~ScopedCacheLimit() {
+  PoolState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.limits.erase(std::find(s.limits.begin(), s.limits.end(), bytes_));
+  s.scoped_limits = static_cast<int>(s.limits.size());
+  s.scoped_limit = s.limits.empty() ? 0 : *std::min_element(s.limits.begin(), s.limits.end());
 }
 
 }  // namespace qkv

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "qkv/autograd/graph.h"
+#include "qkv/core/buffer_pool.h"
 #include "qkv/core/error.h"
 
 namespace qkv::decoding {
@@ -142,6 +143,7 @@ std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const 
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::vector<AttentionRows> rows_read(attention ? prompts.size() : 0);
   NoGradGuard no_grad;
+  const ScopedCacheLimit step_buffers(kStepBuffersKept);
   for (const auto& [budget, rows] : by_budget)
     generate_batch(model, fitted, rows, budget, keys, o, on_token, out, attention ? &rows_read : nullptr);
   if (attention) {

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <string>
 
+#include "qkv/core/buffer_pool.h"
 #include "qkv/kernels/log_softmax.h"
 #include "qkv/ops/ops.h"
 
@@ -322,6 +323,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   check_sources(model, sources, o);
   if (sources.empty()) return {};
   NoGradGuard no_grad;
+  const ScopedCacheLimit step_buffers(kStepBuffersKept);
   const auto& c = model.config();
   const int64_t B = static_cast<int64_t>(sources.size()), K = o.beam_size;
   std::vector<int64_t> limit(B);
@@ -420,6 +422,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   check_sources(model, sources, greedy);
   if (sources.empty()) return {};
   NoGradGuard no_grad;
+  const ScopedCacheLimit step_buffers(kStepBuffersKept);
   const auto& c = model.config();
   const int64_t B = static_cast<int64_t>(sources.size());
   std::vector<int64_t> limit(B);

@@ -40,8 +40,8 @@ struct SearchOptions {
   nn::LinearPrecision precision = nn::LinearPrecision::Float32;
   // The model's encoder and decoder linears packed in `precision` (Transformer::pack_encoder_linears,
   // pack_decoder_linears), for a caller that searches many batches with weights that do not change
-  // meanwhile (api::Translator packs once per call: 25 MB for the Bible model, 28 times on John
-  // otherwise). Null: each search packs its own. Cached decoding only.
+  // meanwhile (api::Translator packs the decoder once per call: 25 MB for the Bible model, 28 times
+  // on John otherwise). Null: each search packs its own. Cached decoding only.
   std::shared_ptr<const nn::PackedLinears> encoder_packs, decoder_packs;
 };
 

@@ -137,6 +137,10 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
     }
   }
   key_rows = std::move(map);
+  // Rows of sequences that ended stay allocated while the map may point into them; once the
+  // sequences fit in half the rows, a gather gives their memory back (CTranslate2's cache shrinks
+  // with its batch the same way). Halving bounds the copies to about twice the final cache.
+  if (2 * n <= k.size(0)) gather_in_place();
 }
 
 void KVCache::reorder_copying(const std::vector<int64_t>& rows) {

@@ -26,7 +26,9 @@ struct KVCache {
   // memory.
   static KVCache with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk);
   // Keeps / duplicates sequences: sequence i becomes old sequence rows[i] (beam search, dropping
-  // finished sequences). Moves the map; copies only when the batch grows past the rows allocated.
+  // finished sequences). Moves the map; copies only when the batch grows past the rows allocated,
+  // or when the sequences fit in half the rows (gathered into storage of their own, so that the
+  // rows of ended sequences are given back).
   void reorder(const std::vector<int64_t>& rows);
   // The same for a static cache (cross-attention's, read in place by forward_static): copies each
   // row that changes, once, in place.
