@@ -44,6 +44,7 @@
 #include "qkv/models/sentence_embedding.h"
 #include "qkv/text/tokenizer.h"
 #include "qkv/text/utf8.h"
+#include "bench_common.h"
 
 using namespace qkv;
 namespace fs = std::filesystem;
@@ -98,18 +99,6 @@ nlohmann::json last_json_line(const std::string& out, const char* what) {
   }
 }
 
-// The SGEMM ceiling on this machine now (the shape bench_lm_train uses), GFLOP/s, median of 5.
-double sgemm_ceiling_gflops() {
-  const int64_t M = 2048, N = 2048, K = 512;
-  std::vector<float> a(M * K, 1.f), b(N * K, 1.f), c(M * N);
-  std::vector<double> t;
-  for (int rep = 0; rep < 6; ++rep) {
-    const auto s = Clock::now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
-    if (rep > 0) t.push_back(since(s));  // the first is a warm-up
-  }
-  return 2.0 * M * N * K / median(t) * 1e-9;
-}
 
 // The padded batches embed_sentences runs: sentence lengths sorted longest first (stable), cut
 // into batches of B; each batch is (rows, its longest length).
@@ -272,7 +261,7 @@ int main(int argc, char** argv) {
   for (const auto& s : last.ids) real_tokens += static_cast<double>(s.size());
   for (const auto& [rows, T] : batches) padded_tokens += static_cast<double>(rows * T);
   const Flops flops = encoder_flops(batches, config);
-  const double ceiling = sgemm_ceiling_gflops();
+  const double ceiling = bench::sgemm_ceiling_gflops();
   const double at_ceiling = flops.total() / (ceiling * 1e9);
   const GemmSeconds gemms_alone = linear_gemms_seconds(batches, config);
 

@@ -4,6 +4,7 @@
 // of 30 tokens, a translation batch) against MiniLM's and the seed model's linears. Integer
 // multiply-adds count as 2 flops, as float ones. Usage:
 // bench_int8_gemm [--reps R] [--threads N] [--large] (N = 0: both 1 and 2 threads)
+// bench_int8_gemm --sgemm-ceiling [--threads N]: prints only the SGEMM ceiling (bench_common.h)
 #include <cblas.h>
 
 #include <algorithm>
@@ -76,18 +77,25 @@ void bench_shape(int64_t M, int64_t in, int64_t out, int reps) {
 
 int main(int argc, char** argv) {
   int reps = 11, only_threads = 0;
-  bool large = false;
+  bool large = false, ceiling_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--large")) {
       large = true;
+    } else if (!std::strcmp(argv[i], "--sgemm-ceiling")) {
+      ceiling_only = true;
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--reps")) {
       reps = std::stoi(argv[++i]);
     } else if (i + 1 < argc && !std::strcmp(argv[i], "--threads")) {
       only_threads = std::stoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench_int8_gemm [--reps R] [--threads N] [--large]\n");
+      std::fprintf(stderr, "usage: bench_int8_gemm [--reps R] [--threads N] [--large] [--sgemm-ceiling]\n");
       return 2;
     }
+  }
+  if (ceiling_only) {  // for scripts (bench_translate.py): the SGEMM ceiling alone
+    set_num_threads(only_threads ? only_threads : 2);
+    std::printf("sgemm ceiling %.1f GFLOP/s\n", bench::sgemm_ceiling_gflops());
+    return 0;
   }
   std::printf("int8 vs float GEMM at decoding sizes, GFLOP/s (2 M in out / median time), median of %d samples\n",
               reps);

@@ -51,14 +51,6 @@ double step_flops(const Args& a) {
   return 3 * fwd;
 }
 
-double sgemm_ceiling_gflops() {
-  const int64_t M = 2048, N = 2048, K = 512;
-  std::vector<float> a(M * K, 1.f), b(N * K, 1.f), c(M * N);
-  const double t = bench::median_seconds(5, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
-  });
-  return 2.0 * M * N * K / t * 1e-9;
-}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,7 +112,7 @@ int main(int argc, char** argv) {
   });
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
-  const double ceiling = sgemm_ceiling_gflops();
+  const double ceiling = bench::sgemm_ceiling_gflops();
   const double gflops = step_flops(a) / t * 1e-9;
 
   std::printf("GPT: batch %lld x block %lld, %lld layers, d_model %lld, %lld heads, d_ff %lld, vocab %lld, dropout %.2g, "

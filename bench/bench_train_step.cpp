@@ -61,14 +61,6 @@ double step_flops(const models::TransformerConfig& c, int64_t B, int64_t S, int6
   return 3 * fwd;
 }
 
-double sgemm_ceiling_gflops() {
-  const int64_t M = 6400, N = 2048, K = 512;
-  std::vector<float> a(M * K, 1.f), b(N * K, 1.f), c(M * N);
-  const double t = bench::median_seconds(5, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
-  });
-  return 2.0 * M * N * K / t * 1e-9;
-}
 }  // namespace
 
 namespace {
@@ -157,7 +149,7 @@ int main(int argc, char** argv) {
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
   const double flops = step_flops(config, a.batch, a.len, a.len - 1);
-  const double ceiling = sgemm_ceiling_gflops();
+  const double ceiling = bench::sgemm_ceiling_gflops(6400, 2048, 512);
   const std::string chunking =
       rows > 0 ? ", qkv accumulates gradients over micro-batches of " + std::to_string(rows) + " rows (" +
                      (a.micro_batch > 0 ? "--micro-batch" : "chosen under --max-memory " + train::format_memory_size(a.max_memory) +

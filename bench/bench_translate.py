@@ -23,10 +23,13 @@ each of --runs rounds and the medians are printed.
     CTranslate2's is measured in its process around the translate_batch calls (model load excluded).
   * BLEU: ids decoded with CKPT/target.spm.model (what `qkv translate` prints), scored by `qkv bleu`
     (sacreBLEU's defaults).
+  * SGEMM ceiling: OpenBLAS's GFLOP/s before and after the rounds (build/bench/bench_int8_gemm
+    --sgemm-ceiling), to say how fast the machine was; skipped when that binary was not built.
 """
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -75,6 +78,17 @@ def better_of_differing(qkv, checkpoint, work, src_path, a_path, b_path, alpha, 
     return len(rows), a_wins, b_wins
 
 
+def sgemm_ceiling(qkv, threads):
+    """GFLOP/s of OpenBLAS SGEMM now (the machine's speed moves between runs), or None when the bench
+    binary next to the qkv CLI was not built."""
+    binary = os.path.join(os.path.dirname(os.path.abspath(qkv)), "bench", "bench_int8_gemm")
+    if not os.path.exists(binary):
+        return None
+    run = subprocess.run([binary, "--sgemm-ceiling", "--threads", str(threads)], capture_output=True, text=True)
+    m = re.search(r"sgemm ceiling ([\d.]+) GFLOP/s", run.stdout)
+    return float(m.group(1)) if m else None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", required=True, help="qkv encoder-decoder checkpoint directory")
@@ -104,6 +118,7 @@ def main():
     with open(first, "w") as f:
         f.write(next(line for line in tp.read_lines(src) if line.strip()) + "\n")
 
+    ceilings = [sgemm_ceiling(a.qkv, a.threads)]
     peers = ["qkv", "qkv int8", "ct2 float32", "ct2 int8"]
     ct2_peers = peers[2:]
     out = {p: os.path.join(work, p.replace(" ", "-") + ".ids") for p in peers}
@@ -128,9 +143,14 @@ def main():
             over[p] = report["over_limit"]
             rss[p].append(run.maxrss_mb)
         print(f"round {r + 1}/{a.runs}: " + ", ".join(f"{p} {secs[p][-1]:.2f} s" for p in peers), file=sys.stderr)
+    ceilings.append(sgemm_ceiling(a.qkv, a.threads))
 
     print(f"checkpoint {a.checkpoint}, input {a.input} ({len(tp.read_lines(src))} lines), beam {a.beam}, "
           f"batches of {a.batch_size}, {a.threads} threads, median of {a.runs} runs")
+    known = [c for c in ceilings if c is not None]
+    if known:
+        print(f"SGEMM ceiling (OpenBLAS, {a.threads} threads, bench_int8_gemm --sgemm-ceiling) before and after the "
+              f"rounds: " + " and ".join(f"{c:.0f}" for c in known) + " GFLOP/s")
     print(f"{'peer':<12} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'peak RSS':>9}  BLEU")
     tps = {}
     for p in peers:
