@@ -107,7 +107,9 @@ TEST(KVCacheReorder, AttentionThroughTheMapEqualsAttentionOverCopiedRows) {
       if (step == reorders.size()) break;
       copied.reorder_copying(reorders[step]);
       mapped.reorder(reorders[step]);
-      if (step + 1 < reorders.size()) EXPECT_TRUE(mapped.key_rows.defined()) << at;
+      if (step + 1 < reorders.size()) {
+        EXPECT_TRUE(mapped.key_rows.defined()) << at;
+      }
     }
     // The last reordering keeps 3 sequences of 8 rows: at half or less, the cache gathers them
     // into storage of their own and lets the rows of the ended ones go.

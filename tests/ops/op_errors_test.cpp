@@ -79,13 +79,14 @@ TEST_F(OpErrors, MappedAttentionRefusesRowsOutsideTheCacheAndLongQueries) {
     return t;
   };
   const Tensor k = leaf({3, 2, 2, 4}).value();  // 3 cache rows, 2 positions
-  EXPECT_TRUE(throws_with([&] { ops::attention_forward_mapped(leaf({2, 2, 1, 4}).value(), k, k, rows_of({0, 1, 2, 3}, 2, 2), {}, &probs); },
+  const auto attend = [&](const Dims& q, const Tensor& rows) {
+    return ops::attention_forward_mapped(leaf(q).value(), k, k, rows, {}, &probs);
+  };
+  EXPECT_TRUE(throws_with([&] { attend({2, 2, 1, 4}, rows_of({0, 1, 2, 3}, 2, 2)); },
                           {"mapped attention", "key 1 of row 1 is in row 3", "[0, 3)"}));
-  EXPECT_TRUE(throws_with([&] { ops::attention_forward_mapped(leaf({2, 2, 9, 4}).value(), k, k, rows_of({0, 1, 2, 0}, 2, 2), {}, &probs); },
-                          {"mapped attention", "9 queries"}));
-  EXPECT_TRUE(throws_with([&] { ops::attention_forward_mapped(leaf({2, 2, 1, 4}).value(), k, k, rows_of({0, 1, 2}, 1, 3), {}, &probs); },
-                          {"mapped attention", "(2, 2)"}));
-  const Tensor out = ops::attention_forward_mapped(leaf({2, 2, 1, 4}).value(), k, k, rows_of({2, 0, 1, 1}, 2, 2), {}, &probs);
+  EXPECT_TRUE(throws_with([&] { attend({2, 2, 9, 4}, rows_of({0, 1, 2, 0}, 2, 2)); }, {"mapped attention", "9 queries"}));
+  EXPECT_TRUE(throws_with([&] { attend({2, 2, 1, 4}, rows_of({0, 1, 2}, 1, 3)); }, {"mapped attention", "(2, 2)"}));
+  const Tensor out = attend({2, 2, 1, 4}, rows_of({2, 0, 1, 1}, 2, 2));
   EXPECT_EQ(out.shape(), (Dims{2, 2, 1, 4}));
 }
 

@@ -42,19 +42,18 @@ class BufferPool {
   static void trim();
 };
 
-// While one lives, the pool keeps at most `bytes` of idle buffers instead of as many bytes as are
-// live (and 64 MiB). For inference whose shapes shrink step by step: a beam search's batch loses
-// a sentence's rows every few steps, each step's buffers then never fit again, and under the
-// default rule (live bytes include the model's weights) translation kept up to 67 MB of them
-// idle. Under a limit a request may also take a cached buffer up to 1/8 larger than its size class,
-// and a release also trims glibc's heap (malloc_trim). The pool is one per process: while any limit lives, the smallest one holds for every
-// thread.
-class ScopedCacheLimit;
 // What the decoding loops (beam and greedy search, generation) keep idle: about one step's
 // buffers for the Bible model at 128 rows (translation's peak RSS 267 -> 225 MB, no slower; with
 // the heap trimmed on each release, 194 MB).
 constexpr int64_t kStepBuffersKept = int64_t{16} << 20;
 
+// While one lives, the pool keeps at most `bytes` of idle buffers instead of as many bytes as are
+// live (and 64 MiB). For inference whose shapes shrink step by step: a beam search's batch loses
+// a sentence's rows every few steps, each step's buffers then never fit again, and under the
+// default rule (live bytes include the model's weights) translation kept up to 67 MB of them
+// idle. Under a limit a request may also take a cached buffer up to 1/8 larger than its size
+// class, and a release also trims glibc's heap (malloc_trim). The pool is one per process: while
+// any limit lives, the smallest one holds for every thread.
 class ScopedCacheLimit {
  public:
   explicit ScopedCacheLimit(int64_t bytes);

@@ -67,8 +67,9 @@ Tensor grown_copy(const Tensor& from, int64_t rows_out, int64_t length) {
 }
 
 // Row i of `cache` (N, H, capacity, dk) becomes old row rows[i], over the first `length` positions
-// only (the rest is unused). In place, copying each row that changes once: a row is overwritten only after the rows that read from it are done (the
-// order of a parallel assignment), and a cycle of rows is broken through one row of scratch.
+// only (the rest is unused). In place, copying each row that changes once: a row is overwritten
+// only after the rows that read from it are done (the order of a parallel assignment), and a cycle
+// of rows is broken through one row of scratch.
 // Dropping rows (rows.size() < N) just narrows the view; only a batch that grows gets new storage.
 void reorder_rows(Tensor& cache, const std::vector<int64_t>& rows, int64_t length) {
   const int64_t N = cache.size(0), n = static_cast<int64_t>(rows.size());
@@ -161,7 +162,8 @@ void KVCache::gather_in_place() {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t p = 0; p < length; ++p) {
-        const int64_t to = ((i * H + h) * capacity + p) * dk, from = ((map[i * capacity + p] * H + h) * capacity + p) * dk;
+        const int64_t to = ((i * H + h) * capacity + p) * dk;
+        const int64_t from = ((map[i * capacity + p] * H + h) * capacity + p) * dk;
         std::copy(k_in + from, k_in + from + dk, k_out + to);
         std::copy(v_in + from, v_in + from + dk, v_out + to);
       }
@@ -184,7 +186,8 @@ Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::
   if (cache.key_rows.defined()) {
     const int64_t capacity = cache.k.size(2);
     int32_t* map = cache.key_rows.i32();
-    for (int64_t i = 0; i < N; ++i) std::fill(map + i * capacity + cache.length, map + i * capacity + end, static_cast<int32_t>(i));
+    for (int64_t i = 0; i < N; ++i)
+      std::fill(map + i * capacity + cache.length, map + i * capacity + end, static_cast<int32_t>(i));
   }
   cache.length = end;
   if (!cache.key_rows.defined())
