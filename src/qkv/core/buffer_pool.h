@@ -51,9 +51,8 @@ constexpr int64_t kStepBuffersKept = int64_t{16} << 20;
 // live (and 64 MiB). For inference whose shapes shrink step by step: a beam search's batch loses
 // a sentence's rows every few steps, each step's buffers then never fit again, and under the
 // default rule (live bytes include the model's weights) translation kept up to 67 MB of them
-// idle. Under a limit a request may also take a cached buffer up to 1/8 larger than its size
-// class, and a release also trims glibc's heap (malloc_trim). The pool is one per process: while
-// any limit lives, the smallest one holds for every thread.
+// idle. Under a limit a release also trims glibc's heap (malloc_trim). The pool is one per
+// process: while any limit lives, the smallest one holds for every thread.
 class ScopedCacheLimit {
  public:
   explicit ScopedCacheLimit(int64_t bytes);
