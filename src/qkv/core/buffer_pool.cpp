@@ -30,9 +30,7 @@ struct PoolState {
   std::mutex mutex;
   std::unordered_map<size_t, Buffer*> free_lists;
   PoolStats stats;
-  int scoped_limits = 0;       // ScopedCacheLimit objects alive
-  int64_t scoped_limit = 0;    // the smallest of their limits
-  std::vector<int64_t> limits;  // every live one's, to restore the smallest when one ends
+  std::vector<int64_t> limits;  // of the ScopedCacheLimit objects alive
 };
 
 constexpr int64_t kKeepCachedBytes = int64_t{64} << 20;
@@ -95,13 +93,15 @@ Buffer* BufferPool::acquire(size_t bytes) {
     // are given back before allocating. 64 MiB: a training step's live tensors dwarf it, and
     // inference, whose shapes change every step, keeps its memory near the working set.
     // A ScopedCacheLimit replaces the rule while it lives.
-    const int64_t keep = s.scoped_limits > 0 ? s.scoped_limit : std::max<int64_t>(s.stats.bytes_live, kKeepCachedBytes);
+    const bool limited = !s.limits.empty();
+    const int64_t keep = limited ? *std::min_element(s.limits.begin(), s.limits.end())
+                                 : std::max<int64_t>(s.stats.bytes_live, kKeepCachedBytes);
     if (s.stats.bytes_cached > keep) {
       release_cached(s);
       // Under a limit, also hand the heap's free pages back: the small buffers freed here would
       // otherwise stay in glibc's heap, fragmented (translation: peak RSS 225 -> 194 MB, about
       // 2.5% slower).
-      if (s.scoped_limits > 0) malloc_trim(0);
+      if (limited) malloc_trim(0);
     }
     s.stats.system_allocs++;
     s.stats.bytes_live += static_cast<int64_t>(cls);
@@ -177,16 +177,12 @@ ScopedCacheLimit::ScopedCacheLimit(int64_t bytes) : bytes_(bytes) {
   PoolState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.limits.push_back(bytes);
-  s.scoped_limits = static_cast<int>(s.limits.size());
-  s.scoped_limit = *std::min_element(s.limits.begin(), s.limits.end());
 }
 
 ScopedCacheLimit::~ScopedCacheLimit() {
   PoolState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.limits.erase(std::find(s.limits.begin(), s.limits.end(), bytes_));
-  s.scoped_limits = static_cast<int>(s.limits.size());
-  s.scoped_limit = s.limits.empty() ? 0 : *std::min_element(s.limits.begin(), s.limits.end());
 }
 
 }  // namespace qkv

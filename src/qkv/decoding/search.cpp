@@ -88,25 +88,21 @@ StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t
 // and values (DecoderState::rows_per_source), without it the encoder output is copied to each row. With `attention` it keeps the
 // weights of every step and the reorderings between steps, so that any row's history can be traced
 // back at the end (attention_of).
-struct ReusedPacks {
-  std::shared_ptr<const nn::PackedLinears> encoder, decoder;
-};
-
 class StepDecoder {
  public:
   StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
-              bool use_cache, bool attention, nn::LinearPrecision precision, const ReusedPacks& reused)
-      : model_(model), use_cache_(use_cache), attention_(attention) {
+              const SearchOptions& o)
+      : model_(model), use_cache_(o.use_cache), attention_(o.attention) {
     // The encoder's products through packs too (gemm_packed beats BLAS at the encoder's hundreds of
     // rows as well): the caller's, or packed for this batch.
-    QKV_CHECK((!reused.encoder || reused.encoder->precision() == precision) &&
-                  (!reused.decoder || reused.decoder->precision() == precision),
-              "search: the packs given in SearchOptions are of another precision than SearchOptions::precision");
-    const auto encoder_packs = reused.encoder ? reused.encoder : model.pack_encoder_linears(precision);
+    // (The decoder's packs are checked by start_decoding.)
+    QKV_CHECK(!o.encoder_packs || o.encoder_packs->precision() == o.precision,
+              "search: SearchOptions::encoder_packs are of another precision than SearchOptions::precision");
+    const auto encoder_packs = o.encoder_packs ? o.encoder_packs : model.pack_encoder_linears(o.precision);
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr,
                                  encoder_packs.get());
     if (use_cache_) {
-      state_ = model.start_decoding(enc, src, max_length, rows_per_source, precision, reused.decoder);
+      state_ = model.start_decoding(enc, src, max_length, rows_per_source, o.precision, o.decoder_packs);
     } else {  // each sentence's rows get their own copy of its source and encoder output
       std::vector<int64_t> expand;
       for (int64_t b = 0; b < src.size(0); ++b)
@@ -329,8 +325,7 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o.use_cache, o.attention, o.precision,
-                  ReusedPacks{o.encoder_packs, o.decoder_packs});
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o);
 
   // Row j*K + k holds beam k of sentence active[j]. Only beam 0 is live at the start (the others
   // are copies of it with -inf score) so the first step does not pick K copies of one token.
@@ -428,8 +423,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
   for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o.use_cache, o.attention, o.precision,
-                  ReusedPacks{o.encoder_packs, o.decoder_packs});
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o);
   std::vector<Hypothesis> hyps(B);
   std::vector<int64_t> active(B);  // row i decodes sentence active[i]
   std::iota(active.begin(), active.end(), int64_t{0});

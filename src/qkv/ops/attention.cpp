@@ -13,7 +13,16 @@ kernels::HeadsView heads_view(const Tensor& t) { return {t.strides()[0], t.strid
 // Makes the last dim unit-stride (the kernels' one layout requirement); other strides are kept.
 Tensor unit_last(const Tensor& t) { return t.strides()[t.dim() - 1] == 1 ? t : t.contiguous(); }
 
-void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m);
+void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m) {
+  if (m.key_keep.defined())
+    QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{d.B, d.Tk}),
+              "attention: key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
+                                     << ")");
+  if (m.query_keep.defined())
+    QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{d.B, d.Tq}),
+              "attention: query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << d.B << ", "
+                                       << d.Tq << ")");
+}
 
 kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& m) {
   QKV_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
@@ -27,16 +36,6 @@ kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const T
   return d;
 }
 
-void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m) {
-  if (m.key_keep.defined())
-    QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{d.B, d.Tk}),
-              "attention: key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
-                                     << ")");
-  if (m.query_keep.defined())
-    QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{d.B, d.Tq}),
-              "attention: query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << d.B << ", "
-                                       << d.Tq << ")");
-}
 
 kernels::AttentionMask kernel_mask(const AttentionMasks& m, Tensor* key_c, Tensor* query_c) {
   kernels::AttentionMask km;
