@@ -3,8 +3,10 @@
 // Tensors of a training step have the same sizes every step, so freed buffers are kept on a free
 // list keyed by their (rounded) byte size and handed out again. After the first step a steady-state
 // step asks the system for no memory at all; `stats().system_allocs` counts the misses so a test
-// can prove it. When shapes vary (batches of different lengths), idle buffers are returned to the
-// system on a miss once they outweigh the live ones, so memory stays bounded.
+// can prove it. When shapes vary (batches of different lengths), a miss first returns idle buffers
+// to the system, the sizes used longest ago first, until live + idle fit under the most bytes ever
+// live at once (or idle is at most 64 MiB): memory stays under the peak working set, and the sizes
+// the last steps used stay cached.
 // Buffers are 64-byte aligned (one cache line, a full AVX-512 vector).
 #pragma once
 #include <atomic>
@@ -38,7 +40,8 @@ class BufferPool {
   static void release(Buffer* buffer);
   static PoolStats stats();
   static void reset_peak();
-  // Returns every cached buffer to the system (e.g. between phases with different shapes).
+  // Returns every cached buffer to the system (e.g. between phases with different shapes), and
+  // restarts the high-water mark the default rule bounds the pool by from the bytes live now.
   static void trim();
 };
 
@@ -47,11 +50,11 @@ class BufferPool {
 // the heap trimmed on each release, 194 MB).
 constexpr int64_t kStepBuffersKept = int64_t{16} << 20;
 
-// While one lives, the pool keeps at most `bytes` of idle buffers instead of as many bytes as are
-// live (and 64 MiB). For inference whose shapes shrink step by step: a beam search's batch loses
-// a sentence's rows every few steps, each step's buffers then never fit again, and under the
-// default rule (live bytes include the model's weights) translation kept up to 67 MB of them
-// idle. Under a limit a release also trims glibc's heap (malloc_trim). The pool is one per
+// While one lives, the pool keeps at most `bytes` of idle buffers instead of following its default
+// rule (idle up to the high-water mark of live bytes, and 64 MiB). For inference whose shapes
+// shrink step by step: a beam search's batch loses a sentence's rows every few steps, each step's
+// buffers then never fit again, and under the rule of the time (as much idle as live, which
+// includes the model's weights) translation kept up to 67 MB of them idle. Under a limit a release also trims glibc's heap (malloc_trim). The pool is one per
 // process: while any limit lives, the smallest one holds for every thread.
 class ScopedCacheLimit {
  public:
