@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "qkv/kernels/gemm.h"
-#include "qkv/kernels/random.h"
+#include "qkv/kernels/dropout.h"
 #include "qkv/kernels/softmax.h"
 
 namespace qkv::kernels {
@@ -24,12 +24,8 @@ inline uint64_t drop_counter(const AttentionDropout& dr, const AttentionDims& d,
 
 // Pd = P * keep / (1 - p) for one head, into `out`.
 void apply_dropout(float* out, const float* p, const AttentionDims& d, const AttentionDropout& dr, int64_t bh) {
-  const float keep_scale = 1.f / (1.f - dr.p);
-  for (int64_t i = 0; i < d.Tq; ++i) {
-    const uint64_t base = drop_counter(dr, d, bh, i);
-    for (int64_t j = 0; j < d.Tk; ++j)
-      out[i * d.Tk + j] = dropout_keep(dr.seed, base + j, dr.p) ? p[i * d.Tk + j] * keep_scale : 0.f;
-  }
+  for (int64_t i = 0; i < d.Tq; ++i)
+    dropout_row(out + i * d.Tk, p + i * d.Tk, d.Tk, dr.p, dr.seed, drop_counter(dr, d, bh, i));
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -240,15 +236,10 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
     sgemm(true, false, d.Tk, d.dk, d.Tq, 1.f, weights, d.Tk, doh, dos.t, beta, dv + b * dvs.b + h * dvs.h, dvs.t);
     // dPd = dO @ V^T   (Tq, Tk)
     sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, doh, dos.t, vh, vs.t, 0.f, ds, d.Tk);
-    const float keep_scale = drop.p > 0.f ? 1.f / (1.f - drop.p) : 1.f;
     for (int64_t i = 0; i < d.Tq; ++i) {
       float* dsr = ds + i * d.Tk;
       const float* pr = ph + i * d.Tk;
-      if (drop.p > 0.f) {
-        const uint64_t base = drop_counter(drop, d, bh, i);
-        for (int64_t j = 0; j < d.Tk; ++j)
-          dsr[j] = dropout_keep(drop.seed, base + j, drop.p) ? dsr[j] * keep_scale : 0.f;
-      }
+      if (drop.p > 0.f) dropout_row(dsr, dsr, d.Tk, drop.p, drop.seed, drop_counter(drop, d, bh, i));
       float dot = 0;
       for (int64_t j = 0; j < d.Tk; ++j) dot += dsr[j] * pr[j];
       for (int64_t j = 0; j < d.Tk; ++j)

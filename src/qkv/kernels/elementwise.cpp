@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "qkv/kernels/random.h"
 #include "qkv/kernels/vec_math.h"
 
 namespace qkv::kernels {
@@ -225,21 +224,7 @@ void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, b
   map8_grad(dx, dy, x, n, accumulate, gelu_tanh_grad_lane);
 }
 
-void dropout_forward(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t offset) {
-  const float keep_scale = 1.f / (1.f - p);
-#pragma omp parallel for schedule(static) if (n > kParallelMin / 8)
-  for (int64_t i = 0; i < n; ++i) y[i] = dropout_keep(seed, offset + i, p) ? x[i] * keep_scale : 0.f;
-}
-
-void dropout_backward(float* dx, const float* dy, int64_t n, float p, uint64_t seed, uint64_t offset,
-                      bool accumulate) {
-  const float keep_scale = 1.f / (1.f - p);
-#pragma omp parallel for schedule(static) if (n > kParallelMin / 8)
-  for (int64_t i = 0; i < n; ++i) {
-    float g = dropout_keep(seed, offset + i, p) ? dy[i] * keep_scale : 0.f;
-    dx[i] = accumulate ? dx[i] + g : g;
-  }
-}
+// dropout_forward and dropout_backward: kernels/dropout.cpp (eight draws at a time).
 
 }  // namespace qkv::kernels
 

@@ -1,0 +1,76 @@
+// The vectorised dropout kernels draw exactly dropout_keep's masks (the scalar SplitMix64 hash of
+// random.h) and produce the scalar formula's bits: keep ? x / (1 - p) : 0. Lengths that are not a
+// multiple of 8 or of the OpenMP chunk, offsets near 2^64 (the counter wraps), and probabilities at
+// the threshold's edges (p * 2^24 an integer and not).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "qkv/core/threads.h"
+#include "qkv/kernels/dropout.h"
+#include "qkv/kernels/elementwise.h"
+#include "qkv/kernels/random.h"
+
+namespace qkv::kernels {
+namespace {
+
+std::vector<float> scalar_dropout(const std::vector<float>& x, float p, uint64_t seed, uint64_t offset) {
+  const float keep_scale = 1.f / (1.f - p);
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = dropout_keep(seed, offset + i, p) ? x[i] * keep_scale : 0.f;
+  return y;
+}
+
+std::vector<float> random_floats(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.f, 3.f);
+  std::vector<float> v(n);
+  for (float& f : v) f = dist(gen);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(DropoutKernels, VectorisedDrawsAreTheScalarMasksBitForBit) {
+  const float probabilities[] = {0.1f, 0.5f, 0.3f, 0.25f, 1e-7f, 0.999f, 0.f, 1.f / 16777216.f};
+  const uint64_t offsets[] = {0, 7, 123456789, ~uint64_t{0} - 20};
+  const int64_t lengths[] = {1, 7, 8, 9, 31, 4096, 4097, 20001};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (float p : probabilities)
+      for (uint64_t offset : offsets)
+        for (int64_t n : lengths) {
+          const std::vector<float> x = random_floats(static_cast<size_t>(n), static_cast<unsigned>(n));
+          const std::vector<float> want = scalar_dropout(x, p, 42, offset);
+          std::vector<float> y(x.size());
+          dropout_forward(y.data(), x.data(), n, p, 42, offset);
+          EXPECT_TRUE(same_bits(y, want)) << "forward p " << p << " offset " << offset << " n " << n;
+          std::vector<float> row(x.size());
+          dropout_row(row.data(), x.data(), n, p, 42, offset);
+          EXPECT_TRUE(same_bits(row, want)) << "row p " << p << " offset " << offset << " n " << n;
+          std::vector<float> dx(x.size());
+          dropout_backward(dx.data(), x.data(), n, p, 42, offset, false);
+          EXPECT_TRUE(same_bits(dx, want)) << "backward p " << p << " offset " << offset << " n " << n;
+          std::vector<float> acc = random_floats(x.size(), 7), acc_want = acc;
+          for (size_t i = 0; i < acc.size(); ++i) acc_want[i] += want[i];
+          dropout_backward(acc.data(), x.data(), n, p, 42, offset, true);
+          EXPECT_TRUE(same_bits(acc, acc_want)) << "accumulate p " << p << " offset " << offset << " n " << n;
+        }
+  }
+  set_num_threads(0);
+}
+
+TEST(DropoutKernels, InPlaceRowEqualsOutOfPlace) {
+  std::vector<float> x = random_floats(1003, 3);
+  const std::vector<float> want = scalar_dropout(x, 0.2f, 9, 55);
+  dropout_row(x.data(), x.data(), static_cast<int64_t>(x.size()), 0.2f, 9, 55);
+  EXPECT_TRUE(same_bits(x, want));
+}
+
+}  // namespace
+}  // namespace qkv::kernels
