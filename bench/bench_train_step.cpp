@@ -1,9 +1,13 @@
-// One training step of seed 000's configuration in qkv and in the seed's PyTorch model, in the same
-// benchmark run: target tokens/s of each, the ratio, peak memory of each, and qkv's GFLOP/s against
-// the SGEMM ceiling.
+// One training step of seed 000's configuration (or the Bible model's, --preset bible) in qkv and in
+// the seed's PyTorch model, in the same benchmark run: target tokens/s of each, the ratio, peak
+// memory of each, and qkv's GFLOP/s against the SGEMM ceiling.
 //
-// Usage: bench_train_step [--steps N] [--threads T] [--layers L] [--batch B] [--len T] [--recompute-ffn]
+// Usage: bench_train_step [--preset seed|bible] [--steps N] [--threads T] [--layers L] [--batch B] [--len T]
+//                         [--d-model D] [--heads H] [--d-ff F] [--vocab V] [--recompute-ffn]
 //                         [--micro-batch ROWS] [--max-memory SIZE] [--python PATH] [--no-torch]
+// --preset bible: bench/translate_bible.sh's model (d_model 256, 4 heads, 4 + 4 layers, d_ff 1024,
+// vocabulary 4000) on a batch of 160 x 36 tokens (5760, like its --max-tokens 6000 batches of
+// verses); flags after it override its values.
 // qkv runs with `qkv train`'s defaults: the batch is chunked as --max-memory (default auto) chooses
 // (train/memory_budget.h), unless --micro-batch is given; the estimate is printed beside the
 // measured peak. PyTorch runs as `PATH bench/seed_step_torch.py` in its own process (so peak RSS is
@@ -12,6 +16,7 @@
 #include <cblas.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -32,8 +37,10 @@ using namespace qkv;
 
 namespace {
 struct Args {
+  std::string preset = "seed";
   int steps = 3, threads = 2;
   int64_t layers = 6, batch = 64, len = 100;
+  int64_t d_model = 512, heads = 8, d_ff = 2048, vocab = 5000;  // the seed's
   bool torch = true;
   bool recompute_ffn = false;
   int64_t micro_batch = 0;
@@ -69,7 +76,19 @@ bool parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     auto next = [&] { const std::string v = str(); return v.empty() ? 0 : std::stoll(v); };
-    if (!std::strcmp(argv[i], "--steps")) a.steps = static_cast<int>(next());
+    if (!std::strcmp(argv[i], "--preset")) {
+      a.preset = str();
+      if (a.preset == "bible") {
+        a.d_model = 256, a.heads = 4, a.layers = 4, a.d_ff = 1024, a.vocab = 4000, a.batch = 160, a.len = 36;
+      } else if (a.preset != "seed") {
+        std::fprintf(stderr, "--preset: expected seed or bible, got '%s'\n", a.preset.c_str());
+        return false;
+      }
+    } else if (!std::strcmp(argv[i], "--steps")) a.steps = static_cast<int>(next());
+    else if (!std::strcmp(argv[i], "--d-model")) a.d_model = next();
+    else if (!std::strcmp(argv[i], "--heads")) a.heads = next();
+    else if (!std::strcmp(argv[i], "--d-ff")) a.d_ff = next();
+    else if (!std::strcmp(argv[i], "--vocab")) a.vocab = next();
     else if (!std::strcmp(argv[i], "--threads")) a.threads = static_cast<int>(next());
     else if (!std::strcmp(argv[i], "--layers")) a.layers = next();
     else if (!std::strcmp(argv[i], "--batch")) a.batch = next();
@@ -97,7 +116,10 @@ bool parse_args(int argc, char** argv, Args& a) {
 int run_torch(const Args& a, double qkv_seconds, double qkv_rss) {
   const std::string cmd = a.python + " " QKV_BENCH_DIR "/seed_step_torch.py --steps " + std::to_string(a.steps) +
                           " --threads " + std::to_string(a.threads) + " --layers " + std::to_string(a.layers) +
-                          " --batch " + std::to_string(a.batch) + " --len " + std::to_string(a.len);
+                          " --batch " + std::to_string(a.batch) + " --len " + std::to_string(a.len) +
+                          " --d-model " + std::to_string(a.d_model) + " --heads " + std::to_string(a.heads) +
+                          " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
+                          " --max-len " + std::to_string(std::max<int64_t>(100, a.len));
   std::FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) { std::perror("popen"); return 1; }
   std::string out;
@@ -128,8 +150,14 @@ int main(int argc, char** argv) {
   Args a;
   if (!parse_args(argc, argv, a)) return 2;
   set_num_threads(a.threads);
-  models::TransformerConfig config;  // the seed's
+  models::TransformerConfig config;  // the seed's, with the sizes given
   config.num_layers = a.layers;
+  config.d_model = a.d_model;
+  config.num_heads = a.heads;
+  config.d_ff = a.d_ff;
+  config.src_vocab_size = config.tgt_vocab_size = a.vocab;
+  config.max_seq_length = std::max<int64_t>(100, a.len);
+  config.validate();
   models::Transformer model(config, 0);
   model.train();
   model.set_recompute_ffn(a.recompute_ffn);
@@ -155,8 +183,10 @@ int main(int argc, char** argv) {
                      (a.micro_batch > 0 ? "--micro-batch" : "chosen under --max-memory " + train::format_memory_size(a.max_memory) +
                                                                 " = " + train::format_bytes(plan.budget_bytes)) + ")"
                : ", whole batch (--max-memory " + train::format_memory_size(a.max_memory) + ")";
-  std::printf("seed config: batch %lld x %lld, %lld layers, d_model 512, d_ff 2048, 8 heads, vocab 5000, dropout 0.1, %d threads%s%s\n",
-              static_cast<long long>(a.batch), static_cast<long long>(a.len), static_cast<long long>(a.layers), a.threads,
+  std::printf("%s config: batch %lld x %lld, %lld layers, d_model %lld, d_ff %lld, %lld heads, vocab %lld, dropout 0.1, %d threads%s%s\n",
+              a.preset.c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.len), static_cast<long long>(a.layers),
+              static_cast<long long>(a.d_model), static_cast<long long>(a.d_ff), static_cast<long long>(a.heads),
+              static_cast<long long>(a.vocab), a.threads,
               a.recompute_ffn ? ", qkv recomputes FFN activations" : "", chunking.c_str());
   std::printf("qkv     step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB; "
               "estimate %.2f GB = state %.2f + activations %.2f + process %.2f)\n",
