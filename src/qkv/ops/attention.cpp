@@ -2,6 +2,9 @@
 
 #include <omp.h>
 
+#include <sstream>
+#include <string>
+
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
@@ -13,15 +16,21 @@ kernels::HeadsView heads_view(const Tensor& t) { return {t.strides()[0], t.strid
 // Makes the last dim unit-stride (the kernels' one layout requirement); other strides are kept.
 Tensor unit_last(const Tensor& t) { return t.strides()[t.dim() - 1] == 1 ? t : t.contiguous(); }
 
-void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m) {
+// Masks are i32, (B, Tk) for keys and (B, Tq) for queries; `op` and `context` complete the error.
+void check_masks(const char* op, int64_t B, int64_t Tq, int64_t Tk, const AttentionMasks& m,
+                 const std::string& context = "") {
   if (m.key_keep.defined())
-    QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{d.B, d.Tk}),
-              "attention: key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
-                                     << ")");
+    QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{B, Tk}),
+              op << ": key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << B << ", " << Tk << ")"
+                 << context);
   if (m.query_keep.defined())
-    QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{d.B, d.Tq}),
-              "attention: query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << d.B << ", "
-                                       << d.Tq << ")");
+    QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{B, Tq}),
+              op << ": query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << B << ", " << Tq << ")"
+                 << context);
+}
+
+void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m) {
+  check_masks("attention", d.B, d.Tq, d.Tk, m);
 }
 
 kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& m) {
@@ -178,15 +187,9 @@ void for_each_masked(const Dims& s, const AttentionMasks& m, F&& f) {
 namespace {
 void check_masks_for_scores(const Tensor& scores, const AttentionMasks& m) {
   QKV_CHECK(scores.dim() == 4, "masked_fill: scores must be (B, H, Tq, Tk), got " << scores.shape());
-  const int64_t B = scores.size(0), Tq = scores.size(2), Tk = scores.size(3);
-  if (m.key_keep.defined())
-    QKV_CHECK(m.key_keep.dtype() == DType::I32 && m.key_keep.shape() == (Dims{B, Tk}),
-              "masked_fill: key mask " << m.key_keep.describe() << " must be i32 (B, Tk) = (" << B << ", " << Tk
-                                       << ") for scores " << scores.shape());
-  if (m.query_keep.defined())
-    QKV_CHECK(m.query_keep.dtype() == DType::I32 && m.query_keep.shape() == (Dims{B, Tq}),
-              "masked_fill: query mask " << m.query_keep.describe() << " must be i32 (B, Tq) = (" << B << ", " << Tq
-                                         << ") for scores " << scores.shape());
+  std::ostringstream context;
+  context << " for scores " << scores.shape();
+  check_masks("masked_fill", scores.size(0), scores.size(2), scores.size(3), m, context.str());
 }
 }  // namespace
 
