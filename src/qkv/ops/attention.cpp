@@ -68,9 +68,12 @@ kernels::AttentionDropout kernel_dropout(const AttentionDropoutSpec& s) {
 
 }  // namespace
 
-Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionMasks& masks,
-                         const AttentionDropoutSpec& dropout, Tensor* probs, bool inference) {
-  const kernels::AttentionDims d = check_attention(q_in, k_in, v_in, masks);
+namespace {
+// Both forwards after their checks: unit-stride views, the kernel's masks, the outputs. Dropout's
+// scratch has a slot per OpenMP thread.
+Tensor forward_checked(const kernels::AttentionDims& d, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                       const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs, bool inference,
+                       const kernels::KeyRows& key_rows = {}) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
@@ -80,8 +83,15 @@ Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v
   Tensor scratch = dropout.p > 0.f ? Tensor::empty(Dims{slots * d.Tq * d.Tk}) : Tensor();
   kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
                              heads_view(out), probs->f32(), km, kernel_dropout(dropout),
-                             scratch.defined() ? scratch.f32() : nullptr, slots, inference);
+                             scratch.defined() ? scratch.f32() : nullptr, slots, inference, key_rows);
   return out;
+}
+}  // namespace
+
+Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionMasks& masks,
+                         const AttentionDropoutSpec& dropout, Tensor* probs, bool inference) {
+  const kernels::AttentionDims d = check_attention(q_in, k_in, v_in, masks);
+  return forward_checked(d, q_in, k_in, v_in, masks, dropout, probs, inference);
 }
 
 Tensor attention_forward_mapped(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& key_rows,
@@ -104,14 +114,7 @@ Tensor attention_forward_mapped(const Tensor& q_in, const Tensor& k_in, const Te
                 "mapped attention: key " << j << " of row " << b << " is in row " << rows[b * stride + j]
                                          << ", outside [0, " << Bk << ")");
   check_masks(d, masks);  // the masks cover q's rows
-  const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
-  Tensor key_c, query_c;
-  const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
-  Tensor out = Tensor::empty(Dims{d.B, d.H, d.Tq, d.dk});
-  *probs = Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk});
-  kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
-                             heads_view(out), probs->f32(), km, {}, nullptr, 1, true, {rows, stride});
-  return out;
+  return forward_checked(d, q_in, k_in, v_in, masks, {}, probs, true, {rows, stride});
 }
 
 void attention_backward(const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
