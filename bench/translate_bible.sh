@@ -80,7 +80,8 @@ apertium -u spa-eng < "$DATA/test.es" > "$OUT/test.apertium.en"
 echo "== scores on John ($(wc -l < "$DATA/test.en") verses) against the KJV"
 params=$(python3 -c "import json;c=json.load(open('$OUT/best/config.json'));print(c['d_model'],c['num_heads'],c['num_layers'],c['d_ff'],c['tgt_vocab_size'])")
 for precision in none int8; do
-  label="qkv $chosen$([ "$precision" = int8 ] && echo " int8")"
+  label="qkv $chosen"
+  [ "$precision" = none ] || label="$label $precision"
   printf "%-18s %s\n" "$label" "$("$QKV" bleu "$DATA/test.en" < "$OUT/test.$chosen.$precision.en")"
   printf "%-18s %s\n" "$label" "$("$QKV" chrf "$DATA/test.en" < "$OUT/test.$chosen.$precision.en")"
 done
