@@ -6,9 +6,9 @@
 
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <vector>
 
+#include "kernels/float_sweep.h"
 #include "qkv/core/threads.h"
 #include "qkv/kernels/dropout.h"
 #include "qkv/kernels/elementwise.h"
@@ -17,19 +17,13 @@
 namespace qkv::kernels {
 namespace {
 
+using testing::random_inputs;
+
 std::vector<float> scalar_dropout(const std::vector<float>& x, float p, uint64_t seed, uint64_t offset) {
   const float keep_scale = 1.f / (1.f - p);
   std::vector<float> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = dropout_keep(seed, offset + i, p) ? x[i] * keep_scale : 0.f;
   return y;
-}
-
-std::vector<float> random_floats(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.f, 3.f);
-  std::vector<float> v(n);
-  for (float& f : v) f = dist(gen);
-  return v;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -45,7 +39,7 @@ TEST(DropoutKernels, VectorisedDrawsAreTheScalarMasksBitForBit) {
     for (float p : probabilities)
       for (uint64_t offset : offsets)
         for (int64_t n : lengths) {
-          const std::vector<float> x = random_floats(static_cast<size_t>(n), static_cast<unsigned>(n));
+          const std::vector<float> x = random_inputs(static_cast<size_t>(n), static_cast<unsigned>(n));
           const std::vector<float> want = scalar_dropout(x, p, 42, offset);
           std::vector<float> y(x.size());
           dropout_forward(y.data(), x.data(), n, p, 42, offset);
@@ -56,7 +50,7 @@ TEST(DropoutKernels, VectorisedDrawsAreTheScalarMasksBitForBit) {
           std::vector<float> dx(x.size());
           dropout_backward(dx.data(), x.data(), n, p, 42, offset, false);
           EXPECT_TRUE(same_bits(dx, want)) << "backward p " << p << " offset " << offset << " n " << n;
-          std::vector<float> acc = random_floats(x.size(), 7), acc_want = acc;
+          std::vector<float> acc = random_inputs(x.size(), 7), acc_want = acc;
           for (size_t i = 0; i < acc.size(); ++i) acc_want[i] += want[i];
           dropout_backward(acc.data(), x.data(), n, p, 42, offset, true);
           EXPECT_TRUE(same_bits(acc, acc_want)) << "accumulate p " << p << " offset " << offset << " n " << n;
@@ -66,7 +60,7 @@ TEST(DropoutKernels, VectorisedDrawsAreTheScalarMasksBitForBit) {
 }
 
 TEST(DropoutKernels, InPlaceRowEqualsOutOfPlace) {
-  std::vector<float> x = random_floats(1003, 3);
+  std::vector<float> x = random_inputs(1003, 3);
   const std::vector<float> want = scalar_dropout(x, 0.2f, 9, 55);
   dropout_row(x.data(), x.data(), static_cast<int64_t>(x.size()), 0.2f, 9, 55);
   EXPECT_TRUE(same_bits(x, want));

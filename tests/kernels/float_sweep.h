@@ -1,10 +1,11 @@
-// Inputs and error measures shared by the vectorised-math and GELU kernel tests.
+// Inputs and error measures shared by the vectorised-math, GELU and dropout kernel tests.
 #pragma once
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <random>
 #include <vector>
 
 namespace qkv::kernels::testing {
@@ -42,6 +43,15 @@ inline double ulp_error(float got, double want, double scale) {
   const float rounded = static_cast<float>(want);  // inf where want overflows float
   if (std::isinf(rounded) || std::isinf(got)) return got == rounded ? 0 : INFINITY;
   return std::abs(got - want) / ulp_at(std::abs(scale));
+}
+
+// n draws of N(0, 3^2) from a seeded generator: ordinary inputs, the same on every run.
+inline std::vector<float> random_inputs(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 3.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
 }
 
 }  // namespace qkv::kernels::testing

@@ -24,6 +24,7 @@
 namespace qkv::kernels {
 namespace {
 
+using testing::random_inputs;
 using testing::sweep;
 using testing::ulp_error;
 
@@ -128,14 +129,6 @@ TEST(GeluKernel, SpecialValues) {
     EXPECT_EQ(bwd(f, 1e-40f), 0.5f);
     EXPECT_TRUE(std::isnan(bwd(f, NAN)));
   }
-}
-
-std::vector<float> random_inputs(size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.f, 3.f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
 }
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
