@@ -101,6 +101,34 @@ TEST(BufferPool, AStepOfNewShapesReusesTheSharedSizesAndStaysUnderThePeak) {
 // the limit idle (plus the buffer freed last), the smallest of nested limits holds, and the
 // default rule (idle up to the high-water mark of live bytes, 64 MiB at least; here the floor)
 // comes back when the limits end.
+// Under a limit a miss gives back the classes used longest ago, only as many as make room: a
+// shrinking search keeps the buffers of its current step size. (Freeing every idle buffer, the
+// rule before, made both recent sizes below miss again.)
+TEST(BufferPool, ALimitGivesBackTheLeastRecentlyUsedSizesFirst) {
+  BufferPool::trim();
+  const ScopedCacheLimit limit(int64_t{8} << 20);
+  const auto use_and_free = [](int64_t mib) { Tensor::empty(Dims{mib << 18}).f32()[0] = 1.f; };
+  const auto mib_idle = [] { return BufferPool::stats().bytes_cached >> 20; };
+  const auto allocs = [] { return BufferPool::stats().system_allocs; };
+  use_and_free(4);
+  use_and_free(3);
+  EXPECT_EQ(mib_idle(), 7);
+  const int64_t before = allocs();
+  use_and_free(2);  // a miss: 7 + 2 idle would pass 8, so the 4 MiB class (used longest ago) goes
+  EXPECT_EQ(mib_idle(), 5);
+  use_and_free(1);  // 5 + 1 fits: nothing goes
+  EXPECT_EQ(mib_idle(), 6);
+  EXPECT_EQ(allocs(), before + 2);
+  use_and_free(3);
+  use_and_free(2);
+  EXPECT_EQ(allocs(), before + 2) << "the recent sizes were kept";
+  use_and_free(4);  // 6 + 4: the 1 MiB and 3 MiB classes (the least recent) go
+  EXPECT_EQ(allocs(), before + 3);
+  EXPECT_EQ(mib_idle(), 6);
+  use_and_free(2);
+  EXPECT_EQ(allocs(), before + 3);
+}
+
 TEST(BufferPool, ScopedLimitBoundsWhatShrinkingShapesLeaveIdle) {
   BufferPool::trim();
   Tensor model = Tensor::empty(Dims{int64_t{24} << 20});  // 96 MiB live, like a model's weights

@@ -135,6 +135,43 @@ TEST_F(SearchTest, PacksGivenByTheCallerGiveTheSameResultAsPackingPerSearch) {
   EXPECT_THROW(decoding::beam_search(untrained, sources(), mixed), Error);
 }
 
+// api::Translator keeps one nn::KVCacheStorage for all its batches: a batch's keys and values are
+// written over the last batch's, so nothing of an earlier batch may show through, whether the
+// next batch has fewer rows, longer limits or more rows (the storage then grows).
+TEST_F(SearchTest, KeyValueStorageKeptAcrossBatchesGivesTheSameResults) {
+  models::Transformer untrained(model_->config(), 11);  // untrained: outputs of every length
+  untrained.eval();
+  std::vector<data::IdLine> all = sources();
+  all.push_back({3, 4, 5});
+  all.push_back({6, 8, 10, 12, 14, 3, 5, 7, 9, 11});
+  const std::vector<std::vector<data::IdLine>> batches = {
+      sources(), {all[4], all[0]}, {all[5], all[1], all[2]}, all, {all[3]}};
+  for (const int beam : {1, 3}) {
+    decoding::SearchOptions own, kept;
+    own.beam_size = kept.beam_size = beam;
+    own.n_best = kept.n_best = beam;
+    kept.kv_storage = std::make_shared<nn::KVCacheStorage>();
+    for (size_t n = 0; n < batches.size(); ++n) {
+      const auto a = decoding::beam_search(untrained, batches[n], own);
+      const auto b = decoding::beam_search(untrained, batches[n], kept);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].size(), b[i].size());
+        for (size_t j = 0; j < a[i].size(); ++j) {
+          EXPECT_EQ(a[i][j].tokens, b[i][j].tokens) << "beam " << beam << ", batch " << n << ", sentence " << i;
+          EXPECT_EQ(a[i][j].log_prob, b[i][j].log_prob) << "beam " << beam << ", batch " << n << ", sentence " << i;
+        }
+      }
+      const auto g = decoding::greedy_search(untrained, batches[n], kept);
+      const auto h = decoding::greedy_search(untrained, batches[n], own);
+      for (size_t i = 0; i < g.size(); ++i) {
+        EXPECT_EQ(g[i].tokens, h[i].tokens) << "greedy, batch " << n << ", sentence " << i;
+        EXPECT_EQ(g[i].log_prob, h[i].log_prob) << "greedy, batch " << n << ", sentence " << i;
+      }
+    }
+  }
+}
+
 TEST_F(SearchTest, NBestScoresEqualTeacherForcedScores) {
   models::Transformer untrained(model_->config(), 3);
   untrained.eval();

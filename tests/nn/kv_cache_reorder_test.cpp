@@ -148,3 +148,48 @@ TEST(KVCacheReorder, ManyNewPositionsGatherTheMappedRowsFirst) {
 
 }  // namespace
 }  // namespace qkv::nn
+
+namespace qkv {
+namespace {
+
+TEST(KVCacheStorage, BatchAfterBatchWritesIntoTheSameStorageAndGrowsOnlyForMoreRows) {
+  nn::KVCacheStorage storage;
+  const int64_t H = 2, dk = 8, capacity = 40;
+  const nn::KVCache first = storage.take(0, 6, H, 12, capacity, dk);
+  EXPECT_TRUE(first.kept_storage);
+  EXPECT_EQ(first.k.shape(), (Dims{6, H, capacity, dk})) << "the storage's capacity, not the batch's limit";
+  const float* k0 = first.k.f32();
+  const float* v0 = first.v.f32();
+  {
+    const nn::KVCache longer = storage.take(0, 4, H, capacity, capacity, dk);  // fewer rows, the whole capacity
+    EXPECT_EQ(longer.k.f32(), k0);
+    EXPECT_EQ(longer.v.f32(), v0);
+    EXPECT_EQ(longer.k.size(0), 4);
+  }
+  const nn::KVCache other_layer = storage.take(1, 6, H, 12, capacity, dk);
+  EXPECT_NE(other_layer.k.f32(), k0) << "each layer has storage of its own";
+  const nn::KVCache more_rows = storage.take(0, 9, H, 12, capacity, dk);
+  EXPECT_NE(more_rows.k.f32(), k0);
+  EXPECT_EQ(more_rows.k.size(0), 9);
+  EXPECT_EQ(storage.take(0, 9, H, 5, capacity, dk).k.f32(), more_rows.k.f32()) << "kept after growing";
+  EXPECT_THROW(storage.take(0, 2, H, capacity + 1, capacity, dk), Error);
+  EXPECT_THROW(storage.take(0, 2, H, 0, capacity, dk), Error);
+}
+
+TEST(KVCacheStorage, ReorderKeepsTheStorageWhereAnOwnCacheGathersIntoLessMemory) {
+  nn::KVCacheStorage storage;
+  for (const bool kept : {false, true}) {
+    nn::KVCache c = kept ? storage.take(0, 8, 2, 6, 10, 4) : nn::KVCache::with_capacity(8, 2, 10, 4);
+    c.k.fill(1.f);
+    c.v.fill(2.f);
+    c.length = 3;
+    const float* before = c.k.f32();
+    c.reorder({5, 5, 1, 0});  // half the rows: an own cache gives the other half back
+    EXPECT_EQ(c.k.f32() == before, kept);
+    EXPECT_EQ(c.k.size(0), kept ? 8 : 4);
+    EXPECT_EQ(c.sequences(), 4);
+  }
+}
+
+}  // namespace
+}  // namespace qkv

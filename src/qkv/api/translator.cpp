@@ -66,6 +66,9 @@ std::vector<std::vector<Translation>> Translator::translate_ids(const std::vecto
   decoding::SearchOptions search = options.search;
   if (search.use_cache && order.size() > batch_size && !search.decoder_packs)
     search.decoder_packs = model_->pack_decoder_linears(search.precision);
+  // And the batches write their keys and values into the same storage (faulted in once, not once per batch).
+  if (search.use_cache && order.size() > batch_size && !search.kv_storage)
+    search.kv_storage = std::make_shared<nn::KVCacheStorage>();
   for (size_t begin = 0; begin < order.size(); begin += batch_size) {
     const size_t end = std::min(order.size(), begin + batch_size);
     std::vector<data::IdLine> batch;

@@ -47,15 +47,17 @@ class BufferPool {
 
 // What the decoding loops (beam and greedy search, generation) keep idle: about one step's
 // buffers for the Bible model at 128 rows (translation's peak RSS 267 -> 225 MB, no slower; with
-// the heap trimmed on each release, 194 MB).
+// glibc's heap trimmed, 194 MB, now 185 with the key/value storage kept across batches).
 constexpr int64_t kStepBuffersKept = int64_t{16} << 20;
 
 // While one lives, the pool keeps at most `bytes` of idle buffers instead of following its default
 // rule (idle up to the high-water mark of live bytes, and 64 MiB). For inference whose shapes
 // shrink step by step: a beam search's batch loses a sentence's rows every few steps, each step's
 // buffers then never fit again, and under the rule of the time (as much idle as live, which
-// includes the model's weights) translation kept up to 67 MB of them idle. Under a limit a release also trims glibc's heap (malloc_trim). The pool is one per
-// process: while any limit lives, the smallest one holds for every thread.
+// includes the model's weights) translation kept up to 67 MB of them idle. A miss under a limit
+// gives back the classes used longest ago until idle + the new buffer fit; the end of a limit trims
+// glibc's heap (malloc_trim). The pool is one per process: while any limit lives, the smallest one
+// holds for every thread.
 class ScopedCacheLimit {
  public:
   explicit ScopedCacheLimit(int64_t bytes);

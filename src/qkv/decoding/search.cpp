@@ -102,7 +102,8 @@ class StepDecoder {
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr,
                                  encoder_packs.get());
     if (use_cache_) {
-      state_ = model.start_decoding(enc, src, max_length, rows_per_source, o.precision, o.decoder_packs);
+      state_ = model.start_decoding(enc, src, max_length, rows_per_source, o.precision, o.decoder_packs,
+                                    o.kv_storage.get());
     } else {  // each sentence's rows get their own copy of its source and encoder output
       std::vector<int64_t> expand;
       for (int64_t b = 0; b < src.size(0); ++b)

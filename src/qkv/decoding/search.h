@@ -43,6 +43,10 @@ struct SearchOptions {
   // meanwhile (api::Translator packs the decoder once per call: 25 MB for the Bible model, 28 times
   // on John otherwise). Null: each search packs its own. Cached decoding only.
   std::shared_ptr<const nn::PackedLinears> encoder_packs, decoder_packs;
+  // Self-attention key/value storage reused by each search (nn::KVCacheStorage), for a caller that
+  // searches many batches one after another (api::Translator keeps one per call). Null: each search
+  // allocates its own. Cached decoding only; one search at a time.
+  std::shared_ptr<nn::KVCacheStorage> kv_storage;
 };
 
 // Throws qkv::Error naming the option that is out of its range (see SearchOptions). Both searches

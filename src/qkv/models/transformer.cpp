@@ -127,7 +127,8 @@ Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& m
 
 DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
                                          int64_t rows_per_source, nn::LinearPrecision precision,
-                                         std::shared_ptr<const nn::PackedLinears> decoder_packs) const {
+                                         std::shared_ptr<const nn::PackedLinears> decoder_packs,
+                                         nn::KVCacheStorage* kv_storage) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(max_length >= 1 && max_length <= config_.max_seq_length,
             "decoding length " << max_length << " must be in [1, max_seq_length " << config_.max_seq_length << "]");
@@ -141,9 +142,10 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   QKV_CHECK(!decoder_packs || decoder_packs->precision() == precision,
             "start_decoding: the decoder's packs are of another precision than the one asked for");
   st.packed = decoder_packs ? std::move(decoder_packs) : pack_decoder_linears(precision);
-  for (const DecoderLayer* layer : decoder_layers)
-    st.layers.push_back(
-        {nn::KVCache::with_capacity(N, H, max_length, dk), layer->cross_attn.project_memory(enc_output, st.packed.get())});
+  for (size_t i = 0; i < decoder_layers.size(); ++i)
+    st.layers.push_back({kv_storage ? kv_storage->take(i, N, H, max_length, config_.max_seq_length, dk)
+                                    : nn::KVCache::with_capacity(N, H, max_length, dk),
+                         decoder_layers[i]->cross_attn.project_memory(enc_output, st.packed.get())});
   return st;
 }
 

@@ -113,11 +113,14 @@ class Transformer : public Model {
   // milliseconds for the Bible model), so the weights must not change while the state is in use.
   // precision: how the packed weights are stored (nn::LinearPrecision). decoder_packs: the packs of
   // pack_decoder_linears(precision) to use instead of packing anew (a caller decoding many batches
-  // with unchanged weights packs once); null: start_decoding packs.
+  // with unchanged weights packs once); null: start_decoding packs. kv_storage: self-attention
+  // key/value storage kept by a caller that decodes many batches (nn::KVCacheStorage); null: each
+  // state allocates its own.
   DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
                               int64_t rows_per_source = 1,
                               nn::LinearPrecision precision = nn::LinearPrecision::Float32,
-                              std::shared_ptr<const nn::PackedLinears> decoder_packs = nullptr) const;
+                              std::shared_ptr<const nn::PackedLinears> decoder_packs = nullptr,
+                              nn::KVCacheStorage* kv_storage = nullptr) const;
   // tokens (N) i32 at position state.length -> logits (N, V) for the next position. The weights of
   // this position, per layer, on request: self (N, H, 1, state.length + 1), cross (N, H, 1, S).
   Var decode_step(const Tensor& tokens, DecoderState& state, std::vector<Tensor>* self_weights = nullptr,

@@ -45,6 +45,27 @@ KVCache KVCache::with_capacity(int64_t N, int64_t num_heads, int64_t capacity, i
   return c;
 }
 
+KVCache KVCacheStorage::take(size_t layer, int64_t N, int64_t num_heads, int64_t length_limit, int64_t capacity,
+                             int64_t dk) {
+  QKV_CHECK(length_limit >= 1 && length_limit <= capacity,
+            "key/value storage: length " << length_limit << " must be in [1, capacity " << capacity << "]");
+  if (kept_.size() <= layer) kept_.resize(layer + 1);
+  KVCache& kept = kept_[layer];
+  const bool fits = kept.k.defined() && kept.k.size(0) >= N && kept.k.size(1) == num_heads &&
+                    kept.k.size(2) >= length_limit && kept.k.size(3) == dk;
+  if (!fits) {
+    // Dropped first, so the old and new storage never take memory together.
+    const int64_t rows = kept.k.defined() ? std::max(N, kept.k.size(0)) : N;
+    kept = KVCache();
+    kept = KVCache::with_capacity(rows, num_heads, capacity, dk);
+  }
+  KVCache c;
+  c.k = kept.k.slice0(0, N);
+  c.v = kept.v.slice0(0, N);
+  c.kept_storage = true;
+  return c;
+}
+
 namespace {
 // The first `length` key columns of a mask that covers a cache's capacity.
 ops::AttentionMasks first_keys(const ops::AttentionMasks& masks, int64_t length) {
@@ -125,6 +146,7 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
   if (n > k.size(0)) {  // more sequences than rows: new storage (the map's rows stay valid)
     k = grown_copy(k, n, length);
     v = grown_copy(v, n, length);
+    kept_storage = false;
   }
   Tensor map = Tensor::empty(Dims{n, capacity}, DType::I32);
   int32_t* out = map.i32();
@@ -141,7 +163,7 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
   // Rows of sequences that ended stay allocated while the map may point into them; once the
   // sequences fit in half the rows, a gather gives their memory back (CTranslate2's cache shrinks
   // with its batch the same way). Halving bounds the copies to about twice the final cache.
-  if (2 * n <= k.size(0)) gather_in_place();
+  if (2 * n <= k.size(0) && !kept_storage) gather_in_place();
 }
 
 void KVCache::reorder_copying(const std::vector<int64_t>& rows) {
@@ -170,6 +192,7 @@ void KVCache::gather_in_place() {
   k = std::move(gk);
   v = std::move(gv);
   key_rows = Tensor();
+  kept_storage = false;
 }
 
 Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks,
