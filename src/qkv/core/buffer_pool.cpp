@@ -142,6 +142,35 @@ void make_room(PoolState& s, int64_t bytes) {
   if (s.stats.bytes_cached > idle_allowed) release_least_recent(s, s.stats.bytes_cached - idle_allowed);
 }
 
+// A miss of a mapped size (1 MiB and more) under the default rule takes the smallest idle buffer of
+// a class at most twice as large (caller holds the lock). A training step's shapes follow its
+// batch (6000 tokens as 150 x 40 or 120 x 50), so its sizes move a little from step to step: each
+// used to miss, the pool unmapped last step's buffers to stay under its peak, and the new ones
+// were faulted in again. Bible training, 30 steps: 6.1M page faults before, 4.2M with a margin of
+// 1/4, 3.4M with 1/2, 2.7M with 2x (about 50,000 a step after the first ones), 75 -> 67 s, the
+// same peak RSS (1.15 GB) and the same weights. The bound on idle memory counts a buffer's whole
+// class, so it holds as before. Not under a ScopedCacheLimit: decoding keeps little idle, and a
+// buffer taken larger there raised generation's peak RSS (1.70 -> 2.00 GB with a 1/8 margin).
+Buffer* take_larger(PoolState& s, size_t cls) {
+  if (!s.limits.empty() || cls < kMapThreshold) return nullptr;
+  const size_t most = 2 * cls;
+  FreeList* best = nullptr;
+  size_t best_cls = 0;
+  for (auto& [c, list] : s.free_lists)
+    if (list.head && c > cls && c <= most && (!best || c < best_cls)) {
+      best = &list;
+      best_cls = c;
+    }
+  if (!best) return nullptr;
+  Buffer* b = best->head;
+  best->head = b->next_free;
+  best->last_used = s.clock;
+  b->next_free = nullptr;
+  s.stats.bytes_cached -= static_cast<int64_t>(b->bytes);
+  count_live(s, static_cast<int64_t>(b->bytes));
+  return b;
+}
+
 }  // namespace
 
 Buffer* BufferPool::acquire(size_t bytes) {
@@ -158,6 +187,7 @@ Buffer* BufferPool::acquire(size_t bytes) {
       count_live(s, static_cast<int64_t>(cls));
       return b;
     }
+    if (Buffer* b = take_larger(s, cls)) return b;
     make_room(s, static_cast<int64_t>(cls));  // may erase `list`
     s.stats.system_allocs++;
     count_live(s, static_cast<int64_t>(cls));
