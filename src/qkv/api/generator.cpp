@@ -68,6 +68,12 @@ std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std:
   std::vector<std::vector<int32_t>> results(prompts.size());
   if (attention) attention->assign(prompts.size(), decoding::AttentionWeights{});
   const auto batch_size = static_cast<size_t>(options.batch_size);
+  // Several batches: the weights packed once and one key/value storage for all of them.
+  decoding::GenerateOptions decode = options.decode;
+  if (order.size() > batch_size) {
+    if (!decode.packs) decode.packs = model_->pack_linears(decode.precision);
+    if (!decode.kv_storage) decode.kv_storage = std::make_shared<nn::KVCacheStorage>();
+  }
   for (size_t begin = 0; begin < order.size(); begin += batch_size) {
     const size_t end = std::min(order.size(), begin + batch_size);
     std::vector<std::vector<int32_t>> batch;
@@ -77,7 +83,7 @@ std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std:
       keys.push_back(first_key + order[i]);
     }
     std::vector<decoding::AttentionWeights> weights;
-    auto out = decoding::generate(*model_, batch, keys, options.decode, {}, attention ? &weights : nullptr);
+    auto out = decoding::generate(*model_, batch, keys, decode, {}, attention ? &weights : nullptr);
     for (size_t i = begin; i < end; ++i) {
       results[order[i]] = std::move(out[i - begin]);
       if (attention) (*attention)[order[i]] = std::move(weights[i - begin]);

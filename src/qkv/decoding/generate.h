@@ -37,6 +37,11 @@ struct GenerateOptions {
   // The model's products: float32, or int8 weights per output channel with activations per row
   // (kernels/int8_gemm.h, as `qkv translate --quantize int8`).
   nn::LinearPrecision precision = nn::LinearPrecision::Float32;
+  // For a caller that generates many batches with unchanged weights (api::Generator, per call):
+  // the model's pack_linears(precision), and key/value storage the batches share
+  // (nn::KVCacheStorage). Null: generate makes them once per call. One generation at a time.
+  std::shared_ptr<const nn::PackedLinears> packs;
+  std::shared_ptr<nn::KVCacheStorage> kv_storage;
 };
 
 // A prompt fitted to the context: the tokens the model reads and how many it may add.

@@ -146,7 +146,8 @@ Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input, const nn
 }
 
 Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
-                      GenerationState& st, std::vector<Tensor>* weights, nn::LinearPrecision precision) const {
+                      GenerationState& st, std::vector<Tensor>* weights, nn::LinearPrecision precision,
+                      std::shared_ptr<const nn::PackedLinears> packs, nn::KVCacheStorage* kv_storage) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(!prompts.empty(), "prefill: no prompts");
   int64_t longest = 0;
@@ -174,12 +175,16 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
     }
   }
   const int64_t H = config_.num_heads, dk = config_.d_model / H;
-  for (size_t i = 0; i < layers.size(); ++i) st.layers.push_back(nn::KVCache::with_capacity(N, H, st.capacity, dk));
+  for (size_t i = 0; i < layers.size(); ++i)
+    st.layers.push_back(kv_storage ? kv_storage->take(i, N, H, st.capacity, config_.max_seq_length, dk)
+                                   : nn::KVCache::with_capacity(N, H, st.capacity, dk));
   ops::AttentionMasks masks;
   masks.key_keep = st.key_keep;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  st.packed = pack_linears(precision);
+  QKV_CHECK(!packs || packs->precision() == precision,
+            "prefill: the packs given are of another precision than the one asked for");
+  st.packed = packs ? std::move(packs) : pack_linears(precision);
   const Var hidden =
       run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights, st.packed.get());
   st.length = longest;

@@ -76,9 +76,14 @@ class CausalLM : public Model {
   // (longest prompt + max_new_tokens must fit max_seq_length).
   // precision: how the packed weights that the prompt and the steps run through are stored
   // (nn::LinearPrecision; float32 packs serve only products of a few rows, long prompts use BLAS).
+  // packs: pack_linears(precision) made by a caller that generates many batches with unchanged
+  // weights (null: prefill packs); kv_storage: key/value storage kept across those batches
+  // (nn::KVCacheStorage; null: the state allocates its own).
   Var prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, GenerationState& state,
               std::vector<Tensor>* weights = nullptr,
-              nn::LinearPrecision precision = nn::LinearPrecision::Float32) const;
+              nn::LinearPrecision precision = nn::LinearPrecision::Float32,
+              std::shared_ptr<const nn::PackedLinears> packs = nullptr,
+              nn::KVCacheStorage* kv_storage = nullptr) const;
   // tokens (N) i32 appended to every row -> logits (N, V) of the next token.
   Var step(const Tensor& tokens, GenerationState& state, std::vector<Tensor>* weights = nullptr) const;
   // Row i of the new state is row rows[i] of the old one (drop finished rows, beam reordering).
