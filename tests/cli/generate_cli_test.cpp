@@ -80,6 +80,28 @@ Tokens parse(const std::string& line) {
   return ids;
 }
 
+// `qkv init` builds the family config.json names (it used to build an encoder-decoder model from
+// any config and refuse the others).
+TEST_F(GenerateCli, InitWritesACheckpointOfTheFamilyTheConfigNames) {
+  std::ofstream(path("gpt.json")) << R"({"architecture": "decoder-only", "vocab_size": 20, "d_model": 16,
+      "num_heads": 2, "num_layers": 1, "d_ff": 32, "max_seq_length": 16})";
+  std::ofstream(path("bert.json")) << R"({"architecture": "encoder-only", "vocab_size": 20, "d_model": 16,
+      "num_heads": 2, "num_layers": 1, "d_ff": 32, "max_seq_length": 16})";
+  for (const std::string family : {"gpt", "bert"}) {
+    const CliRun init = run_qkv_split("init --config " + path(family + ".json") + " --out " + path("init_" + family));
+    ASSERT_EQ(init.code, 0) << init.err;
+    const CliRun info = run_qkv_split("info " + path("init_" + family));
+    ASSERT_EQ(info.code, 0) << info.err;
+    EXPECT_NE(info.out.find(family == "gpt" ? "decoder-only" : "encoder-only"), std::string::npos) << info.out;
+  }
+  std::ofstream(path("init_prompt.ids")) << "1 5 7\n";
+  const CliRun gen = run_qkv_split("generate --checkpoint " + path("init_gpt") + " --ids --input " +
+                                   path("init_prompt.ids") + " --max-new-tokens 3 --threads 1");
+  ASSERT_EQ(gen.code, 0) << gen.err;
+  EXPECT_LE(parse(gen.out).size(), 3u) << gen.out;  // at most 3 new tokens (fewer if EOS comes first)
+}
+
+
 std::vector<std::string> lines_of(const std::string& out) {
   std::vector<std::string> lines;
   std::istringstream in(out);

@@ -1,4 +1,4 @@
-// qkv init --config FILE --out DIR [--seed N]
+// qkv init --config FILE --out DIR [--seed N]: a freshly initialised checkpoint of any family
 #include <iostream>
 #include <memory>
 
@@ -14,10 +14,11 @@ Runner add_init_command(CLI::App& app) {
   app.add_option("--seed", std::get<2>(*opts), "Initialisation seed")->capture_default_str();
   return [opts]() {
     const auto& [config_path, out, seed] = *opts;
-    models::Transformer model(models::load_config(config_path), seed);
-    models::save_model(out, model);
+    // Any family: config.json's "architecture" picks it (encoder-decoder by default).
+    const std::unique_ptr<models::Model> model = models::make_model(models::load_config(config_path), seed);
+    models::save_model(out, *model);
     int64_t count = 0;
-    for (const Var& p : model.parameters()) count += p.value().numel();
+    for (const Var& p : model->parameters()) count += p.value().numel();
     std::cout << "wrote " << out << " (" << count << " parameters)\n";
     return 0;
   };
