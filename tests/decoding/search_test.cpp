@@ -172,6 +172,39 @@ TEST_F(SearchTest, KeyValueStorageKeptAcrossBatchesGivesTheSameResults) {
   }
 }
 
+// What api::Translator and training's validation run: sentences sorted by length into batches,
+// results back in input order, each equal to searching its batch alone.
+TEST_F(SearchTest, SearchInBatchesReturnsInputOrderAndSkipsEmptySources) {
+  models::Transformer untrained(model_->config(), 13);
+  untrained.eval();
+  const std::vector<data::IdLine> sources = {
+      {4, 5, 6, 7, 8, 9, 10, 11}, {}, {3, 4}, {9, 10, 11, 12, 13}, {7}, {15, 14, 13, 12, 11, 10, 9}, {6, 6, 6}};
+  for (const int beam : {1, 3}) {
+    decoding::SearchOptions o;
+    o.beam_size = o.n_best = beam;
+    std::vector<std::pair<int64_t, int64_t>> progress;
+    const auto found = decoding::search_in_batches(untrained, sources, o, 2,
+                                                   [&](int64_t done, int64_t total) { progress.emplace_back(done, total); });
+    ASSERT_EQ(found.size(), sources.size());
+    EXPECT_TRUE(found[1].empty()) << "an empty source gets no hypothesis";
+    EXPECT_EQ(progress, (std::vector<std::pair<int64_t, int64_t>>{{2, 6}, {4, 6}, {6, 6}}));
+    // By length, 2 at a time: {4, 2}, {6, 3}, {5, 0}. (Bits depend on a batch's padding, so each
+    // result is compared with its own batch searched directly.)
+    for (const std::vector<size_t>& batch : {std::vector<size_t>{4, 2}, {6, 3}, {5, 0}}) {
+      const auto direct = decoding::beam_search(untrained, {sources[batch[0]], sources[batch[1]]}, o);
+      for (size_t k = 0; k < 2; ++k) {
+        const size_t i = batch[k];
+        ASSERT_EQ(found[i].size(), direct[k].size()) << "beam " << beam << ", sentence " << i;
+        for (size_t j = 0; j < direct[k].size(); ++j) {
+          EXPECT_EQ(found[i][j].tokens, direct[k][j].tokens) << "beam " << beam << ", sentence " << i;
+          EXPECT_EQ(found[i][j].log_prob, direct[k][j].log_prob) << "beam " << beam << ", sentence " << i;
+        }
+      }
+    }
+  }
+  EXPECT_THROW(decoding::search_in_batches(untrained, sources, {}, 0), Error);
+}
+
 TEST_F(SearchTest, NBestScoresEqualTeacherForcedScores) {
   models::Transformer untrained(model_->config(), 3);
   untrained.eval();

@@ -51,45 +51,20 @@ std::string Translator::target_piece(int32_t id) const {
 std::vector<std::vector<Translation>> Translator::translate_ids(const std::vector<data::IdLine>& sources,
                                                                 const TranslationOptions& options,
                                                                 const ProgressCallback& progress) const {
-  QKV_CHECK(options.batch_size >= 1, "batch_size must be at least 1, got " << options.batch_size);
-  decoding::validate_search_options(options.search, model_->config().tgt_vocab_size);
-  // Batches of similar length; results go back to input order.
-  std::vector<size_t> order;
-  for (size_t i = 0; i < sources.size(); ++i)
-    if (!sources[i].empty()) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() < sources[b].size(); });
-  const bool greedy = options.search.beam_size == 1 && options.search.n_best == 1;
+  // Batches of similar length sharing the decoder's packs and key/value storage; input order back.
+  std::vector<std::vector<decoding::Hypothesis>> found =
+      decoding::search_in_batches(*model_, sources, options.search, options.batch_size, progress);
   std::vector<std::vector<Translation>> results(sources.size());
-  const auto batch_size = static_cast<size_t>(options.batch_size);
-  // Several batches: pack the decoder once for all of them, not once per batch. The encoder's
-  // packs live only while a batch is encoded: kept, they would add their size to decoding's peak.
-  decoding::SearchOptions search = options.search;
-  if (search.use_cache && order.size() > batch_size && !search.decoder_packs)
-    search.decoder_packs = model_->pack_decoder_linears(search.precision);
-  // And the batches write their keys and values into the same storage (faulted in once, not once per batch).
-  if (search.use_cache && order.size() > batch_size && !search.kv_storage)
-    search.kv_storage = std::make_shared<nn::KVCacheStorage>();
-  for (size_t begin = 0; begin < order.size(); begin += batch_size) {
-    const size_t end = std::min(order.size(), begin + batch_size);
-    std::vector<data::IdLine> batch;
-    for (size_t i = begin; i < end; ++i) batch.push_back(sources[order[i]]);
-    std::vector<std::vector<decoding::Hypothesis>> found;
-    if (greedy)
-      for (auto& h : decoding::greedy_search(*model_, batch, search)) found.push_back({std::move(h)});
-    else
-      found = decoding::beam_search(*model_, batch, search);
-    for (size_t i = begin; i < end; ++i)
-      for (auto& h : found[i - begin]) {
-        Translation t;
-        t.text = tgt_spm_ ? tgt_spm_->decode(h.tokens) : "";
-        t.tokens = std::move(h.tokens);
-        t.log_prob = h.log_prob;
-        t.score = h.score;
-        t.attention = std::move(h.attention);
-        results[order[i]].push_back(std::move(t));
-      }
-    if (progress) progress(static_cast<int64_t>(end), static_cast<int64_t>(order.size()));
-  }
+  for (size_t i = 0; i < found.size(); ++i)
+    for (auto& h : found[i]) {
+      Translation t;
+      t.text = tgt_spm_ ? tgt_spm_->decode(h.tokens) : "";
+      t.tokens = std::move(h.tokens);
+      t.log_prob = h.log_prob;
+      t.score = h.score;
+      t.attention = std::move(h.attention);
+      results[i].push_back(std::move(t));
+    }
   return results;
 }
 

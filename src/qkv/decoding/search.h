@@ -8,6 +8,7 @@
 // what `qkv score` computes for the pair (source, [BOS] hyp [EOS]); its score for ranking is
 // log_prob / length^length_penalty with length = tokens + 1 (fairseq's normalisation).
 #pragma once
+#include <functional>
 #include <vector>
 
 #include "qkv/data/id_lines.h"
@@ -67,5 +68,16 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
 // Greedy decoding: the argmax token each step (beam_search with beam_size 1 gives the same tokens).
 std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
                                       const SearchOptions& options);
+
+// Called after each batch of search_in_batches with the sentences done so far and in all.
+using BatchProgress = std::function<void(int64_t done, int64_t total)>;
+// Any number of sentences, `batch_size` at a time: sorted by length so that a batch's sentences
+// end at about the same step, greedy when beam_size and n_best are 1, beam search otherwise.
+// Several batches share the decoder's packs and one key/value storage (unless the options bring
+// their own). Results in input order; an empty source gets no hypothesis.
+std::vector<std::vector<Hypothesis>> search_in_batches(const models::Transformer& model,
+                                                       const std::vector<data::IdLine>& sources,
+                                                       const SearchOptions& options, int64_t batch_size,
+                                                       const BatchProgress& after_batch = {});
 
 }  // namespace qkv::decoding

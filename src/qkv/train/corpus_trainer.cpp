@@ -61,17 +61,13 @@ ValidationResult validate(const models::Transformer& model, const DevSet& dev, c
                                                : std::min(dev.src.size(), static_cast<size_t>(o.valid_bleu_sentences));
   decoding::SearchOptions so;
   so.beam_size = o.valid_beam;
+  so.n_best = 1;
+  // Sorted by length in batches of 32 (the first validation of the 2-hour Bible run took 66 s in
+  // file order, where a batch runs as long as its longest sentence).
+  const std::vector<data::IdLine> sources(dev.src.begin(), dev.src.begin() + static_cast<int64_t>(n));
+  const auto found = decoding::search_in_batches(model, sources, so, 32, [&](int64_t, int64_t) { after_batch(); });
   std::vector<std::string> hyps, refs(dev.refs.begin(), dev.refs.begin() + static_cast<int64_t>(n));
-  for (size_t begin = 0; begin < n; begin += 32) {
-    const size_t end = std::min(n, begin + 32);
-    const std::vector<data::IdLine> batch(dev.src.begin() + begin, dev.src.begin() + end);
-    if (o.valid_beam == 1) {
-      for (const auto& h : decoding::greedy_search(model, batch, so)) hyps.push_back(spm.decode(h.tokens));
-    } else {
-      for (const auto& hs : decoding::beam_search(model, batch, so)) hyps.push_back(spm.decode(hs[0].tokens));
-    }
-    after_batch();
-  }
+  for (const auto& hs : found) hyps.push_back(hs.empty() ? "" : spm.decode(hs[0].tokens));
   r.bleu = eval::corpus_bleu(hyps, {refs}).score;
   return r;
 }
