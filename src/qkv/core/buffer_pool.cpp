@@ -142,6 +142,16 @@ void make_room(PoolState& s, int64_t bytes) {
   if (s.stats.bytes_cached > idle_allowed) release_least_recent(s, s.stats.bytes_cached - idle_allowed);
 }
 
+// Takes the first idle buffer of `list` (which has one) and counts it live (caller holds the lock).
+Buffer* pop_idle(PoolState& s, FreeList& list) {
+  Buffer* b = list.head;
+  list.head = b->next_free;
+  b->next_free = nullptr;
+  s.stats.bytes_cached -= static_cast<int64_t>(b->bytes);
+  count_live(s, static_cast<int64_t>(b->bytes));
+  return b;
+}
+
 // A miss of a mapped size (1 MiB and more) under the default rule takes the smallest idle buffer of
 // a class at most twice as large (caller holds the lock). A training step's shapes follow its
 // batch (6000 tokens as 150 x 40 or 120 x 50), so its sizes move a little from step to step: each
@@ -162,13 +172,8 @@ Buffer* take_larger(PoolState& s, size_t cls) {
       best_cls = c;
     }
   if (!best) return nullptr;
-  Buffer* b = best->head;
-  best->head = b->next_free;
   best->last_used = s.clock;
-  b->next_free = nullptr;
-  s.stats.bytes_cached -= static_cast<int64_t>(b->bytes);
-  count_live(s, static_cast<int64_t>(b->bytes));
-  return b;
+  return pop_idle(s, *best);
 }
 
 }  // namespace
@@ -180,13 +185,7 @@ Buffer* BufferPool::acquire(size_t bytes) {
     std::lock_guard<std::mutex> lock(s.mutex);
     FreeList& list = s.free_lists[cls];
     list.last_used = ++s.clock;
-    if (Buffer* b = list.head) {
-      list.head = b->next_free;
-      b->next_free = nullptr;
-      s.stats.bytes_cached -= static_cast<int64_t>(cls);
-      count_live(s, static_cast<int64_t>(cls));
-      return b;
-    }
+    if (list.head) return pop_idle(s, list);
     if (Buffer* b = take_larger(s, cls)) return b;
     make_room(s, static_cast<int64_t>(cls));  // may erase `list`
     s.stats.system_allocs++;
