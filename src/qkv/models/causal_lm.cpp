@@ -176,8 +176,7 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
   }
   const int64_t H = config_.num_heads, dk = config_.d_model / H;
   for (size_t i = 0; i < layers.size(); ++i)
-    st.layers.push_back(kv_storage ? kv_storage->take(i, N, H, st.capacity, config_.max_seq_length, dk)
-                                   : nn::KVCache::with_capacity(N, H, st.capacity, dk));
+    st.layers.push_back(nn::self_attention_cache(kv_storage, i, N, H, st.capacity, config_.max_seq_length, dk));
   ops::AttentionMasks masks;
   masks.key_keep = st.key_keep;
   masks.causal = true;

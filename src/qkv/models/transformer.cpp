@@ -143,8 +143,7 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
             "start_decoding: the decoder's packs are of another precision than the one asked for");
   st.packed = decoder_packs ? std::move(decoder_packs) : pack_decoder_linears(precision);
   for (size_t i = 0; i < decoder_layers.size(); ++i)
-    st.layers.push_back({kv_storage ? kv_storage->take(i, N, H, max_length, config_.max_seq_length, dk)
-                                    : nn::KVCache::with_capacity(N, H, max_length, dk),
+    st.layers.push_back({nn::self_attention_cache(kv_storage, i, N, H, max_length, config_.max_seq_length, dk),
                          decoder_layers[i]->cross_attn.project_memory(enc_output, st.packed.get())});
   return st;
 }

@@ -66,6 +66,12 @@ KVCache KVCacheStorage::take(size_t layer, int64_t N, int64_t num_heads, int64_t
   return c;
 }
 
+KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, int64_t num_heads,
+                             int64_t length_limit, int64_t storage_capacity, int64_t dk) {
+  return storage ? storage->take(layer, N, num_heads, length_limit, storage_capacity, dk)
+                 : KVCache::with_capacity(N, num_heads, length_limit, dk);
+}
+
 namespace {
 // The first `length` key columns of a mask that covers a cache's capacity.
 ops::AttentionMasks first_keys(const ops::AttentionMasks& masks, int64_t length) {

@@ -62,6 +62,12 @@ class KVCacheStorage {
   std::vector<KVCache> kept_;  // per layer: the whole storage
 };
 
+// Self-attention cache `layer` for N sequences of `length_limit` positions: from `storage` (whose
+// capacity is `storage_capacity`) when the caller keeps one, else a cache of its own sized to the
+// limit. What Transformer::start_decoding and CausalLM::prefill both do.
+KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, int64_t num_heads,
+                             int64_t length_limit, int64_t storage_capacity, int64_t dk);
+
 class MultiHeadAttention : public Module {
  public:
   MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout = 0.f);
