@@ -17,6 +17,16 @@
 namespace qkv {
 namespace {
 
+// The same hypotheses, bit for bit: tokens and log-probabilities (`what` names the case).
+void expect_identical(const std::vector<decoding::Hypothesis>& got, const std::vector<decoding::Hypothesis>& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t j = 0; j < want.size(); ++j) {
+    EXPECT_EQ(got[j].tokens, want[j].tokens) << what << ", hyp " << j;
+    EXPECT_EQ(got[j].log_prob, want[j].log_prob) << what << ", hyp " << j;
+  }
+}
+
 class SearchTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -120,13 +130,8 @@ TEST_F(SearchTest, PacksGivenByTheCallerGiveTheSameResultAsPackingPerSearch) {
     const auto g = decoding::greedy_search(untrained, sources(), given);
     const auto h = decoding::greedy_search(untrained, sources(), own);
     for (size_t i = 0; i < a.size(); ++i) {
-      ASSERT_EQ(a[i].size(), b[i].size());
-      for (size_t j = 0; j < a[i].size(); ++j) {
-        EXPECT_EQ(a[i][j].tokens, b[i][j].tokens) << "sentence " << i << " hyp " << j;
-        EXPECT_EQ(a[i][j].log_prob, b[i][j].log_prob) << "sentence " << i << " hyp " << j;
-      }
-      EXPECT_EQ(g[i].tokens, h[i].tokens) << "greedy, sentence " << i;
-      EXPECT_EQ(g[i].log_prob, h[i].log_prob) << "greedy, sentence " << i;
+      expect_identical(b[i], a[i], "sentence " + std::to_string(i));
+      expect_identical({g[i]}, {h[i]}, "greedy, sentence " + std::to_string(i));
     }
   }
   decoding::SearchOptions mixed;
@@ -155,19 +160,12 @@ TEST_F(SearchTest, KeyValueStorageKeptAcrossBatchesGivesTheSameResults) {
       const auto a = decoding::beam_search(untrained, batches[n], own);
       const auto b = decoding::beam_search(untrained, batches[n], kept);
       ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        ASSERT_EQ(a[i].size(), b[i].size());
-        for (size_t j = 0; j < a[i].size(); ++j) {
-          EXPECT_EQ(a[i][j].tokens, b[i][j].tokens) << "beam " << beam << ", batch " << n << ", sentence " << i;
-          EXPECT_EQ(a[i][j].log_prob, b[i][j].log_prob) << "beam " << beam << ", batch " << n << ", sentence " << i;
-        }
-      }
+      const std::string where = ", batch " + std::to_string(n) + ", sentence ";
+      for (size_t i = 0; i < a.size(); ++i)
+        expect_identical(b[i], a[i], "beam " + std::to_string(beam) + where + std::to_string(i));
       const auto g = decoding::greedy_search(untrained, batches[n], kept);
       const auto h = decoding::greedy_search(untrained, batches[n], own);
-      for (size_t i = 0; i < g.size(); ++i) {
-        EXPECT_EQ(g[i].tokens, h[i].tokens) << "greedy, batch " << n << ", sentence " << i;
-        EXPECT_EQ(g[i].log_prob, h[i].log_prob) << "greedy, batch " << n << ", sentence " << i;
-      }
+      for (size_t i = 0; i < g.size(); ++i) expect_identical({g[i]}, {h[i]}, "greedy" + where + std::to_string(i));
     }
   }
 }
@@ -192,14 +190,8 @@ TEST_F(SearchTest, SearchInBatchesReturnsInputOrderAndSkipsEmptySources) {
     // result is compared with its own batch searched directly.)
     for (const std::vector<size_t>& batch : {std::vector<size_t>{4, 2}, {6, 3}, {5, 0}}) {
       const auto direct = decoding::beam_search(untrained, {sources[batch[0]], sources[batch[1]]}, o);
-      for (size_t k = 0; k < 2; ++k) {
-        const size_t i = batch[k];
-        ASSERT_EQ(found[i].size(), direct[k].size()) << "beam " << beam << ", sentence " << i;
-        for (size_t j = 0; j < direct[k].size(); ++j) {
-          EXPECT_EQ(found[i][j].tokens, direct[k][j].tokens) << "beam " << beam << ", sentence " << i;
-          EXPECT_EQ(found[i][j].log_prob, direct[k][j].log_prob) << "beam " << beam << ", sentence " << i;
-        }
-      }
+      for (size_t k = 0; k < 2; ++k)
+        expect_identical(found[batch[k]], direct[k], "beam " + std::to_string(beam) + ", sentence " + std::to_string(batch[k]));
     }
   }
   EXPECT_THROW(decoding::search_in_batches(untrained, sources, {}, 0), Error);
