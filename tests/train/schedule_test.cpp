@@ -27,9 +27,47 @@ TEST(Schedule, InverseSqrtWarmsUpLinearlyThenDecays) {
   EXPECT_DOUBLE_EQ(s.at(400), 2.5e-4);  // sqrt(100 / 400) = 1/2
 }
 
+// Hugging Face's get_linear_schedule_with_warmup / get_cosine_schedule_with_warmup, with qkv's steps
+// counted from 1 (so the last step still has a rate above 0).
+TEST(Schedule, LinearAndCosineWarmUpThenDecayToZeroAtTheLastStep) {
+  const Schedule linear{"linear", 1e-3, 10, 0, 110};
+  EXPECT_DOUBLE_EQ(linear.at(5), 5e-4);
+  EXPECT_DOUBLE_EQ(linear.at(10), 1e-3);
+  EXPECT_NEAR(linear.at(11), 1e-3 * 100 / 101, 1e-18);
+  EXPECT_NEAR(linear.at(60), 1e-3 * 51 / 101, 1e-18);
+  EXPECT_NEAR(linear.at(110), 1e-3 / 101, 1e-18);
+  EXPECT_DOUBLE_EQ(linear.at(111), 0);
+  EXPECT_DOUBLE_EQ(linear.at(500), 0);  // past the end (a run resumed with more steps): stays at 0
+  const Schedule cosine{"cosine", 1e-3, 10, 0, 110};
+  EXPECT_DOUBLE_EQ(cosine.at(10), 1e-3);
+  EXPECT_NEAR(cosine.at(60), 1e-3 * 0.5 * (1 + std::cos(M_PI * 50 / 101)), 1e-18);
+  EXPECT_NEAR(cosine.at(110), 1e-3 * 0.5 * (1 + std::cos(M_PI * 100 / 101)), 1e-18);
+  EXPECT_GT(cosine.at(110), 0);
+  EXPECT_NEAR(cosine.at(111), 0, 1e-18);
+  for (int64_t step = 11; step < 110; ++step) {
+    EXPECT_LT(linear.at(step + 1), linear.at(step)) << step;
+    EXPECT_LT(cosine.at(step + 1), cosine.at(step)) << step;
+  }
+}
+
+TEST(Schedule, LinearAndCosineNeedMoreStepsThanTheirWarmUp) {
+  for (const char* kind : {"linear", "cosine"}) {
+    try {
+      Schedule{kind, 1e-3, 100, 0, 0}.at(1);
+      ADD_FAILURE() << kind << " without total_steps was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("give --steps greater than --warmup (steps 0, warm-up 100)"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW((Schedule{kind, 1e-3, 100, 0, 100}.at(1)), Error);
+    EXPECT_NO_THROW((Schedule{kind, 1e-3, 100, 0, 101}.at(1)));
+  }
+}
+
 TEST(Schedule, ConstantAndErrors) {
   EXPECT_DOUBLE_EQ((Schedule{"constant", 3e-4, 0, 0}.at(12345)), 3e-4);
-  EXPECT_THROW((Schedule{"cosine", 1e-3, 10, 0}.at(1)), Error);
+  EXPECT_THROW((Schedule{"exponential", 1e-3, 10, 0}.at(1)), Error);
   EXPECT_THROW((Schedule{"noam", 1.0, 10, 512}.at(0)), Error);
   EXPECT_THROW((Schedule{"inverse_sqrt", 1e-3, 0, 0}.at(1)), Error);
 }

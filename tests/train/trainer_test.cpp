@@ -51,12 +51,14 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 // Trains the copy task to `steps` into `dir`, from scratch or resuming what `dir` holds.
-TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, double lr = 1e-3, int64_t save_every = 0) {
+TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, double lr = 1e-3, int64_t save_every = 0,
+                       const Schedule& schedule = {"constant", 0, 1, 16}) {
   std::unique_ptr<models::Transformer> model =
       resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(small_config(), 5);
   SyntheticData data("copy", 4, 6, 20, 9);
   TrainerOptions o;
-  o.hyper.schedule = {"constant", lr, 1, 16};
+  o.hyper.schedule = schedule;
+  o.hyper.schedule.lr = lr;
   o.last_dir = dir;
   o.max_steps = steps;
   o.save_every = save_every;
@@ -73,6 +75,23 @@ TEST(Trainer, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
   EXPECT_EQ(file_bytes(full + "/model.safetensors"), file_bytes(split + "/model.safetensors"));
   EXPECT_EQ(file_bytes(full + "/optimizer.safetensors"), file_bytes(split + "/optimizer.safetensors"));
   EXPECT_EQ(io::verify_manifest(split).step, 8);
+  fs::remove_all(full);
+  fs::remove_all(split);
+}
+
+// A decaying schedule's end (total_steps) is saved with the run, so the resumed half follows the
+// same line down.
+TEST(Trainer, LinearScheduleResumesToTheSameBytes) {
+  const std::string full = temp_dir("linear_full"), split = temp_dir("linear_split");
+  const Schedule linear{"linear", 0, 2, 16, 8};
+  train_copy(full, 8, false, 1e-3, 0, linear);
+  train_copy(split, 3, false, 1e-3, 0, linear);
+  const TrainState saved = read_train_state(split + "/train_state.json");
+  EXPECT_EQ(saved.hyper.schedule.kind, "linear");
+  EXPECT_EQ(saved.hyper.schedule.total_steps, 8);
+  EXPECT_EQ(train_copy(split, 8, true, 1e-3, 0, saved.hyper.schedule).step, 8);
+  EXPECT_EQ(file_bytes(full + "/model.safetensors"), file_bytes(split + "/model.safetensors"));
+  EXPECT_EQ(file_bytes(full + "/optimizer.safetensors"), file_bytes(split + "/optimizer.safetensors"));
   fs::remove_all(full);
   fs::remove_all(split);
 }

@@ -54,6 +54,8 @@ json describe(const std::string& dir) {
     if (s.has_hyper)
       j["training"]["schedule"] = {{"kind", s.hyper.schedule.kind}, {"lr", s.hyper.schedule.lr},
                                    {"warmup", s.hyper.schedule.warmup}};
+    if (s.has_hyper && train::schedule_needs_total_steps(s.hyper.schedule.kind))
+      j["training"]["schedule"]["total_steps"] = s.hyper.schedule.total_steps;
     if (s.best > -1e299) j["training"]["best_dev_score"] = s.best;
   }
   return j;
@@ -110,6 +112,8 @@ void print_text(const json& j) {
     if (t.contains("schedule"))
       std::printf(", %s lr %g warmup %lld", t["schedule"]["kind"].get<std::string>().c_str(),
                   t["schedule"]["lr"].get<double>(), t["schedule"]["warmup"].get<long long>());
+    if (t.contains("schedule") && t["schedule"].contains("total_steps"))
+      std::printf(" to 0 at step %lld", t["schedule"]["total_steps"].get<long long>());
     if (t.contains("best_dev_score")) std::printf(", best dev score %.2f", t["best_dev_score"].get<double>());
     std::printf("\n");
   } else if (j.contains("step")) {

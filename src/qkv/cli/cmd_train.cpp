@@ -146,10 +146,12 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
 void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "Training steps (synthetic: default 100, tiny 400; corpus: 0 = no limit)")
       ->check(NonNegative());
-  app.add_option("--lr", o.lr, "Learning rate (peak for inverse_sqrt, factor for noam)")->check(Positive());
+  app.add_option("--lr", o.lr, "Learning rate (peak for inverse_sqrt, linear and cosine; factor for noam)")
+      ->check(Positive());
   app.add_option("--schedule", o.schedule,
-                 "Learning rate: inverse_sqrt (corpus default), noam or constant (synthetic default)")
-      ->check(CLI::IsMember({"inverse_sqrt", "noam", "constant"}));
+                 "Learning rate: inverse_sqrt (corpus default), noam, constant (synthetic default), or linear / "
+                 "cosine: warm-up, then down to 0 at --steps")
+      ->check(CLI::IsMember({"inverse_sqrt", "noam", "constant", "linear", "cosine"}));
   app.add_option("--warmup", o.warmup, "Warm-up steps (default 4000)")->check(FiniteRange(1, 1e12));
   app.add_option("--clip-norm", o.clip_norm, "Gradient-norm clipping (0: off; corpus default 1.0)")
       ->check(NonNegative());

@@ -81,6 +81,7 @@ Hyper resolve_hyper(const TrainRequest& o, Hyper h, const std::optional<TrainSta
   }
   override_with("--lr", o.lr, h.schedule.lr);
   override_with("--warmup", o.warmup, h.schedule.warmup);
+  if (schedule_needs_total_steps(h.schedule.kind)) override_with("--steps", o.steps, h.schedule.total_steps);
   override_with("--clip-norm", o.clip_norm, h.clip_norm);
   override_with("--label-smoothing", o.label_smoothing, h.label_smoothing);
   override_with("--micro-batch", o.micro_batch, h.micro_batch);
@@ -323,6 +324,7 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
   TrainerOptions t;
   t.hyper = resolve_hyper(o, defaults, saved, events);
   t.hyper.schedule.d_model = model->config().d_model;
+  if (schedule_needs_total_steps(t.hyper.schedule.kind) && !o.steps && !saved) t.hyper.schedule.total_steps = plan.steps;
   t.comm = o.comm;
   t.bucket_bytes = o.bucket_bytes;
   t.overlap = o.overlap;

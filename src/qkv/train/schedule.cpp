@@ -8,10 +8,13 @@
 namespace qkv::train {
 
 void check_schedule(const Schedule& s) {
-  QKV_CHECK(s.kind == "constant" || s.kind == "noam" || s.kind == "inverse_sqrt",
-            "unknown learning-rate schedule '" << s.kind << "' (expected constant, noam or inverse_sqrt)");
+  QKV_CHECK(s.kind == "constant" || s.kind == "noam" || s.kind == "inverse_sqrt" || schedule_needs_total_steps(s.kind),
+            "unknown learning-rate schedule '" << s.kind << "' (expected constant, noam, inverse_sqrt, linear or cosine)");
   QKV_CHECK(s.lr > 0, "learning rate must be positive, got " << s.lr);
   QKV_CHECK(s.kind == "constant" || s.warmup > 0, "warm-up steps must be positive, got " << s.warmup);
+  QKV_CHECK(!schedule_needs_total_steps(s.kind) || s.total_steps > s.warmup,
+            "the " << s.kind << " schedule decays to 0 at the run's last step: give --steps greater than --warmup (steps "
+                   << s.total_steps << ", warm-up " << s.warmup << ")");
 }
 
 double Schedule::at(int64_t step) const {
@@ -20,7 +23,13 @@ double Schedule::at(int64_t step) const {
   const double t = static_cast<double>(step), w = static_cast<double>(warmup);
   if (kind == "constant") return lr;
   if (kind == "noam") return lr * std::pow(static_cast<double>(d_model), -0.5) * std::min(std::pow(t, -0.5), t * std::pow(w, -1.5));
-  return step < warmup ? lr * t / w : lr * std::sqrt(w / t);  // inverse_sqrt
+  if (step <= warmup) return lr * t / w;  // the warm-up all the others share
+  if (kind == "inverse_sqrt") return lr * std::sqrt(w / t);
+  // linear / cosine: progress through the decay, 1 just after the last step
+  const double decay_steps = static_cast<double>(total_steps - warmup + 1);
+  const double progress = std::min(1.0, (t - w) / decay_steps);
+  if (kind == "linear") return lr * (1.0 - progress);
+  return lr * 0.5 * (1.0 + std::cos(M_PI * progress));  // cosine
 }
 
 }  // namespace qkv::train

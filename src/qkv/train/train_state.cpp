@@ -15,13 +15,15 @@ json hyper_to_json(const Hyper& h) {
           {"d_model", h.schedule.d_model}, {"clip_norm", h.clip_norm}, {"label_smoothing", h.label_smoothing},
           {"micro_batch", h.micro_batch}, {"beta1", h.beta1},          {"beta2", h.beta2},
           {"eps", h.eps},                 {"optimizer", h.optimizer},  {"weight_decay", h.weight_decay},
-          {"max_memory", h.max_memory}};
+          {"max_memory", h.max_memory}, {"total_steps", h.schedule.total_steps}};
 }
 
 Hyper hyper_from_json(const json& j) {
   Hyper h;
   h.schedule = {j.at("schedule").get<std::string>(), j.at("lr").get<double>(), j.at("warmup").get<int64_t>(),
                 j.at("d_model").get<int64_t>()};
+  // Absent in files written before the linear and cosine schedules: no other schedule reads it.
+  h.schedule.total_steps = j.value("total_steps", int64_t{0});
   h.clip_norm = j.at("clip_norm").get<double>();
   h.label_smoothing = j.at("label_smoothing").get<float>();
   h.micro_batch = j.at("micro_batch").get<int64_t>();
