@@ -96,6 +96,24 @@ TEST(Trainer, LinearScheduleResumesToTheSameBytes) {
   fs::remove_all(split);
 }
 
+// A time budget that cuts a decaying schedule short says so, and how to fit it.
+TEST(Trainer, TimeBudgetBeforeTheScheduleEndsSaysTheRateHadNotReachedZero) {
+  const std::string dir = temp_dir("budget");
+  std::unique_ptr<models::Transformer> model = std::make_unique<models::Transformer>(small_config(), 5);
+  SyntheticData data("copy", 4, 6, 20, 9);
+  TrainerOptions o;
+  o.hyper.schedule = {"linear", 1e-3, 2, 16, 50};
+  o.last_dir = dir;
+  o.max_steps = 50;
+  o.time_budget = 1e-9;  // used up before the first or second step
+  const TrainResult r = Trainer(*model, data, o).run();
+  EXPECT_LE(r.step, 1);
+  EXPECT_NE(r.stop_reason.find("time budget used (the linear schedule ends at step 50: its rate had not reached 0"),
+            std::string::npos)
+      << r.stop_reason;
+  fs::remove_all(dir);
+}
+
 TEST(Trainer, MixedCheckpointSetIsRefused) {
   const std::string a = temp_dir("mixed_a"), b = temp_dir("mixed_b");
   train_copy(a, 2, false);

@@ -143,7 +143,13 @@ bool Trainer::stop_requested() const {
 std::string Trainer::limit_reached(double elapsed) const {
   if (options_.max_steps > 0 && state_.step >= options_.max_steps) return "reached --steps";
   if (options_.max_epochs > 0 && data_.epoch() >= options_.max_epochs) return "reached --max-epochs";
-  if (options_.time_budget > 0 && elapsed >= options_.time_budget) return "time budget used";
+  if (options_.time_budget > 0 && elapsed >= options_.time_budget) {
+    const Schedule& s = options_.hyper.schedule;
+    if (schedule_needs_total_steps(s.kind) && state_.step < s.total_steps)  // the run ends un-annealed
+      return "time budget used (the " + s.kind + " schedule ends at step " + std::to_string(s.total_steps) +
+             ": its rate had not reached 0; a smaller --steps fits the whole schedule in the budget)";
+    return "time budget used";
+  }
   return "";
 }
 
