@@ -73,6 +73,21 @@ TEST(TrainCli, InfoDescribesAndChecksACheckpoint) {
   fs::remove_all(d);
 }
 
+TEST(TrainCli, LinearScheduleFallsToZeroAtStepsAndInfoShowsIt) {
+  const std::string d = temp_dir("linear");
+  const CliRun r = qkv_train(kTiny + "--schedule linear --lr 1e-3 --warmup 2 --steps 6 --out " + d + "/a");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("step 2/6 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lr 1.00e-03"), std::string::npos) << r.out;  // the peak, after warm-up
+  EXPECT_NE(r.out.find("lr 2.00e-04"), std::string::npos) << r.out;  // step 6: 1e-3 * 1 / 5
+  const CliRun info = run_qkv("info " + d + "/a");
+  EXPECT_NE(info.out.find("linear lr 0.001 warmup 2 to 0 at step 6"), std::string::npos) << info.out;
+  const CliRun no_steps = run_qkv("train --src " + d + "/x --tgt " + d + "/y --out " + d + "/b --schedule cosine");
+  EXPECT_EQ(no_steps.code, 1) << no_steps.out;
+  EXPECT_NE(no_steps.out.find("give --steps greater than --warmup"), std::string::npos) << no_steps.out;
+  fs::remove_all(d);
+}
+
 TEST(TrainCli, DivergenceStopsNamingTheStepAndSavesNothing) {
   const std::string d = temp_dir("nan");
   const CliRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --out " + d + "/ckpt");
