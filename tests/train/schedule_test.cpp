@@ -50,19 +50,36 @@ TEST(Schedule, LinearAndCosineWarmUpThenDecayToZeroAtTheLastStep) {
   }
 }
 
-TEST(Schedule, LinearAndCosineNeedMoreStepsThanTheirWarmUp) {
+TEST(Schedule, LinearAndCosineNeedTheirLastStepOncePastTheWarmUp) {
   for (const char* kind : {"linear", "cosine"}) {
+    const Schedule unset{kind, 1e-3, 100, 0, 0};  // the Trainer sets it from the time budget
+    EXPECT_DOUBLE_EQ(unset.at(50), 5e-4);
+    EXPECT_DOUBLE_EQ(unset.at(100), 1e-3);
     try {
-      Schedule{kind, 1e-3, 100, 0, 0}.at(1);
-      ADD_FAILURE() << kind << " without total_steps was accepted";
+      unset.at(101);
+      ADD_FAILURE() << kind << " past its warm-up without a last step was accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("give --steps greater than --warmup (steps 0, warm-up 100)"),
+      EXPECT_NE(std::string(e.what()).find("last step is not set (step 101 is past the warm-up)"), std::string::npos)
+          << e.what();
+    }
+    try {
+      Schedule{kind, 1e-3, 100, 0, 100}.at(1);
+      ADD_FAILURE() << kind << " ending at its warm-up was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("give --steps greater than --warmup (steps 100, warm-up 100)"),
                 std::string::npos)
           << e.what();
     }
-    EXPECT_THROW((Schedule{kind, 1e-3, 100, 0, 100}.at(1)), Error);
-    EXPECT_NO_THROW((Schedule{kind, 1e-3, 100, 0, 101}.at(1)));
+    EXPECT_NO_THROW((Schedule{kind, 1e-3, 100, 0, 101}.at(101)));
   }
+}
+
+// 800 warm-up steps took 1920 s (2.4 s a step); 4980 s of a 6900 s budget are left: 0.99 * 4980 / 2.4
+// = 2054.25 more steps.
+TEST(Schedule, StepsThatFitABudgetFollowThePaceSoFar) {
+  EXPECT_EQ(steps_that_fit(800, 1920.0, 6900.0, 800), 800 + 2054);
+  EXPECT_EQ(steps_that_fit(800, 7000.0, 6900.0, 800), 801);  // budget already used: decay at once
+  EXPECT_EQ(steps_that_fit(10, 0.0, 60.0, 10), 11);  // no pace measured (no clock): one step of decay
 }
 
 TEST(Schedule, ConstantAndErrors) {

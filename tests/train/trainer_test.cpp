@@ -114,6 +114,31 @@ TEST(Trainer, TimeBudgetBeforeTheScheduleEndsSaysTheRateHadNotReachedZero) {
   fs::remove_all(dir);
 }
 
+// Without a last step, a linear schedule takes the steps that fit the time budget, fixed at the end
+// of the warm-up, said once and saved with the run.
+TEST(Trainer, LinearScheduleWithoutStepsFitsItsEndToTheTimeBudget) {
+  const std::string dir = temp_dir("fit");
+  std::unique_ptr<models::Transformer> model = std::make_unique<models::Transformer>(small_config(), 5);
+  SyntheticData data("copy", 4, 6, 20, 9);
+  TrainerOptions o;
+  o.hyper.schedule = {"linear", 1e-3, 2, 16, 0};
+  o.last_dir = dir;
+  o.max_steps = 4;
+  o.time_budget = 3600;
+  std::vector<std::string> said;
+  TrainerEvents events;
+  events.on_info = [&](const std::string& m) { said.push_back(m); };
+  EXPECT_EQ(Trainer(*model, data, o).run(events).step, 4);
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find("the linear schedule falls to 0 at step "), std::string::npos) << said[0];
+  const int64_t end = read_train_state(dir + "/train_state.json").hyper.schedule.total_steps;
+  EXPECT_GT(end, 1000);  // an hour at well under a second a step
+  o.time_budget = 0;  // and without either, refused by name
+  const std::string msg = error_of([&] { Trainer(*model, data, o); });
+  EXPECT_NE(msg.find("give --steps, or --time-budget"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
 TEST(Trainer, MixedCheckpointSetIsRefused) {
   const std::string a = temp_dir("mixed_a"), b = temp_dir("mixed_b");
   train_copy(a, 2, false);

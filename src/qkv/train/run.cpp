@@ -146,6 +146,7 @@ std::optional<TrainState> fill_run_options(const TrainRequest& o, const Hyper& d
   r.max_steps = o.steps.value_or(0);
   r.max_epochs = o.max_epochs;
   r.time_budget = parse_time_budget(o.time_budget);
+  check_schedule_end(r.hyper.schedule, r.time_budget);  // before reading any data
   r.valid_every = o.valid_every;
   r.patience = o.patience;
   r.keep_checkpoints = o.keep_checkpoints;

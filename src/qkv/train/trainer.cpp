@@ -18,6 +18,12 @@
 namespace qkv::train {
 namespace fs = std::filesystem;
 
+void check_schedule_end(const Schedule& s, double time_budget) {
+  QKV_CHECK(!schedule_needs_total_steps(s.kind) || s.total_steps > 0 || time_budget > 0,
+            "the " << s.kind << " schedule falls to 0 at the run's last step: give --steps, or --time-budget "
+                              "for the steps that fit it");
+}
+
 void check_hyper(const Hyper& h) {
   check_schedule(h.schedule);
   QKV_CHECK(std::isfinite(h.clip_norm) && h.clip_norm >= 0,
@@ -36,10 +42,17 @@ void check_hyper(const Hyper& h) {
 namespace {
 void check_options(const TrainerOptions& o) {
   check_hyper(o.hyper);
+  check_schedule_end(o.hyper.schedule, o.time_budget);
   QKV_CHECK(o.max_steps >= 0 && o.max_epochs >= 0 && o.time_budget >= 0, "training limits must be >= 0");
   QKV_CHECK(o.valid_every >= 0 && o.save_every >= 0, "--valid-every and --save-every must be >= 0");
   QKV_CHECK(o.log_every > 0, "--log-every must be positive, got " << o.log_every);
   QKV_CHECK(o.patience >= 0 && o.keep_checkpoints >= 0, "--patience and --keep-checkpoints must be >= 0");
+}
+
+std::string format_seconds_per_step(double seconds, int64_t steps) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f s", seconds / static_cast<double>(std::max<int64_t>(1, steps)));
+  return text;
 }
 
 // The optimizer's own step counter (saved in optimizer.safetensors) must equal train_state's step:
@@ -142,6 +155,9 @@ bool Trainer::stop_requested() const {
 
 std::string Trainer::limit_reached(double elapsed) const {
   if (options_.max_steps > 0 && state_.step >= options_.max_steps) return "reached --steps";
+  const Schedule& schedule = options_.hyper.schedule;
+  if (schedule_needs_total_steps(schedule.kind) && schedule.total_steps > 0 && state_.step >= schedule.total_steps)
+    return "reached the end of the " + schedule.kind + " schedule";
   if (options_.max_epochs > 0 && data_.epoch() >= options_.max_epochs) return "reached --max-epochs";
   if (options_.time_budget > 0 && elapsed >= options_.time_budget) {
     const Schedule& s = options_.hyper.schedule;
@@ -151,6 +167,21 @@ std::string Trainer::limit_reached(double elapsed) const {
     return "time budget used";
   }
   return "";
+}
+
+// A linear or cosine schedule without --steps ends where the time budget does: at the end of the
+// warm-up (which does not depend on it) the pace so far fixes the last step. It is saved with the
+// run, so a resume after this point follows the same line; every rank sees the same clock (the
+// slowest), so all choose alike.
+void Trainer::fit_schedule_to_budget(double clock, const TrainerEvents& events) {
+  Schedule& schedule = options_.hyper.schedule;
+  if (!schedule_needs_total_steps(schedule.kind) || schedule.total_steps > 0 || state_.step < schedule.warmup) return;
+  schedule.total_steps = steps_that_fit(state_.step, clock, options_.time_budget, schedule.warmup);
+  state_.hyper.schedule.total_steps = schedule.total_steps;
+  if (events.on_info)
+    events.on_info("the " + schedule.kind + " schedule falls to 0 at step " + std::to_string(schedule.total_steps) +
+                   ": the steps that fit the time budget at " + format_seconds_per_step(clock, state_.step) +
+                   " a step so far");
 }
 
 // The rows per chunk for this rank's `rows` of `batch`: --micro-batch when given, else what
@@ -235,6 +266,7 @@ TrainResult Trainer::run(const TrainerEvents& events) {
         clock = std::max(clock, all[i + 1]);
       }
     }
+    fit_schedule_to_budget(clock, events);
     result.stop_reason = limit_reached(clock);
     if (!result.stop_reason.empty()) break;
     if (stop) {

@@ -112,6 +112,8 @@ struct TrainResult {
 // Throws qkv::Error naming the flag of the first setting out of range (also checked by Trainer;
 // callers with expensive preparation check first).
 void check_hyper(const Hyper& hyper);
+// A linear or cosine schedule needs its last step, or a time budget to fit it to.
+void check_schedule_end(const Schedule& schedule, double time_budget_seconds);
 
 class Trainer {
  public:
@@ -135,6 +137,7 @@ class Trainer {
   bool writes() const { return comm_->rank() == 0; }
   void check_ranks_agree();
   std::string limit_reached(double elapsed) const;
+  void fit_schedule_to_budget(double clock, const TrainerEvents& events);
   int64_t micro_batch_rows(const data::Batch& batch, int64_t rows, const TrainerEvents& events);
   void train_one_step(double& loss, int64_t& tokens, double& lr, double& norm, const TrainerEvents& events);
   void validate(const TrainerEvents& events);
