@@ -150,7 +150,8 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
       ->check(Positive());
   app.add_option("--schedule", o.schedule,
                  "Learning rate: inverse_sqrt (corpus default), noam, constant (synthetic default), or linear / "
-                 "cosine: warm-up, then down to 0 at --steps")
+                 "cosine: warm-up, then down to 0 at --steps (without --steps: at the end of --time-budget, from the "
+                 "pace of the warm-up)")
       ->check(CLI::IsMember({"inverse_sqrt", "noam", "constant", "linear", "cosine"}));
   app.add_option("--warmup", o.warmup, "Warm-up steps (default 4000)")->check(FiniteRange(1, 1e12));
   app.add_option("--clip-norm", o.clip_norm, "Gradient-norm clipping (0: off; corpus default 1.0)")
