@@ -9,6 +9,7 @@
 #include "data/toy_corpus.h"
 #include "qkv/io/tensor_file.h"
 #include "qkv/train/corpus_trainer.h"
+#include "qkv/train/train_state.h"
 
 namespace qkv::train {
 namespace {
@@ -66,6 +67,46 @@ TEST(CorpusTrainer, TrainsWritesCheckpointsAndResumesExactly) {
   part.max_steps = 7;  // stops mid-epoch, between validations
   ASSERT_FALSE(train_on_corpus(part).interrupted);
   part.max_steps = 12;
+  part.resume = true;
+  ASSERT_FALSE(train_on_corpus(part).interrupted);
+  EXPECT_EQ(all_weights(root + "/split/last"), all_weights(root + "/full/last"));
+  fs::remove_all(root);
+}
+
+// A run saved before train_state.json named its batches' length order (source-then-target plans)
+// resumes in those plans, not in today's default, so it still matches its uninterrupted run.
+TEST(CorpusTrainer, AStateWithoutALengthOrderResumesInSourceFirstPlans) {
+  const std::string root = ::testing::TempDir() + "/qkv_corpus_order_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  qkv::testing::write_toy_corpus(root + "/data", 400, 1);
+  {  // targets 0-6 words longer than their sources, so that the two orders plan different batches
+    std::ifstream in(root + "/data/train.en");
+    std::string text, line;
+    for (int i = 0; std::getline(in, line); ++i) {
+      text += line;
+      for (int w = 0; w < i * 5 % 7; ++w) text += " za";
+      text += "\n";
+    }
+    std::ofstream(root + "/data/train.en") << text;
+  }
+  CorpusTrainOptions full = small_options(root + "/data", root + "/full");
+  full.length_order = data::LengthOrder::SourceThenTarget;
+  full.max_steps = 10;
+  ASSERT_FALSE(train_on_corpus(full).interrupted);
+  EXPECT_EQ(read_train_state(root + "/full/last/train_state.json").data.at("length_order"), "source_then_target");
+
+  CorpusTrainOptions part = small_options(root + "/data", root + "/split");
+  part.length_order = data::LengthOrder::SourceThenTarget;
+  part.max_steps = 7;
+  ASSERT_FALSE(train_on_corpus(part).interrupted);
+  // What the version before the field wrote: no "length_order", and no manifest to match the edit.
+  const std::string state_path = root + "/split/last/train_state.json";
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(state_path));
+  ASSERT_EQ(state.at("data").erase("length_order"), 1u);
+  std::ofstream(state_path) << state.dump(2);
+  fs::remove(root + "/split/last/manifest.json");
+  part.length_order = data::LengthOrder::LongerSide;  // today's default; the saved run's order wins
+  part.max_steps = 10;
   part.resume = true;
   ASSERT_FALSE(train_on_corpus(part).interrupted);
   EXPECT_EQ(all_weights(root + "/split/last"), all_weights(root + "/full/last"));

@@ -131,7 +131,12 @@ void cut_batches(const std::vector<int64_t>& order, size_t begin, size_t end, co
   if (rows > 0) ends->push_back(static_cast<int64_t>(end));
 }
 
-bool shorter(const std::vector<IdLine>& src, const std::vector<IdLine>& tgt, int64_t a, int64_t b) {
+// Strict weak order of pairs a and b by length, as `order` says.
+bool shorter(const std::vector<IdLine>& src, const std::vector<IdLine>& tgt, LengthOrder order, int64_t a, int64_t b) {
+  if (order == LengthOrder::LongerSide) {
+    const int64_t wa = pair_width(src[a], tgt[a]), wb = pair_width(src[b], tgt[b]);
+    if (wa != wb) return wa < wb;
+  }
   if (src[a].size() != src[b].size()) return src[a].size() < src[b].size();
   return tgt[a].size() < tgt[b].size();
 }
@@ -213,7 +218,7 @@ void Batcher::plan_epoch() {
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), int64_t{0});
   Rng(seed_, epoch_, kPairStream).shuffle(order);
-  auto by_length = [this](int64_t a, int64_t b) { return shorter(src_, tgt_, a, b); };
+  auto by_length = [this](int64_t a, int64_t b) { return shorter(src_, tgt_, options_.length_order, a, b); };
   std::vector<int64_t> ends;
   const size_t chunk = options_.bucketing == Bucketing::Chunked ? static_cast<size_t>(options_.chunk_pairs) : n;
   for (size_t begin = 0; begin < n; begin += chunk) {
@@ -248,10 +253,40 @@ Batch Batcher::next() {
   return b;
 }
 
+EpochPadding Batcher::padding() const {
+  EpochPadding p;
+  for (int64_t b = 0; b < batches_per_epoch(); ++b) {
+    int64_t S = 0, T = 0;
+    for (int64_t k = batch_begin_[b]; k < batch_begin_[b + 1]; ++k) {
+      const int64_t r = order_[k], ls = static_cast<int64_t>(src_[r].size()), lt = static_cast<int64_t>(tgt_[r].size()) + 2;
+      p.src_tokens += ls;
+      p.tgt_tokens += lt;
+      S = std::max(S, ls);
+      T = std::max(T, lt);
+    }
+    const int64_t rows = batch_begin_[b + 1] - batch_begin_[b];
+    p.src_cells += rows * S;
+    p.tgt_cells += rows * T;
+  }
+  return p;
+}
+
+const char* length_order_name(LengthOrder order) {
+  return order == LengthOrder::LongerSide ? "longer_side" : "source_then_target";
+}
+
+LengthOrder parse_length_order(const std::string& name) {
+  if (name == "longer_side") return LengthOrder::LongerSide;
+  QKV_CHECK(name == "source_then_target",
+            "unknown batch length order '" << name << "' (expected longer_side or source_then_target)");
+  return LengthOrder::SourceThenTarget;
+}
+
 void Batcher::restore(const BatcherState& state) {
   QKV_CHECK(state.epoch >= 0 && state.index >= 0,
             "cannot restore batcher state: negative epoch " << state.epoch << " or index " << state.index);
   seed_ = state.seed;
+  options_.length_order = state.length_order;
   epoch_ = state.epoch;
   index_ = 0;
   plan_epoch();
@@ -277,7 +312,7 @@ std::vector<Batch> fixed_batches(const std::vector<IdLine>& src_in, const std::v
   std::vector<int64_t> order(src.size());
   std::iota(order.begin(), order.end(), int64_t{0});
   std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return shorter(src, tgt, a, b); });  // ties: input order
+                   [&](int64_t a, int64_t b) { return shorter(src, tgt, options.length_order, a, b); });  // ties: input order
   std::vector<int64_t> ends;
   cut_batches(order, 0, order.size(), src, tgt, options, &ends);
   std::vector<Batch> batches;

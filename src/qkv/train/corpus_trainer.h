@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "qkv/data/batcher.h"
 #include "qkv/models/config.h"
 #include "qkv/train/run_options.h"
 #include "qkv/train/trainer.h"
@@ -32,6 +33,8 @@ struct CorpusTrainOptions : RunOptions {
   // Model: vocabulary sizes come from SentencePiece.
   models::TransformerConfig model;
   int64_t max_tokens = 4096;
+  // How pairs are sorted into batches (data/batcher.h); a resumed run keeps the order it was saved in.
+  data::LengthOrder length_order = data::LengthOrder::LongerSide;
   std::string too_long = "drop";       // drop | truncate (training pairs over max_seq_length)
   int64_t valid_bleu_sentences = 200;  // dev sentences translated for BLEU (0: all)
   int valid_beam = 1;

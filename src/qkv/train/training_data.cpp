@@ -34,11 +34,17 @@ void SyntheticData::restore(const nlohmann::json& s, int64_t step) {
 
 nlohmann::json ParallelData::state() const {
   const data::BatcherState s = batcher_.state();
-  return {{"epoch", s.epoch}, {"index", s.index}, {"seed", s.seed}};
+  return {{"epoch", s.epoch}, {"index", s.index}, {"seed", s.seed}, {"length_order", data::length_order_name(s.length_order)}};
+}
+
+data::LengthOrder ParallelData::saved_length_order(const nlohmann::json& s) {
+  return s.contains("length_order") ? data::parse_length_order(s.at("length_order").get<std::string>())
+                                    : data::LengthOrder::SourceThenTarget;  // saved before the field existed
 }
 
 void ParallelData::restore(const nlohmann::json& s, int64_t) {
-  batcher_.restore({s.at("epoch").get<int64_t>(), s.at("index").get<int64_t>(), s.at("seed").get<uint64_t>()});
+  batcher_.restore({s.at("epoch").get<int64_t>(), s.at("index").get<int64_t>(), s.at("seed").get<uint64_t>(),
+                    saved_length_order(s)});
 }
 
 }  // namespace qkv::train

@@ -62,6 +62,8 @@ class ParallelData final : public TrainingData {
   nlohmann::json state() const override;
   void restore(const nlohmann::json& state, int64_t step) override;
   const data::Batcher& batcher() const { return batcher_; }
+  // The length order a saved state's plans were sorted by (source-then-target before it was saved).
+  static data::LengthOrder saved_length_order(const nlohmann::json& state);
 
  private:
   data::Batcher batcher_;
