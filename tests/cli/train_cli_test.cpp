@@ -88,6 +88,33 @@ TEST(TrainCli, LinearScheduleFallsToZeroAtStepsAndInfoShowsIt) {
   fs::remove_all(d);
 }
 
+// --share-all-embeddings makes one matrix of the three embeddings; qkv info says so; a resume that
+// asks for it on a checkpoint without it, and a decoder-only run with it, are refused by name.
+TEST(TrainCli, ShareAllEmbeddingsTiesTheThreeTablesAndInfoShowsIt) {
+  const std::string d = temp_dir("share");
+  CliRun r = qkv_train(kTiny + "--share-all-embeddings --steps 3 --out " + d + "/a");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json config = nlohmann::json::parse(read_file(d + "/a/config.json"));
+  EXPECT_TRUE(config["share_embeddings"].get<bool>());
+  EXPECT_TRUE(config["tie_output_embedding"].get<bool>());
+  CliRun info = run_qkv("info " + d + "/a");
+  EXPECT_NE(info.out.find("tied output yes, shared source/target embeddings yes"), std::string::npos) << info.out;
+  ASSERT_EQ(qkv_train(kTiny + "--steps 3 --out " + d + "/b").code, 0);
+  info = run_qkv("info " + d + "/b");
+  EXPECT_NE(info.out.find("tied output no, shared source/target embeddings no"), std::string::npos) << info.out;
+  r = qkv_train(kTiny + "--share-all-embeddings --steps 4 --resume " + d + "/b");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--resume: --share-all-embeddings, but the checkpoint's embeddings are not all shared"),
+            std::string::npos)
+      << r.out;
+  r = qkv_train("--arch decoder-only --text " + d + "/none.txt --share-all-embeddings --out " + d + "/lm");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--share-all-embeddings: a decoder-only model has one token embedding already"),
+            std::string::npos)
+      << r.out;
+  fs::remove_all(d);
+}
+
 TEST(TrainCli, DivergenceStopsNamingTheStepAndSavesNothing) {
   const std::string d = temp_dir("nan");
   const CliRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --out " + d + "/ckpt");

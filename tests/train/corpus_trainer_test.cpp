@@ -99,10 +99,11 @@ TEST(CorpusTrainer, AStateWithoutALengthOrderResumesInSourceFirstPlans) {
   part.length_order = data::LengthOrder::SourceThenTarget;
   part.max_steps = 7;
   ASSERT_FALSE(train_on_corpus(part).interrupted);
-  // What the version before the field wrote: no "length_order", and no manifest to match the edit.
+  // What the version before the field wrote: format 1, no "length_order"; no manifest to match the edit.
   const std::string state_path = root + "/split/last/train_state.json";
   nlohmann::json state = nlohmann::json::parse(std::ifstream(state_path));
   ASSERT_EQ(state.at("data").erase("length_order"), 1u);
+  state["format_version"] = 1;
   std::ofstream(state_path) << state.dump(2);
   fs::remove(root + "/split/last/manifest.json");
   part.length_order = data::LengthOrder::LongerSide;  // today's default; the saved run's order wins

@@ -96,11 +96,16 @@ void print_text(const json& j) {
   const std::string norm = c.contains("norm") ? c["norm"].get<std::string>()
                            : j["architecture"] == models::kEncoderOnly ? "post" : "pre";
   const std::string positions = c.contains("positions") ? c["positions"].get<std::string>() : "sinusoidal";
+  // Encoder-decoder configs written before share_embeddings existed lack the field (not shared).
+  const std::string shared = j["architecture"] == models::kEncoderDecoder
+                                 ? std::string(", shared source/target embeddings ") +
+                                       (c.value("share_embeddings", false) ? "yes" : "no")
+                                 : "";
   std::printf("options       norm %s (%s, eps %g), activation %s, %s positions, dropout %g, ffn dropout %g, "
-              "tied output %s, scaled embeddings %s\n",
+              "tied output %s%s, scaled embeddings %s\n",
               norm.c_str(), c["layer_norm"].get<std::string>().c_str(), c["layer_norm_eps"].get<double>(),
               c["activation"].get<std::string>().c_str(), positions.c_str(), c["dropout"].get<double>(),
-              c["ffn_dropout"].get<double>(), c["tie_output_embedding"].get<bool>() ? "yes" : "no",
+              c["ffn_dropout"].get<double>(), c["tie_output_embedding"].get<bool>() ? "yes" : "no", shared.c_str(),
               c["scale_embeddings"].get<bool>() ? "yes" : "no");
   const int64_t params = j["parameters"].get<int64_t>();
   std::printf("parameters    %lld (%s as float32)\n", static_cast<long long>(params),

@@ -168,6 +168,9 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
                  "exceeds it runs in micro-batches of the most rows that fit, chosen from the flags and the batch's "
                  "shape only (a resumed run keeps its budget); --micro-batch overrides the choice")
       ->check(MemorySize());
+  app.add_flag("--share-all-embeddings", o.share_all_embeddings,
+               "Encoder-decoder: one matrix for the source, target and output embeddings (a joint vocabulary, as "
+               "qkv train --src/--tgt builds; config share_embeddings and tie_output_embedding)");
   app.add_flag("--recompute-ffn", o.recompute_ffn,
                "Recompute feed-forward activations in backward: less memory, one extra fc1 forward per layer");
   app.add_option("--optimizer", o.optimizer, "adam (translation default) or adamw (decoder-only default)")

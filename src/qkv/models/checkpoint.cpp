@@ -65,6 +65,14 @@ void save_model(const std::string& dir, const Model& model) {
   staged.commit();
 }
 
+namespace {
+// The config.json field that makes parameter `name` the second name of another one (the encoder's
+// table comes first, so with share_embeddings the decoder's is the second name).
+const char* tying_field(const std::string& name) {
+  return name.rfind("decoder_embedding.", 0) == 0 ? "share_embeddings" : "tie_output_embedding";
+}
+}  // namespace
+
 void load_weights(const std::string& path, Model& model) {
   io::TensorFile file = io::load_tensors(path);
   // A tied parameter is listed under two names (as in PyTorch's state_dict): the first name loads
@@ -84,8 +92,8 @@ void load_weights(const std::string& path, Model& model) {
     const Tensor& shared = var.value();
     QKV_CHECK(copy.numel() == shared.numel() && std::memcmp(copy.contiguous().f32(), shared.contiguous().f32(),
                                                             sizeof(float) * static_cast<size_t>(shared.numel())) == 0,
-              path << ": config says tie_output_embedding: true, but '" << name << "' differs from '" << first->second
-                   << "' (weights of an untied model?)");
+              path << ": config says " << tying_field(name) << ": true, but '" << name << "' differs from '"
+                   << first->second << "' (weights of an untied model?)");
   }
   // Buffers are recomputed from the config; a stored copy is accepted if its size fits.
   for (const auto& [name, ours] : model.named_buffers()) {

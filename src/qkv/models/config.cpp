@@ -71,7 +71,7 @@ std::vector<SizePart> size_parts(const TransformerConfig& c) {
             {"type_vocab_size " + n(c.type_vocab_size) + by_d_model, static_cast<double>(c.type_vocab_size) * d},
             {n(static_cast<int64_t>(c.labels.size())) + " labels" + by_d_model, static_cast<double>(c.labels.size()) * d}};
   return {
-      {"src_vocab_size " + n(c.src_vocab_size) + by_d_model, src_vocab * d},
+      {"src_vocab_size " + n(c.src_vocab_size) + by_d_model, c.share_embeddings ? 0.0 : src_vocab * d},
       {"tgt_vocab_size " + n(c.tgt_vocab_size) + by_d_model +
            (c.tie_output_embedding ? "" : " (embedding and output layer)"),
        tgt_vocab * d * (c.tie_output_embedding ? 1 : 2) + tgt_vocab},
@@ -151,7 +151,13 @@ void TransformerConfig::validate() const {
                                                                     "model uses the seed's sinusoidal table");
     QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
+    QKV_CHECK(!share_embeddings || src_vocab_size == tgt_vocab_size,
+              "config: share_embeddings needs one joint vocabulary, but src_vocab_size is "
+                  << src_vocab_size << " and tgt_vocab_size " << tgt_vocab_size);
   }
+  QKV_CHECK(encoder_decoder() || !share_embeddings,
+            "config: share_embeddings is for encoder-decoder models (a" << (encoder_only() ? "n " : " ") << architecture
+                                                                        << " model has one token embedding)");
   QKV_CHECK(positions == "sinusoidal" || positions == "learned",
             "config: positions must be \"sinusoidal\" or \"learned\", got \"" << positions << "\"");
   QKV_CHECK(encoder_only() || (bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size),
@@ -196,10 +202,12 @@ std::string config_to_json(const TransformerConfig& c) {
     j["bos_id"] = c.bos_id;
     j["eos_id"] = c.eos_id;
   }
-  if (c.single_vocabulary())
+  if (c.single_vocabulary()) {
     j["positions"] = c.positions;
-  else
+  } else {
     j["norm"] = c.norm == NormPosition::Post ? "post" : "pre";
+    j["share_embeddings"] = c.share_embeddings;
+  }
   j["activation"] = c.activation;
   j["layer_norm_eps"] = c.layer_norm_eps;
   j["layer_norm"] = c.layer_norm;
@@ -339,7 +347,7 @@ const std::vector<std::string> kEncoderOnlyFields = {"type_vocab_size", "pooler"
 // The fields config.json may not hold for c's family.
 std::vector<std::string> foreign_fields(const TransformerConfig& c) {
   std::vector<std::string> foreign;
-  if (c.single_vocabulary()) foreign = {"src_vocab_size", "tgt_vocab_size", "norm"};
+  if (c.single_vocabulary()) foreign = {"src_vocab_size", "tgt_vocab_size", "norm", "share_embeddings"};
   else foreign = {"vocab_size", "positions"};
   if (c.encoder_only()) foreign.insert(foreign.end(), {"bos_id", "eos_id"});
   else foreign.insert(foreign.end(), kEncoderOnlyFields.begin(), kEncoderOnlyFields.end());
@@ -369,6 +377,7 @@ void read_format_and_architecture(const json& j, TransformerConfig& c, const std
     if (!j.contains(key)) continue;
     std::string why;
     if (key == "norm") why = c.decoder_only() ? " (decoder-only models are always pre-LN)" : " (encoder-only models are post-LN)";
+    if (key == "share_embeddings") why = " (it has one token embedding)";
     if (c.encoder_only() && (key == "bos_id" || key == "eos_id")) why = " (it names its special tokens cls_id and sep_id)";
     throw Error(src + ": field \"" + key + "\" does not apply to a" + (c.encoder_only() || c.encoder_decoder() ? "n " : " ") +
                 c.architecture + " model" + why);
@@ -398,7 +407,7 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "d_ff",           "max_seq_length", "dropout",        "pad_id",           "norm",
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
       "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions",
-      "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id"};
+      "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id", "share_embeddings"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
@@ -428,6 +437,7 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   read_float(j, "ffn_dropout", c.ffn_dropout, src);
   read_field(j, "scale_embeddings", c.scale_embeddings, src);
   read_field(j, "tie_output_embedding", c.tie_output_embedding, src);
+  read_field(j, "share_embeddings", c.share_embeddings, src);
   read_field(j, "mask_fill", c.mask_fill, src);
   read_float(j, "attention_dropout", c.attention_dropout, src);
   try {

@@ -56,6 +56,10 @@ struct TransformerConfig {
   float ffn_dropout = 0.f;            // dropout after the FFN's activation (seed 000: none; seed 003: 0.1)
   bool scale_embeddings = false;      // multiply embeddings by sqrt(d_model) (the paper) or not (seed)
   bool tie_output_embedding = false;  // fc.weight shares decoder_embedding.weight
+  // Encoder-decoder only: encoder_embedding.weight shares decoder_embedding.weight, for a joint
+  // vocabulary (src_vocab_size == tgt_vocab_size), as fairseq's --share-all-embeddings with
+  // tie_output_embedding and Marian's --tied-embeddings-all.
+  bool share_embeddings = false;
   std::string mask_fill = "-1e9";     // value of masked scores: "-1e9" (seed 000) or "-inf"
   float attention_dropout = 0.f;      // dropout on attention weights (the seed has none)
   std::string positions = "sinusoidal";  // "sinusoidal" (the seed) or "learned" (GPT-2, BERT)

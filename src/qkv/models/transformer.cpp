@@ -67,6 +67,7 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
     decoder_norm = &register_module("decoder_norm", make_norm(config));
   }
   if (config.tie_output_embedding) fc.tie_weight(decoder_embedding.weight);  // both (V, D)
+  if (config.share_embeddings) encoder_embedding.tie_weight(decoder_embedding.weight);  // a joint vocabulary
 }
 
 std::vector<std::pair<std::string, Tensor>> Transformer::named_buffers() const {

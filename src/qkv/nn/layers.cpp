@@ -37,6 +37,12 @@ void Linear::tie_weight(const Var& w) {
   replace_parameter("weight", w);
 }
 
+void Embedding::tie_weight(const Var& w) {
+  QKV_CHECK(w.shape() == weight.shape(), "Embedding::tie_weight: " << w.shape() << " vs weight " << weight.shape());
+  weight = w;
+  replace_parameter("weight", w);
+}
+
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) {
   Tensor t = Tensor::empty(Dims{num_embeddings, dim});
   std::mt19937_64 eng = gen.engine();

@@ -37,6 +37,7 @@ class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, Generator& gen);
   Var forward(const Tensor& ids) const { return fn::embedding(weight, ids, padding_idx); }
+  void tie_weight(const Var& w);  // share another table of the same shape
   Var weight;
   int32_t padding_idx = -1;  // >= 0: lookups of this id pass no gradient (nn.Embedding's padding_idx)
 };

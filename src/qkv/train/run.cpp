@@ -58,6 +58,17 @@ void check_resume_model_flags(const TrainRequest& o, const std::string& config_p
   check("--dropout", o.dropout, c.dropout);
   check("--max-len", o.max_len, c.max_seq_length);
   check("--vocab", o.vocab, c.src_vocab_size);
+  QKV_CHECK(!o.share_all_embeddings || (c.share_embeddings && c.tie_output_embedding),
+            "--resume: --share-all-embeddings, but the checkpoint's embeddings are not all shared (" << config_path
+                                                                                                 << "); drop the flag");
+}
+
+// --share-all-embeddings: the source, target and output embeddings become one matrix.
+void apply_share_all_embeddings(const TrainRequest& o, models::TransformerConfig& c) {
+  if (!o.share_all_embeddings) return;
+  QKV_CHECK(c.encoder_decoder(), "--share-all-embeddings: a" << (c.encoder_only() ? "n " : " ") << c.architecture
+                                                             << " model has one token embedding already");
+  c.share_embeddings = c.tie_output_embedding = true;
 }
 
 // The optimisation settings: a resumed run continues with the saved ones; flags given explicitly
@@ -117,6 +128,7 @@ models::TransformerConfig model_config(const TrainRequest& o, models::Transforme
   if (o.d_ff) c.d_ff = *o.d_ff;
   if (o.dropout) c.dropout = *o.dropout;
   if (o.max_len) c.max_seq_length = *o.max_len;
+  apply_share_all_embeddings(o, c);
   c.validate();
   return c;
 }
@@ -286,6 +298,7 @@ Plan make_plan(const TrainRequest& o) {
   if (o.d_ff) p.config.d_ff = *o.d_ff;
   if (o.dropout) p.config.dropout = *o.dropout;
   if (o.max_len) p.config.max_seq_length = *o.max_len;
+  apply_share_all_embeddings(o, p.config);
   p.config.validate();
   QKV_CHECK(p.steps >= 1, "--steps must be at least 1 for --synthetic, got " << p.steps);
   QKV_CHECK(p.batch > 0 && p.len >= 2, "--batch must be positive and --len at least 2");

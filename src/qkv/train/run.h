@@ -27,6 +27,9 @@ struct TrainRequest {
   std::string config_path;
   std::optional<int64_t> d_model, heads, layers, d_ff, max_len;
   std::optional<float> dropout;
+  // Encoder-decoder: one embedding matrix for the source, the target and the output layer
+  // (config share_embeddings and tie_output_embedding), as fairseq's --share-all-embeddings.
+  bool share_all_embeddings = false;
   // Optimisation (a resumed run keeps the saved values unless one is given).
   std::optional<int64_t> steps, warmup, micro_batch;
   std::optional<float> label_smoothing;

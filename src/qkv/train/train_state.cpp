@@ -8,7 +8,10 @@ namespace qkv::train {
 using nlohmann::json;
 
 namespace {
-constexpr int kFormatVersion = 1;
+// 2 (2026-11-25): a translation run's data state names the length order of its batches
+// ("length_order"); a version-1 state is read as source-then-target, the order of its day. An older
+// qkv refuses version 2 rather than resume such a run in other batches than it was saved in.
+constexpr int kFormatVersion = 2;
 
 json hyper_to_json(const Hyper& h) {
   return {{"schedule", h.schedule.kind}, {"lr", h.schedule.lr},        {"warmup", h.schedule.warmup},
