@@ -101,9 +101,13 @@ void expect_agreement(const std::string& name, bool train_mode) {
       for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(std::fabs(a[i] - b[i]), 2 * 10 * 1e-4) << param << "[" << i << "]";
       continue;
     }
+    // Ten steps amplify the rounding of the products: Adam moves a weight whose gradient is near
+    // zero by about lr whatever its sign. Worst, model_variants: 6.2e-5 with OpenBLAS's AVX2
+    // kernels, 1.13e-4 with its AVX-512 ones (Cooperlake, on a Zen 4), where every gradient of the
+    // first step still agrees within 1e-6.
     const double err = max_rel_error(p.value(), want);
     worst_param = std::max(worst_param, err);
-    EXPECT_LE(err, 1e-4) << "after10." << param;
+    EXPECT_LE(err, 2e-4) << "after10." << param;
   }
   std::printf("%s: worst parameter relative error after 10 Adam steps %.3g\n", name.c_str(), worst_param);
 }
