@@ -62,10 +62,13 @@ TEST(CheckpointLock, AHolderKilledWithSigkillLeavesItFree) {
   for (int i = 0; i < 200 && !held; ++i) {
     try {
       CheckpointLock probe(target);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the child has not locked yet
     } catch (const Error&) {
       held = true;
     }
+    // The child has not locked yet. Wait with the probe released: a probe held through the wait
+    // kept the child blocked in flock, and on a loaded machine this process took the lock back
+    // first every time (failed here with the 2 cores busy training).
+    if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(held) << "the child's lock must refuse this process";
   ::kill(child, SIGKILL);
