@@ -99,7 +99,7 @@ data::BatcherOptions batcher_options(const CorpusTrainOptions& o, const models::
 }
 
 // "174 batches/epoch of <= 6000 tokens, sorted by the longer side (padding: 6.5% of source cells,
-// 3.3% of target cells)"
+// 3.2% of target cells)"
 std::string batches_summary(const data::Batcher& batcher, int64_t max_tokens) {
   const data::EpochPadding p = batcher.padding();
   const bool longer_side = batcher.options().length_order == data::LengthOrder::LongerSide;
