@@ -81,6 +81,17 @@ def stderr_within(p, seconds):
         return p.communicate()[1]
 
 
+def first_step_lines(p, deadline):
+    """The job's stderr up to and including its first progress line ("step N/M ..."), read as it comes."""
+    seen = ""
+    while time.time() < deadline:
+        line = p.stderr.readline()
+        seen += line
+        if not line or line.startswith("step "):
+            break
+    return seen
+
+
 def wait_for(path, deadline):
     while not os.path.exists(path) and time.time() < deadline:
         time.sleep(0.1)
@@ -169,9 +180,10 @@ def main():
 
     # 4. kill -9 of rank 1 in a run saving every 2 steps; one process resumes the checkpoint.
     long = seed[:]
-    long[long.index("--steps") + 1] = "1500"
+    long_steps = 5000  # 2 ranks take about 3 s on a fast machine: time for the signals below to land
+    long[long.index("--steps") + 1] = str(long_steps)
     ref = run(long + ["--out", f"{tmp}/ref", "--micro-batch", "4"], env=env)
-    check(ref.returncode == 0, f"the uninterrupted 1500-step reference finishes ({ref.stderr[-300:]})")
+    check(ref.returncode == 0, f"the uninterrupted {long_steps}-step reference finishes ({ref.stderr[-300:]})")
     p = subprocess.Popen(mpirun + ["-np", "2"] + long + ["--out", f"{tmp}/k", "--save-every", "2"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
@@ -186,7 +198,7 @@ def main():
               f"kill -9 of rank 1 ends the job within 30 s, naming rank 1 ({took:.1f} s, exit {p.returncode}: "
               f"{err.strip()[-300:]})")
         step = manifest_step(f"{tmp}/k")
-        check(0 < step < 1500, f"the run was killed mid-way (checkpoint of step {step})")
+        check(0 < step < long_steps, f"the run was killed mid-way (checkpoint of step {step})")
         r = run(long + ["--micro-batch", "4", "--resume", f"{tmp}/k"], env=env)
         check(r.returncode == 0, f"one process resumes the killed run ({r.stderr[-300:]})")
         for f in ("model.safetensors", "optimizer.safetensors"):
@@ -197,16 +209,18 @@ def main():
         check(False, "found rank 1's process and a first checkpoint")
 
     # 5. SIGINT to mpirun, as Ctrl-C; 2 ranks resume.
+    # The signal goes out once rank 0 has logged its first step: a fixed sleep after start-up
+    # landed after the end of the run on a fast machine. mpirun forwards it within about a second.
     p = subprocess.Popen(mpirun + ["-np", "2"] + long + ["--out", f"{tmp}/c"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
     if rank_pid(1, f"{tmp}/c", deadline) is not None:
-        time.sleep(1.0)
+        first = first_step_lines(p, deadline)
         p.send_signal(signal.SIGINT)
-        err = stderr_within(p, 60)
+        err = first + stderr_within(p, 60)
         saved = os.path.exists(f"{tmp}/c/manifest.json")
         step = manifest_step(f"{tmp}/c") if saved else -1
-        check(saved and f"interrupted at step {step}" in err and 0 < step < 1500,
+        check(saved and f"interrupted at step {step}" in err and 0 < step < long_steps,
               f"Ctrl-C stops every rank at one step and rank 0 saves it (step {step}: {err.strip()[-300:]})")
         r = run(mpirun + ["-np", "2"] + long + ["--resume", f"{tmp}/c"], env=env)
         check(r.returncode == 0, f"2 ranks resume the interrupted run ({r.stderr[-300:]})")
