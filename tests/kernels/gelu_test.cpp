@@ -20,6 +20,7 @@
 #include "kernels/float_sweep.h"
 #include "qkv/core/threads.h"
 #include "qkv/kernels/elementwise.h"
+#include "qkv/kernels/gelu_isa.h"
 
 namespace qkv::kernels {
 namespace {
@@ -188,6 +189,30 @@ TEST(GeluKernel, BackwardAccumulateAddsToDx) {
     f(acc.data(), dy.data(), x.data(), n, true);
     for (size_t i = 0; i < n; ++i) EXPECT_EQ(acc[i], dx0[i] + g[i]) << i;
   }
+}
+
+// The AVX-512F build of the four kernels gives the AVX2 build's bits on the dense sweep, special
+// values and the backward accumulate, so which one a CPU picks never shows in the numbers.
+TEST(GeluKernel, Avx512BuildGivesTheSameBits) {
+  const gelu_isa::Kernels* wide = gelu_isa::avx512_or_null();
+  if (!wide) GTEST_SKIP() << "this CPU has no AVX-512F";
+  const gelu_isa::Kernels& narrow = gelu_isa::avx2();
+  std::vector<float> x = sweep(16.f);  // special values included
+  for (float v : {-0.75f, 0.7072f, -0.7072f}) x.push_back(v);
+  const std::vector<float> dy = random_inputs(x.size(), 9), dx0 = random_inputs(x.size(), 10);
+  const int64_t n = static_cast<int64_t>(x.size());
+  const std::pair<Forward, Forward> forwards[] = {{narrow.forward, wide->forward}, {narrow.tanh_forward, wide->tanh_forward}};
+  for (const auto& [a, b] : forwards) EXPECT_TRUE(same_bits(run_forward(a, x).data(), run_forward(b, x).data(), x.size()));
+  const std::pair<Backward, Backward> backwards[] = {{narrow.backward, wide->backward},
+                                                     {narrow.tanh_backward, wide->tanh_backward}};
+  for (const auto& [a, b] : backwards)
+    for (bool acc : {false, true}) {
+      std::vector<float> da = dx0, db = dx0;
+      a(da.data(), dy.data(), x.data(), n, acc);
+      b(db.data(), dy.data(), x.data(), n, acc);
+      EXPECT_TRUE(same_bits(da.data(), db.data(), x.size())) << "accumulate " << acc;
+    }
+  EXPECT_EQ(&gelu_isa::chosen(), wide);
 }
 
 }  // namespace

@@ -6,10 +6,21 @@
 // squares, in double precision); the fit error is given next to each. The polynomials run in float
 // with their coefficients rounded to float, the erfcx rational in double. The kernels process arrays
 // 8 at a time and pad the tail to 8 lanes, so a value's result never depends on its position or n.
+//
+// A translation unit compiled with AVX-512F (kernels/gelu_avx512.cpp) includes this header too: the
+// functions then live in the inline namespace `avx512` instead of `avx2`, so the two builds of these
+// inline functions never share a symbol (the linker would otherwise keep either copy for both).
 #pragma once
 #include <immintrin.h>
 
+#if defined(__AVX512F__)
+#define QKV_SIMD_ISA avx512
+#else
+#define QKV_SIMD_ISA avx2
+#endif
+
 namespace qkv::kernels::simd {
+inline namespace QKV_SIMD_ISA {
 
 inline __m256 splat(float v) { return _mm256_set1_ps(v); }
 inline __m256 abs(__m256 x) { return _mm256_andnot_ps(splat(-0.f), x); }
@@ -71,31 +82,78 @@ inline Square square(__m256 x) {
   return {hi, _mm256_fmsub_ps(x, x, hi)};
 }
 
-// f applied to the 8 lanes of x in double precision (two halves of 4), rounded back to float once.
+// Double-precision steps are written once, as generic lambdas and templates over these overloads: 4
+// lanes (__m256d) always, 8 lanes (__m512d) in an AVX-512 build. Each lane gets the same IEEE
+// operations either way, so both give the same bits.
+inline __m256d dsplat(__m256d, double v) { return _mm256_set1_pd(v); }
+inline __m256d dadd(__m256d a, __m256d b) { return _mm256_add_pd(a, b); }
+inline __m256d dsub(__m256d a, __m256d b) { return _mm256_sub_pd(a, b); }
+inline __m256d dmul(__m256d a, __m256d b) { return _mm256_mul_pd(a, b); }
+inline __m256d ddiv(__m256d a, __m256d b) { return _mm256_div_pd(a, b); }
+inline __m256d dfmadd(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
+inline __m256d dfnmadd(__m256d a, __m256d b, __m256d c) { return _mm256_fnmadd_pd(a, b, c); }
+#if defined(__AVX512F__)
+inline __m512d dsplat(__m512d, double v) { return _mm512_set1_pd(v); }
+inline __m512d dadd(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
+inline __m512d dsub(__m512d a, __m512d b) { return _mm512_sub_pd(a, b); }
+inline __m512d dmul(__m512d a, __m512d b) { return _mm512_mul_pd(a, b); }
+inline __m512d ddiv(__m512d a, __m512d b) { return _mm512_div_pd(a, b); }
+inline __m512d dfmadd(__m512d a, __m512d b, __m512d c) { return _mm512_fmadd_pd(a, b, c); }
+inline __m512d dfnmadd(__m512d a, __m512d b, __m512d c) { return _mm512_fnmadd_pd(a, b, c); }
+#endif
+
+// f applied to the 8 lanes of x in double precision, rounded back to float once: one call on 8 lanes
+// with AVX-512 (half the instructions: the GELU kernels ran 1.4x faster on Zen 4), else two of 4.
 template <class F>
 __m256 in_double(__m256 x, F f) {
+#if defined(__AVX512F__)
+  return _mm512_cvtpd_ps(f(_mm512_cvtps_pd(x)));
+#else
   const __m128 lo = _mm256_cvtpd_ps(f(_mm256_cvtps_pd(_mm256_castps256_ps128(x))));
   const __m128 hi = _mm256_cvtpd_ps(f(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))));
   return _mm256_set_m128(hi, lo);
+#endif
+}
+
+// u = f(x) in double for the 8 lanes of x, returned as float hi + lo: hi = u rounded, lo = (u - hi)
+// rounded (u to about 48 bits).
+struct SplitFloat {
+  __m256 hi, lo;
+};
+template <class F>
+SplitFloat split_in_double(__m256 x, F f) {
+#if defined(__AVX512F__)
+  const __m512d u = f(_mm512_cvtps_pd(x));
+  const __m256 hi = _mm512_cvtpd_ps(u);
+  return {hi, _mm512_cvtpd_ps(_mm512_sub_pd(u, _mm512_cvtps_pd(hi)))};
+#else
+  const __m256d u_lo4 = f(_mm256_cvtps_pd(_mm256_castps256_ps128(x)));
+  const __m256d u_hi4 = f(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)));
+  const __m128 hi_lo4 = _mm256_cvtpd_ps(u_lo4), hi_hi4 = _mm256_cvtpd_ps(u_hi4);
+  return {_mm256_set_m128(hi_hi4, hi_lo4),
+          _mm256_set_m128(_mm256_cvtpd_ps(_mm256_sub_pd(u_hi4, _mm256_cvtps_pd(hi_hi4))),
+                          _mm256_cvtpd_ps(_mm256_sub_pd(u_lo4, _mm256_cvtps_pd(hi_lo4))))};
+#endif
 }
 
 // erfcx(z) = erfc(z) exp(z^2) for z in [0.45, 10.5] as P(z) / Q(z), degrees 4 and 5: relative error
 // 1.0e-9. Evaluated in double: in float, the roundings of the two Horner sums and the quotient add up
 // to 3 ulp. All coefficients are positive and z > 0, so the sums never cancel.
-inline __m256d erfcx_mid(__m256d z) {
-  const auto c = [](double v) { return _mm256_set1_pd(v); };
-  __m256d p = c(0.043020082022588224);
-  p = _mm256_fmadd_pd(p, z, c(0.27109510360466377));
-  p = _mm256_fmadd_pd(p, z, c(0.8136913796817804));
-  p = _mm256_fmadd_pd(p, z, c(1.3104481425526013));
-  p = _mm256_fmadd_pd(p, z, c(1.0000075802130222));
-  __m256d q = c(0.07625082557696172);
-  q = _mm256_fmadd_pd(q, z, c(0.48051562574309625));
-  q = _mm256_fmadd_pd(q, z, c(1.480133280965789));
-  q = _mm256_fmadd_pd(q, z, c(2.5653422045475502));
-  q = _mm256_fmadd_pd(q, z, c(2.438904830702456));
-  q = _mm256_fmadd_pd(q, z, c(1.0));
-  return _mm256_div_pd(p, q);
+template <class D>
+D erfcx_mid(D z) {
+  const auto c = [z](double v) { return dsplat(z, v); };
+  D p = c(0.043020082022588224);
+  p = dfmadd(p, z, c(0.27109510360466377));
+  p = dfmadd(p, z, c(0.8136913796817804));
+  p = dfmadd(p, z, c(1.3104481425526013));
+  p = dfmadd(p, z, c(1.0000075802130222));
+  D q = c(0.07625082557696172);
+  q = dfmadd(q, z, c(0.48051562574309625));
+  q = dfmadd(q, z, c(1.480133280965789));
+  q = dfmadd(q, z, c(2.5653422045475502));
+  q = dfmadd(q, z, c(2.438904830702456));
+  q = dfmadd(q, z, c(1.0));
+  return ddiv(p, q);
 }
 
 // erf(z) - z for |z| < 0.5 as z P(z^2), P of degree 4: relative error 1.4e-9 (of erf). erf(z) is then
@@ -118,7 +176,7 @@ inline __m256 erf(__m256 z) {
   const __m256 a = min_keep_nan(10.5f, abs(z));
   const Square s = square(a);
   // exp(-hi - lo) = exp(-hi) (1 - lo) to first order; lo <= 2^-24 hi, its square is far below an ulp.
-  const __m256 r = in_double(a, [](__m256d v) { return erfcx_mid(v); });
+  const __m256 r = in_double(a, [](auto v) { return erfcx_mid(v); });
   const __m256 erfc = exp_parts(_mm256_sub_ps(_mm256_setzero_ps(), s.hi)).times(_mm256_fnmadd_ps(r, s.lo, r));
   const __m256 big = _mm256_or_ps(_mm256_sub_ps(splat(1.f), erfc), sign_bit(z));
   return select(_mm256_cmp_ps(a, splat(0.5f), _CMP_LT_OQ), erf_small(z), big);
@@ -146,4 +204,5 @@ inline __m256 tanh(__m256 u) {
   return _mm256_or_ps(select(_mm256_cmp_ps(a, splat(0.55f), _CMP_LT_OQ), tanh_small(a), big), sign_bit(u));
 }
 
+}  // namespace QKV_SIMD_ISA
 }  // namespace qkv::kernels::simd

@@ -1,0 +1,45 @@
+// The exact and tanh GELU kernels (elementwise.h), AVX2 build, and the choice of build at run time.
+#include "qkv/kernels/gelu_isa.h"
+#include "qkv/kernels/gelu_lanes.h"
+#include "qkv/kernels/elementwise.h"
+
+namespace qkv::kernels {
+
+namespace gelu_isa {
+
+const Kernels& avx2() {
+  static const Kernels kernels{
+      [](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_lane(v); }); },
+      [](float* dx, const float* dy, const float* x, int64_t n, bool acc) { map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_grad_lane(v); }); },
+      [](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_tanh_lane(v); }); },
+      [](float* dx, const float* dy, const float* x, int64_t n, bool acc) {
+        map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_tanh_grad_lane(v); });
+      }};
+  return kernels;
+}
+
+const Kernels* avx512_or_null() {
+  static const bool has_avx512f = __builtin_cpu_supports("avx512f");
+  return has_avx512f ? &avx512_unchecked() : nullptr;
+}
+
+const Kernels& chosen() {
+  static const Kernels& kernels = avx512_or_null() ? *avx512_or_null() : avx2();
+  return kernels;
+}
+
+}  // namespace gelu_isa
+
+void gelu_forward(float* y, const float* x, int64_t n) { gelu_isa::chosen().forward(y, x, n); }
+
+void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
+  gelu_isa::chosen().backward(dx, dy, x, n, accumulate);
+}
+
+void gelu_tanh_forward(float* y, const float* x, int64_t n) { gelu_isa::chosen().tanh_forward(y, x, n); }
+
+void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
+  gelu_isa::chosen().tanh_backward(dx, dy, x, n, accumulate);
+}
+
+}  // namespace qkv::kernels
