@@ -1,6 +1,7 @@
-// GELU kernels: the scalar std::erf / std::tanh loops they replaced against the AVX2 kernels of
-// kernels/elementwise.cpp, forward and backward, exact and tanh GELU, on n = 64 * 100 * 2048 floats
-// (the feed-forward activations of a 64 x 100 batch with d_ff 2048). Prints medians and speed-ups.
+// GELU kernels: the scalar std::erf / std::tanh loops they replaced against the vector kernels
+// (kernels/gelu.cpp: the AVX2 build, and the AVX-512F build where the CPU has it), forward and
+// backward, exact and tanh GELU, on n = 64 * 100 * 2048 floats (the feed-forward activations of a
+// 64 x 100 batch with d_ff 2048). Prints medians and speed-ups.
 // Usage: bench_gelu [--threads N] [--reps R]
 #include <cmath>
 #include <cstdio>
@@ -11,7 +12,7 @@
 
 #include "bench_common.h"
 #include "qkv/core/threads.h"
-#include "qkv/kernels/elementwise.h"
+#include "qkv/kernels/gelu_isa.h"
 
 using namespace qkv;
 
@@ -73,23 +74,31 @@ int main(int argc, char** argv) {
   using Bwd = void (*)(float*, const float*, const float*, int64_t, bool);
   struct Case {
     const char* name;
-    Fwd old_fwd, new_fwd;
-    Bwd old_bwd, new_bwd;
+    Fwd scalar_fwd, avx2_fwd, avx512_fwd;
+    Bwd scalar_bwd, avx2_bwd, avx512_bwd;
   };
-  const Case cases[] = {{"gelu (erf)", scalar::gelu_forward, kernels::gelu_forward, scalar::gelu_backward,
-                         kernels::gelu_backward},
-                        {"gelu_tanh", scalar::gelu_tanh_forward, kernels::gelu_tanh_forward,
-                         scalar::gelu_tanh_backward, kernels::gelu_tanh_backward}};
-  std::printf("n = %lld floats, %d threads, median of %d runs\n", static_cast<long long>(n), threads, reps);
+  const kernels::gelu_isa::Kernels& avx2 = kernels::gelu_isa::avx2();
+  const kernels::gelu_isa::Kernels* avx512 = kernels::gelu_isa::avx512_or_null();
+  const Case cases[] = {{"gelu (erf)", scalar::gelu_forward, avx2.forward, avx512 ? avx512->forward : nullptr,
+                         scalar::gelu_backward, avx2.backward, avx512 ? avx512->backward : nullptr},
+                        {"gelu_tanh", scalar::gelu_tanh_forward, avx2.tanh_forward,
+                         avx512 ? avx512->tanh_forward : nullptr, scalar::gelu_tanh_backward, avx2.tanh_backward,
+                         avx512 ? avx512->tanh_backward : nullptr}};
+  std::printf("n = %lld floats, %d threads, median of %d runs; AVX-512F build: %s\n", static_cast<long long>(n),
+              threads, reps, avx512 ? "yes (the one qkv uses)" : "no (this CPU lacks AVX-512F)");
+  const auto report = [&](const char* name, const char* dir, double old_s, double avx2_s, double avx512_s) {
+    std::printf("%-11s %-8s scalar %7.2f ms  avx2 %7.2f ms (%5.2fx)", name, dir, old_s * 1e3, avx2_s * 1e3,
+                old_s / avx2_s);
+    if (avx512_s > 0) std::printf("  avx512 %7.2f ms (%5.2fx, %4.2fx avx2)", avx512_s * 1e3, old_s / avx512_s, avx2_s / avx512_s);
+    std::printf("\n");
+  };
   for (const Case& c : cases) {
-    const double f_old = bench::median_seconds(reps, [&] { c.old_fwd(y.data(), x.data(), n); });
-    const double f_new = bench::median_seconds(reps, [&] { c.new_fwd(y.data(), x.data(), n); });
-    const double b_old = bench::median_seconds(reps, [&] { c.old_bwd(dx.data(), dy.data(), x.data(), n, false); });
-    const double b_new = bench::median_seconds(reps, [&] { c.new_bwd(dx.data(), dy.data(), x.data(), n, false); });
-    std::printf("%-11s forward  scalar %7.2f ms  avx2 %7.2f ms  speed-up %5.2fx\n", c.name, f_old * 1e3, f_new * 1e3,
-                f_old / f_new);
-    std::printf("%-11s backward scalar %7.2f ms  avx2 %7.2f ms  speed-up %5.2fx\n", c.name, b_old * 1e3, b_new * 1e3,
-                b_old / b_new);
+    const auto fwd = [&](Fwd f) { return f ? bench::median_seconds(reps, [&] { f(y.data(), x.data(), n); }) : 0.0; };
+    const auto bwd = [&](Bwd f) {
+      return f ? bench::median_seconds(reps, [&] { f(dx.data(), dy.data(), x.data(), n, false); }) : 0.0;
+    };
+    report(c.name, "forward", fwd(c.scalar_fwd), fwd(c.avx2_fwd), fwd(c.avx512_fwd));
+    report(c.name, "backward", bwd(c.scalar_bwd), bwd(c.avx2_bwd), bwd(c.avx512_bwd));
   }
   return 0;
 }
