@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
                          avx512 ? avx512->tanh_forward : nullptr, scalar::gelu_tanh_backward, avx2.tanh_backward,
                          avx512 ? avx512->tanh_backward : nullptr}};
   std::printf("n = %lld floats, %d threads, median of %d runs; AVX-512F build: %s\n", static_cast<long long>(n),
-              threads, reps, avx512 ? "yes (the one qkv uses)" : "no (this CPU lacks AVX-512F)");
+              threads, reps, avx512 ? "yes (qkv uses it but for gelu_tanh backward)" : "no (this CPU lacks AVX-512F)");
   const auto report = [&](const char* name, const char* dir, double old_s, double avx2_s, double avx512_s) {
     std::printf("%-11s %-8s scalar %7.2f ms  avx2 %7.2f ms (%5.2fx)", name, dir, old_s * 1e3, avx2_s * 1e3,
                 old_s / avx2_s);

@@ -1,6 +1,6 @@
 // The GELU kernels built for each instruction set. gelu_forward and the others (elementwise.h) use
-// the AVX-512F build on a CPU that has it, else the AVX2 one; both give the same bits, which the
-// tests check by calling each build directly.
+// the AVX-512F build on a CPU that has it (but for one kernel: chosen()), else the AVX2 one; both
+// give the same bits, which the tests check by calling each build directly.
 #pragma once
 #include <cstdint>
 
