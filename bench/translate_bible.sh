@@ -3,7 +3,7 @@
 # wall-clock budget on this machine, translates the test book (John) with beam search, and prints
 # BLEU and chrF against the KJV next to Apertium's rule-based spa->eng translation of the same verses.
 #
-# Usage: [AVERAGE=3] [VOCAB=4000] [STEPS=0] [SCHEDULE=linear] [LR=1e-3] bench/translate_bible.sh [BUDGET] [OUT]
+# Usage: [AVERAGE=3] [VOCAB=4000] [STEPS=0] [SCHEDULE=linear] [LR=1e-3] [TRAIN_FLAGS=...] bench/translate_bible.sh [BUDGET] [OUT]
 #        (default: 1h55m, runs/bible)
 # Candidates: OUT/best (best dev BLEU during training) and OUT/average (the mean of the last AVERAGE
 # validation checkpoints). Both translate the whole dev book (Mark) with beam 5; the one with the
@@ -24,6 +24,9 @@ VOCAB=${VOCAB:-4000}   # joint SentencePiece pieces (README: 4000 costs as littl
 SCHEDULE=${SCHEDULE:-linear}
 LR=${LR:-1e-3}
 STEPS=${STEPS:-0}
+# More `qkv train` flags, e.g. TRAIN_FLAGS=--share-all-embeddings (one matrix for both embeddings
+# and the output layer over the joint vocabulary).
+read -r -a EXTRA <<< "${TRAIN_FLAGS:-}"
 
 for pkg in diatheke sword-text-sparv sword-text-kjv apertium-eng-spa; do
   dpkg -s "$pkg" >/dev/null 2>&1 || { echo "installing $pkg"; apt-get install -y -qq "$pkg" >/dev/null; }
@@ -40,7 +43,7 @@ sgemm_ceiling() {
 }
 echo "machine before training: $(sgemm_ceiling)"
 
-echo "== training (budget $BUDGET, $THREADS threads, vocabulary $VOCAB, $SCHEDULE lr $LR, steps $STEPS)"
+echo "== training (budget $BUDGET, $THREADS threads, vocabulary $VOCAB, $SCHEDULE lr $LR, steps $STEPS${TRAIN_FLAGS:+, $TRAIN_FLAGS})"
 start=$(date +%s)
 RESUME=()
 [ -f "$OUT/last/train_state.json" ] && RESUME=(--resume "$OUT")
@@ -48,7 +51,8 @@ RESUME=()
   ${RESUME[@]+"${RESUME[@]}"} --out "$OUT" --threads "$THREADS" \
   --spm-vocab "$VOCAB" --max-len 160 --d-model 256 --heads 4 --layers 4 --d-ff 1024 --dropout 0.1 \
   --schedule "$SCHEDULE" --lr "$LR" --warmup 800 --steps "$STEPS" --label-smoothing 0.1 --clip-norm 1.0 --max-tokens 6000 \
-  --valid-every 300 --valid-bleu-sentences 300 --keep-checkpoints "$AVERAGE" --time-budget "$BUDGET" --log-every 50
+  --valid-every 300 --valid-bleu-sentences 300 --keep-checkpoints "$AVERAGE" --time-budget "$BUDGET" --log-every 50 \
+  ${EXTRA[@]+"${EXTRA[@]}"}
 train_seconds=$(( $(date +%s) - start ))
 steps=$(python3 -c "import json;print(json.load(open('$OUT/last/train_state.json'))['step'])")
 echo "machine after training: $(sgemm_ceiling)"
