@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -125,6 +126,34 @@ TEST(SharedEmbeddings, ConfigRoundTripsAndIsRefusedWhereItCannotApply) {
   lm.share_embeddings = true;
   EXPECT_EQ(error_of([&] { lm.validate(); }),
             "config: share_embeddings is for encoder-decoder models (a decoder-only model has one token embedding)");
+}
+
+double spread(const Tensor& t) {  // root mean square of the values
+  double sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) sum += static_cast<double>(t.f32()[i]) * t.f32()[i];
+  return std::sqrt(sum / static_cast<double>(t.numel()));
+}
+
+// A table that is also the output layer starts at N(0, 1 / d_model), as fairseq's: the first logits
+// then spread about as much as the decoder state, not sqrt(d_model) times it. The draws are the
+// untied table's, scaled, so every value drawn after them is the same.
+TEST(SharedEmbeddings, ATableTiedToTheOutputStartsAtOneOverSqrtDModel) {
+  models::TransformerConfig tied = tiny_config(true), untied = tiny_config(false);
+  tied.d_model = untied.d_model = 64;
+  tied.num_heads = untied.num_heads = 4;
+  tied.src_vocab_size = tied.tgt_vocab_size = untied.src_vocab_size = untied.tgt_vocab_size = 400;
+  tied.tie_output_embedding = true;
+  const models::Transformer a(tied, 7), b(untied, 7);
+  const Var tied_table = parameter(a, "decoder_embedding.weight"), plain_table = parameter(b, "decoder_embedding.weight");
+  const Tensor &table = tied_table.value(), &plain = plain_table.value();
+  EXPECT_EQ(parameter(a, "fc.weight").cell(), parameter(a, "decoder_embedding.weight").cell());
+  EXPECT_NEAR(spread(table), 1.0 / 8.0, 0.01);
+  EXPECT_NEAR(spread(plain), 1.0, 0.05);
+  for (int64_t i = 0; i < table.numel(); i += 997) EXPECT_EQ(table.f32()[i], plain.f32()[i] * 0.125f) << i;
+  const Var later_a_var = parameter(a, "decoder_layers.0.feed_forward.fc2.weight");
+  const Var later_b_var = parameter(b, "decoder_layers.0.feed_forward.fc2.weight");
+  const Tensor &later_a = later_a_var.value(), &later_b = later_b_var.value();
+  EXPECT_EQ(std::memcmp(later_a.f32(), later_b.f32(), later_a.numel() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -170,7 +170,8 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
       ->check(MemorySize());
   app.add_flag("--share-all-embeddings", o.share_all_embeddings,
                "Encoder-decoder: one matrix for the source, target and output embeddings (a joint vocabulary, as "
-               "qkv train --src/--tgt builds; config share_embeddings and tie_output_embedding)");
+               "qkv train --src/--tgt builds), drawn N(0, 1/d_model) and scaled by sqrt(d_model) on the embedding "
+               "side as in the paper (config share_embeddings, tie_output_embedding, scale_embeddings)");
   app.add_flag("--recompute-ffn", o.recompute_ffn,
                "Recompute feed-forward activations in backward: less memory, one extra fc1 forward per layer");
   app.add_option("--optimizer", o.optimizer, "adam (translation default) or adamw (decoder-only default)")

@@ -8,13 +8,7 @@ namespace qkv::kernels {
 namespace gelu_isa {
 
 const Kernels& avx2() {
-  static const Kernels kernels{
-      [](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_lane(v); }); },
-      [](float* dx, const float* dy, const float* x, int64_t n, bool acc) { map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_grad_lane(v); }); },
-      [](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_tanh_lane(v); }); },
-      [](float* dx, const float* dy, const float* x, int64_t n, bool acc) {
-        map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_tanh_grad_lane(v); });
-      }};
+  static const Kernels kernels = this_builds_kernels();
   return kernels;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "qkv/kernels/gelu_isa.h"
 #include "qkv/kernels/vec_math.h"
 
 namespace qkv::kernels {
@@ -166,6 +167,18 @@ __m256 gelu_tanh_grad_lane(__m256 x) {
   const __m256 pos = _mm256_fmadd_ps(t.times(t.d), _mm256_mul_ps(w, t.d), t.d);
   const __m256 neg = t.times(_mm256_mul_ps(t.d, _mm256_fmadd_ps(w, t.d, splat(1.f))));
   return select(t.u_nonneg, pos, neg);
+}
+
+// The four kernels of the build that includes this header.
+gelu_isa::Kernels this_builds_kernels() {
+  return {[](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_lane(v); }); },
+          [](float* dx, const float* dy, const float* x, int64_t n, bool acc) {
+            map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_grad_lane(v); });
+          },
+          [](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_tanh_lane(v); }); },
+          [](float* dx, const float* dy, const float* x, int64_t n, bool acc) {
+            map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_tanh_grad_lane(v); });
+          }};
 }
 
 }  // namespace

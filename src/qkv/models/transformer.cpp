@@ -66,8 +66,25 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
     encoder_norm = &register_module("encoder_norm", make_norm(config));
     decoder_norm = &register_module("decoder_norm", make_norm(config));
   }
-  if (config.tie_output_embedding) fc.tie_weight(decoder_embedding.weight);  // both (V, D)
+  if (config.tie_output_embedding) {
+    fc.tie_weight(decoder_embedding.weight);  // both (V, D)
+    scale_tied_table_for_output();
+  }
   if (config.share_embeddings) encoder_embedding.tie_weight(decoder_embedding.weight);  // a joint vocabulary
+}
+
+// The seed's tables are N(0, 1). As the output layer's weight that makes the first logits' spread
+// sqrt(d_model) (16 at d_model 256: a first loss near 75 instead of ln V), which the optimiser spends
+// hundreds of steps undoing. A table that is also the output layer is drawn from N(0, 1 / d_model),
+// as fairseq draws every table; the draws are the N(0, 1) ones scaled, so the generator's stream
+// (and every value drawn after) is unchanged. The paper's sqrt(d_model) on the embedding side is
+// config.scale_embeddings (`qkv train --share-all-embeddings` turns it on).
+void Transformer::scale_tied_table_for_output() {
+  if (nn::random_init_skipped()) return;  // every value is loaded next
+  Tensor& table = decoder_embedding.weight.value();
+  const float scale = 1.f / std::sqrt(static_cast<float>(config_.d_model));
+  float* w = table.f32();
+  for (int64_t i = 0; i < table.numel(); ++i) w[i] *= scale;
 }
 
 std::vector<std::pair<std::string, Tensor>> Transformer::named_buffers() const {

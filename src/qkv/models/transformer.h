@@ -142,6 +142,7 @@ class Transformer : public Model {
 
  private:
   Var embed(const nn::Embedding& table, const Tensor& ids) const;
+  void scale_tied_table_for_output();  // the decoder table, tied to fc: drawn N(0, 1 / d_model)
 };
 
 }  // namespace qkv::models

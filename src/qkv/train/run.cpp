@@ -63,12 +63,15 @@ void check_resume_model_flags(const TrainRequest& o, const std::string& config_p
                                                                                                  << "); drop the flag");
 }
 
-// --share-all-embeddings: the source, target and output embeddings become one matrix.
+// --share-all-embeddings: the source, target and output embeddings become one matrix, drawn
+// N(0, 1 / d_model) (models::Transformer) and multiplied by sqrt(d_model) on the embedding side, as
+// the paper's section 3.4 and fairseq's --share-all-embeddings do: without the factor the tokens'
+// embeddings (spread 1 / sqrt(d_model)) would be small beside the positional encoding's.
 void apply_share_all_embeddings(const TrainRequest& o, models::TransformerConfig& c) {
   if (!o.share_all_embeddings) return;
   QKV_CHECK(c.encoder_decoder(), "--share-all-embeddings: a" << (c.encoder_only() ? "n " : " ") << c.architecture
                                                              << " model has one token embedding already");
-  c.share_embeddings = c.tie_output_embedding = true;
+  c.share_embeddings = c.tie_output_embedding = c.scale_embeddings = true;
 }
 
 // The optimisation settings: a resumed run continues with the saved ones; flags given explicitly
