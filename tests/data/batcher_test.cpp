@@ -14,6 +14,7 @@
 #include "qkv/core/error.h"
 #include "qkv/data/batcher.h"
 #include "qkv/data/id_lines.h"
+#include "error_message.h"
 
 namespace {
 
@@ -28,15 +29,7 @@ using qkv::data::LengthPolicy;
 
 constexpr int32_t kPad = 0, kBos = 2, kEos = 3;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using qkv::test_support::error_message_of;
 
 // n pairs with source lengths in [1, max_len] and target lengths roughly proportional; the ids
 // encode the pair index (first id = 100 + i) so rows can be traced back to their pair.
@@ -424,7 +417,7 @@ TEST(BatcherTest, LengthOrderNames) {
   using qkv::data::LengthOrder;
   for (LengthOrder order : {LengthOrder::LongerSide, LengthOrder::SourceThenTarget})
     EXPECT_EQ(qkv::data::parse_length_order(qkv::data::length_order_name(order)), order);
-  EXPECT_EQ(error_of([] { qkv::data::parse_length_order("target"); }),
+  EXPECT_EQ(error_message_of([] { qkv::data::parse_length_order("target"); }),
             "unknown batch length order 'target' (expected longer_side or source_then_target)");
 }
 
@@ -451,41 +444,41 @@ TEST(BatcherTest, BatchesPerEpochMatchesWhatNextReturns) {
 TEST(BatcherTest, Errors) {
   const Corpus c = make_corpus(10, 5);
   std::vector<IdLine> fewer(c.tgt.begin(), c.tgt.begin() + 9);
-  EXPECT_EQ(error_of([&] { Batcher(c.src, fewer, options(100)); }), "batcher: 10 source lines but 9 target lines");
+  EXPECT_EQ(error_message_of([&] { Batcher(c.src, fewer, options(100)); }), "batcher: 10 source lines but 9 target lines");
   BatcherOptions tiny = options(100);
   tiny.max_src_len = 1;
   tiny.max_tgt_len = 2;
   std::vector<IdLine> src = {{4, 5}, {}}, tgt = {{6}, {6}};
-  EXPECT_EQ(error_of([&] { Batcher(src, tgt, tiny); }),
+  EXPECT_EQ(error_message_of([&] { Batcher(src, tgt, tiny); }),
             "batcher: no training pairs left after length filtering (kept 0 of 2 pairs; dropped 2: 1 empty source, "
             "1 source longer than 1)");
-  EXPECT_EQ(error_of([&] { Batcher({}, {}, options(100)); }),
+  EXPECT_EQ(error_message_of([&] { Batcher({}, {}, options(100)); }),
             "batcher: no training pairs left after length filtering (kept 0 of 0 pairs)");
-  EXPECT_EQ(error_of([&] { Batcher(c.src, c.tgt, options(0)); }), "batcher: max_tokens must be >= 1, got 0");
+  EXPECT_EQ(error_message_of([&] { Batcher(c.src, c.tgt, options(0)); }), "batcher: max_tokens must be >= 1, got 0");
   BatcherOptions bad = options(100);
   bad.max_tgt_len = 1;
-  EXPECT_EQ(error_of([&] { Batcher(c.src, c.tgt, bad); }),
+  EXPECT_EQ(error_message_of([&] { Batcher(c.src, c.tgt, bad); }),
             "batcher: max_tgt_len must be >= 2 (BOS or one target id, plus EOS), got 1");
   bad = options(100);
   bad.max_src_len = 0;
-  EXPECT_EQ(error_of([&] { Batcher(c.src, c.tgt, bad); }), "batcher: max_src_len must be >= 1, got 0");
+  EXPECT_EQ(error_message_of([&] { Batcher(c.src, c.tgt, bad); }), "batcher: max_src_len must be >= 1, got 0");
   bad = options(100);
   bad.max_rows = -1;
-  EXPECT_EQ(error_of([&] { Batcher(c.src, c.tgt, bad); }), "batcher: max_rows must be >= 0 (0 = no limit), got -1");
+  EXPECT_EQ(error_message_of([&] { Batcher(c.src, c.tgt, bad); }), "batcher: max_rows must be >= 0 (0 = no limit), got -1");
   bad = options(100, Bucketing::Chunked);
   bad.chunk_pairs = 0;
-  EXPECT_EQ(error_of([&] { Batcher(c.src, c.tgt, bad); }),
+  EXPECT_EQ(error_message_of([&] { Batcher(c.src, c.tgt, bad); }),
             "batcher: chunk_pairs must be >= 1 with chunked bucketing, got 0");
   bad = options(100);
   bad.eos_id = -1;
-  EXPECT_EQ(error_of([&] { Batcher(c.src, c.tgt, bad); }), "batcher: pad/bos/eos ids must be non-negative, got 0/2/-1");
+  EXPECT_EQ(error_message_of([&] { Batcher(c.src, c.tgt, bad); }), "batcher: pad/bos/eos ids must be non-negative, got 0/2/-1");
 
   Batcher batcher(c.src, c.tgt, options(100));
   const int64_t n = batcher.batches_per_epoch();
-  EXPECT_EQ(error_of([&] { batcher.restore({2, n + 1, 7}); }),
+  EXPECT_EQ(error_message_of([&] { batcher.restore({2, n + 1, 7}); }),
             "cannot restore batcher state: batch " + std::to_string(n + 1) + " of epoch 2 but that epoch has " +
                 std::to_string(n) + " batches (different data or batching options than the saved run?)");
-  EXPECT_EQ(error_of([&] { batcher.restore({-1, 0, 7}); }),
+  EXPECT_EQ(error_message_of([&] { batcher.restore({-1, 0, 7}); }),
             "cannot restore batcher state: negative epoch -1 or index 0");
 }
 

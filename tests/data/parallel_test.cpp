@@ -9,6 +9,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/data/parallel.h"
+#include "error_message.h"
 
 namespace {
 
@@ -25,16 +26,7 @@ std::string write_file(const std::string& name, const std::string& bytes) {
   return path;
 }
 
-// The qkv::Error message thrown by f, or "" if none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using qkv::test_support::error_message_of;
 
 TEST(ParallelReadTest, ReadsAlignedFilesWithCrlfAndBom) {
   const std::string es = write_file("ok.es", "\xEF\xBB\xBFhola mundo\r\nbuenos días\r\n¿qué tal?\r\n");
@@ -57,9 +49,9 @@ TEST(ParallelReadTest, EmptyFilesGiveNoPairs) {
 TEST(ParallelReadTest, MissingFileIsNamed) {
   const std::string ok = write_file("present.en", "x\n");
   const std::string missing = ::testing::TempDir() + "qkv_parallel_no_such_file.es";
-  EXPECT_EQ(error_of([&] { read_parallel(missing, ok); }), missing + ": cannot open file");
-  EXPECT_EQ(error_of([&] { read_parallel(ok, missing); }), missing + ": cannot open file");
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(missing); }), missing + ": cannot open file");
+  EXPECT_EQ(error_message_of([&] { read_parallel(missing, ok); }), missing + ": cannot open file");
+  EXPECT_EQ(error_message_of([&] { read_parallel(ok, missing); }), missing + ": cannot open file");
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(missing); }), missing + ": cannot open file");
 }
 
 TEST(ParallelReadTest, DirectoryIsNamed) {
@@ -68,15 +60,15 @@ TEST(ParallelReadTest, DirectoryIsNamed) {
   const std::string dir = ::testing::TempDir() + "qkv_parallel_a_directory";
   std::filesystem::create_directories(dir);
   const std::string expected = dir + ": is a directory, expected a text file";
-  EXPECT_EQ(error_of([&] { read_parallel(dir, ok); }), expected);
-  EXPECT_EQ(error_of([&] { read_parallel(ok, dir); }), expected);
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(dir); }), expected);
+  EXPECT_EQ(error_message_of([&] { read_parallel(dir, ok); }), expected);
+  EXPECT_EQ(error_message_of([&] { read_parallel(ok, dir); }), expected);
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(dir); }), expected);
 }
 
 TEST(ParallelReadTest, UnequalLineCounts) {
   const std::string es = write_file("count.es", "a\nb\nc\n"), en = write_file("count.en", "a\nb\n");
-  EXPECT_EQ(error_of([&] { read_parallel(es, en); }), es + " has 3 lines but " + en + " has 2");
-  EXPECT_EQ(error_of([&] { read_parallel(en, es); }), en + " has 2 lines but " + es + " has 3");
+  EXPECT_EQ(error_message_of([&] { read_parallel(es, en); }), es + " has 3 lines but " + en + " has 2");
+  EXPECT_EQ(error_message_of([&] { read_parallel(en, es); }), en + " has 2 lines but " + es + " has 3");
 }
 
 TEST(ParallelReadTest, InvalidUtf8NamesFileLineAndByte) {
@@ -100,7 +92,7 @@ TEST(ParallelReadTest, InvalidUtf8NamesFileLineAndByte) {
   };
   for (const Case& c : cases) {
     const std::string bad = write_file("utf8.es", "one\n" + c.line + "\nthree\n");
-    EXPECT_EQ(error_of([&] { read_parallel(bad, good); }), bad + ":2: invalid UTF-8 at byte " + std::to_string(c.byte))
+    EXPECT_EQ(error_message_of([&] { read_parallel(bad, good); }), bad + ":2: invalid UTF-8 at byte " + std::to_string(c.byte))
         << "line bytes: " << testing::PrintToString(c.line);
   }
   // Well-formed edge cases pass: U+0080, U+07FF, U+0800, U+D7FF, U+E000, U+FFFF, U+10000, U+10FFFF.
@@ -109,10 +101,10 @@ TEST(ParallelReadTest, InvalidUtf8NamesFileLineAndByte) {
   EXPECT_EQ(read_parallel(ok, good).size(), 3);
   // The offset counts a stripped BOM, so it matches the raw file.
   const std::string bom = write_file("utf8_bom.es", "\xEF\xBB\xBF\xFF\ntwo\nthree\n");
-  EXPECT_EQ(error_of([&] { read_parallel(bom, good); }), bom + ":1: invalid UTF-8 at byte 4");
+  EXPECT_EQ(error_message_of([&] { read_parallel(bom, good); }), bom + ":1: invalid UTF-8 at byte 4");
   // The target file is checked too.
   const std::string bad_tgt = write_file("utf8_bad.en", "one\ntwo\nth\xFF" "ree\n");
-  EXPECT_EQ(error_of([&] { read_parallel(ok, bad_tgt); }), bad_tgt + ":3: invalid UTF-8 at byte 3");
+  EXPECT_EQ(error_message_of([&] { read_parallel(ok, bad_tgt); }), bad_tgt + ":3: invalid UTF-8 at byte 3");
 }
 
 TEST(ParallelReadTest, EmptyLinesSkipped) {
@@ -127,9 +119,9 @@ TEST(ParallelReadTest, EmptyLinesSkipped) {
 
 TEST(ParallelReadTest, EmptyLineErrorNamesFileAndLine) {
   const std::string es = write_file("err.es", "uno\ndos\n\n"), en = write_file("err.en", "one\n\nthree\n");
-  EXPECT_EQ(error_of([&] { read_parallel(es, en, EmptyLinePolicy::Error); }), en + ":2: empty line");
+  EXPECT_EQ(error_message_of([&] { read_parallel(es, en, EmptyLinePolicy::Error); }), en + ":2: empty line");
   const std::string es2 = write_file("err2.es", "uno\n \n"), en2 = write_file("err2.en", "one\n\n");
-  EXPECT_EQ(error_of([&] { read_parallel(es2, en2, EmptyLinePolicy::Error); }), es2 + ":2: empty line");
+  EXPECT_EQ(error_message_of([&] { read_parallel(es2, en2, EmptyLinePolicy::Error); }), es2 + ":2: empty line");
 }
 
 TEST(ParallelTsvTest, ReadsColumns) {
@@ -142,9 +134,9 @@ TEST(ParallelTsvTest, ReadsColumns) {
 
 TEST(ParallelTsvTest, WrongColumnCountNamesFileAndLine) {
   const std::string none = write_file("none.tsv", "a\tb\nno tab here\n");
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(none); }), none + ":2: expected 2 tab-separated columns, found 1");
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(none); }), none + ":2: expected 2 tab-separated columns, found 1");
   const std::string three = write_file("three.tsv", "a\tb\tc\n");
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(three); }), three + ":1: expected 2 tab-separated columns, found 3");
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(three); }), three + ":1: expected 2 tab-separated columns, found 3");
 }
 
 TEST(ParallelTsvTest, EmptyPolicies) {
@@ -154,16 +146,16 @@ TEST(ParallelTsvTest, EmptyPolicies) {
   EXPECT_EQ(p.tgt, (std::vector<std::string>{"b", "d"}));
   EXPECT_EQ(p.line_numbers, (std::vector<int64_t>{1, 5}));
   EXPECT_EQ(p.empty_dropped, 4);
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(tsv, EmptyLinePolicy::Error); }), tsv + ":2: empty source column");
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(tsv, EmptyLinePolicy::Error); }), tsv + ":2: empty source column");
   const std::string t2 = write_file("empty2.tsv", "a\tb\nc\t\n");
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(t2, EmptyLinePolicy::Error); }), t2 + ":2: empty target column");
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(t2, EmptyLinePolicy::Error); }), t2 + ":2: empty target column");
   const std::string t3 = write_file("empty3.tsv", "a\tb\n\r\n");
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(t3, EmptyLinePolicy::Error); }), t3 + ":2: empty line");
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(t3, EmptyLinePolicy::Error); }), t3 + ":2: empty line");
 }
 
 TEST(ParallelTsvTest, InvalidUtf8) {
   const std::string tsv = write_file("utf8.tsv", "a\tb\nok\tbad\xC3(\n");
-  EXPECT_EQ(error_of([&] { read_parallel_tsv(tsv); }), tsv + ":2: invalid UTF-8 at byte 7");
+  EXPECT_EQ(error_message_of([&] { read_parallel_tsv(tsv); }), tsv + ":2: invalid UTF-8 at byte 7");
 }
 
 }  // namespace

@@ -10,27 +10,18 @@
 
 #include "qkv/core/error.h"
 #include "qkv/models/config.h"
+#include "error_message.h"
 
 namespace qkv::models {
 namespace {
 
 // The message config_from_json throws for `json`, or "<accepted>".
 std::string error_of(const std::string& json) {
-  try {
-    config_from_json(json, "config.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<accepted>";
+  return test_support::error_message_of([&] { config_from_json(json, "config.json"); }, "<accepted>");
 }
 
 std::string error_of(const TransformerConfig& c) {
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<accepted>";
+  return test_support::error_message_of([&] { c.validate(); }, "<accepted>");
 }
 
 bool contains(const std::string& haystack, const std::string& needle) {

@@ -8,17 +8,13 @@
 #include "qkv/core/error.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/config.h"
+#include "error_message.h"
 
 namespace qkv::models {
 namespace {
 
 std::string error_of(const std::string& json) {
-  try {
-    config_from_json(json, "config.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<accepted>";
+  return test_support::error_message_of([&] { config_from_json(json, "config.json"); }, "<accepted>");
 }
 
 bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }

@@ -19,6 +19,7 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/io/tensor_file.h"
 #include "qkv/models/checkpoint.h"
+#include "error_message.h"
 
 namespace qkv {
 namespace {
@@ -49,16 +50,7 @@ json read_json(const std::string& path) {
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-// The message of the qkv::Error `f` throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using qkv::test_support::error_message_of;
 
 void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
   EXPECT_FALSE(message.empty()) << "no error thrown";
@@ -227,7 +219,7 @@ TEST(HfImport, Bfloat16AndHalfSpecialValuesWidenExactly) {
   }
   io::write_safetensors(dir + "/half.safetensors", f);
   // Without allow_half the reader refuses them as before.
-  expect_contains(error_of([&] { io::read_safetensors(dir + "/half.safetensors"); }),
+  expect_contains(error_message_of([&] { io::read_safetensors(dir + "/half.safetensors"); }),
                   {"half.safetensors", "unknown dtype \"BF16\""});
   io::StFile read = io::read_safetensors(dir + "/half.safetensors", io::StReadOptions{.allow_half = true});
   for (io::StTensor& t : read.tensors) {
@@ -283,7 +275,7 @@ TEST(HfImport, UnsupportedConfigsAreRefusedNamingFileAndField) {
     write_text(config, j.dump());
     std::vector<std::string> all = {config, std::string("\"") + field + "\""};
     all.insert(all.end(), parts.begin(), parts.end());
-    expect_contains(error_of([&] { interop::load_hf_gpt2(dir); }), all);
+    expect_contains(error_message_of([&] { interop::load_hf_gpt2(dir); }), all);
     EXPECT_FALSE(fs::exists(dir + "/out")) << field;
   };
   refused("model_type", "bert", {"\"bert\"", "gpt2"});
@@ -301,7 +293,7 @@ TEST(HfImport, UnsupportedConfigsAreRefusedNamingFileAndField) {
   j["model_type"] = "llama";
   write_text(config, j.dump());
   const std::string out = fresh_dir("refused_out");
-  EXPECT_FALSE(error_of([&] { interop::import_hf_gpt2(dir, out); }).empty());
+  EXPECT_FALSE(error_message_of([&] { interop::import_hf_gpt2(dir, out); }).empty());
   EXPECT_FALSE(fs::exists(out));
 }
 
@@ -313,7 +305,7 @@ TEST(HfImport, BadTensorsAreRefusedNamingFileAndTensor) {
     edit_weights(dir, edit);
     std::vector<std::string> all = {dir + "/model.safetensors"};
     all.insert(all.end(), parts.begin(), parts.end());
-    expect_contains(error_of([&] { interop::load_hf_gpt2(dir); }), all);
+    expect_contains(error_message_of([&] { interop::load_hf_gpt2(dir); }), all);
   };
   refused("missing", [](io::StFile& f) {
     std::erase_if(f.tensors, [](const io::StTensor& t) { return t.name == "transformer.h.1.mlp.c_fc.bias"; });
@@ -342,12 +334,12 @@ TEST(HfImport, BadTensorsAreRefusedNamingFileAndTensor) {
   // Untied without lm_head.weight.
   const std::string dir = copy_hf_dir("untied_missing_head");
   edit_config(dir, [](json& j) { j["tie_word_embeddings"] = false; });
-  expect_contains(error_of([&] { interop::load_hf_gpt2(dir); }), {"'lm_head.weight' is missing", "tie_word_embeddings"});
+  expect_contains(error_message_of([&] { interop::load_hf_gpt2(dir); }), {"'lm_head.weight' is missing", "tie_word_embeddings"});
   // Missing files.
   const std::string empty = fresh_dir("no_weights");
   fs::create_directories(empty);
   fs::copy_file(testing::ref_path("hf_gpt2") + "/config.json", empty + "/config.json");
-  expect_contains(error_of([&] { interop::load_hf_gpt2(empty); }), {empty + "/model.safetensors", "missing"});
+  expect_contains(error_message_of([&] { interop::load_hf_gpt2(empty); }), {empty + "/model.safetensors", "missing"});
 }
 
 // ---------------------------------------------------------------------------------------- export ---
@@ -386,14 +378,14 @@ TEST(HfExport, UnexpressibleModelsAreRefusedNamingTheOption) {
   const auto refused = [&](const std::function<void(models::TransformerConfig&)>& edit, const std::string& part) {
     models::TransformerConfig c = ok;
     edit(c);
-    expect_contains(error_of([&] { interop::hf_gpt2_config_json(c); }), {"export --to hf", part});
+    expect_contains(error_message_of([&] { interop::hf_gpt2_config_json(c); }), {"export --to hf", part});
   };
   refused([](auto& c) { c.positions = "sinusoidal"; }, "positions \"sinusoidal\"");
   refused([](auto& c) { c.layer_norm = "seed003"; }, "layer_norm \"seed003\"");
   refused([](auto& c) { c.ffn_dropout = 0.1f; }, "ffn_dropout");
   refused([](auto& c) { c.activation = "relu"; }, "activation \"relu\"");
   refused([](auto& c) { c.scale_embeddings = true; }, "scale_embeddings");
-  expect_contains(error_of([] { interop::hf_gpt2_config_json(models::TransformerConfig{}); }),
+  expect_contains(error_message_of([] { interop::hf_gpt2_config_json(models::TransformerConfig{}); }),
                   {"encoder-decoder", "not supported"});
   models::TransformerConfig untied = ok;
   untied.tie_output_embedding = false;
@@ -465,7 +457,7 @@ TEST(HfExport, SinusoidalCheckpointIsRefusedBeforeAnythingIsWritten) {
   c.positions = "sinusoidal";
   const std::string ckpt = fresh_dir("sin_ckpt"), out = fresh_dir("sin_hf");
   models::save_model(ckpt, models::CausalLM(c, 1));
-  expect_contains(error_of([&] { interop::export_hf_gpt2(ckpt, out); }), {"positions \"sinusoidal\""});
+  expect_contains(error_message_of([&] { interop::export_hf_gpt2(ckpt, out); }), {"positions \"sinusoidal\""});
   EXPECT_FALSE(fs::exists(out));
 }
 

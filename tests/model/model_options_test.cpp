@@ -14,6 +14,7 @@
 #include "qkv/data/synthetic.h"
 #include "qkv/models/transformer.h"
 #include "qkv/train/step.h"
+#include "error_message.h"
 
 namespace qkv {
 namespace {
@@ -149,12 +150,7 @@ TEST(ModelOptions, KeepParameterNamesShapesAndInitialValues) {
 // ---- config.json ---------------------------------------------------------------------------------
 
 std::string config_error(const std::string& json) {
-  try {
-    models::config_from_json(json, "config.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<accepted>";
+  return test_support::error_message_of([&] { models::config_from_json(json, "config.json"); }, "<accepted>");
 }
 
 TEST(ModelOptionsConfig, DefaultsAreSeed000sAndFieldsRoundTrip) {

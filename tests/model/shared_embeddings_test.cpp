@@ -19,6 +19,7 @@
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/transformer.h"
 #include "qkv/train/step.h"
+#include "error_message.h"
 
 namespace qkv {
 namespace {
@@ -43,14 +44,7 @@ Var parameter(const models::Transformer& m, const std::string& name) {  // a han
   throw Error("no parameter " + name);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using qkv::test_support::error_message_of;
 
 TEST(SharedEmbeddings, OneParameterUnderTwoNames) {
   const models::Transformer shared(tiny_config(true), 1), untied(tiny_config(false), 1);
@@ -101,7 +95,7 @@ TEST(SharedEmbeddings, CheckpointsRoundTripAndUntiedWeightsAreRefused) {
   models::Transformer untied(tiny_config(false), 6);
   models::save_model(dir, untied);
   models::save_config(dir + "/config.json", tiny_config(true));
-  EXPECT_NE(error_of([&] { models::load_seq2seq(dir); })
+  EXPECT_NE(error_message_of([&] { models::load_seq2seq(dir); })
                 .find("config says share_embeddings: true, but 'decoder_embedding.weight' differs from "
                       "'encoder_embedding.weight'"),
             std::string::npos);
@@ -114,7 +108,7 @@ TEST(SharedEmbeddings, ConfigRoundTripsAndIsRefusedWhereItCannotApply) {
   EXPECT_TRUE(back.share_embeddings);
   EXPECT_FALSE(models::config_from_json("{}", "config.json").share_embeddings);  // configs written before it
   const auto config_error = [](const std::string& json) {
-    return error_of([&] { models::config_from_json(json, "config.json"); });
+    return error_message_of([&] { models::config_from_json(json, "config.json"); });
   };
   EXPECT_EQ(config_error(R"({"share_embeddings": true, "src_vocab_size": 30})"),
             "config.json: config: share_embeddings needs one joint vocabulary, but src_vocab_size is 30 and "
@@ -124,7 +118,7 @@ TEST(SharedEmbeddings, ConfigRoundTripsAndIsRefusedWhereItCannotApply) {
             "embedding)");
   models::TransformerConfig lm = models::decoder_only_defaults();
   lm.share_embeddings = true;
-  EXPECT_EQ(error_of([&] { lm.validate(); }),
+  EXPECT_EQ(error_message_of([&] { lm.validate(); }),
             "config: share_embeddings is for encoder-decoder models (a decoder-only model has one token embedding)");
 }
 

@@ -10,6 +10,7 @@
 #include "qkv/models/average.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/step.h"
+#include "error_message.h"
 
 namespace qkv {
 namespace {
@@ -119,12 +120,7 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string error_of_load() {
-    try {
-      models::load_seq2seq(dir_);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
+    return test_support::error_message_of([&] { models::load_seq2seq(dir_); });
   }
   std::string dir_;
   std::unique_ptr<models::Transformer> model_;

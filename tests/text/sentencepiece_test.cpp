@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "qkv/core/error.h"
+#include "error_message.h"
 
 namespace qkv::text {
 namespace {
@@ -80,15 +81,7 @@ SpmTrainOptions tiny_options() {
   return o;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const qkv::Error& e) {
-    return e.what();
-  }
-  return "<no qkv::Error thrown>";
-}
+using qkv::test_support::error_message_of;
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -135,8 +128,8 @@ TEST_F(SentencePieceTest, SpecialIdsAndVocabLayout) {
   EXPECT_EQ(sp.piece(4), "<0x00>");  // byte fallback pieces come right after the specials
   EXPECT_EQ(sp.piece(259), "<0xFF>");
   EXPECT_NE(sp.piece(260).rfind("<0x", 0), 0u);
-  EXPECT_TRUE(contains(error_of([&] { sp.piece(400); }), "id 400 out of range [0, 400)"));
-  EXPECT_TRUE(contains(error_of([&] { sp.piece(-1); }), "out of range"));
+  EXPECT_TRUE(contains(error_message_of([&] { sp.piece(400); }), "id 400 out of range [0, 400)"));
+  EXPECT_TRUE(contains(error_message_of([&] { sp.piece(-1); }), "out of range"));
 
   // The .vocab file lists every piece with its score, in id order.
   const std::string vocab = read_bytes(path("tiny.vocab"));
@@ -216,8 +209,8 @@ TEST_F(SentencePieceTest, DecodeSkipsPadBosEos) {
   EXPECT_EQ(sp.decode(framed), text);
   EXPECT_EQ(sp.decode({sp.bos_id(), sp.eos_id(), sp.pad_id()}), "");
   EXPECT_EQ(sp.decode({}), "");
-  EXPECT_TRUE(contains(error_of([&] { sp.decode({4, 400}); }), "id 400 out of range [0, 400)"));
-  EXPECT_TRUE(contains(error_of([&] { sp.decode({-2}); }), "id -2 out of range"));
+  EXPECT_TRUE(contains(error_message_of([&] { sp.decode({4, 400}); }), "id 400 out of range [0, 400)"));
+  EXPECT_TRUE(contains(error_message_of([&] { sp.decode({-2}); }), "id -2 out of range"));
 }
 
 TEST_F(SentencePieceTest, UnseenCharactersUseByteFallback) {
@@ -267,18 +260,18 @@ TEST_F(SentencePieceTest, PrintsAOneLineSummaryAndNothingElse) {
 }
 
 TEST_F(SentencePieceTest, EncodeRejectsInvalidUtf8) {
-  EXPECT_TRUE(contains(error_of([&] { sp_->encode("ni\xC3o"); }), "invalid UTF-8 at byte 2"));
+  EXPECT_TRUE(contains(error_message_of([&] { sp_->encode("ni\xC3o"); }), "invalid UTF-8 at byte 2"));
 }
 
 TEST_F(SentencePieceTest, MissingEmptyOrCorruptModelFileIsAnErrorNamingThePath) {
   const std::string missing = path("does_not_exist.model");
-  std::string e = error_of([&] { SentencePiece sp(missing); });
+  std::string e = error_message_of([&] { SentencePiece sp(missing); });
   EXPECT_TRUE(contains(e, missing + ": cannot open SentencePiece model")) << e;
   EXPECT_TRUE(contains(e, "No such file")) << e;
 
   const std::string empty = path("empty.model");
   write_bytes(empty, "");
-  e = error_of([&] { SentencePiece sp(empty); });
+  e = error_message_of([&] { SentencePiece sp(empty); });
   EXPECT_TRUE(contains(e, empty + ": empty file")) << e;
 
   std::mt19937 rng(3);
@@ -286,12 +279,12 @@ TEST_F(SentencePieceTest, MissingEmptyOrCorruptModelFileIsAnErrorNamingThePath) 
   for (char& c : junk) c = static_cast<char>(rng());
   const std::string corrupt = path("corrupt.model");
   write_bytes(corrupt, junk);
-  e = error_of([&] { SentencePiece sp(corrupt); });
+  e = error_message_of([&] { SentencePiece sp(corrupt); });
   EXPECT_TRUE(contains(e, corrupt + ": not a valid SentencePiece model")) << e;
 
   const std::string text = path("text.model");
   write_bytes(text, "this is not a model\n");
-  e = error_of([&] { SentencePiece sp(text); });
+  e = error_message_of([&] { SentencePiece sp(text); });
   EXPECT_TRUE(contains(e, text + ": not a valid SentencePiece model")) << e;
 }
 
@@ -303,7 +296,7 @@ TEST_F(SentencePieceTest, InvalidUtf8InTrainingInputNamesFileAndLine) {
   for (const int64_t sample : {0, 20}) {
     SpmTrainOptions o = tiny_options();
     o.input_sentence_size = sample;
-    const std::string e = error_of([&] { train_sentencepiece({path("corpus.txt"), bad}, path("latin1"), o); });
+    const std::string e = error_message_of([&] { train_sentencepiece({path("corpus.txt"), bad}, path("latin1"), o); });
     EXPECT_EQ(e, bad + ":37: invalid UTF-8 at byte 5") << "sample " << sample;
     EXPECT_FALSE(fs::exists(path("latin1.model")));
   }
@@ -316,7 +309,7 @@ TEST_F(SentencePieceTest, EmptyOrMissingInputIsAnError) {
     for (const int64_t sample : {0, 10}) {
       SpmTrainOptions o = tiny_options();
       o.input_sentence_size = sample;
-      const std::string e = error_of([&] { train_sentencepiece({path(name)}, path("out_empty"), o); });
+      const std::string e = error_message_of([&] { train_sentencepiece({path(name)}, path("out_empty"), o); });
       EXPECT_TRUE(contains(e, "no non-empty lines in " + path(name))) << e;
     }
   }
@@ -324,9 +317,9 @@ TEST_F(SentencePieceTest, EmptyOrMissingInputIsAnError) {
 
   const std::string missing = path("missing.txt");
   std::string e =
-      error_of([&] { train_sentencepiece({path("corpus.txt"), missing}, path("out_missing"), tiny_options()); });
+      error_message_of([&] { train_sentencepiece({path("corpus.txt"), missing}, path("out_missing"), tiny_options()); });
   EXPECT_TRUE(contains(e, missing + ": cannot open")) << e;
-  e = error_of([&] { train_sentencepiece({}, path("out_none"), tiny_options()); });
+  e = error_message_of([&] { train_sentencepiece({}, path("out_none"), tiny_options()); });
   EXPECT_TRUE(contains(e, "no input files")) << e;
 }
 
@@ -367,7 +360,7 @@ TEST_F(SentencePieceTest, LongLinesAreUsedUpToTheLimitAndRefusedBeyond) {
   for (const int64_t sample : {0, 1}) {
     SpmTrainOptions o = tiny_options();
     o.input_sentence_size = sample;
-    const std::string e = error_of([&] { train_sentencepiece({path("too_long.txt")}, path("too_long"), o); });
+    const std::string e = error_message_of([&] { train_sentencepiece({path("too_long.txt")}, path("too_long"), o); });
     EXPECT_EQ(e, path("too_long.txt") + ":2: line of 1048577 bytes is longer than the 1048576 bytes SentencePiece "
                                         "training accepts (one sentence a line?)") << "sample " << sample;
     EXPECT_FALSE(fs::exists(path("too_long.model")));
@@ -378,24 +371,24 @@ TEST_F(SentencePieceTest, BadOptionsAreErrors) {
   const std::vector<std::string> in = {path("corpus.txt")};
   SpmTrainOptions o = tiny_options();
   o.vocab_size = 200;  // <= 4 + 256 with byte fallback
-  EXPECT_TRUE(contains(error_of([&] { train_sentencepiece(in, path("bad"), o); }), "must exceed the 260 reserved ids"));
+  EXPECT_TRUE(contains(error_message_of([&] { train_sentencepiece(in, path("bad"), o); }), "must exceed the 260 reserved ids"));
   o = tiny_options();
   o.model_type = "wordpiece";
-  EXPECT_TRUE(contains(error_of([&] { train_sentencepiece(in, path("bad"), o); }), "model_type 'wordpiece'"));
+  EXPECT_TRUE(contains(error_message_of([&] { train_sentencepiece(in, path("bad"), o); }), "model_type 'wordpiece'"));
   o = tiny_options();
   o.character_coverage = 0;
-  EXPECT_TRUE(contains(error_of([&] { train_sentencepiece(in, path("bad"), o); }), "character_coverage"));
+  EXPECT_TRUE(contains(error_message_of([&] { train_sentencepiece(in, path("bad"), o); }), "character_coverage"));
   o = tiny_options();
   o.vocab_size = 280;  // fewer than the characters the corpus needs: SentencePiece's own check
-  std::string e = error_of([&] { train_sentencepiece(in, path("bad"), o); });
+  std::string e = error_message_of([&] { train_sentencepiece(in, path("bad"), o); });
   EXPECT_TRUE(contains(e, "SentencePiece training failed")) << e;
   EXPECT_TRUE(contains(e, "Vocabulary size is smaller than required_chars")) << e;
   o = tiny_options();
   o.vocab_size = 20000;  // more pieces than a 400-line corpus can give
-  e = error_of([&] { train_sentencepiece(in, path("bad"), o); });
+  e = error_message_of([&] { train_sentencepiece(in, path("bad"), o); });
   EXPECT_TRUE(contains(e, "Vocabulary size too high")) << e;
   EXPECT_FALSE(fs::exists(path("bad.model")));
-  e = error_of([&] { train_sentencepiece(in, path("no_such_dir/m"), tiny_options()); });
+  e = error_message_of([&] { train_sentencepiece(in, path("no_such_dir/m"), tiny_options()); });
   EXPECT_TRUE(contains(e, "output directory " + path("no_such_dir") + " does not exist")) << e;
 }
 

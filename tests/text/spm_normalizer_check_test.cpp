@@ -7,6 +7,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/text/spm_normalizer_check.h"
+#include "error_message.h"
 
 namespace qkv::text {
 namespace {
@@ -30,12 +31,7 @@ std::string model_with_map(const std::string& map) {
 }
 
 std::string error_of(const std::string& model) {
-  try {
-    check_normalizer_maps(model, "m.model");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_message_of([&] { check_normalizer_maps(model, "m.model"); });
 }
 
 TEST(SpmNormalizerCheck, RefusesDamagedMapsAndPassesSoundOnes) {

@@ -13,6 +13,7 @@
 #include "qkv/io/tensor_file.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/trainer.h"
+#include "error_message.h"
 
 namespace qkv::train {
 namespace {
@@ -41,14 +42,7 @@ std::string file_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using qkv::test_support::error_message_of;
 
 // Trains the copy task to `steps` into `dir`, from scratch or resuming what `dir` holds.
 TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, double lr = 1e-3, int64_t save_every = 0,
@@ -134,7 +128,7 @@ TEST(Trainer, LinearScheduleWithoutStepsFitsItsEndToTheTimeBudget) {
   const int64_t end = read_train_state(dir + "/train_state.json").hyper.schedule.total_steps;
   EXPECT_GT(end, 1000);  // an hour at well under a second a step
   o.time_budget = 0;  // and without either, refused by name
-  const std::string msg = error_of([&] { Trainer(*model, data, o); });
+  const std::string msg = error_message_of([&] { Trainer(*model, data, o); });
   EXPECT_NE(msg.find("give --steps, or --time-budget"), std::string::npos) << msg;
   fs::remove_all(dir);
 }
@@ -146,12 +140,12 @@ TEST(Trainer, MixedCheckpointSetIsRefused) {
   // Without a manifest (as written by qkv 0.1), the optimizer's step still gives the mix away.
   fs::remove(a + "/manifest.json");
   fs::copy_file(b + "/optimizer.safetensors", a + "/optimizer.safetensors", fs::copy_options::overwrite_existing);
-  std::string msg = error_of([&] { train_copy(a, 5, true); });
+  std::string msg = error_message_of([&] { train_copy(a, 5, true); });
   EXPECT_NE(msg.find("optimizer.safetensors is of step 3 but train_state.json of step 2"), std::string::npos) << msg;
   // With a manifest: any file from another save is named.
   train_copy(a, 2, false);
   fs::copy_file(b + "/model.safetensors", a + "/model.safetensors", fs::copy_options::overwrite_existing);
-  msg = error_of([&] { train_copy(a, 5, true); });
+  msg = error_message_of([&] { train_copy(a, 5, true); });
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mixed or damaged checkpoint"), std::string::npos) << msg;
   fs::remove_all(a);
@@ -162,7 +156,7 @@ TEST(Trainer, DivergenceStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   const std::string dir = temp_dir("nan");
   train_copy(dir, 2, false);
   // An absurd learning rate overflows the weights within a few steps.
-  const std::string msg = error_of([&] { train_copy(dir, 50, true, 1e38, 1); });
+  const std::string msg = error_message_of([&] { train_copy(dir, 50, true, 1e38, 1); });
   EXPECT_NE(msg.find("step "), std::string::npos) << msg;
   EXPECT_NE(msg.find("training stopped without saving"), std::string::npos) << msg;
   // Whatever was saved before the divergence loads (finite) and is a consistent set.
@@ -176,7 +170,7 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheTensor) {
   const std::string dir = temp_dir("inf");
   models::Transformer model(small_config(), 1);
   model.fc.bias.value().f32()[3] = std::numeric_limits<float>::infinity();
-  std::string msg = error_of([&] { models::save_model(dir, model); });
+  std::string msg = error_message_of([&] { models::save_model(dir, model); });
   EXPECT_NE(msg.find("'fc.bias' holds a non-finite value"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
   // A file written by someone else with a NaN is refused at load.
@@ -188,7 +182,7 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheTensor) {
   tensors.back().second.f32()[0] = std::numeric_limits<float>::quiet_NaN();  // fc.bias
   io::save_tensors(dir + "/model.safetensors", tensors);
   fs::remove(dir + "/manifest.json");
-  msg = error_of([&] { models::load_seq2seq(dir); });
+  msg = error_message_of([&] { models::load_seq2seq(dir); });
   EXPECT_NE(msg.find("tensor '" + tensors.back().first + "' holds a non-finite value"), std::string::npos) << msg;
   fs::remove_all(dir);
 }
@@ -200,7 +194,7 @@ TEST(Checkpoint, TiedConfigOnUntiedWeightsIsRefused) {
   models::TransformerConfig tied = small_config();
   tied.tie_output_embedding = true;
   models::save_config(dir + "/config.json", tied);
-  const std::string msg = error_of([&] { models::load_seq2seq(dir); });
+  const std::string msg = error_message_of([&] { models::load_seq2seq(dir); });
   EXPECT_NE(msg.find("tie_output_embedding: true, but 'fc.weight' differs"), std::string::npos) << msg;
   // A genuinely tied model round-trips.
   models::Transformer model(tied, 2);
@@ -235,7 +229,7 @@ TEST(CheckpointDir, LeftoversOfKilledSavesAreRemovedAndUserFoldersProtected) {
   // A folder with other things in it is never replaced.
   fs::create_directories(root + "/photos");
   std::ofstream(root + "/photos/cat.jpg") << "meow";
-  const std::string msg = error_of([&] { io::StagedDirectory s(root + "/photos"); });
+  const std::string msg = error_message_of([&] { io::StagedDirectory s(root + "/photos"); });
   EXPECT_NE(msg.find("is not a checkpoint"), std::string::npos) << msg;
   EXPECT_TRUE(fs::exists(root + "/photos/cat.jpg"));
   fs::remove_all(root);
@@ -259,7 +253,7 @@ TEST(TrainState, EarlierFormatsAreRead) {
   EXPECT_FALSE(s.has_hyper);
   EXPECT_EQ(s.data.at("index"), 3);
   std::ofstream(dir + "/future.json") << R"({"format": "qkv-train-state", "format_version": 99})";
-  EXPECT_NE(error_of([&] { read_train_state(dir + "/future.json"); }).find("newer than this qkv reads"),
+  EXPECT_NE(error_message_of([&] { read_train_state(dir + "/future.json"); }).find("newer than this qkv reads"),
             std::string::npos);
   fs::remove_all(dir);
 }
