@@ -62,13 +62,12 @@ double cross_entropy_forward(float* lse, float* row_loss, const float* logits, c
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits + n * V;
     const RowSums r = row_sums(x, V);
-    const double sum_x = r.sum_x;
     const double l = r.max + std::log(r.sum_exp);
     lse[n] = static_cast<float>(l);
     double loss = 0;
     if (targets[n] != ignore_index) {
       const double nll = l - x[targets[n]];
-      const double smooth = V * l - sum_x;
+      const double smooth = V * l - r.sum_x;
       loss = (1.0 - label_smoothing) * nll + (label_smoothing / V) * smooth;
       total += loss;
       count += 1;

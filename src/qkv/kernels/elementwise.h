@@ -17,10 +17,11 @@ void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool a
 
 // The four GELU kernels (kernels/gelu.cpp) work on 8 lanes, the tail padded to 8: a value's result
 // depends on nothing but the value. On a CPU with AVX-512F they run a build of the same lanes whose
-// double-precision steps take 8 lanes at once (kernels/gelu_isa.h): the same bits, 1.2-1.4x faster. Measured against double precision (tests/kernels/gelu_test.cpp): forward within
-// 4 ulp everywhere, the negative tail included (Phi(x) comes from erfc, 1 + tanh from e / (1 + e), so
-// nothing cancels); backward within 4 (exact) and 6 (tanh) ulp of the size of the two terms that
-// cancel at its root x = -0.75. At -inf / +inf: forward -0 / inf, backward 0 / 1 (the limits).
+// double-precision steps take 8 lanes at once (kernels/gelu_isa.h): the same bits, 1.2-1.4x faster.
+// Measured against double precision (tests/kernels/gelu_test.cpp): forward within 4 ulp everywhere,
+// the negative tail included (Phi(x) comes from erfc, 1 + tanh from e / (1 + e), so nothing cancels);
+// backward within 4 (exact) and 6 (tanh) ulp of the size of the two terms that cancel at its root
+// x = -0.75. At -inf / +inf: forward -0 / inf, backward 0 / 1 (the limits).
 //
 // Exact GELU as PyTorch's default: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
 void gelu_forward(float* y, const float* x, int64_t n);

@@ -1,5 +1,7 @@
 #include "qkv/models/transformer.h"
 
+#include "qkv/kernels/elementwise.h"
+
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -82,9 +84,7 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
 void Transformer::scale_tied_table_for_output() {
   if (nn::random_init_skipped()) return;  // every value is loaded next
   Tensor& table = decoder_embedding.weight.value();
-  const float scale = 1.f / std::sqrt(static_cast<float>(config_.d_model));
-  float* w = table.f32();
-  for (int64_t i = 0; i < table.numel(); ++i) w[i] *= scale;
+  kernels::scale(table.f32(), table.f32(), 1.f / std::sqrt(static_cast<float>(config_.d_model)), table.numel());
 }
 
 std::vector<std::pair<std::string, Tensor>> Transformer::named_buffers() const {
