@@ -2,7 +2,13 @@
 
 #include <cblas.h>
 
+#include "qkv/kernels/blocked_gemm.h"
+
 namespace qkv::kernels {
+
+namespace {
+constexpr int64_t kBlockedMin = int64_t{1} << 20;  // multiply-adds
+}  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -29,6 +35,11 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
                   static_cast<blasint>(ldb), A, inc_a, beta, C, 1);
     return;
   }
+  // Products of training size go through qkv's own blocked GEMM (kernels/blocked_gemm.h: 1.0-1.16x
+  // OpenBLAS on qkv's shapes, bench_gemm); small ones, attention's per-head products among them,
+  // stay with OpenBLAS's small-matrix kernels. The choice depends on the shape alone.
+  if (M * N * K >= kBlockedMin)
+    return gemm_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
               static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));

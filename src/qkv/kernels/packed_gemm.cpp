@@ -1,5 +1,6 @@
 #include "qkv/kernels/packed_gemm.h"
 
+#include "qkv/kernels/micro_tile.h"
 #include "qkv/kernels/weight_alloc.h"
 
 #include <immintrin.h>
@@ -13,49 +14,28 @@ namespace qkv::kernels {
 namespace {
 
 constexpr int64_t kPanel = PackedWeights::kPanel;
-// Rows per micro-kernel call. AVX2 has 16 vector registers: 6 rows x 2 vectors = 12 accumulators, plus
-// the 2 panel vectors of the current k and 1 broadcast of A, leaves one spare. Each k then issues
-// 12 FMAs for 2 panel loads and 6 broadcasts, enough to keep both FMA ports busy.
-constexpr int kRows = 6;
+constexpr int kRows = tile::kRows;
+static_assert(kPanel == tile::kCols);
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
 constexpr int64_t kParallelMin = 1 << 16;
 
 // C[0..rows) x [0..cols) of one panel, rows <= 6: the full K sum is kept in registers and C is
-// written once, with the bias added. The twelve accumulators are named variables, not an array: GCC
-// kept an array of them on the stack and stored every one at each k (67% of decoding time went to
-// those stores). Fewer than 6 rows repeat row 0 in the unused slots and drop those results.
+// written once, with the bias added. Fewer than 6 rows repeat row 0 in the unused slots and drop
+// those results.
 void micro_kernel(const float* A, int64_t lda, int rows, const float* panel, int64_t K, const float* bias16, float* C,
                   int64_t ldc, int64_t cols) {
   const float* a[kRows];
   for (int r = 0; r < kRows; ++r) a[r] = A + (r < rows ? r : 0) * lda;
-  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
-  const __m256 b_lo = _mm256_loadu_ps(bias16), b_hi = _mm256_loadu_ps(bias16 + 8);
-  __m256 c00 = b_lo, c01 = b_hi, c10 = b_lo, c11 = b_hi, c20 = b_lo, c21 = b_hi;
-  __m256 c30 = b_lo, c31 = b_hi, c40 = b_lo, c41 = b_hi, c50 = b_lo, c51 = b_hi;
-  for (int64_t k = 0; k < K; ++k) {
-    const __m256 w0 = _mm256_load_ps(panel + k * kPanel), w1 = _mm256_load_ps(panel + k * kPanel + 8);
-    __m256 x = _mm256_broadcast_ss(a0 + k);
-    c00 = _mm256_fmadd_ps(x, w0, c00), c01 = _mm256_fmadd_ps(x, w1, c01);
-    x = _mm256_broadcast_ss(a1 + k);
-    c10 = _mm256_fmadd_ps(x, w0, c10), c11 = _mm256_fmadd_ps(x, w1, c11);
-    x = _mm256_broadcast_ss(a2 + k);
-    c20 = _mm256_fmadd_ps(x, w0, c20), c21 = _mm256_fmadd_ps(x, w1, c21);
-    x = _mm256_broadcast_ss(a3 + k);
-    c30 = _mm256_fmadd_ps(x, w0, c30), c31 = _mm256_fmadd_ps(x, w1, c31);
-    x = _mm256_broadcast_ss(a4 + k);
-    c40 = _mm256_fmadd_ps(x, w0, c40), c41 = _mm256_fmadd_ps(x, w1, c41);
-    x = _mm256_broadcast_ss(a5 + k);
-    c50 = _mm256_fmadd_ps(x, w0, c50), c51 = _mm256_fmadd_ps(x, w1, c51);
-  }
-  const __m256 lo[kRows] = {c00, c10, c20, c30, c40, c50}, hi[kRows] = {c01, c11, c21, c31, c41, c51};
+  tile::Acc acc = tile::splat(_mm256_loadu_ps(bias16), _mm256_loadu_ps(bias16 + 8));
+  tile::accumulate(a, 1, panel, K, acc);
   for (int r = 0; r < rows; ++r) {
     if (cols == kPanel) {
-      _mm256_storeu_ps(C + r * ldc, lo[r]);
-      _mm256_storeu_ps(C + r * ldc + 8, hi[r]);
+      _mm256_storeu_ps(C + r * ldc, acc.lo[r]);
+      _mm256_storeu_ps(C + r * ldc + 8, acc.hi[r]);
     } else {
       alignas(32) float tmp[kPanel];
-      _mm256_store_ps(tmp, lo[r]);
-      _mm256_store_ps(tmp + 8, hi[r]);
+      _mm256_store_ps(tmp, acc.lo[r]);
+      _mm256_store_ps(tmp + 8, acc.hi[r]);
       std::memcpy(C + r * ldc, tmp, static_cast<size_t>(cols) * sizeof(float));
     }
   }

@@ -1,0 +1,76 @@
+// qkv's own SGEMM (kernels::gemm_blocked, which kernels::sgemm uses for training-sized products)
+// against OpenBLAS's cblas_sgemm on the shapes of qkv's training steps and embedding batches
+// (gemm_shapes.h), in the same run: for each shape the two are timed alternately, call by call, so
+// a drift in the machine's speed reaches both alike. Prints GFLOP/s of each (median of --reps
+// calls after a warm-up), the ratio, and the largest difference between the two results relative
+// to the largest |C| (they sum in different orders).
+//
+// Usage: bench_gemm [--reps R] [--threads T] [--only SUBSTRING]   (defaults: 7 reps, 2 threads, every shape)
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "gemm_shapes.h"
+#include "qkv/core/threads.h"
+#include "qkv/kernels/blocked_gemm.h"
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 7, threads = 2;
+  const char* only = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_gemm [--reps R] [--threads T] [--only SUBSTRING]\n");
+      return 2;
+    }
+  }
+  qkv::set_num_threads(threads);
+  std::printf("%-38s %9s %9s %7s %10s   (GFLOP/s, %d threads, median of %d)\n", "shape (M x N x K)", "qkv", "OpenBLAS",
+              "ratio", "max diff", threads, reps);
+  std::vector<double> ratios;
+  for (const Shape& s : kShapes) {
+    if (only && !std::strstr(s.name, only)) continue;
+    std::vector<float> a(static_cast<size_t>(s.M) * s.K), b(static_cast<size_t>(s.K) * s.N),
+        c_qkv(static_cast<size_t>(s.M) * s.N), c_blas(c_qkv.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i % 13) - 6) * 0.01f;
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i % 7) - 3) * 0.02f;
+    const int lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N;
+    std::vector<double> t_qkv, t_blas;
+    for (int r = 0; r <= reps; ++r) {  // call 0 of each is the warm-up (page faults, thread start)
+      auto start = Clock::now();
+      qkv::kernels::gemm_blocked(s.ta, s.tb, s.M, s.N, s.K, 1.f, a.data(), lda, b.data(), ldb, 0.f, c_qkv.data(), s.N);
+      const double sec_qkv = std::chrono::duration<double>(Clock::now() - start).count();
+      start = Clock::now();
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K, 1.f,
+                  a.data(), lda, b.data(), ldb, 0.f, c_blas.data(), s.N);
+      const double sec_blas = std::chrono::duration<double>(Clock::now() - start).count();
+      if (r > 0) t_qkv.push_back(sec_qkv), t_blas.push_back(sec_blas);
+    }
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < c_qkv.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(c_qkv[i] - c_blas[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(c_blas[i])));
+    }
+    const double flop = 2.0 * s.M * s.N * s.K, q = flop / median(t_qkv) * 1e-9, o = flop / median(t_blas) * 1e-9;
+    ratios.push_back(q / o);
+    std::printf("%-38s %9.1f %9.1f %6.2fx %10.1e\n", s.name, q, o, q / o, scale > 0 ? diff / scale : diff);
+  }
+  std::printf("%-38s %9s %9s %6.2fx\n", "median ratio", "", "", median(ratios));
+}

@@ -1,0 +1,238 @@
+#include "qkv/kernels/blocked_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+#include "qkv/kernels/micro_tile.h"
+#include "qkv/kernels/weight_alloc.h"
+
+namespace qkv::kernels {
+
+namespace {
+
+constexpr int kRows = tile::kRows;
+constexpr int64_t kCols = tile::kCols;
+// K is cut into near-equal blocks of at most 1024, 512 for a transposed A (its packed row block
+// must stay in L2). Fewer blocks mean fewer passes over C; the panel (64 KB at 1024) need not stay
+// in L1, L2 feeds the tile fast enough: one thread ran 100 GFLOP/s with blocks of 320, 107 with 1024.
+constexpr int64_t kMaxKBlock = 1024, kMaxKBlockTransposedA = 512;
+// Panels a thread packs at once (its B block, read by every row tile: L3-sized).
+constexpr int64_t kBBlockBytes = int64_t{4} << 20;
+// Rows of A per block, which each panel of the B block streams past (L2-sized, as gemm_packed).
+constexpr int64_t kABlockBytes = 256 * 1024;
+// Below this many multiply-adds one thread does the product: forking costs a few microseconds.
+constexpr int64_t kParallelMin = 1 << 16;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// K's block length: depends on K and op(A) alone, so every element's sum has the same blocks for
+// any M, N or thread count.
+int64_t k_block(int64_t K, bool trans_a) {
+  const int64_t max_block = trans_a ? kMaxKBlockTransposedA : kMaxKBlock;
+  return ceil_div(K, ceil_div(K, max_block));
+}
+
+// A 64-byte aligned scratch that keeps its memory between calls (one per thread): a fresh
+// allocation of megabytes each call would be an mmap and its page faults every time.
+class Scratch {
+ public:
+  float* floats(int64_t n) {
+    if (n > size_) {
+      data_.reset(static_cast<float*>(allocate_weights(static_cast<size_t>(n) * sizeof(float))));
+      size_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> data_;
+  int64_t size_ = 0;
+};
+
+Scratch& b_scratch() {
+  thread_local Scratch s;
+  return s;
+}
+Scratch& a_scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+struct Product {
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+  float alpha;
+  const float* A;
+  int64_t lda;
+  const float* B;
+  int64_t ldb;
+  float beta;
+  float* C;
+  int64_t ldc;
+};
+
+// Panel of op(B)'s columns [col0, col0 + cols) over k in [k0, k0 + kc): dst[k * 16 + j], columns
+// past `cols` zero.
+void pack_b_panel(const Product& p, int64_t col0, int64_t cols, int64_t k0, int64_t kc, float* dst) {
+  if (!p.trans_b) {  // B stored (K, N): each k is a contiguous run of the panel's columns
+    if (cols == kCols) {  // two vectors a k (a memcpy call for 64 bytes took 22% of a dY^T X product)
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = p.B + (k0 + k) * p.ldb + col0;
+        _mm256_store_ps(dst + k * kCols, _mm256_loadu_ps(src));
+        _mm256_store_ps(dst + k * kCols + 8, _mm256_loadu_ps(src + 8));
+      }
+      return;
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = p.B + (k0 + k) * p.ldb + col0;
+      float* d = dst + k * kCols;
+      for (int64_t j = 0; j < kCols; ++j) d[j] = j < cols ? src[j] : 0.f;
+    }
+    return;
+  }
+  // B stored (N, K): column j of op(B) is row col0 + j of B, read along k.
+  for (int64_t j = 0; j < cols; ++j) {
+    const float* src = p.B + (col0 + j) * p.ldb + k0;
+    for (int64_t k = 0; k < kc; ++k) dst[k * kCols + j] = src[k];
+  }
+  for (int64_t j = cols; j < kCols; ++j)
+    for (int64_t k = 0; k < kc; ++k) dst[k * kCols + j] = 0.f;
+}
+
+// op(A) = A^T (A stored (K, M)): rows [row0, row0 + rows) over k in [k0, k0 + kc), packed k-major as
+// the tile reads them, dst[k * 6 + r]; rows past `rows` zero. Row k of A is read contiguously.
+// (Reading A^T's columns in place instead, k_stride lda, ran at 0.8x OpenBLAS for M in the
+// thousands: one page per k.)
+void pack_a_tile_transposed(const Product& p, int64_t row0, int rows, int64_t k0, int64_t kc, float* dst) {
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* src = p.A + (k0 + k) * p.lda + row0;
+    float* d = dst + k * kRows;
+    for (int r = 0; r < kRows; ++r) d[r] = r < rows ? src[r] : 0.f;
+  }
+}
+
+// C tile = alpha * acc + beta * C; beta 0 never reads C (it may hold NaN).
+void store_tile(const tile::Acc& acc, int rows, int64_t cols, float alpha, float beta, float* C, int64_t ldc) {
+  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  for (int r = 0; r < rows; ++r) {
+    float* c = C + r * ldc;
+    alignas(32) float tmp[kCols];
+    float* out = cols == kCols ? c : tmp;
+    if (cols != kCols && beta != 0.f) std::memcpy(tmp, c, static_cast<size_t>(cols) * sizeof(float));
+    __m256 lo = _mm256_mul_ps(va, acc.lo[r]), hi = _mm256_mul_ps(va, acc.hi[r]);
+    if (beta != 0.f) {
+      lo = _mm256_fmadd_ps(vb, _mm256_loadu_ps(out), lo);
+      hi = _mm256_fmadd_ps(vb, _mm256_loadu_ps(out + 8), hi);
+    }
+    _mm256_storeu_ps(out, lo);
+    _mm256_storeu_ps(out + 8, hi);
+    if (cols != kCols) std::memcpy(c, tmp, static_cast<size_t>(cols) * sizeof(float));
+  }
+}
+
+// Rows [i0, i1) of C against panels [0, np) of the packed B block (panel q at b_block + q * kc * 16,
+// C columns from col_base + q * 16), over k in [k0, k0 + kc). The first K block applies beta; the
+// later ones add to what the earlier ones stored. A's rows are read in place; a transposed A is
+// packed a row block at a time.
+struct BlockRange {
+  int64_t i0, i1, np, col_base, k0, kc;
+};
+
+void multiply_range(const Product& p, const BlockRange& br, const float* b_block) {
+  const float beta = br.k0 == 0 ? p.beta : 1.f;
+  const int64_t rows_per_block = std::max<int64_t>(kRows, kABlockBytes / (br.kc * 4) / kRows * kRows);
+  float* a_packed = p.trans_a ? a_scratch().floats(rows_per_block * br.kc) : nullptr;
+  for (int64_t ib = br.i0; ib < br.i1; ib += rows_per_block) {
+    const int64_t ie = std::min(br.i1, ib + rows_per_block);
+    if (p.trans_a)
+      for (int64_t i = ib; i < ie; i += kRows)
+        pack_a_tile_transposed(p, i, static_cast<int>(std::min<int64_t>(kRows, ie - i)), br.k0, br.kc,
+                               a_packed + (i - ib) * br.kc);
+    for (int64_t q = 0; q < br.np; ++q) {
+      const float* panel = b_block + q * br.kc * kCols;
+      const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
+      for (int64_t i = ib; i < ie; i += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, ie - i));
+        const float* a[kRows];
+        if (p.trans_a) {
+          for (int r = 0; r < kRows; ++r) a[r] = a_packed + (i - ib) * br.kc + r;
+        } else {  // rows of A in place; a short tile repeats row 0 and drops those results
+          for (int r = 0; r < kRows; ++r) a[r] = p.A + (i + (r < rows ? r : 0)) * p.lda + br.k0;
+        }
+        tile::Acc acc = tile::splat(_mm256_setzero_ps(), _mm256_setzero_ps());
+        tile::accumulate(a, p.trans_a ? kRows : 1, panel, br.kc, acc);
+        store_tile(acc, rows, cols, p.alpha, beta, p.C + i * p.ldc + col0, p.ldc);
+      }
+    }
+  }
+}
+
+// One thread's part of C: rows [i0, i1) x panels [q0, q1), with its own packed copy of those panels
+// (so threads never wait for each other).
+void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
+  if (i0 >= i1 || q0 >= q1) return;
+  const int64_t kc = k_block(p.K, p.trans_a);
+  const int64_t panels_per_block = std::min(q1 - q0, std::max<int64_t>(1, kBBlockBytes / (kc * kCols * 4)));
+  float* b_block = b_scratch().floats(panels_per_block * kc * kCols);
+  for (int64_t pb = q0; pb < q1; pb += panels_per_block) {
+    const int64_t np = std::min(panels_per_block, q1 - pb);
+    for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
+      const int64_t kcur = std::min(kc, p.K - k0);
+      for (int64_t q = 0; q < np; ++q) {
+        const int64_t col0 = (pb + q) * kCols;
+        pack_b_panel(p, col0, std::min(kCols, p.N - col0), k0, kcur, b_block + q * kcur * kCols);
+      }
+      multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block);
+    }
+  }
+}
+
+// [begin, end) of `count` items for thread t of T, in whole units of `unit`.
+std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int T) {
+  const int64_t per = ceil_div(ceil_div(count, unit), T) * unit;
+  return {std::min(count, t * per), std::min(count, (t + 1) * per)};
+}
+
+void scale_by_beta(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+}
+
+}  // namespace
+
+void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_by_beta(M, N, beta, C, ldc);
+  const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  const int64_t panels = ceil_div(N, kCols);
+  const bool parallel = M * N * K >= kParallelMin;
+  // Threads take panels (each packs only its own) while there are a few for each; else rows, each
+  // thread then packing all the panels for itself. A transposed A is packed by the thread that uses
+  // it, so threads take its rows (each packs only its own), unless there are too few.
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(M, kRows) >= 4 * threads;
+  const bool split_panels = trans_a ? !enough_rows && enough_panels : enough_panels;
+#pragma omp parallel if (parallel)
+  {
+    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    if (split_panels) {
+      const auto [q0, q1] = share(panels, 1, t, T);
+      multiply_part(p, 0, M, q0, q1);
+    } else {
+      const auto [i0, i1] = share(M, kRows, t, T);
+      multiply_part(p, i0, i1, 0, panels);
+    }
+  }
+}
+
+}  // namespace qkv::kernels

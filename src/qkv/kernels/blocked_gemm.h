@@ -1,0 +1,21 @@
+// qkv's own SGEMM for training-sized products: C = alpha * op(A) @ op(B) + beta * C, row-major,
+// op(A) (M, K), op(B) (K, N), ld* the row strides in elements (the same contract as kernels::sgemm).
+//
+// Why not OpenBLAS: a training step spent about 80% of its time in OpenBLAS 0.3.21's SGEMM, which
+// reaches 0.82-0.90 of this Zen 4's FMA peak on qkv's shapes, packing copies included. gemm_blocked
+// runs the 6 x 16 AVX2 tile that gemm_packed uses: each thread packs its own panels of op(B) per
+// call (no thread waits for another), K in blocks of up to 1024, rows of A read in place (a
+// transposed A packed per row block). bench_gemm, same run: 0.98-1.16x OpenBLAS on every training
+// shape, about 215 GFLOP/s of the 233 peak on two threads.
+//
+// Every element of C is one fixed sequence of FMAs whatever the thread count: threads split rows or
+// panels, never K, and K's blocks depend on K (and op(A)) alone. With beta 0, C is never read.
+#pragma once
+#include <cstdint>
+
+namespace qkv::kernels {
+
+void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+}  // namespace qkv::kernels

@@ -1,0 +1,58 @@
+// The 6 x 16 register tile shared by gemm_packed (weights packed once, inference) and gemm_blocked
+// (both operands packed per call, training): acc[r][0..16) += sum_k a_r[k] * panel[k][0..16).
+//
+// AVX2 has 16 vector registers: 6 rows x 2 vectors = 12 accumulators, plus the 2 panel vectors of
+// the current k and 1 broadcast of A, leaves one spare. Each k issues 12 FMAs for 2 panel loads and
+// 6 broadcasts, enough to keep both FMA ports busy. (A 12 x 32 AVX-512 tile was slower on Zen 4,
+// which runs a 512-bit FMA as two 256-bit halves: docs/performance.md.)
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace qkv::kernels::tile {
+
+constexpr int kRows = 6;
+constexpr int64_t kCols = 16;
+
+struct Acc {
+  __m256 lo[kRows], hi[kRows];  // columns 0..8 and 8..16 of each row
+};
+
+inline Acc splat(__m256 lo, __m256 hi) {
+  Acc acc;
+  for (int r = 0; r < kRows; ++r) acc.lo[r] = lo, acc.hi[r] = hi;
+  return acc;
+}
+
+// Adds the K products of rows a[0..6) with the panel (K x 16 floats, 32-byte aligned, k-major) into
+// acc. Row r's k-th element is a[r][k * k_stride]: k_stride 1 reads rows of a row-major A in place,
+// k_stride 6 reads a block packed k-major (a[r] = block + r).
+// Every row's sum runs over k in order, so a row's result does not depend on the other rows.
+// The twelve accumulators are named variables in the loop, not the array: GCC kept an array of them
+// on the stack and stored every one at each k (67% of decoding time went to those stores).
+inline void accumulate(const float* const a[kRows], int64_t k_stride, const float* panel, int64_t K, Acc& acc) {
+  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+  __m256 c00 = acc.lo[0], c01 = acc.hi[0], c10 = acc.lo[1], c11 = acc.hi[1], c20 = acc.lo[2], c21 = acc.hi[2];
+  __m256 c30 = acc.lo[3], c31 = acc.hi[3], c40 = acc.lo[4], c41 = acc.hi[4], c50 = acc.lo[5], c51 = acc.hi[5];
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 w0 = _mm256_load_ps(panel + k * kCols), w1 = _mm256_load_ps(panel + k * kCols + 8);
+    const int64_t at = k * k_stride;
+    __m256 x = _mm256_broadcast_ss(a0 + at);
+    c00 = _mm256_fmadd_ps(x, w0, c00), c01 = _mm256_fmadd_ps(x, w1, c01);
+    x = _mm256_broadcast_ss(a1 + at);
+    c10 = _mm256_fmadd_ps(x, w0, c10), c11 = _mm256_fmadd_ps(x, w1, c11);
+    x = _mm256_broadcast_ss(a2 + at);
+    c20 = _mm256_fmadd_ps(x, w0, c20), c21 = _mm256_fmadd_ps(x, w1, c21);
+    x = _mm256_broadcast_ss(a3 + at);
+    c30 = _mm256_fmadd_ps(x, w0, c30), c31 = _mm256_fmadd_ps(x, w1, c31);
+    x = _mm256_broadcast_ss(a4 + at);
+    c40 = _mm256_fmadd_ps(x, w0, c40), c41 = _mm256_fmadd_ps(x, w1, c41);
+    x = _mm256_broadcast_ss(a5 + at);
+    c50 = _mm256_fmadd_ps(x, w0, c50), c51 = _mm256_fmadd_ps(x, w1, c51);
+  }
+  acc.lo[0] = c00, acc.hi[0] = c01, acc.lo[1] = c10, acc.hi[1] = c11, acc.lo[2] = c20, acc.hi[2] = c21;
+  acc.lo[3] = c30, acc.hi[3] = c31, acc.lo[4] = c40, acc.hi[4] = c41, acc.lo[5] = c50, acc.hi[5] = c51;
+}
+
+}  // namespace qkv::kernels::tile

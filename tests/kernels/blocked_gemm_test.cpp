@@ -1,0 +1,153 @@
+// gemm_blocked (qkv's own SGEMM for training-sized products) against a double-precision loop, for
+// every transpose combination and the shapes that exercise its tails: row tails of the 6-row tile
+// (M 1, 5, 7, 13), column tails of the 16-wide panels (N 1, 15, 17, 40), K blocks (K 1, 7; 513 and
+// 1025 cross the block lengths of a transposed and a plain A), padded strides, alpha and beta
+// (beta 0 over a C of NaN must not leak). Then the properties training relies on: the bits do not
+// depend on the thread count, nor a row's bits on how many rows share the product; and
+// kernels::sgemm hands training-sized products to it.
+//
+// Tolerance: a sum of K products in float has error at most about K * 2^-24 * sum_k |a_k b_k|; we
+// compare with 4 K eps sum |a b| (alpha applied), plus beta * C's own rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "qkv/core/threads.h"
+#include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/gemm.h"
+
+namespace qkv::kernels {
+namespace {
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+};
+
+struct Operands {
+  int64_t lda, ldb, ldc;
+  std::vector<float> A, B, C;
+};
+
+Operands make_operands(const Case& c, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  Operands o;
+  // Stored shapes: A (M, K) or (K, M); B (K, N) or (N, K); row strides wider than the rows.
+  o.lda = (c.ta ? c.M : c.K) + 3, o.ldb = (c.tb ? c.K : c.N) + 2, o.ldc = c.N + 5;
+  o.A.resize((c.ta ? c.K : c.M) * o.lda), o.B.resize((c.tb ? c.N : c.K) * o.ldb), o.C.resize(c.M * o.ldc);
+  for (float& x : o.A) x = u(rng);
+  for (float& x : o.B) x = u(rng);
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < o.ldc; ++j)  // the stride padding holds a sentinel that must survive
+      o.C[i * o.ldc + j] = j >= c.N ? 12345.f : c.beta == 0.f ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+  return o;
+}
+
+void run(const Case& c, Operands& o) {
+  gemm_blocked(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, o.C.data(), o.ldc);
+}
+
+void check_against_double(const Case& c) {
+  Operands o = make_operands(c, static_cast<unsigned>(c.M * 131 + c.N * 17 + c.K * 3 + c.ta * 2 + c.tb));
+  const std::vector<float> C0 = o.C;
+  run(c, o);
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (int64_t i = 0; i < c.M; ++i) {
+    for (int64_t j = 0; j < c.N; ++j) {
+      double sum = 0, magnitude = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double p = static_cast<double>(c.ta ? o.A[k * o.lda + i] : o.A[i * o.lda + k]) *
+                         (c.tb ? o.B[j * o.ldb + k] : o.B[k * o.ldb + j]);
+        sum += p, magnitude += std::fabs(p);
+      }
+      const double old = c.beta == 0.f ? 0.0 : c.beta * static_cast<double>(C0[i * o.ldc + j]);
+      const double expected = c.alpha * sum + old;
+      const double tolerance = 4 * c.K * eps * std::fabs(c.alpha) * magnitude + 2 * eps * std::fabs(old) + 1e-30;
+      ASSERT_NEAR(o.C[i * o.ldc + j], expected, tolerance)
+          << "ta " << c.ta << " tb " << c.tb << " M " << c.M << " N " << c.N << " K " << c.K << " alpha " << c.alpha
+          << " beta " << c.beta << " at (" << i << ", " << j << ")";
+    }
+    for (int64_t j = c.N; j < o.ldc; ++j) ASSERT_EQ(o.C[i * o.ldc + j], 12345.f) << "padding of row " << i;
+  }
+}
+
+TEST(BlockedGemm, MatchesDoublePrecisionForEveryTransposeAndTail) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      for (int64_t M : {1, 5, 7, 13})
+        for (int64_t N : {1, 15, 17, 40}) check_against_double({ta, tb, M, N, 7, 1.f, 0.f});
+      for (int64_t K : {1, 513, 1025}) check_against_double({ta, tb, 13, 33, K, 1.f, 0.f});
+      check_against_double({ta, tb, 50, 40, 600, 0.5f, 0.f});
+      check_against_double({ta, tb, 50, 40, 600, 1.f, 1.f});     // gradient accumulation
+      check_against_double({ta, tb, 19, 21, 1100, -2.f, 0.5f});  // K blocks after the first add up
+    }
+}
+
+TEST(BlockedGemm, KZeroScalesCByBeta) {
+  Operands o = make_operands({false, false, 3, 4, 0, 1.f, 0.5f}, 1);
+  const std::vector<float> C0 = o.C;
+  run({false, false, 3, 4, 0, 1.f, 0.5f}, o);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(o.C[i * o.ldc + j], 0.5f * C0[i * o.ldc + j]);
+  Operands z = make_operands({false, false, 3, 4, 0, 1.f, 0.f}, 2);  // NaN in C, beta 0: zeros
+  run({false, false, 3, 4, 0, 1.f, 0.f}, z);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(z.C[i * z.ldc + j], 0.f);
+}
+
+// Threads split rows or panels, never K: one and two threads give the same bits. The shapes take
+// each split: many panels; few panels (rows split); a transposed A (rows split, each thread packing
+// its own).
+TEST(BlockedGemm, BitsDoNotDependOnTheThreadCount) {
+  const int saved = num_threads();
+  for (const Case& c : {Case{false, true, 300, 200, 700, 1.f, 0.f}, Case{false, false, 300, 20, 1300, 1.f, 1.f},
+                        Case{true, false, 200, 72, 900, 1.f, 0.f}, Case{true, true, 9, 300, 600, 1.f, 0.f}}) {
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      Operands o = make_operands(c, 7);
+      run(c, o);
+      results.push_back(o.C);
+    }
+    EXPECT_EQ(results[0], results[1]) << "ta " << c.ta << " tb " << c.tb << " M " << c.M << " N " << c.N;
+  }
+  set_num_threads(saved);
+}
+
+// A row's result does not depend on the rows around it (M, and so the row blocks and tiles): the
+// first 7 rows of a 300-row product equal the 7-row product of the same rows, bit for bit.
+TEST(BlockedGemm, ARowsBitsDoNotDependOnM) {
+  for (bool ta : {false, true}) {
+    const Case full{ta, false, 300, 40, 700, 1.f, 0.f};
+    Operands big = make_operands(full, 3);
+    run(full, big);
+    const Case part{ta, false, 7, 40, 700, 1.f, 0.f};
+    Operands small = make_operands(part, 4);
+    for (int64_t i = 0; i < 7; ++i)
+      for (int64_t k = 0; k < 700; ++k)
+        (ta ? small.A[k * small.lda + i] : small.A[i * small.lda + k]) =
+            ta ? big.A[k * big.lda + i] : big.A[i * big.lda + k];
+    small.B = big.B;
+    run(part, small);
+    for (int64_t i = 0; i < 7; ++i)
+      for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(small.C[i * small.ldc + j], big.C[i * big.ldc + j]) << "ta " << ta;
+  }
+}
+
+// kernels::sgemm passes products of training size (2^20 multiply-adds and up) to gemm_blocked.
+TEST(BlockedGemm, SgemmUsesItForTrainingSizedProducts) {
+  const Case c{true, false, 64, 130, 128, 1.f, 0.f};  // 1.06M multiply-adds
+  Operands viaSgemm = make_operands(c, 5), direct = make_operands(c, 5);
+  sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, viaSgemm.A.data(), viaSgemm.lda, viaSgemm.B.data(), viaSgemm.ldb, c.beta,
+        viaSgemm.C.data(), viaSgemm.ldc);
+  run(c, direct);
+  EXPECT_EQ(viaSgemm.C, direct.C);
+}
+
+}  // namespace
+}  // namespace qkv::kernels
