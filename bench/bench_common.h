@@ -1,10 +1,17 @@
 // Timing helpers for benchmarks: medians over repeated runs (the machine is shared and noisy).
 #pragma once
 #include <cblas.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace qkv::bench {
@@ -32,6 +39,119 @@ inline double sgemm_ceiling_gflops(int64_t M = 2048, int64_t N = 2048, int64_t K
                 1.f, a.data(), static_cast<int>(K), b.data(), static_cast<int>(K), 0.f, c.data(), static_cast<int>(N));
   });
   return 2.0 * static_cast<double>(M * N * K) / t * 1e-9;
+}
+
+// A peer's benchmark script started with --serve (bench/step_protocol.py): it sets up, takes its
+// warm-up step and says {"ready": true}; then step() asks it for one timed step and returns its
+// answer ({"seconds", "loss"}), and finish() ends it and returns its last JSON line (peak RSS and
+// the rest). Alternating qkv's steps with the peer's makes a drift in the shared machine's speed
+// reach both sides alike: timed one after the other, minutes apart, the same qkv step measured
+// 1.90 s in one run and 2.14 s in the next.
+class PeerProcess {
+ public:
+  explicit PeerProcess(const std::string& command) : command_(command) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[0]), close(to_child[1]), close(from_child[0]), close(from_child[1]);
+      execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to_child[0]), close(from_child[1]);
+    in_ = fdopen(to_child[1], "w"), out_ = fdopen(from_child[0], "r");
+    const nlohmann::json ready = read_json();
+    if (!ready.value("ready", false)) fail("expected {\"ready\": true}, got " + ready.dump());
+  }
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
+  ~PeerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (in_) std::fclose(in_);
+    if (out_) std::fclose(out_);
+  }
+
+  nlohmann::json step() {
+    send("step");
+    return read_json();
+  }
+
+  nlohmann::json finish() {
+    send("done");
+    nlohmann::json last = read_json();
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) fail("exited with status " + std::to_string(status));
+    return last;
+  }
+
+ private:
+  void send(const char* line) {
+    if (std::fprintf(in_, "%s\n", line) < 0 || std::fflush(in_) != 0) fail("cannot write to it");
+  }
+  // The next line that is a JSON object (anything else the script prints is skipped).
+  nlohmann::json read_json() {
+    char buf[1 << 16];
+    while (std::fgets(buf, sizeof buf, out_)) {
+      if (buf[0] != '{') continue;
+      try {
+        return nlohmann::json::parse(buf);
+      } catch (const nlohmann::json::exception& e) {
+        fail(std::string("unparsable line (") + e.what() + "): " + buf);
+      }
+    }
+    fail("ended without answering (run bench/setup_peers.sh first?)");
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error("peer benchmark `" + command_ + "`: " + what);
+  }
+
+  std::string command_;
+  pid_t pid_ = -1;
+  std::FILE* in_ = nullptr;
+  std::FILE* out_ = nullptr;
+};
+
+// qkv's step and the peer's, alternately, `steps` times each (both warmed up before); the peer may
+// be null (qkv alone). Seconds of each step.
+struct PairedTimes {
+  std::vector<double> qkv, peer;
+};
+
+template <class F>
+PairedTimes interleaved_steps(int steps, F&& qkv_step, PeerProcess* peer) {
+  PairedTimes t;
+  for (int i = 0; i < steps; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    qkv_step();
+    t.qkv.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    if (peer) t.peer.push_back(peer->step().at("seconds").get<double>());
+  }
+  return t;
+}
+
+inline double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// "peer / qkv per pair of steps: median 1.32x (1.25x-1.41x)": how much the speed-up moved within
+// the run.
+inline std::string pair_ratios(const PairedTimes& t) {
+  std::vector<double> r;
+  for (size_t i = 0; i < t.qkv.size() && i < t.peer.size(); ++i) r.push_back(t.peer[i] / t.qkv[i]);
+  if (r.empty()) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "per pair of steps: median %.2fx (%.2fx-%.2fx over %zu pairs)", median_of(r),
+                *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()), r.size());
+  return buf;
 }
 
 }  // namespace qkv::bench

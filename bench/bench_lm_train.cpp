@@ -8,7 +8,8 @@
 // Defaults: batch 8 x block 256, 6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 8000, dropout
 // 0.1, GPT-2's choices otherwise (pre-LN, learned positions, GELU tanh, tied output), AdamW (lr 3e-4,
 // weight decay 0.1 on matrices), 3 timed steps, 2 threads. One fixed batch of random ids (B, T + 1).
-// PyTorch runs as `PYTHON bench/lm_train_torch.py` in its own process (so its peak RSS is its own);
+// PyTorch runs as `PYTHON bench/lm_train_torch.py --serve` in its own process (so its peak RSS is its own),
+// its steps alternating with qkv's (bench_common.h, PeerProcess);
 // PYTHON defaults to build/bench-venv/bin/python (bench/setup_peers.sh creates it).
 #include <cblas.h>
 #include <sys/resource.h>
@@ -53,7 +54,7 @@ double step_flops(const Args& a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   Args a;
   for (int i = 1; i < argc; ++i) {
     auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -105,11 +106,23 @@ int main(int argc, char** argv) {
 
   int64_t tokens = 0;
   float loss = 0;
-  const double t = bench::median_seconds(a.steps, [&] {
+  const auto step = [&] {
     const train::StepResult r = train::train_step(model, opt, Tensor(), blocks, 0.f, a.micro_batch);
     tokens = r.target_tokens;
     loss = r.loss;
-  });
+  };
+  step();  // warm-up: fills the buffer pool
+  // PyTorch in its own process (its peak RSS its own), its steps alternating with qkv's.
+  std::unique_ptr<bench::PeerProcess> torch;
+  if (a.torch)
+    torch = std::make_unique<bench::PeerProcess>(
+        a.python + " " QKV_BENCH_DIR "/lm_train_torch.py --serve --steps " + std::to_string(a.steps) + " --threads " +
+        std::to_string(a.threads) + " --batch " + std::to_string(a.batch) + " --block " + std::to_string(a.block) +
+        " --layers " + std::to_string(a.layers) + " --d-model " + std::to_string(a.d_model) + " --heads " +
+        std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
+        " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention);
+  const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
+  const double t = bench::median_of(times.qkv);
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
   const double ceiling = bench::sgemm_ceiling_gflops();
@@ -129,40 +142,19 @@ int main(int argc, char** argv) {
   std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n", gflops,
               gflops / ceiling, ceiling);
   std::fflush(stdout);
-  if (!a.torch) return 0;
-
-  const std::string cmd = a.python + " " QKV_BENCH_DIR "/lm_train_torch.py --steps " + std::to_string(a.steps) +
-                          " --threads " + std::to_string(a.threads) + " --batch " + std::to_string(a.batch) +
-                          " --block " + std::to_string(a.block) + " --layers " + std::to_string(a.layers) +
-                          " --d-model " + std::to_string(a.d_model) + " --heads " + std::to_string(a.heads) +
-                          " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
-                          " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention;
-  std::FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) { std::perror("popen"); return 1; }
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  if (pclose(pipe) != 0) {
-    std::fprintf(stderr, "PyTorch benchmark failed (%s; run bench/setup_peers.sh first):\n%s\n", cmd.c_str(), out.c_str());
-    return 1;
-  }
-  std::string last = out;
-  while (!last.empty() && last.back() == '\n') last.pop_back();
-  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(last);
-  } catch (const nlohmann::json::exception& e) {
-    std::fprintf(stderr, "cannot parse the PyTorch benchmark's output (%s):\n%s\n", e.what(), out.c_str());
-    return 1;
-  }
-  const double tt = j["median_step_seconds"].get<double>();
+  if (!torch) return 0;
+  const nlohmann::json j = torch->finish();
+  const double tt = bench::median_of(times.peer);
   const double trss = j["peak_rss_bytes"].get<double>() / 1e9;
   const double timport = j["rss_after_import_bytes"].get<double>() / 1e9;
-  std::printf("pytorch step %.3f s (median of %d)  %.0f tokens/s  peak RSS %.2f GB (%.2f GB after import torch)  "
+  std::printf("pytorch step %.3f s (median of %d, alternating with qkv's)  %.0f tokens/s  peak RSS %.2f GB (%.2f GB after import torch)  "
               "loss %.3f  (torch %s, %s attention)\n",
-              tt, a.steps, j["tokens_per_second"].get<double>(), trss, timport, j["losses"].back().get<double>(),
+              tt, a.steps, j["tokens_per_step"].get<double>() / tt, trss, timport, j["losses"].back().get<double>(),
               j["torch_version"].get<std::string>().c_str(), a.attention.c_str());
-  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's peak memory\n", tt / t, qkv_rss / trss);
+  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's peak memory; %s\n", tt / t, qkv_rss / trss,
+              bench::pair_ratios(times).c_str());
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_lm_train: %s\n", e.what());
+  return 1;
 }

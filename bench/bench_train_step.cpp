@@ -10,8 +10,8 @@
 // verses); flags after it override its values.
 // qkv runs with `qkv train`'s defaults: the batch is chunked as --max-memory (default auto) chooses
 // (train/memory_budget.h), unless --micro-batch is given; the estimate is printed beside the
-// measured peak. PyTorch runs as `PATH bench/seed_step_torch.py` in its own process (so peak RSS is
-// its own); PATH defaults to build/bench-venv/bin/python (PyTorch 2.x, bench/setup_peers.sh) when
+// measured peak. PyTorch runs as `PATH bench/seed_step_torch.py --serve` in its own process (so peak
+// RSS is its own), its steps alternating with qkv's (bench_common.h, PeerProcess); PATH defaults to build/bench-venv/bin/python (PyTorch 2.x, bench/setup_peers.sh) when
 // it exists, else /usr/bin/python3.
 #include <cblas.h>
 #include <sys/resource.h>
@@ -112,41 +112,29 @@ bool parse_args(int argc, char** argv, Args& a) {
   return true;
 }
 
-// PyTorch's step in its own process; prints its line and the ratios. Returns the exit status.
-int run_torch(const Args& a, double qkv_seconds, double qkv_rss) {
-  const std::string cmd = a.python + " " QKV_BENCH_DIR "/seed_step_torch.py --steps " + std::to_string(a.steps) +
-                          " --threads " + std::to_string(a.threads) + " --layers " + std::to_string(a.layers) +
-                          " --batch " + std::to_string(a.batch) + " --len " + std::to_string(a.len) +
-                          " --d-model " + std::to_string(a.d_model) + " --heads " + std::to_string(a.heads) +
-                          " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
-                          " --max-len " + std::to_string(std::max<int64_t>(100, a.len));
-  std::FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) { std::perror("popen"); return 1; }
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  if (pclose(pipe) != 0) { std::fprintf(stderr, "PyTorch benchmark failed (%s):\n%s\n", cmd.c_str(), out.c_str()); return 1; }
-  // The script prints one JSON object on its last line.
-  std::string last_line = out;
-  while (!last_line.empty() && last_line.back() == '\n') last_line.pop_back();
-  last_line = last_line.substr(last_line.rfind('\n') == std::string::npos ? 0 : last_line.rfind('\n') + 1);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(last_line);
-  } catch (const nlohmann::json::exception& e) {
-    std::fprintf(stderr, "cannot parse the PyTorch benchmark's output (%s):\n%s\n", e.what(), out.c_str());
-    return 1;
-  }
-  const double tt = j["median_step_seconds"].get<double>();
-  const double trss = j["peak_rss_bytes"].get<double>() / 1e9;
-  std::printf("pytorch step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB  (torch %s, %s)\n", tt, a.steps,
-              j["tokens_per_second"].get<double>(), trss, j["torch_version"].get<std::string>().c_str(), a.python.c_str());
-  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's memory\n", tt / qkv_seconds, qkv_rss / trss);
-  return 0;
+// PyTorch's step in its own process, started with --serve: its steps alternate with qkv's.
+std::string torch_command(const Args& a) {
+  return a.python + " " QKV_BENCH_DIR "/seed_step_torch.py --serve --steps " + std::to_string(a.steps) +
+         " --threads " + std::to_string(a.threads) + " --layers " + std::to_string(a.layers) + " --batch " +
+         std::to_string(a.batch) + " --len " + std::to_string(a.len) + " --d-model " + std::to_string(a.d_model) +
+         " --heads " + std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " +
+         std::to_string(a.vocab) + " --max-len " + std::to_string(std::max<int64_t>(100, a.len));
+}
+
+// Prints PyTorch's line and the ratios.
+void print_torch(const Args& a, const bench::PairedTimes& times, const nlohmann::json& last, double qkv_rss) {
+  const double tt = bench::median_of(times.peer), t = bench::median_of(times.qkv);
+  const double trss = last["peak_rss_bytes"].get<double>() / 1e9;
+  std::printf("pytorch step %.2f s (median of %d, alternating with qkv's)  %.0f target tokens/s  peak RSS %.2f GB  "
+              "(torch %s, %s)\n",
+              tt, a.steps, last["target_tokens_per_step"].get<double>() / tt, trss,
+              last["torch_version"].get<std::string>().c_str(), a.python.c_str());
+  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's memory; %s\n", tt / t, qkv_rss / trss,
+              bench::pair_ratios(times).c_str());
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   Args a;
   if (!parse_args(argc, argv, a)) return 2;
   set_num_threads(a.threads);
@@ -173,7 +161,12 @@ int main(int argc, char** argv) {
   const train::MemoryEstimate estimate =
       train::estimate_step_memory(config, parameters, a.recompute_ffn, shape, rows > 0 ? rows : a.batch);
   int64_t tokens = 0;
-  const double t = bench::median_seconds(a.steps, [&] { tokens = train::train_step(model, opt, b.src, b.tgt, 0.f, rows).target_tokens; });
+  const auto step = [&] { tokens = train::train_step(model, opt, b.src, b.tgt, 0.f, rows).target_tokens; };
+  step();  // warm-up: fills the buffer pool
+  std::unique_ptr<bench::PeerProcess> torch;
+  if (a.torch) torch = std::make_unique<bench::PeerProcess>(torch_command(a));
+  const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
+  const double t = bench::median_of(times.qkv);
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
   const double flops = step_flops(config, a.batch, a.len, a.len - 1);
@@ -195,5 +188,9 @@ int main(int argc, char** argv) {
   std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n",
               flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling);
   std::fflush(stdout);
-  return a.torch ? run_torch(a, t, qkv_rss) : 0;
+  if (torch) print_torch(a, times, torch->finish(), qkv_rss);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_train_step: %s\n", e.what());
+  return 1;
 }

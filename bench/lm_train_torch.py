@@ -26,9 +26,9 @@ import json
 import os
 import statistics
 import sys
-import time
 
 from peak_rss import peak_rss_bytes  # bench/, beside this script
+from step_protocol import timed_steps  # bench/
 
 
 def rss_now_bytes():
@@ -38,7 +38,9 @@ def rss_now_bytes():
 
 def main():
     p = argparse.ArgumentParser(description="PyTorch GPT training-step benchmark (peer of bench_lm_train)")
-    p.add_argument("--steps", type=int, required=True, help="timed steps (after 1 warm-up)")
+    p.add_argument("--steps", type=int, required=True, help="timed steps (after 1 warm-up; with --serve, as asked)")
+    p.add_argument("--serve", action="store_true",
+                   help="time one step per 'step' line on stdin, interleaved with qkv's (bench/step_protocol.py)")
     p.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--block", type=int, default=256, help="tokens per row (context = block)")
@@ -100,12 +102,7 @@ def main():
         optimizer.step()
         return loss.item()
 
-    step()  # warm-up
-    times, losses = [], []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        losses.append(step())
-        times.append(time.perf_counter() - t0)
+    times, losses = timed_steps(step, a.steps, a.serve)
 
     tokens = a.batch * a.block
     median = statistics.median(times)

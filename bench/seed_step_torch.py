@@ -22,9 +22,9 @@ import json
 import os
 import statistics
 import sys
-import time
 
 from peak_rss import peak_rss_bytes  # bench/, beside this script
+from step_protocol import timed_steps  # bench/
 
 import torch
 import torch.nn as nn
@@ -36,7 +36,9 @@ import seed_transformer as st  # noqa: E402
 
 def main():
     p = argparse.ArgumentParser(description="seed 000 PyTorch training-step benchmark")
-    p.add_argument("--steps", type=int, required=True, help="timed steps (after 1 warm-up)")
+    p.add_argument("--steps", type=int, required=True, help="timed steps (after 1 warm-up; with --serve, as asked)")
+    p.add_argument("--serve", action="store_true",
+                   help="time one step per 'step' line on stdin, interleaved with qkv's (bench/step_protocol.py)")
     p.add_argument("--threads", type=int, required=True, help="torch.set_num_threads")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--len", type=int, default=100, help="src and tgt sequence length")
@@ -76,12 +78,7 @@ def main():
         optimizer.step()
         return loss.item()
 
-    step()  # warm-up
-    times, losses = [], []
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        losses.append(step())
-        times.append(time.perf_counter() - t0)
+    times, losses = timed_steps(step, a.steps, a.serve)
 
     tokens = int((tgt_data[:, 1:] != 0).sum().item())
     median = statistics.median(times)

@@ -142,7 +142,7 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
     if (masked)
       for (int64_t j = 0; j < d.Tk; ++j)
         if (is_masked(mask, b, i, j, d)) row[j] = mask.fill;
-    softmax_row_vectorized(row, d.Tk);
+    softmax_row(row, d.Tk);
     if (d.dk == 64) {
       weighted_values<8>(row, d.Tk, value_at, o);
     } else if (d.dk == 32) {
@@ -190,10 +190,7 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     for (int64_t i = 0; i < d.Tq; ++i) {
       float* row = ph + i * d.Tk;
       for (int64_t j = 0; j < d.Tk; ++j) row[j] = is_masked(mask, b, i, j, d) ? mask.fill : row[j] / divisor;
-      if (inference)
-        softmax_row_vectorized(row, d.Tk);
-      else
-        softmax_row(row, d.Tk);
+      softmax_row(row, d.Tk);
     }
     const float* weights = ph;
     if (drop.p > 0.f) {

@@ -7,7 +7,7 @@
 
 namespace qkv::kernels {
 
-void softmax_row_vectorized(float* row, int64_t C) {
+void softmax_row(float* row, int64_t C) {
   __m256 m = simd::splat(-std::numeric_limits<float>::infinity());
   int64_t c = 0;
   for (; c + 8 <= C; c += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row + c));
@@ -32,18 +32,6 @@ void softmax_row_vectorized(float* row, int64_t C) {
   const __m256 inv = simd::splat(1.f / sum);
   for (c = 0; c + 8 <= C; c += 8) _mm256_storeu_ps(row + c, _mm256_mul_ps(_mm256_loadu_ps(row + c), inv));
   for (; c < C; ++c) row[c] *= 1.f / sum;
-}
-
-void softmax_row(float* row, int64_t C) {
-  float mx = row[0];
-  for (int64_t c = 1; c < C; ++c) mx = row[c] > mx ? row[c] : mx;
-  float sum = 0;
-  for (int64_t c = 0; c < C; ++c) {
-    row[c] = std::exp(row[c] - mx);
-    sum += row[c];
-  }
-  const float inv = 1.f / sum;
-  for (int64_t c = 0; c < C; ++c) row[c] *= inv;
 }
 
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t C) {

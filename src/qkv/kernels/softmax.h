@@ -6,11 +6,10 @@ namespace qkv::kernels {
 
 // Numerically stable: subtracts the row max before exp.
 void softmax_forward(float* y, const float* x, int64_t rows, int64_t C);
-void softmax_row(float* row, int64_t C);  // in place, one row
-// The same with AVX2 exp (1.2 ulp) and lane-wise sums, rounded differently (attention's softmax in
-// an embedding run: 4.0% of the profile with softmax_row and libm's expf, 1.3% with this). For
-// inference only: training keeps softmax_row, whose numbers checkpoints were trained with.
-void softmax_row_vectorized(float* row, int64_t C);
+// One row in place, with AVX2 exp (1.2 ulp) and lane-wise sums. Training used std::exp here until
+// 2026-11-25: its exp of masked entries (-1e9) went through libm's slow underflow path, and softmax
+// took 3.5% of a GPT step's samples.
+void softmax_row(float* row, int64_t C);
 // y = softmax(x): dx_i = y_i * (dy_i - sum_j dy_j y_j).
 void softmax_backward(float* dx, const float* dy, const float* y, int64_t rows, int64_t C, bool accumulate);
 
