@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "qkv/kernels/gemm.h"
@@ -12,10 +13,19 @@
 namespace qkv::kernels {
 namespace {
 
-inline bool is_masked(const AttentionMask& m, int64_t b, int64_t i, int64_t j, const AttentionDims& d) {
-  if (m.key_keep && m.key_keep[b * d.Tk + j] == 0) return true;
-  if (m.query_keep && m.query_keep[b * d.Tq + i] == 0) return true;
-  return m.causal && j > i + (d.Tk - d.Tq);
+// Sets the masked entries of score row i (query i of batch b) to `value`: the whole row for a
+// dropped query, the keys after the query's position when causal, the dropped keys. Applied after
+// an unmasked pass over the row, so that pass has no branch and vectorises.
+void fill_masked(float* row, float value, const AttentionMask& m, int64_t b, int64_t i, const AttentionDims& d) {
+  if (m.query_keep && m.query_keep[b * d.Tq + i] == 0) {
+    for (int64_t j = 0; j < d.Tk; ++j) row[j] = value;
+    return;
+  }
+  if (m.causal)
+    for (int64_t j = std::max<int64_t>(0, i + (d.Tk - d.Tq) + 1); j < d.Tk; ++j) row[j] = value;
+  if (m.key_keep)
+    for (int64_t j = 0; j < d.Tk; ++j)
+      if (m.key_keep[b * d.Tk + j] == 0) row[j] = value;
 }
 
 inline uint64_t drop_counter(const AttentionDropout& dr, const AttentionDims& d, int64_t bh, int64_t i) {
@@ -139,9 +149,7 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
     } else {
       for (int64_t j = 0; j < d.Tk; ++j) row[j] = dot(q, key_at(j), d.dk) / divisor;
     }
-    if (masked)
-      for (int64_t j = 0; j < d.Tk; ++j)
-        if (is_masked(mask, b, i, j, d)) row[j] = mask.fill;
+    if (masked) fill_masked(row, mask.fill, mask, b, i, d);
     softmax_row(row, d.Tk);
     if (d.dk == 64) {
       weighted_values<8>(row, d.Tk, value_at, o);
@@ -189,7 +197,8 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
     sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
     for (int64_t i = 0; i < d.Tq; ++i) {
       float* row = ph + i * d.Tk;
-      for (int64_t j = 0; j < d.Tk; ++j) row[j] = is_masked(mask, b, i, j, d) ? mask.fill : row[j] / divisor;
+      for (int64_t j = 0; j < d.Tk; ++j) row[j] = row[j] / divisor;
+      fill_masked(row, mask.fill, mask, b, i, d);
       softmax_row(row, d.Tk);
     }
     const float* weights = ph;
@@ -239,8 +248,8 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
       if (drop.p > 0.f) dropout_row(dsr, dsr, d.Tk, drop.p, drop.seed, drop_counter(drop, d, bh, i));
       float dot = 0;
       for (int64_t j = 0; j < d.Tk; ++j) dot += dsr[j] * pr[j];
-      for (int64_t j = 0; j < d.Tk; ++j)
-        dsr[j] = is_masked(mask, b, i, j, d) ? 0.f : pr[j] * (dsr[j] - dot) * inv_divisor;
+      for (int64_t j = 0; j < d.Tk; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * inv_divisor;
+      fill_masked(dsr, 0.f, mask, b, i, d);
     }
     // dQ = dS @ K,  dK = dS^T @ Q   (the 1/sqrt(dk) is already folded into dS)
     sgemm(false, false, d.Tq, d.dk, d.Tk, 1.f, ds, d.Tk, kh, ks.t, beta, dq + b * dqs.b + h * dqs.h, dqs.t);
