@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/kernels/blocked_gemm.h"
+
 namespace qkv::bench {
 
 template <class F>
@@ -37,6 +39,15 @@ inline double sgemm_ceiling_gflops(int64_t M = 2048, int64_t N = 2048, int64_t K
   const double t = median_seconds(5, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
                 1.f, a.data(), static_cast<int>(K), b.data(), static_cast<int>(K), 0.f, c.data(), static_cast<int>(N));
+  });
+  return 2.0 * static_cast<double>(M * N * K) / t * 1e-9;
+}
+
+// The same product through qkv's own training GEMM (kernels::gemm_blocked), which the steps use.
+inline double qkv_gemm_ceiling_gflops(int64_t M = 2048, int64_t N = 2048, int64_t K = 512) {
+  std::vector<float> a(static_cast<size_t>(M * K), 1.f), b(static_cast<size_t>(N * K), 1.f), c(static_cast<size_t>(M * N));
+  const double t = median_seconds(5, [&] {
+    kernels::gemm_blocked(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
   });
   return 2.0 * static_cast<double>(M * N * K) / t * 1e-9;
 }

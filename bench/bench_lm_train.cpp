@@ -126,6 +126,7 @@ int main(int argc, char** argv) try {
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
   const double ceiling = bench::sgemm_ceiling_gflops();
+  const double own_ceiling = bench::qkv_gemm_ceiling_gflops();
   const double gflops = step_flops(a) / t * 1e-9;
 
   std::printf("GPT: batch %lld x block %lld, %lld layers, d_model %lld, %lld heads, d_ff %lld, vocab %lld, dropout %.2g, "
@@ -139,8 +140,9 @@ int main(int argc, char** argv) try {
                   : "");
   std::printf("qkv     step %.3f s (median of %d)  %.0f tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB)  loss %.3f\n",
               t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, loss);
-  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n", gflops,
-              gflops / ceiling, ceiling);
+  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
+              "%.2f of qkv's own GEMM at that shape (%.0f GFLOP/s)\n",
+              gflops, gflops / ceiling, ceiling, gflops / own_ceiling, own_ceiling);
   std::fflush(stdout);
   if (!torch) return 0;
   const nlohmann::json j = torch->finish();

@@ -171,6 +171,7 @@ int main(int argc, char** argv) try {
   const PoolStats pool = BufferPool::stats();
   const double flops = step_flops(config, a.batch, a.len, a.len - 1);
   const double ceiling = bench::sgemm_ceiling_gflops(6400, 2048, 512);
+  const double own_ceiling = bench::qkv_gemm_ceiling_gflops(6400, 2048, 512);
   const std::string chunking =
       rows > 0 ? ", qkv accumulates gradients over micro-batches of " + std::to_string(rows) + " rows (" +
                      (a.micro_batch > 0 ? "--micro-batch" : "chosen under --max-memory " + train::format_memory_size(a.max_memory) +
@@ -185,8 +186,9 @@ int main(int argc, char** argv) try {
               "estimate %.2f GB = state %.2f + activations %.2f + process %.2f)\n",
               t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, estimate.total() / 1e9, estimate.state_bytes / 1e9,
               estimate.activation_bytes / 1e9, train::kProcessOverheadBytes / 1e9);
-  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (%.0f GFLOP/s measured now)\n",
-              flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling);
+  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
+              "%.2f of qkv's own GEMM at that shape (%.0f GFLOP/s)\n",
+              flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling, flops / t * 1e-9 / own_ceiling, own_ceiling);
   std::fflush(stdout);
   if (torch) print_torch(a, times, torch->finish(), qkv_rss);
   return 0;
