@@ -38,8 +38,10 @@ int64_t k_block(int64_t K, bool trans_a) {
   return ceil_div(K, ceil_div(K, max_block));
 }
 
-// A 64-byte aligned scratch that keeps its memory between calls (one per thread): a fresh
-// allocation of megabytes each call would be an mmap and its page faults every time.
+// A 64-byte aligned scratch that keeps its memory between calls: a fresh allocation of megabytes
+// each call would be an mmap and its page faults every time. One per calling thread, holding every
+// worker's slice, so that an allocation failure throws before the parallel region (an exception
+// may not leave one).
 class Scratch {
  public:
   float* floats(int64_t n) {
@@ -58,14 +60,20 @@ class Scratch {
   int64_t size_ = 0;
 };
 
-Scratch& b_scratch() {
+Scratch& caller_scratch() {
   thread_local Scratch s;
   return s;
 }
-Scratch& a_scratch() {
-  thread_local Scratch s;
-  return s;
-}
+
+int64_t rows_per_a_block(int64_t kc) { return std::max<int64_t>(kRows, kABlockBytes / (kc * 4) / kRows * kRows); }
+
+int64_t panels_per_b_block(int64_t kc) { return std::max<int64_t>(1, kBBlockBytes / (kc * kCols * 4)); }
+
+// One worker's scratch: its packed B block and, for a transposed A, its packed A block.
+struct WorkerScratch {
+  float* b_block;
+  float* a_block;
+};
 
 struct Product {
   bool trans_a, trans_b;
@@ -147,10 +155,9 @@ struct BlockRange {
   int64_t i0, i1, np, col_base, k0, kc;
 };
 
-void multiply_range(const Product& p, const BlockRange& br, const float* b_block) {
+void multiply_range(const Product& p, const BlockRange& br, const float* b_block, float* a_packed) {
   const float beta = br.k0 == 0 ? p.beta : 1.f;
-  const int64_t rows_per_block = std::max<int64_t>(kRows, kABlockBytes / (br.kc * 4) / kRows * kRows);
-  float* a_packed = p.trans_a ? a_scratch().floats(rows_per_block * br.kc) : nullptr;
+  const int64_t rows_per_block = rows_per_a_block(br.kc);
   for (int64_t ib = br.i0; ib < br.i1; ib += rows_per_block) {
     const int64_t ie = std::min(br.i1, ib + rows_per_block);
     if (p.trans_a)
@@ -178,11 +185,11 @@ void multiply_range(const Product& p, const BlockRange& br, const float* b_block
 
 // One thread's part of C: rows [i0, i1) x panels [q0, q1), with its own packed copy of those panels
 // (so threads never wait for each other).
-void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t q1) {
+void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t q1, const WorkerScratch& scratch) {
   if (i0 >= i1 || q0 >= q1) return;
   const int64_t kc = k_block(p.K, p.trans_a);
-  const int64_t panels_per_block = std::min(q1 - q0, std::max<int64_t>(1, kBBlockBytes / (kc * kCols * 4)));
-  float* b_block = b_scratch().floats(panels_per_block * kc * kCols);
+  const int64_t panels_per_block = std::min(q1 - q0, panels_per_b_block(kc));
+  float* b_block = scratch.b_block;
   for (int64_t pb = q0; pb < q1; pb += panels_per_block) {
     const int64_t np = std::min(panels_per_block, q1 - pb);
     for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
@@ -191,7 +198,7 @@ void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t
         const int64_t col0 = (pb + q) * kCols;
         pack_b_panel(p, col0, std::min(kCols, p.N - col0), k0, kcur, b_block + q * kcur * kCols);
       }
-      multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block);
+      multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, scratch.a_block);
     }
   }
 }
@@ -222,15 +229,22 @@ void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(M, kRows) >= 4 * threads;
   const bool split_panels = trans_a ? !enough_rows && enough_panels : enough_panels;
-#pragma omp parallel if (parallel)
+  // Each worker's slice of the caller's scratch, in whole cache lines.
+  const int64_t kc = k_block(K, trans_a);
+  const int64_t b_floats = std::min(panels, panels_per_b_block(kc)) * kc * kCols;
+  const int64_t a_floats = trans_a ? ceil_div(rows_per_a_block(kc) * kc, kCols) * kCols : 0;
+  float* scratch = caller_scratch().floats(threads * (b_floats + a_floats));
+#pragma omp parallel num_threads(static_cast<int>(threads)) if (parallel)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    float* mine = scratch + t * (b_floats + a_floats);
+    const WorkerScratch ws{mine, trans_a ? mine + b_floats : nullptr};
     if (split_panels) {
       const auto [q0, q1] = share(panels, 1, t, T);
-      multiply_part(p, 0, M, q0, q1);
+      multiply_part(p, 0, M, q0, q1, ws);
     } else {
       const auto [i0, i1] = share(M, kRows, t, T);
-      multiply_part(p, i0, i1, 0, panels);
+      multiply_part(p, i0, i1, 0, panels, ws);
     }
   }
 }
