@@ -11,6 +11,7 @@
 #include "kernels/float_sweep.h"
 #include "qkv/core/threads.h"
 #include "qkv/kernels/dropout.h"
+#include "qkv/kernels/dropout_isa.h"
 #include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/random.h"
 
@@ -64,6 +65,25 @@ TEST(DropoutKernels, InPlaceRowEqualsOutOfPlace) {
   const std::vector<float> want = scalar_dropout(x, 0.2f, 9, 55);
   dropout_row(x.data(), x.data(), static_cast<int64_t>(x.size()), 0.2f, 9, 55);
   EXPECT_TRUE(same_bits(x, want));
+}
+
+// Each build of dropout_row draws the scalar masks: the AVX2 one everywhere, the AVX-512DQ one (vpmullq
+// for the hash's 64-bit products) where this CPU has it. Every tail length 1..40, a long row, counters
+// that wrap past 2^64.
+TEST(DropoutKernels, EachIsaBuildGivesTheScalarBits) {
+  std::vector<dropout_isa::RowKernel> builds = {dropout_isa::avx2()};
+  if (dropout_isa::avx512dq_or_null()) builds.push_back(dropout_isa::avx512dq_or_null());
+  for (size_t b = 0; b < builds.size(); ++b)
+    for (float p : {0.1f, 0.5f, 0.9f})
+      for (uint64_t offset : {uint64_t{0}, uint64_t{12345}, ~uint64_t{0} - 20})
+        for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 33, 40, 4099}) {
+          const std::vector<float> x = random_inputs(static_cast<size_t>(n), 11);
+          std::vector<float> y(x.size(), -1.f);
+          builds[b](y.data(), x.data(), n, p, 77, offset);
+          ASSERT_TRUE(same_bits(y, scalar_dropout(x, p, 77, offset)))
+              << (b == 0 ? "AVX2" : "AVX-512DQ") << " build, p " << p << " offset " << offset << " n " << n;
+        }
+  if (builds.size() == 1) GTEST_SKIP() << "this CPU lacks AVX-512DQ/VL: only the AVX2 build was checked";
 }
 
 }  // namespace

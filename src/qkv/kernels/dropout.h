@@ -1,4 +1,5 @@
-// Dropout's keep draws eight at a time (AVX2), the same draws as kernels::dropout_keep.
+// Dropout's keep draws eight at a time (AVX2, or AVX-512DQ where the CPU has it: dropout_isa.h), the
+// same draws as kernels::dropout_keep.
 //
 // dropout_keep hashes (seed, counter) with SplitMix64's finaliser: five 64-bit products per element,
 // scalar. Dropout was 5.8% of a Bible training step (`perf`: forward 2.8%, backward, which draws the
