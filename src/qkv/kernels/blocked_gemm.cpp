@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <tuple>
 #include <utility>
 
 #include "qkv/kernels/micro_tile.h"

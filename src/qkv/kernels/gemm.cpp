@@ -13,11 +13,8 @@ constexpr int64_t kBlockedMin = int64_t{1} << 20;  // multiply-adds
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // BLAS leaves C untouched for K == 0 only when beta == 1; make it uniform
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
-    return;
-  }
+  // BLAS leaves C untouched for K == 0 only when beta == 1; gemm_blocked scales C by beta, uniformly.
+  if (K == 0) return gemm_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (M == 1) {
     // One row (decoding a single sequence): a matrix-vector product. OpenBLAS's sgemm would copy
     // and repack all of B for that one row, which made batch-1 generation spend 70% of its time
