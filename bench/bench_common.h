@@ -12,11 +12,17 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/kernels/blocked_gemm.h"
 
 namespace qkv::bench {
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 
 template <class F>
 double median_seconds(int reps, F&& f) {
@@ -27,8 +33,7 @@ double median_seconds(int reps, F&& f) {
     f();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
 }
 
 // The SGEMM ceiling on this machine now, GFLOP/s: OpenBLAS's C = A B^T (the nn.Linear layout) at
@@ -158,11 +163,6 @@ PairedTimes interleaved_steps(int steps, F&& qkv_step, PeerProcess* peer) {
   return t;
 }
 
-inline double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // "peer / qkv per pair of steps: median 1.32x (1.25x-1.41x)": how much the speed-up moved within
 // the run.
 inline std::string pair_ratios(const PairedTimes& t) {
@@ -170,7 +170,7 @@ inline std::string pair_ratios(const PairedTimes& t) {
   for (size_t i = 0; i < t.qkv.size() && i < t.peer.size(); ++i) r.push_back(t.peer[i] / t.qkv[i]);
   if (r.empty()) return "";
   char buf[160];
-  std::snprintf(buf, sizeof buf, "per pair of steps: median %.2fx (%.2fx-%.2fx over %zu pairs)", median_of(r),
+  std::snprintf(buf, sizeof buf, "per pair of steps: median %.2fx (%.2fx-%.2fx over %zu pairs)", median(r),
                 *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()), r.size());
   return buf;
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench_common.h"
 #include "gemm_shapes.h"
 #include "qkv/core/threads.h"
 #include "qkv/kernels/blocked_gemm.h"
@@ -23,10 +24,7 @@
 namespace {
 using Clock = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using qkv::bench::median;
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -34,6 +34,7 @@
 #include "qkv/autograd/graph.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/causal_lm.h"
+#include "bench_common.h"
 
 using namespace qkv;
 
@@ -49,10 +50,7 @@ struct Args {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 double peak_rss_gb() {
   rusage u{};

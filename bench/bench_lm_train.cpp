@@ -122,7 +122,7 @@ int main(int argc, char** argv) try {
         std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
         " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention);
   const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
-  const double t = bench::median_of(times.qkv);
+  const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
   const double ceiling = bench::sgemm_ceiling_gflops();
@@ -146,7 +146,7 @@ int main(int argc, char** argv) try {
   std::fflush(stdout);
   if (!torch) return 0;
   const nlohmann::json j = torch->finish();
-  const double tt = bench::median_of(times.peer);
+  const double tt = bench::median(times.peer);
   const double trss = j["peak_rss_bytes"].get<double>() / 1e9;
   const double timport = j["rss_after_import_bytes"].get<double>() / 1e9;
   std::printf("pytorch step %.3f s (median of %d, alternating with qkv's)  %.0f tokens/s  peak RSS %.2f GB (%.2f GB after import torch)  "

@@ -123,7 +123,7 @@ std::string torch_command(const Args& a) {
 
 // Prints PyTorch's line and the ratios.
 void print_torch(const Args& a, const bench::PairedTimes& times, const nlohmann::json& last, double qkv_rss) {
-  const double tt = bench::median_of(times.peer), t = bench::median_of(times.qkv);
+  const double tt = bench::median(times.peer), t = bench::median(times.qkv);
   const double trss = last["peak_rss_bytes"].get<double>() / 1e9;
   std::printf("pytorch step %.2f s (median of %d, alternating with qkv's)  %.0f target tokens/s  peak RSS %.2f GB  "
               "(torch %s, %s)\n",
@@ -166,7 +166,7 @@ int main(int argc, char** argv) try {
   std::unique_ptr<bench::PeerProcess> torch;
   if (a.torch) torch = std::make_unique<bench::PeerProcess>(torch_command(a));
   const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
-  const double t = bench::median_of(times.qkv);
+  const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats();
   const double flops = step_flops(config, a.batch, a.len, a.len - 1);
