@@ -134,5 +134,63 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
                              FusedCase{"large_dk", 2, 2, 9, 9, 64, true, true, true}),
                          [](const ::testing::TestParamInfo<FusedCase>& i) { return std::string(i.param.name); });
 
+// fn::multi_head_attention on (B, T, D) projections is the views path above with the copies taken
+// out: combine_heads(attention(split_heads(q), split_heads(k), split_heads(v))) bit for bit, in the
+// output and in every gradient, for each shape above (masks, dropout, cross-attention, T = 1).
+struct Bits {
+  std::vector<float> out, dq, dk, dv;
+};
+
+template <class F>
+Bits run_on_projections(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& g, F attn) {
+  Var q(q0.clone(), true), k(k0.clone(), true), v(v0.clone(), true);
+  Var out = attn(q, k, v);
+  backward(out, g);
+  return {out.value().to_vector(), q.grad().to_vector(), k.grad().to_vector(), v.grad().to_vector()};
+}
+
+TEST_P(FusedAttention, MultiHeadOnProjectionsGivesTheBitsOfSplitAttendCombine) {
+  const FusedCase c = GetParam();
+  std::mt19937_64 rng(7);
+  const Tensor q0 = randn({c.B, c.Tq, c.H * c.dk}, rng, 1.5f), k0 = randn({c.B, c.Tk, c.H * c.dk}, rng, 1.5f);
+  const Tensor v0 = randn({c.B, c.Tk, c.H * c.dk}, rng), g = randn({c.B, c.Tq, c.H * c.dk}, rng);
+  const ops::AttentionMasks m = make_masks(c);
+  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+  const Bits fused = run_on_projections(q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    return fn::multi_head_attention(q, k, v, c.H, m, drop);
+  });
+  const Bits composed = run_on_projections(q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    return fn::combine_heads(
+        fn::attention(fn::split_heads(q, c.H), fn::split_heads(k, c.H), fn::split_heads(v, c.H), m, drop));
+  });
+  EXPECT_EQ(fused.out, composed.out);
+  EXPECT_EQ(fused.dq, composed.dq);
+  EXPECT_EQ(fused.dk, composed.dk);
+  EXPECT_EQ(fused.dv, composed.dv);
+}
+
+// Self-attention on one projection (q = k = v, their slots alias) and with the slot already holding
+// a gradient (every gradient then accumulated): the same bits as the composition.
+TEST_F(FusedAttention, MultiHeadWithSharedAndPrefilledSlotsGivesTheBitsOfTheComposition) {
+  std::mt19937_64 rng(11);
+  const Tensor x0 = randn({2, 5, 12}, rng, 1.5f), g = randn({2, 5, 12}, rng);
+  ops::AttentionMasks m;
+  m.causal = true;
+  m.key_keep = mask_rows({{1, 1, 1, 1, 1}, {1, 1, 1, 0, 0}});
+  const auto grads = [&](auto attn) {
+    Var x(x0.clone(), true);
+    Var out = fn::add(attn(x), fn::scale(x, 0.5f));  // x's slot is filled before attention's backward
+    backward(out, g);
+    return std::pair{out.value().to_vector(), x.grad().to_vector()};
+  };
+  const auto fused = grads([&](const Var& x) { return fn::multi_head_attention(x, x, x, 3, m); });
+  const auto composed = grads([&](const Var& x) {
+    const Var h = fn::split_heads(x, 3);
+    return fn::combine_heads(fn::attention(h, h, h, m));
+  });
+  EXPECT_EQ(fused.first, composed.first);
+  EXPECT_EQ(fused.second, composed.second);
+}
+
 }  // namespace
 }  // namespace qkv::test

@@ -237,6 +237,28 @@ TEST_F(Gradcheck, AttentionOnSplitHeadViews) {
       {{"xq", rn({2, 3, 4})}, {"xk", rn({2, 3, 4})}, {"xv", rn({2, 3, 4})}}));
 }
 
+TEST_P(GradcheckAttention, MultiHeadOnProjections) {
+  const AttnCase c = GetParam();
+  ops::AttentionMasks m;
+  if (c.key_mask) {  // batch row 0 pads its last key (at least one key stays)
+    std::vector<std::vector<int32_t>> rows(c.B, std::vector<int32_t>(c.Tk, 1));
+    if (c.Tk > 1) rows[0][c.Tk - 1] = 0;
+    m.key_keep = mask_rows(rows);
+  }
+  m.causal = c.causal;
+  const ops::AttentionDropoutSpec drop{c.p, 77, 5};
+  const int64_t D = c.H * c.dk;
+  EXPECT_TRUE(gradcheck_ok([&](const V& v) { return fn::multi_head_attention(v[0], v[1], v[2], c.H, m, drop); },
+                           {{"q", rn({c.B, c.Tq, D})}, {"k", rn({c.B, c.Tk, D})}, {"v", rn({c.B, c.Tk, D})}}));
+}
+
+TEST_F(Gradcheck, MultiHeadAttentionWithSharedProjection) {
+  ops::AttentionMasks m;
+  m.causal = true;
+  EXPECT_TRUE(gradcheck_ok([&](const V& v) { return fn::multi_head_attention(v[0], v[0], v[0], 2, m); },
+                           {{"x", rn({2, 3, 4})}}));
+}
+
 TEST_F(Gradcheck, MaskedFill) {
   ops::AttentionMasks m;
   m.key_keep = mask_rows({{1, 1, 0, 1}, {1, 0, 0, 0}});

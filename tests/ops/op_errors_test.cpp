@@ -116,6 +116,22 @@ TEST_F(OpErrors, AttentionShapeMismatchNamesOpAndBothShapes) {
         fn::attention(leaf({2, 3, 4}), leaf({2, 3, 4}), leaf({2, 3, 4}), none);
       },
       {"attention", "(2, 3, 4)"}));
+  // multi-head attention on projections: (B, T, D) inputs, D divisible by the heads.
+  EXPECT_TRUE(throws_with(
+      [&] {
+        fn::multi_head_attention(leaf({2, 2, 3, 4}), leaf({2, 3, 4}), leaf({2, 3, 4}), 2, none);
+      },
+      {"multi-head attention", "q", "(2, 2, 3, 4)"}));
+  EXPECT_TRUE(throws_with(
+      [&] {
+        fn::multi_head_attention(leaf({2, 3, 6}), leaf({2, 3, 6}), leaf({2, 3, 6}), 4, none);
+      },
+      {"6", "4"}));
+  EXPECT_TRUE(throws_with(
+      [&] {
+        fn::multi_head_attention(leaf({2, 3, 4}), leaf({2, 5, 4}), leaf({2, 6, 4}), 2, none);
+      },
+      {"attention", "differ"}));
   // masks of the wrong shape name the mask and the expected (B, T).
   ops::AttentionMasks bad_key;
   bad_key.key_keep = Tensor::from_ids({2, 4}, std::vector<int32_t>(8, 1));

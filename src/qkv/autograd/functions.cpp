@@ -120,6 +120,22 @@ Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMask
                    });
 }
 
+Var multi_head_attention(const Var& q, const Var& k, const Var& v, int64_t num_heads,
+                         const ops::AttentionMasks& masks, const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
+  Tensor probs;
+  const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
+  Tensor out = ops::multi_head_attention_forward(q.value(), k.value(), v.value(), num_heads, masks, dropout, &probs,
+                                                 !rg || !grad_enabled());
+  if (weights) *weights = probs;
+  if (!rg || !grad_enabled()) probs = Tensor();  // inference keeps nothing
+  return record_op(std::move(out), rg,
+                   [qv = q.value(), kv = k.value(), vv = v.value(), num_heads, probs, masks, dropout, qc = q.cell(),
+                    kc = k.cell(), vc = v.cell()](const Tensor& dout) {
+                     ops::multi_head_attention_backward(dout, qv, kv, vv, num_heads, probs, masks, dropout, slot(qc),
+                                                        slot(kc), slot(vc));
+                   });
+}
+
 Var masked_fill(const Var& scores, const ops::AttentionMasks& masks) {
   return record_op(ops::masked_fill_forward(scores.value(), masks), scores.requires_grad(),
                    [masks, sc = scores.cell()](const Tensor& dy) { ops::masked_fill_backward(dy, masks, slot(sc)); });

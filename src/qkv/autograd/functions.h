@@ -24,6 +24,11 @@ Var softmax(const Var& x);
 // weights, when given, receives the softmax (B, H, Tq, Tk) that the op computes anyway (for pictures).
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
               const ops::AttentionDropoutSpec& dropout = {}, Tensor* weights = nullptr);
+// The same on (B, T, D) projections read as num_heads heads, returning (B, Tq, D): what
+// combine_heads(attention(split_heads(q), split_heads(k), split_heads(v))) computes, without copies.
+Var multi_head_attention(const Var& q, const Var& k, const Var& v, int64_t num_heads,
+                         const ops::AttentionMasks& masks, const ops::AttentionDropoutSpec& dropout = {},
+                         Tensor* weights = nullptr);
 Var masked_fill(const Var& scores, const ops::AttentionMasks& masks);
 Var split_heads(const Var& x, int64_t num_heads);
 Var combine_heads(const Var& x);

@@ -18,20 +18,27 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Gener
 
 Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
                                 Tensor* weights, const PackedLinears* packed) const {
-  // q (B, H, Tq, dk), k v (B, H, Tk, dk)
-  return attend(project(W_q, Q, packed), project(W_k, K, packed), project(W_v, V, packed), masks, weights, packed);
+  // q (B, Tq, D), k v (B, Tk, D); the fused op reads them as heads and writes (B, Tq, D).
+  const Var q = linear(W_q, Q, packed), k = linear(W_k, K, packed), v = linear(W_v, V, packed);
+  const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(1), k.size(1));
+  return linear(W_o, fn::multi_head_attention(q, k, v, num_heads_, masks, drop, weights), packed);
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
                                Tensor* weights, const PackedLinears* packed) const {
+  const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(2), k.size(2));
+  const Var attn = fn::attention(q, k, v, masks, drop, weights);  // (B, H, Tq, dk)
+  return linear(W_o, fn::combine_heads(attn), packed);  // (B, Tq, D)
+}
+
+ops::AttentionDropoutSpec MultiHeadAttention::dropout_spec(int64_t B, int64_t Tq, int64_t Tk) const {
   ops::AttentionDropoutSpec drop;
   if (training() && attention_dropout_ > 0.f) {
     drop.p = attention_dropout_;
     drop.seed = gen_->seed();
-    drop.offset = gen_->reserve_rows(static_cast<uint64_t>(q.size(0) * q.size(1) * q.size(2) * k.size(2)), q.size(0));
+    drop.offset = gen_->reserve_rows(static_cast<uint64_t>(B * num_heads_ * Tq * Tk), B);
   }
-  const Var attn = fn::attention(q, k, v, masks, drop, weights);  // (B, H, Tq, dk)
-  return linear(W_o, fn::combine_heads(attn), packed);  // (B, Tq, D)
+  return drop;
 }
 
 }  // namespace qkv::nn

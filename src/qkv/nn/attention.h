@@ -114,6 +114,10 @@ class MultiHeadAttention : public Module {
   Linear &W_q, &W_k, &W_v, &W_o;
 
  private:
+  // Attention dropout for a call on B rows of Tq queries over Tk keys: off unless training; else
+  // the generator's seed and a fresh counter range (as many draws as probabilities).
+  ops::AttentionDropoutSpec dropout_spec(int64_t B, int64_t Tq, int64_t Tk) const;
+
   int64_t num_heads_;
   float attention_dropout_;
   Generator* gen_;

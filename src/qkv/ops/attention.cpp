@@ -69,22 +69,35 @@ kernels::AttentionDropout kernel_dropout(const AttentionDropoutSpec& s) {
 }  // namespace
 
 namespace {
-// Both forwards after their checks: unit-stride views, the kernel's masks, the outputs. Dropout's
+// Every forward after its checks: unit-stride views, the kernel's masks, the outputs. `out` is the
+// (B, H, Tq, dk) tensor written: the result itself, or the heads of a (B, Tq, D) result. Dropout's
 // scratch has a slot per OpenMP thread.
-Tensor forward_checked(const kernels::AttentionDims& d, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                       const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs, bool inference,
-                       const kernels::KeyRows& key_rows = {}) {
+void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                  const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs, bool inference,
+                  Tensor out, const kernels::KeyRows& key_rows = {}) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
-  Tensor out = Tensor::empty(Dims{d.B, d.H, d.Tq, d.dk});
   *probs = Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk});
   const int slots = omp_get_max_threads();
   Tensor scratch = dropout.p > 0.f ? Tensor::empty(Dims{slots * d.Tq * d.Tk}) : Tensor();
   kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
                              heads_view(out), probs->f32(), km, kernel_dropout(dropout),
                              scratch.defined() ? scratch.f32() : nullptr, slots, inference, key_rows);
+}
+
+Tensor forward_checked(const kernels::AttentionDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs, bool inference,
+                       const kernels::KeyRows& key_rows = {}) {
+  Tensor out = Tensor::empty(Dims{d.B, d.H, d.Tq, d.dk});
+  forward_into(d, q, k, v, masks, dropout, probs, inference, out, key_rows);
   return out;
+}
+
+// The (B, H, T, dk) heads of `name`, a (B, T, H * dk) projection (a view when x is contiguous).
+Tensor heads_of(const Tensor& x, int64_t num_heads, const char* name) {
+  QKV_CHECK(x.dim() == 3, "multi-head attention: " << name << " must be (B, T, D), got " << x.shape());
+  return split_heads(x, num_heads);
 }
 }  // namespace
 
@@ -117,47 +130,94 @@ Tensor attention_forward_mapped(const Tensor& q_in, const Tensor& k_in, const Te
   return forward_checked(d, q_in, k_in, v_in, masks, {}, probs, true, {rows, stride});
 }
 
-void attention_backward(const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                        const Tensor& probs, const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
-                        Tensor* dq, Tensor* dk, Tensor* dv) {
-  const kernels::AttentionDims d = check_attention(q_in, k_in, v_in, masks);
-  QKV_CHECK(dout_in.shape() == q_in.shape(), "attention backward: grad " << dout_in.shape() << " vs q " << q_in.shape());
+namespace {
+// q, k and v may be one Var (self-attention on x directly): their slots then alias, and the
+// kernel's three outputs must be computed apart and added into the shared slot afterwards.
+// run(dq, dk, dv) is the backward on distinct slots. Returns false (and runs nothing) when the slots
+// are distinct.
+template <class Backward>
+bool backward_through_aliased_slots(Tensor* dq, Tensor* dk, Tensor* dv, Backward run) {
+  if (!((dq && (dq == dk || dq == dv)) || (dk && dk == dv))) return false;
+  Tensor gq, gk, gv;
+  run(dq ? &gq : nullptr, dk ? &gk : nullptr, dv ? &gv : nullptr);
+  if (dq) accumulate(gq, dq);
+  if (dk) accumulate(gk, dk);
+  if (dv) accumulate(gv, dv);
+  return true;
+}
+
+// The backward on distinct slots shaped like the op's inputs (q_shape, kv_shape); the kernel
+// writes through heads(slot), their (B, H, T, dk) view. Its inputs are (B, H, T, dk) views.
+template <class Heads>
+void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
+                   const Tensor& v_in, const Dims& q_shape, const Dims& kv_shape, const Tensor& probs,
+                   const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
+                   Tensor* dv, Heads heads) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), dout = unit_last(dout_in);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
   // One accumulate flag serves all three outputs: if any slot already holds a gradient, the fresh
   // ones are zeroed and everything is added into.
-  // q, k and v may be one Var (self-attention on x directly): their slots then alias, and the
-  // kernel's three outputs must be computed apart and added into the shared slot afterwards.
-  if ((dq && (dq == dk || dq == dv)) || (dk && dk == dv)) {
-    Tensor gq, gk, gv;
-    attention_backward(dout_in, q_in, k_in, v_in, probs, masks, dropout, dq ? &gq : nullptr, dk ? &gk : nullptr,
-                       dv ? &gv : nullptr);
-    if (dq) accumulate(gq, dq);
-    if (dk) accumulate(gk, dk);
-    if (dv) accumulate(gv, dv);
-    return;
-  }
   Tensor sq, sk, sv;
   Tensor* slot_q = dq ? dq : &sq;
   Tensor* slot_k = dk ? dk : &sk;
   Tensor* slot_v = dv ? dv : &sv;
   const bool any_defined = slot_q->defined() || slot_k->defined() || slot_v->defined();
   if (any_defined) {
-    prepare_zeroed_slot(slot_q, q.shape());
-    prepare_zeroed_slot(slot_k, k.shape());
-    prepare_zeroed_slot(slot_v, v.shape());
+    prepare_zeroed_slot(slot_q, q_shape);
+    prepare_zeroed_slot(slot_k, kv_shape);
+    prepare_zeroed_slot(slot_v, kv_shape);
   } else {
-    prepare_slot(slot_q, q.shape());
-    prepare_slot(slot_k, k.shape());
-    prepare_slot(slot_v, v.shape());
+    prepare_slot(slot_q, q_shape);
+    prepare_slot(slot_k, kv_shape);
+    prepare_slot(slot_v, kv_shape);
   }
+  Tensor hq = heads(*slot_q), hk = heads(*slot_k), hv = heads(*slot_v);
   const int slots = omp_get_max_threads();
   Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
   kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
-                              v.f32(), heads_view(v), probs.f32(), km, kernel_dropout(dropout), slot_q->f32(),
-                              heads_view(*slot_q), slot_k->f32(), heads_view(*slot_k), slot_v->f32(),
-                              heads_view(*slot_v), any_defined, scratch.f32(), slots);
+                              v.f32(), heads_view(v), probs.f32(), km, kernel_dropout(dropout), hq.f32(),
+                              heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv), any_defined,
+                              scratch.f32(), slots);
+}
+}  // namespace
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                        const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
+                        Tensor* dv) {
+  const kernels::AttentionDims d = check_attention(q, k, v, masks);
+  QKV_CHECK(dout.shape() == q.shape(), "attention backward: grad " << dout.shape() << " vs q " << q.shape());
+  if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
+        attention_backward(dout, q, k, v, probs, masks, dropout, gq, gk, gv);
+      }))
+    return;
+  backward_into(d, dout, q, k, v, q.shape(), k.shape(), probs, masks, dropout, dq, dk, dv,
+                [](const Tensor& slot) { return slot; });
+}
+
+Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
+                                    const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs,
+                                    bool inference) {
+  const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
+  const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
+  Tensor out = Tensor::empty(q.shape());
+  forward_into(d, qh, kh, vh, masks, dropout, probs, inference, split_heads(out, num_heads));
+  return out;
+}
+
+void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   int64_t num_heads, const Tensor& probs, const AttentionMasks& masks,
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv) {
+  const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
+  const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
+  QKV_CHECK(dout.shape() == q.shape(),
+            "multi-head attention backward: grad " << dout.shape() << " vs q " << q.shape());
+  if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
+        multi_head_attention_backward(dout, q, k, v, num_heads, probs, masks, dropout, gq, gk, gv);
+      }))
+    return;
+  backward_into(d, heads_of(dout, num_heads, "its gradient"), qh, kh, vh, q.shape(), k.shape(), probs, masks,
+                dropout, dq, dk, dv, [num_heads](const Tensor& slot) { return split_heads(slot, num_heads); });
 }
 
 Tensor keep_mask(const Tensor& ids_in, int32_t pad_id) {

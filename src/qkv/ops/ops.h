@@ -120,6 +120,17 @@ Tensor attention_forward_mapped(const Tensor& q, const Tensor& k, const Tensor& 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
                         Tensor* dv);
+// Multi-head attention on projections: q (B, Tq, D), k and v (B, Tk, D), each read as H heads of
+// dk = D / H (split_heads views); returns (B, Tq, D), the heads combined. The arithmetic of
+// combine_heads(attention_forward(split_heads(q), split_heads(k), split_heads(v))), bit for bit,
+// without the copies: the kernel writes each head's output straight into its columns, and the
+// backward reads dout and writes dq, dk, dv (slots shaped like q, k, v) the same way.
+Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
+                                    const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs,
+                                    bool inference = false);
+void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   int64_t num_heads, const Tensor& probs, const AttentionMasks& masks,
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv);
 // 1 where ids != pad_id, else 0: i32 of ids' shape.
 Tensor keep_mask(const Tensor& ids, int32_t pad_id);
 // The composed (unfused) masked fill used to test the fused op: scores (B, H, Tq, Tk).
