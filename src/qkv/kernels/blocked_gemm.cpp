@@ -115,15 +115,47 @@ void pack_b_panel(const Product& p, int64_t col0, int64_t cols, int64_t k0, int6
     for (int64_t k = 0; k < kc; ++k) dst[k * kCols + j] = 0.f;
 }
 
-// op(A) = A^T (A stored (K, M)): rows [row0, row0 + rows) over k in [k0, k0 + kc), packed k-major as
-// the tile reads them, dst[k * 6 + r]; rows past `rows` zero. Row k of A is read contiguously.
-// (Reading A^T's columns in place instead, k_stride lda, ran at 0.8x OpenBLAS for M in the
-// thousands: one page per k.)
-void pack_a_tile_transposed(const Product& p, int64_t row0, int rows, int64_t k0, int64_t kc, float* dst) {
+// Panels [pb, pb + np) of op(B) over k in [k0, k0 + kc), panel q at b_block + q * kc * 16. A B
+// stored (K, N) is read a row at a time across the block's full panels (one stream, which the
+// prefetcher follows; panel by panel, each k was a new line 4 KB on: 14% of a dY^T X product).
+void pack_b_block(const Product& p, int64_t pb, int64_t np, int64_t k0, int64_t kc, float* b_block) {
+  int64_t full = np;  // full panels of the block (only the last panel of op(B) can be partial)
+  if (!p.trans_b && (pb + np) * kCols > p.N) --full;
+  if (!p.trans_b && full > 0) {
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = p.B + (k0 + k) * p.ldb + pb * kCols;
+      float* dst = b_block + k * kCols;
+      for (int64_t q = 0; q < full; ++q) {
+        _mm256_store_ps(dst + q * kc * kCols, _mm256_loadu_ps(src + q * kCols));
+        _mm256_store_ps(dst + q * kc * kCols + 8, _mm256_loadu_ps(src + q * kCols + 8));
+      }
+    }
+  } else {
+    full = 0;
+  }
+  for (int64_t q = full; q < np; ++q) {
+    const int64_t col0 = (pb + q) * kCols;
+    pack_b_panel(p, col0, std::min(kCols, p.N - col0), k0, kc, b_block + q * kc * kCols);
+  }
+}
+
+// op(A) = A^T (A stored (K, M)): rows [ib, ie) over k in [k0, k0 + kc), packed as tiles of 6 rows,
+// tile t at dst + t * kc * 6, k-major as the tile reads them (dst[k * 6 + r]); rows past ie zero.
+// Each k reads the block's run of row k of A in one stream (tile by tile, each k was a line 4 KB on,
+// and scalar copies: 10-16% of a dY^T X product). (Reading A^T's columns in place instead, k_stride
+// lda, ran at 0.8x OpenBLAS for M in the thousands: one page per k.)
+void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k0, int64_t kc, float* dst) {
+  const int64_t full_tiles = (ie - ib) / kRows, tail = (ie - ib) % kRows;
   for (int64_t k = 0; k < kc; ++k) {
-    const float* src = p.A + (k0 + k) * p.lda + row0;
+    const float* src = p.A + (k0 + k) * p.lda + ib;
     float* d = dst + k * kRows;
-    for (int r = 0; r < kRows; ++r) d[r] = r < rows ? src[r] : 0.f;
+    for (int64_t t = 0; t < full_tiles; ++t, src += kRows, d += kc * kRows) {
+      _mm_storeu_ps(d, _mm_loadu_ps(src));
+      _mm_storel_pi(reinterpret_cast<__m64*>(d + 4),
+                    _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(src + 4))));
+    }
+    if (tail)
+      for (int r = 0; r < kRows; ++r) d[r] = r < tail ? src[r] : 0.f;
   }
 }
 
@@ -156,13 +188,13 @@ struct BlockRange {
 
 void multiply_range(const Product& p, const BlockRange& br, const float* b_block, float* a_packed) {
   const float beta = br.k0 == 0 ? p.beta : 1.f;
-  const int64_t rows_per_block = rows_per_a_block(br.kc);
+  // Sized by K's full block, as the scratch for a packed A^T block is: the last, shorter K block
+  // would allow more rows, and they overran that scratch into the other thread's packed B (wrong
+  // sums for K = 3200, the seed's micro-batches) and past its end.
+  const int64_t rows_per_block = rows_per_a_block(k_block(p.K, p.trans_a));
   for (int64_t ib = br.i0; ib < br.i1; ib += rows_per_block) {
     const int64_t ie = std::min(br.i1, ib + rows_per_block);
-    if (p.trans_a)
-      for (int64_t i = ib; i < ie; i += kRows)
-        pack_a_tile_transposed(p, i, static_cast<int>(std::min<int64_t>(kRows, ie - i)), br.k0, br.kc,
-                               a_packed + (i - ib) * br.kc);
+    if (p.trans_a) pack_a_block_transposed(p, ib, ie, br.k0, br.kc, a_packed);
     for (int64_t q = 0; q < br.np; ++q) {
       const float* panel = b_block + q * br.kc * kCols;
       const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
@@ -193,10 +225,7 @@ void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t
     const int64_t np = std::min(panels_per_block, q1 - pb);
     for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
       const int64_t kcur = std::min(kc, p.K - k0);
-      for (int64_t q = 0; q < np; ++q) {
-        const int64_t col0 = (pb + q) * kCols;
-        pack_b_panel(p, col0, std::min(kCols, p.N - col0), k0, kcur, b_block + q * kcur * kCols);
-      }
+      pack_b_block(p, pb, np, k0, kcur, b_block);
       multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, scratch.a_block);
     }
   }
