@@ -89,15 +89,16 @@ TEST(BlockedGemm, MatchesDoublePrecisionForEveryTransposeAndTail) {
 }
 
 // A transposed A whose last K block is shorter than the others (K 3200: blocks of 458, the last
-// 452, as in the seed's micro-batches) over enough rows that a row block is full in that last block.
-// Regression: the row block was sized by the current K block, so the last one packed 144 rows into
-// scratch sized for 138 and overran it: wrong sums (in the other thread's packed B) and a write past
-// the scratch (ASan), with 1 thread or 2.
+// 452, as in the seed's micro-batches; 1025 and 5761 likewise) over enough rows that each thread's
+// row block is full in that last block.
+// Regression: the row block was sized by the current K block, so with K 3200 the last one packed
+// 144 rows into scratch sized for 138 and overran it: wrong sums (in the other thread's packed B)
+// and a write past the scratch (heap corruption), with 1 thread or 2.
 TEST(BlockedGemm, ATransposedWithAShortLastKBlockStaysInItsScratch) {
   const int saved = num_threads();
   for (int threads : {1, 2}) {
     set_num_threads(threads);
-    check_against_double({true, false, 300, 40, 3200, 1.f, 0.f});
+    for (int64_t K : {1025, 3200, 5761}) check_against_double({true, false, 400, 40, K, 1.f, 0.f});
   }
   set_num_threads(saved);
 }
