@@ -164,5 +164,24 @@ TEST(BlockedGemm, SgemmUsesItForTrainingSizedProducts) {
   EXPECT_EQ(viaSgemm.C, direct.C);
 }
 
+// A linear layer's forward, C = X W^T + bias: sgemm_plus_bias gives the bits of broadcasting the
+// bias into C and multiplying with beta 1 (what the layer did before), both for a product that goes
+// to gemm_blocked (the bias added as its first K block is stored: K 1100 has two) and for one
+// that stays with OpenBLAS; a column tail (N 37) and a padded C included.
+TEST(BlockedGemm, BiasAddedAsStoredGivesTheBitsOfBroadcastThenBetaOne) {
+  for (const Case& c : {Case{false, true, 300, 37, 1100, 1.f, 0.f}, Case{false, true, 9, 37, 20, 1.f, 0.f}}) {
+    Operands fused = make_operands(c, 8), broadcast = make_operands(c, 8);
+    std::vector<float> bias(c.N);
+    for (int64_t j = 0; j < c.N; ++j) bias[j] = 0.25f * static_cast<float>(j % 7) - 0.6f;
+    sgemm_plus_bias(c.ta, c.tb, c.M, c.N, c.K, c.alpha, fused.A.data(), fused.lda, fused.B.data(), fused.ldb,
+                    bias.data(), fused.C.data(), fused.ldc);
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j) broadcast.C[i * broadcast.ldc + j] = bias[j];
+    sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, broadcast.A.data(), broadcast.lda, broadcast.B.data(), broadcast.ldb,
+          1.f, broadcast.C.data(), broadcast.ldc);
+    EXPECT_EQ(fused.C, broadcast.C) << "M " << c.M << " K " << c.K;  // the padding's sentinel too
+  }
+}
+
 }  // namespace
 }  // namespace qkv::kernels

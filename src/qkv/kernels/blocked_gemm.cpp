@@ -85,6 +85,7 @@ struct Product {
   float beta;
   float* C;
   int64_t ldc;
+  const float* bias;  // N floats added to every row, or null
 };
 
 // Panel of op(B)'s columns [col0, col0 + cols) over k in [k0, k0 + kc): dst[k * 16 + j], columns
@@ -159,9 +160,17 @@ void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k
   }
 }
 
-// C tile = alpha * acc + beta * C; beta 0 never reads C (it may hold NaN).
-void store_tile(const tile::Acc& acc, int rows, int64_t cols, float alpha, float beta, float* C, int64_t ldc) {
+// C tile = alpha * acc + beta * C (+ bias, the tile's columns of it, when not null); beta 0 never
+// reads C (it may hold NaN).
+void store_tile(const tile::Acc& acc, int rows, int64_t cols, float alpha, float beta, const float* bias, float* C,
+                int64_t ldc) {
   const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+  __m256 bias_lo = _mm256_setzero_ps(), bias_hi = _mm256_setzero_ps();
+  if (bias) {
+    alignas(32) float b[kCols] = {};
+    std::memcpy(b, bias, static_cast<size_t>(cols) * sizeof(float));
+    bias_lo = _mm256_load_ps(b), bias_hi = _mm256_load_ps(b + 8);
+  }
   for (int r = 0; r < rows; ++r) {
     float* c = C + r * ldc;
     alignas(32) float tmp[kCols];
@@ -172,6 +181,7 @@ void store_tile(const tile::Acc& acc, int rows, int64_t cols, float alpha, float
       lo = _mm256_fmadd_ps(vb, _mm256_loadu_ps(out), lo);
       hi = _mm256_fmadd_ps(vb, _mm256_loadu_ps(out + 8), hi);
     }
+    if (bias) lo = _mm256_add_ps(lo, bias_lo), hi = _mm256_add_ps(hi, bias_hi);
     _mm256_storeu_ps(out, lo);
     _mm256_storeu_ps(out + 8, hi);
     if (cols != kCols) std::memcpy(c, tmp, static_cast<size_t>(cols) * sizeof(float));
@@ -187,7 +197,8 @@ struct BlockRange {
 };
 
 void multiply_range(const Product& p, const BlockRange& br, const float* b_block, float* a_packed) {
-  const float beta = br.k0 == 0 ? p.beta : 1.f;
+  const bool first_k_block = br.k0 == 0;
+  const float beta = first_k_block ? p.beta : 1.f;
   // Sized by K's full block, as the scratch for a packed A^T block is: the last, shorter K block
   // would allow more rows, and they overran that scratch into the other thread's packed B (wrong
   // sums for K = 3200, the seed's micro-batches) and past its end.
@@ -208,7 +219,8 @@ void multiply_range(const Product& p, const BlockRange& br, const float* b_block
         }
         tile::Acc acc = tile::splat(_mm256_setzero_ps(), _mm256_setzero_ps());
         tile::accumulate(a, p.trans_a ? kRows : 1, panel, br.kc, acc);
-        store_tile(acc, rows, cols, p.alpha, beta, p.C + i * p.ldc + col0, p.ldc);
+        store_tile(acc, rows, cols, p.alpha, beta, first_k_block && p.bias ? p.bias + col0 : nullptr,
+                   p.C + i * p.ldc + col0, p.ldc);
       }
     }
   }
@@ -237,18 +249,22 @@ std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int T) {
   return {std::min(count, t * per), std::min(count, (t + 1) * per)};
 }
 
-void scale_by_beta(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
+// K == 0: C = beta * C (+ bias).
+void scale_by_beta(int64_t M, int64_t N, float beta, const float* bias, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+    for (int64_t j = 0; j < N; ++j) {
+      const float scaled = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+      C[i * ldc + j] = bias ? scaled + bias[j] : scaled;
+    }
 }
 
 }  // namespace
 
 void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;
-  if (K <= 0) return scale_by_beta(M, N, beta, C, ldc);
-  const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
+  const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
   const int64_t panels = ceil_div(N, kCols);
   const bool parallel = M * N * K >= kParallelMin;
   // Threads take panels (each packs only its own) while there are a few for each; else rows, each

@@ -10,12 +10,18 @@
 //
 // Every element of C is one fixed sequence of FMAs whatever the thread count: threads split rows or
 // panels, never K, and K's blocks depend on K (and op(A)) alone. With beta 0, C is never read.
+//
+// bias (N floats, or null) is added to every row as the first K block is stored, after beta * C:
+// with beta 0 each element gets alpha * (its first block's sum) + bias rounded once, the bits of
+// broadcasting the bias into C and multiplying with beta 1 (what a linear layer did), without
+// that pass over C.
 #pragma once
 #include <cstdint>
 
 namespace qkv::kernels {
 
 void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                  const float* bias = nullptr);
 
 }  // namespace qkv::kernels

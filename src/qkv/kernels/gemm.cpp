@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/elementwise.h"
 
 namespace qkv::kernels {
 
@@ -40,6 +41,18 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(M), static_cast<blasint>(N), static_cast<blasint>(K), alpha, A,
               static_cast<blasint>(lda), B, static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+}
+
+void sgemm_plus_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                     int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
+  if (!bias) return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.f, C, ldc);
+  if (M * N * K >= kBlockedMin)
+    return gemm_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.f, C, ldc, bias);
+  if (ldc == N)
+    broadcast_rows(C, bias, M, N);
+  else
+    for (int64_t i = 0; i < M; ++i) broadcast_rows(C + i * ldc, bias, 1, N);
+  sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 1.f, C, ldc);
 }
 
 }  // namespace qkv::kernels

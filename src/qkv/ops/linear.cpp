@@ -18,9 +18,10 @@ Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
   Dims out_shape = x.shape();
   out_shape[out_shape.size() - 1] = N;
   Tensor y = Tensor::empty(out_shape);
-  // (M, N) = (M, K) @ (N, K)^T, starting from the broadcast bias so the GEMM adds onto it.
-  if (b.defined()) kernels::broadcast_rows(y.f32(), b.contiguous().f32(), M, N);
-  kernels::sgemm(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K, b.defined() ? 1.f : 0.f, y.f32(), N);
+  // (M, N) = (M, K) @ (N, K)^T + b, the bias added as the product is stored.
+  const Tensor bc = b.defined() ? b.contiguous() : Tensor();
+  kernels::sgemm_plus_bias(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K, bc.defined() ? bc.f32() : nullptr,
+                           y.f32(), N);
   return y;
 }
 
