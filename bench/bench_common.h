@@ -1,6 +1,7 @@
 // Timing helpers for benchmarks: medians over repeated runs (the machine is shared and noisy).
 #pragma once
 #include <cblas.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,13 @@ namespace qkv::bench {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// This process's peak resident memory so far, in GB (ru_maxrss is in KiB on Linux).
+inline double peak_rss_gb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss * 1024.0 / 1e9;
 }
 
 template <class F>

@@ -24,7 +24,6 @@
 // made at load, mean pooling, normalisation).
 // Loading the model and tokenizer is timed apart.
 #include <cblas.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -65,11 +64,7 @@ double since(Clock::time_point a) { return std::chrono::duration<double>(Clock::
 
 using bench::median;
 
-double peak_rss_gb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss * 1024.0 / 1e9;
-}
+using bench::peak_rss_gb;
 
 // Runs a command, returns its stdout; fails loudly.
 std::string run_command(const std::string& cmd, const char* what) {

@@ -17,7 +17,6 @@
 // --int8 adds a row for qkv with int8 products (`qkv generate --quantize int8`); its batch-1 bound
 // counts the int8 weights (1 byte + a float scale per output channel) and the float cache.
 #include <immintrin.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -52,11 +51,7 @@ double since(Clock::time_point a) { return std::chrono::duration<double>(Clock::
 
 using bench::median;
 
-double peak_rss_gb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss * 1024.0 / 1e9;
-}
+using bench::peak_rss_gb;
 
 // Memory bandwidth on `threads` threads, best of 5 (as STREAM reports): a read-only sweep of 1 GiB
 // (what a batch-1 decoding step does to the weights) and a triad a = b + s * c over 3 x 341 MiB;

@@ -12,7 +12,6 @@
 // its steps alternating with qkv's (bench_common.h, PeerProcess);
 // PYTHON defaults to build/bench-venv/bin/python (bench/setup_peers.sh creates it).
 #include <cblas.h>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
@@ -38,11 +37,7 @@ struct Args {
   std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
 };
 
-double peak_rss_gb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss * 1024.0 / 1e9;
-}
+using bench::peak_rss_gb;
 
 // Matmul FLOPs of one training step (forward 2mnk, backward twice that): the linears, the tied
 // output projection, and attention's two products counted over the full T x T square.

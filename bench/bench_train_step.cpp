@@ -14,7 +14,6 @@
 // RSS is its own), its steps alternating with qkv's (bench_common.h, PeerProcess); PATH defaults to build/bench-venv/bin/python (PyTorch 2.x, bench/setup_peers.sh) when
 // it exists, else /usr/bin/python3.
 #include <cblas.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -50,11 +49,7 @@ struct Args {
                            : "/usr/bin/python3";
 };
 
-double peak_rss_gb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_maxrss * 1024.0 / 1e9;
-}
+using bench::peak_rss_gb;
 
 // Matmul FLOPs of one training step (forward 2mnk, backward twice that): linears and attention.
 double step_flops(const models::TransformerConfig& c, int64_t B, int64_t S, int64_t T) {
