@@ -88,7 +88,6 @@ int main(int argc, char** argv) {
       text::SpmTrainOptions so;
       so.vocab_size = v;
       so.num_threads = a.threads;
-      so.log_summary = false;
       const std::string prefix = dir + "/spm" + std::to_string(v);
       train_sentencepiece({a.src, a.tgt}, prefix, so);
       const text::SentencePiece spm(prefix + ".model");

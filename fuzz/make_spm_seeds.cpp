@@ -77,7 +77,6 @@ int main(int argc, char** argv) {
     write_bytes(text_path, text);
     qkv::text::SpmTrainOptions options;
     options.vocab_size = 300;
-    options.log_summary = false;
     qkv::text::train_sentencepiece({text_path}, dir + "/seed_qkv", options);
     std::remove(text_path.c_str());
     std::remove((dir + "/seed_qkv.vocab").c_str());

@@ -94,7 +94,6 @@ class AttentionOut : public ::testing::Test {
     text.close();
     qkv::text::SpmTrainOptions so;
     so.vocab_size = 300;
-    so.log_summary = false;
     // A translation checkpoint: random weights, one SentencePiece model for both sides.
     qkv::models::TransformerConfig c;
     c.src_vocab_size = c.tgt_vocab_size = 300;

@@ -54,7 +54,6 @@ class GenerateCli : public ::testing::Test {
     text.close();
     qkv::text::SpmTrainOptions so;
     so.vocab_size = 300;
-    so.log_summary = false;
     qkv::models::save_model(path("text_lm"), qkv::models::CausalLM(lm_config(300), 8));
     qkv::text::train_sentencepiece({path("text.txt")}, path("text_lm") + "/spm", so);
     std::ofstream(path("ed.json")) << R"({"src_vocab_size": 16, "tgt_vocab_size": 16, "d_model": 16,

@@ -77,7 +77,6 @@ std::string join_lines(const std::vector<std::string>& lines, const std::string&
 SpmTrainOptions tiny_options() {
   SpmTrainOptions o;
   o.vocab_size = 400;  // 4 special + 256 bytes + ~60 characters + learned pieces
-  o.log_summary = false;
   return o;
 }
 
@@ -247,16 +246,22 @@ TEST_F(SentencePieceTest, BpeModelsTrainAndRoundTrip) {
   for (size_t i = 0; i < corpus_->size(); i += 7) EXPECT_EQ(sp.decode(sp.encode((*corpus_)[i])), (*corpus_)[i]);
 }
 
-TEST_F(SentencePieceTest, PrintsAOneLineSummaryAndNothingElse) {
-  SpmTrainOptions o = tiny_options();
-  o.log_summary = true;
+// The library prints nothing: what training did comes back as a summary for the caller to report.
+TEST_F(SentencePieceTest, ReturnsASummaryAndPrintsNothing) {
   ::testing::internal::CaptureStderr();
-  train_sentencepiece({path("corpus.txt")}, path("loud"), o);
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_EQ(err.rfind("sentencepiece: trained unigram model, vocab 400 (byte fallback), on 400 lines from 1 file", 0),
+  ::testing::internal::CaptureStdout();
+  const SpmTrainSummary summary = train_sentencepiece({path("corpus.txt")}, path("quiet"), tiny_options());
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(summary.vocab_size, 400);
+  EXPECT_EQ(summary.lines_total, 400);
+  EXPECT_EQ(summary.lines_used, 400);
+  const std::string line = summary.line();
+  EXPECT_EQ(line.rfind("sentencepiece: trained unigram model, vocab 400 (byte fallback), on 400 lines from 1 file -> " +
+                           path("quiet") + ".model, .vocab in ",
+                       0),
             0u)
-      << err;
+      << line;
 }
 
 TEST_F(SentencePieceTest, EncodeRejectsInvalidUtf8) {

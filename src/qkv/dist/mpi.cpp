@@ -28,7 +28,8 @@ MpiSession::MpiSession() {
   throw Error("this qkv was built without MPI (cmake -DQKV_MPI=OFF, or MPI not found): it trains in one process only");
 }
 MpiSession::~MpiSession() = default;
-void MpiSession::abort(int code) { std::exit(code); }
+// Unreachable: without MPI no session can be constructed.
+void MpiSession::abort(int) { std::abort(); }
 
 #else
 

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <iostream>
 #include <iterator>
 #include <random>
 #include <sstream>
@@ -123,8 +122,21 @@ std::string shortest(double v) {
 
 }  // namespace
 
-void train_sentencepiece(const std::vector<std::string>& inputs, const std::string& model_prefix,
-                         const SpmTrainOptions& o) {
+std::string SpmTrainSummary::line() const {
+  std::ostringstream line;
+  line << "sentencepiece: trained " << model_type << " model, vocab " << vocab_size
+       << (byte_fallback ? " (byte fallback)" : "") << ", on ";
+  if (lines_used < lines_total)
+    line << lines_used << " sampled of " << lines_total;
+  else
+    line << lines_total;
+  line << " lines from " << files << (files == 1 ? " file" : " files");
+  line << " -> " << model_prefix << ".model, .vocab in " << std::fixed << std::setprecision(2) << seconds << " s";
+  return line.str();
+}
+
+SpmTrainSummary train_sentencepiece(const std::vector<std::string>& inputs, const std::string& model_prefix,
+                                    const SpmTrainOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string where = "train_sentencepiece(" + model_prefix + ")";
   QKV_CHECK(!inputs.empty(), where << ": no input files");
@@ -210,19 +222,18 @@ void train_sentencepiece(const std::vector<std::string>& inputs, const std::stri
   io::write_file_atomic(model_prefix + ".model", serialized);
   io::write_file_atomic(model_prefix + ".vocab", vocab.str());
 
-  if (o.log_summary) {
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::ostringstream line;
-    line << "sentencepiece: trained " << o.model_type << " model, vocab " << sp.GetPieceSize()
-         << (o.byte_fallback ? " (byte fallback)" : "") << ", on ";
-    if (!sample.empty() && static_cast<int64_t>(sample.size()) < total_lines)
-      line << sample.size() << " sampled of " << total_lines;
-    else
-      line << total_lines;
-    line << " lines from " << inputs.size() << (inputs.size() == 1 ? " file" : " files");
-    line << " -> " << model_prefix << ".model, .vocab in " << std::fixed << std::setprecision(2) << secs << " s\n";
-    std::cerr << line.str();
-  }
+  SpmTrainSummary summary;
+  summary.model_type = o.model_type;
+  summary.vocab_size = sp.GetPieceSize();
+  summary.byte_fallback = o.byte_fallback;
+  summary.lines_total = total_lines;
+  summary.lines_used = !sample.empty() && static_cast<int64_t>(sample.size()) < total_lines
+                           ? static_cast<int64_t>(sample.size())
+                           : total_lines;
+  summary.files = inputs.size();
+  summary.model_prefix = model_prefix;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return summary;
 }
 
 SentencePiece::SentencePiece(const std::string& model_path)

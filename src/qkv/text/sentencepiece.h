@@ -46,8 +46,21 @@ struct SpmTrainOptions {
   // Pieces that are always one token and never split or learned (BERT's [CLS] [SEP] [MASK]): they
   // take the ids right after the four specials, in this order.
   std::vector<std::string> user_defined_symbols;
-  // Print a one-line summary to stderr when training finishes.
-  bool log_summary = true;
+};
+
+// What train_sentencepiece did, for the caller to report (the library prints nothing).
+struct SpmTrainSummary {
+  std::string model_type;
+  int vocab_size = 0;
+  bool byte_fallback = false;
+  int64_t lines_used = 0;   // non-empty lines trained on (the sample, when one was drawn)
+  int64_t lines_total = 0;  // non-empty lines in all inputs
+  size_t files = 0;
+  std::string model_prefix;
+  double seconds = 0;
+  // "sentencepiece: trained unigram model, vocab 400 (byte fallback), on 400 lines from 1 file ->
+  // PREFIX.model, .vocab in 0.12 s"
+  std::string line() const;
 };
 
 // Trains a model on the given text files (one sentence a line) and writes PREFIX.model and
@@ -59,8 +72,8 @@ struct SpmTrainOptions {
 // inputs is an error. The result is deterministic: the same inputs, options (including seed and
 // num_threads) and library version give the same .model bytes. The .model does not record the
 // input paths or the prefix.
-void train_sentencepiece(const std::vector<std::string>& inputs, const std::string& model_prefix,
-                         const SpmTrainOptions& options);
+SpmTrainSummary train_sentencepiece(const std::vector<std::string>& inputs, const std::string& model_prefix,
+                                    const SpmTrainOptions& options);
 
 // A loaded model. Encoding and decoding are const and safe to call from several threads.
 class SentencePiece {

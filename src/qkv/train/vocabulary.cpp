@@ -40,7 +40,6 @@ void train_vocabulary(const std::vector<const std::vector<std::string>*>& texts,
   so.seed = o.seed;
   so.user_defined_symbols = o.user_defined_symbols;
   so.num_threads = num_threads();
-  so.log_summary = false;  // the library prints nothing
   text::train_sentencepiece({input.path}, tmp_prefix, so);
   fs::rename(model.path, spm_path);
   fs::rename(vocab.path, fs::path(spm_path).replace_extension(".vocab"));
