@@ -152,8 +152,7 @@ void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k
     float* d = dst + k * kRows;
     for (int64_t t = 0; t < full_tiles; ++t, src += kRows, d += kc * kRows) {
       _mm_storeu_ps(d, _mm_loadu_ps(src));
-      _mm_storel_pi(reinterpret_cast<__m64*>(d + 4),
-                    _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(src + 4))));
+      _mm_storeu_si64(d + 4, _mm_loadu_si64(src + 4));  // unaligned 8-byte moves (floats are 4-aligned)
     }
     if (tail)
       for (int r = 0; r < kRows; ++r) d[r] = r < tail ? src[r] : 0.f;
