@@ -106,34 +106,50 @@ Var softmax(const Var& x) {
                    [y, xc = x.cell()](const Tensor& dy) { ops::softmax_backward(dy, y, slot(xc)); });
 }
 
-Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-              const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
+namespace {
+// What both attention ops record. forward(inference, &probs) computes the output and the softmax,
+// which `weights` receives and the backward keeps (inference keeps nothing);
+// backward(dout, probs, dq, dk, dv) gets the inputs' gradient slots.
+template <class Forward, class Backward>
+Var record_attention(const Var& q, const Var& k, const Var& v, Tensor* weights, Forward forward, Backward backward) {
   Tensor probs;
   const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
-  Tensor out = ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, &probs, !rg || !grad_enabled());
+  const bool inference = !rg || !grad_enabled();
+  Tensor out = forward(inference, &probs);
   if (weights) *weights = probs;
-  if (!rg || !grad_enabled()) probs = Tensor();  // inference keeps nothing
+  if (inference) probs = Tensor();
   return record_op(std::move(out), rg,
-                   [qv = q.value(), kv = k.value(), vv = v.value(), probs, masks, dropout, qc = q.cell(),
-                    kc = k.cell(), vc = v.cell()](const Tensor& dout) {
-                     ops::attention_backward(dout, qv, kv, vv, probs, masks, dropout, slot(qc), slot(kc), slot(vc));
+                   [backward, probs, qc = q.cell(), kc = k.cell(), vc = v.cell()](const Tensor& dout) {
+                     backward(dout, probs, slot(qc), slot(kc), slot(vc));
                    });
+}
+}  // namespace
+
+Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
+              const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
+  return record_attention(
+      q, k, v, weights,
+      [&](bool inference, Tensor* probs) {
+        return ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, probs, inference);
+      },
+      [qv = q.value(), kv = k.value(), vv = v.value(), masks, dropout](const Tensor& dout, const Tensor& probs,
+                                                                       Tensor* dq, Tensor* dk, Tensor* dv) {
+        ops::attention_backward(dout, qv, kv, vv, probs, masks, dropout, dq, dk, dv);
+      });
 }
 
 Var multi_head_attention(const Var& q, const Var& k, const Var& v, int64_t num_heads,
                          const ops::AttentionMasks& masks, const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
-  Tensor probs;
-  const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
-  Tensor out = ops::multi_head_attention_forward(q.value(), k.value(), v.value(), num_heads, masks, dropout, &probs,
-                                                 !rg || !grad_enabled());
-  if (weights) *weights = probs;
-  if (!rg || !grad_enabled()) probs = Tensor();  // inference keeps nothing
-  return record_op(std::move(out), rg,
-                   [qv = q.value(), kv = k.value(), vv = v.value(), num_heads, probs, masks, dropout, qc = q.cell(),
-                    kc = k.cell(), vc = v.cell()](const Tensor& dout) {
-                     ops::multi_head_attention_backward(dout, qv, kv, vv, num_heads, probs, masks, dropout, slot(qc),
-                                                        slot(kc), slot(vc));
-                   });
+  return record_attention(
+      q, k, v, weights,
+      [&](bool inference, Tensor* probs) {
+        return ops::multi_head_attention_forward(q.value(), k.value(), v.value(), num_heads, masks, dropout, probs,
+                                                 inference);
+      },
+      [qv = q.value(), kv = k.value(), vv = v.value(), num_heads, masks, dropout](
+          const Tensor& dout, const Tensor& probs, Tensor* dq, Tensor* dk, Tensor* dv) {
+        ops::multi_head_attention_backward(dout, qv, kv, vv, num_heads, probs, masks, dropout, dq, dk, dv);
+      });
 }
 
 Var masked_fill(const Var& scores, const ops::AttentionMasks& masks) {
