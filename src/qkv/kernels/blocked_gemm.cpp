@@ -120,19 +120,16 @@ void pack_b_panel(const Product& p, int64_t col0, int64_t cols, int64_t k0, int6
 // stored (K, N) is read a row at a time across the block's full panels (one stream, which the
 // prefetcher follows; panel by panel, each k was a new line 4 KB on: 14% of a dY^T X product).
 void pack_b_block(const Product& p, int64_t pb, int64_t np, int64_t k0, int64_t kc, float* b_block) {
-  int64_t full = np;  // full panels of the block (only the last panel of op(B) can be partial)
-  if (!p.trans_b && (pb + np) * kCols > p.N) --full;
-  if (!p.trans_b && full > 0) {
-    for (int64_t k = 0; k < kc; ++k) {
-      const float* src = p.B + (k0 + k) * p.ldb + pb * kCols;
-      float* dst = b_block + k * kCols;
-      for (int64_t q = 0; q < full; ++q) {
-        _mm256_store_ps(dst + q * kc * kCols, _mm256_loadu_ps(src + q * kCols));
-        _mm256_store_ps(dst + q * kc * kCols + 8, _mm256_loadu_ps(src + q * kCols + 8));
-      }
+  // The block's full panels, streamed; the rest (op(B)'s partial last panel, or every panel of a
+  // B stored (N, K)) go through pack_b_panel.
+  const int64_t full = p.trans_b ? 0 : std::min(np, p.N / kCols - pb);
+  for (int64_t k = 0; k < kc && full > 0; ++k) {
+    const float* src = p.B + (k0 + k) * p.ldb + pb * kCols;
+    float* dst = b_block + k * kCols;
+    for (int64_t q = 0; q < full; ++q) {
+      _mm256_store_ps(dst + q * kc * kCols, _mm256_loadu_ps(src + q * kCols));
+      _mm256_store_ps(dst + q * kc * kCols + 8, _mm256_loadu_ps(src + q * kCols + 8));
     }
-  } else {
-    full = 0;
   }
   for (int64_t q = full; q < np; ++q) {
     const int64_t col0 = (pb + q) * kCols;
