@@ -108,14 +108,14 @@ Var softmax(const Var& x) {
 
 namespace {
 // What both attention ops record. forward(inference, &probs) computes the output and the softmax,
-// which `weights` receives and the backward keeps (inference keeps nothing);
-// backward(dout, probs, dq, dk, dv) gets the inputs' gradient slots.
+// which `weights` receives and the backward keeps; inference without `weights` passes null and no
+// softmax is stored. backward(dout, probs, dq, dk, dv) gets the inputs' gradient slots.
 template <class Forward, class Backward>
 Var record_attention(const Var& q, const Var& k, const Var& v, Tensor* weights, Forward forward, Backward backward) {
   Tensor probs;
   const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
   const bool inference = !rg || !grad_enabled();
-  Tensor out = forward(inference, &probs);
+  Tensor out = forward(inference, inference && !weights ? nullptr : &probs);
   if (weights) *weights = probs;
   if (inference) probs = Tensor();
   return record_op(std::move(out), rg,

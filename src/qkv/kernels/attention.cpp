@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
+#include "qkv/kernels/attention_tiles.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/dropout.h"
 #include "qkv/kernels/softmax.h"
@@ -171,44 +173,66 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
   // The seed divides by math.sqrt(d_k) (a double) applied to a float tensor: divide by that float.
   const float divisor = static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
   const int64_t heads = d.B * d.H;
+  // Without probs (inference that keeps no softmax), the per-query and BLAS paths work in a thread's own rows.
+  const auto head_probs = [&](int64_t bh, std::vector<float>& own) {
+    if (probs) return probs + bh * d.Tq * d.Tk;
+    own.resize(static_cast<size_t>(d.Tq * d.Tk));
+    return own.data();
+  };
   if (key_rows.rows) {
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < heads; ++bh) {
-      const int64_t b = bh / d.H, h = bh % d.H;
-      const int32_t* rows = key_rows.rows + b * key_rows.stride;
-      attend_few_queries(d, q + b * qs.b + h * qs.h, qs.t, MappedRows{k + h * ks.h, rows, ks.b, ks.t},
-                         MappedRows{v + h * vs.h, rows, vs.b, vs.t}, out + b * os.b + h * os.h, os.t,
-                         probs + bh * d.Tq * d.Tk, mask, b, divisor);
+#pragma omp parallel
+    {
+      std::vector<float> own_probs;
+#pragma omp for schedule(static)
+      for (int64_t bh = 0; bh < heads; ++bh) {
+        const int64_t b = bh / d.H, h = bh % d.H;
+        const int32_t* rows = key_rows.rows + b * key_rows.stride;
+        attend_few_queries(d, q + b * qs.b + h * qs.h, qs.t, MappedRows{k + h * ks.h, rows, ks.b, ks.t},
+                           MappedRows{v + h * vs.h, rows, vs.b, vs.t}, out + b * os.b + h * os.h, os.t,
+                           head_probs(bh, own_probs), mask, b, divisor);
+      }
     }
     return;
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < heads; ++bh) {
-    const int64_t b = bh / d.H, h = bh % d.H;
-    const float* qh = q + b * qs.b + h * qs.h;
-    const float* kh = k + b * ks.b + h * ks.h;
-    const float* vh = v + b * vs.b + h * vs.h;
-    float* oh = out + b * os.b + h * os.h;
-    float* ph = probs + bh * d.Tq * d.Tk;  // (Tq, Tk)
-    if (inference && drop.p == 0.f && (d.Tq <= kMaxFewQueries || d.Tk <= kMaxDirectKeys)) {
-      attend_few_queries(d, qh, qs.t, StridedRows{kh, ks.t}, StridedRows{vh, vs.t}, oh, os.t, ph, mask, b, divisor);
-      continue;
+  const bool direct = inference && drop.p == 0.f;
+  const bool tiled = direct && d.Tq > kMaxFewQueries && tiles::supports(d);
+#pragma omp parallel
+  {
+    tiles::HeadScratch tile_scratch;
+    std::vector<float> own_probs;
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      const int64_t b = bh / d.H, h = bh % d.H;
+      const float* qh = q + b * qs.b + h * qs.h;
+      const float* kh = k + b * ks.b + h * ks.h;
+      const float* vh = v + b * vs.b + h * vs.h;
+      float* oh = out + b * os.b + h * os.h;
+      if (tiled) {
+        tiles::attend_head(d, qh, qs.t, kh, ks.t, vh, vs.t, oh, os.t, probs ? probs + bh * d.Tq * d.Tk : nullptr,
+                           mask, b, divisor, tile_scratch);
+        continue;
+      }
+      float* ph = head_probs(bh, own_probs);  // (Tq, Tk)
+      if (direct && (d.Tq <= kMaxFewQueries || d.Tk <= kMaxDirectKeys)) {
+        attend_few_queries(d, qh, qs.t, StridedRows{kh, ks.t}, StridedRows{vh, vs.t}, oh, os.t, ph, mask, b, divisor);
+        continue;
+      }
+      sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
+      for (int64_t i = 0; i < d.Tq; ++i) {
+        float* row = ph + i * d.Tk;
+        for (int64_t j = 0; j < d.Tk; ++j) row[j] = row[j] / divisor;
+        fill_masked(row, mask.fill, mask, b, i, d);
+        softmax_row(row, d.Tk);
+      }
+      const float* weights = ph;
+      if (drop.p > 0.f) {
+        const int slot = omp_get_thread_num() % scratch_slots;
+        float* pd = scratch + static_cast<int64_t>(slot) * d.Tq * d.Tk;
+        apply_dropout(pd, ph, d, drop, bh);
+        weights = pd;
+      }
+      sgemm(false, false, d.Tq, d.dk, d.Tk, 1.f, weights, d.Tk, vh, vs.t, 0.f, oh, os.t);
     }
-    sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
-    for (int64_t i = 0; i < d.Tq; ++i) {
-      float* row = ph + i * d.Tk;
-      for (int64_t j = 0; j < d.Tk; ++j) row[j] = row[j] / divisor;
-      fill_masked(row, mask.fill, mask, b, i, d);
-      softmax_row(row, d.Tk);
-    }
-    const float* weights = ph;
-    if (drop.p > 0.f) {
-      const int slot = omp_get_thread_num() % scratch_slots;
-      float* pd = scratch + static_cast<int64_t>(slot) * d.Tq * d.Tk;
-      apply_dropout(pd, ph, d, drop, bh);
-      weights = pd;
-    }
-    sgemm(false, false, d.Tq, d.dk, d.Tk, 1.f, weights, d.Tk, vh, vs.t, 0.f, oh, os.t);
   }
 }
 

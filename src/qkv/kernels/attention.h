@@ -39,8 +39,10 @@ struct KeyRows {
 };
 
 // scratch: scratch_slots * Tq * Tk floats, one slot per OpenMP thread (used only when dropout p > 0).
-// inference: no gradient will be taken. Heads of at most 8 queries or 128 keys without dropout
-// (decoding steps, sentences being embedded) then skip BLAS for direct dot products, and the
+// probs: (B, H, Tq, Tk), or null in inference when nothing reads the softmax (not stored then).
+// inference: no gradient will be taken. Without dropout, heads of at most 8 queries (decoding
+// steps) then skip BLAS for a dot product per key, heads of more queries and at most 128 keys
+// (sentences being embedded, prompts) go through register tiles (attention_tiles.h), and the
 // softmax uses AVX2 exp. Off in training, whose numbers then never depend on the sequence length's
 // path (and stay those of checkpoints written before these paths existed).
 // key_rows: given, the call must be inference without dropout; it always takes the direct path

@@ -233,7 +233,8 @@ Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::
             "attention cache: a reordered cache is for inference only (no gradient, no attention dropout)");
   Tensor probs;
   const Tensor out = ops::attention_forward_mapped(q.value(), cache.k.narrow(2, 0, end), cache.v.narrow(2, 0, end),
-                                                   cache.key_rows.narrow(1, 0, end), first_keys(masks, end), &probs);
+                                                   cache.key_rows.narrow(1, 0, end), first_keys(masks, end),
+                                                   weights ? &probs : nullptr);
   if (weights) *weights = probs;
   return linear(W_o, fn::combine_heads(Var(out)), packed);
 }

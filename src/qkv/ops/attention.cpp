@@ -78,11 +78,12 @@ void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Ten
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
-  *probs = Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk});
+  QKV_CHECK(probs || inference, "attention: training needs the softmax (probs) for its backward");
+  if (probs) *probs = Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk});
   const int slots = omp_get_max_threads();
   Tensor scratch = dropout.p > 0.f ? Tensor::empty(Dims{slots * d.Tq * d.Tk}) : Tensor();
   kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
-                             heads_view(out), probs->f32(), km, kernel_dropout(dropout),
+                             heads_view(out), probs ? probs->f32() : nullptr, km, kernel_dropout(dropout),
                              scratch.defined() ? scratch.f32() : nullptr, slots, inference, key_rows);
 }
 

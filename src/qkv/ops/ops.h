@@ -107,7 +107,8 @@ struct AttentionDropoutSpec {
 // q (B, H, Tq, dk), k and v (B, H, Tk, dk): may be strided views with a contiguous last dim.
 // Returns out (B, H, Tq, dk) contiguous; *probs gets the saved softmax (B, H, Tq, Tk).
 // inference: no gradient will be taken, so short heads may take the kernel's direct path and the softmax its AVX2 exp
-// (see kernels::attention_forward); training keeps one summation order for every length.
+// (see kernels::attention_forward); training keeps one summation order for every length. An inference call may
+// pass probs null when nothing reads the softmax: it is then neither allocated nor stored (the output is the same).
 Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& masks,
                          const AttentionDropoutSpec& dropout, Tensor* probs, bool inference = false);
 // Inference attention over a cache whose rows move by a map instead of being copied (beam search):
