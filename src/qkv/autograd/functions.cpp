@@ -100,6 +100,12 @@ Var layernorm(const Var& x, const Var& w, const Var& b, float eps, ops::LayerNor
                    });
 }
 
+Var add_layernorm(const Var& a, const Var& b, const Var& w, const Var& bias, float eps, ops::LayerNormVariant variant) {
+  const bool rg = a.requires_grad() || b.requires_grad() || w.requires_grad() || bias.requires_grad();
+  if (rg && grad_enabled()) return layernorm(add(a, b), w, bias, eps, variant);
+  return Var(ops::add_layernorm_forward(a.value(), b.value(), w.value(), bias.value(), eps, variant));
+}
+
 Var softmax(const Var& x) {
   Tensor y = ops::softmax_forward(x.value());
   return record_op(y, x.requires_grad(),

@@ -20,6 +20,10 @@ Var gelu_tanh(const Var& x);  // F.gelu(x, approximate='tanh')
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset);
 Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps,
               ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
+// layernorm(add(a, b)): recorded as those two ops when a gradient is being taken, else one fused op
+// (ops::add_layernorm_forward, the same bits) that skips a pass over memory.
+Var add_layernorm(const Var& a, const Var& b, const Var& weight, const Var& bias, float eps,
+                  ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
 Var softmax(const Var& x);
 // weights, when given, receives the softmax (B, H, Tq, Tk) that the op computes anyway (for pictures).
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,

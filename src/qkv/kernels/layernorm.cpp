@@ -46,23 +46,41 @@ double squared_deviations_in_double(const float* x, int64_t C, double m) {
   return sq;
 }
 
-// Shared body of both forwards. Per row, the mean and the sum of squared deviations in two passes
+// Shared body of every forward. Per row, the mean and the sum of squared deviations in two passes
 // in double (the variance of a row with a large mean stays exact); scale_of(r, sum_sq) returns the
-// factor of x - mean (and may save a statistic of row r).
+// factor of x - mean (and may save a statistic of row r). With an addend, the row normalised is
+// x + addend, summed into y's row first and normalised there (the same bits as adding apart);
+// mean and rstd may then be null (inference keeps no statistics).
 template <class Scale>
-void layernorm_forward_impl(float* y, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
-                            int64_t rows, int64_t C, Scale scale_of) {
+void layernorm_forward_impl(float* y, float* mean, float* rstd, const float* x, const float* addend,
+                            const float* weight, const float* bias, int64_t rows, int64_t C, Scale scale_of) {
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * C;
+    float* yr = y + r * C;
+    if (addend) {
+      const float* ar = addend + r * C;
+      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] + ar[c];
+      xr = yr;
+    }
     const double m = sum_in_double(xr, C) / C;
     const float rs = scale_of(r, squared_deviations_in_double(xr, C, m));
     const float mf = static_cast<float>(m);
-    float* yr = y + r * C;
     for (int64_t c = 0; c < C; ++c) yr[c] = (xr[c] - mf) * rs * weight[c] + bias[c];
-    mean[r] = mf;
-    rstd[r] = rs;
+    if (mean) mean[r] = mf;
+    if (rstd) rstd[r] = rs;
   }
+}
+
+float standard_scale(double sum_sq, int64_t C, float eps) {
+  return static_cast<float>(1.0 / std::sqrt(sum_sq / C + eps));
+}
+
+// 1 / (std + eps) with the unbiased std, which is saved when `stddev` is not null.
+float unbiased_scale(double sum_sq, int64_t C, float eps, float* stddev) {
+  const double s = std::sqrt(sum_sq / static_cast<double>(C - 1));
+  if (stddev) *stddev = static_cast<float>(s);
+  return static_cast<float>(1.0 / (s + eps));
 }
 
 // Shared body of every backward: xhat_of(r, c) returns the normalised input, rstd[r] is the factor
@@ -136,9 +154,18 @@ auto unbiased_std_term(const float* rdenom, const float* stddev, int64_t C) {
 
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* weight,
                        const float* bias, int64_t rows, int64_t C, float eps) {
-  layernorm_forward_impl(y, mean, rstd, x, weight, bias, rows, C, [=](int64_t, double sum_sq) {
-    return static_cast<float>(1.0 / std::sqrt(sum_sq / C + eps));
-  });
+  layernorm_forward_impl(y, mean, rstd, x, nullptr, weight, bias, rows, C,
+                         [=](int64_t, double sum_sq) { return standard_scale(sum_sq, C, eps); });
+}
+
+void add_layernorm_forward(float* y, const float* a, const float* b, const float* weight, const float* bias,
+                           int64_t rows, int64_t C, float eps, bool unbiased) {
+  if (unbiased)
+    layernorm_forward_impl(y, nullptr, nullptr, a, b, weight, bias, rows, C,
+                           [=](int64_t, double sum_sq) { return unbiased_scale(sum_sq, C, eps, nullptr); });
+  else
+    layernorm_forward_impl(y, nullptr, nullptr, a, b, weight, bias, rows, C,
+                           [=](int64_t, double sum_sq) { return standard_scale(sum_sq, C, eps); });
 }
 
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
@@ -157,11 +184,8 @@ void layernorm_backward_from_output(float* dx, float* dweight, float* dbias, con
 
 void layernorm_unbiased_forward(float* y, float* mean, float* rdenom, float* stddev, const float* x,
                                 const float* weight, const float* bias, int64_t rows, int64_t C, float eps) {
-  layernorm_forward_impl(y, mean, rdenom, x, weight, bias, rows, C, [=](int64_t r, double sum_sq) {
-    const double s = std::sqrt(sum_sq / static_cast<double>(C - 1));
-    stddev[r] = static_cast<float>(s);
-    return static_cast<float>(1.0 / (s + eps));
-  });
+  layernorm_forward_impl(y, mean, rdenom, x, nullptr, weight, bias, rows, C,
+                         [=](int64_t r, double sum_sq) { return unbiased_scale(sum_sq, C, eps, stddev + r); });
 }
 
 void layernorm_unbiased_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,

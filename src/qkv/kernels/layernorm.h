@@ -8,6 +8,12 @@ namespace qkv::kernels {
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* weight,
                        const float* bias, int64_t rows, int64_t C, float eps);
 
+// Inference's residual sub-layer end: y = layernorm(a + b) (seed 003's variant when unbiased), the
+// sum formed in y's row and normalised there, in the same operations as add then layernorm_forward
+// (the same bits), without a pass over memory for the sum or saved statistics.
+void add_layernorm_forward(float* y, const float* a, const float* b, const float* weight, const float* bias,
+                           int64_t rows, int64_t C, float eps, bool unbiased);
+
 // With xhat = (x - mean) * rstd and g = dy * weight (per row):
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
 // (the two means come from differentiating through mean and rstd, both functions of the row).

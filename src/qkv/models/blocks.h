@@ -14,7 +14,7 @@ namespace qkv::models {
 // seed model's "pre" option).
 template <class F>
 Var residual(NormPosition pos, const nn::LayerNorm& norm, const nn::Dropout& dropout, const Var& x, F&& sublayer) {
-  if (pos == NormPosition::Post) return norm.forward(fn::add(x, dropout.forward(sublayer(x))));
+  if (pos == NormPosition::Post) return norm.forward_sum(x, dropout.forward(sublayer(x)));
   return fn::add(x, dropout.forward(sublayer(norm.forward(x))));
 }
 

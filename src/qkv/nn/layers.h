@@ -48,6 +48,8 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, float eps = 1e-5f, ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
   Var forward(const Var& x) const { return fn::layernorm(x, weight, bias, eps_, variant_); }
+  // forward(x + y), in one fused op when no gradient is being taken (fn::add_layernorm).
+  Var forward_sum(const Var& x, const Var& y) const { return fn::add_layernorm(x, y, weight, bias, eps_, variant_); }
   Var weight, bias;
 
  private:

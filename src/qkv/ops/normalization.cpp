@@ -46,6 +46,24 @@ LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const T
   return out;
 }
 
+Tensor add_layernorm_forward(const Tensor& a_in, const Tensor& b_in, const Tensor& weight, const Tensor& bias, float eps,
+                             LayerNormVariant variant) {
+  QKV_CHECK(a_in.shape() == b_in.shape(), "add + layernorm: operands " << a_in.shape() << " and " << b_in.shape()
+                                                                       << " differ in shape");
+  QKV_CHECK(a_in.dim() >= 1, "add + layernorm: input must have at least one dim, got " << a_in.shape());
+  const int64_t C = a_in.size(-1);
+  QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
+            "add + layernorm: input " << a_in.shape() << " needs weight and bias (" << C << "), got "
+                                      << weight.shape() << " and " << bias.shape());
+  const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
+  QKV_CHECK(!unbiased || C >= 2, "add + layernorm (seed003, unbiased std): the last dim of input "
+                                     << a_in.shape() << " must be at least 2");
+  const Tensor a = a_in.contiguous(), b = b_in.contiguous(), w = weight.contiguous(), bi = bias.contiguous();
+  Tensor y = Tensor::empty(a.shape());
+  kernels::add_layernorm_forward(y.f32(), a.f32(), b.f32(), w.f32(), bi.f32(), a.numel() / C, C, eps, unbiased);
+  return y;
+}
+
 void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight, const LayerNormOut& saved,
                         Tensor* dx, Tensor* dweight, Tensor* dbias) {
   QKV_CHECK(dy_in.shape() == x_in.shape(), "layernorm backward: grad " << dy_in.shape() << " vs input " << x_in.shape());

@@ -75,6 +75,10 @@ LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tens
                                LayerNormVariant variant = LayerNormVariant::Standard);
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormOut& saved,
                         Tensor* dx, Tensor* dweight, Tensor* dbias);
+// Inference: layernorm(a + b) for a and b of one shape, in one pass per row (kernels::add_layernorm_forward:
+// the bits of add then layernorm_forward), keeping no statistics for a backward.
+Tensor add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& weight, const Tensor& bias, float eps,
+                             LayerNormVariant variant = LayerNormVariant::Standard);
 
 // The same gradients from the output y (saved instead of x, so x can be freed). Recovering
 // xhat = (y - bias) / weight costs about eps_f32 * (|xhat| + |bias / weight|) of accuracy, so this
