@@ -124,6 +124,27 @@ TEST(AttentionTiles, RowsDoNotDependOnTheirTile) {
     }
 }
 
+// Inference that keeps no softmax passes probs null: every path (a few queries, tiles, BLAS past 128
+// keys) gives the output it gives with probs.
+TEST(AttentionWithoutProbs, EveryInferencePathGivesTheSameOutput) {
+  std::mt19937 gen(13);
+  for (const Case& c : {Case{32, 3, 20, true, false}, Case{32, 20, 20, false, true}, Case{16, 12, 130, true, false}}) {
+    const Heads x = random_heads(c, gen);
+    const AttentionDims& d = x.d;
+    AttentionMask mask;
+    mask.key_keep = x.key_keep.data();
+    mask.query_keep = c.drop_queries ? x.query_keep.data() : nullptr;
+    mask.causal = c.causal;
+    const HeadsView qs{d.H * d.Tq * d.dk, d.Tq * d.dk, d.dk}, cache{d.H * x.capacity * d.dk, x.capacity * d.dk, d.dk};
+    std::vector<float> out(d.B * d.H * d.Tq * d.dk), bare(out.size()), probs(d.B * d.H * d.Tq * d.Tk);
+    attention_forward(d, x.q.data(), qs, x.k.data(), cache, x.v.data(), cache, out.data(), qs, probs.data(), mask, {},
+                      nullptr, 1, true);
+    attention_forward(d, x.q.data(), qs, x.k.data(), cache, x.v.data(), cache, bare.data(), qs, nullptr, mask, {},
+                      nullptr, 1, true);
+    EXPECT_EQ(out, bare) << "dk " << c.dk << " Tq " << c.Tq << " Tk " << c.Tk;
+  }
+}
+
 TEST(AttentionTiles, TakesOnlyHeadsItCovers) {
   EXPECT_TRUE(tiles::supports({1, 1, 20, 128, 64}));
   EXPECT_FALSE(tiles::supports({1, 1, 20, 129, 64}));  // BLAS past 128 keys
