@@ -93,18 +93,6 @@ void value_tile(const float* const p[kRows], const float* v, int64_t v_stride, i
     for (int n = 0; n < NV; ++n) _mm256_storeu_ps(out[r] + c0 + 8 * n, acc[r][n]);
 }
 
-float max_of_lanes(__m256 m) {
-  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-}
-
-float sum_of_lanes(__m256 s) {
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, s);
-  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-}
-
 // The masks applied to the tile's score rows (row r: query query[r]), then softmax in place, the
 // rows interleaved so that their reductions overlap. Masked keys get the fill, as masked_fill does
 // (a dropped query: every key); keys past Tk get -inf, so exp gives them exactly 0.
@@ -136,7 +124,7 @@ void masked_softmax_rows(float* scores, const int64_t query[kRows], const Attent
     }
     key_index = _mm256_add_ps(key_index, _mm256_set1_ps(8.f));
   }
-  for (int r = 0; r < kRows; ++r) shift[r] = _mm256_set1_ps(max_of_lanes(m[r]));
+  for (int r = 0; r < kRows; ++r) shift[r] = _mm256_set1_ps(simd::max_lanes(m[r]));
   for (int64_t j = 0; j < Tkp; j += 8)
     for (int r = 0; r < kRows; ++r) {
       float* row = scores + r * Tkp;
@@ -144,7 +132,7 @@ void masked_softmax_rows(float* scores, const int64_t query[kRows], const Attent
       _mm256_storeu_ps(row + j, e);
       sum[r] = _mm256_add_ps(sum[r], e);
     }
-  for (int r = 0; r < kRows; ++r) sum[r] = _mm256_set1_ps(1.f / sum_of_lanes(sum[r]));
+  for (int r = 0; r < kRows; ++r) sum[r] = _mm256_set1_ps(1.f / simd::sum_lanes(sum[r]));
   for (int64_t j = 0; j < Tkp; j += 8)
     for (int r = 0; r < kRows; ++r) {
       float* row = scores + r * Tkp;

@@ -12,10 +12,7 @@ float row_max(const float* x, int64_t C) {
   __m256 m = simd::splat(-std::numeric_limits<float>::infinity());
   int64_t c = 0;
   for (; c + 8 <= C; c += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + c));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m);
-  float mx = lanes[0];
-  for (int i = 1; i < 8; ++i) mx = lanes[i] > mx ? lanes[i] : mx;
+  float mx = simd::max_lanes(m);
   for (; c < C; ++c) mx = x[c] > mx ? x[c] : mx;
   return mx;
 }

@@ -11,10 +11,7 @@ void softmax_row(float* row, int64_t C) {
   __m256 m = simd::splat(-std::numeric_limits<float>::infinity());
   int64_t c = 0;
   for (; c + 8 <= C; c += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row + c));
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m);
-  float mx = lanes[0];
-  for (int i = 1; i < 8; ++i) mx = lanes[i] > mx ? lanes[i] : mx;
+  float mx = simd::max_lanes(m);
   for (; c < C; ++c) mx = row[c] > mx ? row[c] : mx;
   const __m256 shift = simd::splat(mx);
   __m256 sum8 = _mm256_setzero_ps();
@@ -23,8 +20,7 @@ void softmax_row(float* row, int64_t C) {
     _mm256_storeu_ps(row + c, e);
     sum8 = _mm256_add_ps(sum8, e);
   }
-  _mm256_store_ps(lanes, sum8);
-  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  float sum = simd::sum_lanes(sum8);
   for (; c < C; ++c) {
     row[c] = std::exp(row[c] - mx);
     sum += row[c];

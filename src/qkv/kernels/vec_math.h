@@ -31,6 +31,23 @@ inline __m256 select(__m256 mask, __m256 if_true, __m256 if_false) { return _mm2
 inline __m256 min_keep_nan(float bound, __m256 x) { return _mm256_min_ps(splat(bound), x); }
 inline __m256 max_keep_nan(float bound, __m256 x) { return _mm256_max_ps(splat(bound), x); }
 
+// The largest of the 8 lanes, lane 0 first and then each lane that compares greater (a NaN lane
+// after lane 0 is passed over, as in a scalar loop over the row).
+inline float max_lanes(__m256 m) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float mx = lanes[0];
+  for (int i = 1; i < 8; ++i) mx = lanes[i] > mx ? lanes[i] : mx;
+  return mx;
+}
+
+// The sum of the 8 lanes as a pairwise tree: ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).
+inline float sum_lanes(__m256 s) {
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, s);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
 // exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]. With FMA, n * ln2_hi
 // is exact and x - n * ln2_hi (23 significant bits at most) too; ln2_lo adds the rest of ln 2.
 // The result is kept apart as mantissa * scale1 * scale2 with n = n1 + n2 so that each power of two
