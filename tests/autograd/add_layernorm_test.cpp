@@ -45,6 +45,33 @@ TEST(AddLayerNorm, RecordsAddAndLayerNormWhenTakingAGradient) {
   EXPECT_FLOAT_EQ(bias.grad().f32()[0], 4.f) << "dbias sums dy over the 4 rows";
 }
 
+TEST(AddLayerNorm, NamesAWrongWeightAndAOneValueUnbiasedRow) {
+  const Tensor x = Tensor::full(Dims{2, 4}, 1.f), w3 = Tensor::full(Dims{3}, 1.f);
+  EXPECT_THROW(
+      {
+        try {
+          ops::add_layernorm_forward(x, x, w3, w3, 1e-5f);
+        } catch (const std::exception& e) {
+          EXPECT_NE(std::string(e.what()).find("add + layernorm: input (2, 4) needs weight and bias (4)"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      std::exception);
+  const Tensor one = Tensor::full(Dims{2, 1}, 1.f), w1 = Tensor::full(Dims{1}, 1.f);
+  EXPECT_THROW(
+      {
+        try {
+          ops::add_layernorm_forward(one, one, w1, w1, 1e-5f, ops::LayerNormVariant::UnbiasedStd);
+        } catch (const std::exception& e) {
+          EXPECT_NE(std::string(e.what()).find("must be at least 2"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      std::exception);
+}
+
 TEST(AddLayerNorm, NamesMismatchedShapes) {
   const Tensor a = Tensor::full(Dims{2, 4}, 1.f), b = Tensor::full(Dims{2, 3}, 1.f), w = Tensor::full(Dims{4}, 1.f);
   EXPECT_THROW(

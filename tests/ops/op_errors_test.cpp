@@ -90,6 +90,14 @@ TEST_F(OpErrors, MappedAttentionRefusesRowsOutsideTheCacheAndLongQueries) {
   EXPECT_EQ(out.shape(), (Dims{2, 2, 1, 4}));
 }
 
+// Only inference may skip the softmax: a training forward needs it for its backward.
+TEST_F(OpErrors, AttentionWithoutProbsIsRefusedInTraining) {
+  const Tensor q = leaf({1, 2, 3, 4}).value();
+  EXPECT_TRUE(throws_with([&] { ops::attention_forward(q, q, q, {}, {}, nullptr, /*inference=*/false); },
+                          {"attention", "training needs the softmax"}));
+  EXPECT_EQ(ops::attention_forward(q, q, q, {}, {}, nullptr, /*inference=*/true).shape(), (Dims{1, 2, 3, 4}));
+}
+
 TEST_F(OpErrors, AttentionShapeMismatchNamesOpAndBothShapes) {
   const ops::AttentionMasks none;
   // dk differs between q and k.

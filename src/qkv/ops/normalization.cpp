@@ -20,19 +20,26 @@ struct GradSlots {
     accumulate_dx = prepare_slot(dx, x_shape);
   }
 };
+
+// The normalised dim C of input x for a forward named `op`, after checking x, weight and bias.
+int64_t checked_norm_dim(const Tensor& x, const Tensor& weight, const Tensor& bias, LayerNormVariant variant,
+                         const char* op) {
+  QKV_CHECK(x.dim() >= 1, op << ": input must have at least one dim, got " << x.shape());
+  const int64_t C = x.size(-1);
+  QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
+            op << ": input " << x.shape() << " needs weight and bias (" << C << "), got " << weight.shape() << " and "
+               << bias.shape());
+  QKV_CHECK(variant != LayerNormVariant::UnbiasedStd || C >= 2,
+            op << " (seed003, unbiased std): the last dim of input " << x.shape()
+               << " must be at least 2, the unbiased std of " << C << " value is undefined");
+  return C;
+}
 }  // namespace
 
 LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, float eps,
                                LayerNormVariant variant) {
-  QKV_CHECK(x_in.dim() >= 1, "layernorm: input must have at least one dim, got " << x_in.shape());
-  const int64_t C = x_in.size(-1);
-  QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
-            "layernorm: input " << x_in.shape() << " needs weight and bias (" << C << "), got " << weight.shape()
-                                << " and " << bias.shape());
+  const int64_t C = checked_norm_dim(x_in, weight, bias, variant, "layernorm");
   const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
-  QKV_CHECK(!unbiased || C >= 2, "layernorm (seed003, unbiased std): the last dim of input "
-                                     << x_in.shape() << " must be at least 2, the unbiased std of " << C
-                                     << " value is undefined");
   const Tensor x = x_in.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   const int64_t rows = x.numel() / C;
   LayerNormOut out{Tensor::empty(x.shape()), Tensor::empty(Dims{rows}), Tensor::empty(Dims{rows}), Tensor(), variant};
@@ -50,14 +57,8 @@ Tensor add_layernorm_forward(const Tensor& a_in, const Tensor& b_in, const Tenso
                              LayerNormVariant variant) {
   QKV_CHECK(a_in.shape() == b_in.shape(), "add + layernorm: operands " << a_in.shape() << " and " << b_in.shape()
                                                                        << " differ in shape");
-  QKV_CHECK(a_in.dim() >= 1, "add + layernorm: input must have at least one dim, got " << a_in.shape());
-  const int64_t C = a_in.size(-1);
-  QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
-            "add + layernorm: input " << a_in.shape() << " needs weight and bias (" << C << "), got "
-                                      << weight.shape() << " and " << bias.shape());
+  const int64_t C = checked_norm_dim(a_in, weight, bias, variant, "add + layernorm");
   const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
-  QKV_CHECK(!unbiased || C >= 2, "add + layernorm (seed003, unbiased std): the last dim of input "
-                                     << a_in.shape() << " must be at least 2");
   const Tensor a = a_in.contiguous(), b = b_in.contiguous(), w = weight.contiguous(), bi = bias.contiguous();
   Tensor y = Tensor::empty(a.shape());
   kernels::add_layernorm_forward(y.f32(), a.f32(), b.f32(), w.f32(), bi.f32(), a.numel() / C, C, eps, unbiased);
