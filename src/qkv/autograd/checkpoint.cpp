@@ -1,6 +1,6 @@
 #include "qkv/autograd/checkpoint.h"
 
-#include "qkv/ops/ops.h"
+#include "qkv/autograd/functions.h"
 
 namespace qkv::fn {
 
@@ -18,7 +18,7 @@ Var checkpoint(const std::function<Var(const Var&)>& f, const Var& x, const std:
     Var input(xv, /*requires_grad=*/xc != nullptr);
     const Var out = f(input);
     replay.backward(out, dy);
-    if (xc) ops::accumulate(input.grad(), &xc->grad);
+    if (xc) accumulate_grad(xc, input.grad());  // input dies here: its buffer can be handed on
   });
 }
 

@@ -8,6 +8,14 @@ using Cell = std::shared_ptr<GradCell>;
 Tensor* slot(const Cell& c) { return c ? &c->grad : nullptr; }
 }  // namespace
 
+void accumulate_grad(const std::shared_ptr<GradCell>& cell, const Tensor& dy) {
+  if (!cell->is_leaf && !cell->grad.defined() && dy.fills_its_buffer()) {
+    cell->grad = dy;
+    return;
+  }
+  ops::accumulate(dy, &cell->grad);
+}
+
 Var linear(const Var& x, const Var& w, const Var& b) {
   Tensor y = ops::linear_forward(x.value(), w.value(), b.defined() ? b.value() : Tensor());
   const bool rg = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
@@ -37,8 +45,8 @@ Var embedding(const Var& table, const Tensor& ids, int32_t padding_idx) {
 Var add(const Var& a, const Var& b) {
   Tensor y = ops::add_forward(a.value(), b.value());
   return record_op(std::move(y), a.requires_grad() || b.requires_grad(), [ac = a.cell(), bc = b.cell()](const Tensor& dy) {
-    if (ac) ops::accumulate(dy, &ac->grad);
-    if (bc) ops::accumulate(dy, &bc->grad);
+    if (ac) accumulate_grad(ac, dy);
+    if (bc) accumulate_grad(bc, dy);
   });
 }
 
@@ -166,25 +174,25 @@ Var masked_fill(const Var& scores, const ops::AttentionMasks& masks) {
 Var split_heads(const Var& x, int64_t num_heads) {
   // The forward is a view; its gradient (B, H, T, dk) is laid back out as (B, T, D).
   return record_op(ops::split_heads(x.value(), num_heads), x.requires_grad(),
-                   [xc = x.cell()](const Tensor& dy) { ops::accumulate(ops::combine_heads(dy), &xc->grad); });
+                   [xc = x.cell()](const Tensor& dy) { accumulate_grad(xc, ops::combine_heads(dy)); });
 }
 
 Var combine_heads(const Var& x) {
   const int64_t heads = x.size(1);
   return record_op(ops::combine_heads(x.value()), x.requires_grad(), [xc = x.cell(), heads](const Tensor& dy) {
-    ops::accumulate(ops::split_heads(dy, heads).contiguous(), &xc->grad);
+    accumulate_grad(xc, ops::split_heads(dy, heads).contiguous());
   });
 }
 
 Var add_positional(const Var& x, const Tensor& table) {
   return record_op(ops::add_positional_forward(x.value(), table), x.requires_grad(),
-                   [xc = x.cell()](const Tensor& dy) { ops::accumulate(dy, &xc->grad); });
+                   [xc = x.cell()](const Tensor& dy) { accumulate_grad(xc, dy); });
 }
 
 Var reshape(const Var& x, const Dims& shape) {
   const Tensor y = x.value().contiguous().reshape(shape);
   return record_op(y, x.requires_grad(), [xc = x.cell(), in_shape = x.shape()](const Tensor& dy) {
-    ops::accumulate(dy.contiguous().reshape(in_shape), &xc->grad);
+    accumulate_grad(xc, dy.contiguous().reshape(in_shape));
   });
 }
 

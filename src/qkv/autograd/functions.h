@@ -8,6 +8,14 @@
 
 namespace qkv::fn {
 
+// Adds dy into cell's gradient. The first gradient of an intermediate takes dy's buffer instead of a
+// copy (a residual add hands its output gradient to both inputs: two copies of (B, T, D) per
+// sub-layer before, 2-3% of a training step). Nothing writes into a gradient in place except
+// through ops::prepare_slot, which first gives a shared slot a buffer of its own. Leaves
+// (parameters, inputs under test) always get their own: optimizers, clipping and zero_grad write
+// into theirs in place.
+void accumulate_grad(const std::shared_ptr<GradCell>& cell, const Tensor& dy);
+
 Var linear(const Var& x, const Var& weight, const Var& bias);  // bias may be an undefined Var
 Var matmul(const Var& a, const Var& b, bool transpose_b = false);
 Var embedding(const Var& table, const Tensor& ids, int32_t padding_idx = -1);  // padding_idx: no gradient

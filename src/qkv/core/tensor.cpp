@@ -118,6 +118,10 @@ int64_t Tensor::size(int d) const {
 
 bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_) || numel() <= 1; }
 
+bool Tensor::fills_its_buffer() const {
+  return defined() && offset_ == 0 && is_contiguous() && static_cast<size_t>(numel()) * 4 * 2 >= buffer_->bytes;
+}
+
 void* Tensor::base() const { return static_cast<float*>(buffer_->data) + offset_; }
 
 float* Tensor::f32() {

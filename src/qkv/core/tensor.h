@@ -50,6 +50,10 @@ class Tensor {
   bool is_contiguous() const;
   // True when no other Tensor shares this storage, so it may be overwritten in place.
   bool is_unique() const { return buffer_ && buffer_->refs.load(std::memory_order_acquire) == 1; }
+  // True for a contiguous view from the start of its buffer that uses at least half of it (a fresh
+  // tensor does: the pool hands out at most twice the size asked for). Holding such a view rather
+  // than a copy keeps no large unused storage alive, as a slice of a bigger buffer would.
+  bool fills_its_buffer() const;
 
   float* f32();
   const float* f32() const;

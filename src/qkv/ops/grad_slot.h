@@ -6,10 +6,13 @@ namespace qkv::ops {
 
 // Makes *slot ready to receive a gradient of `shape`. Returns true when the caller must add into it
 // (the slot already held a gradient), false when it was freshly allocated and must be written.
+// A slot may share its buffer with another gradient (an intermediate's first gradient is taken
+// without a copy, fn::accumulate_grad): it gets a buffer of its own before anything adds into it.
 inline bool prepare_slot(Tensor* slot, const Dims& shape) {
   if (slot->defined()) {
     QKV_CHECK(slot->shape() == shape && slot->is_contiguous(),
               "gradient slot " << slot->describe() << " does not match expected shape " << shape);
+    if (!slot->is_unique()) *slot = slot->clone();
     return true;
   }
   *slot = Tensor::empty(shape);
