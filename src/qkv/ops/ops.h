@@ -4,7 +4,9 @@
 // - Shapes are PyTorch's: (B, T, D) means batch, time, model width; dim 0 outermost.
 // - Every backward takes gradient slots `Tensor* dX`: a null slot is skipped; an undefined tensor is
 //   allocated and written; a defined one is accumulated into (+=). This is how a tensor used twice
-//   collects both gradients.
+//   collects both gradients. A defined slot may share its buffer with another gradient
+//   (fn::accumulate_grad hands an intermediate its first gradient without a copy): write into a
+//   slot only after prepare_slot (grad_slot.h), which gives a shared one a buffer of its own.
 // - A shape mismatch throws qkv::Error naming the op and both shapes.
 // - Ops call kernels (raw loops); nn modules never call kernels, only ops through autograd.
 #pragma once
