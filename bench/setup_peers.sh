@@ -2,44 +2,63 @@
 # Creates (once, cached) the virtual environment the benchmarks use for their peers: PyTorch 2.x,
 # transformers, safetensors, numpy (decoder-only benchmarks), sentence-transformers and ctranslate2
 # (bench_embed), ctranslate2 and sentencepiece (bench_translate) from PyPI. Idempotent: a second run
-# only checks that the packages import; a venv made before a package was added here gets just the
-# missing ones. Not part of CI.
+# only checks that the packages import at the pinned versions; a venv made before a package was
+# added or a pin moved gets just what differs. Prints the installed versions at the end. Not part of CI.
 #
 #   bench/setup_peers.sh [VENV]        # default: build/bench-venv
 #
+# The peers are pinned to the versions the figures in README.md and docs/performance.md were
+# measured with (torch 2.15.0, transformers 5.23.0, sentence-transformers 6.2.0, CTranslate2 4.8.5);
+# QKV_PEER_TORCH, QKV_PEER_TRANSFORMERS, QKV_PEER_SENTENCE_TRANSFORMERS and QKV_PEER_CTRANSLATE2
+# override a pin (say which versions you measured with). safetensors, numpy and sentencepiece are
+# helpers, not timed, and take what pip resolves.
 # PyPI's torch for Linux brings CUDA wheels (several GB); set QKV_TORCH_INDEX to use another
-# index, e.g. https://download.pytorch.org/whl/cpu for the CPU-only wheels.
+# index, e.g. https://download.pytorch.org/whl/cpu for the CPU-only wheels (torch 2.15.0+cpu).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${1:-$root/build/bench-venv}"
 python="${PYTHON:-python3}"
+TORCH=${QKV_PEER_TORCH:-2.15.0}
+TRANSFORMERS=${QKV_PEER_TRANSFORMERS:-5.23.0}
+SENTENCE_TRANSFORMERS=${QKV_PEER_SENTENCE_TRANSFORMERS:-6.2.0}
+CTRANSLATE2=${QKV_PEER_CTRANSLATE2:-4.8.5}
 
+# Imports everything and prints the versions; fails when a peer is not at its pin (torch's local
+# label, +cpu or +cu..., is ignored).
 check() {
-  "$venv/bin/python" - <<'PY'
+  "$venv/bin/python" - "$TORCH" "$TRANSFORMERS" "$SENTENCE_TRANSFORMERS" "$CTRANSLATE2" <<'PY'
+import sys
 import torch, transformers, safetensors, numpy, sentence_transformers, ctranslate2, sentencepiece
-assert int(torch.__version__.split(".")[0]) >= 2, torch.__version__
+pins = dict(zip(["torch", "transformers", "sentence-transformers", "ctranslate2"], sys.argv[1:]))
+have = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
+        "sentence-transformers": sentence_transformers.__version__, "ctranslate2": ctranslate2.__version__}
 print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
       f"safetensors {safetensors.__version__}, numpy {numpy.__version__}, "
       f"sentence-transformers {sentence_transformers.__version__}, ctranslate2 {ctranslate2.__version__}, "
       f"sentencepiece {sentencepiece.__version__}")
+off = [f"{k} {have[k]} (pinned {v})" for k, v in pins.items() if have[k] != v]
+if off:
+    sys.exit("not at the pinned versions: " + ", ".join(off))
 PY
 }
 
-if [ -x "$venv/bin/python" ] && check 2>/dev/null; then
-  echo "bench peers ready in $venv"
+if [ -x "$venv/bin/python" ] && check >/dev/null 2>&1; then
+  echo "bench peers ready in $venv:"
+  check
   exit 0
 fi
 
 mkdir -p "$(dirname "$venv")"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --upgrade pip >/dev/null
-# torch first, from the chosen index; an existing torch 2.x is kept (pip sees it satisfied).
+# torch first, from the chosen index.
 if [ -n "${QKV_TORCH_INDEX:-}" ]; then
-  "$venv/bin/python" -m pip install --index-url "$QKV_TORCH_INDEX" 'torch>=2,<3'
+  "$venv/bin/python" -m pip install --index-url "$QKV_TORCH_INDEX" "torch==$TORCH"
 else
-  "$venv/bin/python" -m pip install 'torch>=2,<3'
+  "$venv/bin/python" -m pip install "torch==$TORCH"
 fi
-# torch's requirement repeated, so that no dependency of these takes torch out of 2.x.
-"$venv/bin/python" -m pip install transformers safetensors numpy 'sentence-transformers>=3' ctranslate2 sentencepiece 'torch>=2,<3'
+# torch's pin repeated, so that no dependency of these moves it.
+"$venv/bin/python" -m pip install "transformers==$TRANSFORMERS" safetensors numpy \
+  "sentence-transformers==$SENTENCE_TRANSFORMERS" "ctranslate2==$CTRANSLATE2" sentencepiece "torch==$TORCH"
+echo "bench peers ready in $venv:"
 check
-echo "bench peers ready in $venv"
