@@ -81,9 +81,17 @@ def test_int8_generation_equals_the_cli_and_bad_precision_is_refused(lm_checkpoi
 
 def test_a_stream_dropped_early_stops_cleanly(lm_checkpoint):
     generator = qkv.Generator(lm_checkpoint)
-    stream = generator.generate("the", max_new_tokens=30, stream=True)
-    next(iter(stream), None)
-    del stream  # the worker stops at its next token; nothing hangs or crashes
+    # Sampled: the small model's greedy continuations are empty, and a stream that has ended tests
+    # nothing about dropping one early.
+    full = generator.generate("the light", max_new_tokens=30, sample=True, seed=3)
+    stream = generator.generate("the light", max_new_tokens=30, sample=True, seed=3, stream=True)
+    first = next(iter(stream))
+    # Dropped with more to come: the first piece is a proper prefix of the whole continuation.
+    assert first and full.startswith(first) and len(first) < len(full)
+    del stream  # the worker stops at its next token and is joined; nothing hangs or crashes
+    # The generator is unharmed: the same request gives the same continuation, streamed or not.
+    assert generator.generate("the light", max_new_tokens=30, sample=True, seed=3) == full
+    assert "".join(generator.generate("the light", max_new_tokens=30, sample=True, seed=3, stream=True)) == full
 
 
 def test_generate_errors_are_value_errors(lm_checkpoint):
