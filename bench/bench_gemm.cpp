@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 using qkv::bench::median;
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int reps = 7, threads = 2;
   const char* only = nullptr;
   for (int i = 1; i < argc; ++i) {
@@ -70,5 +70,13 @@ int main(int argc, char** argv) {
     ratios.push_back(q / o);
     std::printf("%-38s %9.1f %9.1f %6.2fx %10.1e\n", s.name, q, o, q / o, scale > 0 ? diff / scale : diff);
   }
+  if (ratios.empty()) {
+    std::fprintf(stderr, "bench_gemm: no shape matches --only %s\n", only ? only : "");
+    return 1;
+  }
   std::printf("%-38s %9s %9s %6.2fx\n", "median ratio", "", "", median(ratios));
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+  return 1;
 }

@@ -7,12 +7,14 @@
 //
 // Usage: bench_generate [--threads T] [--reps R] [--new-tokens N] [--prompt P] [--batches 1,16]
 //                       [--layers L] [--d-model D] [--heads H] [--vocab V] [--context C]
-//                       [--python PATH] [--no-hf] [--int8]
+//                       [--python PATH] [--no-hf] [--int8] [--bandwidth-mib M]
 // Defaults: GPT-2 small (12 layers, d_model 768, 12 heads, d_ff 3072, vocabulary 50257, context 1024,
-// learned positions, GELU tanh, tied output), prompt 16, 256 new tokens, 3 reps, 2 threads.
+// learned positions, GELU tanh, tied output), prompt 16, 256 new tokens, 3 reps, 2 threads; the
+// bandwidth is measured over M = 1024 MiB (a smaller M for a quick check: CTest's bench.generate).
 // qkv's loop is the greedy one (decoding::generate without stopping at EOS): prefill, then one
-// step per token, argmax of each row. The peer is `PYTHON bench/generate_hf.py`:
-// GPT2LMHeadModel(GPT2Config(...)).generate(do_sample=False, max_new_tokens=N, min_new_tokens=N).
+// step per token, argmax of each row. The peer is `PYTHON bench/generate_hf.py --serve`:
+// GPT2LMHeadModel(GPT2Config(...)).generate(do_sample=False, max_new_tokens=N, min_new_tokens=N),
+// one process per batch size, its runs alternating with qkv's (bench_common.h, PeerProcess).
 // Both sides read the same prompt ids: row r, position t holds (r * 7919 + t * 104729 + 12345) % V.
 // --int8 adds a row for qkv with int8 products (`qkv generate --quantize int8`); its batch-1 bound
 // counts the int8 weights (1 byte + a float scale per output channel) and the float cache.
@@ -23,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -40,6 +43,7 @@ using namespace qkv;
 namespace {
 struct Args {
   int threads = 2, reps = 3;
+  int64_t bandwidth_mib = 1024;
   int64_t new_tokens = 256, prompt = 16, layers = 12, d_model = 768, heads = 12, vocab = 50257, context = 1024;
   std::vector<int64_t> batches = {1, 16};
   bool hf = true, int8 = false;
@@ -54,14 +58,14 @@ using bench::median;
 using bench::peak_rss_gb;
 
 // Memory bandwidth on `threads` threads, best of 5 (as STREAM reports): a read-only sweep of 1 GiB
-// (what a batch-1 decoding step does to the weights) and a triad a = b + s * c over 3 x 341 MiB;
-// the bound uses the higher of the two.
+// (what a batch-1 decoding step does to the weights) and a triad a = b + s * c over 3 x 341 MiB
+// (by default: `mib` sets the total); the bound uses the higher of the two.
 struct Bandwidth {
   double read_gbs = 0, triad_gbs = 0;
   double best() const { return std::max(read_gbs, triad_gbs); }  // the bound uses the higher one
 };
-Bandwidth measure_bandwidth(int threads) {
-  const size_t n = (size_t{1} << 30) / sizeof(float);
+Bandwidth measure_bandwidth(int threads, int64_t mib) {
+  const size_t n = (static_cast<size_t>(mib) << 20) / sizeof(float);
   std::vector<float> buf(n, 1.f);
   const auto parallel = [&](auto&& body) {
     std::vector<std::thread> ts;
@@ -148,7 +152,7 @@ GenTiming generate_greedy(const models::CausalLM& model, const std::vector<std::
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   Args a;
   for (int i = 1; i < argc; ++i) {
     auto str = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -165,19 +169,22 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--no-hf")) a.hf = false;
     else if (!std::strcmp(argv[i], "--int8")) a.int8 = true;
+    else if (!std::strcmp(argv[i], "--bandwidth-mib")) a.bandwidth_mib = num();
     else if (!std::strcmp(argv[i], "--batches")) {
       a.batches.clear();
       std::stringstream ss(str());
       for (std::string item; std::getline(ss, item, ',');) a.batches.push_back(std::stoll(item));
     } else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
   }
-  if (a.reps < 1 || a.new_tokens < 1 || a.prompt < 1 || a.batches.empty() || a.prompt + a.new_tokens > a.context) {
-    std::fprintf(stderr, "need --reps, --new-tokens, --prompt >= 1, batches, prompt + new tokens <= context\n");
+  if (a.reps < 1 || a.new_tokens < 1 || a.prompt < 1 || a.batches.empty() || a.prompt + a.new_tokens > a.context ||
+      a.bandwidth_mib < 1 || a.threads < 1) {
+    std::fprintf(stderr, "need --reps, --new-tokens, --prompt, --bandwidth-mib, --threads >= 1, batches, prompt + new "
+                         "tokens <= context\n");
     return 2;
   }
   set_num_threads(a.threads);
 
-  const Bandwidth bw = measure_bandwidth(a.threads);
+  const Bandwidth bw = measure_bandwidth(a.threads, a.bandwidth_mib);
 
   models::TransformerConfig config = models::decoder_only_defaults();
   config.tgt_vocab_size = config.src_vocab_size = a.vocab;
@@ -211,10 +218,10 @@ int main(int argc, char** argv) {
               static_cast<long long>(a.layers), static_cast<long long>(a.d_model), static_cast<long long>(a.heads),
               static_cast<long long>(config.d_ff), static_cast<long long>(a.vocab), static_cast<long long>(a.context),
               params / 1e6, static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), a.threads);
-  std::printf("memory bandwidth (%d threads, best of 5): read %.1f GB/s, triad %.1f GB/s; batch 1 reads %.0f MB per token "
-              "(weights %.0f MB + cache %.1f MB) -> at most %.1f tokens/s\n",
-              a.threads, bw.read_gbs, bw.triad_gbs, bytes_per_token / 1e6, weight_bytes / 1e6, kv_bytes / 1e6,
-              bw.best() * 1e9 / bytes_per_token);
+  std::printf("memory bandwidth (%d threads, best of 5 over %lld MiB): read %.1f GB/s, triad %.1f GB/s; batch 1 reads %.0f "
+              "MB per token (weights %.0f MB + cache %.1f MB) -> at most %.1f tokens/s\n",
+              a.threads, static_cast<long long>(a.bandwidth_mib), bw.read_gbs, bw.triad_gbs, bytes_per_token / 1e6,
+              weight_bytes / 1e6, kv_bytes / 1e6, bw.best() * 1e9 / bytes_per_token);
   std::fflush(stdout);
 
   // int8 weights: a byte per weight and a float scale per output channel (every matrix is d_in x
@@ -228,85 +235,90 @@ int main(int argc, char** argv) {
   }
   const double int8_bytes_per_token = int8_weight_bytes + kv_bytes;
 
-  const auto run_qkv = [&](nn::LinearPrecision precision, const char* label, double bytes_per_token_read) {
-    std::map<int64_t, double> tps;
-    for (int64_t B : a.batches) {
-      const auto prompts = prompts_of(B, a.prompt, a.vocab);
-      generate_greedy(model, prompts, std::min<int64_t>(a.new_tokens, 8), nullptr, precision);  // warm-up
-      std::vector<double> total, prefill, step;
-      std::vector<std::vector<int32_t>> out;
-      for (int r = 0; r < a.reps; ++r) {
-        const GenTiming t = generate_greedy(model, prompts, a.new_tokens, &out, precision);
-        total.push_back(t.total);
-        prefill.push_back(t.prefill);
-        step.push_back((t.total - t.prefill) / std::max<int64_t>(1, a.new_tokens - 1));
-      }
-      tps[B] = B * a.new_tokens / median(total);
-      std::printf("%-8s batch %2lld: %.2f s (median of %d)  %.1f tokens/s  (prefill %.3f s, %.1f ms per step)", label,
-                  static_cast<long long>(B), median(total), a.reps, tps[B], median(prefill), median(step) * 1e3);
-      const double bound = bw.best() * 1e9 / bytes_per_token_read;
-      if (B == 1)
-        std::printf("  = %.2f of the bandwidth bound (steps only: %.2f)", tps[B] / bound, 1.0 / median(step) / bound);
-      std::printf("\n");
-      std::fflush(stdout);
-    }
+  // Per batch size: both sides warmed up, then qkv's run, qkv's int8 run (--int8) and
+  // transformers' run in turn, --reps times (bench_common.h: PeerProcess, a fresh peer process per
+  // batch size started with --serve), so a drift in the shared machine's speed reaches every side
+  // alike; each side's median is printed.
+  const double bound = bw.best() * 1e9 / bytes_per_token, int8_bound = bw.best() * 1e9 / int8_bytes_per_token;
+  if (a.int8)
+    std::printf("qkv int8 reads %.0f MB per token at batch 1 -> at most %.1f tokens/s\n", int8_bytes_per_token / 1e6,
+                int8_bound);
+  struct Side {
+    std::vector<double> total, prefill, step;
+  };
+  std::map<int64_t, double> qkv_tps, int8_tps, hf_tps;
+  std::map<int64_t, std::vector<double>> qkv_totals, hf_totals;
+  double hf_rss = 0;
+  std::string hf_versions;
+  const auto print_qkv = [&](const char* label, int64_t B, const Side& s, double bound_here) {
+    const double tps = B * a.new_tokens / median(s.total);
+    std::printf("%-8s batch %2lld: %.2f s (median of %d)  %.1f tokens/s  (prefill %.3f s, %.1f ms per step)", label,
+                static_cast<long long>(B), median(s.total), a.reps, tps, median(s.prefill), median(s.step) * 1e3);
+    if (B == 1)
+      std::printf("  = %.2f of the bandwidth bound (steps only: %.2f)", tps / bound_here, 1.0 / median(s.step) / bound_here);
+    std::printf("\n");
     return tps;
   };
-  const std::map<int64_t, double> qkv_tps = run_qkv(nn::LinearPrecision::Float32, "qkv", bytes_per_token);
-  std::map<int64_t, double> int8_tps;
-  if (a.int8) {
-    std::printf("qkv int8 reads %.0f MB per token at batch 1 -> at most %.1f tokens/s\n", int8_bytes_per_token / 1e6,
-                bw.best() * 1e9 / int8_bytes_per_token);
-    int8_tps = run_qkv(nn::LinearPrecision::Int8, "qkv int8", int8_bytes_per_token);
+  for (int64_t B : a.batches) {
+    const auto prompts = prompts_of(B, a.prompt, a.vocab);
+    const auto timed = [&](nn::LinearPrecision precision, Side& s) {
+      std::vector<std::vector<int32_t>> out;
+      const GenTiming t = generate_greedy(model, prompts, a.new_tokens, &out, precision);
+      s.total.push_back(t.total);
+      s.prefill.push_back(t.prefill);
+      s.step.push_back((t.total - t.prefill) / std::max<int64_t>(1, a.new_tokens - 1));
+    };
+    const int64_t warm = std::min<int64_t>(a.new_tokens, 8);
+    generate_greedy(model, prompts, warm, nullptr, nn::LinearPrecision::Float32);  // warm-ups
+    if (a.int8) generate_greedy(model, prompts, warm, nullptr, nn::LinearPrecision::Int8);
+    std::unique_ptr<bench::PeerProcess> hf;
+    if (a.hf)
+      hf = std::make_unique<bench::PeerProcess>(
+          a.python + " " QKV_BENCH_DIR "/generate_hf.py --serve --threads " + std::to_string(a.threads) + " --reps " +
+          std::to_string(a.reps) + " --new-tokens " + std::to_string(a.new_tokens) + " --prompt " +
+          std::to_string(a.prompt) + " --batches " + std::to_string(B) + " --layers " + std::to_string(a.layers) +
+          " --d-model " + std::to_string(a.d_model) + " --heads " + std::to_string(a.heads) + " --vocab " +
+          std::to_string(a.vocab) + " --context " + std::to_string(a.context));
+    Side f32, i8;
+    std::vector<double> hf_seconds;
+    for (int r = 0; r < a.reps; ++r) {
+      timed(nn::LinearPrecision::Float32, f32);
+      if (a.int8) {
+        if (hf) bench::settle();
+        timed(nn::LinearPrecision::Int8, i8);
+      }
+      if (!hf) continue;
+      bench::settle();
+      hf_seconds.push_back(hf->step().at("seconds").get<double>());
+    }
+    qkv_tps[B] = print_qkv("qkv", B, f32, bound);
+    qkv_totals[B] = f32.total;
+    if (a.int8) int8_tps[B] = print_qkv("qkv int8", B, i8, int8_bound);
+    if (hf) {
+      const nlohmann::json j = hf->finish();
+      hf_tps[B] = B * a.new_tokens / median(hf_seconds);
+      hf_totals[B] = hf_seconds;
+      std::printf("hf       batch %2lld: %.2f s (median of %d, alternating with qkv's)  %.1f tokens/s",
+                  static_cast<long long>(B), median(hf_seconds), a.reps, hf_tps[B]);
+      if (B == 1) std::printf("  = %.2f of the bandwidth bound", hf_tps[B] / bound);
+      std::printf("\n");
+      hf_rss = std::max(hf_rss, j.at("peak_rss_bytes").get<double>() / 1e9);
+      hf_versions = "torch " + j.at("torch_version").get<std::string>() + ", transformers " +
+                    j.at("transformers_version").get<std::string>();
+    }
+    std::fflush(stdout);
   }
   std::printf("qkv      peak RSS %.2f GB\n", peak_rss_gb());
   if (!a.hf) return 0;
-
-  std::string batches;
+  std::printf("hf       peak RSS %.2f GB (the largest of its processes, one per batch size)  (%s, %s)\n", hf_rss,
+              hf_versions.c_str(), a.python.c_str());
   for (int64_t B : a.batches) {
-    if (!batches.empty()) batches += ',';
-    batches += std::to_string(B);
-  }
-  const std::string cmd = a.python + " " QKV_BENCH_DIR "/generate_hf.py --threads " + std::to_string(a.threads) +
-                          " --reps " + std::to_string(a.reps) + " --new-tokens " + std::to_string(a.new_tokens) +
-                          " --prompt " + std::to_string(a.prompt) + " --batches " + batches + " --layers " +
-                          std::to_string(a.layers) + " --d-model " + std::to_string(a.d_model) + " --heads " +
-                          std::to_string(a.heads) + " --vocab " + std::to_string(a.vocab) + " --context " +
-                          std::to_string(a.context);
-  std::FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) { std::perror("popen"); return 1; }
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) out += buf;
-  if (pclose(pipe) != 0) {
-    std::fprintf(stderr, "transformers benchmark failed (%s; run bench/setup_peers.sh first):\n%s\n", cmd.c_str(), out.c_str());
-    return 1;
-  }
-  std::string last = out;
-  while (!last.empty() && last.back() == '\n') last.pop_back();
-  last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(last);
-  } catch (const nlohmann::json::exception& e) {
-    std::fprintf(stderr, "cannot parse the transformers benchmark's output (%s):\n%s\n", e.what(), out.c_str());
-    return 1;
-  }
-  for (int64_t B : a.batches) {
-    const auto& r = j["batches"][std::to_string(B)];
-    const double tps = r["tokens_per_second"].get<double>();
-    std::printf("hf       batch %2lld: %.2f s (median of %d)  %.1f tokens/s", static_cast<long long>(B),
-                r["median_seconds"].get<double>(), a.reps, tps);
-    if (B == 1) std::printf("  = %.2f of the bandwidth bound", tps / (bw.best() * 1e9 / bytes_per_token));
-    std::printf("\n");
-  }
-  std::printf("hf       peak RSS %.2f GB  (torch %s, transformers %s)\n", j["peak_rss_bytes"].get<double>() / 1e9,
-              j["torch_version"].get<std::string>().c_str(), j["transformers_version"].get<std::string>().c_str());
-  for (int64_t B : a.batches) {
-    const double hf_tps = j["batches"][std::to_string(B)]["tokens_per_second"].get<double>();
-    std::printf("ratio    batch %2lld: qkv is %.2fx faster", static_cast<long long>(B), qkv_tps.at(B) / hf_tps);
-    if (a.int8) std::printf("; qkv int8 %.2fx (against transformers' float32)", int8_tps.at(B) / hf_tps);
-    std::printf("\n");
+    std::printf("ratio    batch %2lld: qkv is %.2fx faster", static_cast<long long>(B), qkv_tps.at(B) / hf_tps.at(B));
+    if (a.int8) std::printf("; qkv int8 %.2fx (against transformers' float32)", int8_tps.at(B) / hf_tps.at(B));
+    std::printf("; %s\n", bench::pair_ratios({qkv_totals.at(B), hf_totals.at(B)}).c_str());
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_generate: %s\n", e.what());
+  return 1;
 }

@@ -75,7 +75,7 @@ void bench_shape(int64_t M, int64_t in, int64_t out, int reps) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int reps = 11, only_threads = 0;
   bool large = false, ceiling_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: bench_int8_gemm [--reps R] [--threads N] [--large] [--sgemm-ceiling]\n");
       return 2;
     }
+  }
+  if (reps < 1 || only_threads < 0) {
+    std::fprintf(stderr, "need --reps >= 1 and --threads >= 0\n");
+    return 2;
   }
   if (ceiling_only) {  // for scripts (bench_translate.py): the SGEMM ceiling alone
     set_num_threads(only_threads ? only_threads : 2);
@@ -114,4 +118,7 @@ int main(int argc, char** argv) {
       for (const auto& s : shapes) bench_shape(M, s[0], s[1], reps);
   }
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_int8_gemm: %s\n", e.what());
+  return 1;
 }

@@ -1,6 +1,7 @@
 // GFLOP/s of qkv's linear and attention ops (forward and backward) at seed 000's sizes
 // (d_model 512, d_ff 2048, 8 heads, batch 64 x length 100), next to plain OpenBLAS SGEMM of the
-// same shapes, printed as a fraction. Usage: bench_ops [--threads N] [--reps R]
+// same shapes, printed as a fraction. Usage: bench_ops [--threads N] [--reps R] [--batch B --len T]
+// (--batch and --len shrink the rows for a quick check, as CTest's smoke run does: bench.ops)
 #include <cblas.h>
 
 #include <cstdio>
@@ -31,8 +32,9 @@ double sgemm_seconds(int64_t M, int64_t N, int64_t K, int reps) {
   });
 }
 
-void bench_linear(const char* name, int64_t M, int64_t K, int64_t N, int reps) {
-  Tensor x = randn(Dims{64, M / 64, K}, 3), w = randn(Dims{N, K}, 4), b = randn(Dims{N}, 5);
+void bench_linear(const char* name, int64_t B, int64_t T, int64_t K, int64_t N, int reps) {
+  const int64_t M = B * T;
+  Tensor x = randn(Dims{B, T, K}, 3), w = randn(Dims{N, K}, 4), b = randn(Dims{N}, 5);
   Tensor y = ops::linear_forward(x, w, b);
   Tensor dy = randn(y.shape(), 6);
   const double flops = 2.0 * M * N * K;
@@ -81,21 +83,39 @@ void bench_attention(const char* name, int64_t B, int64_t H, int64_t T, int64_t 
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   int threads = 2, reps = 7;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--threads")) threads = std::stoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(argv[i + 1]);
+  int64_t batch = 64, len = 100;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "%s: missing value\nusage: bench_ops [--threads N] [--reps R] [--batch B] [--len T]\n", argv[i]);
+      return 2;
+    }
+    if (arg == "--threads") threads = std::stoi(argv[++i]);
+    else if (arg == "--reps") reps = std::stoi(argv[++i]);
+    else if (arg == "--batch") batch = std::stoll(argv[++i]);
+    else if (arg == "--len") len = std::stoll(argv[++i]);
+    else {
+      std::fprintf(stderr, "unknown argument %s\nusage: bench_ops [--threads N] [--reps R] [--batch B] [--len T]\n", argv[i]);
+      return 2;
+    }
+  }
+  if (threads < 1 || reps < 1 || batch < 1 || len < 1) {
+    std::fprintf(stderr, "need --threads, --reps, --batch, --len >= 1\n");
+    return 2;
   }
   set_num_threads(threads);
-  std::printf("qkv op benchmark: %d threads, median of %d runs; seed sizes: batch 64 x 100, d_model 512, d_ff 2048, 8 heads\n",
-              threads, reps);
-  const int64_t M = 64 * 100;
-  bench_linear("linear 512->512", M, 512, 512, reps);
-  bench_linear("linear 512->2048", M, 512, 2048, reps);
-  bench_linear("linear 2048->512", M, 2048, 512, reps);
-  bench_linear("linear 512->5000", M, 512, 5000, reps);
-  bench_attention("attention (pad)", 64, 8, 100, 64, false, reps);
-  bench_attention("attention (causal)", 64, 8, 100, 64, true, reps);
+  std::printf("qkv op benchmark: %d threads, median of %d runs; seed sizes: batch %lld x %lld, d_model 512, d_ff 2048, 8 heads\n",
+              threads, reps, static_cast<long long>(batch), static_cast<long long>(len));
+  bench_linear("linear 512->512", batch, len, 512, 512, reps);
+  bench_linear("linear 512->2048", batch, len, 512, 2048, reps);
+  bench_linear("linear 2048->512", batch, len, 2048, 512, reps);
+  bench_linear("linear 512->5000", batch, len, 512, 5000, reps);
+  bench_attention("attention (pad)", batch, 8, len, 64, false, reps);
+  bench_attention("attention (causal)", batch, 8, len, 64, true, reps);
   return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_ops: %s\n", e.what());
+  return 1;
 }

@@ -132,6 +132,10 @@ void print_torch(const Args& a, const bench::PairedTimes& times, const nlohmann:
 int main(int argc, char** argv) try {
   Args a;
   if (!parse_args(argc, argv, a)) return 2;
+  if (a.steps < 1 || a.threads < 1 || a.batch < 1 || a.len < 2) {
+    std::fprintf(stderr, "need --steps, --threads, --batch >= 1 and --len >= 2\n");
+    return 2;
+  }
   set_num_threads(a.threads);
   models::TransformerConfig config;  // the seed's, with the sizes given
   config.num_layers = a.layers;

@@ -55,6 +55,7 @@ Args parse(int argc, char** argv) {
     } else
       QKV_CHECK(false, "unknown option " << k);
   }
+  QKV_CHECK(!a.sizes.empty(), "--sizes: no vocabulary size given");
   QKV_CHECK(!a.src.empty() && !a.tgt.empty() && !a.dev_tgt.empty(), "usage: bench_vocab --src F --tgt F --dev-tgt F [--sizes 2000,8000]");
   return a;
 }
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
     QKV_CHECK(src.size() == tgt.size(), a.src << " has " << src.size() << " lines but " << a.tgt << " has " << tgt.size());
     const std::string dir = std::filesystem::temp_directory_path() / ("qkv_bench_vocab_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
+    struct RemoveDir {  // also when a size fails
+      std::string path;
+      ~RemoveDir() { std::error_code ec; std::filesystem::remove_all(path, ec); }
+    } remove_dir{dir};
     std::printf("%zu training pairs, %zu dev targets; model d_model %.0f, %.0f+%.0f layers, d_ff %.0f; max-len %lld\n",
                 src.size(), dev.size(), a.d_model, a.layers, a.layers, a.d_ff, static_cast<long long>(a.max_len));
     std::printf("%7s %9s %9s %8s %9s %12s %11s %14s\n", "vocab", "src mean", "tgt mean", "tgt p99", "over max",
@@ -121,7 +126,6 @@ int main(int argc, char** argv) {
                   100.0 * static_cast<double>(dev_rare) / static_cast<double>(std::max<int64_t>(dev_tokens, 1)));
       std::fflush(stdout);
     }
-    std::filesystem::remove_all(dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_vocab: error: %s\n", e.what());
     return 1;

@@ -7,7 +7,8 @@ thread count, adds PyTorch 2.x (MKL) from build/bench-venv when present, and pri
 median GFLOP/s over the rounds and its ratio to OpenBLAS (qkv's BLAS). "all" is total FLOPs over
 total time, the figure a training step feels.
 
-Usage: bench/compare_blas.py [--threads 2] [--rounds 3] [--reps 5]
+Usage: bench/compare_blas.py [--threads 2] [--rounds 3] [--reps 5] [--only SUBSTRING]
+(--only: the shapes whose name contains it, e.g. minilm for a quick check, as CTest's bench.compare_blas)
 Installs nothing: apt-get install libblis-dev libblis4-openmp libdnnl-dev for the other columns.
 """
 import argparse
@@ -69,7 +70,10 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", default="", help="only the shapes whose name contains this")
     a = ap.parse_args()
+    if a.threads < 1 or a.rounds < 1 or a.reps < 1:
+        ap.error("need --threads, --rounds, --reps >= 1")
     out_dir = os.path.join(ROOT, "build", "bench")
     os.makedirs(out_dir, exist_ok=True)
     binaries = build(out_dir)
@@ -77,7 +81,11 @@ def main():
         sys.exit("OpenBLAS (libopenblas-openmp-dev, qkv's BLAS) is needed as the reference column")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), BLIS_NUM_THREADS=str(a.threads),
                OPENBLAS_NUM_THREADS=str(a.threads))
-    shapes = subprocess.run([binaries["OpenBLAS"], "--list"], capture_output=True, text=True, check=True).stdout
+    only = ["--only", a.only]
+    listed = subprocess.run([binaries["OpenBLAS"], "--list"] + only, capture_output=True, text=True)
+    if listed.returncode != 0:
+        sys.exit(listed.stderr.strip() or f"blas_shapes --list failed ({listed.returncode})")
+    shapes = listed.stdout
     names = [line.split("\t")[0] for line in shapes.strip().splitlines()]
     flops = {line.split("\t")[0]: 2.0 * int(line.split("\t")[1]) * int(line.split("\t")[2]) * int(line.split("\t")[3])
              for line in shapes.strip().splitlines()}
@@ -85,8 +93,8 @@ def main():
     results = {name: [] for name in list(binaries) + (["PyTorch (MKL)"] if os.path.exists(venv) else [])}
     for rnd in range(a.rounds):
         for name, exe in binaries.items():
-            results[name].append(parse(subprocess.run([exe, "--reps", str(a.reps)], env=env, capture_output=True,
-                                                      text=True, check=True).stdout))
+            results[name].append(parse(subprocess.run([exe, "--reps", str(a.reps)] + only, env=env,
+                                                      capture_output=True, text=True, check=True).stdout))
         if os.path.exists(venv):
             r = subprocess.run([venv, "-c", TORCH_RUNNER, str(a.threads), str(a.reps)], input=shapes, env=env,
                                capture_output=True, text=True)

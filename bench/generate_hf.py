@@ -4,15 +4,19 @@ the peer of bench_generate, which runs this script itself.
 
 Usage: build/bench-venv/bin/python bench/generate_hf.py --threads T --reps R
            [--batches 1,16 --prompt 16 --new-tokens 256 --layers 12 --d-model 768 --heads 12
-            --vocab 50257 --context 1024 --seed 0]
+            --vocab 50257 --context 1024 --seed 0] [--serve]
 
 GPT2LMHeadModel(GPT2Config(n_layer, n_embd, n_head, vocab_size, n_positions)) (GPT-2's defaults
 otherwise: gelu_new = GELU tanh, tied output, learned positions), eval mode, float32, under
 torch.inference_mode(); per batch size one warm-up generate of 8 tokens, then R timed runs of
     model.generate(ids, attention_mask=ones, do_sample=False, max_new_tokens=N, min_new_tokens=N,
                    pad_token_id=eos)
+With --serve (one batch size only), the timed runs are asked for one at a time on stdin
+(bench/step_protocol.py: {"ready": true} after the warm-up, then one run per "step" line, answered
+{"seconds": s}, until "done"): bench_generate starts one such process per batch size and alternates
+its own runs with these, so a drift in the shared machine's speed reaches both sides alike.
 The prompt ids are bench_generate's: row r, position t holds (r * 7919 + t * 104729 + 12345) % V.
-Prints one JSON line:
+Prints one JSON line at the end:
   {"batches": {"B": {"seconds", "median_seconds", "tokens_per_second" (= B * N / median)}},
    "peak_rss_bytes", "torch_version", "transformers_version", "threads", "config"}
 """
@@ -21,9 +25,9 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 from peak_rss import peak_rss_bytes  # bench/, beside this script
+from step_protocol import timed_steps  # bench/
 
 
 def main():
@@ -39,7 +43,14 @@ def main():
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--serve", action="store_true",
+                   help="time one run per 'step' line on stdin, alternating with qkv's (bench/step_protocol.py)")
     a = p.parse_args()
+    batches = [int(b) for b in a.batches.split(",")]
+    if a.serve and len(batches) != 1:
+        p.error("--serve takes one batch size (bench_generate starts one process per batch size)")
+    if a.reps < 1 or a.new_tokens < 1 or a.prompt < 1:
+        p.error("need --reps, --new-tokens, --prompt >= 1")
 
     import torch
     import transformers
@@ -53,7 +64,7 @@ def main():
     model = GPT2LMHeadModel(config).eval()
 
     results = {}
-    for B in [int(b) for b in a.batches.split(",")]:
+    for B in batches:
         ids = torch.tensor([[(r * 7919 + t * 104729 + 12345) % a.vocab for t in range(a.prompt)] for r in range(B)])
         mask = torch.ones_like(ids)
 
@@ -64,12 +75,10 @@ def main():
             assert out.shape == (B, a.prompt + n), out.shape
             return out
 
-        run(min(8, a.new_tokens))  # warm-up
-        times = []
-        for _ in range(a.reps):
-            t0 = time.perf_counter()
-            run(a.new_tokens)
-            times.append(time.perf_counter() - t0)
+        def timed_run():
+            run(a.new_tokens)  # returns nothing: the protocol's answer is just the seconds
+
+        times, _ = timed_steps(timed_run, a.reps, a.serve, warmup=lambda: run(min(8, a.new_tokens)))
         med = statistics.median(times)
         results[str(B)] = {"seconds": times, "median_seconds": med, "tokens_per_second": B * a.new_tokens / med}
 

@@ -1,6 +1,7 @@
 """Timed steps for the training benchmarks' PyTorch peers, alone or interleaved with qkv's.
 
-timed_steps(step, steps, serve):
+timed_steps(step, steps, serve, warmup=None):
+  warmup: what runs once before the timed steps (default: step itself).
   serve False: one warm-up step, then `steps` timed steps in a row.
   serve True (--serve): one warm-up step, then the script prints {"ready": true} and times one step
   for each line "step" it reads on stdin, answering {"seconds": s, "loss": l} after each, until it
@@ -21,8 +22,8 @@ def _timed(step):
     return time.perf_counter() - t0, loss
 
 
-def timed_steps(step, steps, serve):
-    step()  # warm-up
+def timed_steps(step, steps, serve, warmup=None):
+    (warmup or step)()  # warm-up
     times, losses = [], []
     if not serve:
         for _ in range(steps):
