@@ -8,6 +8,7 @@ import json
 import os
 import struct
 import sys
+import zlib
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 
@@ -113,6 +114,92 @@ def bleu_seeds():
     put("bleu_tokenizers", "bad_utf8", b"ok\n\0bad \xff\n")
 
 
+def npy(descr="<f4", fortran="False", shape="(2, 3)", data=None, version=b"\x01\x00", pad_to=64):
+    """A .npy file as NumPy writes it (header padded with spaces to a multiple of 64, then \\n)."""
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, shape)
+    total = 10 + len(header) + 1
+    header += " " * ((pad_to - total % pad_to) % pad_to) + "\n"
+    return b"\x93NUMPY" + version + struct.pack("<H", len(header)) + header.encode("latin-1") + (data or b"")
+
+
+def npy_seeds():
+    six = struct.pack("<6f", 0.5, -1.0, 2.0, 1e-3, -0.0, 3.25)
+    put("npy", "valid_matrix", npy(data=six))
+    put("npy", "valid_vector", npy(shape="(3,)", data=six[:12]))
+    put("npy", "valid_scalar", npy(shape="()", data=six[:4]))
+    put("npy", "valid_empty", npy(shape="(0, 4)"))
+    put("npy", "valid_qkv_written", npy(shape="(1,2,3)", data=six))  # qkv writes no space
+    put("npy", "bad_float64", npy(descr="<f8", shape="(3,)", data=six))
+    put("npy", "bad_fortran_order", npy(fortran="True", data=six))
+    put("npy", "bad_short_data", npy(data=six[:20]))
+    put("npy", "bad_version_2", npy(data=six, version=b"\x02\x00"))
+    put("npy", "bad_huge_dimension", npy(shape="(1099511627776, 0)"))
+    put("npy", "bad_magic", b"\x93NUMPZ\x01\x00\x00\x00")
+
+
+def train_state(**fields):
+    return json.dumps(fields, indent=2) + "\n"
+
+
+HYPER = {"schedule": "inverse_sqrt", "lr": 5e-4, "warmup": 4000, "d_model": 512, "clip_norm": 1.0,
+         "label_smoothing": 0.1, "micro_batch": 0, "beta1": 0.9, "beta2": 0.98, "eps": 1e-9,
+         "optimizer": "adam", "weight_decay": 0.0, "max_memory": -1, "total_steps": 0}
+
+
+def train_state_seeds():
+    current = dict(format="qkv-train-state", format_version=2, kind="translation", step=1200,
+                   generator={"seed": 0, "offset": 123456},
+                   data={"epoch": 1, "index": 17, "seed": 42, "length_order": "source-target"},
+                   hyper=HYPER, best=21.3, bad_validations=0, elapsed_seconds=3600.5)
+    put("train_state", "valid_translation", train_state(**current))
+    put("train_state", "valid_version_1_synthetic", train_state(**dict(
+        current, format_version=1, kind="synthetic", data={"task": "copy", "batch": 32, "len": 10, "seed": 1},
+        hyper=dict(HYPER, schedule="noam", optimizer="adamw", weight_decay=0.1, max_memory=1 << 30))))
+    old_hyper = {k: v for k, v in HYPER.items() if k not in ("optimizer", "weight_decay", "max_memory", "total_steps")}
+    put("train_state", "valid_language_model_old_hyper", train_state(**dict(
+        current, kind="language-model", step=0, hyper=old_hyper, best=-1e300, data={})))
+    put("train_state", "valid_legacy_synthetic", train_state(
+        step=50, generator_seed=7, generator_offset=900, task="copy", batch=16, len=8, data_seed=3, lr=1e-3))
+    put("train_state", "valid_legacy_corpus", train_state(
+        step=300, epoch=2, batch_index=5, batcher_seed=9, generator_seed=1, generator_offset=77, best=12.5,
+        bad_validations=1, elapsed_seconds=100.25))
+    put("train_state", "bad_negative_step", train_state(**dict(current, step=-1)))
+    put("train_state", "bad_newer_version", train_state(**dict(current, format_version=3)))
+    put("train_state", "bad_optimizer", train_state(**dict(current, hyper=dict(HYPER, optimizer="sgd"))))
+    put("train_state", "bad_max_memory", train_state(**dict(current, hyper=dict(HYPER, max_memory=-5))))
+    put("train_state", "bad_format", train_state(**dict(current, format="qkv-checkpoint")))
+    put("train_state", "bad_missing_hyper", train_state(**{k: v for k, v in current.items() if k != "hyper"}))
+
+
+def manifest(files, step=None, fmt="qkv-checkpoint", version=1):
+    """files: {name: bytes}; returns manifest.json as StagedDirectory::commit writes it."""
+    listed = {name: {"bytes": len(data), "crc32": "%08x" % zlib.crc32(data)} for name, data in sorted(files.items())}
+    m = {"format": fmt, "format_version": version, "files": listed}
+    if step is not None:
+        m["step"] = step
+    return json.dumps(m, indent=2) + "\n"
+
+
+MANIFEST_FILES = ["weights.safetensors", "optimizer.safetensors", "train_state.json"]
+
+
+def manifest_seeds():
+    # manifest.json NUL weights.safetensors NUL optimizer.safetensors NUL train_state.json (the
+    # parts hold no NUL, which would split them)
+    contents = [b"weights: any bytes \x01\xff", b"", b'{"step": 3}\n']
+    three = dict(zip(MANIFEST_FILES, contents))
+    body = b"\0" + b"\0".join(contents)
+    put("manifest", "valid_three_files", manifest(three, step=3).encode() + body)
+    put("manifest", "valid_no_step", manifest(dict(three, **{"config.json": b"{}"})).encode() + body)
+    put("manifest", "valid_weights_only", manifest({"weights.safetensors": contents[0]}, step=0).encode() +
+        b"\0" + contents[0])
+    put("manifest", "valid_no_files", manifest({}))
+    put("manifest", "bad_crc", manifest(dict(three, **{"train_state.json": b'{"step": 4}\n'})).encode() + body)
+    put("manifest", "bad_size", manifest(dict(three, **{"optimizer.safetensors": b"x"})).encode() + body)
+    put("manifest", "bad_missing_file", manifest(three).encode() + b"\0" + contents[0])
+    put("manifest", "bad_json", b'{"format": "qkv-checkpoint", "files": {')
+
+
 def main():
     safetensors_seeds()
     config_seeds()
@@ -120,6 +207,9 @@ def main():
     parallel_seeds()
     utf8_seeds()
     bleu_seeds()
+    npy_seeds()
+    train_state_seeds()
+    manifest_seeds()
     os.makedirs(os.path.join(ROOT, "sentencepiece_load"), exist_ok=True)
     put("sentencepiece_load", "bad_not_a_model", b"\x0a\x05hello\x12\x03abc")
     put("sentencepiece_load", "bad_empty_proto", b"")

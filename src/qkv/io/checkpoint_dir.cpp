@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,12 +174,32 @@ ManifestCheck verify_manifest(const std::string& dir) {
   nlohmann::json m;
   try {
     m = nlohmann::json::parse(in);
-    if (m.contains("step")) result.step = m.at("step").get<int64_t>();
+    // What commit() writes, and nothing else: a manifest of another format or a later version is
+    // refused rather than half understood; numbers are checked before converting them (1e300 as an
+    // integer is undefined behaviour).
+    QKV_CHECK(m.is_object() && m.contains("format") && m.at("format") == "qkv-checkpoint",
+              path << ": not a qkv checkpoint manifest (\"format\" is not \"qkv-checkpoint\")");
+    const nlohmann::json& version = m.at("format_version");
+    QKV_CHECK(version.is_number_unsigned() && version.get<uint64_t>() == 1,
+              path << ": format_version " << version.dump() << " is not 1, the one this qkv reads");
+    if (m.contains("step")) {
+      const nlohmann::json& step = m.at("step");
+      QKV_CHECK(step.is_number_unsigned() && step.get<uint64_t>() <= uint64_t{INT64_MAX},
+                path << ": \"step\" must be a non-negative integer, got " << step.dump());
+      result.step = step.get<int64_t>();
+    }
+    QKV_CHECK(m.at("files").is_object(), path << ": \"files\" must be an object of file names");
     for (const auto& [name, info] : m.at("files").items()) {
+      // Files of this directory only: "../x" or "/x" would check (and report the CRC of) any file.
+      QKV_CHECK(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+                    name.find('\0') == std::string::npos,
+                path << ": lists \"" << name << "\", which is not a file name inside the checkpoint directory");
       if (name == "config.json") continue;  // editable by hand; see the header
       const std::string file = dir + "/" + name;
       QKV_CHECK(fs::is_regular_file(file, ec), file << ": listed in " << kManifestFile
                                                      << " but missing: incomplete checkpoint");
+      QKV_CHECK(info.is_object() && info.contains("bytes") && info.at("bytes").is_number_unsigned(),
+                path << ": \"bytes\" of " << name << " must be a non-negative integer");
       const uint64_t bytes = info.at("bytes").get<uint64_t>();
       QKV_CHECK(fs::file_size(file) == bytes, file << ": " << fs::file_size(file) << " bytes, but " << kManifestFile
                                                    << " records " << bytes

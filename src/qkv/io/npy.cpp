@@ -6,7 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <regex>
+#include <utility>
 
 #include "qkv/core/error.h"
 #include "qkv/io/atomic_file.h"
@@ -148,6 +148,126 @@ void write_npz(const std::string& path, const std::vector<std::pair<std::string,
 
 void write_npy(const std::string& path, const Tensor& t) { write_file_atomic(path, npy_bytes(t)); }
 
+namespace {
+// What a message shows of a header: printable ASCII, at most 200 characters.
+std::string shown(const std::string& header) {
+  std::string out;
+  for (char c : header.substr(0, 200)) out += c >= 0x20 && c < 0x7f ? c : '?';
+  return header.size() > 200 ? out + "..." : out;
+}
+
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
+  Dims shape;
+};
+
+// NumPy's header: a Python dict literal with exactly the keys 'descr' (a string), 'fortran_order'
+// (True or False) and 'shape' (a tuple of non-negative integers), each once, in any order, then
+// padding (spaces, a newline). Parsed by hand, as strictly as NumPy's own reader: no regex (whose
+// backtracking recursed once per character) and no number conversion that can throw.
+class NpyHeaderParser {
+ public:
+  NpyHeaderParser(const std::string& text, const std::string& path) : s_(text), path_(path) {}
+
+  NpyHeader parse() {
+    NpyHeader h;
+    bool seen_descr = false, seen_order = false, seen_shape = false;
+    expect('{');
+    while (!peek('}')) {
+      const std::string key = string_literal();
+      expect(':');
+      if (key == "descr" && !seen_descr) {
+        h.descr = string_literal();
+        seen_descr = true;
+      } else if (key == "fortran_order" && !seen_order) {
+        h.fortran_order = boolean();
+        seen_order = true;
+      } else if (key == "shape" && !seen_shape) {
+        h.shape = tuple();
+        seen_shape = true;
+      } else {
+        fail("key '" + key + "' is unknown or given twice");
+      }
+      if (!peek('}')) expect(',');
+    }
+    expect('}');
+    skip_space();
+    if (pos_ != s_.size()) fail("text after the dictionary");
+    if (!seen_descr || !seen_order || !seen_shape) fail("it needs the keys 'descr', 'fortran_order' and 'shape'");
+    return h;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(path_ + ": not a valid .npy header (" + what + "): " + shown(s_));
+  }
+  void skip_space() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+  }
+  bool peek(char c) {
+    skip_space();
+    return pos_ < s_.size() && s_[pos_] == c;
+  }
+  void expect(char c) {
+    if (!peek(c)) fail(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+  std::string string_literal() {
+    skip_space();
+    if (pos_ >= s_.size() || (s_[pos_] != '\'' && s_[pos_] != '"')) fail("expected a quoted string");
+    const char quote = s_[pos_++];
+    const size_t end = s_.find(quote, pos_);
+    if (end == std::string::npos) fail("unterminated string");
+    std::string out = s_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    return out;
+  }
+  bool boolean() {
+    skip_space();
+    for (const auto& [word, value] : {std::pair{"True", true}, std::pair{"False", false}}) {
+      if (s_.compare(pos_, std::strlen(word), word) == 0) {
+        pos_ += std::strlen(word);
+        return value;
+      }
+    }
+    fail("'fortran_order' must be True or False");
+  }
+  // A dimension: decimal digits, below 2^40 (no array file holds more).
+  int64_t dimension() {
+    skip_space();
+    const size_t begin = pos_;
+    int64_t d = 0;
+    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
+      d = d * 10 + (s_[pos_++] - '0');
+      if (d >= (int64_t{1} << 40)) fail("a dimension is 2^40 or more");
+    }
+    if (pos_ == begin) fail("expected a dimension");
+    return d;
+  }
+  // (), (n,) or (n, m, ...) with an optional trailing comma; (n) is an integer, not a tuple.
+  Dims tuple() {
+    expect('(');
+    Dims dims;
+    bool comma = false;
+    while (!peek(')')) {
+      if (dims.size() == kMaxDims) fail("more than " + std::to_string(kMaxDims) + " dimensions");
+      dims.push_back(dimension());
+      comma = peek(',');
+      if (!comma) break;
+      ++pos_;
+    }
+    expect(')');
+    if (dims.size() == 1 && !comma) fail("'shape' must be a tuple: (n,) for one dimension");
+    return dims;
+  }
+
+  const std::string& s_;
+  const std::string& path_;
+  size_t pos_ = 0;
+};
+}  // namespace
+
 Tensor read_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   QKV_CHECK(in, path << ": cannot open for reading");
@@ -158,26 +278,26 @@ Tensor read_npy(const std::string& path) {
   const size_t header_len = static_cast<unsigned char>(bytes[8]) | (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
   QKV_CHECK(10 + header_len <= bytes.size(), path << ": truncated header");
   const std::string header = bytes.substr(10, header_len);
-  QKV_CHECK(header.find("'descr': '<f4'") != std::string::npos && header.find("'fortran_order': False") != std::string::npos,
-            path << ": expected a little-endian float32 array in C order ('<f4'), header " << header);
-  std::smatch m;
-  QKV_CHECK(std::regex_search(header, m, std::regex("'shape': \\(([0-9, ]*)\\)")), path << ": no shape in header");
-  Dims shape;
-  const std::string dims = m[1].str();
-  static const std::regex kNumber("[0-9]+");
-  std::sregex_iterator it(dims.begin(), dims.end(), kNumber), end;
-  int64_t numel = 1;
-  for (; it != end; ++it) {
-    const int64_t d = std::stoll(it->str());
-    QKV_CHECK(d >= 0 && d < (int64_t{1} << 40), path << ": dimension " << d << " out of range");
-    shape.push_back(d);
-    numel *= d;
+  const NpyHeader h = NpyHeaderParser(header, path).parse();
+  QKV_CHECK(h.descr == "<f4" && !h.fortran_order,
+            path << ": expected a little-endian float32 array in C order ('<f4'), header " << shown(header));
+  // Each dimension is below 2^40, and so must be the product of the non-zero ones: the shape of an
+  // empty array too, or its element count (Dims::numel, strides) would overflow.
+  const size_t data = 10 + header_len, data_bytes = bytes.size() - data;
+  constexpr size_t kMaxElements = size_t{1} << 40;
+  size_t nonzero = 1;
+  bool empty = false;
+  for (const int64_t d : h.shape) {
+    empty = empty || d == 0;
+    if (d == 0) continue;
+    QKV_CHECK(nonzero <= kMaxElements / static_cast<size_t>(d),
+              path << ": shape " << h.shape << " has more than 2^40 elements");
+    nonzero *= static_cast<size_t>(d);
   }
-  const size_t data = 10 + header_len;
-  QKV_CHECK(bytes.size() - data == sizeof(float) * static_cast<size_t>(numel),
-            path << ": " << bytes.size() - data << " data bytes for " << numel << " floats");
-  Tensor t = Tensor::empty(shape);
-  std::memcpy(t.f32(), bytes.data() + data, sizeof(float) * static_cast<size_t>(numel));
+  const size_t numel = empty ? 0 : nonzero;
+  QKV_CHECK(data_bytes == sizeof(float) * numel, path << ": " << data_bytes << " data bytes for " << numel << " floats");
+  Tensor t = Tensor::empty(h.shape);
+  std::memcpy(t.f32(), bytes.data() + data, sizeof(float) * numel);
   return t;
 }
 

@@ -1,6 +1,9 @@
 #include "qkv/train/train_state.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
+#include <stdexcept>
 
 #include "qkv/core/error.h"
 
@@ -13,6 +16,59 @@ namespace {
 // qkv refuses version 2 rather than resume such a run in other batches than it was saved in.
 constexpr int kFormatVersion = 2;
 
+// A field whose value is wrong: read_train_state adds the file's name (a qkv::Error thrown here
+// would not name it).
+struct FieldError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Numbers are read exactly or refused, never converted into something else: an integer field takes
+// a JSON integer that fits it, or a float with an integral value in range (1200.0); not a fraction
+// (truncated), a negative number for an unsigned field (wrapped), or 1e300 (converting it to an
+// integer is undefined behaviour). A float field takes any number within its type's range (a JSON
+// number is finite; 1e39 as a float would be inf, which train_state_to_json writes as null).
+int64_t int_field(const json& j, const char* key, int64_t min = std::numeric_limits<int64_t>::min()) {
+  const json& v = j.at(key);
+  const std::string name = std::string("\"") + key + "\"";
+  int64_t value = 0;
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()})
+      throw FieldError(name + " must be a 64-bit integer, got " + v.dump());
+    value = v.get<int64_t>();
+  } else if (v.is_number_integer()) {
+    value = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d != std::floor(d) || d < -0x1p63 || d >= 0x1p63) throw FieldError(name + " must be a 64-bit integer, got " + v.dump());
+    value = static_cast<int64_t>(d);
+  } else {
+    throw FieldError(name + " must be an integer, got " + v.dump());
+  }
+  if (value < min) throw FieldError(name + " must be >= " + std::to_string(min) + ", got " + v.dump());
+  return value;
+}
+
+uint64_t uint_field(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_float() && v.get<double>() >= 0 && v.get<double>() < 0x1p64 && v.get<double>() == std::floor(v.get<double>()))
+    return static_cast<uint64_t>(v.get<double>());
+  throw FieldError(std::string("\"") + key + "\" must be an unsigned 64-bit integer, got " + v.dump());
+}
+
+double double_field(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_number()) throw FieldError(std::string("\"") + key + "\" must be a number, got " + v.dump());
+  return v.get<double>();
+}
+
+float float_field(const json& j, const char* key) {
+  const double v = double_field(j, key);
+  if (std::fabs(v) > std::numeric_limits<float>::max())
+    throw FieldError(std::string("\"") + key + "\" is out of a float's range, got " + j.at(key).dump());
+  return static_cast<float>(v);
+}
+
 json hyper_to_json(const Hyper& h) {
   return {{"schedule", h.schedule.kind}, {"lr", h.schedule.lr},        {"warmup", h.schedule.warmup},
           {"d_model", h.schedule.d_model}, {"clip_norm", h.clip_norm}, {"label_smoothing", h.label_smoothing},
@@ -23,24 +79,26 @@ json hyper_to_json(const Hyper& h) {
 
 Hyper hyper_from_json(const json& j) {
   Hyper h;
-  h.schedule = {j.at("schedule").get<std::string>(), j.at("lr").get<double>(), j.at("warmup").get<int64_t>(),
-                j.at("d_model").get<int64_t>()};
+  h.schedule = {j.at("schedule").get<std::string>(), double_field(j, "lr"), int_field(j, "warmup"),
+                int_field(j, "d_model")};
   // Absent in files written before the linear and cosine schedules: no other schedule reads it.
-  h.schedule.total_steps = j.value("total_steps", int64_t{0});
-  h.clip_norm = j.at("clip_norm").get<double>();
-  h.label_smoothing = j.at("label_smoothing").get<float>();
-  h.micro_batch = j.at("micro_batch").get<int64_t>();
-  h.beta1 = j.at("beta1").get<double>();
-  h.beta2 = j.at("beta2").get<double>();
-  h.eps = j.at("eps").get<double>();
+  h.schedule.total_steps = j.contains("total_steps") ? int_field(j, "total_steps") : 0;
+  h.clip_norm = double_field(j, "clip_norm");
+  h.label_smoothing = float_field(j, "label_smoothing");
+  h.micro_batch = int_field(j, "micro_batch");
+  h.beta1 = double_field(j, "beta1");
+  h.beta2 = double_field(j, "beta2");
+  h.eps = double_field(j, "eps");
   // Absent in files written before AdamW existed: those runs used Adam without decay.
   if (j.contains("optimizer")) h.optimizer = j.at("optimizer").get<std::string>();
-  if (j.contains("weight_decay")) h.weight_decay = j.at("weight_decay").get<double>();
+  if (j.contains("weight_decay")) h.weight_decay = double_field(j, "weight_decay");
   // Absent in files written before --max-memory existed: those runs never chunked on their own, and
   // must not start to on resume (the sums would change).
-  h.max_memory = j.contains("max_memory") ? j.at("max_memory").get<int64_t>() : 0;
-  QKV_CHECK(h.max_memory >= 0 || h.max_memory == kAutoMemory, "max_memory must be >= 0 or -1 (auto), got " << h.max_memory);
-  QKV_CHECK(h.optimizer == "adam" || h.optimizer == "adamw", "optimizer must be adam or adamw, got " << h.optimizer);
+  h.max_memory = j.contains("max_memory") ? int_field(j, "max_memory") : 0;
+  if (h.max_memory < 0 && h.max_memory != kAutoMemory)
+    throw FieldError("max_memory must be >= 0 or -1 (auto), got " + std::to_string(h.max_memory));
+  if (h.optimizer != "adam" && h.optimizer != "adamw")
+    throw FieldError("optimizer must be adam or adamw, got " + h.optimizer);
   return h;
 }
 
@@ -48,11 +106,11 @@ Hyper hyper_from_json(const json& j) {
 TrainState from_legacy_synthetic(const json& j) {
   TrainState s;
   s.kind = "synthetic";
-  s.step = j.at("step").get<int64_t>();
-  s.gen_seed = j.at("generator_seed").get<uint64_t>();
-  s.gen_offset = j.at("generator_offset").get<uint64_t>();
+  s.step = int_field(j, "step", 0);
+  s.gen_seed = uint_field(j, "generator_seed");
+  s.gen_offset = uint_field(j, "generator_offset");
   s.data = {{"task", j.at("task")}, {"batch", j.at("batch")}, {"len", j.at("len")}, {"seed", j.at("data_seed")}};
-  s.hyper.schedule = {"constant", j.at("lr").get<double>(), 4000, 512};
+  s.hyper.schedule = {"constant", double_field(j, "lr"), 4000, 512};
   s.hyper.max_memory = 0;  // qkv 0.1 never chunked a batch
   s.has_hyper = true;  // the synthetic trainer had no other settings (no clipping, no smoothing)
   return s;
@@ -62,13 +120,13 @@ TrainState from_legacy_synthetic(const json& j) {
 TrainState from_legacy_corpus(const json& j) {
   TrainState s;
   s.kind = "translation";
-  s.step = j.at("step").get<int64_t>();
+  s.step = int_field(j, "step", 0);
   s.data = {{"epoch", j.at("epoch")}, {"index", j.at("batch_index")}, {"seed", j.at("batcher_seed")}};
-  s.gen_seed = j.at("generator_seed").get<uint64_t>();
-  s.gen_offset = j.at("generator_offset").get<uint64_t>();
-  s.best = j.at("best").get<double>();
-  s.bad_validations = j.at("bad_validations").get<int64_t>();
-  s.elapsed = j.at("elapsed_seconds").get<double>();
+  s.gen_seed = uint_field(j, "generator_seed");
+  s.gen_offset = uint_field(j, "generator_offset");
+  s.best = double_field(j, "best");
+  s.bad_validations = int_field(j, "bad_validations");
+  s.elapsed = double_field(j, "elapsed_seconds");
   s.hyper.max_memory = 0;  // qkv 0.1 never chunked a batch (the one setting taken from here: run.cpp)
   return s;
 }
@@ -97,24 +155,28 @@ TrainState read_train_state(const std::string& path) {
     if (!j.contains("format")) return j.contains("task") ? from_legacy_synthetic(j) : from_legacy_corpus(j);
     QKV_CHECK(j.at("format") == "qkv-train-state", path << ": \"format\" is " << j.at("format").dump()
                                                        << ", expected \"qkv-train-state\"");
-    const int version = j.at("format_version").get<int>();
-    QKV_CHECK(version >= 1 && version <= kFormatVersion,
-              path << ": format_version " << version << " is newer than this qkv reads (" << kFormatVersion
-                   << "); upgrade qkv");
+    // Compared as the unsigned integer it is: 4294967297 must not wrap to version 1 in an int.
+    const json& version = j.at("format_version");
+    QKV_CHECK(version.is_number_unsigned() && version.get<uint64_t>() >= 1,
+              path << ": format_version " << version.dump() << " is not a version number");
+    QKV_CHECK(version.get<uint64_t>() <= kFormatVersion, path << ": format_version " << version.dump()
+                                                           << " is newer than this qkv reads (" << kFormatVersion
+                                                           << "); upgrade qkv");
     TrainState s;
     s.kind = j.at("kind").get<std::string>();
-    s.step = j.at("step").get<int64_t>();
-    QKV_CHECK(s.step >= 0, path << ": \"step\" is negative");
-    s.gen_seed = j.at("generator").at("seed").get<uint64_t>();
-    s.gen_offset = j.at("generator").at("offset").get<uint64_t>();
+    s.step = int_field(j, "step", 0);
+    s.gen_seed = uint_field(j.at("generator"), "seed");
+    s.gen_offset = uint_field(j.at("generator"), "offset");
     s.data = j.at("data");
     s.hyper = hyper_from_json(j.at("hyper"));
     s.has_hyper = true;
-    s.best = j.at("best").get<double>();
-    s.bad_validations = j.at("bad_validations").get<int64_t>();
-    s.elapsed = j.at("elapsed_seconds").get<double>();
+    s.best = double_field(j, "best");
+    s.bad_validations = int_field(j, "bad_validations");
+    s.elapsed = double_field(j, "elapsed_seconds");
     return s;
   } catch (const json::exception& e) {
+    throw Error(path + ": " + e.what());
+  } catch (const FieldError& e) {
     throw Error(path + ": " + e.what());
   }
 }
