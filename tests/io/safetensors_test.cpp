@@ -2,6 +2,7 @@
 // one test per validation error (each checks the message names the file, the
 // tensor and the offset where that applies). The interop test reads a file
 // written by tests/python/safetensors_io.py ($QKV_REF_DIR/py_selftest.safetensors).
+#include "model/ref_dir.h"
 #include "qkv/io/safetensors.h"
 
 #include "qkv/core/error.h"
@@ -651,7 +652,7 @@ TEST_F(SafetensorsTest, ErrorsAreQkvErrors) {
 // The file comes from `python3 tests/python/safetensors_io.py --selftest-write PATH`,
 // run by a CTest fixture as $QKV_REF_DIR/py_selftest.safetensors.
 TEST(SafetensorsPythonInterop, ReadsFileWrittenByPythonModule) {
-  const char* ref_dir = std::getenv("QKV_REF_DIR");
+  const char* ref_dir = qkv::testing::ref_dir();
   ASSERT_NE(ref_dir, nullptr) << "QKV_REF_DIR not set: run through ctest, which writes the Python file first";
   const StFile file = read_safetensors(std::string(ref_dir) + "/py_selftest.safetensors");
 

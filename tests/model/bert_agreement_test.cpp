@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/agreement_checks.h"
 #include "model/ref_dir.h"
 #include "qkv/autograd/graph.h"
 #include "qkv/interop/hf_bert.h"
@@ -17,27 +18,7 @@
 namespace qkv {
 namespace {
 
-// max |a - b| / max |b|.
-double max_rel_error(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  const std::vector<float> x = a.to_vector(), y = b.to_vector();
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
-  }
-  return diff / scale;
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.to_vector()) m = std::max(m, static_cast<double>(std::fabs(v)));
-  return m;
-}
-
-// The key projection's bias has an exactly-zero gradient in exact arithmetic (softmax ignores a
-// shift shared by a row of scores): both sides hold float32 noise there (see gpt_agreement_test).
-bool is_key_bias(const std::string& hf_name) { return hf_name.ends_with("attention.self.key.bias"); }
+using testing::max_rel_error;
 
 // Only the real tokens' hidden states are compared: padding query rows are computed by both and
 // read by nobody (BERT masks padding keys only).
@@ -120,19 +101,26 @@ void expect_agreement(const Case& c) {
   const auto named = interop::hf_bert_named_parameters(*model);
   double worst = 0;
   std::string worst_name;
+  double worst_key_bias = 0;
+  const auto ours = [&](const std::string& n) { return testing::grad_by_name(named, n); };
+  const auto theirs = [&](const std::string& n) { return ref.take("grad." + n); };
+  const int64_t key_rows = in.ids.numel();
   for (const auto& [hf, p] : named) {
     ASSERT_TRUE(p.grad().defined()) << hf;
-    const Tensor want = ref.take("grad." + hf);
-    if (is_key_bias(hf)) {
-      EXPECT_LE(max_abs(p.grad()), 1e-5) << hf << " should be zero up to rounding";
+    if (testing::is_key_bias(hf)) {
+      const auto q = testing::expect_key_bias_gradient_is_rounding(hf, ours, key_rows, c.name + " (qkv)");
+      const auto t = testing::expect_key_bias_gradient_is_rounding(hf, theirs, key_rows, c.name + " (transformers)");
+      worst_key_bias = std::max({worst_key_bias, q.gradient / q.bound, t.gradient / t.bound});
       continue;
     }
+    const Tensor want = ref.take("grad." + hf);
     const double err = max_rel_error(p.grad(), want);
     if (err > worst) worst = err, worst_name = hf;
     EXPECT_LE(err, 1e-4) << c.name << ": grad." << hf;
   }
   std::printf("%s: loss %.6f (PyTorch %.6f), worst gradient relative error %.3g (%s)\n", c.name.c_str(), loss,
               ref_loss, worst, worst_name.c_str());
+  testing::print_key_bias_margin(c.name, worst_key_bias);
 
   const Tensor losses = ref.take("losses");
   opt.step();
@@ -143,12 +131,12 @@ void expect_agreement(const Case& c) {
   double worst_param = 0;
   std::string worst_param_name;
   for (const auto& [hf, p] : named) {
+    // Not the key bias: its gradient is pure rounding noise (checked above against its bound), and
+    // Adam divides a gradient by its own running size, so each step moves it by ~lr in a direction
+    // the noise picks. Any two correct implementations end up anywhere within 2 * steps * lr of each
+    // other: no comparison there could fail.
+    if (testing::is_key_bias(hf)) continue;
     const Tensor want = ref.take("after10." + hf);
-    if (is_key_bias(hf)) {
-      const std::vector<float> a = p.value().to_vector(), b = want.to_vector();
-      for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(std::fabs(a[i] - b[i]), 2 * kSteps * kLr) << hf << "[" << i << "]";
-      continue;
-    }
     const double err = max_rel_error(p.value(), want);
     if (err > worst_param) worst_param = err, worst_param_name = hf;
     EXPECT_LE(err, 1e-4) << c.name << ": after10." << hf;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "model/agreement_checks.h"
 #include "model/ref_dir.h"
 #include "qkv/io/tensor_file.h"
 #include "qkv/models/causal_lm.h"
@@ -21,32 +22,7 @@
 namespace qkv {
 namespace {
 
-// max |a - b| / max |b| over two equally long value lists.
-double max_rel_error(const std::vector<float>& x, const std::vector<float>& y) {
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
-  }
-  return diff / scale;
-}
-
-double max_rel_error(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  return max_rel_error(a.to_vector(), b.to_vector());
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (float v : t.to_vector()) m = std::max(m, static_cast<double>(std::fabs(v)));
-  return m;
-}
-
-// As in seed_agreement_test: W_k's bias has an exactly-zero gradient in exact arithmetic (softmax
-// ignores a shift shared by a whole row of scores), so both sides hold float32 noise there; compare
-// noise sizes, and after 10 Adam steps (which turn that noise into steps of ~lr) allow 2 * 10 * lr.
-bool is_key_bias(const std::string& name) { return name.find("W_k.bias") != std::string::npos; }
+using testing::max_rel_error;
 
 // The state_dict names a decoder-only model of this config must expose (causal_lm.h).
 std::vector<std::string> expected_parameter_names(const models::TransformerConfig& c, bool learned_positions) {
@@ -119,19 +95,25 @@ void expect_training_agreement(const std::string& name) {
   std::printf("%s: loss relative error %.3g\n", name.c_str(), loss_err);
   double worst_grad = 0;
   std::string worst_grad_name;
-  for (const auto& [param, p] : model->named_parameters()) {
+  double worst_key_bias = 0;
+  const auto named = model->named_parameters();
+  const auto ours = [&](const std::string& n) { return testing::grad_by_name(named, n); };
+  const auto theirs = [&](const std::string& n) { return ref.take("grad." + n); };
+  for (const auto& [param, p] : named) {
     ASSERT_TRUE(p.grad().defined()) << param;
-    const Tensor want = ref.take("grad." + param);
-    if (is_key_bias(param)) {
-      EXPECT_LE(max_abs(p.grad()), 1e-6) << param << " should be zero up to rounding";
-      EXPECT_LE(max_abs(want), 1e-6) << param << " (PyTorch) should be zero up to rounding";
+    if (testing::is_key_bias(param)) {
+      const auto q = testing::expect_key_bias_gradient_is_rounding(param, ours, ids.numel(), name + " (qkv)");
+      const auto t = testing::expect_key_bias_gradient_is_rounding(param, theirs, ids.numel(), name + " (PyTorch)");
+      worst_key_bias = std::max({worst_key_bias, q.gradient / q.bound, t.gradient / t.bound});
       continue;
     }
+    const Tensor want = ref.take("grad." + param);
     const double err = max_rel_error(p.grad(), want);
     if (err > worst_grad) worst_grad = err, worst_grad_name = param;
     EXPECT_LE(err, 1e-4) << name << ": grad." << param;
   }
   std::printf("%s: worst gradient relative error %.3g (%s)\n", name.c_str(), worst_grad, worst_grad_name.c_str());
+  testing::print_key_bias_margin(name, worst_key_bias);
 
   // Ten AdamW steps on the same batch (the first reuses the gradient above).
   const Tensor losses = ref.take("losses");
@@ -147,13 +129,12 @@ void expect_training_agreement(const std::string& name) {
   double worst_param = 0;
   std::string worst_param_name;
   for (const auto& [param, p] : model->named_parameters()) {
+    // Not the key bias: its gradient is pure rounding noise (checked above against its bound), and
+    // Adam divides a gradient by its own running size, so each step moves it by ~lr in a direction
+    // the noise picks. Any two correct implementations end up anywhere within 2 * steps * lr of each
+    // other: no comparison there could fail.
+    if (testing::is_key_bias(param)) continue;
     const Tensor want = ref.take("after10." + param);
-    if (is_key_bias(param)) {
-      const std::vector<float> a = p.value().to_vector(), b = want.to_vector();
-      for (size_t i = 0; i < a.size(); ++i)
-        EXPECT_LE(std::fabs(a[i] - b[i]), 2 * kSteps * kLr) << param << "[" << i << "]";
-      continue;
-    }
     const double err = max_rel_error(p.value(), want);
     if (err > worst_param) worst_param = err, worst_param_name = param;
     EXPECT_LE(err, 1e-4) << name << ": after10." << param;

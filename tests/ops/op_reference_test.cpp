@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "model/ref_dir.h"
 #include "ops/gradcheck.h"
 #include "qkv/autograd/functions.h"
 #include "qkv/autograd/graph.h"
@@ -167,7 +168,7 @@ Tensor to_tensor(const io::StTensor& st, const std::string& path) {
 
 // Fails the test (not skip) when the data is not there: CTest generates it in a fixture.
 ::testing::AssertionResult load_case(const std::string& name, RefCase* out) {
-  const char* dir = std::getenv("QKV_REF_DIR");
+  const char* dir = qkv::testing::ref_dir();
   const std::string how = "generate it with: /usr/bin/python3 " QKV_SOURCE_DIR
                           "/tests/python/make_op_refs.py --out DIR, then run with QKV_REF_DIR=DIR "
                           "(ctest does both: the script is the 'refs' fixture)";
@@ -289,7 +290,7 @@ TEST_P(OpReference, MatchesPyTorch) {
 // Every ops_*.safetensors the script wrote is one of the cases above (a case added to the script
 // but not here would otherwise go unchecked).
 TEST(OpReferenceFiles, EveryGeneratedFileIsChecked) {
-  const char* dir = std::getenv("QKV_REF_DIR");
+  const char* dir = qkv::testing::ref_dir();
   ASSERT_TRUE(dir && *dir) << "QKV_REF_DIR is not set; run through ctest, which generates the files";
   int found = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
