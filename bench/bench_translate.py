@@ -3,9 +3,11 @@
 (issue 11, item 3), with peak memory, BLEU and the agreement of the outputs, all from one run.
 
     bench/bench_translate.py --checkpoint runs/bible-mt/best --input /tmp/bible/test.es --ref /tmp/bible/test.en
-        [--beam 4] [--batch-size 32] [--threads 2] [--runs 3] [--work DIR]
+        [--beam 4] [--batch-size 32] [--threads 2] [--runs 3] [--work DIR] [--no-ct2]
 
-Needs build/qkv and the peers' venv (bench/setup_peers.sh: build/bench-venv with ctranslate2).
+Needs build/qkv and the peers' venv (bench/setup_peers.sh: build/bench-venv with ctranslate2);
+--no-ct2 runs qkv alone (float32 and int8), without the venv (CTest's bench.translate does so on a
+tiny model).
 The checkpoint is converted once with bench/ct2_convert.py (cached in WORK/ct2-float32; int8 is
 CTranslate2's compute_type="int8", quantized when the model loads). Every translation runs in its
 own process, so each peak RSS (os.wait4 of that child) is that peer's alone; peers alternate within
@@ -22,7 +24,8 @@ each of --runs rounds and the medians are printed.
     back one sentence's decoding); qkv's own clock (its summary line, after loading) is printed too.
     CTranslate2's is measured in its process around the translate_batch calls (model load excluded).
   * BLEU: ids decoded with CKPT/target.spm.model (what `qkv translate` prints), scored by `qkv bleu`
-    (sacreBLEU's defaults).
+    (sacreBLEU's defaults). Where the decoding Python lacks sentencepiece (--no-ct2 without the
+    venv), qkv's hypotheses are `qkv translate` of the text itself, run once more, untimed.
   * SGEMM ceiling: OpenBLAS's GFLOP/s before and after the rounds (build/bench/bench_int8_gemm
     --sgemm-ceiling), to say how fast the machine was; skipped when that binary was not built.
 """
@@ -37,6 +40,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import translate_peers as tp  # noqa: E402
+
+
+def has_sentencepiece(python):
+    return subprocess.run([python, "-c", "import sentencepiece"], capture_output=True).returncode == 0
 
 
 def decode_ids(python, checkpoint, ids_path, text_path):
@@ -101,7 +108,10 @@ def main():
     ap.add_argument("--length-penalty", type=float, default=1.0)
     ap.add_argument("--qkv", default=os.path.join(tp.ROOT, "build", "qkv"))
     ap.add_argument("--work", help="directory for the files (default: a temporary one)")
+    ap.add_argument("--no-ct2", action="store_true", help="qkv alone (float32 and int8): no CTranslate2, no venv")
     a = ap.parse_args()
+    if a.runs < 1 or a.beam < 1 or a.batch_size < 1 or a.threads < 1:
+        ap.error("need --runs, --beam, --batch-size, --threads >= 1")
     for path, what in ((a.qkv, "the qkv CLI (build it first)"), (a.input, "--input"), (a.ref, "--ref")):
         if not os.path.exists(path):
             sys.exit(f"{path}: no such file ({what})")
@@ -112,15 +122,15 @@ def main():
     work = a.work or tempfile.mkdtemp(prefix="bench_translate.")
     os.makedirs(work, exist_ok=True)
     python = tp.peer_python()
-    model = tp.convert_once(python, a.checkpoint, os.path.join(work, "ct2-float32"))
+    model = None if a.no_ct2 else tp.convert_once(python, a.checkpoint, os.path.join(work, "ct2-float32"))
     src, first = os.path.join(work, "source.ids"), os.path.join(work, "first.ids")
     tp.qkv_tokenize(a.qkv, a.checkpoint, a.input, src)
     with open(first, "w") as f:
         f.write(next(line for line in tp.read_lines(src) if line.strip()) + "\n")
 
     ceilings = [sgemm_ceiling(a.qkv, a.threads)]
-    peers = ["qkv", "qkv int8", "ct2 float32", "ct2 int8"]
-    ct2_peers = peers[2:]
+    ct2_peers = [] if a.no_ct2 else ["ct2 float32", "ct2 int8"]
+    peers = ["qkv", "qkv int8"] + ct2_peers
     out = {p: os.path.join(work, p.replace(" ", "-") + ".ids") for p in peers}
     secs, rss, own, over = {p: [] for p in peers}, {p: [] for p in peers}, [], {}
     def qkv_cmd(ids, quantize):
@@ -153,13 +163,25 @@ def main():
               f"rounds: " + " and ".join(f"{c:.0f}" for c in known) + " GFLOP/s")
     print(f"{'peer':<12} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'peak RSS':>9}  BLEU")
     tps = {}
+    decode = has_sentencepiece(python)
     for p in peers:
         tokens = tp.count_tokens(out[p])
         s = statistics.median(secs[p])
+        if s <= 0:
+            sys.exit(f"{p}: {s:.3f} s after subtracting the one-sentence run: the input is too small to time")
         tps[p] = tokens / s
         hyp = out[p][:-4] + ".txt"
-        decode_ids(python, a.checkpoint, out[p], hyp)
+        if decode:
+            decode_ids(python, a.checkpoint, out[p], hyp)
+        else:  # qkv only (--no-ct2): its own text output of the same translation, untimed
+            cmd = tp.qkv_translate_cmd(a.qkv, a.checkpoint, a.input, a.beam, a.batch_size, a.threads, a.length_penalty)
+            tp.run_child([x for x in cmd if x != "--ids"] + ["--quantize", "int8" if p == "qkv int8" else "none"], hyp)
         print(f"{p:<12} {tokens:>7} {s:>8.2f} {tps[p]:>9.1f} {max(rss[p]):>6.0f} MB  {bleu(a.qkv, a.ref, hyp)}")
+    print(f"qkv int8 / qkv float32: {tps['qkv int8'] / tps['qkv']:.2f}x the tokens/s")
+    if a.no_ct2:
+        print(f"qkv's own clock (after loading): median {statistics.median(own):.2f} s")
+        print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; files in {work}")
+        return
     print(f"qkv's own clock (after loading): median {statistics.median(own):.2f} s; CTranslate2 outputs longer "
           f"than qkv's per-sentence limit (one max_decoding_length per batch): "
           + ", ".join(f"{p} {over[p]}" for p in ct2_peers))

@@ -7,8 +7,9 @@ thread count, adds PyTorch 2.x (MKL) from build/bench-venv when present, and pri
 median GFLOP/s over the rounds and its ratio to OpenBLAS (qkv's BLAS). "all" is total FLOPs over
 total time, the figure a training step feels.
 
-Usage: bench/compare_blas.py [--threads 2] [--rounds 3] [--reps 5] [--only SUBSTRING]
-(--only: the shapes whose name contains it, e.g. minilm for a quick check, as CTest's bench.compare_blas)
+Usage: bench/compare_blas.py [--threads 2] [--rounds 3] [--reps 5] [--only SUBSTRING] [--work DIR]
+(--only: the shapes whose name contains it, e.g. minilm for a quick check, as CTest's bench.compare_blas;
+--work: where the programs are built, default build/bench)
 Installs nothing: apt-get install libblis-dev libblis4-openmp libdnnl-dev for the other columns.
 """
 import argparse
@@ -71,10 +72,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", default="", help="only the shapes whose name contains this")
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench"), help="where the programs are built")
     a = ap.parse_args()
     if a.threads < 1 or a.rounds < 1 or a.reps < 1:
         ap.error("need --threads, --rounds, --reps >= 1")
-    out_dir = os.path.join(ROOT, "build", "bench")
+    out_dir = a.work
     os.makedirs(out_dir, exist_ok=True)
     binaries = build(out_dir)
     if "OpenBLAS" not in binaries:
