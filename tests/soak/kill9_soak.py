@@ -10,8 +10,18 @@ times and may differ). Leftovers of the killed save must be gone after the next 
 --mode corpus does the same with translation training on a small generated parallel text that
 validates (dev loss and BLEU) and saves DIR/last and DIR/best after every step.
 
+A kill lands mid-save when the killed process's staging directory (.NAME.staging-PID, or
+.NAME.old-PID of a two-rename swap) is still there after it: the save had begun and not finished.
+Those are the kills the soak exists for, so at least --min-mid-save of them (default 1) must land
+mid-save or the soak fails. Most kills wait a uniformly random time within the uninterrupted
+run's duration; every --aim-every-th (default 3rd) waits such a time and then kills as soon as a
+staging directory of the process appears (polled every 0.2 ms), so it lands in a save at a random
+step.
+
 Usage: kill9_soak.py --qkv build/qkv [--mode synthetic|corpus] [--kills 30] [--seed 1] [--work DIR]
-Prints one line per kill and a closing 'N passed, M failed' line; exit status 1 on any failure.
+                     [--min-mid-save 1] [--aim-every 3]
+Prints one line per kill, how many landed mid-save and a closing 'N passed, M failed' line; exit
+status 1 on any failure or when fewer than --min-mid-save kills landed mid-save.
 """
 import argparse
 import json
@@ -71,16 +81,40 @@ def checkpoint_of(out, corpus):
     return os.path.join(out, "last") if corpus else out
 
 
-def one_kill(qkv, flags, corpus, work, trial, delay, reference):
-    """Returns (ok, description)."""
+def staging_of(pid, dirs):
+    """The save directories process pid left in dirs: .NAME.staging-PID and .NAME.old-PID."""
+    found = []
+    for d in dirs:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        found += [os.path.join(d, n) for n in names
+                  if n.startswith(".") and (n.endswith(".staging-%d" % pid) or n.endswith(".old-%d" % pid))]
+    return found
+
+
+def one_kill(qkv, flags, corpus, work, trial, delay, aim, reference):
+    """Returns (ok, description, mid_save). With aim, waits delay and then kills as soon as a
+    staging directory of the process appears (or when it exits)."""
     name = "run%02d" % trial
     out = os.path.join(work, name)
     ckpt = checkpoint_of(out, corpus)
     proc = subprocess.Popen([qkv] + flags + ["--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
+    if aim:  # the synthetic run's saves stage next to --out, the corpus run's inside it
+        while proc.poll() is None and not staging_of(proc.pid, [work, out]):
+            time.sleep(0.0002)
     killed = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    mid_save = killed and bool(staging_of(proc.pid, [work, out]))
+    ok, what = check_after_kill(qkv, flags, corpus, out, ckpt, killed, reference)
+    return ok, what + ("; killed mid-save" if mid_save else ""), mid_save
+
+
+def check_after_kill(qkv, flags, corpus, out, ckpt, killed, reference):
+    """Returns (ok, description)."""
     if not os.path.exists(ckpt):
         state = "killed before the first save"
         r = run(qkv, flags + ["--out", out])
@@ -114,6 +148,10 @@ def main():
     ap.add_argument("--kills", type=int, default=30)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="")
+    ap.add_argument("--min-mid-save", type=int, default=1,
+                    help="fail unless at least this many kills land in the middle of a save (default 1)")
+    ap.add_argument("--aim-every", type=int, default=3,
+                    help="every N-th kill waits for a save to begin after its random delay (0: none)")
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="qkv_kill9_")
     os.makedirs(work, exist_ok=True)
@@ -135,19 +173,27 @@ def main():
         return 1
     files = ["model.safetensors", "optimizer.safetensors"] + (["source.spm.model"] if corpus else [])
     reference = {f: read(os.path.join(checkpoint_of(ref_dir, corpus), f)) for f in files}
-    passed = failed = 0
+    passed = failed = mid_saves = 0
     for trial in range(a.kills):
         delay = rng.uniform(0.0, duration * 1.05)
-        ok, what = one_kill(a.qkv, flags, corpus, work, trial, delay, reference)
-        print("kill %2d at %.3f s: %s: %s" % (trial + 1, delay, "ok" if ok else "FAILED", what), flush=True)
+        aim = a.aim_every > 0 and trial % a.aim_every == a.aim_every - 1
+        if aim:
+            delay *= 0.75  # leave saves to come: run times vary by more than the 5% past the end
+        ok, what, mid_save = one_kill(a.qkv, flags, corpus, work, trial, delay, aim, reference)
+        print("kill %2d at %.3f s%s: %s: %s" % (trial + 1, delay, " + next save" if aim else "",
+                                                "ok" if ok else "FAILED", what), flush=True)
         passed += ok
         failed += not ok
+        mid_saves += mid_save
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
     print("kill9 soak (%s): %d kills of a %d-step run saving every step (%.2f s uninterrupted)"
           % (a.mode, a.kills, steps, duration))
-    print("%d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 else 1
+    enough = mid_saves >= a.min_mid_save
+    print("%d of %d kills landed mid-save (at least %d required)%s"
+          % (mid_saves, a.kills, a.min_mid_save, "" if enough else ": FAILED"))
+    print("%d passed, %d failed" % (passed, failed + (not enough)))
+    return 0 if failed == 0 and enough else 1
 
 
 if __name__ == "__main__":
