@@ -65,6 +65,9 @@ echo "== test (John) perplexity, $(basename "$MODEL") checkpoint"
 ppl=$(awk '/^perplexity/ {print $2}' "$OUT/test.score")
 ppl_int8=$(awk '/^perplexity/ {print $2}' "$OUT/test.int8.score")
 tokens=$(awk '/^tokens/ {print $2}' "$OUT/test.score")
+for v in "$ppl" "$ppl_int8" "$tokens"; do
+  [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "lm_bible.sh: qkv score printed no perplexity (see $OUT/test.score, $OUT/test.int8.score)" >&2; exit 1; }
+done
 echo "greedy continuation of \"And Jesus said unto them\": $("$QKV" generate --checkpoint "$MODEL" \
   --prompt "And Jesus said unto them" --max-new-tokens 40 --threads "$THREADS" 2> "$OUT/generate.log")"
 params=$("$QKV" info "$MODEL" --json | python3 -c "import json,sys;print(json.load(sys.stdin).get('parameters', '?'))")
