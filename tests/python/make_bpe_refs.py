@@ -17,15 +17,18 @@ Trains a byte-level BPE (models.BPE + pre_tokenizers.ByteLevel + decoders.ByteLe
                                   ("a b" strings if tokenizers wrote [["a","b"]] lists, or back)
   DIR/bpe/train.txt               the training text
   DIR/bpe/train_ids.txt           Tokenizer.encode(whole train.txt).ids, space-separated
-  DIR/bpe/cases.json              {"tokenizers_version", "corpus", "merges_form", "other_merges_form",
-                                   "cases": [{"name", "text", "ids", "ids_prefix"}, ...]}
+  DIR/bpe/cases.json              {"tokenizers_version", "corpus", "corpus_lines", "merges_form",
+                                   "other_merges_form", "cases": [{"name", "text", "ids", "ids_prefix"}, ...]}
       ids         Tokenizer.encode(text).ids with tokenizer.json
       ids_prefix  the same with tokenizer_prefix.json
 
-The training text is the KJV Bible (Genesis..Deuteronomy, Psalms, Matthew..John) when diatheke and
-the KJV module (Debian: diatheke sword-text-kjv) answer, otherwise a Bible-like text generated here
-from a fixed seed; cases.json says which ("corpus": "kjv" or "generated"). Neither CI nor the tests
-depend on which: the C++ test compares with whatever this script wrote.
+The training text is the KJV Bible (Genesis..Deuteronomy, Psalms, Matthew..John: 12,092 verses)
+when diatheke and the KJV module (Debian: diatheke sword-text-kjv) answer, otherwise a Bible-like
+text of 6000 lines generated here from a fixed seed, with a warning on stderr; cases.json says which
+("corpus": "kjv" or "generated", "corpus_lines"). With CI=true in the environment (CI runs
+`CI=true bash .ci/run`) a missing KJV is an error naming what to install: CI never tests on the
+smaller stand-in. The C++ test requires the full verse count when "corpus" is "kjv" and the KJV
+itself under CI=true.
 """
 
 import argparse
@@ -55,6 +58,15 @@ KJV_BOOKS = ["Genesis", "Exodus", "Leviticus", "Numbers", "Deuteronomy", "Psalms
 VERSE_PREFIX = re.compile(r"^[1-3]?\s?[A-Za-z ]+ \d+:\d+: ")
 
 
+KJV_VERSES = 12092  # the verses of KJV_BOOKS in engKJV2006eb (Debian's sword-text-kjv), counted 2026-11-26
+KJV_INSTALL_HINT = "apt-get install diatheke sword-text-kjv (scripts/install_deps.sh installs both)"
+
+
+def in_ci():
+    """True under CI (the environment has CI=true): a missing input is then an error, never a fallback."""
+    return os.environ.get("CI") == "true"
+
+
 def kjv_lines():
     """Verse texts from diatheke's KJV module, or None when it is not installed or says nothing."""
     exe = shutil.which("diatheke")
@@ -73,6 +85,22 @@ def kjv_lines():
                 if text:
                     lines.append(text)
     return lines if len(lines) > 1000 else None
+
+
+def training_lines(script):
+    """(lines, corpus): the KJV's verses and "kjv", or the generated stand-in and "generated" with a
+    warning on stderr. Under CI=true a missing KJV exits with an error that names what to install."""
+    lines = kjv_lines()
+    if lines is not None:
+        return lines, "kjv"
+    missing = (f"{script}: the KJV text is missing (diatheke with the {KJV_MODULE} module answered nothing); "
+               f"install it: {KJV_INSTALL_HINT}")
+    if in_ci():
+        sys.exit(f"{missing}. CI=true: the generated stand-in is not accepted in CI")
+    lines = generated_lines()
+    print(f"{missing}. Using a generated Bible-like text of {len(lines)} lines instead of {KJV_VERSES} verses",
+          file=sys.stderr)
+    return lines, "generated"
 
 
 NAMES = "Moses Aaron Abraham Isaac Jacob Joseph David Solomon Israel Judah Egypt Jerusalem Pharaoh".split()
@@ -211,10 +239,7 @@ def main():
     out = os.path.join(args.out, "bpe")
     os.makedirs(out, exist_ok=True)
 
-    lines = kjv_lines()
-    corpus = "kjv"
-    if lines is None:
-        lines, corpus = generated_lines(), "generated"
+    lines, corpus = training_lines("make_bpe_refs.py")
     tok = train(lines)
     tok_json = tok.to_str(pretty=True)
     prefix_tok = with_prefix_space(tok_json)
@@ -240,7 +265,7 @@ def main():
     write(os.path.join(out, "train.txt"), train_text)
     write(os.path.join(out, "train_ids.txt"), " ".join(map(str, tok.encode(train_text).ids)) + "\n")
     merges = json.loads(tok_json)["model"]["merges"]
-    meta = {"tokenizers_version": tokenizers.__version__, "corpus": corpus,
+    meta = {"tokenizers_version": tokenizers.__version__, "corpus": corpus, "corpus_lines": len(lines),
             "merges_form": "list" if merges and isinstance(merges[0], list) else "string",
             "other_merges_form": other_form, "cases": records}
     write(os.path.join(out, "cases.json"), json.dumps(meta, ensure_ascii=False, indent=1) + "\n")

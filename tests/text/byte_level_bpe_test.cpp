@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -34,6 +35,12 @@ std::string read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
+// CI runs `CI=true bash .ci/run`: there the generated stand-in for the KJV is a failure.
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && std::string(ci) == "true";
+}
+
 struct RefCase {
   std::string name, text;
   std::vector<int32_t> ids, ids_prefix;
@@ -49,9 +56,12 @@ std::vector<RefCase> load_cases() {
   return cases;
 }
 
+// 35 hand cases, every fourth of the first 2000 corpus lines, 40 chunks of 25 lines, 300 random.
+constexpr size_t kRefCases = 875;
+
 // Compares every case; reports the first few differences by name.
 void expect_ids(const ByteLevelBpe& bpe, const std::vector<RefCase>& cases, bool prefix) {
-  ASSERT_GT(cases.size(), 500u);
+  ASSERT_EQ(cases.size(), kRefCases);
   int mismatches = 0;
   for (const RefCase& c : cases) {
     const std::vector<int32_t>& want = prefix ? c.ids_prefix : c.ids;
@@ -59,6 +69,28 @@ void expect_ids(const ByteLevelBpe& bpe, const std::vector<RefCase>& cases, bool
       ADD_FAILURE() << "case " << c.name << " " << json(c.text).dump() << ": ids differ from tokenizers";
   }
   EXPECT_EQ(mismatches, 0) << "of " << cases.size() << " reference lines";
+}
+
+// The reference must not shrink quietly: the training text is the KJV's 12,092 verses when the
+// reference says "kjv" (always under CI=true), else 6000 generated lines.
+TEST(ByteLevelBpeRef, ReferenceIsComplete) {
+  const std::string path = qkv::testing::ref_path("bpe/cases.json");
+  ASSERT_FALSE(path.empty());
+  const json j = json::parse(read_bytes(path));
+  EXPECT_EQ(j["cases"].size(), kRefCases);
+  const std::string corpus = j.value("corpus", "");
+  std::ifstream in(qkv::testing::ref_path("bpe/train.txt"));
+  size_t lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  EXPECT_EQ(lines, j.value("corpus_lines", size_t{0}));
+  if (corpus == "kjv") {
+    EXPECT_EQ(lines, 12092u) << "the KJV's Genesis..Deuteronomy, Psalms, Matthew..John";
+  } else {
+    EXPECT_EQ(corpus, "generated");
+    EXPECT_EQ(lines, 6000u);
+    EXPECT_FALSE(in_ci()) << "CI=true: the reference was trained on generated text, not the KJV "
+                          << "(apt-get install diatheke sword-text-kjv)";
+  }
 }
 
 TEST(ByteLevelBpeRef, EqualsTokenizersOnEveryLine) {
