@@ -9,10 +9,15 @@
 #   fuzz <name>: <executions> executions in <seconds> s, <N> findings
 # A finding (crash, sanitizer report, escaped exception, failed invariant, timeout, out of memory)
 # stops that target; its reproducer is kept in BUILD_DIR/fuzz-findings/<name>/ and its path is
-# printed (replay: BUILD_DIR/fuzz/fuzz_<name> REPRODUCER). Exits 1 if any target had a finding.
+# printed (replay: BUILD_DIR/fuzz/fuzz_<name> REPRODUCER). Exits 1 if any target had a finding,
+# ran fewer inputs than QKV_FUZZ_RUNS asked, or its seeds could not be made; each such target is
+# named on a "FAILED" line, and the last line lists them all.
 # QKV_FUZZ_SEED=S and QKV_FUZZ_RUNS=N make a run reproducible (libFuzzer's -seed and -runs: the
-# same inputs in the same order on any machine; a slower machine stops earlier in the same
-# sequence when the time runs out). CI uses them so its verdict does not depend on luck.
+# same inputs in the same order on any machine). CI uses them so its verdict does not depend on
+# luck. SECONDS_PER_TARGET is then only a cap: a target it stops before its N inputs fails, since
+# a verdict on fewer inputs than asked is not the reproducible one (raise the cap, or lower N).
+# QKV_FUZZ_RUNS_<name>=M (e.g. QKV_FUZZ_RUNS_bleu_tokenizers=50000) gives one target its own
+# count instead of N, for a target too slow for N inputs in the cap.
 # QKV_FUZZ_KEEP_GOING=1 keeps each target fuzzing for the whole time after a finding (libFuzzer's
 # fork mode, one child at a time) and counts every saved finding.
 set -uo pipefail
@@ -20,7 +25,13 @@ cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 build=${2:-build-fuzz}
-targets=(safetensors config_json id_lines parallel_text utf8 bleu_tokenizers sentencepiece_load tokenizer_json)
+targets=(safetensors config_json id_lines parallel_text utf8 bleu_tokenizers sentencepiece_load tokenizer_json
+         npy train_state manifest)
+
+for var in QKV_FUZZ_RUNS "${targets[@]/#/QKV_FUZZ_RUNS_}"; do
+  [[ -z ${!var:-} || ${!var} =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: $var=${!var} is not a positive integer" >&2; exit 2; }
+done
+[[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: SECONDS_PER_TARGET=$seconds is not a positive integer" >&2; exit 2; }
 
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -DQKV_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null ||
@@ -38,20 +49,35 @@ findings_root="$build/fuzz-findings"
 logs="$build/fuzz-logs"
 mkdir -p "$findings_root" "$logs"
 
-# Prepares the scratch corpus of target $1 and prints its directory.
+# Prepares the scratch corpus of target $1 in $2: its checked-in seeds, and for SentencePiece
+# the trained models. Fails (saying why on stderr) when a seed cannot be made: fuzzing without
+# them would pass while testing far less than it claims.
 prepare_corpus() {
-  local name=$1 corpus="$scratch/corpus/$1"
-  mkdir -p "$corpus"
-  cp fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null
-  if [[ $name == sentencepiece_load ]]; then
-    "$build/fuzz/fuzz_make_spm_seeds" "$corpus" >&2 || echo "fuzz: SentencePiece seeds failed" >&2
+  local name=$1 corpus=$2
+  mkdir -p "$corpus" || return 1
+  local seeds=(fuzz/corpus/"$name"/*)
+  if [[ ! -e ${seeds[0]} ]]; then
+    echo "fuzz $name: no seeds in fuzz/corpus/$name/ (rerun fuzz/make_corpus.py)" >&2
+    return 1
   fi
-  echo "$corpus"
+  cp "${seeds[@]}" "$corpus"/ || { echo "fuzz $name: copying the seeds failed" >&2; return 1; }
+  if [[ $name == sentencepiece_load ]]; then
+    "$build/fuzz/fuzz_make_spm_seeds" "$corpus" >&2 ||
+      { echo "fuzz $name: fuzz_make_spm_seeds failed (exit $?): no trained SentencePiece seeds" >&2; return 1; }
+  fi
 }
 
-any_finding=0
+failed=()
 for name in "${targets[@]}"; do
-  corpus=$(prepare_corpus "$name")
+  corpus="$scratch/corpus/$name"
+  if ! prepare_corpus "$name" "$corpus"; then
+    echo "fuzz $name: FAILED: its seeds could not be made; not run"
+    failed+=("$name")
+    continue
+  fi
+  runs_var=QKV_FUZZ_RUNS_$name
+  [[ -n ${!runs_var:-} ]] || runs_var=QKV_FUZZ_RUNS
+  runs=${!runs_var:-}
   artifacts="$findings_root/$name"
   rm -rf "$artifacts" && mkdir -p "$artifacts" "$scratch/tmp"
   log="$logs/$name.log"
@@ -59,7 +85,7 @@ for name in "${targets[@]}"; do
            -artifact_prefix="$artifacts/")
   [[ -f fuzz/$name.dict ]] && options+=(-dict="fuzz/$name.dict")
   [[ -n ${QKV_FUZZ_SEED:-} ]] && options+=(-seed="$QKV_FUZZ_SEED")
-  [[ -n ${QKV_FUZZ_RUNS:-} ]] && options+=(-runs="$QKV_FUZZ_RUNS")
+  [[ -n $runs ]] && options+=(-runs="$runs")
   # QKV_FUZZ_KEEP_GOING=1: fuzz the whole time even after findings (one child process at a time,
   # each finding saved), to count them over a long run instead of stopping at the first.
   [[ ${QKV_FUZZ_KEEP_GOING:-0} == 1 ]] && options+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
@@ -76,9 +102,15 @@ for name in "${targets[@]}"; do
   [[ -e ${reproducers[0]} ]] || reproducers=()
   count=${#reproducers[@]}
   if (( rc != 0 && count == 0 )); then count=1; fi  # died without saving an input: still a finding
-  echo "fuzz $name: ${executions:-0} executions in $elapsed s, $count findings"
+  executions=${executions:-0}
+  echo "fuzz $name: $executions executions in $elapsed s, $count findings"
+  if (( count == 0 )) && [[ -n $runs ]] && (( executions < runs )) && [[ ${QKV_FUZZ_KEEP_GOING:-0} != 1 ]]; then
+    echo "fuzz $name: FAILED: ran $executions of the $runs inputs asked ($runs_var) before the" \
+         "$seconds s cap stopped it; raise SECONDS_PER_TARGET or lower the runs"
+    failed+=("$name")
+  fi
   if (( count > 0 )); then
-    any_finding=1
+    failed+=("$name")
     for r in "${reproducers[@]:0:10}"; do echo "  reproducer: $r (replay: $build/fuzz/fuzz_$name $r)"; done
     (( count > 10 )) && echo "  ... and $((count - 10)) more in $artifacts/"
     # What went wrong, each distinct line once with its count (fork mode repeats them).
@@ -87,4 +119,7 @@ for name in "${targets[@]}"; do
     echo "  log: $log"
   fi
 done
-exit $any_finding
+if (( ${#failed[@]} > 0 )); then
+  echo "fuzz: FAILED: ${failed[*]}"
+  exit 1
+fi
