@@ -107,7 +107,9 @@ def main(argv):
     if not minimums:
         print(f"groups: no group is expected for flavor {flavor!r} in {groups}", file=sys.stderr)
         return 2
-    tests, results = registered_tests(build), last_results(build)
+    # The log first: `ctest --show-only` starts a log of its own and replaces it.
+    results = last_results(build)
+    tests = registered_tests(build)
     problems = []
     for name, (labels, _) in sorted(tests.items()):
         if not labels:
