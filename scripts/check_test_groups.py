@@ -50,7 +50,13 @@ def parse_groups(path, flavor):
 
 def registered_tests(build):
     """{name: (labels, disabled)} as CTest registered them in `build`."""
+    # `ctest --show-only` replaces the last run's log with one of its own: put the log back, so
+    # that this check can be run again.
+    log = Path(build) / "Testing" / "Temporary" / "LastTest.log"
+    saved = log.read_bytes() if log.exists() else None
     out = subprocess.run(["ctest", "--test-dir", str(build), "--show-only=json-v1"], capture_output=True, text=True)
+    if saved is not None:
+        log.write_bytes(saved)
     if out.returncode != 0:
         sys.exit(f"ctest --show-only=json-v1 failed in {build}: {out.stderr.strip()}")
     tests = {}
@@ -107,7 +113,6 @@ def main(argv):
     if not minimums:
         print(f"groups: no group is expected for flavor {flavor!r} in {groups}", file=sys.stderr)
         return 2
-    # The log first: `ctest --show-only` starts a log of its own and replaces it.
     results = last_results(build)
     tests = registered_tests(build)
     problems = []
