@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "model/agreement_checks.h"
 #include "model/ref_dir.h"
 #include "qkv/interop/hf_gpt2.h"
 #include "qkv/io/safetensors.h"
@@ -27,15 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-double max_rel_error(const std::vector<float>& x, const std::vector<float>& y) {
-  EXPECT_EQ(x.size(), y.size());
-  double diff = 0, scale = 1e-30;
-  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(x[i]) - y[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
-  }
-  return diff / scale;
-}
+using qkv::testing::max_rel_error;
 
 std::string fresh_dir(const std::string& name) {
   const std::string d = ::testing::TempDir() + "/qkv_hf_" + std::to_string(::getpid()) + "_" + name;
