@@ -128,15 +128,17 @@ void argmax_rows(const Tensor& logits, std::vector<int32_t>& next) {  // logits 
 struct GenTiming {
   double total = 0, prefill = 0;
 };
-// Greedy generation of exactly `new_tokens` tokens per prompt; returns the times of one run.
-GenTiming generate_greedy(const models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
+// Greedy generation of exactly `new_tokens` tokens per prompt in compute type `type` (prepared
+// before the clock starts, as a loaded model is); returns the times of one run.
+GenTiming generate_greedy(models::CausalLM& model, const std::vector<std::vector<int32_t>>& prompts,
                           int64_t new_tokens, std::vector<std::vector<int32_t>>* out,
-                          nn::LinearPrecision precision = nn::LinearPrecision::Float32) {
+                          nn::ComputeType type = nn::ComputeType::Float32) {
+  if (model.compute_type() != type) model.set_compute_type(type);
   NoGradGuard no_grad;
   const auto a = Clock::now();
   models::GenerationState state;
   std::vector<int32_t> next;
-  argmax_rows(model.prefill(prompts, new_tokens, state, nullptr, precision).value().contiguous(), next);
+  argmax_rows(model.prefill(prompts, new_tokens, state, nullptr).value().contiguous(), next);
   GenTiming t;
   t.prefill = since(a);
   const int64_t N = static_cast<int64_t>(prompts.size());
@@ -261,7 +263,7 @@ int main(int argc, char** argv) try {
   };
   for (int64_t B : a.batches) {
     const auto prompts = prompts_of(B, a.prompt, a.vocab);
-    const auto timed = [&](nn::LinearPrecision precision, Side& s) {
+    const auto timed = [&](nn::ComputeType precision, Side& s) {
       std::vector<std::vector<int32_t>> out;
       const GenTiming t = generate_greedy(model, prompts, a.new_tokens, &out, precision);
       s.total.push_back(t.total);
@@ -269,8 +271,8 @@ int main(int argc, char** argv) try {
       s.step.push_back((t.total - t.prefill) / std::max<int64_t>(1, a.new_tokens - 1));
     };
     const int64_t warm = std::min<int64_t>(a.new_tokens, 8);
-    generate_greedy(model, prompts, warm, nullptr, nn::LinearPrecision::Float32);  // warm-ups
-    if (a.int8) generate_greedy(model, prompts, warm, nullptr, nn::LinearPrecision::Int8);
+    generate_greedy(model, prompts, warm, nullptr, nn::ComputeType::Float32);  // warm-ups
+    if (a.int8) generate_greedy(model, prompts, warm, nullptr, nn::ComputeType::Int8);
     std::unique_ptr<bench::PeerProcess> hf;
     if (a.hf)
       hf = std::make_unique<bench::PeerProcess>(
@@ -282,10 +284,10 @@ int main(int argc, char** argv) try {
     Side f32, i8;
     std::vector<double> hf_seconds;
     for (int r = 0; r < a.reps; ++r) {
-      timed(nn::LinearPrecision::Float32, f32);
+      timed(nn::ComputeType::Float32, f32);
       if (a.int8) {
         if (hf) bench::settle();
-        timed(nn::LinearPrecision::Int8, i8);
+        timed(nn::ComputeType::Int8, i8);
       }
       if (!hf) continue;
       bench::settle();

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
-#include "qkv/nn/packed_linears.h"
+#include "qkv/models/model.h"
+#include "qkv/nn/compute_type.h"
 
 namespace qkv::python {
 
@@ -26,9 +27,14 @@ void copy_numpy_into(const py::array& source, Tensor& t, const std::string& what
 // A list of lists of ints (or a 2-D integer array) as token-id lines; errors name `what`.
 std::vector<std::vector<int32_t>> to_id_lines(const py::handle& lines, const std::string& what);
 
-// quantize= of Translator and Generator: "none" or "int8" (as the CLI's --quantize); anything
-// else is a ValueError naming it.
-nn::LinearPrecision precision_from_quantize(const std::string& quantize);
+// compute_type= of Translator, Generator, Encoder and score: a name of nn/compute_type.h
+// ("float32", "bf16", "int8", "int8_bf16"); anything else is a ValueError naming the choices.
+nn::ComputeType compute_type_from_name(const std::string& name);
+
+// The older per-call quantize= (None: the loaded compute type; "none": float32; "int8"). A value that
+// changes the model's compute type switches it, for this call and the ones after, with a
+// DeprecationWarning pointing at compute_type= at load.
+void apply_quantize_argument(models::Model& model, const py::object& quantize);
 
 // Registers the exception translation: qkv::NotFoundError -> FileNotFoundError, qkv::Error ->
 // ValueError; anything else keeps pybind11's mapping (std::bad_alloc -> MemoryError,

@@ -13,10 +13,8 @@ namespace qkv::python {
 
 namespace {
 api::GenerationOptions generation_options(int64_t max_new_tokens, bool sample, double temperature, int64_t top_k,
-                                          double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size,
-                                          const std::string& quantize) {
+                                          double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size) {
   api::GenerationOptions o;
-  o.decode.precision = precision_from_quantize(quantize);
   o.decode.max_new_tokens = max_new_tokens;
   o.decode.sample = sample;
   o.decode.sampling.temperature = temperature;
@@ -107,19 +105,23 @@ void bind_generator(py::module_& m) {
   py::class_<api::Generator>(m, "Generator",
                              "A decoder-only checkpoint with its tokenizer: continues prompts, greedy or sampled, "
                              "as `qkv generate`.")
-      .def(py::init([](const std::string& checkpoint) {
+      .def(py::init([](const std::string& checkpoint, const std::string& compute_type) {
+             const nn::ComputeType type = compute_type_from_name(compute_type);
              py::gil_scoped_release release;
-             return std::make_unique<api::Generator>(checkpoint);
+             return std::make_unique<api::Generator>(checkpoint, type);
            }),
-           py::arg("checkpoint"))
+           py::arg("checkpoint"), py::arg("compute_type") = "float32", "compute_type: how the model computes, chosen once here: 'float32' (default), 'int8', 'bf16' or 'int8_bf16' (as --compute-type). ")
+      .def_property_readonly(
+          "compute_type", [](const api::Generator& g) { return nn::compute_type_name(g.compute_type()); })
       .def(
           "generate",
           [](py::object self, const py::object& prompt, int64_t max_new_tokens, bool sample, double temperature,
              int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size,
-             bool stream, const std::string& quantize) -> py::object {
+             bool stream, const py::object& quantize) -> py::object {
+            apply_quantize_argument(self.cast<api::Generator&>().model(), quantize);
             const auto& g = self.cast<const api::Generator&>();
             const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt,
-                                              batch_size, quantize);
+                                              batch_size);
             const bool single = py::isinstance<py::str>(prompt);
             const std::vector<std::string> prompts =
                 single ? std::vector<std::string>{prompt.cast<std::string>()} : prompt.cast<std::vector<std::string>>();
@@ -139,18 +141,19 @@ void bind_generator(py::module_& m) {
           },
           py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
-          py::arg("batch_size") = 32, py::arg("stream") = false, py::arg("quantize") = "none",
+          py::arg("batch_size") = 32, py::arg("stream") = false, py::arg("quantize") = py::none(),
           "Continues `prompt` (a str: returns a str; a list of str: returns a list, batched). The prompt is not "
           "repeated; EOS ends a continuation. sample=True draws with temperature, top_k, top_p (prompt i keyed by "
-          "(seed, i)). stream=True (one prompt): an iterator of text pieces as they are produced. quantize='int8': "
-          "the products in int8 (as `qkv generate --quantize int8`).")
+          "(seed, i)). stream=True (one prompt): an iterator of text pieces as they are produced. quantize= is "
+          "deprecated: choose compute_type= when loading.")
       .def(
           "generate_ids",
-          [](const api::Generator& g, const py::object& prompts, int64_t max_new_tokens, bool sample, double temperature,
+          [](api::Generator& g, const py::object& prompts, int64_t max_new_tokens, bool sample, double temperature,
              int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size,
-             const std::string& quantize) {
+             const py::object& quantize) {
+            apply_quantize_argument(g.model(), quantize);
             const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt,
-                                              batch_size, quantize);
+                                              batch_size);
             const auto ids = to_id_lines(prompts, "prompt");
             g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
                             "truncate_prompt=True keeps its last tokens");
@@ -163,13 +166,12 @@ void bind_generator(py::module_& m) {
           },
           py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
-          py::arg("batch_size") = 32, py::arg("quantize") = "none", "generate() on token ids (each prompt starts with its own BOS if it wants one).")
+          py::arg("batch_size") = 32, py::arg("quantize") = py::none(), "generate() on token ids (each prompt starts with its own BOS if it wants one).")
       .def(
           "generate_with_attention",
           [](const api::Generator& g, const std::string& prompt, int64_t max_new_tokens, bool sample, double temperature,
              int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt) {
-            const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt, 1,
-                                              "none");
+            const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt, 1);
             const std::vector<int32_t> ids = g.encode_prompt(prompt);
             g.check_prompts({ids}, o, [](size_t) { return std::string("prompt"); },
                             "truncate_prompt=True keeps its last tokens");

@@ -32,15 +32,28 @@ PyModel load_checkpoint(const std::string& dir) {
 }
 
 py::dict score(const PyModel& m, const py::object& tgt, const py::object& src, int64_t batch_size,
-               const std::string& quantize) {
-  const nn::LinearPrecision precision = precision_from_quantize(quantize);
+               const py::object& quantize, const py::object& compute_type) {
+  QKV_CHECK(quantize.is_none() || compute_type.is_none(), "score: give compute_type= or quantize=, not both");
+  std::optional<models::ScopedComputeType> for_this_call;
+  if (!compute_type.is_none()) {
+    const nn::ComputeType type = compute_type_from_name(compute_type.cast<std::string>());
+    py::gil_scoped_release release;
+    for_this_call.emplace(*m.model, type);
+  } else if (!quantize.is_none()) {
+    const auto q = quantize.cast<std::string>();
+    if (q != "none" && q != "int8") throw py::value_error("quantize must be 'none' or 'int8', got '" + q + "'");
+    if (q == "int8") {
+      py::gil_scoped_release release;
+      for_this_call.emplace(*m.model, nn::ComputeType::Int8);
+    }
+  }
   const auto tgt_lines = to_id_lines(tgt, "tgt line");
   const auto src_lines = src.is_none() ? std::vector<std::vector<int32_t>>{} : to_id_lines(src, "src line");
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
   train::ScoreResult r;
   {
     py::gil_scoped_release release;
-    r = train::score(*m.model, src_lines, tgt_lines, batch_size, {}, precision);
+    r = train::score(*m.model, src_lines, tgt_lines, batch_size);
   }
   py::dict d;
   d["line_log_prob"] = r.line_log_prob;
@@ -79,8 +92,35 @@ void bind_model(py::module_& m) {
             Var* v = find_parameter(named, name);
             if (!v) throw py::key_error("no parameter named '" + name + "'");
             copy_numpy_into(value, v->value(), name);
+            if (const auto type = p.model->compute_type()) {  // its inference form follows the new values
+              py::gil_scoped_release release;
+              p.model->set_compute_type(*type);
+            }
           },
-          py::arg("name"), py::arg("value"), "Copies an array of the parameter's shape into it.")
+          py::arg("name"), py::arg("value"),
+          "Copies an array of the parameter's shape into it (and prepares the compute type's weights again).")
+      .def_property_readonly(
+          "compute_type",
+          [](const PyModel& p) -> py::object {
+            const auto type = p.model->compute_type();
+            return type ? py::object(py::str(nn::compute_type_name(*type))) : py::object(py::none());
+          },
+          "The compute type inference runs in ('float32', 'int8', 'bf16', 'int8_bf16'), or None: the float32 "
+          "weights themselves (a model from load_checkpoint).")
+      .def(
+          "set_compute_type",
+          [](PyModel& p, const py::object& compute_type) {
+            if (compute_type.is_none()) {
+              p.model->clear_compute_type();
+              return;
+            }
+            const nn::ComputeType type = compute_type_from_name(compute_type.cast<std::string>());
+            py::gil_scoped_release release;
+            p.model->set_compute_type(type);
+          },
+          py::arg("compute_type"),
+          "Prepares the weights for inference in a compute type (None: back to the float32 weights). Call it again "
+          "after writing into the parameters' NumPy views, which the prepared weights do not follow.")
       .def(
           "save",
           [](const PyModel& p, const std::string& dir) {
@@ -122,11 +162,11 @@ void bind_model(py::module_& m) {
   m.def("load_checkpoint", &load_checkpoint, py::arg("dir"),
         "Loads a qkv checkpoint directory (config.json + model.safetensors) of any family, strictly, in eval mode.");
   m.def("score", &score, py::arg("model"), py::arg("tgt"), py::arg("src") = py::none(), py::arg("batch_size") = 32,
-        py::arg("quantize") = "none",
+        py::arg("quantize") = py::none(), py::arg("compute_type") = py::none(),
         "Teacher-forced log-probabilities, as `qkv score`: for an encoder-decoder model, (src, tgt) id lines with "
         "tgt holding BOS and EOS; for a decoder-only model, tgt lines alone, each token scored given the ones before. "
-        "Returns {'line_log_prob': [...], 'loss': mean over tokens, 'tokens': n}. quantize='int8': every linear "
-        "layer in int8 (as `qkv score --quantize int8`).");
+        "Returns {'line_log_prob': [...], 'loss': mean over tokens, 'tokens': n}. compute_type (or the older "
+        "quantize='int8'): score in that compute type for this call (default: the model's own).");
 }
 
 }  // namespace qkv::python

@@ -50,10 +50,25 @@ std::vector<std::vector<int32_t>> to_id_lines(const py::handle& lines, const std
   return out;
 }
 
-nn::LinearPrecision precision_from_quantize(const std::string& quantize) {
-  if (quantize == "int8") return nn::LinearPrecision::Int8;
-  if (quantize != "none") throw py::value_error("quantize must be 'none' or 'int8', got '" + quantize + "'");
-  return nn::LinearPrecision::Float32;
+nn::ComputeType compute_type_from_name(const std::string& name) {
+  return nn::parse_compute_type(name, "compute_type");  // qkv::Error -> ValueError
+}
+
+void apply_quantize_argument(models::Model& model, const py::object& quantize) {
+  if (quantize.is_none()) return;
+  const auto q = quantize.cast<std::string>();
+  if (q != "none" && q != "int8") throw py::value_error("quantize must be 'none' or 'int8', got '" + q + "'");
+  const nn::ComputeType wanted = q == "int8" ? nn::ComputeType::Int8 : nn::ComputeType::Float32;
+  if (model.compute_type() == wanted) return;
+  const int raised = PyErr_WarnEx(PyExc_DeprecationWarning,
+               ("quantize= is deprecated: choose the compute type once, at load (compute_type='" +
+                std::string(nn::compute_type_name(wanted)) + "'); the model now runs in " +
+                nn::compute_type_name(wanted) + " for this call and the ones after")
+                   .c_str(),
+               1);
+  if (raised < 0) throw py::error_already_set();  // warnings turned into errors
+  py::gil_scoped_release release;
+  model.set_compute_type(wanted);
 }
 
 void register_errors(py::module_&) {

@@ -7,9 +7,8 @@ namespace qkv::python {
 namespace {
 api::TranslationOptions translation_options(int beam, int n_best, float length_penalty, float max_length_ratio,
                                             int64_t max_length_offset, int64_t batch_size, bool truncate,
-                                            bool attention = false, const std::string& quantize = "none") {
+                                            bool attention = false) {
   api::TranslationOptions o;
-  o.search.precision = precision_from_quantize(quantize);
   o.search.attention = attention;
   o.search.beam_size = beam;
   o.search.n_best = n_best;
@@ -72,18 +71,22 @@ void bind_translator(py::module_& m) {
   py::class_<api::Translator>(m, "Translator",
                               "An encoder-decoder checkpoint with its SentencePiece models: translates batches of "
                               "sentences with beam or greedy search, as `qkv translate`.")
-      .def(py::init([](const std::string& checkpoint) {
+      .def(py::init([](const std::string& checkpoint, const std::string& compute_type) {
+             const nn::ComputeType type = compute_type_from_name(compute_type);
              py::gil_scoped_release release;
-             return std::make_unique<api::Translator>(checkpoint);
+             return std::make_unique<api::Translator>(checkpoint, type);
            }),
-           py::arg("checkpoint"))
+           py::arg("checkpoint"), py::arg("compute_type") = "float32", "compute_type: how the model computes, chosen once here: 'float32' (default), 'int8', 'bf16' or 'int8_bf16' (as --compute-type). ")
+      .def_property_readonly(
+          "compute_type", [](const api::Translator& t) { return nn::compute_type_name(t.compute_type()); })
       .def(
           "translate",
-          [](const api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,
+          [](api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,
              float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate, bool attention,
-             const std::string& quantize) {
+             const py::object& quantize) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, truncate, attention, quantize);
+                                               batch_size, truncate, attention);
+            apply_quantize_argument(t.model(), quantize);
             std::vector<std::vector<api::Translation>> r;
             {
               py::gil_scoped_release release;
@@ -93,17 +96,18 @@ void bind_translator(py::module_& m) {
           },
           py::arg("texts"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
-          py::arg("truncate") = true, py::arg("attention") = false, py::arg("quantize") = "none",
+          py::arg("truncate") = true, py::arg("attention") = false, py::arg("quantize") = py::none(),
           "Translates each text. n_best 1: a list of strings; n_best > 1 or attention=True: a list of lists of "
           "Translation, best first (with attention=True each carries its attention weights). beam 1 is greedy "
           "search. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it). "
-          "quantize='int8': the decoder's products in int8 (as `qkv translate --quantize int8`).")
+          "quantize= is deprecated: choose compute_type= when loading.")
       .def(
           "translate_ids",
-          [](const api::Translator& t, const py::object& sources, int beam, int n_best, float length_penalty,
-             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, const std::string& quantize) {
+          [](api::Translator& t, const py::object& sources, int beam, int n_best, float length_penalty,
+             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, const py::object& quantize) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, true, false, quantize);
+                                               batch_size, true, false);
+            apply_quantize_argument(t.model(), quantize);
             const auto ids = to_id_lines(sources, "source");
             std::vector<std::vector<api::Translation>> r;
             {
@@ -114,7 +118,7 @@ void bind_translator(py::module_& m) {
           },
           py::arg("sources"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
-          py::arg("quantize") = "none",
+          py::arg("quantize") = py::none(),
           "translate() on token ids: lists of source ids in, lists of target ids out (n_best 1) or Translation lists.")
       .def_property_readonly(
           "model", [](py::object self) { return PyModel{&self.cast<api::Translator&>().model(), nullptr, self}; },

@@ -103,13 +103,12 @@ TEST(Generate, BatchedEqualsOneByOne) {
 
 // api::Generator hands one set of packs and one key/value storage to all its batches: each batch
 // writes over the last one's keys and values, with fewer rows, more rows or longer prompts.
-TEST(Generate, PacksAndKeyValueStorageSharedByBatchesGiveTheSameTokens) {
+TEST(Generate, KeyValueStorageSharedByBatchesGivesTheSameTokens) {
   const auto model = small_model();
   const std::vector<std::vector<Tokens>> batches = {
       {kPrompts[0], kPrompts[3]}, {kPrompts[1]}, kPrompts, {kPrompts[2], kPrompts[2]}};
   for (const auto& options : {greedy(12), sampled(12, 99)}) {
     decoding::GenerateOptions shared = options;
-    shared.packs = model->pack_linears(options.precision);
     shared.kv_storage = std::make_shared<nn::KVCacheStorage>();
     for (size_t b = 0; b < batches.size(); ++b) {
       const auto own = decoding::generate(*model, batches[b], {}, options);
@@ -117,9 +116,6 @@ TEST(Generate, PacksAndKeyValueStorageSharedByBatchesGiveTheSameTokens) {
       EXPECT_EQ(kept, own) << "batch " << b << (options.sample ? " (sampled)" : " (greedy)");
     }
   }
-  decoding::GenerateOptions mixed = greedy(4);
-  mixed.packs = model->pack_linears(nn::LinearPrecision::Int8);
-  EXPECT_THROW(decoding::generate(*model, kPrompts, {}, mixed), Error);
 }
 
 TEST(Generate, SamplingDependsOnSeedAndLineKey) {

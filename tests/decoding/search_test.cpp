@@ -112,32 +112,34 @@ TEST_F(SearchTest, CacheDoesNotChangeTheResult) {
   }
 }
 
-// api::Translator packs the weights once for all its batches and hands the packs to each search:
-// the same hypotheses and scores, bit for bit, as a search that packs its own; packs of another
-// precision are refused.
-TEST_F(SearchTest, PacksGivenByTheCallerGiveTheSameResultAsPackingPerSearch) {
+// api::Translator sets the compute type once, at load: a model prepared twice the same way searches
+// to the same hypotheses and scores, bit for bit; a scoped compute type leaves none behind; and
+// int8 really changes the products (its scores differ).
+TEST_F(SearchTest, TheComputeTypeIsPreparedOnceAndServesEverySearch) {
   models::Transformer untrained(model_->config(), 9);
   untrained.eval();
-  for (const auto precision : {nn::LinearPrecision::Float32, nn::LinearPrecision::Int8}) {
-    decoding::SearchOptions own, given;
-    own.beam_size = given.beam_size = 3;
-    own.n_best = given.n_best = 3;
-    own.precision = given.precision = precision;
-    given.encoder_packs = untrained.pack_encoder_linears(precision);
-    given.decoder_packs = untrained.pack_decoder_linears(precision);
-    const auto a = decoding::beam_search(untrained, sources(), own);
-    const auto b = decoding::beam_search(untrained, sources(), given);
-    const auto g = decoding::greedy_search(untrained, sources(), given);
-    const auto h = decoding::greedy_search(untrained, sources(), own);
-    for (size_t i = 0; i < a.size(); ++i) {
-      expect_identical(b[i], a[i], "sentence " + std::to_string(i));
-      expect_identical({g[i]}, {h[i]}, "greedy, sentence " + std::to_string(i));
+  decoding::SearchOptions o;
+  o.beam_size = 3;
+  o.n_best = 3;
+  std::vector<std::vector<decoding::Hypothesis>> float32;
+  for (const auto type : {nn::ComputeType::Float32, nn::ComputeType::Int8}) {
+    untrained.set_compute_type(type);
+    const auto a = decoding::beam_search(untrained, sources(), o);
+    untrained.set_compute_type(type);  // prepared again from the same weights
+    const auto b = decoding::beam_search(untrained, sources(), o);
+    for (size_t i = 0; i < a.size(); ++i) expect_identical(b[i], a[i], "sentence " + std::to_string(i));
+    if (type == nn::ComputeType::Float32) {
+      float32 = a;
+    } else {
+      EXPECT_NE(a[0][0].log_prob, float32[0][0].log_prob) << "int8 searched with the float32 weights";
     }
   }
-  decoding::SearchOptions mixed;
-  mixed.precision = nn::LinearPrecision::Int8;
-  mixed.decoder_packs = untrained.pack_decoder_linears(nn::LinearPrecision::Float32);
-  EXPECT_THROW(decoding::beam_search(untrained, sources(), mixed), Error);
+  untrained.clear_compute_type();
+  {
+    const models::ScopedComputeType scoped(untrained, nn::ComputeType::Float32);
+    EXPECT_EQ(untrained.compute_type(), nn::ComputeType::Float32);
+  }
+  EXPECT_FALSE(untrained.compute_type().has_value());
 }
 
 // api::Translator keeps one nn::KVCacheStorage for all its batches: a batch's keys and values are

@@ -68,21 +68,24 @@ TEST_P(CausalLmCache, PrefillAndStepsMatchTheFullForwardForLeftPaddedRows) {
 
 INSTANTIATE_TEST_SUITE_P(Positions, CausalLmCache, ::testing::Values("learned", "sinusoidal"));
 
-// int8 packs (qkv generate --quantize int8): the logits follow the float forward within the
-// quantisation error, and differ from it, so the int8 products are really the ones in use.
+// Compute type int8 (qkv generate --compute-type int8): the logits follow the float forward (of a
+// model with the same weights and no compute type) within the quantisation error, and differ from
+// it, so the int8 products are really the ones in use.
 TEST(CausalLm, Int8PrefillAndStepsFollowTheFloatForward) {
-  CausalLM model(lm_config("learned"), 5);
+  CausalLM model(lm_config("learned"), 5), float32(lm_config("learned"), 5);
   model.eval();
+  float32.eval();
   NoGradGuard no_grad;
   std::vector<std::vector<int32_t>> seqs = {{1, 5, 9, 2}, {1, 7}};
   GenerationState st;
-  Var logits = model.prefill(seqs, 4, st, nullptr, nn::LinearPrecision::Int8);
+  model.set_compute_type(nn::ComputeType::Int8);
+  Var logits = model.prefill(seqs, 4, st);
   const int64_t V = model.output_vocab_size();
   float largest_difference = 0;
   for (int step = 0; step < 4; ++step) {
     Tensor next = Tensor::empty(Dims{2}, DType::I32);
     for (size_t r = 0; r < seqs.size(); ++r) {
-      const std::vector<float> exact = last_logits(model, seqs[r]);
+      const std::vector<float> exact = last_logits(float32, seqs[r]);
       float scale = 0;
       for (float v : exact) scale = std::max(scale, std::fabs(v));
       const float d = max_abs_diff(logits.value().f32() + r * V, exact);
@@ -93,7 +96,7 @@ TEST(CausalLm, Int8PrefillAndStepsFollowTheFloatForward) {
     }
     logits = model.step(next, st);
   }
-  EXPECT_GT(largest_difference, 1e-6f) << "int8 logits equal the float ones: the packs were not int8";
+  EXPECT_GT(largest_difference, 1e-6f) << "int8 logits equal the float ones: the int8 weights were not used";
 }
 
 TEST(CausalLm, ContextLimitsAreRefusedWithTheNumbers) {

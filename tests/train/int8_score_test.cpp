@@ -51,7 +51,9 @@ TEST(Int8Score, EncoderDecoderFollowsFloat32) {
   models::Transformer model(c, 3);
   model.eval();
   const auto src = id_lines(12, 30, 6, 1), tgt = id_lines(12, 30, 5, 4);
-  expect_close_but_int8(score(model, src, tgt, 5), score(model, src, tgt, 5, {}, nn::LinearPrecision::Int8));
+  const ScoreResult f = score(model, src, tgt, 5);
+  model.set_compute_type(nn::ComputeType::Int8);
+  expect_close_but_int8(f, score(model, src, tgt, 5));
 }
 
 TEST(Int8Score, DecoderOnlyFollowsFloat32) {
@@ -67,7 +69,9 @@ TEST(Int8Score, DecoderOnlyFollowsFloat32) {
   models::CausalLM model(c, 5);
   model.eval();
   const auto lines = id_lines(12, 30, 6, 2);
-  expect_close_but_int8(score(model, {}, lines, 5), score(model, {}, lines, 5, {}, nn::LinearPrecision::Int8));
+  const ScoreResult f = score(model, {}, lines, 5);
+  model.set_compute_type(nn::ComputeType::Int8);
+  expect_close_but_int8(f, score(model, {}, lines, 5));
 }
 
 }  // namespace

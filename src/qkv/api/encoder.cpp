@@ -5,10 +5,12 @@
 
 namespace qkv::api {
 
-Encoder::Encoder(const std::string& checkpoint_dir, const char* use) : dir_(checkpoint_dir) {
+Encoder::Encoder(const std::string& checkpoint_dir, const char* use, nn::ComputeType compute_type)
+    : dir_(checkpoint_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   model_ = models::load_encoder(checkpoint_dir, use);
   model_->eval();
+  model_->set_compute_type(compute_type);
   const models::TransformerConfig& c = model_->config();
   pooling_ = models::load_sentence_embedding_config(checkpoint_dir);
   if (pooling_.max_seq_length <= 0 || pooling_.max_seq_length > c.max_seq_length) pooling_.max_seq_length = c.max_seq_length;
@@ -48,25 +50,10 @@ std::vector<std::vector<int32_t>> Encoder::encode_all(const std::vector<std::str
   return ids;
 }
 
-namespace {
-// Packing copies every weight of the blocks into fresh memory (MiniLM: 42 MB, tens of milliseconds
-// with the page faults), which a call of a few sentences would spend more on than the packs save.
-// Below this many tokens the call multiplies with the weights through BLAS.
-constexpr int64_t kMinTokensToPack = 2048;
-
-std::shared_ptr<const nn::PackedLinears> packs_for(const models::EncoderModel& model,
-                                                   const std::vector<std::vector<int32_t>>& sentences) {
-  int64_t tokens = 0;
-  for (const auto& s : sentences) tokens += static_cast<int64_t>(s.size());
-  return tokens >= kMinTokensToPack ? model.pack_linears(nn::LinearPrecision::Float32) : nullptr;
-}
-}  // namespace
-
 Tensor Encoder::embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size,
                          const std::function<void(int64_t done)>& on_batch) const {
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
-  const auto packed = packs_for(*model_, sentences);
-  return models::embed_sentences(*model_, sentences, pooling_, batch_size, on_batch, packed.get());
+  return models::embed_sentences(*model_, sentences, pooling_, batch_size, on_batch);
 }
 
 Tensor Encoder::embed(const std::vector<std::string>& texts, int64_t batch_size) const {
@@ -80,8 +67,7 @@ Tensor Encoder::classify_ids(const std::vector<std::vector<int32_t>>& sentences,
                                        "train one with qkv train --objective classify");
   QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
   if (sentences.empty()) return Tensor::zeros({0, static_cast<int64_t>(labels().size())});
-  const auto packed = packs_for(*model_, sentences);
-  return train::class_probabilities(*model_, sentences, batch_size, {}, packed.get());
+  return train::class_probabilities(*model_, sentences, batch_size, {});
 }
 
 Tensor Encoder::classify(const std::vector<std::string>& texts, int64_t batch_size) const {

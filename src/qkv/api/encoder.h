@@ -20,11 +20,15 @@ class Encoder {
   // Loads DIR (an encoder-only checkpoint; another family is refused naming `use`, e.g.
   // "embedding") in eval mode, its tokenizer when it has one, and its pooling
   // (sentence_embedding.json; max_seq_length resolved to the model's when absent).
-  explicit Encoder(const std::string& checkpoint_dir, const char* use = "this command");
+  // compute_type: how inference computes (nn/compute_type.h), set once here for every call.
+  explicit Encoder(const std::string& checkpoint_dir, const char* use = "this command",
+                   nn::ComputeType compute_type = nn::ComputeType::Float32);
   ~Encoder();
 
   const models::EncoderModel& model() const { return *model_; }
   models::EncoderModel& model() { return *model_; }
+  nn::ComputeType compute_type() const { return *model_->compute_type(); }
+  void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const models::SentenceEmbeddingConfig& pooling() const { return pooling_; }
   // Tokens per sentence at most ([CLS] and [SEP] included), within the model's positions.
@@ -39,10 +43,9 @@ class Encoder {
   std::vector<std::vector<int32_t>> encode_all(const std::vector<std::string>& texts) const;  // "line N"
 
   // (N, d_model) sentence embeddings of tokenised sentences, in batches of similar lengths;
-  // on_batch (optional) hears the sentences done so far. A call of 2048 tokens or more packs the
-  // blocks' linears once for kernels::gemm_packed (BLAS would re-pack every weight for every
-  // batch), from the weights as they are then: weights changed through model() between calls are
-  // always seen. Shorter calls use BLAS, as packing would cost them more than it saves.
+  // on_batch (optional) hears the sentences done so far. The products run in the compute type, from
+  // the weights as they were when it was set: after changing weights through model(), call
+  // set_compute_type again.
   Tensor embed_ids(const std::vector<std::vector<int32_t>>& sentences, int64_t batch_size = 32,
                    const std::function<void(int64_t done)>& on_batch = {}) const;
   Tensor embed(const std::vector<std::string>& texts, int64_t batch_size = 32) const;

@@ -6,10 +6,11 @@
 
 namespace qkv::api {
 
-Generator::Generator(const std::string& checkpoint_dir) : dir_(checkpoint_dir) {
+Generator::Generator(const std::string& checkpoint_dir, nn::ComputeType compute_type) : dir_(checkpoint_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   model_ = models::load_causal_lm(checkpoint_dir);
   model_->eval();
+  model_->set_compute_type(compute_type);
   const std::string path = models::lm_tokenizer_path(checkpoint_dir);
   if (!path.empty()) {
     tokenizer_ = text::load_tokenizer(path);
@@ -68,12 +69,9 @@ std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std:
   std::vector<std::vector<int32_t>> results(prompts.size());
   if (attention) attention->assign(prompts.size(), decoding::AttentionWeights{});
   const auto batch_size = static_cast<size_t>(options.batch_size);
-  // Several batches: the weights packed once and one key/value storage for all of them.
+  // Several batches: one key/value storage for all of them.
   decoding::GenerateOptions decode = options.decode;
-  if (order.size() > batch_size) {
-    if (!decode.packs) decode.packs = model_->pack_linears(decode.precision);
-    if (!decode.kv_storage) decode.kv_storage = std::make_shared<nn::KVCacheStorage>();
-  }
+  if (order.size() > batch_size && !decode.kv_storage) decode.kv_storage = std::make_shared<nn::KVCacheStorage>();
   for (size_t begin = 0; begin < order.size(); begin += batch_size) {
     const size_t end = std::min(order.size(), begin + batch_size);
     std::vector<std::vector<int32_t>> batch;

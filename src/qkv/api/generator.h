@@ -31,12 +31,15 @@ using GenerateProgress = std::function<void(int64_t done, int64_t total)>;
 class Generator {
  public:
   // Loads DIR in eval mode with its tokenizer when it has one (without, only the *_ids calls work).
-  explicit Generator(const std::string& checkpoint_dir);
+  // compute_type: how inference computes (nn/compute_type.h), set once here for every call.
+  explicit Generator(const std::string& checkpoint_dir, nn::ComputeType compute_type = nn::ComputeType::Float32);
   ~Generator();
 
   const models::TransformerConfig& config() const;
   const models::CausalLM& model() const { return *model_; }
   models::CausalLM& model() { return *model_; }
+  nn::ComputeType compute_type() const { return *model_->compute_type(); }
+  void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   int64_t vocab_size() const;
 

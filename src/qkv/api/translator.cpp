@@ -7,10 +7,11 @@
 
 namespace qkv::api {
 
-Translator::Translator(const std::string& checkpoint_dir) : dir_(checkpoint_dir) {
+Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type) : dir_(checkpoint_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   model_ = models::load_seq2seq(checkpoint_dir);
   model_->eval();
+  model_->set_compute_type(compute_type);
   const std::string s = checkpoint_dir + "/" + models::kSourceSpmFile, t = checkpoint_dir + "/" + models::kTargetSpmFile;
   if (std::filesystem::exists(s) && std::filesystem::exists(t)) {
     src_spm_ = std::make_unique<text::SentencePiece>(s);
@@ -51,7 +52,7 @@ std::string Translator::target_piece(int32_t id) const {
 std::vector<std::vector<Translation>> Translator::translate_ids(const std::vector<data::IdLine>& sources,
                                                                 const TranslationOptions& options,
                                                                 const ProgressCallback& progress) const {
-  // Batches of similar length sharing the decoder's packs and key/value storage; input order back.
+  // Batches of similar length sharing the key/value storage; input order back.
   std::vector<std::vector<decoding::Hypothesis>> found =
       decoding::search_in_batches(*model_, sources, options.search, options.batch_size, progress);
   std::vector<std::vector<Translation>> results(sources.size());

@@ -41,12 +41,15 @@ class Translator {
  public:
   // Loads DIR (config.json, model.safetensors) in eval mode and, when present, its
   // source.spm.model and target.spm.model (without them only the *_ids calls work).
-  explicit Translator(const std::string& checkpoint_dir);
+  // compute_type: how inference computes (nn/compute_type.h), set once here for every call.
+  explicit Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type = nn::ComputeType::Float32);
   ~Translator();
 
   const models::TransformerConfig& config() const { return model_->config(); }
   const models::Transformer& model() const { return *model_; }
   models::Transformer& model() { return *model_; }
+  nn::ComputeType compute_type() const { return *model_->compute_type(); }
+  void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   bool has_tokenizers() const { return src_spm_ != nullptr; }
 
   // Source ids of a text, fitted to max_seq_length as options.truncate says; `where` names it in

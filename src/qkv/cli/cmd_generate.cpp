@@ -29,6 +29,7 @@
 #include "qkv/api/generator.h"
 #include "qkv/cli/attention_out.h"
 #include "qkv/cli/commands.h"
+#include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
@@ -46,7 +47,7 @@ struct GenerateCliOptions {
   std::string checkpoint, prompt, input;
   bool ids = false, sample = false, truncate_prompt = false, quiet = false;
   std::string attention_out;  // --attention-out DIR
-  std::string quantize = "none";
+  ComputeTypeOption compute;
   int64_t max_new_tokens = 0, batch_size = 32;
   double temperature = 1.0, top_p = 1.0;
   int64_t top_k = 0;
@@ -81,7 +82,7 @@ int run_generate(const GenerateCliOptions& o) {
   check_flags(o);  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
   set_num_threads(o.threads);
-  const api::Generator generator(o.checkpoint);
+  const api::Generator generator(o.checkpoint, chosen_compute_type(o.compute));
   const int64_t V = generator.vocab_size();
   QKV_CHECK(o.ids || generator.tokenizer(), o.checkpoint << ": no " << models::kLmSpmFile << " or " << models::kLmBpeFile
                                                          << " for text prompts; use --ids for token ids");
@@ -94,7 +95,6 @@ int run_generate(const GenerateCliOptions& o) {
   go.decode.seed = o.seed;
   go.decode.long_prompt = o.truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
   go.batch_size = o.batch_size;
-  if (o.quantize == "int8") go.decode.precision = nn::LinearPrecision::Int8;
 
   // Prompts as ids, BOS first for text; `where` names each in messages.
   const bool single = o.prompt_opt->count() > 0;
@@ -206,11 +206,7 @@ Runner add_generate_command(CLI::App& app) {
   app.add_flag("--truncate-prompt", o->truncate_prompt,
                "Cut long prompts from the left to leave room for --max-new-tokens (default: refuse a prompt that fills the context)");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
-  app.add_option("--quantize", o->quantize,
-                 "Products in int8 (weights per output channel, activations per row, as `qkv translate --quantize "
-                 "int8`): faster, slightly different text")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "int8"}));
+  add_compute_type_options(app, o->compute);
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
   app.add_option("--attention-out", o->attention_out,
                  "Write each line's self-attention weights (DIR/NNNN.npz) and heatmaps of them "

@@ -10,8 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/cli/commands.h"
+#include "qkv/core/cpu_features.h"
 #include "qkv/core/duration.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/ops/ops.h"
 #include "qkv/train/train_state.h"
 
 namespace qkv::cli {
@@ -32,6 +34,24 @@ std::string human_bytes(uintmax_t bytes) {
   return buf;
 }
 
+// The compute types the checkpoint can run in on this CPU: the kernel of each type's linears and
+// the memory its inference weights take beside the float32 ones (measured by preparing them).
+json describe_compute_types(models::Model& model) {
+  json types = json::object();
+  for (const nn::ComputeType t :
+       {nn::ComputeType::Float32, nn::ComputeType::Int8, nn::ComputeType::BF16, nn::ComputeType::Int8BF16}) {
+    model.set_compute_type(t);
+    types[nn::compute_type_name(t)] = {{"linears", ops::linear_kernel_description(nn::linear_dtype(t))},
+                                       {"tables", dtype_name(nn::table_dtype(t))},
+                                       {"inference_bytes", model.inference_bytes()}};
+    model.clear_compute_type();
+  }
+  return {{"default", nn::compute_type_name(nn::ComputeType::Float32)},
+          {"cpu", cpu_features().model},
+          {"cpu_features", cpu_features().summary()},
+          {"types", types}};
+}
+
 json describe(const std::string& dir) {
   const std::unique_ptr<models::Model> model = models::load_model(dir);
   const io::ManifestCheck manifest = io::verify_manifest(dir);
@@ -43,6 +63,7 @@ json describe(const std::string& dir) {
             {"config", json::parse(models::config_to_json(model->config()))},
             {"manifest", manifest.has_manifest}};
   if (manifest.step >= 0) j["step"] = manifest.step;
+  j["compute_types"] = describe_compute_types(*model);
   json files = json::object();
   for (const auto& e : fs::directory_iterator(dir))
     if (e.is_regular_file()) files[e.path().filename().string()] = e.file_size();
@@ -129,6 +150,14 @@ void print_text(const json& j) {
     std::printf(" %s (%s)", name.c_str(), human_bytes(size.get<uintmax_t>()).c_str());
   std::printf("\nintegrity     %s\n", j["manifest"].get<bool>() ? "manifest.json verified (sizes and CRC-32)"
                                                                  : "no manifest.json (written by an older qkv); loads");
+  const json& ct = j["compute_types"];
+  std::printf("compute type  %s by default (--compute-type); on this CPU (%s: %s):\n",
+              ct["default"].get<std::string>().c_str(), ct["cpu"].get<std::string>().c_str(),
+              ct["cpu_features"].get<std::string>().c_str());
+  for (const auto& [name, t] : ct["types"].items())
+    std::printf("  %-10s  linears: %s; tables %s; %s of inference weights\n", name.c_str(),
+                t["linears"].get<std::string>().c_str(), t["tables"].get<std::string>().c_str(),
+                human_bytes(t["inference_bytes"].get<uintmax_t>()).c_str());
 }
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
@@ -27,7 +28,7 @@ struct ScoreOptions {
   bool per_line = false;
   int64_t batch_size = 32;
   int threads = 0;
-  std::string quantize = "none";
+  ComputeTypeOption compute;
 };
 
 void check_lengths(const std::vector<data::IdLine>& lines, const std::string& path, int64_t max_len, int64_t min_len,
@@ -38,9 +39,6 @@ void check_lengths(const std::vector<data::IdLine>& lines, const std::string& pa
     QKV_CHECK(n - extra <= max_len, path << ":" << i + 1 << ": " << n << " ids exceed the model's max_seq_length "
                                          << max_len << (extra ? " (+1: the target's last id is only a label)" : ""));
   }
-}
-nn::LinearPrecision precision_of(const ScoreOptions& o) {
-  return o.quantize == "int8" ? nn::LinearPrecision::Int8 : nn::LinearPrecision::Float32;
 }
 
 int score_text(const models::Model& model, const ScoreOptions& o) {
@@ -62,7 +60,7 @@ int score_text(const models::Model& model, const ScoreOptions& o) {
   const auto& c = model.config();
   const std::vector<data::IdLine> blocks =
       train::cut_blocks(train::pack_lines(lines, c.bos_id, c.eos_id), c.max_seq_length, true);
-  const train::ScoreResult r = train::score(model, {}, blocks, o.batch_size, {}, precision_of(o));
+  const train::ScoreResult r = train::score(model, {}, blocks, o.batch_size);
   std::printf("tokens %lld\nloss %.7f\nperplexity %.4f\n", static_cast<long long>(r.tokens), r.mean_loss(),
               std::exp(r.mean_loss()));
   return 0;
@@ -81,16 +79,13 @@ Runner add_score_command(CLI::App& app) {
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
-  app.add_option("--quantize", o->quantize,
-                 "Every linear layer in int8 (weights per output channel, activations per row, as `qkv translate "
-                 "--quantize int8`): faster, slightly different log-probabilities")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "int8"}));
+  add_compute_type_options(app, o->compute);
   return [o]() {
     check_checkpoint_argument(o->checkpoint);
     set_num_threads(o->threads);
     auto model = models::load_model(o->checkpoint);
     model->eval();
+    model->set_compute_type(chosen_compute_type(o->compute));
     const auto& c = model->config();
     QKV_CHECK(!c.encoder_only(), o->checkpoint << ": this is an encoder-only model; qkv score gives the loss of a "
                                                   "language or translation model (see qkv embed and qkv classify)");
@@ -107,7 +102,7 @@ Runner add_score_command(CLI::App& app) {
               o->src << " has " << src.size() << " lines but " << o->tgt << " has " << tgt.size());
     if (!c.decoder_only()) check_lengths(src, o->src, c.max_seq_length, 1, 0);
     check_lengths(tgt, o->tgt, c.max_seq_length, 2, 1);
-    const train::ScoreResult r = train::score(*model, src, tgt, o->batch_size, {}, precision_of(*o));
+    const train::ScoreResult r = train::score(*model, src, tgt, o->batch_size);
     if (o->per_line)
       for (double lp : r.line_log_prob) std::printf("%.6f\n", lp);
     std::printf("loss %.7f\n", r.mean_loss());

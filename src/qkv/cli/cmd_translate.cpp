@@ -18,6 +18,7 @@
 #include "qkv/api/translator.h"
 #include "qkv/cli/attention_out.h"
 #include "qkv/cli/commands.h"
+#include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
@@ -34,7 +35,7 @@ struct TranslateOptions {
   float length_penalty = 1.0f, max_length_ratio = 2.0f;
   int64_t max_length_offset = 10, batch_size = 32;
   std::string too_long = "truncate";
-  std::string quantize = "none";
+  ComputeTypeOption compute;
   bool quiet = false;
   std::string attention_out;  // --attention-out DIR
 };
@@ -109,7 +110,7 @@ int run_translate(const TranslateOptions& o) {
   check_search_flags(o, std::numeric_limits<int64_t>::max());  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
   set_num_threads(o.threads);
-  const api::Translator translator(o.checkpoint);
+  const api::Translator translator(o.checkpoint, chosen_compute_type(o.compute));
   check_search_flags(o, translator.config().tgt_vocab_size);
   QKV_CHECK(o.ids || translator.has_tokenizers(),
             o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
@@ -122,7 +123,6 @@ int run_translate(const TranslateOptions& o) {
   to.batch_size = o.batch_size;
   to.truncate = o.too_long == "truncate";
   to.search.attention = !o.attention_out.empty();
-  if (o.quantize == "int8") to.search.precision = nn::LinearPrecision::Int8;
   if (to.search.attention) make_attention_dir(o.attention_out);  // before the work: fail fast
   const std::vector<data::IdLine> sources = read_sources(o, translator, to);
 
@@ -190,11 +190,7 @@ Runner add_translate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"truncate", "error"}));
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
-  app.add_option("--quantize", o->quantize,
-                 "Decoder products in int8 (weights per output channel, activations per row, as CTranslate2's int8): "
-                 "about twice as fast, a quarter of the packed weights' memory, slightly different translations")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"none", "int8"}));
+  add_compute_type_options(app, o->compute);
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
   app.add_option("--attention-out", o->attention_out,
                  "Write each sentence's attention weights (DIR/NNNN.npz, the best hypothesis) and heatmaps of its "

@@ -24,11 +24,12 @@ void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::s
       ->capture_default_str()
       ->check(CLI::IsMember({"truncate", "error"}));
   app.add_flag("--ids", o.ids, "Lines are space-separated token ids (the checkpoint's tokenizer is not used)");
+  add_compute_type_options(app, o.compute);
 }
 
 std::unique_ptr<EncoderSession> open_encoder(const EncoderTextOptions& o, const char* use) {
   check_checkpoint_argument(o.checkpoint);
-  auto s = std::make_unique<EncoderSession>(o.checkpoint, use);
+  auto s = std::make_unique<EncoderSession>(o.checkpoint, use, chosen_compute_type(o.compute));
   const int64_t positions = s->model().config().max_seq_length;
   if (o.max_tokens > positions)
     throw UsageError("--max-tokens " + std::to_string(o.max_tokens) + ": the model has " + std::to_string(positions) +

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "qkv/api/encoder.h"
+#include "qkv/cli/compute_type_option.h"
 
 namespace qkv::cli {
 
@@ -17,11 +18,13 @@ struct EncoderTextOptions {
   int64_t max_tokens = 0;  // 0: the checkpoint's (sentence_embedding.json, else max_seq_length)
   std::string too_long = "truncate";
   bool ids = false;
+  ComputeTypeOption compute;
 };
 
 using EncoderSession = api::Encoder;
 
-// --checkpoint, --input (when input_help is not empty), --batch-size, --max-tokens, --too-long, --ids.
+// --checkpoint, --input (when input_help is not empty), --batch-size, --max-tokens, --too-long, --ids,
+// --compute-type.
 void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::string& input_help);
 // Loads the encoder-only checkpoint (another family is refused naming `use`) and its tokenizer.
 std::unique_ptr<EncoderSession> open_encoder(const EncoderTextOptions& o, const char* use);

@@ -48,13 +48,15 @@ constexpr int64_t kKeepCachedBytes = int64_t{64} << 20;
 // to the OS at once (malloc would keep it in a fragmented heap).
 constexpr size_t kMapThreshold = size_t{1} << 20;
 
-void* system_alloc(size_t bytes) {
+// The device's allocator. The CPU's: aligned_alloc below kMapThreshold, mapped pages above.
+void* system_alloc(Device device, size_t bytes) {
+  QKV_CHECK(device.type == DeviceType::CPU, "no allocator for device " << device.name());
   if (bytes < kMapThreshold) return std::aligned_alloc(64, bytes);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
-void system_free(void* p, size_t bytes) {
+void system_free(Device, void* p, size_t bytes) {
   if (bytes < kMapThreshold)
     std::free(p);
   else
@@ -62,7 +64,7 @@ void system_free(void* p, size_t bytes) {
 }
 
 void free_buffer(Buffer* b) {
-  system_free(b->data, b->bytes);
+  system_free(b->device, b->data, b->bytes);
   delete b;
 }
 
@@ -106,9 +108,11 @@ void release_least_recent(PoolState& s, int64_t bytes) {
   }
 }
 
-PoolState& state() {
-  static PoolState* s = new PoolState();  // never destroyed: tensors may outlive static teardown
-  return *s;
+// One pool per device: indexed by device type (each type has one device so far).
+PoolState& state(Device device) {
+  QKV_CHECK(device.index == 0, "no pool for device " << device.name() << ":" << device.index);
+  static PoolState* pools = new PoolState[kDeviceTypes];  // never destroyed: tensors may outlive static teardown
+  return pools[static_cast<int>(device.type)];
 }
 
 void count_live(PoolState& s, int64_t bytes) {
@@ -178,9 +182,9 @@ Buffer* take_larger(PoolState& s, size_t cls) {
 
 }  // namespace
 
-Buffer* BufferPool::acquire(size_t bytes) {
+Buffer* BufferPool::acquire(size_t bytes, Device device) {
   const size_t cls = size_class(bytes);
-  PoolState& s = state();
+  PoolState& s = state(device);
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     FreeList& list = s.free_lists[cls];
@@ -191,20 +195,21 @@ Buffer* BufferPool::acquire(size_t bytes) {
     s.stats.system_allocs++;
     count_live(s, static_cast<int64_t>(cls));
   }
-  void* data = system_alloc(cls);
-  QKV_CHECK(data != nullptr, "out of memory allocating " << cls << " bytes for a tensor");
+  void* data = system_alloc(device, cls);
+  QKV_CHECK(data != nullptr, "out of memory allocating " << cls << " bytes for a tensor on " << device.name());
   Buffer* b = new Buffer();
   b->bytes = cls;
   b->data = data;
+  b->device = device;
   return b;
 }
 
-Buffer* BufferPool::acquire_unpooled(size_t bytes) {
+Buffer* BufferPool::acquire_unpooled(size_t bytes, Device device) {
   const size_t cls = size_class(bytes);
-  void* data = system_alloc(cls);
-  QKV_CHECK(data != nullptr, "out of memory allocating " << cls << " bytes for a tensor");
+  void* data = system_alloc(device, cls);
+  QKV_CHECK(data != nullptr, "out of memory allocating " << cls << " bytes for a tensor on " << device.name());
   {
-    PoolState& s = state();
+    PoolState& s = state(device);
     std::lock_guard<std::mutex> lock(s.mutex);
     s.stats.system_allocs++;
     s.stats.bytes_unpooled += static_cast<int64_t>(cls);
@@ -213,17 +218,18 @@ Buffer* BufferPool::acquire_unpooled(size_t bytes) {
   b->bytes = cls;
   b->data = data;
   b->pooled = false;
+  b->device = device;
   return b;
 }
 
 void BufferPool::release(Buffer* b) {
-  PoolState& s = state();
+  PoolState& s = state(b->device);
   if (!b->pooled) {
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       s.stats.bytes_unpooled -= static_cast<int64_t>(b->bytes);
     }
-    system_free(b->data, b->bytes);
+    system_free(b->device, b->data, b->bytes);
     delete b;
     return;
   }
@@ -236,20 +242,20 @@ void BufferPool::release(Buffer* b) {
   s.stats.bytes_cached += static_cast<int64_t>(b->bytes);
 }
 
-PoolStats BufferPool::stats() {
-  PoolState& s = state();
+PoolStats BufferPool::stats(Device device) {
+  PoolState& s = state(device);
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.stats;
 }
 
-void BufferPool::reset_peak() {
-  PoolState& s = state();
+void BufferPool::reset_peak(Device device) {
+  PoolState& s = state(device);
   std::lock_guard<std::mutex> lock(s.mutex);
   s.stats.bytes_peak = s.stats.bytes_live;
 }
 
-void BufferPool::trim() {
-  PoolState& s = state();
+void BufferPool::trim(Device device) {
+  PoolState& s = state(device);
   std::lock_guard<std::mutex> lock(s.mutex);
   release_cached(s);
   s.live_high_water = s.stats.bytes_live;  // the bound starts afresh from what is live now
@@ -260,13 +266,13 @@ void BufferPool::trim() {
 namespace qkv {
 
 ScopedCacheLimit::ScopedCacheLimit(int64_t bytes) : bytes_(bytes) {
-  PoolState& s = state();
+  PoolState& s = state(Device::cpu());
   std::lock_guard<std::mutex> lock(s.mutex);
   s.limits.push_back(bytes);
 }
 
 ScopedCacheLimit::~ScopedCacheLimit() {
-  PoolState& s = state();
+  PoolState& s = state(Device::cpu());
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.limits.erase(std::find(s.limits.begin(), s.limits.end(), bytes_));

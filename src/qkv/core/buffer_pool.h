@@ -8,10 +8,16 @@
 // live at once (or idle is at most 64 MiB): memory stays under the peak working set, and the sizes
 // the last steps used stay cached.
 // Buffers are 64-byte aligned (one cache line, a full AVX-512 vector).
+//
+// One pool per device: each has its own free lists, statistics and system allocator (the host's
+// aligned_alloc / mmap for the CPU; a CUDA backend adds cudaMalloc's). A buffer goes back to the
+// pool of the device it came from. Every function takes the device, the CPU by default.
 #pragma once
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+#include "qkv/core/device.h"
 
 namespace qkv {
 
@@ -21,6 +27,7 @@ struct Buffer {
   void* data = nullptr;
   Buffer* next_free = nullptr;
   bool pooled = true;  // false: returned to the system when released, never cached
+  Device device;       // whose pool it returns to
 };
 
 struct PoolStats {
@@ -33,16 +40,16 @@ struct PoolStats {
 
 class BufferPool {
  public:
-  static Buffer* acquire(size_t bytes);
+  static Buffer* acquire(size_t bytes, Device device = Device::cpu());
   // A buffer of its own, never cached: from 1 MiB up fresh mapped pages, which take memory only
   // once written, and which release() unmaps at once. Counted in bytes_unpooled, not in bytes_live.
-  static Buffer* acquire_unpooled(size_t bytes);
+  static Buffer* acquire_unpooled(size_t bytes, Device device = Device::cpu());
   static void release(Buffer* buffer);
-  static PoolStats stats();
-  static void reset_peak();
+  static PoolStats stats(Device device = Device::cpu());
+  static void reset_peak(Device device = Device::cpu());
   // Returns every cached buffer to the system (e.g. between phases with different shapes), and
   // restarts the high-water mark the default rule bounds the pool by from the bytes live now.
-  static void trim();
+  static void trim(Device device = Device::cpu());
 };
 
 // What the decoding loops (beam and greedy search, generation) keep idle: about one step's
@@ -56,8 +63,8 @@ constexpr int64_t kStepBuffersKept = int64_t{16} << 20;
 // buffers then never fit again, and under the rule of the time (as much idle as live, which
 // includes the model's weights) translation kept up to 67 MB of them idle. A miss under a limit
 // gives back the classes used longest ago until idle + the new buffer fit; the end of a limit trims
-// glibc's heap (malloc_trim). The pool is one per process: while any limit lives, the smallest one
-// holds for every thread.
+// glibc's heap (malloc_trim). The limit is the CPU pool's, one per process: while any limit lives,
+// the smallest one holds for every thread.
 class ScopedCacheLimit {
  public:
   explicit ScopedCacheLimit(int64_t bytes);

@@ -7,8 +7,6 @@
 
 namespace qkv {
 
-const char* dtype_name(DType dtype) { return dtype == DType::F32 ? "f32" : "i32"; }
-
 Dims contiguous_strides(const Dims& shape) {
   Dims strides = shape;
   int64_t s = 1;
@@ -20,11 +18,13 @@ Dims contiguous_strides(const Dims& shape) {
 }
 
 Tensor::Tensor(const Tensor& o)
-    : buffer_(o.buffer_), offset_(o.offset_), shape_(o.shape_), strides_(o.strides_), dtype_(o.dtype_) {
+    : buffer_(o.buffer_), offset_(o.offset_), shape_(o.shape_), strides_(o.strides_), dtype_(o.dtype_),
+      layout_(o.layout_), packed_elements_(o.packed_elements_) {
   retain();
 }
 Tensor::Tensor(Tensor&& o) noexcept
-    : buffer_(o.buffer_), offset_(o.offset_), shape_(o.shape_), strides_(o.strides_), dtype_(o.dtype_) {
+    : buffer_(o.buffer_), offset_(o.offset_), shape_(o.shape_), strides_(o.strides_), dtype_(o.dtype_),
+      layout_(o.layout_), packed_elements_(o.packed_elements_) {
   o.buffer_ = nullptr;
 }
 Tensor& Tensor::operator=(const Tensor& o) {
@@ -36,6 +36,8 @@ Tensor& Tensor::operator=(const Tensor& o) {
     shape_ = o.shape_;
     strides_ = o.strides_;
     dtype_ = o.dtype_;
+    layout_ = o.layout_;
+    packed_elements_ = o.packed_elements_;
   }
   return *this;
 }
@@ -47,6 +49,8 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     shape_ = o.shape_;
     strides_ = o.strides_;
     dtype_ = o.dtype_;
+    layout_ = o.layout_;
+    packed_elements_ = o.packed_elements_;
   }
   return *this;
 }
@@ -60,10 +64,11 @@ void Tensor::drop() {
   buffer_ = nullptr;
 }
 
-Tensor Tensor::empty(const Dims& shape, DType dtype) {
+Tensor Tensor::allocate(const Dims& shape, DType dtype, Device device, bool pooled) {
   for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape " << shape);
+  const size_t bytes = static_cast<size_t>(shape.numel() * dtype_size(dtype));
   Tensor t;
-  t.buffer_ = BufferPool::acquire(static_cast<size_t>(shape.numel()) * 4);
+  t.buffer_ = pooled ? BufferPool::acquire(bytes, device) : BufferPool::acquire_unpooled(bytes, device);
   t.buffer_->refs.store(1, std::memory_order_relaxed);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -71,20 +76,26 @@ Tensor Tensor::empty(const Dims& shape, DType dtype) {
   return t;
 }
 
-Tensor Tensor::empty_unpooled(const Dims& shape, DType dtype) {
-  for (int64_t d : shape) QKV_CHECK(d >= 0, "negative dimension in shape " << shape);
-  Tensor t;
-  t.buffer_ = BufferPool::acquire_unpooled(static_cast<size_t>(shape.numel()) * 4);
-  t.buffer_->refs.store(1, std::memory_order_relaxed);
+Tensor Tensor::empty(const Dims& shape, DType dtype, Device device) { return allocate(shape, dtype, device, true); }
+
+Tensor Tensor::empty_unpooled(const Dims& shape, DType dtype, Device device) {
+  return allocate(shape, dtype, device, false);
+}
+
+Tensor Tensor::empty_packed(const Dims& shape, DType dtype, int64_t storage_elements, Device device) {
+  QKV_CHECK(storage_elements >= shape.numel(),
+            "empty_packed: " << storage_elements << " elements of storage for shape " << shape);
+  Tensor t = allocate(Dims{storage_elements}, dtype, device, true);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
-  t.dtype_ = dtype;
+  t.layout_ = Layout::Packed;
+  t.packed_elements_ = storage_elements;
   return t;
 }
 
-Tensor Tensor::zeros(const Dims& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
-  std::memset(t.base(), 0, static_cast<size_t>(t.numel()) * 4);
+Tensor Tensor::zeros(const Dims& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  std::memset(t.base(), 0, static_cast<size_t>(t.nbytes()));
   return t;
 }
 
@@ -98,7 +109,7 @@ Tensor Tensor::from_vector(const Dims& shape, const std::vector<float>& values) 
   QKV_CHECK(static_cast<int64_t>(values.size()) == shape.numel(),
             "from_vector: " << values.size() << " values for shape " << shape);
   Tensor t = empty(shape);
-  if (!values.empty()) std::memcpy(t.f32(), values.data(), values.size() * 4);
+  if (!values.empty()) std::memcpy(t.f32(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
@@ -106,7 +117,7 @@ Tensor Tensor::from_ids(const Dims& shape, const std::vector<int32_t>& ids) {
   QKV_CHECK(static_cast<int64_t>(ids.size()) == shape.numel(),
             "from_ids: " << ids.size() << " ids for shape " << shape);
   Tensor t = empty(shape, DType::I32);
-  if (!ids.empty()) std::memcpy(t.i32(), ids.data(), ids.size() * 4);
+  if (!ids.empty()) std::memcpy(t.i32(), ids.data(), ids.size() * sizeof(int32_t));
   return t;
 }
 
@@ -116,26 +127,33 @@ int64_t Tensor::size(int d) const {
   return shape_[i];
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_) || numel() <= 1; }
+bool Tensor::is_contiguous() const {
+  return layout_ == Layout::Packed || strides_ == contiguous_strides(shape_) || numel() <= 1;
+}
 
 bool Tensor::fills_its_buffer() const {
-  return defined() && offset_ == 0 && is_contiguous() && static_cast<size_t>(numel()) * 4 * 2 >= buffer_->bytes;
+  return defined() && offset_ == 0 && is_contiguous() && static_cast<size_t>(nbytes()) * 2 >= buffer_->bytes;
 }
 
-void* Tensor::base() const { return static_cast<float*>(buffer_->data) + offset_; }
+void* Tensor::base() const { return static_cast<char*>(buffer_->data) + offset_ * element_size(); }
 
-float* Tensor::f32() {
-  QKV_CHECK(defined() && dtype_ == DType::F32, "expected a defined f32 tensor, got " << describe());
-  return static_cast<float*>(base());
+void Tensor::check_access(DType dtype) const {
+  QKV_CHECK(defined() && dtype_ == dtype, "expected a defined " << dtype_name(dtype) << " tensor, got " << describe());
 }
-const float* Tensor::f32() const { return const_cast<Tensor*>(this)->f32(); }
-int32_t* Tensor::i32() {
-  QKV_CHECK(defined() && dtype_ == DType::I32, "expected a defined i32 tensor, got " << describe());
-  return static_cast<int32_t*>(base());
+
+void Tensor::check_strided(const char* what) const {
+  QKV_CHECK(layout_ == Layout::Strided, what << " of a packed tensor " << describe()
+                                             << " (its storage is in a kernel's order, not viewable)");
 }
-const int32_t* Tensor::i32() const { return const_cast<Tensor*>(this)->i32(); }
+
+void* Tensor::raw_data() {
+  QKV_CHECK(defined(), "raw_data of an undefined tensor");
+  return base();
+}
+const void* Tensor::raw_data() const { return const_cast<Tensor*>(this)->raw_data(); }
 
 Tensor Tensor::reshape(const Dims& shape) const {
+  check_strided("reshape");
   QKV_CHECK(is_contiguous(), "reshape of a non-contiguous tensor " << describe() << "; call contiguous() first");
   Dims out = shape;
   int infer = -1;
@@ -160,6 +178,7 @@ Tensor Tensor::reshape(const Dims& shape) const {
 }
 
 Tensor Tensor::transpose(int a, int b) const {
+  check_strided("transpose");
   int ia = a < 0 ? dim() + a : a, ib = b < 0 ? dim() + b : b;
   QKV_CHECK(ia >= 0 && ia < dim() && ib >= 0 && ib < dim(),
             "transpose(" << a << ", " << b << ") out of range for shape " << shape_);
@@ -170,6 +189,7 @@ Tensor Tensor::transpose(int a, int b) const {
 }
 
 Tensor Tensor::slice0(int64_t begin, int64_t end) const {
+  check_strided("slice0");
   QKV_CHECK(dim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
             "slice0 [" << begin << ", " << end << ") out of range for shape " << shape_);
   Tensor t = *this;
@@ -179,6 +199,7 @@ Tensor Tensor::slice0(int64_t begin, int64_t end) const {
 }
 
 Tensor Tensor::narrow(int d, int64_t start, int64_t length) const {
+  check_strided("narrow");
   const int i = d < 0 ? dim() + d : d;
   QKV_CHECK(i >= 0 && i < dim() && start >= 0 && length >= 0 && start + length <= shape_[i],
             "narrow(" << d << ", " << start << ", " << length << ") out of range for shape " << shape_);
@@ -197,17 +218,18 @@ constexpr int64_t kParallelCopyMin = int64_t{1} << 18;
 // dst = src for two strided views of `shape` that do not overlap. The trailing dims that are
 // row-major in both views (size-1 dims ignored) form one block, copied with memcpy; the outer dims
 // are walked with an odometer. With no such block, the last dim is copied element by element with
-// its strides (a transpose).
+// its strides (a transpose). E: an unsigned integer of the element's size (only bits are moved).
+template <class E>
 struct StridedCopy {
-  uint32_t* dst;
+  E* dst;
   const Dims& dst_strides;
-  const uint32_t* src;
+  const E* src;
   const Dims& src_strides;
   const Dims& shape;
   int outer_dims = 0;
   int64_t block = 1, run = 1, run_dst_stride = 0, run_src_stride = 0, outer = 1;
 
-  StridedCopy(uint32_t* d, const Dims& ds, const uint32_t* s, const Dims& ss, const Dims& sh)
+  StridedCopy(E* d, const Dims& ds, const E* s, const Dims& ss, const Dims& sh)
       : dst(d), dst_strides(ds), src(s), src_strides(ss), shape(sh) {
     outer_dims = static_cast<int>(shape.size());
     while (outer_dims > 0) {
@@ -237,7 +259,7 @@ struct StridedCopy {
     }
     for (int64_t o = begin; o < end; ++o) {
       if (block > 1) {
-        std::memcpy(dst + d_off, src + s_off, static_cast<size_t>(block) * 4);
+        std::memcpy(dst + d_off, src + s_off, static_cast<size_t>(block) * sizeof(E));
       } else {
         for (int64_t i = 0; i < run; ++i) dst[d_off + i * run_dst_stride] = src[s_off + i * run_src_stride];
       }
@@ -255,8 +277,9 @@ struct StridedCopy {
   }
 };
 
-void strided_copy(uint32_t* dst, const Dims& dst_strides, const uint32_t* src, const Dims& src_strides, const Dims& shape) {
-  const StridedCopy c(dst, dst_strides, src, src_strides, shape);
+template <class E>
+void strided_copy_of(E* dst, const Dims& dst_strides, const E* src, const Dims& src_strides, const Dims& shape) {
+  const StridedCopy<E> c(dst, dst_strides, src, src_strides, shape);
   const int64_t elements = c.outer * c.block * c.run;
   if (elements < kParallelCopyMin || c.outer < 2) return c.copy(0, c.outer);
 #pragma omp parallel
@@ -266,25 +289,46 @@ void strided_copy(uint32_t* dst, const Dims& dst_strides, const uint32_t* src, c
   }
 }
 
-// dst = src, n elements, the two ranges disjoint.
-void contiguous_copy(uint32_t* dst, const uint32_t* src, int64_t n) {
-  if (n < kParallelCopyMin) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+// The element-size dispatch of the strided copy (raw bytes of `element_size` each).
+void strided_copy(void* dst, const Dims& dst_strides, const void* src, const Dims& src_strides, const Dims& shape,
+                  int64_t element_size) {
+  switch (element_size) {
+    case 4:
+      return strided_copy_of(static_cast<uint32_t*>(dst), dst_strides, static_cast<const uint32_t*>(src), src_strides,
+                             shape);
+    case 2:
+      return strided_copy_of(static_cast<uint16_t*>(dst), dst_strides, static_cast<const uint16_t*>(src), src_strides,
+                             shape);
+    default:
+      return strided_copy_of(static_cast<uint8_t*>(dst), dst_strides, static_cast<const uint8_t*>(src), src_strides,
+                             shape);
+  }
+}
+
+// dst = src, n bytes, the two ranges disjoint (split in whole elements of `element_size`).
+void contiguous_copy(void* dst, const void* src, int64_t n, int64_t element_size) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (n < kParallelCopyMin * 4) {
+    std::memcpy(d, s, static_cast<size_t>(n));
     return;
   }
+  const int64_t elements = n / element_size;
 #pragma omp parallel
   {
     const int64_t T = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t begin = n * t / T, end = n * (t + 1) / T;
-    std::memcpy(dst + begin, src + begin, static_cast<size_t>(end - begin) * 4);
+    const int64_t begin = elements * t / T * element_size, end = elements * (t + 1) / T * element_size;
+    std::memcpy(d + begin, s + begin, static_cast<size_t>(end - begin));
   }
 }
 }  // namespace
 
 void Tensor::copy_from(const Tensor& src) {
-  QKV_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_,
+  QKV_CHECK(shape_ == src.shape_ && dtype_ == src.dtype_ && layout_ == src.layout_ &&
+                storage_elements() == src.storage_elements() && device() == src.device(),
             "copy_from: destination " << describe() << " vs source " << src.describe());
   if (numel() == 0) return;
+  const int64_t E = element_size();
   const auto last_element = [](const Tensor& t) {  // strides are never negative
     int64_t last = t.offset_;
     for (int d = 0; d < t.dim(); ++d) last += (t.shape_[d] - 1) * t.strides_[d];
@@ -293,17 +337,17 @@ void Tensor::copy_from(const Tensor& src) {
   const bool may_overlap = buffer_ == src.buffer_ && offset_ <= last_element(src) && src.offset_ <= last_element(*this);
   if (is_contiguous() && src.is_contiguous()) {
     if (may_overlap)
-      std::memmove(base(), src.base(), static_cast<size_t>(numel()) * 4);
+      std::memmove(base(), src.base(), static_cast<size_t>(nbytes()));
     else
-      contiguous_copy(static_cast<uint32_t*>(base()), static_cast<const uint32_t*>(src.base()), numel());
+      contiguous_copy(base(), src.base(), nbytes(), E);
     return;
   }
   if (may_overlap) {  // two views of one storage whose element ranges meet: read from a copy
     const Tensor tmp = src.clone();
-    strided_copy(static_cast<uint32_t*>(base()), strides_, static_cast<const uint32_t*>(tmp.base()), tmp.strides_, shape_);
+    strided_copy(base(), strides_, tmp.base(), tmp.strides_, shape_, E);
     return;
   }
-  strided_copy(static_cast<uint32_t*>(base()), strides_, static_cast<const uint32_t*>(src.base()), src.strides_, shape_);
+  strided_copy(base(), strides_, src.base(), src.strides_, shape_, E);
 }
 
 Tensor Tensor::contiguous() const {
@@ -312,24 +356,83 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape_, dtype_);
+  Tensor t = layout_ == Layout::Packed ? empty_packed(shape_, dtype_, packed_elements_, device())
+                                       : empty(shape_, dtype_, device());
   t.copy_from(*this);
   return t;
 }
 
+namespace {
+// Element i of a contiguous `from` tensor's storage as a float (floating types and integers).
+float element_as_float(const void* p, DType from, int64_t i) {
+  switch (from) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::BF16: return bf16_to_f32(static_cast<const bfloat16*>(p)[i]);
+    case DType::F16: return f16_to_f32(static_cast<const float16*>(p)[i]);
+    case DType::I8: return static_cast<const int8_t*>(p)[i];
+    case DType::I32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+  }
+  return 0.f;
+}
+
+void store_float(void* p, DType to, int64_t i, float value) {
+  switch (to) {
+    case DType::F32: static_cast<float*>(p)[i] = value; return;
+    case DType::BF16: static_cast<bfloat16*>(p)[i] = f32_to_bf16(value); return;
+    case DType::F16: static_cast<float16*>(p)[i] = f32_to_f16(value); return;
+    default: return;
+  }
+}
+}  // namespace
+
+Tensor Tensor::to(DType dtype) const {
+  QKV_CHECK(defined(), "to(" << dtype_name(dtype) << ") of an undefined tensor");
+  if (dtype == dtype_) return contiguous();
+  check_strided("to");
+  QKV_CHECK(device() == Device::cpu(), "to(" << dtype_name(dtype) << "): no conversion on " << device().name());
+  QKV_CHECK(dtype != DType::I8, "to(i8) of " << describe()
+                                             << ": quantizing needs scales (ops::quantize_linear_weight)");
+  if (dtype == DType::I32) {
+    QKV_CHECK(dtype_ == DType::I8, "to(i32) of " << describe() << ": ids are not converted from floats");
+    const Tensor c = contiguous();
+    Tensor t = empty(shape_, DType::I32);
+    for (int64_t i = 0, n = numel(); i < n; ++i) t.i32()[i] = c.data<int8_t>()[i];
+    return t;
+  }
+  const Tensor c = contiguous();
+  Tensor t = empty(shape_, dtype);
+  const void* from = c.base();
+  void* into = t.base();
+  const int64_t n = numel();
+  // Float to float is exact (bf16 and f16 widen exactly; i32 beyond 2^24 rounds like a static_cast).
+  if (n >= kParallelCopyMin) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; ++i) store_float(into, dtype, i, element_as_float(from, dtype_, i));
+  } else {
+    for (int64_t i = 0; i < n; ++i) store_float(into, dtype, i, element_as_float(from, dtype_, i));
+  }
+  return t;
+}
+
 void Tensor::fill(float value) {
-  QKV_CHECK(dtype_ == DType::F32 && is_contiguous(), "fill: needs a contiguous f32 tensor, got " << describe());
-  float* p = f32();
-  for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
+  QKV_CHECK(is_floating(dtype_) && is_contiguous() && layout_ == Layout::Strided,
+            "fill: needs a contiguous f32, bf16 or f16 tensor, got " << describe());
+  if (numel() == 0) return;
+  store_float(base(), dtype_, 0, value);
+  const int64_t E = element_size();
+  char* p = static_cast<char*>(base());
+  for (int64_t i = 1, n = numel(); i < n; ++i) std::memcpy(p + i * E, p, static_cast<size_t>(E));
 }
 
 void Tensor::zero() {
   QKV_CHECK(is_contiguous(), "zero: needs a contiguous tensor, got " << describe());
-  std::memset(base(), 0, static_cast<size_t>(numel()) * 4);
+  std::memset(base(), 0, static_cast<size_t>(nbytes()));
 }
 
 std::vector<float> Tensor::to_vector() const {
-  Tensor c = contiguous();
+  QKV_CHECK(defined() && is_floating(dtype_), "to_vector: expected a floating tensor, got " << describe());
+  check_strided("to_vector");
+  const Tensor c = to(DType::F32);
   const float* p = c.f32();
   return std::vector<float>(p, p + numel());
 }
@@ -342,12 +445,16 @@ std::vector<int32_t> Tensor::to_ids() const {
 
 float Tensor::item() const {
   QKV_CHECK(numel() == 1, "item() of a tensor with " << numel() << " elements " << describe());
-  return *f32();
+  QKV_CHECK(is_floating(dtype_), "item() of a non-floating tensor " << describe());
+  return element_as_float(base(), dtype_, 0);
 }
 
 std::string Tensor::describe() const {
   if (!defined()) return "undefined tensor";
-  return std::string(dtype_name(dtype_)) + shape_.str();
+  std::string s = std::string(dtype_name(dtype_)) + shape_.str();
+  if (layout_ == Layout::Packed) s.insert(s.size() - 1, ", packed");
+  if (device() != Device::cpu()) s += " on " + device().name();
+  return s;
 }
 
 }  // namespace qkv

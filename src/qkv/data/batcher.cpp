@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "qkv/core/error.h"
-#include "qkv/kernels/random.h"
+#include "qkv/core/hash.h"
 
 namespace qkv::data {
 
@@ -17,10 +17,10 @@ namespace {
 class Rng {
  public:
   Rng(uint64_t seed, int64_t epoch, uint64_t stream)
-      : state_(kernels::mix64(kernels::mix64(seed) ^ (static_cast<uint64_t>(epoch) * 0x9e3779b97f4a7c15ULL + stream))) {}
+      : state_(mix64(mix64(seed) ^ (static_cast<uint64_t>(epoch) * 0x9e3779b97f4a7c15ULL + stream))) {}
   uint64_t next() {
     state_ += 0x9e3779b97f4a7c15ULL;
-    return kernels::mix64(state_);
+    return mix64(state_);
   }
   // Uniform in [0, n), unbiased (rejection of the short last interval).
   uint64_t below(uint64_t n) {

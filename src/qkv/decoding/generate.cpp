@@ -67,7 +67,7 @@ void generate_batch(const models::CausalLM& model, const std::vector<FittedPromp
   std::vector<Tensor> weights;
   std::vector<Tensor>* weights_out = attention ? &weights : nullptr;
   // The last new token is never fed back, so new_tokens - 1 steps follow the prefill.
-  Tensor logits = model.prefill(prompts, new_tokens, state, weights_out, o.precision, o.packs, o.kv_storage.get())
+  Tensor logits = model.prefill(prompts, new_tokens, state, weights_out, o.kv_storage.get())
                       .value()
                       .contiguous();  // (N, V)
   std::vector<size_t> active = rows;  // state row i is the caller's prompt active[i]
@@ -146,9 +146,8 @@ std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const 
   std::vector<AttentionRows> rows_read(attention ? prompts.size() : 0);
   NoGradGuard no_grad;
   const ScopedCacheLimit step_buffers(kStepBuffersKept);
-  // Batches of different budgets share the packs and the key/value storage.
+  // Batches of different budgets share the key/value storage.
   GenerateOptions shared = o;
-  if (!by_budget.empty() && !shared.packs) shared.packs = model.pack_linears(o.precision);
   if (!shared.kv_storage) shared.kv_storage = std::make_shared<nn::KVCacheStorage>();
   for (const auto& [budget, rows] : by_budget)
     generate_batch(model, fitted, rows, budget, keys, shared, on_token, out, attention ? &rows_read : nullptr);

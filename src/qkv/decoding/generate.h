@@ -34,13 +34,10 @@ struct GenerateOptions {
   uint64_t seed = 0;            // with sample: the random stream's key
   bool stop_at_eos = true;      // a row ends at EOS (not included in the output); false: EOS is a token
   LongPrompt long_prompt = LongPrompt::Refuse;
-  // The model's products: float32, or int8 weights per output channel with activations per row
-  // (kernels/int8_gemm.h, as `qkv translate --quantize int8`).
-  nn::LinearPrecision precision = nn::LinearPrecision::Float32;
-  // For a caller that generates many batches with unchanged weights (api::Generator, per call):
-  // the model's pack_linears(precision), and key/value storage the batches share
-  // (nn::KVCacheStorage). Null: generate makes them once per call. One generation at a time.
-  std::shared_ptr<const nn::PackedLinears> packs;
+  // (The products run in the model's compute type: models::Model::set_compute_type.)
+  // For a caller that generates many batches (api::Generator, per call): key/value storage the
+  // batches share (nn::KVCacheStorage). Null: generate makes it once per call. One generation at a
+  // time.
   std::shared_ptr<nn::KVCacheStorage> kv_storage;
 };
 

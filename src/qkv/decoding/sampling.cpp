@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "qkv/core/error.h"
-#include "qkv/kernels/random.h"
+#include "qkv/core/hash.h"
 
 namespace qkv::decoding {
 
@@ -73,7 +73,6 @@ std::vector<double> sampling_distribution(const float* logits, int64_t vocab, co
 }
 
 double sampling_uniform(uint64_t seed, uint64_t line, uint64_t step) {
-  using kernels::mix64;
   // Each stage is a bijection of its input (odd multipliers, xor with a constant, mix64), so
   // different lines (or steps) of one seed never share a chain state.
   uint64_t h = mix64(seed ^ 0x243f6a8885a308d3ULL);

@@ -41,7 +41,7 @@ void validate_sampling_options(const SamplingOptions& options);
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingOptions& options);
 
 // Uniform in [0, 1) with 53 random bits, a pure function of (seed, line, step) built on
-// kernels::mix64 (SplitMix64's finaliser).
+// mix64 (core/hash.h: SplitMix64's finaliser).
 double sampling_uniform(uint64_t seed, uint64_t line, uint64_t step);
 
 // Inverse CDF in id order: the first id whose cumulative probability exceeds u * (sum of probs).

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "qkv/core/buffer_pool.h"
-#include "qkv/kernels/log_softmax.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::decoding {
@@ -28,8 +27,9 @@ struct TopTokens {
 // tokens, best first, ties to the smaller id (the order of a sort by (log-prob, -id)). Pad and BOS
 // get -inf and are never chosen: a pad inside a hypothesis would be read as padding when the pair
 // is scored. Tokens at -inf are never chosen either, so fewer than `count` may come back.
-void log_probs_and_top(float* row, int64_t V, const models::TransformerConfig& c, int64_t count, TopTokens& top) {
-  const float lse = kernels::log_softmax_row(row, V);
+// `row` holds log-probabilities already (ops::log_softmax_rows_inplace), `lse` their normaliser.
+void log_probs_and_top(float* row, float lse, int64_t V, const models::TransformerConfig& c, int64_t count,
+                       TopTokens& top) {
   QKV_CHECK(!std::isnan(lse), "search: the model's logits contain NaN");
   row[c.pad_id] = -std::numeric_limits<float>::infinity();
   row[c.bos_id] = -std::numeric_limits<float>::infinity();
@@ -69,12 +69,13 @@ StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t
   StepScores s{logits.contiguous(), {}};
   const int64_t N = s.log_probs.size(0), V = s.log_probs.size(1);
   s.top.resize(static_cast<size_t>(N));
+  const Tensor lse = ops::log_softmax_rows_inplace(s.log_probs);
   float* data = s.log_probs.f32();
   std::string error;
 #pragma omp parallel for schedule(static) if (N * V > 65536)
   for (int64_t i = 0; i < N; ++i) {
     try {
-      log_probs_and_top(data + i * V, V, c, count, s.top[static_cast<size_t>(i)]);
+      log_probs_and_top(data + i * V, lse.f32()[i], V, c, count, s.top[static_cast<size_t>(i)]);
     } catch (const Error& e) {
 #pragma omp critical
       error = e.what();
@@ -94,17 +95,9 @@ class StepDecoder {
   StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
               const SearchOptions& o)
       : model_(model), use_cache_(o.use_cache), attention_(o.attention) {
-    // The encoder's products through packs too (gemm_packed beats BLAS at the encoder's hundreds of
-    // rows as well): the caller's, or packed for this batch.
-    // (The decoder's packs are checked by start_decoding.)
-    QKV_CHECK(!o.encoder_packs || o.encoder_packs->precision() == o.precision,
-              "search: SearchOptions::encoder_packs are of another precision than SearchOptions::precision");
-    const auto encoder_packs = o.encoder_packs ? o.encoder_packs : model.pack_encoder_linears(o.precision);
-    const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr,
-                                 encoder_packs.get());
+    const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
     if (use_cache_) {
-      state_ = model.start_decoding(enc, src, max_length, rows_per_source, o.precision, o.decoder_packs,
-                                    o.kv_storage.get());
+      state_ = model.start_decoding(enc, src, max_length, rows_per_source, o.kv_storage.get());
     } else {  // each sentence's rows get their own copy of its source and encoder output
       std::vector<int64_t> expand;
       for (int64_t b = 0; b < src.size(0); ++b)
@@ -486,11 +479,8 @@ std::vector<std::vector<Hypothesis>> search_in_batches(const models::Transformer
   const auto per_batch = static_cast<size_t>(batch_size);
   SearchOptions o = options;
   if (o.use_cache && order.size() > per_batch) {
-    // Packed once for all batches, not once per batch (25 MB for the Bible model, 28 times on
-    // John). The encoder's packs live only while a batch is encoded: kept, they would add their
-    // size to decoding's peak. And the batches write their keys and values into the same storage
-    // (faulted in once, not once per batch).
-    if (!o.decoder_packs) o.decoder_packs = model.pack_decoder_linears(o.precision);
+    // The batches write their keys and values into the same storage (faulted in once, not once per
+    // batch).
     if (!o.kv_storage) o.kv_storage = std::make_shared<nn::KVCacheStorage>();
   }
   std::vector<std::vector<Hypothesis>> results(sources.size());

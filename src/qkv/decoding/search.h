@@ -36,14 +36,7 @@ struct SearchOptions {
   // every row until the end (about layers x heads x steps x (steps / 2 + source length) floats per
   // row), so translate big batches without it.
   bool attention = false;
-  // The decoder's products (kernels/int8_gemm.h for Int8: weights per output channel, activations per
-  // row; the encoder and the cross-attention keys and values stay float32). Cached decoding only.
-  nn::LinearPrecision precision = nn::LinearPrecision::Float32;
-  // The model's encoder and decoder linears packed in `precision` (Transformer::pack_encoder_linears,
-  // pack_decoder_linears), for a caller that searches many batches with weights that do not change
-  // meanwhile (api::Translator packs the decoder once per call: 25 MB for the Bible model, 28 times
-  // on John otherwise). Null: each search packs its own. Cached decoding only.
-  std::shared_ptr<const nn::PackedLinears> encoder_packs, decoder_packs;
+  // (The products run in the model's compute type: models::Model::set_compute_type.)
   // Self-attention key/value storage reused by each search (nn::KVCacheStorage), for a caller that
   // searches many batches one after another (api::Translator keeps one per call). Null: each search
   // allocates its own. Cached decoding only; one search at a time.

@@ -12,6 +12,14 @@ void embedding_forward(float* out, const float* table, const int32_t* ids, int64
   for (int64_t n = 0; n < N; ++n) std::memcpy(out + n * D, table + static_cast<int64_t>(ids[n]) * D, D * 4);
 }
 
+void embedding_forward_bf16(float* out, const bfloat16* table, const int32_t* ids, int64_t N, int64_t D) {
+#pragma omp parallel for schedule(static) if (N * D > 32768)
+  for (int64_t n = 0; n < N; ++n) {
+    const bfloat16* row = table + static_cast<int64_t>(ids[n]) * D;
+    for (int64_t d = 0; d < D; ++d) out[n * D + d] = bf16_to_f32(row[d]);
+  }
+}
+
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t D) {
 #pragma omp parallel if (N * D > 32768)
   {

@@ -223,8 +223,20 @@ T* aligned_array(int64_t count) {
 
 QuantizedWeights::QuantizedWeights(int64_t out_features, int64_t in_features)
     : out_(out_features), in_(in_features) {
-  data_.reset(aligned_array<int8_t>(panels() * padded_in_features() * kPanel));
-  scales_.reset(aligned_array<float>(panels() * kPanel));
+  owned_data_.reset(aligned_array<int8_t>(storage_bytes(out_features, in_features)));
+  owned_scales_.reset(aligned_array<float>(scale_count(out_features)));
+  data_ = owned_data_.get();
+  scales_ = owned_scales_.get();
+}
+
+QuantizedWeights QuantizedWeights::view(const int8_t* storage, const float* scales, int64_t out_features,
+                                        int64_t in_features) {
+  QuantizedWeights w;
+  w.out_ = out_features;
+  w.in_ = in_features;
+  w.data_ = const_cast<int8_t*>(storage);  // read only through the view: panel() and scales() const
+  w.scales_ = const_cast<float*>(scales);
+  return w;
 }
 
 float quantize_row(const float* x, int64_t n, int8_t* q) {
@@ -234,15 +246,18 @@ float quantize_row(const float* x, int64_t n, int8_t* q) {
 }
 
 QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t in_features) {
+  QuantizedWeights packed(out_features, in_features);
+  quantize_weights_into(W, out_features, in_features, packed.data(), packed.scales());
+  return packed;
+}
+
+void quantize_weights_into(const float* W, int64_t out_features, int64_t in_features, int8_t* dst, float* scales) {
   if (in_features > QuantizedWeights::kMaxInFeatures)
     throw std::invalid_argument("quantize_weights: int32 sums would overflow past " +
                                 std::to_string(QuantizedWeights::kMaxInFeatures) + " input features");
-  QuantizedWeights packed(out_features, in_features);
-  const int64_t padded = packed.padded_in_features();
-  int8_t* dst = packed.data();
-  float* scales = packed.scales();
+  const int64_t padded = (in_features + kPair - 1) / kPair * kPair, panels = (out_features + kPanel - 1) / kPanel;
 #pragma omp parallel for schedule(static) if (out_features * in_features > kParallelMin)
-  for (int64_t p = 0; p < packed.panels(); ++p) {
+  for (int64_t p = 0; p < panels; ++p) {
     std::vector<int8_t> row(static_cast<size_t>(padded));
     int8_t* panel = dst + p * padded * kPanel;
     for (int64_t j = 0; j < kPanel; ++j) {
@@ -252,7 +267,6 @@ QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t 
       for (int64_t k = 0; k < padded; ++k) panel[(k / kPair) * kPanelPairBytes + j * kPair + k % kPair] = row[k];
     }
   }
-  return packed;
 }
 
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,

@@ -27,18 +27,29 @@ class QuantizedWeights {
   // The int32 sum of K products of magnitude <= 127 * 127 cannot overflow below this many inputs.
   static constexpr int64_t kMaxInFeatures = INT32_MAX / (127 * 127);
 
+  // Bytes of int8 storage and floats of scales a quantized (out_features, in_features) weight takes.
+  static int64_t storage_bytes(int64_t out_features, int64_t in_features) {
+    return (out_features + kPanel - 1) / kPanel * kPanel * ((in_features + kPair - 1) / kPair * kPair);
+  }
+  static int64_t scale_count(int64_t out_features) { return (out_features + kPanel - 1) / kPanel * kPanel; }
+
   QuantizedWeights() = default;
+  // Storage of its own (64-byte aligned).
   QuantizedWeights(int64_t out_features, int64_t in_features);
+  // A read-only view of storage and scales someone else owns (an I8 Layout::Packed tensor and its
+  // scales: ops/linear.cpp), both 64-byte aligned; they must outlive the view.
+  static QuantizedWeights view(const int8_t* storage, const float* scales, int64_t out_features,
+                               int64_t in_features);
 
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
   int64_t padded_in_features() const { return (in_ + kPair - 1) / kPair * kPair; }
   int64_t panels() const { return (out_ + kPanel - 1) / kPanel; }
-  const int8_t* panel(int64_t p) const { return data_.get() + p * padded_in_features() * kPanel; }
-  int8_t* data() { return data_.get(); }
+  const int8_t* panel(int64_t p) const { return data_ + p * padded_in_features() * kPanel; }
+  int8_t* data() { return data_; }
   // Per-channel scales, padded with zeros to panels() * kPanel floats.
-  const float* scales() const { return scales_.get(); }
-  float* scales() { return scales_.get(); }
+  const float* scales() const { return scales_; }
+  float* scales() { return scales_; }
   // The quantized weight W[o][k] as stored (for tests and inspection).
   int8_t at(int64_t o, int64_t k) const {
     return panel(o / kPanel)[(k / kPair) * kPanel * kPair + (o % kPanel) * kPair + k % kPair];
@@ -51,12 +62,16 @@ class QuantizedWeights {
     void operator()(T* p) const { std::free(p); }
   };
   int64_t out_ = 0, in_ = 0;
-  std::unique_ptr<int8_t, Free<int8_t>> data_;  // 64-byte aligned: one input pair of a panel per half line
-  std::unique_ptr<float, Free<float>> scales_;  // 64-byte aligned
+  std::unique_ptr<int8_t, Free<int8_t>> owned_data_;  // null for a view
+  std::unique_ptr<float, Free<float>> owned_scales_;
+  int8_t* data_ = nullptr;  // 64-byte aligned: one input pair of a panel per half line
+  float* scales_ = nullptr;  // 64-byte aligned
 };
 
 // Quantizes W (out_features, in_features) row-major. Throws std::invalid_argument past kMaxInFeatures.
 QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t in_features);
+// The same into `storage` (storage_bytes) and `scales` (scale_count floats), both 64-byte aligned.
+void quantize_weights_into(const float* W, int64_t out_features, int64_t in_features, int8_t* storage, float* scales);
 
 // Quantizes n floats symmetrically to [-127, 127] as described above and returns the scale
 // max|x| / 127 (0 for a row below kNegligibleMax, whose values all quantize to 0).

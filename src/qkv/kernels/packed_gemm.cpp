@@ -96,15 +96,29 @@ int64_t rows_per_block(int64_t K) {
 }  // namespace
 
 PackedWeights::PackedWeights(int64_t out_features, int64_t in_features) : out_(out_features), in_(in_features) {
-  data_.reset(static_cast<float*>(allocate_weights(static_cast<size_t>(panels() * in_ * kPanel) * sizeof(float))));
+  owned_.reset(static_cast<float*>(
+      allocate_weights(static_cast<size_t>(storage_floats(out_features, in_features)) * sizeof(float))));
+  data_ = owned_.get();
+}
+
+PackedWeights PackedWeights::view(const float* storage, int64_t out_features, int64_t in_features) {
+  PackedWeights w;
+  w.out_ = out_features;
+  w.in_ = in_features;
+  w.data_ = const_cast<float*>(storage);  // read only through the view: panel() is const
+  return w;
 }
 
 PackedWeights pack_weights(const float* W, int64_t out_features, int64_t in_features) {
   PackedWeights packed(out_features, in_features);
-  float* dst = packed.data();
-  const int64_t K = in_features;
+  pack_weights_into(W, out_features, in_features, packed.data());
+  return packed;
+}
+
+void pack_weights_into(const float* W, int64_t out_features, int64_t in_features, float* dst) {
+  const int64_t K = in_features, panels = (out_features + kPanel - 1) / kPanel;
 #pragma omp parallel for schedule(static) if (out_features * in_features > kParallelMin)
-  for (int64_t p = 0; p < packed.panels(); ++p) {
+  for (int64_t p = 0; p < panels; ++p) {
     float* panel = dst + p * K * kPanel;
     for (int64_t j = 0; j < kPanel; ++j) {
       const int64_t o = p * kPanel + j;
@@ -116,7 +130,6 @@ PackedWeights pack_weights(const float* W, int64_t out_features, int64_t in_feat
       }
     }
   }
-  return packed;
 }
 
 void gemm_packed(const float* A, int64_t M, int64_t lda, const PackedWeights& W, const float* bias_or_null,

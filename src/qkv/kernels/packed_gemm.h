@@ -19,14 +19,23 @@ class PackedWeights {
  public:
   static constexpr int64_t kPanel = 16;
 
+  // Floats of storage a packed (out_features, in_features) weight takes.
+  static int64_t storage_floats(int64_t out_features, int64_t in_features) {
+    return (out_features + kPanel - 1) / kPanel * kPanel * in_features;
+  }
+
   PackedWeights() = default;
+  // Storage of its own (64-byte aligned).
   PackedWeights(int64_t out_features, int64_t in_features);
+  // A read-only view of packed storage someone else owns (a Layout::Packed tensor: ops/linear.cpp),
+  // 64-byte aligned, storage_floats long; it must outlive the view.
+  static PackedWeights view(const float* storage, int64_t out_features, int64_t in_features);
 
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
   int64_t panels() const { return (out_ + kPanel - 1) / kPanel; }
-  const float* panel(int64_t p) const { return data_.get() + p * in_ * kPanel; }
-  float* data() { return data_.get(); }
+  const float* panel(int64_t p) const { return data_ + p * in_ * kPanel; }
+  float* data() { return data_; }
   bool empty() const { return !data_; }
 
  private:
@@ -34,10 +43,13 @@ class PackedWeights {
     void operator()(float* p) const { std::free(p); }
   };
   int64_t out_ = 0, in_ = 0;
-  std::unique_ptr<float, Free> data_;  // 64-byte aligned (aligned loads of whole cache lines)
+  std::unique_ptr<float, Free> owned_;  // null for a view
+  float* data_ = nullptr;              // 64-byte aligned (aligned loads of whole cache lines)
 };
 
 PackedWeights pack_weights(const float* W, int64_t out_features, int64_t in_features);
+// The same layout into `storage` (storage_floats floats, 64-byte aligned).
+void pack_weights_into(const float* W, int64_t out_features, int64_t in_features, float* storage);
 
 // C (M, out) = A (M, in; row stride lda) @ W^T + bias (bias_or_null: out floats or null); C has row
 // stride ldc. Every element of C's M x out block is written (C need not be initialised).

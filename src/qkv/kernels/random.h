@@ -3,17 +3,11 @@
 #pragma once
 #include <cstdint>
 
+#include "qkv/core/hash.h"
+
 namespace qkv::kernels {
 
-// SplitMix64 finaliser applied to seed and counter: a well-mixed 64-bit hash.
-inline uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+using qkv::mix64;  // core/hash.h
 
 // Uniform in [0, 1) with 24 random bits (exactly representable in float).
 inline float uniform01(uint64_t seed, uint64_t counter) {

@@ -20,11 +20,10 @@ std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const Transformer
   return std::make_unique<nn::PositionWiseFeedForward>(c.d_model, c.d_ff, gen, activation_of(c), c.ffn_dropout);
 }
 
-void add_block_linears(const nn::MultiHeadAttention& self_attn, const nn::PositionWiseFeedForward& feed_forward,
-                       nn::PackedLinears& packed) {
-  for (const nn::Linear* l : {&self_attn.W_q, &self_attn.W_k, &self_attn.W_v, &self_attn.W_o, &feed_forward.fc1,
-                              &feed_forward.fc2})
-    packed.add(*l);
+void add_block_linears(nn::MultiHeadAttention& self_attn, nn::PositionWiseFeedForward& feed_forward,
+                       std::vector<nn::Linear*>& out) {
+  out.insert(out.end(), {&self_attn.W_q, &self_attn.W_k, &self_attn.W_v, &self_attn.W_o, &feed_forward.fc1,
+                         &feed_forward.fc2});
 }
 
 EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
@@ -36,11 +35,10 @@ EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
       norm_pos_(c.norm) {}
 
-Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights,
-                          const nn::PackedLinears* packed) const {
+Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights) const {
   Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward(in, in, in, src_mask, weights, packed); });
-  return residual(norm_pos_, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in, packed); });
+                   [&](const Var& in) { return self_attn.forward(in, in, in, src_mask, weights); });
+  return residual(norm_pos_, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
 }  // namespace qkv::models

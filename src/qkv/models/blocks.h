@@ -23,10 +23,10 @@ std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c);
 // fc2(activation(fc1(x))) with the config's activation and ffn_dropout.
 std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen);
 
-// Adds a block's self-attention projections (W_q, W_k, W_v, W_o) and feed-forward (fc1, fc2) to
-// `packed`: the linears inference multiplies with in every family's blocks.
-void add_block_linears(const nn::MultiHeadAttention& self_attn, const nn::PositionWiseFeedForward& feed_forward,
-                       nn::PackedLinears& packed);
+// Appends a block's self-attention projections (W_q, W_k, W_v, W_o) and feed-forward (fc1, fc2) to
+// `out`: the linears inference multiplies with in every family's blocks (Model::inference_linears).
+void add_block_linears(nn::MultiHeadAttention& self_attn, nn::PositionWiseFeedForward& feed_forward,
+                       std::vector<nn::Linear*>& out);
 
 // Self-attention then feed-forward, each a residual sub-layer: the seed's encoder layer, and
 // BERT's (post-LN) block.
@@ -35,9 +35,7 @@ class EncoderLayer : public nn::Module {
  public:
   EncoderLayer(const TransformerConfig& c, Generator& gen);
   // (B, S, D) -> (B, S, D); weights, when given, receives the self-attention weights (B, H, S, S).
-  // packed: the packs of this layer's linears to multiply with (nn/packed_linears.h), or null.
-  Var forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights = nullptr,
-              const nn::PackedLinears* packed = nullptr) const;
+  Var forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights = nullptr) const;
   nn::MultiHeadAttention& self_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2;

@@ -41,11 +41,11 @@ Var CausalBlock::forward(const Var& x, const ops::AttentionMasks& masks, Tensor*
 }
 
 Var CausalBlock::forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks,
-                                Tensor* weights, const nn::PackedLinears* packed) const {
+                                Tensor* weights) const {
   Var h = residual(NormPosition::Pre, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward_cached(in, cache, masks, weights, packed); });
+                   [&](const Var& in) { return self_attn.forward_cached(in, cache, masks, weights); });
   return residual(NormPosition::Pre, norm2, dropout, h,
-                  [&](const Var& in) { return feed_forward.forward(in, packed); });
+                  [&](const Var& in) { return feed_forward.forward(in); });
 }
 
 CausalLM::CausalLM(const TransformerConfig& config, uint64_t seed)
@@ -113,23 +113,29 @@ Var CausalLM::embed(const Tensor& ids, const Tensor& positions) const {
 }
 
 Var CausalLM::run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
-                         std::vector<Tensor>* weights, const nn::PackedLinears* packed) const {
+                         std::vector<Tensor>* weights) const {
   if (weights) weights->assign(layers.size(), Tensor());
   for (size_t i = 0; i < layers.size(); ++i) {
     Tensor* w = weights ? &(*weights)[i] : nullptr;
-    x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks, w, packed) : layers[i]->forward(x, masks, w);
+    x = caches ? layers[i]->forward_cached(x, (*caches)[i], masks, w) : layers[i]->forward(x, masks, w);
   }
   return final_norm.forward(x);
 }
 
-std::shared_ptr<const nn::PackedLinears> CausalLM::pack_linears(nn::LinearPrecision precision) const {
-  auto packed = std::make_shared<nn::PackedLinears>(precision);
-  for (const CausalBlock* block : layers) add_block_linears(block->self_attn, block->feed_forward, *packed);
-  packed->add(lm_head);
-  return packed;
+std::vector<nn::Linear*> CausalLM::inference_linears() {
+  std::vector<nn::Linear*> out;
+  for (CausalBlock* block : layers) add_block_linears(block->self_attn, block->feed_forward, out);
+  out.push_back(&lm_head);
+  return out;
 }
 
-Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights, const nn::PackedLinears* packed) const {
+std::vector<nn::Embedding*> CausalLM::inference_embeddings() {
+  std::vector<nn::Embedding*> out{&token_embedding};
+  if (position_embedding) out.push_back(position_embedding);
+  return out;
+}
+
+Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights) const {
   QKV_CHECK(ids.dim() == 2, "CausalLM: ids " << ids.shape() << " must be (B, T)");
   QKV_CHECK(ids.size(1) >= 1 && ids.size(1) <= config_.max_seq_length,
             "CausalLM: " << ids.size(1) << " positions, the model's context (max_seq_length) is "
@@ -137,17 +143,16 @@ Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights, const nn:
   ops::AttentionMasks masks;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  const Var hidden = run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks, weights, packed);
-  return nn::linear(lm_head, hidden, packed);
+  const Var hidden = run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks, weights);
+  return lm_head.forward(hidden);
 }
 
-Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input, const nn::PackedLinears* packed) const {
-  return forward(input, nullptr, packed);
+Var CausalLM::teacher_forced_logits(const Tensor&, const Tensor& input) const {
+  return forward(input, nullptr);
 }
 
 Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens,
-                      GenerationState& st, std::vector<Tensor>* weights, nn::LinearPrecision precision,
-                      std::shared_ptr<const nn::PackedLinears> packs, nn::KVCacheStorage* kv_storage) const {
+                      GenerationState& st, std::vector<Tensor>* weights, nn::KVCacheStorage* kv_storage) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(!prompts.empty(), "prefill: no prompts");
   int64_t longest = 0;
@@ -181,16 +186,13 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
   masks.key_keep = st.key_keep;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  QKV_CHECK(!packs || packs->precision() == precision,
-            "prefill: the packs given are of another precision than the one asked for");
-  st.packed = packs ? std::move(packs) : pack_linears(precision);
   const Var hidden =
-      run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights, st.packed.get());
+      run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights);
   st.length = longest;
   // Only the last position of every row (all rows end at the same column) needs logits: the output
   // projection is the largest matmul, and the prompt's other positions would be thrown away.
   const Var last(hidden.value().narrow(1, longest - 1, 1).contiguous().reshape(Dims{N, config_.d_model}));
-  return fn::reshape(nn::linear(lm_head, last, st.packed.get()), Dims{N, V});
+  return fn::reshape(lm_head.forward(last), Dims{N, V});
 }
 
 Var CausalLM::step(const Tensor& tokens, GenerationState& st, std::vector<Tensor>* weights) const {
@@ -201,7 +203,7 @@ Var CausalLM::step(const Tensor& tokens, GenerationState& st, std::vector<Tensor
   masks.key_keep = st.key_keep;
   masks.fill = config_.mask_fill_value();
   const Var x = embed(tokens.reshape(Dims{N, 1}), positions_of(N, 1, st.length, st.padding));
-  const Var logits = nn::linear(lm_head, run_blocks(x, &st.layers, masks, weights, st.packed.get()), st.packed.get());
+  const Var logits = lm_head.forward(run_blocks(x, &st.layers, masks, weights));
   st.length += 1;
   return fn::reshape(logits, Dims{N, config_.tgt_vocab_size});
 }

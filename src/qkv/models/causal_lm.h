@@ -28,9 +28,7 @@ class CausalBlock : public nn::Module {
   // given, receives the self-attention weights (B, H, T, keys).
   Var forward(const Var& x, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   // The same with the keys and values of the new positions appended to `cache` (inference).
-  // packed: the packs of this block's linears to multiply with (nn/packed_linears.h), or null.
-  Var forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr,
-                     const nn::PackedLinears* packed = nullptr) const;
+  Var forward_cached(const Var& x, nn::KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   nn::LayerNorm& norm1;
   nn::MultiHeadAttention& self_attn;
   nn::LayerNorm& norm2;
@@ -47,9 +45,6 @@ struct GenerationState {
   std::vector<int64_t> padding;  // per row: left-padding length
   int64_t length = 0;            // cache positions used (padding included)
   int64_t capacity = 0;          // padded prompt length + new tokens, <= max_seq_length
-  // The blocks' linears and the output layer packed by prefill for the steps' products of a few
-  // rows (nn/packed_linears.h): copies of the weights at that moment.
-  std::shared_ptr<const nn::PackedLinears> packed;
   int64_t rows() const { return static_cast<int64_t>(padding.size()); }
 };
 
@@ -62,28 +57,19 @@ class CausalLM : public Model {
   // with the self-attention weights of the call, one tensor per layer, (N, H, new positions,
   // cache positions so far): forward (B, H, T, T), prefill (N, H, P, P) over the left-padded
   // prompts (padding keys get 0), step (N, H, 1, length + 1).
-  // packed: as teacher_forced_logits'.
-  Var forward(const Tensor& ids, std::vector<Tensor>* weights = nullptr, const nn::PackedLinears* packed = nullptr) const;
-  using Model::teacher_forced_logits;
-  Var teacher_forced_logits(const Tensor& src, const Tensor& input, const nn::PackedLinears* packed) const override;
-  // The blocks' linears and the output layer, packed in `precision`.
-  std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const override;
+  Var forward(const Tensor& ids, std::vector<Tensor>* weights = nullptr) const;
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
 
   // Inference (under NoGradGuard). prefill runs the (non-empty) prompts at once, filling the cache,
   // and returns the logits (N, V) of the token after each prompt; `max_new_tokens` sizes the cache
   // (longest prompt + max_new_tokens must fit max_seq_length).
-  // precision: how the packed weights that the prompt and the steps run through are stored
-  // (nn::LinearPrecision; float32 packs serve only products of a few rows, long prompts use BLAS).
-  // packs: pack_linears(precision) made by a caller that generates many batches with unchanged
-  // weights (null: prefill packs); kv_storage: key/value storage kept across those batches
-  // (nn::KVCacheStorage; null: the state allocates its own).
+  // The prompt and the steps run in the model's compute type (Model::set_compute_type; float32
+  // weights through BLAS without one). kv_storage: key/value storage kept across the batches of a
+  // caller that generates many (nn::KVCacheStorage; null: the state allocates its own).
   Var prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, GenerationState& state,
-              std::vector<Tensor>* weights = nullptr,
-              nn::LinearPrecision precision = nn::LinearPrecision::Float32,
-              std::shared_ptr<const nn::PackedLinears> packs = nullptr,
-              nn::KVCacheStorage* kv_storage = nullptr) const;
+              std::vector<Tensor>* weights = nullptr, nn::KVCacheStorage* kv_storage = nullptr) const;
   // tokens (N) i32 appended to every row -> logits (N, V) of the next token.
   Var step(const Tensor& tokens, GenerationState& state, std::vector<Tensor>* weights = nullptr) const;
   // Row i of the new state is row rows[i] of the old one (drop finished rows, beam reordering).
@@ -102,7 +88,9 @@ class CausalLM : public Model {
   Var embed(const Tensor& ids, const Tensor& positions) const;
   // The blocks and the final norm: hidden states (B, T, D), before the output projection.
   Var run_blocks(Var x, std::vector<nn::KVCache>* caches, const ops::AttentionMasks& masks,
-                 std::vector<Tensor>* weights, const nn::PackedLinears* packed = nullptr) const;
+                 std::vector<Tensor>* weights) const;
+  std::vector<nn::Linear*> inference_linears() override;
+  std::vector<nn::Embedding*> inference_embeddings() override;
   void init_gpt2_weights();
 };
 

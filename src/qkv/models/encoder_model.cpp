@@ -118,7 +118,7 @@ Var EncoderModel::embed(const EncoderInput& in) const {
   return dropout->forward(embedding_norm->forward(e));
 }
 
-Var EncoderModel::encode(const EncoderInput& in, const nn::PackedLinears* packed) const {
+Var EncoderModel::encode(const EncoderInput& in) const {
   QKV_CHECK(in.ids.defined() && in.ids.dim() == 2 && in.ids.dtype() == DType::I32,
             "EncoderModel: ids " << in.ids.describe() << " must be i32 (B, T)");
   QKV_CHECK(in.ids.size(1) >= 1 && in.ids.size(1) <= config_.max_seq_length,
@@ -135,14 +135,21 @@ Var EncoderModel::encode(const EncoderInput& in, const nn::PackedLinears* packed
   masks.key_keep = in.key_keep;
   masks.fill = config_.mask_fill_value();
   Var x = embed(in);
-  for (const EncoderLayer* layer : layers) x = layer->forward(x, masks, nullptr, packed);
+  for (const EncoderLayer* layer : layers) x = layer->forward(x, masks, nullptr);
   return x;
 }
 
-std::shared_ptr<const nn::PackedLinears> EncoderModel::pack_linears(nn::LinearPrecision precision) const {
-  auto packed = std::make_shared<nn::PackedLinears>(precision);
-  for (const EncoderLayer* layer : layers) add_block_linears(layer->self_attn, layer->feed_forward, *packed);
-  return packed;
+std::vector<nn::Linear*> EncoderModel::inference_linears() {
+  std::vector<nn::Linear*> out;
+  for (EncoderLayer* layer : layers) add_block_linears(layer->self_attn, layer->feed_forward, out);
+  return out;
+}
+
+std::vector<nn::Embedding*> EncoderModel::inference_embeddings() {
+  std::vector<nn::Embedding*> out{&token_embedding};
+  for (nn::Embedding* e : {position_embedding, token_type_embedding})
+    if (e) out.push_back(e);
+  return out;
 }
 
 Var EncoderModel::pool(const Var& hidden) const {
@@ -167,9 +174,9 @@ Var EncoderModel::classify(const Var& hidden) const {
   return classifier->forward(dropout->forward(pool(hidden)));
 }
 
-Var EncoderModel::teacher_forced_logits(const Tensor&, const Tensor& input, const nn::PackedLinears* packed) const {
+Var EncoderModel::teacher_forced_logits(const Tensor&, const Tensor& input) const {
   EncoderInput in{input, config_.pad_id >= 0 ? ops::keep_mask(input, config_.pad_id) : Tensor(), Tensor()};
-  return mlm_logits(encode(in, packed));
+  return mlm_logits(encode(in));
 }
 
 }  // namespace qkv::models

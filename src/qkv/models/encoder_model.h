@@ -47,8 +47,7 @@ class EncoderModel : public Model {
   EncoderModel(const TransformerConfig& config, uint64_t seed);
 
   // Hidden states (B, T, D) after the last block.
-  // packed: packs of the blocks' linears (pack_linears) to multiply with at inference, or null.
-  Var encode(const EncoderInput& input, const nn::PackedLinears* packed = nullptr) const;
+  Var encode(const EncoderInput& input) const;
   // tanh(pooler(hidden[:, 0])) (B, D); needs the pooler.
   Var pool(const Var& hidden) const;
   // Masked-LM logits (B, T, V) of every position; needs the masked-LM head.
@@ -57,10 +56,7 @@ class EncoderModel : public Model {
   Var classify(const Var& hidden) const;
 
   // Masked-LM logits of `input` (B, T) with padding (pad_id) keys masked; `src` is ignored.
-  using Model::teacher_forced_logits;
-  Var teacher_forced_logits(const Tensor& src, const Tensor& input, const nn::PackedLinears* packed) const override;
-  // The blocks' linears, packed in `precision` (the heads stay float32).
-  std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const override;
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
 
@@ -77,6 +73,9 @@ class EncoderModel : public Model {
 
  private:
   Var embed(const EncoderInput& input) const;
+  // The blocks' linears (the task heads stay float32) and every embedding table.
+  std::vector<nn::Linear*> inference_linears() override;
+  std::vector<nn::Embedding*> inference_embeddings() override;
   void init_bert_weights();
 };
 

@@ -99,7 +99,7 @@ void normalize_one(float* x, int64_t D) {
 }  // namespace
 
 Tensor sentence_embeddings(const EncoderModel& model, const std::vector<std::vector<int32_t>>& sentences,
-                           const SentenceEmbeddingConfig& config, const nn::PackedLinears* packed) {
+                           const SentenceEmbeddingConfig& config) {
   QKV_CHECK(!sentences.empty(), "sentence_embeddings: no sentences");
   const int64_t N = static_cast<int64_t>(sentences.size()), D = model.config().d_model;
   int64_t T = 1;
@@ -118,7 +118,7 @@ Tensor sentence_embeddings(const EncoderModel& model, const std::vector<std::vec
     }
   }
   const NoGradGuard no_grad;
-  const Tensor hidden = model.encode(in, packed).value().contiguous();  // (N, T, D)
+  const Tensor hidden = model.encode(in).value().contiguous();  // (N, T, D)
   Tensor out = Tensor::empty(Dims{N, D});
   for (int64_t n = 0; n < N; ++n) {
     const int64_t len = static_cast<int64_t>(sentences[static_cast<size_t>(n)].size());
@@ -130,7 +130,7 @@ Tensor sentence_embeddings(const EncoderModel& model, const std::vector<std::vec
 
 Tensor embed_sentences(const EncoderModel& model, const std::vector<std::vector<int32_t>>& sentences,
                        const SentenceEmbeddingConfig& config, int64_t batch_size,
-                       const std::function<void(int64_t)>& on_batch, const nn::PackedLinears* packed) {
+                       const std::function<void(int64_t)>& on_batch) {
   QKV_CHECK(batch_size >= 1, "embed_sentences: batch_size must be at least 1, got " << batch_size);
   const int64_t N = static_cast<int64_t>(sentences.size()), D = model.config().d_model;
   Tensor out = Tensor::empty(Dims{N, D});
@@ -144,7 +144,7 @@ Tensor embed_sentences(const EncoderModel& model, const std::vector<std::vector<
     const int64_t end = std::min(N, begin + batch_size);
     std::vector<std::vector<int32_t>> batch;
     for (int64_t i = begin; i < end; ++i) batch.push_back(sentences[static_cast<size_t>(order[static_cast<size_t>(i)])]);
-    const Tensor e = sentence_embeddings(model, batch, config, packed);
+    const Tensor e = sentence_embeddings(model, batch, config);
     for (int64_t i = begin; i < end; ++i)
       std::copy(e.f32() + (i - begin) * D, e.f32() + (i - begin + 1) * D, out.f32() + order[static_cast<size_t>(i)] * D);
     if (on_batch) on_batch(end);

@@ -32,16 +32,14 @@ std::string describe(const SentenceEmbeddingConfig& c);  // "mean pooling, norma
 
 // Embeddings (N, D) of N tokenised sentences (each [CLS] ... [SEP], at most the model's
 // max_seq_length and non-empty), run as one right-padded batch without recording. The model must be
-// in eval mode (no dropout). packed: the model's linears packed once (EncoderModel::pack_linears),
-// or null for its weights through BLAS.
+// in eval mode (no dropout); it runs in the model's compute type (Model::set_compute_type).
 Tensor sentence_embeddings(const EncoderModel& model, const std::vector<std::vector<int32_t>>& sentences,
-                           const SentenceEmbeddingConfig& config, const nn::PackedLinears* packed = nullptr);
+                           const SentenceEmbeddingConfig& config);
 // The same for any number of sentences, in batches of `batch_size` sentences of similar lengths
 // (sorted by length, as sentence-transformers does, so little is spent on padding); rows in input
 // order. `on_batch` (optional) hears the sentences done so far.
 Tensor embed_sentences(const EncoderModel& model, const std::vector<std::vector<int32_t>>& sentences,
                        const SentenceEmbeddingConfig& config, int64_t batch_size,
-                       const std::function<void(int64_t done)>& on_batch = {},
-                       const nn::PackedLinears* packed = nullptr);
+                       const std::function<void(int64_t done)>& on_batch = {});
 
 }  // namespace qkv::models

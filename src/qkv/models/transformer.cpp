@@ -1,6 +1,6 @@
 #include "qkv/models/transformer.h"
 
-#include "qkv/kernels/elementwise.h"
+#include "qkv/ops/ops.h"
 
 #include <cmath>
 #include <numeric>
@@ -23,27 +23,25 @@ DecoderLayer::DecoderLayer(const TransformerConfig& c, Generator& gen)
       norm_pos_(c.norm) {}
 
 Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-                          const ops::AttentionMasks& tgt_mask, Tensor* self_weights, Tensor* cross_weights,
-                          const nn::PackedLinears* packed) const {
+                          const ops::AttentionMasks& tgt_mask, Tensor* self_weights, Tensor* cross_weights) const {
   Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask, self_weights, packed); });
+                   [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask, self_weights); });
   h = residual(norm_pos_, norm2, dropout, h, [&](const Var& in) {
-    return cross_attn.forward(in, enc_output, enc_output, src_mask, cross_weights, packed);
+    return cross_attn.forward(in, enc_output, enc_output, src_mask, cross_weights);
   });
-  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in, packed); });
+  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
 Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask,
-                               Tensor* self_weights, Tensor* cross_weights, int64_t rows_per_source,
-                               const nn::PackedLinears* packed) const {
+                               Tensor* self_weights, Tensor* cross_weights, int64_t rows_per_source) const {
   // The single new query sees every cached position and itself: the no-peek mask of the full forward.
   Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}, self_weights, packed); });
+                   [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}, self_weights); });
   h = residual(norm_pos_, norm2, dropout, h,
                [&](const Var& in) {
-                 return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights, rows_per_source, packed);
+                 return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights, rows_per_source);
                });
-  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in, packed); });
+  return residual(norm_pos_, norm3, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 
 Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
@@ -84,7 +82,7 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
 void Transformer::scale_tied_table_for_output() {
   if (nn::random_init_skipped()) return;  // every value is loaded next
   Tensor& table = decoder_embedding.weight.value();
-  kernels::scale(table.f32(), table.f32(), 1.f / std::sqrt(static_cast<float>(config_.d_model)), table.numel());
+  ops::scale_inplace(table, 1.f / std::sqrt(static_cast<float>(config_.d_model)));
 }
 
 std::vector<std::pair<std::string, Tensor>> Transformer::named_buffers() const {
@@ -122,31 +120,27 @@ void size_for_layers(std::vector<Tensor>* weights, size_t layers) {
 Tensor* slot(std::vector<Tensor>* weights, size_t i) { return weights ? &(*weights)[i] : nullptr; }
 }  // namespace
 
-Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights,
-                        const nn::PackedLinears* packed) const {
+Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights) const {
   Var x = embed(encoder_embedding, src);
   size_for_layers(self_weights, encoder_layers.size());
   for (size_t i = 0; i < encoder_layers.size(); ++i)
-    x = encoder_layers[i]->forward(x, src_mask, slot(self_weights, i), packed);
+    x = encoder_layers[i]->forward(x, src_mask, slot(self_weights, i));
   return encoder_norm ? encoder_norm->forward(x) : x;
 }
 
 Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights,
-                        std::vector<Tensor>* cross_weights, const nn::PackedLinears* packed) const {
+                        std::vector<Tensor>* cross_weights) const {
   Var x = embed(decoder_embedding, tgt);
   size_for_layers(self_weights, decoder_layers.size());
   size_for_layers(cross_weights, decoder_layers.size());
   for (size_t i = 0; i < decoder_layers.size(); ++i)
-    x = decoder_layers[i]->forward(x, enc_output, masks.src, masks.tgt, slot(self_weights, i), slot(cross_weights, i),
-                                   packed);
+    x = decoder_layers[i]->forward(x, enc_output, masks.src, masks.tgt, slot(self_weights, i), slot(cross_weights, i));
   if (decoder_norm) x = decoder_norm->forward(x);
-  return nn::linear(fc, x, packed);  // (B, T, V)
+  return fc.forward(x);  // (B, T, V)
 }
 
 DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
-                                         int64_t rows_per_source, nn::LinearPrecision precision,
-                                         std::shared_ptr<const nn::PackedLinears> decoder_packs,
-                                         nn::KVCacheStorage* kv_storage) const {
+                                         int64_t rows_per_source, nn::KVCacheStorage* kv_storage) const {
   QKV_CHECK(!grad_enabled(), "incremental decoding is for inference: use it under NoGradGuard");
   QKV_CHECK(max_length >= 1 && max_length <= config_.max_seq_length,
             "decoding length " << max_length << " must be in [1, max_seq_length " << config_.max_seq_length << "]");
@@ -157,50 +151,27 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   st.rows_per_source = rows_per_source;
   for (int64_t b = 0; b < enc_output.size(0); ++b) st.source_of_row.insert(st.source_of_row.end(), rows_per_source, b);
   const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
-  QKV_CHECK(!decoder_packs || decoder_packs->precision() == precision,
-            "start_decoding: the decoder's packs are of another precision than the one asked for");
-  st.packed = decoder_packs ? std::move(decoder_packs) : pack_decoder_linears(precision);
   for (size_t i = 0; i < decoder_layers.size(); ++i)
     st.layers.push_back({nn::self_attention_cache(kv_storage, i, N, H, max_length, config_.max_seq_length, dk),
-                         decoder_layers[i]->cross_attn.project_memory(enc_output, st.packed.get())});
+                         decoder_layers[i]->cross_attn.project_memory(enc_output)});
   return st;
 }
 
-namespace {
-void add_encoder_linears(const std::vector<EncoderLayer*>& layers, nn::PackedLinears& packed) {
-  for (const EncoderLayer* layer : layers) add_block_linears(layer->self_attn, layer->feed_forward, packed);
-}
-// Cross-attention's W_k and W_v included: they project the encoder output once per batch.
-void add_decoder_linears(const std::vector<DecoderLayer*>& layers, nn::PackedLinears& packed) {
-  for (const DecoderLayer* layer : layers) {
-    add_block_linears(layer->self_attn, layer->feed_forward, packed);
-    for (const nn::Linear* l : {&layer->cross_attn.W_q, &layer->cross_attn.W_k, &layer->cross_attn.W_v,
-                                &layer->cross_attn.W_o})
-      packed.add(*l);
+// Every linear: the encoder's, the decoder's (cross-attention's W_k and W_v included: they project
+// the encoder output once per batch) and the output layer.
+std::vector<nn::Linear*> Transformer::inference_linears() {
+  std::vector<nn::Linear*> out;
+  for (EncoderLayer* layer : encoder_layers) add_block_linears(layer->self_attn, layer->feed_forward, out);
+  for (DecoderLayer* layer : decoder_layers) {
+    add_block_linears(layer->self_attn, layer->feed_forward, out);
+    out.insert(out.end(), {&layer->cross_attn.W_q, &layer->cross_attn.W_k, &layer->cross_attn.W_v,
+                           &layer->cross_attn.W_o});
   }
-}
-}  // namespace
-
-std::shared_ptr<const nn::PackedLinears> Transformer::pack_decoder_linears(nn::LinearPrecision precision) const {
-  auto packed = std::make_shared<nn::PackedLinears>(precision);
-  add_decoder_linears(decoder_layers, *packed);
-  packed->add(fc);
-  return packed;
+  out.push_back(&fc);
+  return out;
 }
 
-std::shared_ptr<const nn::PackedLinears> Transformer::pack_encoder_linears(nn::LinearPrecision precision) const {
-  auto packed = std::make_shared<nn::PackedLinears>(precision);
-  add_encoder_linears(encoder_layers, *packed);
-  return packed;
-}
-
-std::shared_ptr<const nn::PackedLinears> Transformer::pack_linears(nn::LinearPrecision precision) const {
-  auto packed = std::make_shared<nn::PackedLinears>(precision);
-  add_encoder_linears(encoder_layers, *packed);
-  add_decoder_linears(decoder_layers, *packed);
-  packed->add(fc);
-  return packed;
-}
+std::vector<nn::Embedding*> Transformer::inference_embeddings() { return {&encoder_embedding, &decoder_embedding}; }
 
 Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector<Tensor>* self_weights,
                              std::vector<Tensor>* cross_weights) const {
@@ -213,10 +184,10 @@ Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector
   size_for_layers(cross_weights, decoder_layers.size());
   for (size_t i = 0; i < decoder_layers.size(); ++i)
     x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask, slot(self_weights, i), slot(cross_weights, i),
-                                        st.rows_per_source, st.packed.get());
+                                        st.rows_per_source);
   if (decoder_norm) x = decoder_norm->forward(x);
   st.length += 1;
-  return fn::reshape(nn::linear(fc, x, st.packed.get()), Dims{N, config_.tgt_vocab_size});  // (N, V)
+  return fn::reshape(fc.forward(x), Dims{N, config_.tgt_vocab_size});  // (N, V)
 }
 
 void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) const {
@@ -250,13 +221,11 @@ void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) co
   st.source_of_row = std::move(sources);
 }
 
-Var Transformer::forward(const Tensor& src, const Tensor& tgt) const { return forward(src, tgt, nullptr); }
-
-Var Transformer::forward(const Tensor& src, const Tensor& tgt, const nn::PackedLinears* packed) const {
+Var Transformer::forward(const Tensor& src, const Tensor& tgt) const {
   QKV_CHECK(src.dim() == 2 && tgt.dim() == 2 && src.size(0) == tgt.size(0),
             "Transformer: src " << src.shape() << " and tgt " << tgt.shape() << " must be (B, S) and (B, T)");
   const Masks masks = generate_mask(src, tgt);
-  return decode(tgt, encode(src, masks.src, nullptr, packed), masks, nullptr, nullptr, packed);
+  return decode(tgt, encode(src, masks.src, nullptr), masks, nullptr, nullptr);
 }
 
 }  // namespace qkv::models

@@ -33,15 +33,13 @@ class DecoderLayer : public nn::Module {
   // x (B, T, D), enc_output (B, S, D) -> (B, T, D). self_weights / cross_weights, when given,
   // receive the attention weights (B, H, T, T) / (B, H, T, S).
   Var forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-              const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr,
-              const nn::PackedLinears* packed = nullptr) const;
+              const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr) const;
   // One position: x (N, 1, D) after the cached ones, attending to them and to itself; the weights
   // (N, H, 1, positions so far) and (N, H, 1, S) on request.
   // rows_per_source: see DecoderState (the cross cache holds one row per group of that many rows).
   // packed: the packs of this layer's linears to multiply with (nn/packed_linears.h), or null.
   Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask, Tensor* self_weights = nullptr,
-                   Tensor* cross_weights = nullptr, int64_t rows_per_source = 1,
-                   const nn::PackedLinears* packed = nullptr) const;
+                   Tensor* cross_weights = nullptr, int64_t rows_per_source = 1) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2, &norm3;
@@ -63,9 +61,6 @@ struct DecoderState {
   // cross-attention keys and values, so a reordering among them leaves those alone.
   std::vector<int64_t> source_of_row;
   int64_t rows_per_source = 1;
-  // The decoder's linears (attention projections, feed-forwards, output), packed by start_decoding
-  // for products of a few rows; copies of the weights at that moment.
-  std::shared_ptr<const nn::PackedLinears> packed;
 };
 
 struct Masks {
@@ -86,41 +81,25 @@ class Transformer : public Model {
   // Attention weights on request (for pictures; null, the default, costs nothing): one tensor per
   // layer, softmax rows over the keys (masked keys get 0).
   //   encode: self_weights (B, H, S, S);  decode: self_weights (B, H, T, T), cross_weights (B, H, T, S).
-  // packed (encode, decode, forward): packs of the linears to multiply with at inference
-  // (pack_linears; nn/packed_linears.h), or null for the weights themselves.
-  Var encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights = nullptr,
-             const nn::PackedLinears* packed = nullptr) const;  // (B, S, D)
+  // Without gradients, under a compute type (Model::set_compute_type), the linears multiply with
+  // their inference forms.
+  Var encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights = nullptr) const;  // (B, S, D)
   Var decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights = nullptr,
-             std::vector<Tensor>* cross_weights = nullptr, const nn::PackedLinears* packed = nullptr) const;  // logits
-  Var forward(const Tensor& src, const Tensor& tgt, const nn::PackedLinears* packed) const;
+             std::vector<Tensor>* cross_weights = nullptr) const;  // logits
 
-  using Model::teacher_forced_logits;
-  Var teacher_forced_logits(const Tensor& src, const Tensor& input, const nn::PackedLinears* packed) const override {
-    return forward(src, input, packed);
+  Var teacher_forced_logits(const Tensor& src, const Tensor& input) const override {
+    return forward(src, input);
   }
-  // Every linear layer (encoder, decoder, output), packed in `precision`.
-  std::shared_ptr<const nn::PackedLinears> pack_linears(nn::LinearPrecision precision) const override;
-  // The encoder's linear layers alone (for encode's products at translation).
-  std::shared_ptr<const nn::PackedLinears> pack_encoder_linears(nn::LinearPrecision precision) const;
-  // The decoder's linear layers and the output layer (what start_decoding packs).
-  std::shared_ptr<const nn::PackedLinears> pack_decoder_linears(nn::LinearPrecision precision) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const override;
   void set_recompute_ffn(bool on) override;
   // Incremental decoding: encode once, then one position per call with cached keys and values.
   // start_decoding takes the encoder output (B, S, D) and the sources (B, S) it came from, and
-  // decodes rows_per_source rows of each (beam search's beams): N = B x rows_per_source rows. It packs
-  // the decoder's weights for the steps (about the size of the decoder and output layer; a few
-  // milliseconds for the Bible model), so the weights must not change while the state is in use.
-  // precision: how the packed weights are stored (nn::LinearPrecision). decoder_packs: the packs of
-  // pack_decoder_linears(precision) to use instead of packing anew (a caller decoding many batches
-  // with unchanged weights packs once); null: start_decoding packs. kv_storage: self-attention
-  // key/value storage kept by a caller that decodes many batches (nn::KVCacheStorage); null: each
-  // state allocates its own.
+  // decodes rows_per_source rows of each (beam search's beams): N = B x rows_per_source rows. The
+  // steps run in the model's compute type (Model::set_compute_type; float32 weights through BLAS
+  // without one). kv_storage: self-attention key/value storage kept by a caller that decodes many
+  // batches (nn::KVCacheStorage); null: each state allocates its own.
   DecoderState start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
-                              int64_t rows_per_source = 1,
-                              nn::LinearPrecision precision = nn::LinearPrecision::Float32,
-                              std::shared_ptr<const nn::PackedLinears> decoder_packs = nullptr,
-                              nn::KVCacheStorage* kv_storage = nullptr) const;
+                              int64_t rows_per_source = 1, nn::KVCacheStorage* kv_storage = nullptr) const;
   // tokens (N) i32 at position state.length -> logits (N, V) for the next position. The weights of
   // this position, per layer, on request: self (N, H, 1, state.length + 1), cross (N, H, 1, S).
   Var decode_step(const Tensor& tokens, DecoderState& state, std::vector<Tensor>* self_weights = nullptr,
@@ -142,6 +121,8 @@ class Transformer : public Model {
 
  private:
   Var embed(const nn::Embedding& table, const Tensor& ids) const;
+  std::vector<nn::Linear*> inference_linears() override;
+  std::vector<nn::Embedding*> inference_embeddings() override;
   void scale_tied_table_for_output();  // the decoder table, tied to fc: drawn N(0, 1 / d_model)
 };
 

@@ -17,18 +17,18 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Gener
 }
 
 Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
-                                Tensor* weights, const PackedLinears* packed) const {
+                                Tensor* weights) const {
   // q (B, Tq, D), k v (B, Tk, D); the fused op reads them as heads and writes (B, Tq, D).
-  const Var q = linear(W_q, Q, packed), k = linear(W_k, K, packed), v = linear(W_v, V, packed);
+  const Var q = W_q.forward(Q), k = W_k.forward(K), v = W_v.forward(V);
   const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(1), k.size(1));
-  return linear(W_o, fn::multi_head_attention(q, k, v, num_heads_, masks, drop, weights), packed);
+  return W_o.forward(fn::multi_head_attention(q, k, v, num_heads_, masks, drop, weights));
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-                               Tensor* weights, const PackedLinears* packed) const {
+                               Tensor* weights) const {
   const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(2), k.size(2));
   const Var attn = fn::attention(q, k, v, masks, drop, weights);  // (B, H, Tq, dk)
-  return linear(W_o, fn::combine_heads(attn), packed);  // (B, Tq, D)
+  return W_o.forward(fn::combine_heads(attn));  // (B, Tq, D)
 }
 
 ops::AttentionDropoutSpec MultiHeadAttention::dropout_spec(int64_t B, int64_t Tq, int64_t Tk) const {
@@ -209,16 +209,16 @@ void KVCache::gather_in_place() {
 }
 
 Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks,
-                                       Tensor* weights, const PackedLinears* packed) const {
+                                       Tensor* weights) const {
   const int64_t N = x.size(0), T = x.size(1), end = cache.length + T;
   QKV_CHECK(end <= cache.k.size(2), "attention cache: " << end << " positions exceed its capacity " << cache.k.size(2));
   QKV_CHECK(N == cache.sequences(), "attention cache: " << N << " sequences for a cache of " << cache.sequences());
   constexpr int64_t kMaxMappedQueries = 8;  // what ops::attention_forward_mapped takes
   if (T > kMaxMappedQueries) cache.gather_in_place();
-  const Var q = project(W_q, x, packed);  // (N, H, T, dk)
+  const Var q = project(W_q, x);  // (N, H, T, dk)
   // Sequence i's new positions go to row i: no row's positions [length, end) were written before.
-  cache.k.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_k, x, packed).value());
-  cache.v.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_v, x, packed).value());
+  cache.k.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_k, x).value());
+  cache.v.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_v, x).value());
   if (cache.key_rows.defined()) {
     const int64_t capacity = cache.k.size(2);
     int32_t* map = cache.key_rows.i32();
@@ -227,8 +227,7 @@ Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::
   }
   cache.length = end;
   if (!cache.key_rows.defined())
-    return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights,
-                  packed);
+    return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights);
   QKV_CHECK((!grad_enabled() || !q.requires_grad()) && !(training() && attention_dropout_ > 0.f),
             "attention cache: a reordered cache is for inference only (no gradient, no attention dropout)");
   Tensor probs;
@@ -236,21 +235,21 @@ Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::
                                                    cache.key_rows.narrow(1, 0, end), first_keys(masks, end),
                                                    weights ? &probs : nullptr);
   if (weights) *weights = probs;
-  return linear(W_o, fn::combine_heads(Var(out)), packed);
+  return W_o.forward(fn::combine_heads(Var(out)));
 }
 
 Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks,
-                                       Tensor* weights, int64_t rows_per_source, const PackedLinears* packed) const {
+                                       Tensor* weights, int64_t rows_per_source) const {
   QKV_CHECK(!cache.key_rows.defined(), "cross-attention: a static cache is reordered by copying (reorder_copying)");
   if (rows_per_source == 1)
-    return attend(project(W_q, x, packed), Var(cache.k), Var(cache.v), masks, weights, packed);
+    return attend(project(W_q, x), Var(cache.k), Var(cache.v), masks, weights);
   const int64_t N = x.size(0), T = x.size(1), D = x.size(2), groups = N / rows_per_source;
   QKV_CHECK(N % rows_per_source == 0 && groups == cache.k.size(0),
             "cross-attention: " << N << " rows in groups of " << rows_per_source << " for a cache of "
                                 << cache.k.size(0) << " sources");
   // The R rows of a group, T queries each, become one sequence of R x T queries.
   const Var grouped = fn::reshape(x, Dims{groups, rows_per_source * T, D});
-  const Var out = attend(project(W_q, grouped, packed), Var(cache.k), Var(cache.v), masks, weights, packed);
+  const Var out = attend(project(W_q, grouped), Var(cache.k), Var(cache.v), masks, weights);
   if (weights) {  // (groups, H, R T, S) -> (N, H, T, S)
     const int64_t H = num_heads_, S = weights->size(3);
     *weights = weights->reshape(Dims{groups, H, rows_per_source, T * S}).transpose(1, 2).contiguous().reshape(Dims{N, H, T, S});
@@ -258,10 +257,10 @@ Var MultiHeadAttention::forward_static(const Var& x, const KVCache& cache, const
   return fn::reshape(out, Dims{N, T, D});
 }
 
-KVCache MultiHeadAttention::project_memory(const Var& memory, const PackedLinears* packed) const {
+KVCache MultiHeadAttention::project_memory(const Var& memory) const {
   KVCache c;
-  c.k = project(W_k, memory, packed).value();
-  c.v = project(W_v, memory, packed).value();
+  c.k = project(W_k, memory).value();
+  c.v = project(W_v, memory).value();
   c.length = c.k.size(2);
   return c;
 }

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "qkv/nn/layers.h"
-#include "qkv/nn/packed_linears.h"
 
 namespace qkv::nn {
 
@@ -76,36 +75,33 @@ class MultiHeadAttention : public Module {
   // Every forward below takes an optional `weights`: when given, it receives the attention weights
   // (B, H, Tq, Tk) of this call, the softmax the fused op computes anyway (no extra work; for
   // pictures of what the model attends to). Null, the default, keeps nothing.
-  // packed: the packs of W_q, W_k, W_v, W_o to multiply with at inference (see below), or null.
+  // At inference the projections multiply with the layers' inference weights (nn::Linear).
   Var forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
-              Tensor* weights = nullptr, const PackedLinears* packed = nullptr) const;
+              Tensor* weights = nullptr) const;
 
   // The two halves of forward, for incremental decoding where keys and values are cached:
   // project: (B, T, D) -> split heads of W(x), (B, H, T, dk);
   // attend: W_o(combine_heads(attention(q, k, v))) -> (B, Tq, D).
-  // `packed`, here and below: the packs of W_q, W_k, W_v, W_o to use at inference (see
-  // packed_linears.h); null: the weights themselves.
-  Var project(const Linear& W, const Var& x, const PackedLinears* packed = nullptr) const {
-    return fn::split_heads(linear(W, x, packed), num_heads_);
+  Var project(const Linear& W, const Var& x) const {
+    return fn::split_heads(W.forward(x), num_heads_);
   }
   Var attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-             Tensor* weights = nullptr, const PackedLinears* packed = nullptr) const;
+             Tensor* weights = nullptr) const;
 
   // Self-attention of x (N, T, D) at cache positions [length, length + T): appends the new keys and
   // values to `cache` and attends over positions [0, length + T). masks.key_keep, when given, covers
   // the cache's capacity; masks.causal hides later positions among the new ones.
   // weights: (N, H, T, length + T).
-  Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr,
-                     const PackedLinears* packed = nullptr) const;
+  Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
   // Cross-attention of x (N, T, D) over a static cache of projected encoder keys and values.
   // With rows_per_source R > 1, rows come in groups of R that read the same source (the beams of one
   // sentence) and the cache holds one row per group (N / R): a group's queries attend together, so
   // the encoder's keys and values are read once per group. masks cover the cache's rows.
   // weights: (N, H, T, S) either way.
   Var forward_static(const Var& x, const KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr,
-                     int64_t rows_per_source = 1, const PackedLinears* packed = nullptr) const;
+                     int64_t rows_per_source = 1) const;
   // The projected keys and values of `memory` (N, S, D), for forward_static.
-  KVCache project_memory(const Var& memory, const PackedLinears* packed = nullptr) const;
+  KVCache project_memory(const Var& memory) const;
   // softmax(Q K^T / sqrt(dk)) with the masks, (B, H, Tq, Tk): the attention weights, for
   // inspection and pictures (seed 003's scaled_dot_product_attention returns them). No gradient.
   Tensor attention_weights(const Var& Q, const Var& K, const ops::AttentionMasks& masks) const;

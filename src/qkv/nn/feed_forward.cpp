@@ -11,21 +11,21 @@ PositionWiseFeedForward::PositionWiseFeedForward(int64_t d_model, int64_t d_ff, 
       dropout(register_module("dropout", std::make_unique<Dropout>(dropout_p, gen))),
       activation_(activation) {}
 
-Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask, const PackedLinears* packed) const {
-  const Var h = linear(fc1, x, packed);  // (B, T, d_ff)
+Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) const {
+  const Var h = fc1.forward(x);  // (B, T, d_ff)
   Var a;
   switch (activation_) {
     case Activation::ReLU: a = fn::relu(h); break;
     case Activation::GELU: a = fn::gelu(h); break;
     case Activation::GELUTanh: a = fn::gelu_tanh(h); break;
   }
-  return linear(fc2, dropout.apply(a, mask), packed);
+  return fc2.forward(dropout.apply(a, mask));
 }
 
-Var PositionWiseFeedForward::forward(const Var& x, const PackedLinears* packed) const {
+Var PositionWiseFeedForward::forward(const Var& x) const {
   // The mask is drawn here, once: the recomputation in backward must apply the same one.
   const Dropout::Mask mask = dropout.draw(x.value().numel() / x.size(-1) * fc1.weight.size(0), x.size(0));
-  if (!recompute_ || !training()) return compute(x, mask, packed);
+  if (!recompute_ || !training()) return compute(x, mask);
   return fn::checkpoint([this, mask](const Var& in) { return compute(in, mask); }, x, parameters());
 }
 

@@ -3,7 +3,6 @@
 // FeedForward (linear2(dropout(relu(linear1(x))))).
 #pragma once
 #include "qkv/nn/layers.h"
-#include "qkv/nn/packed_linears.h"
 
 namespace qkv::nn {
 
@@ -13,8 +12,8 @@ class PositionWiseFeedForward : public Module {
  public:
   PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation = Activation::ReLU,
                           float dropout = 0.f);
-  // (B, T, D) -> (B, T, D); `packed`: the packs of fc1 / fc2 to use at inference (packed_linears.h).
-  Var forward(const Var& x, const PackedLinears* packed = nullptr) const;
+  // (B, T, D) -> (B, T, D)
+  Var forward(const Var& x) const;
   // Recompute the (B, T, d_ff) hidden activation in backward instead of keeping it (saves 4x the
   // memory of a (B, T, D) activation per layer for one extra fc1 forward).
   void set_recompute(bool on) { recompute_ = on; }
@@ -22,7 +21,7 @@ class PositionWiseFeedForward : public Module {
   Dropout& dropout;  // on the hidden activation
 
  private:
-  Var compute(const Var& x, const Dropout::Mask& mask, const PackedLinears* packed = nullptr) const;
+  Var compute(const Var& x, const Dropout::Mask& mask) const;
   Activation activation_;
   bool recompute_ = false;
 };

@@ -35,12 +35,36 @@ void Linear::tie_weight(const Var& w) {
   QKV_CHECK(w.shape() == weight.shape(), "Linear::tie_weight: " << w.shape() << " vs weight " << weight.shape());
   weight = w;
   replace_parameter("weight", w);
+  inference_ = {};
+}
+
+Var Linear::forward(const Var& x) const {
+  const bool records = grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                          (bias.defined() && bias.requires_grad()));
+  if (!inference_.defined() || records) return fn::linear(x, weight, bias);
+  return Var(ops::linear_forward(x.value(), inference_, bias.defined() ? bias.value() : Tensor()));
+}
+
+void Linear::set_compute_type(ComputeType type) {
+  inference_ = ops::prepare_linear_weight(weight.value(), linear_dtype(type));
 }
 
 void Embedding::tie_weight(const Var& w) {
   QKV_CHECK(w.shape() == weight.shape(), "Embedding::tie_weight: " << w.shape() << " vs weight " << weight.shape());
   weight = w;
   replace_parameter("weight", w);
+  inference_table_ = Tensor();
+}
+
+Var Embedding::forward(const Tensor& ids) const {
+  if (!inference_table_.defined() || (grad_enabled() && weight.requires_grad()))
+    return fn::embedding(weight, ids, padding_idx);
+  return Var(ops::embedding_forward(inference_table_, ids));
+}
+
+void Embedding::set_compute_type(ComputeType type) {
+  const DType dtype = table_dtype(type);
+  inference_table_ = dtype == DType::F32 ? Tensor() : weight.value().to(dtype);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) {

@@ -2,6 +2,7 @@
 // seed's PositionalEncoding. Initialisation follows PyTorch's defaults (values differ: our RNG).
 #pragma once
 #include "qkv/autograd/functions.h"
+#include "qkv/nn/compute_type.h"
 #include "qkv/nn/module.h"
 
 namespace qkv::nn {
@@ -23,23 +24,46 @@ class SkipRandomInitGuard {
 bool random_init_skipped();
 
 // y = x @ W^T + b.   W (out, in), b (out).   Init U(-1/sqrt(in), 1/sqrt(in)) as nn.Linear.
+//
+// For inference the layer can hold its weight in another form (set_compute_type: packed float32,
+// int8 with scales, bf16; ops::LinearWeight), made once from the weight's values at that moment.
+// forward multiplies with that form whenever no gradient is being recorded, and with the weight
+// itself otherwise, so training never sees it. Whoever changes the weight afterwards (an optimizer
+// step, a load) sets the compute type again or clears it (models::Model does both).
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
-  Var forward(const Var& x) const { return fn::linear(x, weight, bias); }
-  // Shares `w` as this layer's weight (tied embeddings); the old weight is dropped.
+  Var forward(const Var& x) const;
+  // Shares `w` as this layer's weight (tied embeddings); the old weight is dropped, and any
+  // inference form of it.
   void tie_weight(const Var& w);
+  // Prepares the inference form of the weight in the compute type's linear dtype (a copy).
+  void set_compute_type(ComputeType type);
+  void clear_inference_weight() { inference_ = {}; }
+  const ops::LinearWeight& inference_weight() const { return inference_; }
   Var weight, bias;
+
+ private:
+  ops::LinearWeight inference_;
 };
 
 // Lookup rows of W (num_embeddings, dim).   Init N(0, 1) as nn.Embedding.
+// For inference the table can be held in the compute type's table dtype (bf16), as Linear's weight
+// (set_compute_type; used when no gradient is being recorded).
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim, Generator& gen);
-  Var forward(const Tensor& ids) const { return fn::embedding(weight, ids, padding_idx); }
-  void tie_weight(const Var& w);  // share another table of the same shape
+  Var forward(const Tensor& ids) const;
+  void tie_weight(const Var& w);  // share another table of the same shape (drops an inference table)
+  // A bf16 copy of the table for the bf16 compute types; none (the table itself) for the others.
+  void set_compute_type(ComputeType type);
+  void clear_inference_table() { inference_table_ = Tensor(); }
+  const Tensor& inference_table() const { return inference_table_; }
   Var weight;
   int32_t padding_idx = -1;  // >= 0: lookups of this id pass no gradient (nn.Embedding's padding_idx)
+
+ private:
+  Tensor inference_table_;
 };
 
 // nn.LayerNorm (weight 1, bias 0), or with UnbiasedStd seed 003's LayerNorm, whose a_2 / b_2 are

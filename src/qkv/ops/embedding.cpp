@@ -20,7 +20,11 @@ Tensor embedding_forward(const Tensor& table_in, const Tensor& ids_in) {
   Dims out_shape = ids.shape();
   out_shape.push_back(D);
   Tensor out = Tensor::empty(out_shape);
-  kernels::embedding_forward(out.f32(), table.f32(), id, N, D);
+  switch (table.dtype()) {  // the rows come out float32 whatever the table stores
+    case DType::F32: kernels::embedding_forward(out.f32(), table.f32(), id, N, D); break;
+    case DType::BF16: kernels::embedding_forward_bf16(out.f32(), table.data<bfloat16>(), id, N, D); break;
+    default: QKV_CHECK(false, "embedding: no lookup from a " << table.describe() << " table (f32 or bf16)");
+  }
   return out;
 }
 

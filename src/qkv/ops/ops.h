@@ -9,8 +9,12 @@
 //   slot only after prepare_slot (grad_slot.h), which gives a shared one a buffer of its own.
 // - A shape mismatch throws qkv::Error naming the op and both shapes.
 // - Ops call kernels (raw loops); nn modules never call kernels, only ops through autograd.
+// - Dispatch on dtype (and, with a second backend, device) happens here and nowhere above: an op
+//   takes its inputs' dtypes and layouts as they come and picks the kernel (linear_forward with a
+//   LinearWeight, embedding_forward with a bf16 table).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "qkv/core/tensor.h"
@@ -23,6 +27,35 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
 // dx = dy @ w;  dw += dy^T @ x (over all leading dims);  db += sum of dy over leading dims.
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db);
 
+// A linear layer's weight in the form inference multiplies with, chosen once when a model's compute
+// type is set (nn::Linear::set_compute_type):
+// - F32, Layout::Packed: panels of 16 output features for kernels::gemm_packed (the same values;
+//   another summation order than BLAS, so results agree to rounding).
+// - I8, Layout::Packed, with `scale`: quantized per output channel (kernels/int8_gemm.h), `scale`
+//   F32 (out padded to 16) the channels' scales; activations are quantized per row on the fly.
+// - BF16, row-major: the weight rounded to bfloat16. The reference path: the op widens it, and the
+//   input rounded to bfloat16, to float32 and multiplies in float32 (what bf16 matrix units compute:
+//   bf16 products, float32 sums), one matrix at a time; the fast kernels are CPU-specific.
+// - F32 row-major: the weight itself (BLAS), as linear_forward(x, w, b).
+struct LinearWeight {
+  Tensor weight;
+  Tensor scale;
+  bool defined() const { return weight.defined(); }
+  int64_t out_features() const { return weight.size(0); }
+  int64_t in_features() const { return weight.size(1); }
+  // Bytes of storage (weight and scales).
+  int64_t bytes() const { return (weight.defined() ? weight.nbytes() : 0) + (scale.defined() ? scale.nbytes() : 0); }
+};
+// w (out, in) f32 in the form `dtype` names: F32 packed, I8 packed with scales, BF16 row-major.
+// A copy: later changes to w are not seen. An I8 weight of more than
+// kernels::QuantizedWeights::kMaxInFeatures inputs throws (its int32 sums could overflow).
+LinearWeight prepare_linear_weight(const Tensor& w, DType dtype);
+// y = x @ W^T + b with W in any LinearWeight form, dispatched on its dtype and layout. x f32.
+Tensor linear_forward(const Tensor& x, const LinearWeight& w, const Tensor& b);
+// What multiplies with a prepare_linear_weight(w, dtype) weight on this machine, in words
+// (`qkv info`): "qkv's packed float32 GEMM (AVX2, FMA)".
+std::string linear_kernel_description(DType dtype);
+
 // Batched matmul over matching leading dims: a (..., M, K) @ b (..., K, N) -> (..., M, N);
 // transpose_b uses b (..., N, K). Inputs may be any views (copied to contiguous if needed).
 Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_b = false);
@@ -30,7 +63,8 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_b = false
 void matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_b, Tensor* da, Tensor* db);
 
 // ---- embedding -------------------------------------------------------------------------------
-// table (V, D), ids i32 (...) -> (..., D). An id outside [0, V) throws naming the id and V.
+// table (V, D) f32 or bf16, ids i32 (...) -> (..., D) f32. An id outside [0, V) throws naming the
+// id and V.
 Tensor embedding_forward(const Tensor& table, const Tensor& ids);
 // dtable[id] += dout[n]  (scatter-add; repeated ids add up).
 // padding_idx >= 0: lookups of that id pass no gradient (nn.Embedding's padding_idx).
@@ -176,5 +210,29 @@ void cross_entropy_backward(float dloss, const Tensor& logits, const Tensor& tar
 // a (N, V) buffer at the memory peak of a training step.
 Tensor cross_entropy_backward_inplace(float dloss, Tensor logits, const Tensor& targets, const CrossEntropyOut& saved,
                                       int32_t ignore_index, float label_smoothing);
+
+// ---- in-place updates (optimizers, gradient clipping and accumulation) -------------------------
+// The scalars of one Adam step (kernels/adam.h: PyTorch 1.13's single-tensor Adam, same rounding).
+struct AdamScalars {
+  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float step_size;             // lr / (1 - beta1^t), computed in double and rounded
+  float bias_correction2_sqrt;
+  float eps;
+  float weight_decay;          // L2 added to the gradient, as torch.optim.Adam
+};
+// param, exp_avg, exp_avg_sq updated in place from grad; all f32, contiguous, of one shape.
+void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamScalars& s);
+// x *= s in place (x f32, contiguous).
+void scale_inplace(Tensor& x, float s);
+// acc += x in place (f32, contiguous, one shape).
+void add_inplace(Tensor& acc, const Tensor& x);
+// Sum of x^2 over all elements, accumulated in double (clip_grad_norm).
+double sum_of_squares(const Tensor& x);
+
+// ---- decoding ----------------------------------------------------------------------------------
+// Each row of x (N, V) f32 contiguous becomes its log-softmax, in place (kernels::log_softmax_row:
+// vectorised exponentials, the sum in double); returns the rows' normalisers (N): NaN for a row
+// with NaN logits, -inf for a row of -inf.
+Tensor log_softmax_rows_inplace(Tensor& x);
 
 }  // namespace qkv::ops

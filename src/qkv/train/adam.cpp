@@ -5,7 +5,7 @@
 #include <unordered_set>
 
 #include "qkv/io/tensor_file.h"
-#include "qkv/kernels/adam.h"
+#include "qkv/ops/ops.h"
 
 namespace qkv::train {
 
@@ -23,7 +23,7 @@ void Adam::step() {
   // Scalars as PyTorch computes them: in double (Python floats), rounded to float when applied.
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
-  const kernels::AdamScalars s{static_cast<float>(options_.beta1),      static_cast<float>(1.0 - options_.beta1),
+  const ops::AdamScalars s{static_cast<float>(options_.beta1),      static_cast<float>(1.0 - options_.beta1),
                                static_cast<float>(options_.beta2),      static_cast<float>(1.0 - options_.beta2),
                                static_cast<float>(options_.lr / bc1),   static_cast<float>(std::sqrt(bc2)),
                                static_cast<float>(options_.eps),
@@ -35,12 +35,11 @@ void Adam::step() {
     const Tensor& g = slot.param.grad();
     if (!g.defined()) continue;  // as PyTorch: a parameter without a gradient is left alone
     if (options_.decoupled_weight_decay && options_.weight_decay != 0.0 && slot.param.value().dim() >= 2) {
-      float* p = slot.param.value().f32();
-      const int64_t n = slot.param.value().numel();
-      for (int64_t i = 0; i < n; ++i) p[i] *= decay;
+      Tensor p = slot.param.value();
+      ops::scale_inplace(p, decay);  // p * decay, the same float product
     }
-    kernels::adam_step(slot.param.value().f32(), g.f32(), slot.exp_avg.f32(), slot.exp_avg_sq.f32(),
-                       slot.param.value().numel(), s);
+    Tensor p = slot.param.value();
+    ops::adam_step(p, g, slot.exp_avg, slot.exp_avg_sq, s);
   }
 }
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "qkv/kernels/elementwise.h"
+#include "qkv/ops/ops.h"
 
 namespace qkv::train {
 
@@ -11,11 +11,7 @@ double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
   for (const Var& p : params) {
     const Tensor& g = p.grad();
     if (!g.defined()) continue;
-    const float* d = g.f32();
-    double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static) if (g.numel() > 65536)
-    for (int64_t i = 0; i < g.numel(); ++i) s += static_cast<double>(d[i]) * d[i];
-    sq += s;
+    sq += ops::sum_of_squares(g);
   }
   const double norm = std::sqrt(sq);
   if (max_norm > 0) {
@@ -24,7 +20,7 @@ double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
       for (const Var& p : params)
         if (p.grad().defined()) {
           Tensor g = p.grad();
-          kernels::scale(g.f32(), g.f32(), static_cast<float>(coef), g.numel());
+          ops::scale_inplace(g, static_cast<float>(coef));
         }
   }
   return norm;

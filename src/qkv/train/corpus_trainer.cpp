@@ -54,7 +54,7 @@ DevSet read_dev_set(const CorpusTrainOptions& o, const text::SentencePiece& spm)
 }
 
 // Dev loss over every pair; BLEU of the first valid_bleu_sentences translated with valid_beam.
-ValidationResult validate(const models::Transformer& model, const DevSet& dev, const text::SentencePiece& spm,
+ValidationResult validate(models::Transformer& model, const DevSet& dev, const text::SentencePiece& spm,
                           const CorpusTrainOptions& o, const AfterBatch& after_batch) {
   ValidationResult r;
   r.loss = score(model, dev.src, dev.tgt_full, 32, after_batch).mean_loss();
@@ -66,6 +66,9 @@ ValidationResult validate(const models::Transformer& model, const DevSet& dev, c
   // Sorted by length in batches of 32 (the first validation of the 2-hour Bible run took 66 s in
   // file order, where a batch runs as long as its longest sentence).
   const std::vector<data::IdLine> sources(dev.src.begin(), dev.src.begin() + static_cast<int64_t>(n));
+  // The search multiplies with weights packed for it (as `qkv translate` does), from the weights
+  // of this step; the packs go when it ends, before the next optimizer step.
+  const models::ScopedComputeType packed(model, nn::ComputeType::Float32);
   const auto found = decoding::search_in_batches(model, sources, so, 32, [&](int64_t, int64_t) { after_batch(); });
   std::vector<std::string> hyps, refs(dev.refs.begin(), dev.refs.begin() + static_cast<int64_t>(n));
   for (const auto& hs : found) hyps.push_back(hs.empty() ? "" : spm.decode(hs[0].tokens));

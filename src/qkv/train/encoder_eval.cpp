@@ -53,7 +53,7 @@ MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<Mask
 }
 
 Tensor class_probabilities(const models::Model& model, const std::vector<data::IdLine>& rows, int64_t batch_size,
-                           const std::function<void()>& after_batch, const nn::PackedLinears* packed) {
+                           const std::function<void()>& after_batch) {
   QKV_CHECK(batch_size >= 1, "class_probabilities: batch size must be positive");
   QKV_CHECK(model.config().pad_id >= 0, "classification: the model has no padding id (config.json pad_id)");
   const NoGradGuard no_grad;
@@ -69,7 +69,7 @@ Tensor class_probabilities(const models::Model& model, const std::vector<data::I
     const int64_t end = std::min(N, begin + batch_size);
     std::vector<const data::IdLine*> batch;
     for (int64_t i = begin; i < end; ++i) batch.push_back(&rows[static_cast<size_t>(order[static_cast<size_t>(i)])]);
-    const Tensor p = fn::softmax(classification_logits(model, pad_rows(batch, model.config().pad_id), packed)).value().contiguous();
+    const Tensor p = fn::softmax(classification_logits(model, pad_rows(batch, model.config().pad_id))).value().contiguous();
     for (int64_t i = begin; i < end; ++i)
       std::copy(p.f32() + (i - begin) * L, p.f32() + (i - begin + 1) * L, out.f32() + order[static_cast<size_t>(i)] * L);
     if (after_batch) after_batch();

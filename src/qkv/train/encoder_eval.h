@@ -22,10 +22,9 @@ MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<Mask
                               int64_t batch_size, const std::function<void()>& after_batch = {});
 
 // Softmax probabilities (rows, labels) of [CLS] ... [SEP] rows, batched (longest first, padded
-// with the model's pad_id, which must be an id), in the order of `rows`; packed: the encoder's
-// linears packed for inference (EncoderModel::pack_linears), or null.
+// with the model's pad_id, which must be an id), in the order of `rows`.
 Tensor class_probabilities(const models::Model& model, const std::vector<data::IdLine>& rows, int64_t batch_size,
-                           const std::function<void()>& after_batch = {}, const nn::PackedLinears* packed = nullptr);
+                           const std::function<void()>& after_batch = {});
 
 struct ClassificationScore {
   double loss = 0;  // mean cross-entropy of the gold labels

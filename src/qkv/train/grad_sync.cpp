@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "qkv/core/error.h"
-#include "qkv/kernels/elementwise.h"
+#include "qkv/ops/ops.h"
 
 namespace qkv::train {
 
@@ -42,7 +42,7 @@ void GradientReducer::stash() {
     Tensor* g = params_[i].grad_slot();
     if (!g || !g->defined()) continue;
     if (stash_[i].defined()) {
-      kernels::add_inplace(stash_[i].f32(), g->f32(), g->numel());
+      ops::add_inplace(stash_[i], *g);
     } else {
       stash_[i] = *g;
     }
@@ -53,7 +53,7 @@ void GradientReducer::stash() {
 void GradientReducer::merge(size_t i) {
   if (!stash_[i].defined()) return;
   Tensor* g = params_[i].grad_slot();
-  if (g->defined()) kernels::add_inplace(stash_[i].f32(), g->f32(), g->numel());
+  if (g->defined()) ops::add_inplace(stash_[i], *g);
   *g = stash_[i];
   stash_[i] = Tensor();
 }

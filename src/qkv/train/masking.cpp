@@ -4,16 +4,13 @@
 #include <utility>
 
 #include "qkv/core/error.h"
+#include "qkv/core/hash.h"
 
 namespace qkv::train {
 
 namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// SplitMix64's step: the golden-ratio increment, then its finaliser.
+uint64_t splitmix64(uint64_t x) { return mix64(x + 0x9e3779b97f4a7c15ULL); }
 
 // A stream of 64-bit draws keyed by (seed, key1, key2): draw i is a hash of the key and i, so the
 // same key always gives the same stream, on every platform.

@@ -119,9 +119,9 @@ MaskedLogits masked_lm_logits(const models::Model& model, const Tensor& ids, con
   return {m.mlm_logits(chosen), Tensor::from_ids(Dims{N}, targets)};
 }
 
-Var classification_logits(const models::Model& model, const Tensor& ids, const nn::PackedLinears* packed) {
+Var classification_logits(const models::Model& model, const Tensor& ids) {
   const models::EncoderModel& m = encoder_of(model, "classification");
-  return m.classify(m.encode(encoder_input(model, ids), packed));
+  return m.classify(m.encode(encoder_input(model, ids)));
 }
 
 }  // namespace qkv::train

@@ -44,8 +44,7 @@ struct MaskedLogits {
   Tensor labels;
 };
 MaskedLogits masked_lm_logits(const models::Model& model, const Tensor& ids, const Tensor& labels);
-// Classification logits (B, labels) of [CLS] ... [SEP] rows padded with the model's pad_id;
-// packed: the encoder's linears packed for inference, or null.
-Var classification_logits(const models::Model& model, const Tensor& ids, const nn::PackedLinears* packed = nullptr);
+// Classification logits (B, labels) of [CLS] ... [SEP] rows padded with the model's pad_id.
+Var classification_logits(const models::Model& model, const Tensor& ids);
 
 }  // namespace qkv::train

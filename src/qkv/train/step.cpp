@@ -123,8 +123,7 @@ data::TeacherForcing lm_teacher_forcing(const std::vector<data::IdLine>& lines, 
 }  // namespace
 
 ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& src,
-                  const std::vector<data::IdLine>& tgt, int64_t batch_size, const std::function<void()>& after_batch,
-                  nn::LinearPrecision precision) {
+                  const std::vector<data::IdLine>& tgt, int64_t batch_size, const std::function<void()>& after_batch) {
   const bool lm = model.config().decoder_only();
   QKV_CHECK(lm ? src.empty() : src.size() == tgt.size(),
             "score: " << src.size() << " source lines but " << tgt.size() << " target lines"
@@ -134,8 +133,6 @@ ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& s
   const int32_t pad = model.config().pad_id, ignored = lm ? -1 : pad;
   ScoreResult result;
   result.line_log_prob.assign(tgt.size(), 0.0);
-  // Packed once per call: BLAS would re-pack every weight for every batch.
-  const std::shared_ptr<const nn::PackedLinears> packs = model.pack_linears(precision);
   for (size_t begin = 0; begin < tgt.size(); begin += static_cast<size_t>(batch_size)) {
     const size_t end = std::min(tgt.size(), begin + static_cast<size_t>(batch_size));
     const std::vector<data::IdLine> t(tgt.begin() + begin, tgt.begin() + end);
@@ -147,7 +144,7 @@ ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& s
       tf = data::shift_target(data::pad_batch(t, pad));
       src_batch = data::pad_batch(std::vector<data::IdLine>(src.begin() + begin, src.begin() + end), pad);
     }
-    const Var logits = model.teacher_forced_logits(src_batch, tf.input, packs.get());  // (b, T-1, V)
+    const Var logits = model.teacher_forced_logits(src_batch, tf.input);  // (b, T-1, V)
     Tensor row_loss;
     fn::cross_entropy(fn::reshape(logits, Dims{-1, model.output_vocab_size()}), tf.labels, ignored, 0.f, &row_loss);
     const int64_t width = tf.input.size(1);

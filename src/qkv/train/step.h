@@ -63,12 +63,10 @@ struct ScoreResult {
 // Teacher-forced log-probabilities in eval mode without recording (pairs batched with padding).
 // An encoder-decoder model scores (src, tgt) pairs, tgt with BOS and EOS; a decoder-only model
 // takes an empty `src` and scores each tgt line's tokens 1.. given the ones before them.
-// after_batch, when set, is called after each batch (validation's sign of life). precision Int8:
-// every linear layer in int8 (weights per output channel, activations per row, as `qkv translate
-// --quantize int8`), packed once for all batches.
+// after_batch, when set, is called after each batch (validation's sign of life). The products run
+// in the model's compute type (Model::set_compute_type), the float32 weights through BLAS without.
 ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& src,
                   const std::vector<data::IdLine>& tgt, int64_t batch_size,
-                  const std::function<void()>& after_batch = {},
-                  nn::LinearPrecision precision = nn::LinearPrecision::Float32);
+                  const std::function<void()>& after_batch = {});
 
 }  // namespace qkv::train

@@ -1,0 +1,25 @@
+#include "qkv/cli/compute_type_option.h"
+
+namespace qkv::cli {
+
+void add_compute_type_options(CLI::App& app, ComputeTypeOption& o) {
+  auto* type = app.add_option("--compute-type", o.compute_type,
+                              "How the model computes (chosen once, at load): float32 (weights packed for qkv's "
+                              "GEMM), int8 (linear layers in 8-bit integers per output channel, as CTranslate2's "
+                              "int8: about twice as fast, slightly different results), bf16 (linear layers and "
+                              "embeddings stored in bfloat16), int8_bf16 (int8 linears, bfloat16 embeddings). "
+                              "`qkv info` lists them")
+                   ->capture_default_str()
+                   ->check(CLI::IsMember({"float32", "bf16", "int8", "int8_bf16"}));
+  app.add_option("--quantize", o.quantize, "int8: the same as --compute-type int8 (the older spelling)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "int8"}))
+      ->excludes(type);
+}
+
+nn::ComputeType chosen_compute_type(const ComputeTypeOption& o) {
+  if (o.quantize == "int8") return nn::ComputeType::Int8;
+  return nn::parse_compute_type(o.compute_type, "--compute-type");
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,64 @@
+// In-place updates on whole tensors: the optimizer step, gradient scaling and accumulation, the
+// squared norm, and decoding's log-softmax of each row.
+#include "qkv/kernels/adam.h"
+#include "qkv/kernels/elementwise.h"
+#include "qkv/kernels/log_softmax.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::ops {
+
+namespace {
+void check_f32_contiguous(const Tensor& t, const char* op, const char* what) {
+  QKV_CHECK(t.defined() && t.dtype() == DType::F32 && t.is_contiguous() && t.layout() == Layout::Strided,
+            op << ": " << what << " must be a contiguous f32 tensor, got " << t.describe());
+}
+void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
+  QKV_CHECK(a.shape() == b.shape(), op << ": shapes " << a.shape() << " and " << b.shape() << " differ");
+}
+}  // namespace
+
+void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamScalars& s) {
+  for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&param, "param"}, {&grad, "grad"},
+                                {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}}) {
+    check_f32_contiguous(*t, "adam_step", what);
+    check_same_shape(*t, param, "adam_step");
+  }
+  const kernels::AdamScalars k{s.beta1,     s.one_minus_beta1,       s.beta2, s.one_minus_beta2,
+                               s.step_size, s.bias_correction2_sqrt, s.eps,   s.weight_decay};
+  kernels::adam_step(param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), param.numel(), k);
+}
+
+void scale_inplace(Tensor& x, float s) {
+  check_f32_contiguous(x, "scale_inplace", "x");
+  kernels::scale(x.f32(), x.f32(), s, x.numel());
+}
+
+void add_inplace(Tensor& acc, const Tensor& x) {
+  check_f32_contiguous(acc, "add_inplace", "acc");
+  check_f32_contiguous(x, "add_inplace", "x");
+  check_same_shape(acc, x, "add_inplace");
+  kernels::add_inplace(acc.f32(), x.f32(), acc.numel());
+}
+
+double sum_of_squares(const Tensor& x) {
+  check_f32_contiguous(x, "sum_of_squares", "x");
+  const float* d = x.f32();
+  double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static) if (x.numel() > 65536)
+  for (int64_t i = 0; i < x.numel(); ++i) s += static_cast<double>(d[i]) * d[i];
+  return s;
+}
+
+Tensor log_softmax_rows_inplace(Tensor& x) {
+  check_f32_contiguous(x, "log_softmax_rows_inplace", "x");
+  QKV_CHECK(x.dim() == 2, "log_softmax_rows_inplace: expected (N, V), got " << x.shape());
+  const int64_t N = x.size(0), V = x.size(1);
+  Tensor lse = Tensor::empty(Dims{N});
+  float* data = x.f32();
+  float* out = lse.f32();
+#pragma omp parallel for schedule(static) if (N * V > 65536)
+  for (int64_t i = 0; i < N; ++i) out[i] = kernels::log_softmax_row(data + i * V, V);
+  return lse;
+}
+
+}  // namespace qkv::ops
