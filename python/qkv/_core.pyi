@@ -15,7 +15,8 @@ def score(
     tgt: Sequence[Sequence[int]],
     src: Optional[Sequence[Sequence[int]]] = None,
     batch_size: int = 32,
-    quantize: str = "none",
+    quantize: Optional[str] = None,
+    compute_type: Optional[str] = None,
 ) -> dict[str, Any]: ...
 
 class Model:
@@ -28,6 +29,9 @@ class Model:
     @property
     def parameters(self) -> dict[str, npt.NDArray[np.float32]]: ...
     def set_parameter(self, name: str, value: npt.ArrayLike) -> None: ...
+    @property
+    def compute_type(self) -> Optional[str]: ...
+    def set_compute_type(self, compute_type: Optional[str]) -> None: ...
     def save(self, dir: str) -> None: ...
     def logits(
         self, input: npt.ArrayLike, src: Optional[npt.ArrayLike] = None
@@ -46,7 +50,9 @@ class Translation:
     def attention(self) -> Optional[dict[str, list[npt.NDArray[np.float32]]]]: ...
 
 class Translator:
-    def __init__(self, checkpoint: str) -> None: ...
+    def __init__(self, checkpoint: str, compute_type: str = "float32") -> None: ...
+    @property
+    def compute_type(self) -> str: ...
     def translate(
         self,
         texts: Sequence[str],
@@ -58,7 +64,7 @@ class Translator:
         batch_size: int = 32,
         truncate: bool = True,
         attention: bool = False,
-        quantize: str = "none",
+        quantize: Optional[str] = None,
     ) -> Union[list[str], list[list[Translation]]]: ...
     def source_pieces(self, text: str) -> list[str]: ...
     def target_pieces(self, tokens: Sequence[int], eos: bool = True) -> list[str]: ...
@@ -71,7 +77,7 @@ class Translator:
         max_length_ratio: float = 2.0,
         max_length_offset: int = 10,
         batch_size: int = 32,
-        quantize: str = "none",
+        quantize: Optional[str] = None,
     ) -> Union[list[list[int]], list[list[Translation]]]: ...
     @property
     def model(self) -> Model: ...
@@ -83,7 +89,9 @@ class PieceStream(Iterator[str]):
     def __next__(self) -> str: ...
 
 class Generator:
-    def __init__(self, checkpoint: str) -> None: ...
+    def __init__(self, checkpoint: str, compute_type: str = "float32") -> None: ...
+    @property
+    def compute_type(self) -> str: ...
     @overload
     def generate(
         self,
@@ -97,7 +105,7 @@ class Generator:
         truncate_prompt: bool = False,
         batch_size: int = 32,
         stream: bool = False,
-        quantize: str = "none",
+        quantize: Optional[str] = None,
     ) -> Union[str, PieceStream]: ...
     @overload
     def generate(
@@ -112,7 +120,7 @@ class Generator:
         truncate_prompt: bool = False,
         batch_size: int = 32,
         stream: bool = False,
-        quantize: str = "none",
+        quantize: Optional[str] = None,
     ) -> list[str]: ...
     def generate_ids(
         self,
@@ -125,7 +133,7 @@ class Generator:
         seed: int = 0,
         truncate_prompt: bool = False,
         batch_size: int = 32,
-        quantize: str = "none",
+        quantize: Optional[str] = None,
     ) -> list[list[int]]: ...
     def generate_with_attention(
         self,
@@ -144,7 +152,11 @@ class Generator:
     def vocab_size(self) -> int: ...
 
 class Encoder:
-    def __init__(self, checkpoint: str, max_tokens: int = 0, truncate: bool = True) -> None: ...
+    def __init__(
+        self, checkpoint: str, max_tokens: int = 0, truncate: bool = True, compute_type: str = "float32"
+    ) -> None: ...
+    @property
+    def compute_type(self) -> str: ...
     def embed(self, texts: Sequence[str], batch_size: int = 32) -> npt.NDArray[np.float32]: ...
     def embed_ids(
         self, sentences: Sequence[Sequence[int]], batch_size: int = 32

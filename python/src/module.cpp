@@ -11,11 +11,17 @@
 namespace qkv::python {
 
 py::array tensor_to_numpy(const Tensor& t) {
-  auto* keep = new Tensor(t.contiguous());
+  QKV_CHECK(t.layout() == Layout::Strided, "a packed tensor " << t.describe() << " has no NumPy view");
+  // NumPy has no bfloat16: such a tensor comes out widened to float32 (a copy).
+  auto* keep = new Tensor(t.dtype() == DType::BF16 ? t.to(DType::F32) : t.contiguous());
   py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
   std::vector<py::ssize_t> shape(keep->shape().begin(), keep->shape().end());
-  if (keep->dtype() == DType::I32) return py::array_t<int32_t>(shape, keep->i32(), owner);
-  return py::array_t<float>(shape, keep->f32(), owner);
+  switch (keep->dtype()) {
+    case DType::I32: return py::array_t<int32_t>(shape, keep->i32(), owner);
+    case DType::I8: return py::array_t<int8_t>(shape, keep->data<int8_t>(), owner);
+    case DType::F16: return py::array(py::dtype("float16"), shape, keep->raw_data(), owner);
+    default: return py::array_t<float>(shape, keep->f32(), owner);
+  }
 }
 
 void copy_numpy_into(const py::array& source, Tensor& t, const std::string& what) {

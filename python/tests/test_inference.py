@@ -23,12 +23,41 @@ def test_translator_equals_qkv_translate(translation_checkpoint, data_dir, tmp_p
 def test_int8_translation_equals_the_cli_and_bad_precision_is_refused(translation_checkpoint, data_dir, tmp_path):
     src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:8]]
     inp = write_lines(tmp_path / "in.es", src)
-    translator = qkv.Translator(translation_checkpoint)
+    translator = qkv.Translator(translation_checkpoint, compute_type="int8")
+    assert translator.compute_type == "int8"
     cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
-                  "--threads", "1", "--quiet", "--quantize", "int8")
-    assert translator.translate(src, beam=4, quantize="int8") == cli.stdout.split("\n")[:len(src)]
+                  "--threads", "1", "--quiet", "--compute-type", "int8")
+    want = cli.stdout.split("\n")[:len(src)]
+    assert translator.translate(src, beam=4) == want
+    # The older spellings give the same: --quantize int8, and quantize= per call (deprecated: it
+    # switches a float32 translator to int8, with a warning).
+    old_cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+                      "--threads", "1", "--quiet", "--quantize", "int8")
+    assert old_cli.stdout.split("\n")[:len(src)] == want
+    float32 = qkv.Translator(translation_checkpoint)
+    assert float32.compute_type == "float32"
+    with pytest.warns(DeprecationWarning, match="compute_type"):
+        assert float32.translate(src, beam=4, quantize="int8") == want
+    assert float32.compute_type == "int8"
     with pytest.raises(ValueError, match="quantize"):
         translator.translate(src, quantize="int4")
+    with pytest.raises(ValueError, match="compute_type"):
+        qkv.Translator(translation_checkpoint, compute_type="int4")
+
+
+def test_bf16_compute_types_follow_float32(translation_checkpoint, data_dir):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:6]]
+    float32 = [h[0] for h in qkv.Translator(translation_checkpoint).translate(src, beam=2, n_best=2)]
+    for compute_type in ("bf16", "int8_bf16"):
+        t = qkv.Translator(translation_checkpoint, compute_type=compute_type)
+        assert t.compute_type == compute_type
+        ours = [h[0] for h in t.translate(src, beam=2, n_best=2)]
+        same = [(a, b) for a, b in zip(ours, float32) if a.tokens == b.tokens]
+        # Weights and inputs with 8-bit mantissas: most greedy outputs stay, and where they do the
+        # log-probability moves by a few percent at most.
+        assert len(same) >= len(src) // 2, compute_type
+        for a, b in same:
+            assert a.log_prob == pytest.approx(b.log_prob, rel=0.05, abs=0.05), compute_type
 
 
 def test_n_best_hypotheses_are_ranked_and_match_the_cli(translation_checkpoint, data_dir, tmp_path):
@@ -70,11 +99,12 @@ def test_generator_equals_qkv_generate_and_streams_the_same_text(lm_checkpoint, 
 def test_int8_generation_equals_the_cli_and_bad_precision_is_refused(lm_checkpoint, tmp_path):
     prompts = ["the light", "God said let there"]
     inp = write_lines(tmp_path / "prompts.txt", prompts)
-    generator = qkv.Generator(lm_checkpoint)
+    generator = qkv.Generator(lm_checkpoint, compute_type="int8")
     cli = run_qkv("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
-                  "--sample", "--seed", "5", "--threads", "1", "--quiet", "--quantize", "int8")
-    ours = generator.generate(prompts, max_new_tokens=12, sample=True, seed=5, quantize="int8")
+                  "--sample", "--seed", "5", "--threads", "1", "--quiet", "--compute-type", "int8")
+    ours = generator.generate(prompts, max_new_tokens=12, sample=True, seed=5)
     assert ours == cli.stdout.split("\n")[:2]
+    assert generator.generate(prompts, max_new_tokens=12, sample=True, seed=5, quantize="int8") == ours
     with pytest.raises(ValueError, match="quantize"):
         generator.generate("the", quantize="fp4")
 

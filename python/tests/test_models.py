@@ -87,7 +87,9 @@ def test_int8_score_equals_the_cli_and_follows_float32(small_checkpoint, tmp_pat
     model = qkv.load_checkpoint(small_checkpoint)
     lines = [[2, 5, 6, 7], [2, 9, 3]]
     exact = qkv.score(model, lines)
-    r = qkv.score(model, lines, quantize="int8")
+    r = qkv.score(model, lines, compute_type="int8")
+    assert model.compute_type is None  # the call's compute type ends with it
+    assert qkv.score(model, lines, quantize="int8")["line_log_prob"] == r["line_log_prob"]
     ids = tmp_path / "ids.txt"
     ids.write_text("".join(" ".join(map(str, l)) + "\n" for l in lines))
     cli = run_qkv("score", "--checkpoint", small_checkpoint, "--tgt", str(ids), "--per-line", "--threads", "1",

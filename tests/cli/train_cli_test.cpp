@@ -66,6 +66,14 @@ TEST(TrainCli, InfoDescribesAndChecksACheckpoint) {
   EXPECT_NE(out.find("architecture  encoder-decoder"), std::string::npos) << out;
   EXPECT_NE(out.find("synthetic, step 4,"), std::string::npos) << out;
   EXPECT_NE(out.find("manifest.json verified"), std::string::npos) << out;
+  // The compute types it can run in on this CPU, each with its kernels and the memory it prepares.
+  EXPECT_NE(out.find("compute type  float32 by default"), std::string::npos) << out;
+  for (const char* type : {"\n  float32 ", "\n  int8 ", "\n  bf16 ", "\n  int8_bf16 "})
+    EXPECT_NE(out.find(type), std::string::npos) << type << " missing in\n" << out;
+  EXPECT_NE(out.find("int8 GEMM"), std::string::npos) << out;
+  const CliRun json = run_qkv("info --json " + d + "/a");
+  EXPECT_NE(json.out.find("\"compute_types\""), std::string::npos) << json.out;
+  EXPECT_NE(json.out.find("\"inference_bytes\""), std::string::npos) << json.out;
   fs::copy_file(d + "/b/model.safetensors", d + "/a/model.safetensors", fs::copy_options::overwrite_existing);
   info = run_qkv("info " + d + "/a");
   EXPECT_EQ(info.code, 1) << info.out;

@@ -30,7 +30,7 @@ Bits nearest_even(double x, Bits lo, Bits hi, double lo_value, double hi_value) 
 
 // bf16 reference: the truncation and the next bf16 up in magnitude bracket a finite float.
 uint16_t reference_bf16(float x) {
-  const uint32_t u = float_bits(x);
+  const uint32_t u = float_bits(x) & 0x7fffffffu;  // the magnitude's bits; the sign is checked apart
   const uint16_t lo = static_cast<uint16_t>(u >> 16), hi = static_cast<uint16_t>(lo + 1);
   const double lo_value = std::fabs(bf16_to_f32({lo})), hi_value = std::fabs(bf16_to_f32({hi}));
   return nearest_even<uint16_t>(std::fabs(static_cast<double>(x)), lo, hi, lo_value, hi_value);

@@ -69,7 +69,7 @@ TEST(LinearComputeType, RecordsGradientsThroughTheFloat32Weights) {
 
 TEST(LinearComputeType, TyingOrClearingDropsTheInferenceWeight) {
   Generator gen(5);
-  Linear a(8, 4, gen), b(8, 4, gen);
+  Linear a(8, 4, gen, /*bias=*/false), b(8, 4, gen, /*bias=*/false);
   a.set_compute_type(ComputeType::Float32);
   a.tie_weight(b.weight);
   EXPECT_FALSE(a.inference_weight().defined()) << "a tied layer must not keep the old weight's pack";

@@ -49,7 +49,8 @@ json cache_key(const SimilarCliOptions& o, const EncoderSession& s) {
           {"normalize", s.pooling().normalize},
           {"max_tokens", s.pooling().max_seq_length},
           {"too_long", o.text.too_long},
-          {"ids", o.text.ids}};
+          {"ids", o.text.ids},
+          {"compute_type", nn::compute_type_name(s.compute_type())}};
 }
 
 // The corpus embeddings (lines, D), from the cache when its key matches.

@@ -242,6 +242,14 @@ void BufferPool::release(Buffer* b) {
   s.stats.bytes_cached += static_cast<int64_t>(b->bytes);
 }
 
+void BufferPool::advise_huge_pages(Buffer* b) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  if (b->device.type != DeviceType::CPU || b->bytes < kHugePage) return;
+  const auto begin = (reinterpret_cast<uintptr_t>(b->data) + kHugePage - 1) & ~(kHugePage - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(b->data) + b->bytes) & ~(kHugePage - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // failure changes nothing
+}
+
 PoolStats BufferPool::stats(Device device) {
   PoolState& s = state(device);
   std::lock_guard<std::mutex> lock(s.mutex);

@@ -90,6 +90,7 @@ Tensor Tensor::empty_packed(const Dims& shape, DType dtype, int64_t storage_elem
   t.strides_ = contiguous_strides(shape);
   t.layout_ = Layout::Packed;
   t.packed_elements_ = storage_elements;
+  BufferPool::advise_huge_pages(t.buffer_);  // packed weights are read at every product
   return t;
 }
 

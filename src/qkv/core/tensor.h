@@ -38,7 +38,8 @@ class Tensor {
   static Tensor empty(const Dims& shape, DType dtype = DType::F32, Device device = Device::cpu());
   static Tensor zeros(const Dims& shape, DType dtype = DType::F32, Device device = Device::cpu());
   // Uninitialised storage of `storage_elements` elements for a weight of logical shape `shape` in
-  // a kernel's packed order (Layout::Packed; the kernel knows the size, padding included).
+  // a kernel's packed order (Layout::Packed; the kernel knows the size, padding included), in
+  // huge pages where the OS allows (BufferPool::advise_huge_pages).
   static Tensor empty_packed(const Dims& shape, DType dtype, int64_t storage_elements,
                              Device device = Device::cpu());
   // Uninitialised, with storage of its own from the system rather than the pool (BufferPool::
