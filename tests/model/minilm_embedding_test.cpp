@@ -2,7 +2,8 @@
 // `qkv import --from hf`'s code, embeds 1000 sentences as sentence-transformers does (reference
 // from tests/python/make_minilm_refs.py): mean pooling over real tokens, L2 normalisation, truncation
 // at 256 tokens. Bounds (measured errors x 5, see kMaxAbsDifference): cosine >= 1 - 4e-11 and
-// max |difference| <= 2e-6 for every sentence.
+// max |difference| <= 2e-6 for every sentence; the bf16, int8 and int8_bf16 compute types within
+// their formats' bounds (kBf16MaxAbsDifference, kInt8MaxAbsDifference).
 // The model runs on ids from Hugging Face `tokenizers`, and qkv's WordPiece is checked to give
 // the same ids for every sentence (so `qkv embed` on text computes exactly this).
 #include <gtest/gtest.h>
@@ -41,6 +42,17 @@ std::vector<int32_t> parse_line(const std::string& line) {
 // 1e-6 instead of 1e-12 (worst difference 2.4e-5, 1 - cosine 9.4e-9) passed them.
 constexpr double kMaxOneMinusCosine = 4e-11;
 constexpr double kMaxAbsDifference = 2e-6;
+// The other compute types (nn/compute_type.h) lose what their number formats lose: bf16 rounds
+// weights and inputs of every product to 8 bits of mantissa, int8 to 1/127 of each row's and
+// channel's range. Measured (2026-11-26, Zen 4) on the first 100 sentences: bf16 worst
+// 1 - cosine 1.64e-5, |difference| 1.04e-3; int8 3.89e-3 and 1.77e-2, int8_bf16 4.57e-3 and
+// 1.65e-2. These errors come from the formats, not from a CPU's summation order (int8 sums are
+// exact), so the bounds allow about 2.5x, not the float32 paths' 5x and 25x.
+constexpr int64_t kLossySentences = 100;
+constexpr double kBf16MaxOneMinusCosine = 4e-5;
+constexpr double kBf16MaxAbsDifference = 2.5e-3;
+constexpr double kInt8MaxOneMinusCosine = 1.2e-2;
+constexpr double kInt8MaxAbsDifference = 4e-2;
 
 TEST(MiniLmEmbedding, EqualsSentenceTransformersOnAThousandSentences) {
   const std::string refs_path = testing::ref_path("minilm_refs.json");
@@ -80,14 +92,30 @@ TEST(MiniLmEmbedding, EqualsSentenceTransformersOnAThousandSentences) {
     EXPECT_EQ(equal, sentences.size()) << "qkv's WordPiece rows equal tokenizers' on every sentence";
   }
   EXPECT_GE(truncated, 10) << "the reference must exercise truncation";
-  // Both paths: the weights through BLAS, and `qkv embed`'s (api::Encoder: linears packed per call
-  // for kernels::gemm_packed, attention's direct path and vectorised softmax).
-  const Tensor plain = models::embed_sentences(*model, sentences, pooling, 32);
-  const Tensor packed = api::Encoder(ckpt, "the test").embed_ids(sentences, 32);
+  // Both float32 paths: the weights through BLAS (no compute type), and `qkv embed`'s (api::Encoder:
+  // compute type float32, linears packed for kernels::gemm_packed, attention's direct path and
+  // vectorised softmax); and the other compute types, each against its own bounds.
+  struct Path {
+    const char* name;
+    Tensor embeddings;
+    double max_one_minus_cosine, max_abs_difference;
+  };
+  // The lossy types on the first kLossySentences (the bf16 reference path is slow, more so under ASan).
+  const std::vector<std::vector<int32_t>> some(sentences.begin(), sentences.begin() + kLossySentences);
+  const auto with = [&](nn::ComputeType type, const std::vector<std::vector<int32_t>>& rows) {
+    return api::Encoder(ckpt, "the test", type).embed_ids(rows, 32);
+  };
+  const Path paths[] = {
+      {"BLAS", models::embed_sentences(*model, sentences, pooling, 32), kMaxOneMinusCosine, kMaxAbsDifference},
+      {"float32", with(nn::ComputeType::Float32, sentences), kMaxOneMinusCosine, kMaxAbsDifference},
+      {"bf16", with(nn::ComputeType::BF16, some), kBf16MaxOneMinusCosine, kBf16MaxAbsDifference},
+      {"int8", with(nn::ComputeType::Int8, some), kInt8MaxOneMinusCosine, kInt8MaxAbsDifference},
+      {"int8_bf16", with(nn::ComputeType::Int8BF16, some), kInt8MaxOneMinusCosine, kInt8MaxAbsDifference}};
   const Tensor want = io::read_npy(testing::ref_path("minilm_embeddings.npy"));
-  for (const auto& [name, ours] : {std::pair<const char*, Tensor>{"BLAS", plain}, {"packed", packed}}) {
-    ASSERT_EQ(ours.shape(), want.shape());
-    const int64_t N = want.size(0), D = want.size(1);
+  for (const auto& [name, ours, max_one_minus_cosine, max_abs_difference] : paths) {
+    ASSERT_EQ(ours.size(1), want.size(1));
+    ASSERT_EQ(ours.size(0), ours.size(0) == kLossySentences ? kLossySentences : want.size(0)) << name;
+    const int64_t N = ours.size(0), D = want.size(1);
     double worst_cos = 1, worst_abs = 0;
     for (int64_t n = 0; n < N; ++n) {
       double dot = 0, a2 = 0, b2 = 0;
@@ -98,14 +126,14 @@ TEST(MiniLmEmbedding, EqualsSentenceTransformersOnAThousandSentences) {
       }
       const double cos = dot / std::sqrt(a2 * b2);
       worst_cos = std::min(worst_cos, cos);
-      EXPECT_LE(1 - cos, kMaxOneMinusCosine) << name << ": sentence " << n + 1;
+      EXPECT_LE(1 - cos, max_one_minus_cosine) << name << ": sentence " << n + 1;
     }
-    EXPECT_LE(worst_abs, kMaxAbsDifference) << name;
+    EXPECT_LE(worst_abs, max_abs_difference) << name;
     std::printf("MiniLM (%s): %lld sentences (%lld truncated at %lld tokens): lowest cosine 1 - %.3g, max |difference| "
                 "%.3g (bounds 1 - %.3g, %.3g)\n",
                 name, static_cast<long long>(N), static_cast<long long>(truncated),
-                static_cast<long long>(pooling.max_seq_length), 1 - worst_cos, worst_abs, kMaxOneMinusCosine,
-                kMaxAbsDifference);
+                static_cast<long long>(pooling.max_seq_length), 1 - worst_cos, worst_abs, max_one_minus_cosine,
+                max_abs_difference);
   }
   std::filesystem::remove_all(ckpt);
 }

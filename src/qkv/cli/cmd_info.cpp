@@ -154,10 +154,12 @@ void print_text(const json& j) {
   std::printf("compute type  %s by default (--compute-type); on this CPU (%s: %s):\n",
               ct["default"].get<std::string>().c_str(), ct["cpu"].get<std::string>().c_str(),
               ct["cpu_features"].get<std::string>().c_str());
-  for (const auto& [name, t] : ct["types"].items())
-    std::printf("  %-10s  linears: %s; tables %s; %s of inference weights\n", name.c_str(),
+  for (const char* name : {"float32", "int8", "bf16", "int8_bf16"}) {
+    const json& t = ct["types"][name];
+    std::printf("  %-10s  linears: %s; tables %s; %s of inference weights\n", name,
                 t["linears"].get<std::string>().c_str(), t["tables"].get<std::string>().c_str(),
                 human_bytes(t["inference_bytes"].get<uintmax_t>()).c_str());
+  }
 }
 }  // namespace
 

@@ -66,7 +66,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
 using BatchProgress = std::function<void(int64_t done, int64_t total)>;
 // Any number of sentences, `batch_size` at a time: sorted by length so that a batch's sentences
 // end at about the same step, greedy when beam_size and n_best are 1, beam search otherwise.
-// Several batches share the decoder's packs and one key/value storage (unless the options bring
+// Several batches share one key/value storage (unless the options bring
 // their own). Results in input order; an empty source gets no hypothesis.
 std::vector<std::vector<Hypothesis>> search_in_batches(const models::Transformer& model,
                                                        const std::vector<data::IdLine>& sources,

@@ -37,7 +37,6 @@ class DecoderLayer : public nn::Module {
   // One position: x (N, 1, D) after the cached ones, attending to them and to itself; the weights
   // (N, H, 1, positions so far) and (N, H, 1, S) on request.
   // rows_per_source: see DecoderState (the cross cache holds one row per group of that many rows).
-  // packed: the packs of this layer's linears to multiply with (nn/packed_linears.h), or null.
   Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask, Tensor* self_weights = nullptr,
                    Tensor* cross_weights = nullptr, int64_t rows_per_source = 1) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
