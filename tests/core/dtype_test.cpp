@@ -14,6 +14,7 @@
 #include <random>
 
 #include "qkv/core/tensor.h"
+#include "qkv/io/tensor_file.h"
 
 namespace qkv {
 namespace {
@@ -168,6 +169,22 @@ TEST_P(TensorOfEveryDType, CheckedAccessRefusesAnotherDType) {
   }
 }
 
+// safetensors files keep every dtype as it is (F32, I32, BF16, F16, I8), byte for byte.
+TEST_P(TensorOfEveryDType, SavesAndLoadsByteForByte) {
+  const DType dtype = GetParam();
+  Tensor t = Tensor::empty(Dims{3, 7}, dtype);
+  fill_pattern(t);
+  const std::string path = ::testing::TempDir() + "/qkv_dtype_" + dtype_name(dtype) + ".safetensors";
+  io::save_tensors(path, {{"t", t.transpose(0, 1)}});  // a strided view is written in logical order
+  io::TensorFile file = io::load_tensors(path, io::StReadOptions{.allow_half = true});
+  const Tensor back = file.take("t");
+  ASSERT_EQ(back.dtype(), dtype);
+  ASSERT_EQ(back.shape(), (Dims{7, 3}));
+  const Tensor want = t.transpose(0, 1).contiguous();
+  EXPECT_EQ(std::memcmp(back.raw_data(), want.raw_data(), static_cast<size_t>(want.nbytes())), 0);
+  std::remove(path.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, TensorOfEveryDType,
                          ::testing::Values(DType::F32, DType::I32, DType::BF16, DType::F16, DType::I8),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
@@ -223,6 +240,8 @@ TEST(TensorPacked, ACopyableStorageThatRefusesViews) {
   EXPECT_THROW((void)p.slice0(0, 1), Error);
   EXPECT_THROW((void)p.to(DType::F32), Error);
   EXPECT_THROW((void)Tensor::empty_packed(Dims{3, 5}, DType::I8, 14), Error) << "less storage than elements";
+  EXPECT_THROW(io::save_tensors(::testing::TempDir() + "/qkv_packed.safetensors", {{"p", p}}), Error)
+      << "a kernel's order is not a file format";
 }
 
 }  // namespace

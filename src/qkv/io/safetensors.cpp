@@ -22,6 +22,8 @@
 #include <string_view>
 #include <utility>
 
+#include "qkv/core/dtype.h"
+
 namespace qkv::io {
 namespace {
 
@@ -41,33 +43,18 @@ struct DtypeInfo {
   size_t size;
 };
 
-constexpr std::array<DtypeInfo, 6> kDtypes = {{
+constexpr std::array<DtypeInfo, 7> kDtypes = {{
     {StDtype::F32, "F32", 4},
     {StDtype::I32, "I32", 4},
     {StDtype::I64, "I64", 8},
     {StDtype::F64, "F64", 8},
     {StDtype::F16, "F16", 2},
     {StDtype::BF16, "BF16", 2},
+    {StDtype::I8, "I8", 1},
 }};
 
 bool is_half(StDtype dtype) { return dtype == StDtype::F16 || dtype == StDtype::BF16; }
 
-// IEEE binary16 -> binary32 bits: normal numbers re-bias the exponent (15 -> 127), subnormals
-// (m * 2^-24) become normal floats, infinities and NaN keep their payload.
-uint32_t f16_to_f32_bits(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1Fu;
-  uint32_t mantissa = h & 0x3FFu;
-  if (exponent == 0x1F) return sign | 0x7F800000u | (mantissa << 13);
-  if (exponent != 0) return sign | ((exponent + 112) << 23) | (mantissa << 13);
-  if (mantissa == 0) return sign;
-  int shift = 0;  // normalise the subnormal: 1.m' * 2^(-14 - shift)
-  while ((mantissa & 0x400u) == 0) {
-    mantissa <<= 1;
-    ++shift;
-  }
-  return sign | (static_cast<uint32_t>(113 - shift) << 23) | ((mantissa & 0x3FFu) << 13);
-}
 
 const DtypeInfo& dtype_info(StDtype dtype) {
   for (const DtypeInfo& info : kDtypes) {
@@ -354,7 +341,7 @@ StDtype parse_dtype_field(const Json& entry, const std::string& name, const Read
   const std::string text = value.get<std::string>();
   const DtypeInfo* info = find_dtype(text);
   if (info == nullptr || (is_half(info->dtype) && !options.allow_half)) {
-    ctx.fail_tensor(name, "has unknown dtype \"" + text + "\" (supported: F32, I32, I64, F64" +
+    ctx.fail_tensor(name, "has unknown dtype \"" + text + "\" (supported: F32, I32, I64, F64, I8" +
                               (options.allow_half ? ", F16, BF16)" : "; F16 and BF16 only by qkv import)"));
   }
   return info->dtype;
@@ -653,7 +640,7 @@ void widen_half_to_f32(StTensor& tensor, const std::string& path) {
   for (size_t i = 0; i < count; ++i) {
     const auto half = static_cast<uint16_t>(tensor.bytes[2 * i] | (tensor.bytes[2 * i + 1] << 8));
     // BF16 is the top half of a float32.
-    const uint32_t bits = tensor.dtype == StDtype::F16 ? f16_to_f32_bits(half) : uint32_t{half} << 16;
+    const uint32_t bits = tensor.dtype == StDtype::F16 ? float_bits(f16_to_f32({half})) : uint32_t{half} << 16;
     for (int b = 0; b < 4; ++b) wide[4 * i + b] = static_cast<unsigned char>((bits >> (8 * b)) & 0xFF);
   }
   tensor.bytes = std::move(wide);

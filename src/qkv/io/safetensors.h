@@ -36,8 +36,8 @@
 //     begins where the previous ended (no gap, no overlap; an empty tensor sits on a boundary),
 //     and the last ends at the end of the file. The order of entries in the header is free.
 //
-// Only the dtypes the toolkit uses are supported; a file containing any other
-// dtype is rejected with an "unknown dtype" error. F16 and BF16 (half-precision files such as
+// Only the dtypes the toolkit uses are supported (F32, I32, I64, F64, I8; F16 and BF16 as below);
+// a file containing any other dtype is rejected with an "unknown dtype" error. F16 and BF16 (half-precision files such as
 // Hugging Face checkpoints) are read only when StReadOptions::allow_half is set, for importers,
 // which widen them to F32 with widen_half_to_f32(); qkv's own checkpoints are always F32.
 #pragma once
@@ -59,7 +59,7 @@ class SafetensorsError : public qkv::Error {
   using qkv::Error::Error;
 };
 
-enum class StDtype { F32, I32, I64, F64, F16, BF16 };
+enum class StDtype { F32, I32, I64, F64, F16, BF16, I8 };
 
 struct StTensor {
   std::string name;

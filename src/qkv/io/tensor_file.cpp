@@ -4,6 +4,20 @@
 
 namespace qkv::io {
 
+namespace {
+// The file's dtype of each tensor dtype (safetensors names them all).
+StDtype st_dtype_of(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return StDtype::F32;
+    case DType::I32: return StDtype::I32;
+    case DType::BF16: return StDtype::BF16;
+    case DType::F16: return StDtype::F16;
+    case DType::I8: return StDtype::I8;
+  }
+  return StDtype::F32;
+}
+}  // namespace
+
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                   const std::map<std::string, std::string>& metadata) {
   StFile file;
@@ -11,18 +25,22 @@ void save_tensors(const std::string& path, const std::vector<std::pair<std::stri
   for (const auto& [name, t] : tensors) {
     StTensor st;
     st.name = name;
-    st.dtype = t.dtype() == DType::F32 ? StDtype::F32 : StDtype::I32;
+    QKV_CHECK(t.layout() == Layout::Strided, path << ": tensor '" << name << "' " << t.describe()
+                                                   << " is packed for a kernel; save the weight it was made from");
+    st.dtype = st_dtype_of(t.dtype());
     st.shape.assign(t.shape().begin(), t.shape().end());
     const Tensor c = t.contiguous();
-    st.bytes.resize(static_cast<size_t>(c.numel()) * 4);
-    if (!st.bytes.empty()) std::memcpy(st.bytes.data(), c.dtype() == DType::F32 ? static_cast<const void*>(c.f32()) : c.i32(), st.bytes.size());
+    st.bytes.resize(static_cast<size_t>(c.nbytes()));
+    if (!st.bytes.empty()) std::memcpy(st.bytes.data(), c.raw_data(), st.bytes.size());
     file.tensors.push_back(std::move(st));
   }
   write_safetensors(path, file);
 }
 
 // SafetensorsError is a qkv::Error, so read errors pass through unchanged.
-TensorFile load_tensors(const std::string& path) { return TensorFile(path, read_safetensors(path)); }
+TensorFile load_tensors(const std::string& path, const StReadOptions& options) {
+  return TensorFile(path, read_safetensors(path, options));
+}
 
 namespace {
 Dims dims_of(const StTensor& st) { return Dims::from_range(st.shape.begin(), st.shape.end()); }
@@ -43,10 +61,15 @@ void TensorFile::take_into(const std::string& name, Tensor& dst) {
 Tensor TensorFile::take(const std::string& name) {
   const StTensor* st = file_.find(name);
   QKV_CHECK(st, path_ << ": missing tensor '" << name << "'");
-  QKV_CHECK(st->dtype == StDtype::F32 || st->dtype == StDtype::I32,
-            path_ << ": tensor '" << name << "' has unsupported dtype " << st_dtype_name(st->dtype));
-  Tensor t = Tensor::empty(dims_of(*st), st->dtype == StDtype::F32 ? DType::F32 : DType::I32);
-  if (!st->bytes.empty()) std::memcpy(t.dtype() == DType::F32 ? static_cast<void*>(t.f32()) : t.i32(), st->bytes.data(), st->bytes.size());
+  DType dtype = DType::F32;
+  bool known = false;
+  for (DType d : {DType::F32, DType::I32, DType::BF16, DType::F16, DType::I8})
+    if (st_dtype_of(d) == st->dtype) dtype = d, known = true;
+  QKV_CHECK(known, path_ << ": tensor '" << name << "' has unsupported dtype " << st_dtype_name(st->dtype));
+  Tensor t = Tensor::empty(dims_of(*st), dtype);
+  QKV_CHECK(static_cast<size_t>(t.nbytes()) == st->bytes.size(),
+            path_ << ": tensor '" << name << "' has " << st->bytes.size() << " bytes for " << t.describe());
+  if (!st->bytes.empty()) std::memcpy(t.raw_data(), st->bytes.data(), st->bytes.size());
   taken_.insert(name);
   return t;
 }

@@ -12,7 +12,8 @@
 
 namespace qkv::io {
 
-// Writes f32/i32 tensors (any strides) atomically.
+// Writes tensors of any dtype (f32, i32, bf16, f16, i8; any strides) atomically; a packed one
+// (Layout::Packed, a kernel's order) is refused naming it.
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                   const std::map<std::string, std::string>& metadata = {});
 
@@ -22,7 +23,8 @@ class TensorFile {
   TensorFile(std::string path, StFile file) : path_(std::move(path)), file_(std::move(file)) {}
   // Copies tensor `name` into `dst` (same shape, f32); fails naming the tensor if missing/mis-shaped.
   void take_into(const std::string& name, Tensor& dst);
-  // Returns tensor `name` as a new f32/i32 Tensor; fails if missing.
+  // Returns tensor `name` as a new Tensor of its dtype (f32, i32, bf16, f16, i8); fails if missing
+  // or of another dtype.
   Tensor take(const std::string& name);
   bool has(const std::string& name) const { return file_.find(name) != nullptr; }
   // Marks a tensor as known-but-unused (e.g. a buffer qkv recomputes).
@@ -38,6 +40,8 @@ class TensorFile {
   std::set<std::string> taken_;
 };
 
-TensorFile load_tensors(const std::string& path);
+// options.allow_half: accept F16 and BF16 tensors (qkv's checkpoints are F32; a half file there is
+// refused as an unknown dtype by default).
+TensorFile load_tensors(const std::string& path, const StReadOptions& options = {});
 
 }  // namespace qkv::io

@@ -1,17 +1,25 @@
 #include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/gemm.h"
+#include "qkv/kernels/int8_gemm.h"
+#include "qkv/kernels/packed_gemm.h"
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::ops {
 
-Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
+namespace {
+void check_linear_shapes(const Tensor& x, const Tensor& w, const Tensor& b) {
   QKV_CHECK(w.dim() == 2, "linear: weight must be 2-D (out, in), got " << w.shape());
-  QKV_CHECK(x_in.dim() >= 1 && x_in.size(-1) == w.size(1),
-            "linear: input " << x_in.shape() << " does not match weight " << w.shape()
+  QKV_CHECK(x.dim() >= 1 && x.size(-1) == w.size(1),
+            "linear: input " << x.shape() << " does not match weight " << w.shape()
                              << " (input's last dim must equal weight.size(1))");
   QKV_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)),
             "linear: bias " << b.shape() << " does not match weight " << w.shape());
+}
+}  // namespace
+
+Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
+  check_linear_shapes(x_in, w, b);
   const Tensor x = x_in.contiguous();
   const Tensor wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
@@ -22,6 +30,40 @@ Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
   const Tensor bc = b.defined() ? b.contiguous() : Tensor();
   kernels::sgemm_plus_bias(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K, bc.defined() ? bc.f32() : nullptr,
                            y.f32(), N);
+  return y;
+}
+
+namespace {
+// The int8 case's kernel view of an I8 packed weight and its scales.
+kernels::QuantizedWeights quantized_view(const LinearWeight& w) {
+  QKV_CHECK(w.scale.defined() && w.scale.dtype() == DType::F32 &&
+                w.scale.numel() == kernels::QuantizedWeights::scale_count(w.out_features()),
+            "linear: an i8 weight needs its f32 scales, got " << w.scale.describe());
+  return kernels::QuantizedWeights::view(w.weight.data<int8_t>(), w.scale.f32(), w.out_features(), w.in_features());
+}
+}  // namespace
+
+// The products with a prepared weight, one case per (dtype, layout); a device backend adds its
+// cases here.
+Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b) {
+  const Tensor& W = w.weight;
+  if (W.dtype() == DType::F32 && W.layout() == Layout::Strided) return linear_forward(x_in, W, b);
+  check_linear_shapes(x_in, W, b);
+  if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h)
+    return linear_forward(x_in.to(DType::BF16).to(DType::F32), W.to(DType::F32), b);
+  QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8),
+            "linear: no product with a " << W.describe() << " weight");
+  const Tensor x = x_in.contiguous();
+  const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  Dims shape = x.shape();
+  shape[shape.size() - 1] = N;
+  Tensor y = Tensor::empty(shape);
+  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
+  const float* bias_or_null = bias.defined() ? bias.f32() : nullptr;
+  if (W.dtype() == DType::I8)
+    kernels::gemm_int8(x.f32(), M, K, quantized_view(w), bias_or_null, y.f32(), N);
+  else
+    kernels::gemm_packed(x.f32(), M, K, kernels::PackedWeights::view(W.f32(), N, K), bias_or_null, y.f32(), N);
   return y;
 }
 

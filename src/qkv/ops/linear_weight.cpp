@@ -1,5 +1,5 @@
-// Linear products against a weight prepared for inference (ops.h: LinearWeight), one case per
-// (dtype, layout); a device backend adds its cases here.
+// Linear weights prepared for inference (ops.h: LinearWeight): one form per dtype; the products
+// with them are linear_forward's cases (linear.cpp).
 #include <algorithm>
 
 #include "qkv/kernels/int8_gemm.h"
@@ -34,42 +34,6 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
       QKV_CHECK(false, "prepare_linear_weight: no " << dtype_name(dtype) << " form of a linear weight (f32, i8, bf16)");
   }
   return lw;
-}
-
-namespace {
-kernels::QuantizedWeights quantized_view(const LinearWeight& w) {
-  QKV_CHECK(w.scale.defined() && w.scale.dtype() == DType::F32 &&
-                w.scale.numel() == kernels::QuantizedWeights::scale_count(w.out_features()),
-            "linear: an i8 weight needs its f32 scales, got " << w.scale.describe());
-  return kernels::QuantizedWeights::view(w.weight.data<int8_t>(), w.scale.f32(), w.out_features(), w.in_features());
-}
-}  // namespace
-
-Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b) {
-  const Tensor& W = w.weight;
-  if (W.dtype() == DType::F32 && W.layout() == Layout::Strided) return linear_forward(x_in, W, b);
-  QKV_CHECK(W.dim() == 2, "linear: weight must be 2-D (out, in), got " << W.describe());
-  QKV_CHECK(x_in.dim() >= 1 && x_in.size(-1) == W.size(1),
-            "linear: input " << x_in.shape() << " does not match weight " << W.shape()
-                             << " (input's last dim must equal weight.size(1))");
-  QKV_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == W.size(0)),
-            "linear: bias " << b.shape() << " does not match weight " << W.shape());
-  if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h)
-    return linear_forward(x_in.to(DType::BF16).to(DType::F32), W.to(DType::F32), b);
-  QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8),
-            "linear: no product with a " << W.describe() << " weight");
-  const Tensor x = x_in.contiguous();
-  const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
-  Dims shape = x.shape();
-  shape[shape.size() - 1] = N;
-  Tensor y = Tensor::empty(shape);
-  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
-  const float* bias_or_null = bias.defined() ? bias.f32() : nullptr;
-  if (W.dtype() == DType::I8)
-    kernels::gemm_int8(x.f32(), M, K, quantized_view(w), bias_or_null, y.f32(), N);
-  else
-    kernels::gemm_packed(x.f32(), M, K, kernels::PackedWeights::view(W.f32(), N, K), bias_or_null, y.f32(), N);
-  return y;
 }
 
 std::string linear_kernel_description(DType dtype) {
