@@ -149,8 +149,8 @@ TEST_F(CliErrors, ScoreAndMetricsRefuseNonsenseValuesNamingTheFlag) {
   expect_error(score("--batch-size 0"), kUsage, {"--batch-size: must be in [1, 1048576], got 0"}, "qkv score");
   expect_error(score("--batch-size -1"), kUsage, {"--batch-size: must be in [1, 1048576], got -1"}, "qkv score");
   expect_error(score("--quantize int4"), kUsage, {"--quantize: int4 not in {none,int8}"}, "qkv score");
-  expect_error(score("--compute-type int4"), kUsage, {"--compute-type: int4 not in {float32,bf16,int8,int8_bf16}"},
-               "qkv score");
+  expect_error(score("--compute-type int4"), kUsage,
+               {"--compute-type: compute type 'int4' is not one of float32, bf16, int8, int8_bf16"}, "qkv score");
   expect_error(score("--compute-type int8 --quantize int8"), kUsage, {"--compute-type", "--quantize", "excludes"},
                "qkv score");
   const std::string ref = path("ref.txt");

@@ -148,6 +148,23 @@ TEST(EmbeddingComputeType, Bf16TablesLookUpTheRoundedRows) {
   EXPECT_FALSE(table.inference_table().defined()) << "int8 keeps float32 tables";
 }
 
+TEST(ComputeTypeNames, RoundTripAndReadCTranslate2sNames) {
+  for (const ComputeType t : {ComputeType::Float32, ComputeType::BF16, ComputeType::Int8, ComputeType::Int8BF16})
+    EXPECT_EQ(parse_compute_type(compute_type_name(t)), t);
+  EXPECT_EQ(parse_compute_type("float"), ComputeType::Float32);
+  EXPECT_EQ(parse_compute_type("bfloat16"), ComputeType::BF16);
+  EXPECT_EQ(parse_compute_type("int8_float32"), ComputeType::Int8);
+  EXPECT_EQ(parse_compute_type("int8_bfloat16"), ComputeType::Int8BF16);
+  try {
+    (void)parse_compute_type("int4", "--compute-type");
+    FAIL() << "int4 must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--compute-type 'int4' is not one of float32, bf16, int8, int8_bf16"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(KVCacheStorage, ComesFromTheSystemAndGoesBackWhenFreed) {
   const PoolStats before = BufferPool::stats();
   {

@@ -1,5 +1,7 @@
 #include "qkv/cli/compute_type_option.h"
 
+#include "qkv/core/error.h"
+
 namespace qkv::cli {
 
 void add_compute_type_options(CLI::App& app, ComputeTypeOption& o) {
@@ -10,7 +12,16 @@ void add_compute_type_options(CLI::App& app, ComputeTypeOption& o) {
                               "embeddings stored in bfloat16), int8_bf16 (int8 linears, bfloat16 embeddings). "
                               "`qkv info` lists them")
                    ->capture_default_str()
-                   ->check(CLI::IsMember({"float32", "bf16", "int8", "int8_bf16"}));
+                   ->check(CLI::Validator(
+                       [](std::string& name) -> std::string {
+                         try {
+                           (void)nn::parse_compute_type(name, "compute type");
+                           return {};
+                         } catch (const Error& e) {
+                           return e.what();
+                         }
+                       },
+                       "{float32,int8,bf16,int8_bf16}"));
   app.add_option("--quantize", o.quantize, "int8: the same as --compute-type int8 (the older spelling)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "int8"}))

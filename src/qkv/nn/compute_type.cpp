@@ -23,7 +23,13 @@ const char* compute_type_names() { return "float32, bf16, int8, int8_bf16"; }
 ComputeType parse_compute_type(std::string_view name, const std::string& what) {
   for (ComputeType t : kAll)
     if (name == compute_type_name(t)) return t;
-  QKV_CHECK(false, what << " '" << name << "' is not one of " << compute_type_names());
+  // CTranslate2's names of the same types, for users who bring them along.
+  if (name == "float") return ComputeType::Float32;
+  if (name == "bfloat16") return ComputeType::BF16;
+  if (name == "int8_float32") return ComputeType::Int8;
+  if (name == "int8_bfloat16") return ComputeType::Int8BF16;
+  QKV_CHECK(false, what << " '" << name << "' is not one of " << compute_type_names()
+                        << " (CTranslate2's float, bfloat16, int8_float32 and int8_bfloat16 are read as those)");
   return ComputeType::Float32;
 }
 

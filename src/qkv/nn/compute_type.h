@@ -19,8 +19,9 @@ namespace qkv::nn {
 enum class ComputeType { Float32, BF16, Int8, Int8BF16 };
 
 const char* compute_type_name(ComputeType type);  // "float32", "bf16", "int8", "int8_bf16"
-// The inverse of compute_type_name; throws qkv::Error naming `what` (a flag, a parameter) and the
-// accepted names for anything else.
+// The inverse of compute_type_name, which also reads CTranslate2's names of the same types
+// (float, bfloat16, int8_float32: int8 with float32 for the rest, int8_bfloat16); throws
+// qkv::Error naming `what` (a flag, a parameter) and the accepted names for anything else.
 ComputeType parse_compute_type(std::string_view name, const std::string& what = "compute type");
 // "float32, bf16, int8, int8_bf16"
 const char* compute_type_names();
