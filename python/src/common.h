@@ -31,6 +31,9 @@ std::vector<std::vector<int32_t>> to_id_lines(const py::handle& lines, const std
 // ("float32", "bf16", "int8", "int8_bf16"); anything else is a ValueError naming the choices.
 nn::ComputeType compute_type_from_name(const std::string& name);
 
+// quantize= as a compute type: "none" float32, "int8"; anything else is a ValueError naming it.
+nn::ComputeType compute_type_of_quantize(const std::string& quantize);
+
 // The older per-call quantize= (None: the loaded compute type; "none": float32; "int8"). A value that
 // changes the model's compute type switches it, for this call and the ones after, with a
 // DeprecationWarning pointing at compute_type= at load.

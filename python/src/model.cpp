@@ -39,13 +39,10 @@ py::dict score(const PyModel& m, const py::object& tgt, const py::object& src, i
     const nn::ComputeType type = compute_type_from_name(compute_type.cast<std::string>());
     py::gil_scoped_release release;
     for_this_call.emplace(*m.model, type);
-  } else if (!quantize.is_none()) {
-    const auto q = quantize.cast<std::string>();
-    if (q != "none" && q != "int8") throw py::value_error("quantize must be 'none' or 'int8', got '" + q + "'");
-    if (q == "int8") {
-      py::gil_scoped_release release;
-      for_this_call.emplace(*m.model, nn::ComputeType::Int8);
-    }
+  } else if (!quantize.is_none() &&
+             compute_type_of_quantize(quantize.cast<std::string>()) == nn::ComputeType::Int8) {
+    py::gil_scoped_release release;  // "none": the model's own, as before
+    for_this_call.emplace(*m.model, nn::ComputeType::Int8);
   }
   const auto tgt_lines = to_id_lines(tgt, "tgt line");
   const auto src_lines = src.is_none() ? std::vector<std::vector<int32_t>>{} : to_id_lines(src, "src line");

@@ -60,11 +60,15 @@ nn::ComputeType compute_type_from_name(const std::string& name) {
   return nn::parse_compute_type(name, "compute_type");  // qkv::Error -> ValueError
 }
 
+nn::ComputeType compute_type_of_quantize(const std::string& quantize) {
+  if (quantize != "none" && quantize != "int8")
+    throw py::value_error("quantize must be 'none' or 'int8', got '" + quantize + "'");
+  return quantize == "int8" ? nn::ComputeType::Int8 : nn::ComputeType::Float32;
+}
+
 void apply_quantize_argument(models::Model& model, const py::object& quantize) {
   if (quantize.is_none()) return;
-  const auto q = quantize.cast<std::string>();
-  if (q != "none" && q != "int8") throw py::value_error("quantize must be 'none' or 'int8', got '" + q + "'");
-  const nn::ComputeType wanted = q == "int8" ? nn::ComputeType::Int8 : nn::ComputeType::Float32;
+  const nn::ComputeType wanted = compute_type_of_quantize(quantize.cast<std::string>());
   if (model.compute_type() == wanted) return;
   const int raised = PyErr_WarnEx(PyExc_DeprecationWarning,
                ("quantize= is deprecated: choose the compute type once, at load (compute_type='" +
