@@ -99,3 +99,7 @@ def test_int8_score_equals_the_cli_and_follows_float32(small_checkpoint, tmp_pat
     np.testing.assert_allclose(r["line_log_prob"], exact["line_log_prob"], rtol=0.05)
     with pytest.raises(ValueError, match="quantize"):
         qkv.score(model, lines, quantize="int4")
+    with pytest.raises(ValueError, match="not both"):
+        qkv.score(model, lines, quantize="int8", compute_type="int8")
+    with pytest.raises(ValueError, match="compute_type"):
+        qkv.score(model, lines, compute_type="fp4")
