@@ -1,5 +1,7 @@
 #include "qkv/autograd/graph.h"
 
+#include "qkv/ops/ops.h"
+
 namespace qkv {
 
 Var::Var(Tensor value, bool requires_grad, std::string name) : value_(std::move(value)) {
@@ -43,9 +45,7 @@ void seed_gradient(const Var& out, const Tensor& grad_out) {
   Tensor seed = grad_out.contiguous();
   if (out.cell()->grad.defined()) {
     Tensor sum = out.cell()->grad.clone();
-    const float* s = seed.f32();
-    float* d = sum.f32();
-    for (int64_t i = 0; i < sum.numel(); ++i) d[i] += s[i];
+    ops::add_inplace(sum, seed);
     out.cell()->grad = sum;
   } else {
     out.cell()->grad = seed.clone();
@@ -99,7 +99,7 @@ void Graph::backward(const Var& out, const Tensor& grad_out) {
 
 void Graph::backward(const Var& loss) {
   QKV_CHECK(loss.value().numel() == 1, "backward: loss must have one element, got " << loss.value().describe());
-  backward(loss, Tensor::full(loss.shape(), 1.f));
+  backward(loss, Tensor::full(loss.shape(), 1.f).to(loss.value().device()));
 }
 
 void backward(const Var& out, const Tensor& grad_out) {
@@ -116,7 +116,7 @@ void backward(const Var& out, const Tensor& grad_out) {
 
 void backward(const Var& loss) {
   QKV_CHECK(loss.value().numel() == 1, "backward: loss must have one element, got " << loss.value().describe());
-  backward(loss, Tensor::full(loss.shape(), 1.f));
+  backward(loss, Tensor::full(loss.shape(), 1.f).to(loss.value().device()));
 }
 
 }  // namespace qkv

@@ -10,6 +10,7 @@
 #include <vector>
 #include <unordered_map>
 
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/core/error.h"
 
 namespace qkv {
@@ -48,16 +49,19 @@ constexpr int64_t kKeepCachedBytes = int64_t{64} << 20;
 // to the OS at once (malloc would keep it in a fragmented heap).
 constexpr size_t kMapThreshold = size_t{1} << 20;
 
-// The device's allocator. The CPU's: aligned_alloc below kMapThreshold, mapped pages above.
+// The device's allocator. The CPU's: aligned_alloc below kMapThreshold, mapped pages above. A
+// GPU's: cudaMalloc (core/cuda_runtime.h). Null when out of memory.
 void* system_alloc(Device device, size_t bytes) {
-  QKV_CHECK(device.type == DeviceType::CPU, "no allocator for device " << device.name());
+  if (device.is_cuda()) return cuda::malloc(device, bytes);
   if (bytes < kMapThreshold) return std::aligned_alloc(64, bytes);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
-void system_free(Device, void* p, size_t bytes) {
-  if (bytes < kMapThreshold)
+void system_free(Device device, void* p, size_t bytes) {
+  if (device.is_cuda())
+    cuda::free(device, p);
+  else if (bytes < kMapThreshold)
     std::free(p);
   else
     ::munmap(p, bytes);
@@ -108,11 +112,12 @@ void release_least_recent(PoolState& s, int64_t bytes) {
   }
 }
 
-// One pool per device: indexed by device type (each type has one device so far).
+// One pool per device, indexed by type and ordinal.
 PoolState& state(Device device) {
-  QKV_CHECK(device.index == 0, "no pool for device " << device.name() << ":" << device.index);
-  static PoolState* pools = new PoolState[kDeviceTypes];  // never destroyed: tensors may outlive static teardown
-  return pools[static_cast<int>(device.type)];
+  QKV_CHECK(device.index >= 0 && device.index < kMaxDevicesPerType, "no pool for device " << device.name());
+  // Never destroyed: tensors may outlive static teardown.
+  static PoolState* pools = new PoolState[kDeviceTypes * kMaxDevicesPerType];
+  return pools[static_cast<int>(device.type) * kMaxDevicesPerType + device.index];
 }
 
 void count_live(PoolState& s, int64_t bytes) {
@@ -180,6 +185,29 @@ Buffer* take_larger(PoolState& s, size_t cls) {
   return pop_idle(s, *best);
 }
 
+// The system's memory, or null. A GPU's memory is the pool's alone (no other process frees any):
+// when it runs out, the idle buffers of its pool go back and the allocation is tried once more.
+void* allocate_or_trim(Device device, size_t bytes) {
+  void* data = system_alloc(device, bytes);
+  if (!data && device.is_cuda()) {
+    BufferPool::trim(device);
+    data = system_alloc(device, bytes);
+  }
+  return data;
+}
+
+void check_allocated(const void* data, Device device, size_t bytes) {
+  if (data) return;
+  constexpr double kMiB = 1 << 20;
+  if (device.is_cuda()) {
+    const cuda::MemoryInfo m = cuda::memory_info(device);
+    QKV_CHECK(false, "out of memory on " << device.name() << ": asked for " << bytes / kMiB << " MiB with "
+                                         << m.free / kMiB << " MiB free of " << m.total / kMiB
+                                         << " MiB (a smaller batch, or --max-tokens, needs less)");
+  }
+  QKV_CHECK(false, "out of memory allocating " << bytes / kMiB << " MiB for a tensor on " << device.name());
+}
+
 }  // namespace
 
 Buffer* BufferPool::acquire(size_t bytes, Device device) {
@@ -195,8 +223,13 @@ Buffer* BufferPool::acquire(size_t bytes, Device device) {
     s.stats.system_allocs++;
     count_live(s, static_cast<int64_t>(cls));
   }
-  void* data = system_alloc(device, cls);
-  QKV_CHECK(data != nullptr, "out of memory allocating " << cls << " bytes for a tensor on " << device.name());
+  void* data = allocate_or_trim(device, cls);
+  if (!data) {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stats.system_allocs--;
+    s.stats.bytes_live -= static_cast<int64_t>(cls);
+  }
+  check_allocated(data, device, cls);
   Buffer* b = new Buffer();
   b->bytes = cls;
   b->data = data;
@@ -206,8 +239,8 @@ Buffer* BufferPool::acquire(size_t bytes, Device device) {
 
 Buffer* BufferPool::acquire_unpooled(size_t bytes, Device device) {
   const size_t cls = size_class(bytes);
-  void* data = system_alloc(device, cls);
-  QKV_CHECK(data != nullptr, "out of memory allocating " << cls << " bytes for a tensor on " << device.name());
+  void* data = allocate_or_trim(device, cls);
+  check_allocated(data, device, cls);
   {
     PoolState& s = state(device);
     std::lock_guard<std::mutex> lock(s.mutex);

@@ -57,6 +57,5 @@ float16 f32_to_f16(float x) {
   return {static_cast<uint16_t>(sign | rounded)};
 }
 
-std::string Device::name() const { return type == DeviceType::CPU ? "cpu" : "?"; }
 
 }  // namespace qkv

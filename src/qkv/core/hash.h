@@ -4,9 +4,16 @@
 #pragma once
 #include <cstdint>
 
+// Callable from CUDA kernels too, so the GPU draws the CPU's numbers (dropout masks bit for bit).
+#ifdef __CUDACC__
+#define QKV_HOST_DEVICE __host__ __device__
+#else
+#define QKV_HOST_DEVICE
+#endif
+
 namespace qkv {
 
-inline uint64_t mix64(uint64_t x) {
+QKV_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ULL;
   x ^= x >> 27;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include "qkv/core/cuda_runtime.h"
+
 namespace qkv {
 
 Dims contiguous_strides(const Dims& shape) {
@@ -96,7 +98,7 @@ Tensor Tensor::empty_packed(const Dims& shape, DType dtype, int64_t storage_elem
 
 Tensor Tensor::zeros(const Dims& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.base(), 0, static_cast<size_t>(t.nbytes()));
+  t.zero();
   return t;
 }
 
@@ -330,6 +332,10 @@ void Tensor::copy_from(const Tensor& src) {
             "copy_from: destination " << describe() << " vs source " << src.describe());
   if (numel() == 0) return;
   const int64_t E = element_size();
+  if (device().is_cuda()) {
+    copy_on_device(src);
+    return;
+  }
   const auto last_element = [](const Tensor& t) {  // strides are never negative
     int64_t last = t.offset_;
     for (int d = 0; d < t.dim(); ++d) last += (t.shape_[d] - 1) * t.strides_[d];
@@ -349,6 +355,49 @@ void Tensor::copy_from(const Tensor& src) {
     return;
   }
   strided_copy(base(), strides_, src.base(), src.strides_, shape_, E);
+}
+
+// copy_from on a GPU: a contiguous destination, filled by one copy or the strided-copy kernel.
+void Tensor::copy_on_device(const Tensor& src) {
+  QKV_CHECK(is_contiguous(), "copy_from: a strided destination " << describe() << " (views on a GPU are read, "
+                                                                 << "not written, element by element)");
+  cuda::activate(device());
+  const bool may_overlap = buffer_ == src.buffer_;
+  const Tensor from = may_overlap ? src.clone() : src;
+  if (from.is_contiguous())
+    cuda::copy(base(), device(), from.base(), device(), static_cast<size_t>(nbytes()));
+  else
+    cuda::copy_strided(base(), from.base(), shape_, from.strides_, element_size());
+}
+
+Tensor Tensor::to(Device device) const {
+  QKV_CHECK(defined(), "to(" << device.name() << ") of an undefined tensor");
+  if (device == this->device()) return *this;
+  QKV_CHECK(layout_ == Layout::Strided, "to(" << device.name() << ") of " << describe()
+                                              << ": a packed weight is in a CPU kernel's order");
+  cuda::check_available(device);
+  const Tensor c = contiguous();
+  Tensor t = empty(shape_, dtype_, device);
+  cuda::copy(t.base(), device, c.base(), c.device(), static_cast<size_t>(nbytes()));
+  return t;
+}
+
+void Tensor::move_storage_to(Device device) {
+  QKV_CHECK(defined(), "move_storage_to(" << device.name() << ") of an undefined tensor");
+  if (device == this->device()) return;
+  QKV_CHECK(layout_ == Layout::Strided, "move_storage_to(" << device.name() << ") of " << describe()
+                                                           << ": a packed weight is in a CPU kernel's order");
+  cuda::check_available(device);
+  // The new storage takes the old one's place inside the shared Buffer, and the old storage leaves
+  // in the Buffer object just acquired, which then goes back to the old device's pool.
+  Buffer* other = BufferPool::acquire(buffer_->bytes, device);
+  cuda::copy(other->data, device, buffer_->data, buffer_->device, buffer_->bytes);
+  std::swap(buffer_->data, other->data);
+  std::swap(buffer_->bytes, other->bytes);
+  std::swap(buffer_->device, other->device);
+  std::swap(buffer_->pooled, other->pooled);
+  other->refs.store(1, std::memory_order_relaxed);
+  BufferPool::release(other);
 }
 
 Tensor Tensor::contiguous() const {
@@ -390,7 +439,7 @@ Tensor Tensor::to(DType dtype) const {
   QKV_CHECK(defined(), "to(" << dtype_name(dtype) << ") of an undefined tensor");
   if (dtype == dtype_) return contiguous();
   check_strided("to");
-  QKV_CHECK(device() == Device::cpu(), "to(" << dtype_name(dtype) << "): no conversion on " << device().name());
+  if (device().is_cuda()) return convert_on_device(dtype);
   QKV_CHECK(dtype != DType::I8, "to(i8) of " << describe()
                                              << ": quantizing needs scales (ops::quantize_linear_weight)");
   if (dtype == DType::I32) {
@@ -415,10 +464,34 @@ Tensor Tensor::to(DType dtype) const {
   return t;
 }
 
+// to(dtype) of a GPU tensor: f32 <-> bf16 (the weights of bf16 compute) on the device, the rarer
+// pairs through the host.
+Tensor Tensor::convert_on_device(DType dtype) const {
+  const Tensor c = contiguous();
+  cuda::activate(device());
+  if (dtype_ == DType::F32 && dtype == DType::BF16) {
+    Tensor t = empty(shape_, dtype, device());
+    cuda::f32_to_bf16(t.base(), static_cast<const float*>(c.base()), numel());
+    return t;
+  }
+  if (dtype_ == DType::BF16 && dtype == DType::F32) {
+    Tensor t = empty(shape_, dtype, device());
+    cuda::bf16_to_f32(static_cast<float*>(t.base()), c.base(), numel());
+    return t;
+  }
+  return c.to(Device::cpu()).to(dtype).to(device());
+}
+
 void Tensor::fill(float value) {
   QKV_CHECK(is_floating(dtype_) && is_contiguous() && layout_ == Layout::Strided,
             "fill: needs a contiguous f32, bf16 or f16 tensor, got " << describe());
   if (numel() == 0) return;
+  if (device().is_cuda()) {  // initialisation and tests, not hot: filled on the host, copied over
+    Tensor host = empty(shape_, dtype_);
+    host.fill(value);
+    copy_from(host.to(device()));
+    return;
+  }
   store_float(base(), dtype_, 0, value);
   const int64_t E = element_size();
   char* p = static_cast<char*>(base());
@@ -427,19 +500,24 @@ void Tensor::fill(float value) {
 
 void Tensor::zero() {
   QKV_CHECK(is_contiguous(), "zero: needs a contiguous tensor, got " << describe());
+  if (device().is_cuda()) {
+    cuda::activate(device());
+    cuda::memset_zero(base(), static_cast<size_t>(nbytes()));
+    return;
+  }
   std::memset(base(), 0, static_cast<size_t>(nbytes()));
 }
 
 std::vector<float> Tensor::to_vector() const {
   QKV_CHECK(defined() && is_floating(dtype_), "to_vector: expected a floating tensor, got " << describe());
   check_strided("to_vector");
-  const Tensor c = to(DType::F32);
+  const Tensor c = to(Device::cpu()).to(DType::F32);
   const float* p = c.f32();
   return std::vector<float>(p, p + numel());
 }
 
 std::vector<int32_t> Tensor::to_ids() const {
-  Tensor c = contiguous();
+  Tensor c = contiguous().to(Device::cpu());
   const int32_t* p = c.i32();
   return std::vector<int32_t>(p, p + numel());
 }
@@ -447,6 +525,7 @@ std::vector<int32_t> Tensor::to_ids() const {
 float Tensor::item() const {
   QKV_CHECK(numel() == 1, "item() of a tensor with " << numel() << " elements " << describe());
   QKV_CHECK(is_floating(dtype_), "item() of a non-floating tensor " << describe());
+  if (device().is_cuda()) return to(Device::cpu()).item();
   return element_as_float(base(), dtype_, 0);
 }
 

@@ -3,7 +3,8 @@
 // - Row-major, PyTorch's dimension order: dim 0 is the outermost.
 // - Any DType (core/dtype.h): float32 values and gradients, int32 ids and masks, bf16 / f16 / int8
 //   weights. Shapes, strides and offsets count elements; storage is bytes, sized by the dtype.
-// - A Device (core/device.h); storage comes from that device's pool.
+// - A Device (core/device.h); storage comes from that device's pool. data<T>() of a GPU tensor is a
+//   device pointer, for kernels; to_vector(), to_ids() and item() copy to the host.
 // - Layout Packed: the storage holds a weight in the order a GEMM kernel reads it (panels of output
 //   features; ops::pack_linear_weight), under its logical shape (out, in). Such a tensor can be
 //   copied but not viewed or read element by element.
@@ -46,6 +47,7 @@ class Tensor {
   // acquire_unpooled): for a large buffer that is only partly written (a key/value cache sized for
   // a length limit), whose unwritten pages then take no memory, and that goes back when freed.
   static Tensor empty_unpooled(const Dims& shape, DType dtype = DType::F32, Device device = Device::cpu());
+  // On the host (then .to(device)).
   static Tensor full(const Dims& shape, float value);
   static Tensor from_vector(const Dims& shape, const std::vector<float>& values);
   static Tensor from_ids(const Dims& shape, const std::vector<int32_t>& ids);
@@ -104,6 +106,14 @@ class Tensor {
   // from a floating type into i32, throws: quantizing needs scales (ops::quantize_linear_weight),
   // ids are not rounded floats.
   Tensor to(DType dtype) const;
+  // A contiguous copy on `device` (*this when it is there already): host <-> GPU, GPU <-> GPU. A
+  // packed tensor stays where it is (its order is a CPU kernel's). Throws naming the device when it
+  // cannot be used (core/cuda_runtime.h: no CUDA build, no GPU, an index out of range).
+  Tensor to(Device device) const;
+  // Moves this tensor's storage to `device` in place: every Tensor that shares the buffer (a
+  // parameter's handles in its module and in its optimizer, views of it) is then on `device`.
+  // How a model moves (nn::Module::to). Not for packed tensors.
+  void move_storage_to(Device device);
   void fill(float value);  // f32, bf16 or f16 (the value rounded once)
   void zero();
 
@@ -125,6 +135,8 @@ class Tensor {
   static Tensor allocate(const Dims& shape, DType dtype, Device device, bool pooled);
   int64_t storage_elements() const { return layout_ == Layout::Packed ? packed_elements_ : numel(); }
   void check_access(DType dtype) const;
+  void copy_on_device(const Tensor& src);
+  Tensor convert_on_device(DType dtype) const;
   void check_strided(const char* what) const;
   void* base() const;
   void retain() const;

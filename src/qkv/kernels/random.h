@@ -7,15 +7,15 @@
 
 namespace qkv::kernels {
 
-using qkv::mix64;  // core/hash.h
-
 // Uniform in [0, 1) with 24 random bits (exactly representable in float).
-inline float uniform01(uint64_t seed, uint64_t counter) {
-  uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ULL + mix64(counter + 0x632be59bd9b4e019ULL));
+QKV_HOST_DEVICE inline float uniform01(uint64_t seed, uint64_t counter) {
+  uint64_t h = qkv::mix64(seed * 0x9e3779b97f4a7c15ULL + qkv::mix64(counter + 0x632be59bd9b4e019ULL));
   return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
 }
 
 // Dropout keeps an element when its uniform draw is >= p (probability 1 - p).
-inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) { return uniform01(seed, counter) >= p; }
+QKV_HOST_DEVICE inline bool dropout_keep(uint64_t seed, uint64_t counter, float p) {
+  return uniform01(seed, counter) >= p;
+}
 
 }  // namespace qkv::kernels

@@ -143,7 +143,8 @@ Var CausalLM::forward(const Tensor& ids, std::vector<Tensor>* weights) const {
   ops::AttentionMasks masks;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
-  const Var hidden = run_blocks(embed(ids, positions_of(ids.size(0), ids.size(1), 0, {})), nullptr, masks, weights);
+  const Tensor positions = positions_of(ids.size(0), ids.size(1), 0, {}).to(ids.device());
+  const Var hidden = run_blocks(embed(ids, positions), nullptr, masks, weights);
   return lm_head.forward(hidden);
 }
 

@@ -110,9 +110,10 @@ Var EncoderModel::embed(const EncoderInput& in) const {
   Var e = token_embedding.forward(in.ids);
   if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
   if (token_type_embedding)
-    e = fn::add(e, token_type_embedding->forward(in.type_ids.defined() ? in.type_ids
-                                                                          : Tensor::zeros(Dims{B, T}, DType::I32)));
-  const Tensor positions = positions_of(B, T);
+    e = fn::add(e, token_type_embedding->forward(in.type_ids.defined()
+                                                     ? in.type_ids
+                                                     : Tensor::zeros(Dims{B, T}, DType::I32, in.ids.device())));
+  const Tensor positions = positions_of(B, T).to(in.ids.device());
   e = fn::add(e, position_embedding ? position_embedding->forward(positions)
                                     : fn::embedding(Var(positional_encoding->pe), positions));
   return dropout->forward(embedding_norm->forward(e));
@@ -127,10 +128,10 @@ Var EncoderModel::encode(const EncoderInput& in) const {
   check_same_shape(in.key_keep, in.ids, "key_keep");
   check_same_shape(in.type_ids, in.ids, "type_ids");
   if (in.type_ids.defined())
-    for (int64_t i = 0; i < in.type_ids.numel(); ++i)
-      QKV_CHECK(in.type_ids.i32()[i] >= 0 && in.type_ids.i32()[i] < std::max<int64_t>(config_.type_vocab_size, 1),
-                "EncoderModel: token type " << in.type_ids.i32()[i] << " out of range (type_vocab_size "
-                                            << config_.type_vocab_size << ")");
+    for (const int32_t type : in.type_ids.to_ids())  // read on the host (a copy from a GPU)
+      QKV_CHECK(type >= 0 && type < std::max<int64_t>(config_.type_vocab_size, 1),
+                "EncoderModel: token type " << type << " out of range (type_vocab_size " << config_.type_vocab_size
+                                            << ")");
   ops::AttentionMasks masks;
   masks.key_keep = in.key_keep;
   masks.fill = config_.mask_fill_value();
@@ -160,7 +161,8 @@ Var EncoderModel::pool(const Var& hidden) const {
   // differentiable row gather.
   std::vector<int32_t> first(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) first[static_cast<size_t>(b)] = static_cast<int32_t>(b * T);
-  const Var cls = fn::embedding(fn::reshape(hidden, Dims{B * T, D}), Tensor::from_ids(Dims{B}, first));
+  const Var cls = fn::embedding(fn::reshape(hidden, Dims{B * T, D}),
+                                Tensor::from_ids(Dims{B}, first).to(hidden.value().device()));
   return fn::tanh(pooler->forward(cls));
 }
 

@@ -25,6 +25,13 @@ void Model::clear_compute_type() {
   compute_type_.reset();
 }
 
+void Model::to(Device device) {
+  const std::optional<nn::ComputeType> type = compute_type_;
+  clear_compute_type();  // packed forms are a CPU kernel's: prepared again where the weights go
+  nn::Module::to(device);
+  if (type) set_compute_type(*type);
+}
+
 int64_t Model::inference_bytes() const {
   int64_t bytes = 0;
   auto& self = const_cast<Model&>(*this);  // the lists are the family's own members, only read here

@@ -45,6 +45,9 @@ class Model : public nn::Module {
   std::optional<nn::ComputeType> compute_type() const { return compute_type_; }
   // Bytes of the inference forms (packed, quantized, bf16 weights and tables), beside the weights.
   int64_t inference_bytes() const;
+  // Moves the parameters and buffers to `device` (nn::Module::to) and prepares the compute type, if
+  // one is set, again there. Inputs then go to the same device (Tensor::to).
+  void to(Device device);
   // Tensors stored in model.safetensors beside the parameters (a sinusoidal table), by name.
   virtual std::vector<std::pair<std::string, Tensor>> named_buffers() const { return {}; }
   // Activation checkpointing of every feed-forward block (see PositionWiseFeedForward).

@@ -109,6 +109,9 @@ class PositionalEncoding : public Module {
   PositionalEncoding(int64_t d_model, int64_t max_seq_length);
   Var forward(const Var& x) const { return fn::add_positional(x, pe); }
   Tensor pe;
+
+ protected:
+  void move_buffers(Device device) override { pe.move_storage_to(device); }
 };
 
 }  // namespace qkv::nn

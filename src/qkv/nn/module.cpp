@@ -42,6 +42,21 @@ void Module::train(bool on) {
   for (auto& [name, child] : children_) child->train(on);
 }
 
+void Module::to(Device device) {
+  for (auto& [name, var] : params_) {
+    // In place: the module's members, the optimizer and tied modules hold copies of this handle.
+    var.value().move_storage_to(device);
+    if (Tensor* grad = var.grad_slot(); grad && grad->defined()) grad->move_storage_to(device);
+  }
+  move_buffers(device);
+  for (auto& [name, child] : children_) child->to(device);
+}
+
+Device Module::device() const {
+  const auto params = named_parameters();
+  return params.empty() ? Device::cpu() : params.front().second.value().device();
+}
+
 void Module::zero_grad() {
   for (auto& [name, var] : params_) var.zero_grad();
   for (auto& [name, child] : children_) child->zero_grad();

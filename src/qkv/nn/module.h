@@ -28,8 +28,16 @@ class Module {
   void eval() { train(false); }
   bool training() const { return training_; }
   void zero_grad();
+  // Moves every parameter (and its gradient, if any) and every buffer to `device`, in place
+  // (Tensor::move_storage_to): every handle of a parameter, tied ones included, follows. Inference
+  // forms (nn::Linear's prepared weight) are not moved: models::Model::to prepares them again.
+  void to(Device device);
+  // Where the parameters are (the first one's device; the CPU for a module without any).
+  Device device() const;
 
  protected:
+  // Tensors a module holds beside its parameters (a positional table): moved by to().
+  virtual void move_buffers(Device) {}
   Var& register_parameter(const std::string& name, Tensor value);
   // Replaces a registered parameter by another Var (for tying one parameter to two modules).
   void replace_parameter(const std::string& name, const Var& var);

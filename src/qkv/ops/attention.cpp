@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "qkv/ops/dispatch.h"
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
@@ -79,7 +80,15 @@ void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Ten
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
   QKV_CHECK(probs || inference, "attention: training needs the softmax (probs) for its backward");
-  if (probs) *probs = Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk});
+  check_same_device("attention", {&q, &k, &v, &out, &key_c, &query_c});
+  if (probs) *probs = empty_like_device(Dims{d.B, d.H, d.Tq, d.Tk}, q);
+  if (on_cuda(q)) {
+    if constexpr (cuda::kBuilt)
+      kernels::cuda::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v),
+                                       out.f32(), heads_view(out), probs ? probs->f32() : nullptr, km,
+                                       kernel_dropout(dropout), key_rows);
+    return;
+  }
   const int slots = omp_get_max_threads();
   Tensor scratch = dropout.p > 0.f ? Tensor::empty(Dims{slots * d.Tq * d.Tk}) : Tensor();
   kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
@@ -90,7 +99,7 @@ void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Ten
 Tensor forward_checked(const kernels::AttentionDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
                        const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs, bool inference,
                        const kernels::KeyRows& key_rows = {}) {
-  Tensor out = Tensor::empty(Dims{d.B, d.H, d.Tq, d.dk});
+  Tensor out = empty_like_device(Dims{d.B, d.H, d.Tq, d.dk}, q);
   forward_into(d, q, k, v, masks, dropout, probs, inference, out, key_rows);
   return out;
 }
@@ -120,13 +129,16 @@ Tensor attention_forward_mapped(const Tensor& q_in, const Tensor& k_in, const Te
   QKV_CHECK(key_rows.dtype() == DType::I32 && key_rows.shape() == (Dims{d.B, d.Tk}) && key_rows.strides()[1] == 1,
             "mapped attention: key rows " << key_rows.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
                                           << ") with a contiguous last dim");
-  const int32_t* rows = key_rows.i32();
   const int64_t stride = key_rows.strides()[0];
+  const Tensor host_rows = key_rows.device().is_cuda() ? key_rows.to(Device::cpu()) : key_rows;  // checked here
+  const int64_t host_stride = host_rows.strides()[0];
   for (int64_t b = 0; b < d.B; ++b)
-    for (int64_t j = 0; j < d.Tk; ++j)
-      QKV_CHECK(rows[b * stride + j] >= 0 && rows[b * stride + j] < Bk,
-                "mapped attention: key " << j << " of row " << b << " is in row " << rows[b * stride + j]
-                                         << ", outside [0, " << Bk << ")");
+    for (int64_t j = 0; j < d.Tk; ++j) {
+      const int32_t row = host_rows.i32()[b * host_stride + j];
+      QKV_CHECK(row >= 0 && row < Bk, "mapped attention: key " << j << " of row " << b << " is in row " << row
+                                                               << ", outside [0, " << Bk << ")");
+    }
+  const int32_t* rows = key_rows.i32();
   check_masks(d, masks);  // the masks cover q's rows
   return forward_checked(d, q_in, k_in, v_in, masks, {}, probs, true, {rows, stride});
 }
@@ -163,17 +175,27 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
   Tensor* slot_q = dq ? dq : &sq;
   Tensor* slot_k = dk ? dk : &sk;
   Tensor* slot_v = dv ? dv : &sv;
+  check_same_device("attention backward", {&dout, &q, &k, &v, &probs, &key_c, &query_c});
+  const Device device = q.device();
   const bool any_defined = slot_q->defined() || slot_k->defined() || slot_v->defined();
   if (any_defined) {
-    prepare_zeroed_slot(slot_q, q_shape);
-    prepare_zeroed_slot(slot_k, kv_shape);
-    prepare_zeroed_slot(slot_v, kv_shape);
+    prepare_zeroed_slot(slot_q, q_shape, device);
+    prepare_zeroed_slot(slot_k, kv_shape, device);
+    prepare_zeroed_slot(slot_v, kv_shape, device);
   } else {
-    prepare_slot(slot_q, q_shape);
-    prepare_slot(slot_k, kv_shape);
-    prepare_slot(slot_v, kv_shape);
+    prepare_slot(slot_q, q_shape, device);
+    prepare_slot(slot_k, kv_shape, device);
+    prepare_slot(slot_v, kv_shape, device);
   }
   Tensor hq = heads(*slot_q), hk = heads(*slot_k), hv = heads(*slot_v);
+  if (on_cuda(q)) {
+    if constexpr (cuda::kBuilt)
+      kernels::cuda::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(),
+                                        heads_view(k), v.f32(), heads_view(v), probs.f32(), km,
+                                        kernel_dropout(dropout), hq.f32(), heads_view(hq), hk.f32(), heads_view(hk),
+                                        hv.f32(), heads_view(hv), any_defined);
+    return;
+  }
   const int slots = omp_get_max_threads();
   Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
   kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
@@ -201,7 +223,7 @@ Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     bool inference) {
   const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
   const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
-  Tensor out = Tensor::empty(q.shape());
+  Tensor out = empty_like_device(q.shape(), q);
   forward_into(d, qh, kh, vh, masks, dropout, probs, inference, split_heads(out, num_heads));
   return out;
 }
@@ -223,7 +245,11 @@ void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
 
 Tensor keep_mask(const Tensor& ids_in, int32_t pad_id) {
   const Tensor ids = ids_in.contiguous();
-  Tensor keep = Tensor::empty(ids.shape(), DType::I32);
+  Tensor keep = empty_like_device(ids.shape(), ids, DType::I32);
+  if (on_cuda(ids)) {
+    if constexpr (cuda::kBuilt) kernels::cuda::keep_mask(keep.i32(), ids.i32(), ids.numel(), pad_id);
+    return keep;
+  }
   const int32_t* s = ids.i32();
   int32_t* k = keep.i32();
   for (int64_t i = 0, n = ids.numel(); i < n; ++i) k[i] = s[i] != pad_id ? 1 : 0;
@@ -255,9 +281,19 @@ void check_masks_for_scores(const Tensor& scores, const AttentionMasks& m) {
   context << " for scores " << scores.shape();
   check_masks("masked_fill", scores.size(0), scores.size(2), scores.size(3), m, context.str());
 }
+
+// The unfused masked fill exists to test the fused attention; on a GPU it runs on the host.
+AttentionMasks masks_on(const AttentionMasks& m, Device device) {
+  AttentionMasks out = m;
+  if (m.key_keep.defined()) out.key_keep = m.key_keep.to(device);
+  if (m.query_keep.defined()) out.query_keep = m.query_keep.to(device);
+  return out;
+}
 }  // namespace
 
 Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks) {
+  if (scores.device().is_cuda())
+    return masked_fill_forward(scores.to(Device::cpu()), masks_on(masks, Device::cpu())).to(scores.device());
   check_masks_for_scores(scores, masks);
   Tensor y = scores.clone();
   float* p = y.f32();
@@ -266,6 +302,12 @@ Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks) {
 }
 
 void masked_fill_backward(const Tensor& dy, const AttentionMasks& masks, Tensor* dscores) {
+  if (dy.device().is_cuda()) {
+    Tensor g;
+    masked_fill_backward(dy.to(Device::cpu()), masks_on(masks, Device::cpu()), &g);
+    accumulate(g.to(dy.device()), dscores);
+    return;
+  }
   check_masks_for_scores(dy, masks);
   Tensor g = dy.clone();
   float* p = g.f32();

@@ -1,5 +1,6 @@
 #include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/positional.h"
+#include "qkv/ops/dispatch.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::ops {
@@ -26,11 +27,16 @@ Tensor add_positional_forward(const Tensor& x_in, const Tensor& table) {
   QKV_CHECK(x_in.size(1) <= table.size(0), "positional encoding: sequence length " << x_in.size(1)
                                                                                   << " exceeds max_seq_length "
                                                                                   << table.size(0));
+  check_same_device("positional encoding", {&x_in, &table});
   const Tensor x = x_in.contiguous();
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2);
-  Tensor y = Tensor::empty(x.shape());
+  Tensor y = empty_like_device(x.shape(), x);
   const Tensor table_c = table.contiguous();  // held: a temporary's buffer would return to the pool
   const float* pe = table_c.f32();
+  if (on_cuda(x)) {
+    if constexpr (cuda::kBuilt) kernels::cuda::add_positional(y.f32(), x.f32(), pe, B, T, D);
+    return y;
+  }
   for (int64_t b = 0; b < B; ++b) kernels::add(y.f32() + b * T * D, x.f32() + b * T * D, pe, T * D);
   return y;
 }

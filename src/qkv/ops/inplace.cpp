@@ -3,6 +3,7 @@
 #include "qkv/kernels/adam.h"
 #include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/log_softmax.h"
+#include "qkv/ops/dispatch.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::ops {
@@ -23,25 +24,30 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
     check_f32_contiguous(*t, "adam_step", what);
     check_same_shape(*t, param, "adam_step");
   }
+  check_same_device("adam_step", {&param, &grad, &exp_avg, &exp_avg_sq});
   const kernels::AdamScalars k{s.beta1,     s.one_minus_beta1,       s.beta2, s.one_minus_beta2,
                                s.step_size, s.bias_correction2_sqrt, s.eps,   s.weight_decay};
-  kernels::adam_step(param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), param.numel(), k);
+  QKV_KERNEL(param, adam_step(param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), param.numel(), k));
 }
 
 void scale_inplace(Tensor& x, float s) {
   check_f32_contiguous(x, "scale_inplace", "x");
-  kernels::scale(x.f32(), x.f32(), s, x.numel());
+  QKV_KERNEL(x, scale(x.f32(), x.f32(), s, x.numel()));
 }
 
 void add_inplace(Tensor& acc, const Tensor& x) {
   check_f32_contiguous(acc, "add_inplace", "acc");
   check_f32_contiguous(x, "add_inplace", "x");
   check_same_shape(acc, x, "add_inplace");
-  kernels::add_inplace(acc.f32(), x.f32(), acc.numel());
+  check_same_device("add_inplace", {&acc, &x});
+  QKV_KERNEL(acc, add_inplace(acc.f32(), x.f32(), acc.numel()));
 }
 
 double sum_of_squares(const Tensor& x) {
   check_f32_contiguous(x, "sum_of_squares", "x");
+  if (on_cuda(x)) {
+    if constexpr (cuda::kBuilt) return kernels::cuda::sum_of_squares(x.f32(), x.numel());
+  }
   const float* d = x.f32();
   double s = 0;
 #pragma omp parallel for reduction(+ : s) schedule(static) if (x.numel() > 65536)
@@ -53,9 +59,13 @@ Tensor log_softmax_rows_inplace(Tensor& x) {
   check_f32_contiguous(x, "log_softmax_rows_inplace", "x");
   QKV_CHECK(x.dim() == 2, "log_softmax_rows_inplace: expected (N, V), got " << x.shape());
   const int64_t N = x.size(0), V = x.size(1);
-  Tensor lse = Tensor::empty(Dims{N});
+  Tensor lse = empty_like_device(Dims{N}, x);
   float* data = x.f32();
   float* out = lse.f32();
+  if (on_cuda(x)) {
+    if constexpr (cuda::kBuilt) kernels::cuda::log_softmax_rows(data, out, N, V);
+    return lse;
+  }
 #pragma omp parallel for schedule(static) if (N * V > 65536)
   for (int64_t i = 0; i < N; ++i) out[i] = kernels::log_softmax_row(data + i * V, V);
   return lse;

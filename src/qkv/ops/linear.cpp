@@ -2,6 +2,7 @@
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/int8_gemm.h"
 #include "qkv/kernels/packed_gemm.h"
+#include "qkv/ops/dispatch.h"
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
@@ -20,16 +21,17 @@ void check_linear_shapes(const Tensor& x, const Tensor& w, const Tensor& b) {
 
 Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
   check_linear_shapes(x_in, w, b);
+  check_same_device("linear", {&x_in, &w, &b});
   const Tensor x = x_in.contiguous();
   const Tensor wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
   Dims out_shape = x.shape();
   out_shape[out_shape.size() - 1] = N;
-  Tensor y = Tensor::empty(out_shape);
+  Tensor y = empty_like_device(out_shape, x);
   // (M, N) = (M, K) @ (N, K)^T + b, the bias added as the product is stored.
   const Tensor bc = b.defined() ? b.contiguous() : Tensor();
-  kernels::sgemm_plus_bias(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K, bc.defined() ? bc.f32() : nullptr,
-                           y.f32(), N);
+  QKV_KERNEL(x, sgemm_plus_bias(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K,
+                                bc.defined() ? bc.f32() : nullptr, y.f32(), N));
   return y;
 }
 
@@ -41,14 +43,34 @@ kernels::QuantizedWeights quantized_view(const LinearWeight& w) {
             "linear: an i8 weight needs its f32 scales, got " << w.scale.describe());
   return kernels::QuantizedWeights::view(w.weight.data<int8_t>(), w.scale.f32(), w.out_features(), w.in_features());
 }
-}  // namespace
 
 // The products with a prepared weight, one case per (dtype, layout); a device backend adds its
 // cases here.
+// A bf16 weight on a GPU: cuBLAS multiplies bf16 operands with float32 sums, the input rounded to
+// bf16 first, the reference path's arithmetic on the GPU's matrix units.
+Tensor linear_forward_bf16_cuda(const Tensor& x_in, const Tensor& W, const Tensor& b) {
+  const Tensor x = x_in.to(DType::BF16);
+  const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  Dims shape = x.shape();
+  shape[shape.size() - 1] = N;
+  Tensor y = empty_like_device(shape, x);
+  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
+  if constexpr (cuda::kBuilt) {
+    on_cuda(x);
+    kernels::cuda::gemm_bf16_nt(M, N, K, x.data<bfloat16>(), W.contiguous().data<bfloat16>(),
+                                bias.defined() ? bias.f32() : nullptr, y.f32());
+  }
+  return y;
+}
+}  // namespace
+
+// The products with a prepared weight, one case per (dtype, layout, device).
 Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b) {
   const Tensor& W = w.weight;
   if (W.dtype() == DType::F32 && W.layout() == Layout::Strided) return linear_forward(x_in, W, b);
   check_linear_shapes(x_in, W, b);
+  check_same_device("linear", {&x_in, &W, &b});
+  if (W.dtype() == DType::BF16 && W.device().is_cuda()) return linear_forward_bf16_cuda(x_in, W, b);
   if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h)
     return linear_forward(x_in.to(DType::BF16).to(DType::F32), W.to(DType::F32), b);
   QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8),
@@ -68,20 +90,22 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
 }
 
 void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db) {
+  check_same_device("linear backward", {&dy_in, &x_in, &w});
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
   QKV_CHECK(dy.numel() == M * N, "linear backward: grad " << dy.shape() << " vs input " << x.shape());
+  const Device device = x.device();
   if (dx) {  // dx (M, K) = dy (M, N) @ w (N, K)
-    const bool acc = prepare_slot(dx, x.shape());
-    kernels::sgemm(false, false, M, K, N, 1.f, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K);
+    const bool acc = prepare_slot(dx, x.shape(), device);
+    QKV_KERNEL(x, sgemm(false, false, M, K, N, 1.f, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K));
   }
   if (dw) {  // dw (N, K) = dy^T (N, M) @ x (M, K)
-    const bool acc = prepare_slot(dw, w.shape());
-    kernels::sgemm(true, false, N, K, M, 1.f, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K);
+    const bool acc = prepare_slot(dw, w.shape(), device);
+    QKV_KERNEL(x, sgemm(true, false, N, K, M, 1.f, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K));
   }
   if (db) {  // db (N) = sum over the M rows of dy
-    prepare_zeroed_slot(db, Dims{N});
-    kernels::column_sum_accumulate(db->f32(), dy.f32(), M, N);
+    prepare_zeroed_slot(db, Dims{N}, device);
+    QKV_KERNEL(x, column_sum_accumulate(db->f32(), dy.f32(), M, N));
   }
 }
 
@@ -100,15 +124,44 @@ MatmulDims check_matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
                                              << (transpose_b ? " (b transposed)" : "") << " differ");
   return {a.numel() / (M * K), M, K, N};
 }
+
+// matmul_backward's products on a GPU, each over the batch in one strided-batched call.
+void matmul_backward_cuda(const MatmulDims& d, const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_b,
+                          Tensor* da, Tensor* db) {
+  if constexpr (cuda::kBuilt) {
+    const int64_t ldb = transpose_b ? d.K : d.N, MN = d.M * d.N, MK = d.M * d.K, KN = d.K * d.N;
+    if (da) {  // da (M, K) = dc (M, N) @ op(b)^T
+      const float beta = prepare_slot(da, a.shape(), a.device()) ? 1.f : 0.f;
+      kernels::cuda::sgemm_batched(false, !transpose_b, d.M, d.K, d.N, 1.f, dc.f32(), d.N, MN, b.f32(), ldb, KN, beta,
+                                   da->f32(), d.K, MK, d.batch);
+    }
+    if (db) {
+      const float beta = prepare_slot(db, b.shape(), b.device()) ? 1.f : 0.f;
+      if (transpose_b)  // db (N, K) = dc^T (N, M) @ a (M, K)
+        kernels::cuda::sgemm_batched(true, false, d.N, d.K, d.M, 1.f, dc.f32(), d.N, MN, a.f32(), d.K, MK, beta,
+                                     db->f32(), d.K, KN, d.batch);
+      else  // db (K, N) = a^T (K, M) @ dc (M, N)
+        kernels::cuda::sgemm_batched(true, false, d.K, d.N, d.M, 1.f, a.f32(), d.K, MK, dc.f32(), d.N, MN, beta,
+                                     db->f32(), d.N, KN, d.batch);
+    }
+  }
+}
 }  // namespace
 
 Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool transpose_b) {
   const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
+  check_same_device("matmul", {&a_in, &b_in});
   const Tensor a = a_in.contiguous(), b = b_in.contiguous();
   Dims out_shape = a.shape();
   out_shape[out_shape.size() - 1] = d.N;
-  Tensor c = Tensor::empty(out_shape);
+  Tensor c = empty_like_device(out_shape, a);
   const int64_t ldb = transpose_b ? d.K : d.N;
+  if (on_cuda(a)) {
+    if constexpr (cuda::kBuilt)
+      kernels::cuda::sgemm_batched(false, transpose_b, d.M, d.N, d.K, 1.f, a.f32(), d.K, d.M * d.K, b.f32(), ldb,
+                                   d.K * d.N, 0.f, c.f32(), d.N, d.M * d.N, d.batch);
+    return c;
+  }
 #pragma omp parallel for schedule(static) if (d.batch > 1)
   for (int64_t i = 0; i < d.batch; ++i)
     kernels::sgemm(false, transpose_b, d.M, d.N, d.K, 1.f, a.f32() + i * d.M * d.K, d.K, b.f32() + i * d.K * d.N,
@@ -119,17 +172,22 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool transpose_b) 
 void matmul_backward(const Tensor& dc_in, const Tensor& a_in, const Tensor& b_in, bool transpose_b, Tensor* da,
                      Tensor* db) {
   const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
+  check_same_device("matmul backward", {&dc_in, &a_in, &b_in});
   const Tensor dc = dc_in.contiguous(), a = a_in.contiguous(), b = b_in.contiguous();
+  if (on_cuda(a)) {
+    matmul_backward_cuda(d, dc, a, b, transpose_b, da, db);
+    return;
+  }
   const int64_t ldb = transpose_b ? d.K : d.N;
   if (da) {  // da (M, K) = dc (M, N) @ op(b)^T
-    const float beta = prepare_slot(da, a.shape()) ? 1.f : 0.f;
+    const float beta = prepare_slot(da, a.shape(), a.device()) ? 1.f : 0.f;
 #pragma omp parallel for schedule(static) if (d.batch > 1)
     for (int64_t i = 0; i < d.batch; ++i)
       kernels::sgemm(false, !transpose_b, d.M, d.K, d.N, 1.f, dc.f32() + i * d.M * d.N, d.N,
                      b.f32() + i * d.K * d.N, ldb, beta, da->f32() + i * d.M * d.K, d.K);
   }
   if (db) {
-    const float beta = prepare_slot(db, b.shape()) ? 1.f : 0.f;
+    const float beta = prepare_slot(db, b.shape(), b.device()) ? 1.f : 0.f;
 #pragma omp parallel for schedule(static) if (d.batch > 1)
     for (int64_t i = 0; i < d.batch; ++i) {
       float* out = db->f32() + i * d.K * d.N;

@@ -2,6 +2,7 @@
 
 #include "qkv/kernels/layernorm.h"
 #include "qkv/kernels/softmax.h"
+#include "qkv/ops/dispatch.h"
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
@@ -13,11 +14,11 @@ struct GradSlots {
   Tensor scratch_x, scratch_w, scratch_b;
   Tensor *dx, *dw, *db;
   bool accumulate_dx;
-  GradSlots(Tensor* dx_in, Tensor* dw_in, Tensor* db_in, const Dims& x_shape, const Dims& w_shape)
+  GradSlots(Tensor* dx_in, Tensor* dw_in, Tensor* db_in, const Dims& x_shape, const Dims& w_shape, Device device)
       : dx(dx_in ? dx_in : &scratch_x), dw(dw_in ? dw_in : &scratch_w), db(db_in ? db_in : &scratch_b) {
-    prepare_zeroed_slot(dw, w_shape);
-    prepare_zeroed_slot(db, w_shape);
-    accumulate_dx = prepare_slot(dx, x_shape);
+    prepare_zeroed_slot(dw, w_shape, device);
+    prepare_zeroed_slot(db, w_shape, device);
+    accumulate_dx = prepare_slot(dx, x_shape, device);
   }
 };
 
@@ -40,15 +41,18 @@ LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const T
                                LayerNormVariant variant) {
   const int64_t C = checked_norm_dim(x_in, weight, bias, variant, "layernorm");
   const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
+  check_same_device("layernorm", {&x_in, &weight, &bias});
   const Tensor x = x_in.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   const int64_t rows = x.numel() / C;
-  LayerNormOut out{Tensor::empty(x.shape()), Tensor::empty(Dims{rows}), Tensor::empty(Dims{rows}), Tensor(), variant};
+  LayerNormOut out{empty_like_device(x.shape(), x), empty_like_device(Dims{rows}, x), empty_like_device(Dims{rows}, x),
+                   Tensor(), variant};
   if (unbiased) {
-    out.stddev = Tensor::empty(Dims{rows});
-    kernels::layernorm_unbiased_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), out.stddev.f32(), x.f32(),
-                                        w.f32(), b.f32(), rows, C, eps);
+    out.stddev = empty_like_device(Dims{rows}, x);
+    QKV_KERNEL(x, layernorm_unbiased_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), out.stddev.f32(), x.f32(),
+                                             w.f32(), b.f32(), rows, C, eps));
   } else {
-    kernels::layernorm_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), x.f32(), w.f32(), b.f32(), rows, C, eps);
+    QKV_KERNEL(x, layernorm_forward(out.y.f32(), out.mean.f32(), out.rstd.f32(), x.f32(), w.f32(), b.f32(), rows, C,
+                                    eps));
   }
   return out;
 }
@@ -59,31 +63,35 @@ Tensor add_layernorm_forward(const Tensor& a_in, const Tensor& b_in, const Tenso
                                                                        << " differ in shape");
   const int64_t C = checked_norm_dim(a_in, weight, bias, variant, "add + layernorm");
   const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
+  check_same_device("add + layernorm", {&a_in, &b_in, &weight, &bias});
   const Tensor a = a_in.contiguous(), b = b_in.contiguous(), w = weight.contiguous(), bi = bias.contiguous();
-  Tensor y = Tensor::empty(a.shape());
-  kernels::add_layernorm_forward(y.f32(), a.f32(), b.f32(), w.f32(), bi.f32(), a.numel() / C, C, eps, unbiased);
+  Tensor y = empty_like_device(a.shape(), a);
+  QKV_KERNEL(a, add_layernorm_forward(y.f32(), a.f32(), b.f32(), w.f32(), bi.f32(), a.numel() / C, C, eps, unbiased));
   return y;
 }
 
 void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight, const LayerNormOut& saved,
                         Tensor* dx, Tensor* dweight, Tensor* dbias) {
   QKV_CHECK(dy_in.shape() == x_in.shape(), "layernorm backward: grad " << dy_in.shape() << " vs input " << x_in.shape());
+  check_same_device("layernorm backward", {&dy_in, &x_in, &weight});
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), w = weight.contiguous();
   const int64_t C = x.size(-1), rows = x.numel() / C;
-  GradSlots g(dx, dweight, dbias, x.shape(), weight.shape());
+  GradSlots g(dx, dweight, dbias, x.shape(), weight.shape(), x.device());
   if (saved.variant == LayerNormVariant::UnbiasedStd)
-    kernels::layernorm_unbiased_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
-                                         saved.rstd.f32(), saved.stddev.f32(), w.f32(), rows, C, g.accumulate_dx);
+    QKV_KERNEL(x, layernorm_unbiased_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(),
+                                              saved.mean.f32(), saved.rstd.f32(), saved.stddev.f32(), w.f32(), rows, C,
+                                              g.accumulate_dx));
   else
-    kernels::layernorm_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
-                                saved.rstd.f32(), w.f32(), rows, C, g.accumulate_dx);
+    QKV_KERNEL(x, layernorm_backward(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), x.f32(), saved.mean.f32(),
+                                     saved.rstd.f32(), w.f32(), rows, C, g.accumulate_dx));
 }
 
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias) {
-  const Tensor w = weight.contiguous(), b = bias.contiguous();
-  for (int64_t i = 0; i < w.numel(); ++i) {
-    const float aw = std::fabs(w.f32()[i]);
-    if (!(aw >= kLayerNormMinWeight) || !(std::fabs(b.f32()[i]) <= kLayerNormMaxBiasRatio * aw)) return false;
+  // A GPU's weights are read on the host (C values; a wait for the device per call).
+  const std::vector<float> w = weight.to_vector(), b = bias.to_vector();
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float aw = std::fabs(w[i]);
+    if (!(aw >= kLayerNormMinWeight) || !(std::fabs(b[i]) <= kLayerNormMaxBiasRatio * aw)) return false;
   }
   return true;
 }
@@ -92,32 +100,34 @@ void layernorm_backward_from_output(const Tensor& dy_in, const Tensor& y, const 
                                     const LayerNormOut& saved, Tensor* dx, Tensor* dweight, Tensor* dbias) {
   QKV_CHECK(dy_in.shape() == y.shape() && y.is_contiguous(),
             "layernorm backward: grad " << dy_in.shape() << " vs output " << y.shape());
+  check_same_device("layernorm backward", {&dy_in, &y, &weight, &bias});
   const Tensor dy = dy_in.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   const int64_t C = y.size(-1), rows = y.numel() / C;
-  GradSlots g(dx, dweight, dbias, y.shape(), weight.shape());
+  GradSlots g(dx, dweight, dbias, y.shape(), weight.shape(), y.device());
   if (saved.variant == LayerNormVariant::UnbiasedStd)
-    kernels::layernorm_unbiased_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(),
-                                                     saved.rstd.f32(), saved.stddev.f32(), w.f32(), b.f32(), rows, C,
-                                                     g.accumulate_dx);
+    QKV_KERNEL(y, layernorm_unbiased_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(),
+                                                          saved.rstd.f32(), saved.stddev.f32(), w.f32(), b.f32(), rows,
+                                                          C, g.accumulate_dx));
   else
-    kernels::layernorm_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(),
-                                            saved.rstd.f32(), w.f32(), b.f32(), rows, C, g.accumulate_dx);
+    QKV_KERNEL(y, layernorm_backward_from_output(g.dx->f32(), g.dw->f32(), g.db->f32(), dy.f32(), y.f32(),
+                                                 saved.rstd.f32(), w.f32(), b.f32(), rows, C, g.accumulate_dx));
 }
 
 Tensor softmax_forward(const Tensor& x_in) {
   const Tensor x = x_in.contiguous();
   const int64_t C = x.size(-1);
-  Tensor y = Tensor::empty(x.shape());
-  kernels::softmax_forward(y.f32(), x.f32(), x.numel() / C, C);
+  Tensor y = empty_like_device(x.shape(), x);
+  QKV_KERNEL(x, softmax_forward(y.f32(), x.f32(), x.numel() / C, C));
   return y;
 }
 
 void softmax_backward(const Tensor& dy_in, const Tensor& y, Tensor* dx) {
   QKV_CHECK(dy_in.shape() == y.shape(), "softmax backward: grad " << dy_in.shape() << " vs output " << y.shape());
-  const Tensor dy = dy_in.contiguous();
+  check_same_device("softmax backward", {&dy_in, &y});
+  const Tensor dy = dy_in.contiguous(), yc = y.contiguous();
   const int64_t C = y.size(-1);
-  const bool acc = prepare_slot(dx, y.shape());
-  kernels::softmax_backward(dx->f32(), dy.f32(), y.f32(), y.numel() / C, C, acc);
+  const bool acc = prepare_slot(dx, y.shape(), y.device());
+  QKV_KERNEL(y, softmax_backward(dx->f32(), dy.f32(), yc.f32(), y.numel() / C, C, acc));
 }
 
 }  // namespace qkv::ops

@@ -6,7 +6,7 @@ Tensor gather_rows(const Tensor& in_any, const std::vector<int64_t>& rows) {
   const Tensor in = in_any.contiguous();
   Dims shape = in.shape();
   shape[0] = static_cast<int64_t>(rows.size());
-  Tensor out = Tensor::empty(shape, in.dtype());
+  Tensor out = Tensor::empty(shape, in.dtype(), in.device());  // on a GPU, a copy per row
   for (size_t i = 0; i < rows.size(); ++i) {
     QKV_CHECK(rows[i] >= 0 && rows[i] < in.size(0), "gather_rows: row " << rows[i] << " outside [0, " << in.size(0) << ")");
     const int64_t r = static_cast<int64_t>(i);

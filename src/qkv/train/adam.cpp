@@ -14,7 +14,9 @@ Adam::Adam(const std::vector<std::pair<std::string, Var>>& named_params, AdamOpt
   for (const auto& [name, var] : named_params) {
     QKV_CHECK(var.requires_grad(), "Adam: parameter " << name << " does not require grad");
     if (!seen.insert(var.cell().get()).second) continue;
-    slots_.push_back({name, var, Tensor::zeros(var.shape()), Tensor::zeros(var.shape())});
+    const Device device = var.value().device();  // the moments live with their parameter
+    slots_.push_back(
+        {name, var, Tensor::zeros(var.shape(), DType::F32, device), Tensor::zeros(var.shape(), DType::F32, device)});
   }
 }
 

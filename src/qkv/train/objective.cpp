@@ -23,9 +23,13 @@ const models::EncoderModel& encoder_of(const models::Model& model, const char* o
   return *e;
 }
 
+// A batch's tensor where the model's parameters are (batches are made on the host).
+Tensor on_model(const models::Model& model, const Tensor& t) { return t.defined() ? t.to(model.device()) : t; }
+
 // Padding keys are hidden from attention; a model without a padding id reads every position.
-models::EncoderInput encoder_input(const models::Model& model, const Tensor& ids) {
+models::EncoderInput encoder_input(const models::Model& model, const Tensor& host_ids) {
   const int32_t pad = model.config().pad_id;
+  const Tensor ids = on_model(model, host_ids);
   return {ids, pad >= 0 ? ops::keep_mask(ids, pad) : Tensor(), Tensor()};
 }
 
@@ -36,8 +40,8 @@ class TeacherForcing final : public Objective {
   }
   Var loss(const models::Model& model, const data::Batch& b, float label_smoothing) const override {
     const data::TeacherForcing tf = data::shift_target(b.tgt);
-    const Var logits = model.teacher_forced_logits(b.src, tf.input);  // (B, T-1, V)
-    return fn::cross_entropy(fn::reshape(logits, Dims{-1, model.output_vocab_size()}), tf.labels,
+    const Var logits = model.teacher_forced_logits(on_model(model, b.src), on_model(model, tf.input));  // (B, T-1, V)
+    return fn::cross_entropy(fn::reshape(logits, Dims{-1, model.output_vocab_size()}), on_model(model, tf.labels),
                              model.config().pad_id, label_smoothing);
   }
   // Logits of every input position (tgt[:, :-1]), padding included; an encoder-decoder model
@@ -54,7 +58,7 @@ class MaskedLm final : public Objective {
   int64_t count_labels(const models::Model&, const data::Batch& b) const override { return count_not(b.labels, -1); }
   Var loss(const models::Model& model, const data::Batch& b, float label_smoothing) const override {
     const MaskedLogits m = masked_lm_logits(model, b.tgt, b.labels);
-    return fn::cross_entropy(m.logits, m.labels, -1, label_smoothing);
+    return fn::cross_entropy(m.logits, on_model(model, m.labels), -1, label_smoothing);
   }
   // The head runs on the chosen positions only.
   StepShape step_shape(const models::Model& model, const data::Batch& b) const override {
@@ -66,7 +70,7 @@ class Classification final : public Objective {
  public:
   int64_t count_labels(const models::Model&, const data::Batch& b) const override { return b.labels.numel(); }
   Var loss(const models::Model& model, const data::Batch& b, float label_smoothing) const override {
-    return fn::cross_entropy(classification_logits(model, b.tgt), b.labels, -1, label_smoothing);
+    return fn::cross_entropy(classification_logits(model, b.tgt), on_model(model, b.labels), -1, label_smoothing);
   }
   StepShape step_shape(const models::Model& model, const data::Batch& b) const override {
     const int64_t labels = std::max<int64_t>(1, static_cast<int64_t>(model.config().labels.size()));
@@ -115,7 +119,7 @@ MaskedLogits masked_lm_logits(const models::Model& model, const Tensor& ids, con
     }
   const int64_t N = static_cast<int64_t>(rows.size());
   QKV_CHECK(N > 0, "masked LM: a batch with no chosen position");
-  const Var chosen = fn::embedding(fn::reshape(hidden, Dims{B * T, D}), Tensor::from_ids(Dims{N}, rows));
+  const Var chosen = fn::embedding(fn::reshape(hidden, Dims{B * T, D}), on_model(m, Tensor::from_ids(Dims{N}, rows)));
   return {m.mlm_logits(chosen), Tensor::from_ids(Dims{N}, targets)};
 }
 

@@ -17,7 +17,7 @@ float chunk_forward_backward(const models::Model& model, const Objective& object
   const GraphScope scope(graph);
   const Var loss = objective.loss(model, batch, label_smoothing);  // its logits live only in the graph
   const float value = loss.value().item();
-  graph.backward(loss, Tensor::full(loss.shape(), weight));
+  graph.backward(loss, Tensor::full(loss.shape(), weight).to(loss.value().device()));
   return value;
 }
 }  // namespace

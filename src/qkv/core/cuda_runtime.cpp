@@ -1,0 +1,159 @@
+#include "qkv/core/cuda_runtime.h"
+
+#include <array>
+#include <cstdio>
+#include <mutex>
+
+#include "qkv/core/error.h"
+
+#ifdef QKV_HAVE_CUDA
+#include "qkv/core/cuda_check.h"
+#endif
+
+namespace qkv::cuda {
+
+#ifdef QKV_HAVE_CUDA
+
+namespace {
+thread_local int current_index = -1;  // the device this thread made current last (-1: none yet)
+
+// One stream per device, created on first use and never destroyed (tensors may outlive static
+// teardown, and their buffers go back to a pool that queues on it).
+cudaStream_t stream_of(int index) {
+  static std::array<cudaStream_t, kMaxDevicesPerType> streams{};
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!streams[static_cast<size_t>(index)]) {
+    QKV_CUDA_CHECK(cudaSetDevice(index));
+    QKV_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(index)], cudaStreamNonBlocking));
+  }
+  return streams[static_cast<size_t>(index)];
+}
+}  // namespace
+
+int device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // no driver or no GPU: not an error of anything later
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+void check_available(Device device) {
+  if (!device.is_cuda()) return;
+  const int n = device_count();
+  QKV_CHECK(n > 0, "device " << device.name() << ": no CUDA GPU is visible to this process (no driver, no GPU, "
+                             "or CUDA_VISIBLE_DEVICES hides them)");
+  QKV_CHECK(device.index >= 0 && device.index < n,
+            "device " << device.name() << ": out of range, this machine has " << n << " CUDA GPU"
+                      << (n == 1 ? "" : "s") << " (cuda:0" << (n > 1 ? " to cuda:" + std::to_string(n - 1) : "")
+                      << ")");
+}
+
+void activate(Device device) {
+  if (!device.is_cuda() || current_index == device.index) return;
+  check_available(device);
+  QKV_CUDA_CHECK(cudaSetDevice(device.index));
+  current_index = device.index;
+}
+
+cudaStream_t current_stream() {
+  if (current_index < 0) activate(Device::cuda(0));
+  return stream_of(current_index);
+}
+
+std::string describe(Device device) {
+  check_available(device);
+  cudaDeviceProp prop{};
+  QKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
+  char text[256];
+  std::snprintf(text, sizeof text, "%s, sm_%d%d, %.1f GiB", prop.name, prop.major, prop.minor,
+                static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+  return text;
+}
+
+void* malloc(Device device, size_t bytes) {
+  activate(device);
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    cudaGetLastError();  // out of memory is answered by the caller (the pool trims and retries)
+    return nullptr;
+  }
+  return p;
+}
+
+void free(Device device, void* p) {
+  activate(device);
+  QKV_CUDA_CHECK(cudaFree(p));  // waits for the device: the pool frees only when trimming
+}
+
+MemoryInfo memory_info(Device device) {
+  activate(device);
+  MemoryInfo info;
+  QKV_CUDA_CHECK(cudaMemGetInfo(&info.free, &info.total));
+  return info;
+}
+
+void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  const Device gpu = dst_device.is_cuda() ? dst_device : src_device;
+  activate(gpu);
+  cudaStream_t stream = current_stream();
+  QKV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  // Between two buffers of the device: queued like a kernel. With the host: host memory is pageable
+  // (the CPU pool's), which an asynchronous copy may still be reading after the call returns, so
+  // the copy waits, and the host may reuse or read its buffer at once.
+  if (dst_device.is_cuda() && src_device.is_cuda()) return;
+  QKV_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void synchronize(Device device) {
+  if (!device.is_cuda()) return;
+  activate(device);
+  QKV_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+}
+
+void memset_zero(void* dst, size_t bytes) {
+  if (bytes) QKV_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, current_stream()));
+}
+
+#else  // a build without CUDA: nothing can be placed on a GPU
+
+namespace {
+[[noreturn]] void not_built(const char* what) {
+  throw Error(std::string(what) + ": this qkv was built without CUDA (configure with cmake -DQKV_CUDA=ON)");
+}
+}  // namespace
+
+int device_count() { return 0; }
+void check_available(Device device) {
+  if (device.is_cuda()) not_built(("device " + device.name()).c_str());
+}
+void activate(Device device) { check_available(device); }
+std::string describe(Device device) {
+  check_available(device);
+  return "cpu";
+}
+void* malloc(Device device, size_t) {
+  check_available(device);
+  return nullptr;
+}
+void free(Device, void*) {}
+MemoryInfo memory_info(Device device) {
+  check_available(device);
+  return {};
+}
+void copy(void*, Device, const void*, Device, size_t) { not_built("a copy to or from a GPU"); }
+void synchronize(Device) {}
+void copy_strided(void*, const void*, const Dims&, const Dims&, int64_t) { not_built("a copy on a GPU"); }
+void f32_to_bf16(void*, const float*, int64_t) { not_built("a conversion on a GPU"); }
+void bf16_to_f32(float*, const void*, int64_t) { not_built("a conversion on a GPU"); }
+void memset_zero(void*, size_t) { not_built("a fill on a GPU"); }
+
+#endif
+
+}  // namespace qkv::cuda

@@ -1,0 +1,362 @@
+// Every op on a CUDA GPU against the same op on the CPU, in the manner of ggml's test-backend-ops:
+// random operands made on the host, the op run on each device, the results (and the gradients of
+// the backward ops, written fresh and accumulated) compared. float32 within 1e-5 of the largest
+// magnitude of the CPU's result (cuBLAS without TF32 sums in another order); dropout masks and
+// anything without arithmetic (copies, gathers, masks) exactly.
+//
+// The suite needs a GPU: CTest runs it only where one is (tests/cuda/run_gpu_tests.sh skips it by
+// name elsewhere, and says so).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "qkv/core/buffer_pool.h"
+#include "qkv/core/cuda_runtime.h"
+#include "qkv/ops/ops.h"
+
+namespace qkv::ops {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+constexpr double kTol = 1e-5;
+
+Tensor random_tensor(const Dims& shape, uint32_t seed, float scale = 1.f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  Tensor t = Tensor::empty(shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(gen);
+  return t;
+}
+
+Tensor random_ids(const Dims& shape, int32_t below, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(shape.numel()));
+  for (auto& id : ids) id = static_cast<int32_t>(gen() % static_cast<uint32_t>(below));
+  return Tensor::from_ids(shape, ids);
+}
+
+Tensor gpu(const Tensor& t) { return t.to(kGpu); }
+
+// max |cpu - gpu| <= tol * max(1, max |cpu|), the GPU's tensor read back; shapes equal. Float tensors.
+void expect_close(const Tensor& cpu, const Tensor& on_gpu, const std::string& what, double tol = kTol) {
+  ASSERT_EQ(on_gpu.device(), kGpu) << what;
+  ASSERT_EQ(cpu.shape(), on_gpu.shape()) << what;
+  const std::vector<float> a = cpu.to_vector(), b = on_gpu.to_vector();
+  double scale = 1, worst = 0;
+  size_t at = 0;
+  for (float v : a) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::isnan(a[i]) && std::isnan(b[i]) ? 0 : std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= worst)) {
+      worst = d;
+      at = i;
+    }
+  }
+  EXPECT_LE(worst, tol * scale) << what << ": element " << at << " cpu " << a[at] << " gpu " << b[at];
+}
+
+void expect_equal(const Tensor& cpu, const Tensor& on_gpu, const std::string& what) { expect_close(cpu, on_gpu, what, 0); }
+
+// A backward op run twice on each device: into a fresh slot, then into a slot holding a gradient.
+template <class Backward>
+void expect_backward_close(const Dims& shape, Backward backward, const std::string& what) {
+  Tensor cpu_slot, gpu_slot;
+  backward(Device::cpu(), &cpu_slot);
+  backward(kGpu, &gpu_slot);
+  expect_close(cpu_slot, gpu_slot, what + " (fresh slot)");
+  Tensor cpu_acc = random_tensor(shape, 99), gpu_acc = gpu(cpu_acc);
+  backward(Device::cpu(), &cpu_acc);
+  backward(kGpu, &gpu_acc);
+  expect_close(cpu_acc, gpu_acc, what + " (accumulated)");
+}
+
+class OpsOnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU"; }
+};
+
+TEST_F(OpsOnGpu, TensorsMoveAndCopyExactly) {
+  const Tensor x = random_tensor(Dims{3, 5, 7}, 1);
+  const Tensor g = gpu(x);
+  EXPECT_EQ(g.device(), kGpu);
+  EXPECT_EQ(g.describe(), "f32(3, 5, 7) on cuda:0");
+  expect_equal(x, g, "round trip");
+  expect_equal(x.transpose(0, 2).contiguous(), g.transpose(0, 2).contiguous(), "transposed copy");
+  expect_equal(x.narrow(1, 1, 3).contiguous(), g.narrow(1, 1, 3).contiguous(), "narrowed copy");
+  expect_equal(x.to(DType::BF16).to(DType::F32), g.to(DType::BF16).to(DType::F32), "bf16 rounding");
+  EXPECT_EQ(x.to(DType::BF16).to(DType::F32).to_vector(), g.to(DType::BF16).to(Device::cpu()).to_vector())
+      << "bf16 bits";
+  Tensor z = Tensor::zeros(Dims{4, 4}, DType::F32, kGpu);
+  expect_equal(Tensor::zeros(Dims{4, 4}), z, "zeros");
+  z.fill(2.5f);
+  expect_equal(Tensor::full(Dims{4, 4}, 2.5f), z, "fill");
+  EXPECT_EQ(gpu(x).clone().to_vector(), x.to_vector());
+  const Tensor ids = random_ids(Dims{2, 9}, 50, 3);
+  EXPECT_EQ(gpu(ids).to_ids(), ids.to_ids());
+  EXPECT_EQ(gpu(x.narrow(0, 1, 1).narrow(1, 2, 1).narrow(2, 3, 1).contiguous()).item(), x.f32()[1 * 35 + 2 * 7 + 3]);
+}
+
+TEST_F(OpsOnGpu, ThePoolReusesDeviceBuffers) {
+  const Tensor x = random_tensor(Dims{256, 256}, 2);
+  for (int i = 0; i < 2; ++i) (void)gelu_forward(gpu(x));
+  const int64_t before = BufferPool::stats(kGpu).system_allocs;
+  for (int i = 0; i < 5; ++i) (void)gelu_forward(gpu(x));
+  EXPECT_EQ(BufferPool::stats(kGpu).system_allocs, before) << "a steady loop allocates nothing";
+}
+
+TEST_F(OpsOnGpu, Elementwise) {
+  const Tensor a = random_tensor(Dims{7, 33}, 3, 3.f), b = random_tensor(Dims{7, 33}, 4, 3.f);
+  const Tensor dy = random_tensor(Dims{7, 33}, 5);
+  expect_close(add_forward(a, b), add_forward(gpu(a), gpu(b)), "add");
+  expect_close(scale_forward(a, 0.3f), scale_forward(gpu(a), 0.3f), "scale");
+  expect_close(relu_forward(a), relu_forward(gpu(a)), "relu");
+  expect_close(gelu_forward(a), gelu_forward(gpu(a)), "gelu");
+  expect_close(gelu_tanh_forward(a), gelu_tanh_forward(gpu(a)), "gelu_tanh");
+  expect_close(tanh_forward(a), tanh_forward(gpu(a)), "tanh");
+  const auto on = [](Device d, const Tensor& t) { return t.to(d); };
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { scale_backward(on(d, dy), 0.3f, s); }, "scale backward");
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { relu_backward(on(d, dy), on(d, a), s); }, "relu backward");
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { gelu_backward(on(d, dy), on(d, a), s); }, "gelu backward");
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { gelu_tanh_backward(on(d, dy), on(d, a), s); },
+                        "gelu_tanh backward");
+  const Tensor y = tanh_forward(a);
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { tanh_backward(on(d, dy), on(d, y), s); }, "tanh backward");
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { accumulate(on(d, dy), s); }, "accumulate");
+}
+
+TEST_F(OpsOnGpu, DropoutMasksAreTheCpusBitForBit) {
+  const Tensor x = random_tensor(Dims{37, 129}, 6);
+  for (float p : {0.1f, 0.5f}) {
+    expect_equal(dropout_forward(x, p, 1234, 77), dropout_forward(gpu(x), p, 1234, 77), "dropout p " + std::to_string(p));
+    expect_backward_close(x.shape(), [&](Device d, Tensor* s) { dropout_backward(x.to(d), p, 1234, 77, s); },
+                          "dropout backward");
+  }
+}
+
+TEST_F(OpsOnGpu, LinearAndMatmul) {
+  const Tensor x = random_tensor(Dims{2, 13, 40}, 7), w = random_tensor(Dims{24, 40}, 8, 0.3f);
+  const Tensor b = random_tensor(Dims{24}, 9);
+  const Tensor dy = random_tensor(Dims{2, 13, 24}, 10);
+  expect_close(linear_forward(x, w, b), linear_forward(gpu(x), gpu(w), gpu(b)), "linear");
+  expect_close(linear_forward(x, w, Tensor()), linear_forward(gpu(x), gpu(w), Tensor()), "linear without bias");
+  const auto on = [](Device d, const Tensor& t) { return t.to(d); };
+  expect_backward_close(x.shape(), [&](Device d, Tensor* s) { linear_backward(on(d, dy), on(d, x), on(d, w), s, nullptr, nullptr); },
+                        "linear dx");
+  expect_backward_close(w.shape(), [&](Device d, Tensor* s) { linear_backward(on(d, dy), on(d, x), on(d, w), nullptr, s, nullptr); },
+                        "linear dw");
+  expect_backward_close(b.shape(), [&](Device d, Tensor* s) { linear_backward(on(d, dy), on(d, x), on(d, w), nullptr, nullptr, s); },
+                        "linear db");
+  for (bool tb : {false, true}) {
+    const Tensor ma = random_tensor(Dims{3, 4, 9, 16}, 11), mb = random_tensor(tb ? Dims{3, 4, 11, 16} : Dims{3, 4, 16, 11}, 12);
+    const Tensor dc = random_tensor(Dims{3, 4, 9, 11}, 13);
+    const std::string what = tb ? "matmul (b transposed)" : "matmul";
+    expect_close(matmul_forward(ma, mb, tb), matmul_forward(gpu(ma), gpu(mb), tb), what);
+    expect_backward_close(ma.shape(), [&](Device d, Tensor* s) { matmul_backward(on(d, dc), on(d, ma), on(d, mb), tb, s, nullptr); },
+                          what + " da");
+    expect_backward_close(mb.shape(), [&](Device d, Tensor* s) { matmul_backward(on(d, dc), on(d, ma), on(d, mb), tb, nullptr, s); },
+                          what + " db");
+  }
+}
+
+TEST_F(OpsOnGpu, LinearWeightsOfEveryGpuForm) {
+  const Tensor x = random_tensor(Dims{9, 64}, 14), w = random_tensor(Dims{48, 64}, 15, 0.25f), b = random_tensor(Dims{48}, 16);
+  const LinearWeight f32 = prepare_linear_weight(gpu(w), DType::F32);
+  EXPECT_EQ(f32.weight.device(), kGpu);
+  expect_close(linear_forward(x, w, b), linear_forward(gpu(x), f32, gpu(b)), "f32 weight");
+  // bf16: the CPU's reference path and cuBLAS multiply the same bf16-rounded operands in float32.
+  const LinearWeight bf16 = prepare_linear_weight(gpu(w), DType::BF16);
+  EXPECT_EQ(bf16.weight.dtype(), DType::BF16);
+  expect_close(linear_forward(x, prepare_linear_weight(w, DType::BF16), b), linear_forward(gpu(x), bf16, gpu(b)),
+               "bf16 weight");
+  EXPECT_THROW((void)prepare_linear_weight(gpu(w), DType::I8), Error) << "int8 on a GPU is not built yet";
+}
+
+TEST_F(OpsOnGpu, Embedding) {
+  const Tensor table = random_tensor(Dims{50, 24}, 17), ids = random_ids(Dims{3, 11}, 50, 18);
+  expect_equal(embedding_forward(table, ids), embedding_forward(gpu(table), gpu(ids)), "lookup");
+  expect_equal(embedding_forward(table.to(DType::BF16), ids), embedding_forward(gpu(table).to(DType::BF16), gpu(ids)),
+               "bf16 lookup");
+  const Tensor dout = random_tensor(Dims{3, 11, 24}, 19);
+  for (int32_t padding : {-1, ids.i32()[4]})
+    expect_backward_close(table.shape(), [&](Device d, Tensor* s) { embedding_backward(dout.to(d), ids.to(d), s, table.shape(), padding); },
+                          "embedding backward, padding " + std::to_string(padding));
+  Tensor bad = ids.clone();
+  bad.i32()[7] = 50;
+  try {
+    (void)embedding_forward(gpu(table), gpu(bad));
+    FAIL() << "an id past the vocabulary must be refused on the GPU too";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("id 50 out of range for vocabulary size 50 (at flat position 7"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(OpsOnGpu, LayerNormBothVariants) {
+  const Tensor x = random_tensor(Dims{2, 9, 48}, 20, 2.f), r = random_tensor(Dims{2, 9, 48}, 21);
+  const Tensor w = random_tensor(Dims{48}, 22, 0.5f), b = random_tensor(Dims{48}, 23);
+  Tensor wpos = w.clone();
+  for (int64_t i = 0; i < 48; ++i) wpos.f32()[i] = 0.75f + std::fabs(w.f32()[i]);
+  const Tensor dy = random_tensor(x.shape(), 24);
+  for (LayerNormVariant v : {LayerNormVariant::Standard, LayerNormVariant::UnbiasedStd}) {
+    const std::string name = v == LayerNormVariant::Standard ? "layernorm" : "seed003 layernorm";
+    const LayerNormOut c = layernorm_forward(x, wpos, b, 1e-5f, v), g = layernorm_forward(gpu(x), gpu(wpos), gpu(b), 1e-5f, v);
+    expect_close(c.y, g.y, name);
+    expect_close(c.rstd, g.rstd, name + " rstd");
+    expect_close(add_layernorm_forward(x, r, wpos, b, 1e-5f, v), add_layernorm_forward(gpu(x), gpu(r), gpu(wpos), gpu(b), 1e-5f, v),
+                 name + " of a sum");
+    const auto saved = [&](Device d) { return d == kGpu ? g : c; };
+    expect_backward_close(x.shape(), [&](Device d, Tensor* s) { layernorm_backward(dy.to(d), x.to(d), wpos.to(d), saved(d), s, nullptr, nullptr); },
+                          name + " dx");
+    expect_backward_close(w.shape(), [&](Device d, Tensor* s) { layernorm_backward(dy.to(d), x.to(d), wpos.to(d), saved(d), nullptr, s, nullptr); },
+                          name + " dweight");
+    expect_backward_close(b.shape(), [&](Device d, Tensor* s) { layernorm_backward(dy.to(d), x.to(d), wpos.to(d), saved(d), nullptr, nullptr, s); },
+                          name + " dbias");
+    EXPECT_TRUE(layernorm_can_use_output(gpu(wpos), gpu(b)));
+    expect_backward_close(x.shape(), [&](Device d, Tensor* s) {
+      layernorm_backward_from_output(dy.to(d), saved(d).y, wpos.to(d), b.to(d), saved(d), s, nullptr, nullptr);
+    }, name + " dx from the output");
+  }
+}
+
+TEST_F(OpsOnGpu, SoftmaxAndLosses) {
+  const Tensor x = random_tensor(Dims{6, 5, 37}, 25, 4.f), dy = random_tensor(x.shape(), 26);
+  expect_close(softmax_forward(x), softmax_forward(gpu(x)), "softmax");
+  const Tensor y = softmax_forward(x);
+  expect_backward_close(x.shape(), [&](Device d, Tensor* s) { softmax_backward(dy.to(d), y.to(d), s); }, "softmax backward");
+  Tensor rows = random_tensor(Dims{12, 301}, 27, 6.f), rows_gpu = gpu(rows);
+  const Tensor lse = log_softmax_rows_inplace(rows), lse_gpu = log_softmax_rows_inplace(rows_gpu);
+  expect_close(rows, rows_gpu, "log-softmax rows");
+  expect_close(lse, lse_gpu, "log-softmax normalisers");
+  const Tensor logits = random_tensor(Dims{23, 301}, 28, 5.f);
+  Tensor targets = random_ids(Dims{23}, 301, 29);
+  targets.i32()[3] = targets.i32()[17] = -100;
+  for (float smoothing : {0.f, 0.1f}) {
+    const std::string what = "cross-entropy, smoothing " + std::to_string(smoothing);
+    const CrossEntropyOut c = cross_entropy_forward(logits, targets, -100, smoothing);
+    const CrossEntropyOut g = cross_entropy_forward(gpu(logits), gpu(targets), -100, smoothing);
+    EXPECT_EQ(c.valid, g.valid) << what;
+    expect_close(c.loss, g.loss, what + " loss");
+    expect_close(c.row_loss, g.row_loss, what + " rows");
+    expect_backward_close(logits.shape(), [&](Device d, Tensor* s) {
+      cross_entropy_backward(0.7f, logits.to(d), targets.to(d), d == kGpu ? g : c, -100, smoothing, s);
+    }, what + " backward");
+    expect_close(cross_entropy_backward_inplace(0.7f, logits.clone(), targets, c, -100, smoothing),
+                 cross_entropy_backward_inplace(0.7f, gpu(logits), gpu(targets), g, -100, smoothing), what + " in place");
+  }
+  Tensor bad = targets.clone();
+  bad.i32()[5] = 301;
+  EXPECT_THROW((void)cross_entropy_forward(gpu(logits), gpu(bad), -100, 0.f), Error);
+}
+
+// Attention with every mask and dropout, on (B, H, T, dk) tensors and on split-heads views.
+TEST_F(OpsOnGpu, Attention) {
+  const int64_t B = 2, H = 3, Tq = 7, Tk = 9, dk = 16;
+  const Tensor q = random_tensor(Dims{B, H, Tq, dk}, 30), k = random_tensor(Dims{B, H, Tk, dk}, 31);
+  const Tensor v = random_tensor(Dims{B, H, Tk, dk}, 32), dout = random_tensor(Dims{B, H, Tq, dk}, 33);
+  AttentionMasks masks;
+  masks.key_keep = Tensor::from_ids(Dims{B, Tk}, {1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1});
+  masks.query_keep = Tensor::from_ids(Dims{B, Tq}, {1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1});
+  const auto masks_on = [&](Device d, bool causal) {
+    AttentionMasks m = masks;
+    m.key_keep = masks.key_keep.to(d);
+    m.query_keep = masks.query_keep.to(d);
+    m.causal = causal;
+    return m;
+  };
+  for (bool causal : {false, true})
+    for (float p : {0.f, 0.2f}) {
+      const std::string what = std::string("attention") + (causal ? ", causal" : "") + (p > 0 ? ", dropout" : "");
+      const AttentionDropoutSpec drop{p, 42, 1000};
+      Tensor probs_c, probs_g;
+      const Tensor out_c = attention_forward(q, k, v, masks_on(Device::cpu(), causal), drop, &probs_c);
+      const Tensor out_g = attention_forward(gpu(q), gpu(k), gpu(v), masks_on(kGpu, causal), drop, &probs_g);
+      expect_close(out_c, out_g, what);
+      expect_close(probs_c, probs_g, what + " probs");
+      const auto probs = [&](Device d) { return d == kGpu ? probs_g : probs_c; };
+      for (int which = 0; which < 3; ++which)
+        expect_backward_close(which == 0 ? q.shape() : k.shape(), [&](Device d, Tensor* s) {
+          attention_backward(dout.to(d), q.to(d), k.to(d), v.to(d), probs(d), masks_on(d, causal), drop,
+                             which == 0 ? s : nullptr, which == 1 ? s : nullptr, which == 2 ? s : nullptr);
+        }, what + " d" + "qkv"[which]);
+    }
+  // Multi-head attention reads split-heads views of (B, T, D) projections (strided heads).
+  const Tensor xq = random_tensor(Dims{B, Tq, H * dk}, 34), xk = random_tensor(Dims{B, Tk, H * dk}, 35);
+  const Tensor dx = random_tensor(xq.shape(), 36);
+  Tensor pc, pg;
+  const Tensor mc = multi_head_attention_forward(xq, xk, xk, H, masks_on(Device::cpu(), false), {}, &pc);
+  const Tensor mg = multi_head_attention_forward(gpu(xq), gpu(xk), gpu(xk), H, masks_on(kGpu, false), {}, &pg);
+  expect_close(mc, mg, "multi-head attention");
+  expect_backward_close(xk.shape(), [&](Device d, Tensor* s) {
+    multi_head_attention_backward(dx.to(d), xq.to(d), xk.to(d), xk.to(d), H, d == kGpu ? pg : pc,
+                                  masks_on(d, false), {}, nullptr, s, nullptr);
+  }, "multi-head attention dk");
+}
+
+TEST_F(OpsOnGpu, MappedAttentionReadsTheRowsTheMapNames) {
+  const int64_t B = 3, Bk = 4, H = 2, Tk = 6, dk = 8;
+  const Tensor q = random_tensor(Dims{B, H, 1, dk}, 37), k = random_tensor(Dims{Bk, H, Tk, dk}, 38);
+  const Tensor v = random_tensor(Dims{Bk, H, Tk, dk}, 39);
+  std::vector<int32_t> rows;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < Tk; ++j) rows.push_back(static_cast<int32_t>((b + j) % Bk));
+  const Tensor key_rows = Tensor::from_ids(Dims{B, Tk}, rows);
+  expect_close(attention_forward_mapped(q, k, v, key_rows, {}, nullptr),
+               attention_forward_mapped(gpu(q), gpu(k), gpu(v), gpu(key_rows), {}, nullptr), "mapped attention");
+}
+
+TEST_F(OpsOnGpu, OptimizerAndInPlaceUpdates) {
+  const Tensor p0 = random_tensor(Dims{1000}, 40), g0 = random_tensor(Dims{1000}, 41);
+  Tensor p = p0.clone(), m = Tensor::zeros(Dims{1000}), v = Tensor::zeros(Dims{1000});
+  Tensor pg = gpu(p0), mg = Tensor::zeros(Dims{1000}, DType::F32, kGpu), vg = Tensor::zeros(Dims{1000}, DType::F32, kGpu);
+  const AdamScalars s{0.9f, 0.1f, 0.98f, 0.02f, 1e-3f, 0.1f, 1e-9f, 0.01f};
+  for (int step = 0; step < 3; ++step) {
+    adam_step(p, g0, m, v, s);
+    adam_step(pg, gpu(g0), mg, vg, s);
+  }
+  expect_close(p, pg, "adam param");
+  expect_close(v, vg, "adam second moment");
+  scale_inplace(p, 0.5f);
+  scale_inplace(pg, 0.5f);
+  add_inplace(p, g0);
+  add_inplace(pg, gpu(g0));
+  expect_close(p, pg, "scale and add in place");
+  EXPECT_NEAR(sum_of_squares(p), sum_of_squares(pg), 1e-9 * sum_of_squares(p));
+}
+
+TEST_F(OpsOnGpu, MasksPositionsAndRows) {
+  const Tensor ids = random_ids(Dims{4, 9}, 5, 42);
+  EXPECT_EQ(keep_mask(ids, 0).to_ids(), keep_mask(gpu(ids), 0).to_ids());
+  const Tensor x = random_tensor(Dims{2, 7, 12}, 43), table = sinusoidal_table(20, 12);
+  expect_equal(add_positional_forward(x, table), add_positional_forward(gpu(x), gpu(table)), "positional");
+  expect_equal(gather_rows(x, {1, 0, 1}), gather_rows(gpu(x), {1, 0, 1}), "gather rows");
+  expect_equal(combine_heads(split_heads(x, 3)), combine_heads(split_heads(gpu(x), 3)), "heads");
+  const Tensor s = random_tensor(Dims{2, 2, 7, 7}, 44);
+  AttentionMasks m;
+  m.causal = true;
+  expect_equal(masked_fill_forward(s, m), masked_fill_forward(gpu(s), m), "masked fill");
+}
+
+TEST_F(OpsOnGpu, MixedDevicesAndExhaustedMemoryAreClearErrors) {
+  const Tensor a = random_tensor(Dims{4, 4}, 45);
+  try {
+    (void)add_forward(a, gpu(a));
+    FAIL() << "an op on tensors of two devices must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("different devices"), std::string::npos) << e.what();
+  }
+  try {
+    (void)Tensor::empty(Dims{int64_t{1} << 40}, DType::F32, kGpu);  // 4 TiB
+    FAIL() << "4 TiB cannot fit on a GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory on cuda:0: asked for"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MiB free of"), std::string::npos) << e.what();
+  }
+  const Tensor after = gelu_forward(gpu(a));  // the device still works
+  expect_close(gelu_forward(a), after, "gelu after an exhausted allocation");
+}
+
+}  // namespace
+}  // namespace qkv::ops
