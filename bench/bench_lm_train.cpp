@@ -5,12 +5,14 @@
 // Usage: bench_lm_train [--steps N] [--threads T] [--batch B] [--block T] [--layers L] [--d-model D]
 //                       [--heads H] [--d-ff F] [--vocab V] [--dropout P] [--recompute-ffn]
 //                       [--micro-batch ROWS] [--attention seed|sdpa] [--python PATH] [--no-torch]
+//                       [--device cpu|cuda]
 // Defaults: batch 8 x block 256, 6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 8000, dropout
 // 0.1, GPT-2's choices otherwise (pre-LN, learned positions, GELU tanh, tied output), AdamW (lr 3e-4,
 // weight decay 0.1 on matrices), 3 timed steps, 2 threads. One fixed batch of random ids (B, T + 1).
 // PyTorch runs as `PYTHON bench/lm_train_torch.py --serve` in its own process (so its peak RSS is its own),
 // its steps alternating with qkv's (bench_common.h, PeerProcess);
 // PYTHON defaults to build/bench-venv/bin/python (bench/setup_peers.sh creates it).
+// --device cuda: both train on the GPU (scripts/gpu_check.sh runs it there; docs/gpu.md).
 #include <cblas.h>
 
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include <string>
 
 #include "bench_common.h"
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/causal_lm.h"
 #include "qkv/train/step.h"
@@ -34,6 +37,7 @@ struct Args {
   bool torch = true, recompute_ffn = false;
   int64_t micro_batch = 0;
   std::string attention = "seed";
+  std::string device = "cpu";  // cuda: qkv and PyTorch both train on the GPU
   std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
 };
 
@@ -48,6 +52,12 @@ double step_flops(const Args& a) {
 }
 
 }  // namespace
+
+// bench/ of the source tree ($QKV_BENCH_DIR when the binary runs from another copy, as on a GPU machine).
+std::string bench_dir() {
+  const char* dir = std::getenv("QKV_BENCH_DIR");
+  return dir && *dir ? dir : QKV_BENCH_DIR;
+}
 
 int main(int argc, char** argv) try {
   Args a;
@@ -69,6 +79,7 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--attention")) a.attention = str();
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--no-torch")) a.torch = false;
+    else if (!std::strcmp(argv[i], "--device")) a.device = str();
     else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
   }
   if (a.steps < 1 || a.block < 1 || a.batch < 1) { std::fprintf(stderr, "need --steps, --batch, --block >= 1\n"); return 2; }
@@ -86,6 +97,8 @@ int main(int argc, char** argv) try {
   models::CausalLM model(config, 0);
   model.train();
   model.set_recompute_ffn(a.recompute_ffn);
+  const Device device = parse_device(a.device);
+  model.to(device);  // the optimizer's moments follow the parameters
   train::AdamOptions adam;
   adam.lr = 3e-4;
   adam.weight_decay = 0.1;
@@ -111,17 +124,16 @@ int main(int argc, char** argv) try {
   std::unique_ptr<bench::PeerProcess> torch;
   if (a.torch)
     torch = std::make_unique<bench::PeerProcess>(
-        a.python + " " QKV_BENCH_DIR "/lm_train_torch.py --serve --steps " + std::to_string(a.steps) + " --threads " +
+        a.python + " " + bench_dir() + "/lm_train_torch.py --serve --steps " + std::to_string(a.steps) + " --threads " +
         std::to_string(a.threads) + " --batch " + std::to_string(a.batch) + " --block " + std::to_string(a.block) +
         " --layers " + std::to_string(a.layers) + " --d-model " + std::to_string(a.d_model) + " --heads " +
         std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
-        " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention);
+        " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention +
+        " --device " + (device.is_cuda() ? "cuda" : "cpu"));
   const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
   const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
-  const PoolStats pool = BufferPool::stats();
-  const double ceiling = bench::sgemm_ceiling_gflops();
-  const double own_ceiling = bench::qkv_gemm_ceiling_gflops();
+  const PoolStats pool = BufferPool::stats(device);
   const double gflops = step_flops(a) / t * 1e-9;
 
   std::printf("GPT: batch %lld x block %lld, %lld layers, d_model %lld, %lld heads, d_ff %lld, vocab %lld, dropout %.2g, "
@@ -135,9 +147,16 @@ int main(int argc, char** argv) try {
                   : "");
   std::printf("qkv     step %.3f s (median of %d)  %.0f tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB)  loss %.3f\n",
               t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, loss);
-  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
-              "%.2f of qkv's own GEMM at that shape (%.0f GFLOP/s)\n",
-              gflops, gflops / ceiling, ceiling, gflops / own_ceiling, own_ceiling);
+  if (device.is_cuda()) {
+    std::printf("qkv     %.0f GFLOP/s of matmul work on %s (%s); GPU tensor pool peak %.2f GB\n", gflops,
+                device.name().c_str(), cuda::describe(device).c_str(), pool.bytes_peak / 1e9);
+  } else {
+    const double ceiling = bench::sgemm_ceiling_gflops();
+    const double own_ceiling = bench::qkv_gemm_ceiling_gflops();
+    std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
+                "%.2f of qkv's own GEMM at that shape (%.0f GFLOP/s)\n",
+                gflops, gflops / ceiling, ceiling, gflops / own_ceiling, own_ceiling);
+  }
   std::fflush(stdout);
   if (!torch) return 0;
   const nlohmann::json j = torch->finish();

@@ -4,7 +4,8 @@ qkv's parameter names): the peer of bench_lm_train, which runs this script itsel
 
 Usage: build/bench-venv/bin/python bench/lm_train_torch.py --steps N --threads T
            [--batch 8 --block 256 --layers 6 --d-model 512 --heads 8 --d-ff 2048 --vocab 8000
-            --dropout 0.1 --lr 3e-4 --weight-decay 0.1 --attention seed|sdpa --seed 0]
+            --dropout 0.1 --lr 3e-4 --weight-decay 0.1 --attention seed|sdpa --seed 0
+            --device cpu|cuda --autocast none|bf16]
 
 The model is gpt_model.GPT (pre-LN, learned positions, GELU tanh, lm_head tied to the token
 embedding) in train mode with the given dropout, trained with AdamW (nanoGPT's two groups: weight
@@ -54,6 +55,9 @@ def main():
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--attention", choices=("seed", "sdpa"), default="seed")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU run of scripts/gpu_check.sh)")
+    p.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                   help="bf16: torch.autocast(dtype=torch.bfloat16), PyTorch's mixed precision")
     a = p.parse_args()
     if a.steps < 1 or a.threads < 1 or a.block < 1:
         p.error("need --steps >= 1, --threads >= 1, --block >= 1")
@@ -85,19 +89,23 @@ def main():
             elif q.dim() >= 2:
                 std = 0.02 / (2 * a.layers) ** 0.5 if name.endswith(("W_o.weight", "fc2.weight")) else 0.02
                 q.normal_(0.0, std)
+    model.to(a.device)
     model.train()
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                                    {"params": no_decay, "weight_decay": 0.0}],
                                   lr=a.lr, betas=(0.9, 0.98), eps=1e-9)
-    blocks = torch.randint(0, a.vocab, (a.batch, a.block + 1))
+    blocks = torch.randint(0, a.vocab, (a.batch, a.block + 1)).to(a.device)
     inputs, labels = blocks[:, :-1].contiguous(), blocks[:, 1:].contiguous()
+
+    device_type = "cuda" if a.device.startswith("cuda") else "cpu"
 
     def step():
         optimizer.zero_grad()
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.view(-1, a.vocab), labels.view(-1))
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            logits = model(inputs)
+            loss = F.cross_entropy(logits.view(-1, a.vocab).float(), labels.view(-1))
         loss.backward()
         optimizer.step()
         return loss.item()

@@ -7,7 +7,7 @@ build="$1"
 out="$2"
 rm -rf "$out"
 mkdir -p "$out/lib"
-for bin in tests/qkv_cuda_tests qkv bench/bench_gpu_step; do
+for bin in tests/qkv_cuda_tests qkv bench/bench_lm_train; do
   [ -x "$build/$bin" ] && cp "$build/$bin" "$out/"
 done
 for bin in "$out"/*; do
@@ -19,4 +19,7 @@ for bin in "$out"/*; do
     esac
   done
 done
+# The libraries (OpenBLAS, ICU's data) are most of it: packed, the bundle fits the device tool's
+# 64 MiB; scripts/gpu_check.sh unpacks it.
+tar -C "$out" -cJf "$out.tar.xz" . && rm -rf "$out" && mkdir -p "$out" && mv "$out.tar.xz" "$out/bundle.tar.xz"
 du -sh "$out"

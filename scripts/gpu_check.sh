@@ -6,6 +6,7 @@ set -uo pipefail
 bundle="${1:-.gpu}"
 out="${OUT:-/tmp/qkv-gpu}"
 mkdir -p "$out"
+if [ -f "$bundle/bundle.tar.xz" ]; then tar -C "$bundle" -xJf "$bundle/bundle.tar.xz"; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 # The CUDA libraries: the toolkit's, or the pip wheels' next to PyTorch.
 cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
@@ -16,9 +17,19 @@ echo "== the GPU tests (every op against the CPU, whole models)"
 "$bundle/qkv_cuda_tests" --gtest_output="json:$out/gpu_tests.json" 2>&1 | tee "$out/gpu_tests.log" | \
   grep -E "^\[  (FAILED|PASSED) |^\[==========\]|Failure|error|Expected|Which is|actual|cpu .* gpu" | head -80
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-if [ -x "$bundle/bench_gpu_step" ]; then
-  echo "== training-step benchmark"
-  "$bundle/bench_gpu_step" 2>&1 | tee "$out/bench.log"
+echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint written from the GPU)"
+"$bundle/qkv" train --synthetic --preset tiny --task copy --steps 60 --device cuda --out "$out/copy-ckpt" 2>&1 | tail -4
+"$bundle/qkv" info "$out/copy-ckpt" 2>&1 | head -3
+rm -rf "$out/copy-ckpt"
+if [ -x "$bundle/bench_lm_train" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
+  echo "== GPT training step on the GPU: qkv (float32) against PyTorch eager float32 (steps alternating)"
+  gpt="--batch 8 --block 256 --layers 6 --d-model 512 --heads 8 --d-ff 2048 --vocab 8000 --dropout 0.1"
+  QKV_BENCH_DIR="$PWD/bench" "$bundle/bench_lm_train" --device cuda --steps 10 $gpt --attention sdpa --python python3 \
+    2>&1 | tee "$out/bench_lm_train.log"
+  echo "== PyTorch's best mode on the same GPT: torch.autocast bf16 with SDPA"
+  python3 bench/lm_train_torch.py --steps 10 --threads 4 $gpt --attention sdpa --device cuda --autocast bf16 \
+    > "$out/torch_bf16.json" 2>&1
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("pytorch bf16 autocast: step %.4f s, %.0f tokens/s" % (j["median_step_seconds"], j["tokens_per_second"]))' "$out/torch_bf16.json" || tail -5 "$out/torch_bf16.json"
 fi
 if command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ]; then
   echo "== compute-sanitizer memcheck over the op tests"

@@ -2,7 +2,9 @@
 // with its masked-LM head) built from one seed on both devices, trained 10 Adam steps with dropout
 // and label smoothing on the same batch. The dropout masks are the CPU's bit for bit, so the losses
 // of every step agree within 1e-4 (relative), and the first step's gradients within 1e-4 of each
-// parameter's largest gradient.
+// parameter's largest gradient. Then inference: translations (greedy and beam), generations and
+// sentence embeddings of a trained model on the GPU are the CPU's, and a checkpoint written from
+// the GPU is the CPU's file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,13 @@
 
 #include "qkv/core/cuda_runtime.h"
 #include "qkv/data/synthetic.h"
+#include "qkv/decoding/generate.h"
+#include "qkv/decoding/search.h"
+#include "qkv/models/causal_lm.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/models/encoder_model.h"
+#include "qkv/models/sentence_embedding.h"
+#include "qkv/models/transformer.h"
 #include "qkv/train/adam.h"
 #include "qkv/train/objective.h"
 #include "qkv/train/step.h"
@@ -122,6 +130,84 @@ TEST(ModelsOnGpu, EveryFamilyTrainsAsOnTheCpu) {
     gpu->to(Device::cpu());
     EXPECT_EQ(gpu->device(), Device::cpu()) << f.name;
   }
+}
+
+// A model of each family trained a few steps on the CPU (so that its outputs are not uniform), and
+// its copy on the GPU.
+template <class M>
+std::pair<std::unique_ptr<M>, std::unique_ptr<M>> trained_pair(const Family& f) {
+  auto cpu = std::make_unique<M>(f.config, 11);
+  cpu->train();
+  train::AdamOptions options;
+  options.lr = 3e-3;
+  train::Adam opt(cpu->named_parameters(), options);
+  for (int step = 0; step < 30; ++step) {
+    opt.zero_grad();
+    (void)train::forward_backward(*cpu, *f.objective, f.batch, 0.f);
+    opt.step();
+  }
+  cpu->eval();
+  auto gpu = std::make_unique<M>(f.config, 11);
+  for (size_t i = 0; i < cpu->parameters().size(); ++i)
+    gpu->parameters()[i].value().copy_from(cpu->parameters()[i].value());
+  gpu->eval();
+  gpu->to(kGpu);
+  return {std::move(cpu), std::move(gpu)};
+}
+
+std::vector<data::IdLine> rows_of(const Tensor& ids, int64_t keep) {
+  std::vector<data::IdLine> out;
+  const std::vector<int32_t> all = ids.to_ids();
+  const int64_t T = ids.size(1);
+  for (int64_t b = 0; b < ids.size(0); ++b) out.emplace_back(all.begin() + b * T, all.begin() + b * T + keep);
+  return out;
+}
+
+TEST(ModelsOnGpu, TranslationsGenerationsAndEmbeddingsAreTheCpus) {
+  ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
+  const std::vector<Family> fs = families();
+  {
+    const auto [cpu, gpu] = trained_pair<models::Transformer>(fs[0]);
+    const std::vector<data::IdLine> sources = rows_of(fs[0].batch.src, 9);
+    for (int beam : {1, 4}) {
+      decoding::SearchOptions so;
+      so.beam_size = beam;
+      const auto a = decoding::search_in_batches(*cpu, sources, so, 4), b = decoding::search_in_batches(*gpu, sources, so, 4);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << "beam " << beam << ", sentence " << i;
+        EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << "beam " << beam;
+      }
+    }
+  }
+  {
+    const auto [cpu, gpu] = trained_pair<models::CausalLM>(fs[1]);
+    decoding::GenerateOptions go;
+    go.max_new_tokens = 8;
+    go.stop_at_eos = false;
+    const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}};
+    EXPECT_EQ(decoding::generate(*cpu, prompts, {}, go), decoding::generate(*gpu, prompts, {}, go));
+  }
+  {
+    const auto [cpu, gpu] = trained_pair<models::EncoderModel>(fs[2]);
+    const std::vector<std::vector<int32_t>> sentences = {{4, 9, 10, 11, 5}, {4, 12, 5}, {4, 20, 21, 22, 23, 24, 5}};
+    const std::vector<float> a = models::sentence_embeddings(*cpu, sentences, {}).to_vector();
+    const std::vector<float> b = models::sentence_embeddings(*gpu, sentences, {}).to_vector();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "embedding element " << i;
+  }
+}
+
+TEST(ModelsOnGpu, ACheckpointWrittenFromTheGpuIsTheCpusFile) {
+  ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
+  const Family f = families()[0];
+  const auto [cpu, gpu] = trained_pair<models::Transformer>(f);
+  const std::string dir = ::testing::TempDir() + "qkv_gpu_checkpoint";
+  models::save_model(dir, *gpu);
+  const auto loaded = models::load_seq2seq(dir);
+  const auto a = cpu->named_parameters(), b = loaded->named_parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second.value().to_vector(), b[i].second.value().to_vector()) << a[i].first;
 }
 
 }  // namespace

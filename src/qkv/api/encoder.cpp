@@ -5,11 +5,13 @@
 
 namespace qkv::api {
 
-Encoder::Encoder(const std::string& checkpoint_dir, const char* use, nn::ComputeType compute_type)
+Encoder::Encoder(const std::string& checkpoint_dir, const char* use, nn::ComputeType compute_type,
+                 Device device)
     : dir_(checkpoint_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   model_ = models::load_encoder(checkpoint_dir, use);
   model_->eval();
+  model_->to(device);
   model_->set_compute_type(compute_type);
   const models::TransformerConfig& c = model_->config();
   pooling_ = models::load_sentence_embedding_config(checkpoint_dir);

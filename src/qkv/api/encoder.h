@@ -21,8 +21,9 @@ class Encoder {
   // "embedding") in eval mode, its tokenizer when it has one, and its pooling
   // (sentence_embedding.json; max_seq_length resolved to the model's when absent).
   // compute_type: how inference computes (nn/compute_type.h), set once here for every call.
+  // device: where the model runs (a GPU: core/cuda_runtime.h); results come back to the host.
   explicit Encoder(const std::string& checkpoint_dir, const char* use = "this command",
-                   nn::ComputeType compute_type = nn::ComputeType::Float32);
+                   nn::ComputeType compute_type = nn::ComputeType::Float32, Device device = Device::cpu());
   ~Encoder();
 
   const models::EncoderModel& model() const { return *model_; }

@@ -6,10 +6,12 @@
 
 namespace qkv::api {
 
-Generator::Generator(const std::string& checkpoint_dir, nn::ComputeType compute_type) : dir_(checkpoint_dir) {
+Generator::Generator(const std::string& checkpoint_dir, nn::ComputeType compute_type, Device device)
+    : dir_(checkpoint_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   model_ = models::load_causal_lm(checkpoint_dir);
   model_->eval();
+  model_->to(device);
   model_->set_compute_type(compute_type);
   const std::string path = models::lm_tokenizer_path(checkpoint_dir);
   if (!path.empty()) {

@@ -32,7 +32,9 @@ class Generator {
  public:
   // Loads DIR in eval mode with its tokenizer when it has one (without, only the *_ids calls work).
   // compute_type: how inference computes (nn/compute_type.h), set once here for every call.
-  explicit Generator(const std::string& checkpoint_dir, nn::ComputeType compute_type = nn::ComputeType::Float32);
+  // device: where the model runs (a GPU: core/cuda_runtime.h); text in and out stays on the host.
+  explicit Generator(const std::string& checkpoint_dir, nn::ComputeType compute_type = nn::ComputeType::Float32,
+                 Device device = Device::cpu());
   ~Generator();
 
   const models::TransformerConfig& config() const;

@@ -7,10 +7,12 @@
 
 namespace qkv::api {
 
-Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type) : dir_(checkpoint_dir) {
+Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type, Device device)
+    : dir_(checkpoint_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   model_ = models::load_seq2seq(checkpoint_dir);
   model_->eval();
+  model_->to(device);
   model_->set_compute_type(compute_type);
   const std::string s = checkpoint_dir + "/" + models::kSourceSpmFile, t = checkpoint_dir + "/" + models::kTargetSpmFile;
   if (std::filesystem::exists(s) && std::filesystem::exists(t)) {

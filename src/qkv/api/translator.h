@@ -42,7 +42,9 @@ class Translator {
   // Loads DIR (config.json, model.safetensors) in eval mode and, when present, its
   // source.spm.model and target.spm.model (without them only the *_ids calls work).
   // compute_type: how inference computes (nn/compute_type.h), set once here for every call.
-  explicit Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type = nn::ComputeType::Float32);
+  // device: where the model runs (a GPU: core/cuda_runtime.h); text in and out stays on the host.
+  explicit Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type = nn::ComputeType::Float32,
+                 Device device = Device::cpu());
   ~Translator();
 
   const models::TransformerConfig& config() const { return model_->config(); }

@@ -82,7 +82,7 @@ int run_generate(const GenerateCliOptions& o) {
   check_flags(o);  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
   set_num_threads(o.threads);
-  const api::Generator generator(o.checkpoint, chosen_compute_type(o.compute));
+  const api::Generator generator(o.checkpoint, chosen_compute_type(o.compute), chosen_device(o.compute.device));
   const int64_t V = generator.vocab_size();
   QKV_CHECK(o.ids || generator.tokenizer(), o.checkpoint << ": no " << models::kLmSpmFile << " or " << models::kLmBpeFile
                                                          << " for text prompts; use --ids for token ids");

@@ -85,6 +85,7 @@ Runner add_score_command(CLI::App& app) {
     set_num_threads(o->threads);
     auto model = models::load_model(o->checkpoint);
     model->eval();
+    model->to(chosen_device(o->compute.device));
     model->set_compute_type(chosen_compute_type(o->compute));
     const auto& c = model->config();
     QKV_CHECK(!c.encoder_only(), o->checkpoint << ": this is an encoder-only model; qkv score gives the loss of a "

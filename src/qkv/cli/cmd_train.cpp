@@ -25,7 +25,9 @@
 #include <thread>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/train_progress.h"
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/dist/mpi.h"
@@ -57,6 +59,7 @@ struct StopOnSignal {
 };
 
 struct TrainOptions : train::TrainRequest {
+  std::string device_name = "cpu";
   int threads = 0;
   double dist_timeout = 300;
   double bucket_mb = 25;
@@ -91,12 +94,15 @@ int run_train(const TrainOptions& o) {
   request.comm = comm;
   request.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(o.bucket_mb * (1 << 20)));
   request.overlap = !o.no_overlap;
+  request.device = chosen_device(o.device_name);
   if (comm) comm->set_timeout(o.dist_timeout);
   set_num_threads(comm ? rank_threads(o.threads) : o.threads);
   const bool quiet = comm && comm->rank() != 0;
   TrainProgress progress(::isatty(STDERR_FILENO));
   const StopOnSignal stop;
   if (comm && !quiet) progress.info("data parallel: " + comm->describe() + ", " + std::to_string(num_threads()) + " threads each");
+  if (request.device.is_cuda() && !quiet)
+    progress.info("device: " + request.device.name() + " (" + cuda::describe(request.device) + ")");
   train::TrainResult r;
   try {
     r = train::run_training(request, quiet ? train::TrainerEvents{} : progress.events(), &g_stop_requested);
@@ -183,6 +189,7 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--threads", o.threads,
                  "Threads (default: $QKV_THREADS or all cores; under mpirun, per rank: the cores over the host's ranks)")
       ->check(FiniteRange(0, 4096));
+  add_device_option(app, o.device_name);
   const char* g = "Data parallel (mpirun -np N qkv train ...)";
   app.add_option("--dist-timeout", o.dist_timeout,
                  "Seconds a rank waits for the others in a training step before stopping the job naming the rank "

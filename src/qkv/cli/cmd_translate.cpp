@@ -110,7 +110,7 @@ int run_translate(const TranslateOptions& o) {
   check_search_flags(o, std::numeric_limits<int64_t>::max());  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
   set_num_threads(o.threads);
-  const api::Translator translator(o.checkpoint, chosen_compute_type(o.compute));
+  const api::Translator translator(o.checkpoint, chosen_compute_type(o.compute), chosen_device(o.compute.device));
   check_search_flags(o, translator.config().tgt_vocab_size);
   QKV_CHECK(o.ids || translator.has_tokenizers(),
             o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");

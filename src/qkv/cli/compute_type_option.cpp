@@ -1,5 +1,6 @@
 #include "qkv/cli/compute_type_option.h"
 
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/core/error.h"
 
 namespace qkv::cli {
@@ -26,6 +27,31 @@ void add_compute_type_options(CLI::App& app, ComputeTypeOption& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "int8"}))
       ->excludes(type);
+  add_device_option(app, o.device);
+}
+
+CLI::Option* add_device_option(CLI::App& app, std::string& device) {
+  return app
+      .add_option("--device", device,
+                  "Where the model runs: cpu, or cuda / cuda:N (an NVIDIA GPU; needs a build with -DQKV_CUDA=ON). "
+                  "On a GPU the compute types are float32 and bf16")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& name) -> std::string {
+            try {
+              (void)parse_device(name);
+              return {};
+            } catch (const Error& e) {
+              return e.what();
+            }
+          },
+          "{cpu,cuda,cuda:N}"));
+}
+
+Device chosen_device(const std::string& name) {
+  const Device device = parse_device(name);
+  cuda::check_available(device);
+  return device;
 }
 
 nn::ComputeType chosen_compute_type(const ComputeTypeOption& o) {

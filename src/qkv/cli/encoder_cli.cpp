@@ -29,7 +29,8 @@ void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::s
 
 std::unique_ptr<EncoderSession> open_encoder(const EncoderTextOptions& o, const char* use) {
   check_checkpoint_argument(o.checkpoint);
-  auto s = std::make_unique<EncoderSession>(o.checkpoint, use, chosen_compute_type(o.compute));
+  auto s = std::make_unique<EncoderSession>(o.checkpoint, use, chosen_compute_type(o.compute),
+                                           chosen_device(o.compute.device));
   const int64_t positions = s->model().config().max_seq_length;
   if (o.max_tokens > positions)
     throw UsageError("--max-tokens " + std::to_string(o.max_tokens) + ": the model has " + std::to_string(positions) +

@@ -8,18 +8,21 @@ namespace {
 struct StridedShape {
   int dims;
   int64_t shape[qkv::kMaxDims];
-  int64_t strides[qkv::kMaxDims];
+  int64_t dst_strides[qkv::kMaxDims];
+  int64_t src_strides[qkv::kMaxDims];
 };
 
 template <class T>
 __global__ void copy_strided_kernel(T* dst, const T* src, StridedShape s, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    int64_t rest = i, from = 0;
-    for (int d = s.dims - 1; d >= 0; --d) {  // the contiguous index's coordinates, last dim fastest
-      from += rest % s.shape[d] * s.strides[d];
+    int64_t rest = i, from = 0, to = 0;
+    for (int d = s.dims - 1; d >= 0; --d) {  // element i's coordinates in row-major order, last dim fastest
+      const int64_t c = rest % s.shape[d];
+      from += c * s.src_strides[d];
+      to += c * s.dst_strides[d];
       rest /= s.shape[d];
     }
-    dst[i] = src[from];
+    dst[to] = src[from];
   }
 }
 
@@ -50,11 +53,13 @@ void launch_copy(void* dst, const void* src, const StridedShape& s, int64_t n) {
 
 }  // namespace
 
-void copy_strided(void* dst, const void* src, const Dims& shape, const Dims& strides, int64_t element_size) {
-    StridedShape s{static_cast<int>(shape.size()), {}, {}};
+void copy_strided(void* dst, const Dims& dst_strides, const void* src, const Dims& src_strides, const Dims& shape,
+                  int64_t element_size) {
+  StridedShape s{static_cast<int>(shape.size()), {}, {}, {}};
   for (int d = 0; d < s.dims; ++d) {
     s.shape[d] = shape[d];
-    s.strides[d] = strides[d];
+    s.dst_strides[d] = dst_strides[d];
+    s.src_strides[d] = src_strides[d];
   }
   const int64_t n = shape.numel();
   if (n == 0) return;

@@ -1,7 +1,8 @@
 #include "qkv/core/cuda_runtime.h"
 
 #include <array>
-#include <cstdio>
+#include <iomanip>
+#include <sstream>
 #include <mutex>
 
 #include "qkv/core/error.h"
@@ -70,10 +71,10 @@ std::string describe(Device device) {
   check_available(device);
   cudaDeviceProp prop{};
   QKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, device.index));
-  char text[256];
-  std::snprintf(text, sizeof text, "%s, sm_%d%d, %.1f GiB", prop.name, prop.major, prop.minor,
-                static_cast<double>(prop.totalGlobalMem) / (1 << 30));
-  return text;
+  std::ostringstream text;
+  text << prop.name << ", sm_" << prop.major << prop.minor << ", " << std::fixed << std::setprecision(1)
+       << static_cast<double>(prop.totalGlobalMem) / (1 << 30) << " GiB";
+  return text.str();
 }
 
 void* malloc(Device device, size_t bytes) {
@@ -149,7 +150,7 @@ MemoryInfo memory_info(Device device) {
 }
 void copy(void*, Device, const void*, Device, size_t) { not_built("a copy to or from a GPU"); }
 void synchronize(Device) {}
-void copy_strided(void*, const void*, const Dims&, const Dims&, int64_t) { not_built("a copy on a GPU"); }
+void copy_strided(void*, const Dims&, const void*, const Dims&, const Dims&, int64_t) { not_built("a copy on a GPU"); }
 void f32_to_bf16(void*, const float*, int64_t) { not_built("a conversion on a GPU"); }
 void bf16_to_f32(float*, const void*, int64_t) { not_built("a conversion on a GPU"); }
 void memset_zero(void*, size_t) { not_built("a fill on a GPU"); }

@@ -43,9 +43,10 @@ void copy(void* dst, Device dst_device, const void* src, Device src_device, size
 // Waits for the work queued on the device's stream.
 void synchronize(Device device);
 
-// On the device: dst (contiguous, shape) = src viewed with `strides` (elements of `element_size`
-// bytes, 1, 2, 4 or 8).
-void copy_strided(void* dst, const void* src, const Dims& shape, const Dims& strides, int64_t element_size);
+// On the device: the `shape` elements of src (viewed with src_strides) into dst (viewed with
+// dst_strides); elements of `element_size` bytes, 1, 2, 4 or 8; the two ranges must not overlap.
+void copy_strided(void* dst, const Dims& dst_strides, const void* src, const Dims& src_strides, const Dims& shape,
+                  int64_t element_size);
 // On the device: n floats <-> bfloat16 (round to nearest even, as core/dtype.h).
 void f32_to_bf16(void* dst, const float* src, int64_t n);
 void bf16_to_f32(float* dst, const void* src, int64_t n);

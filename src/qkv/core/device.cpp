@@ -7,7 +7,10 @@
 namespace qkv {
 
 std::string Device::name() const {
-  return type == DeviceType::CPU ? "cpu" : "cuda:" + std::to_string(index);
+  if (type == DeviceType::CPU) return "cpu";
+  std::string name = std::to_string(index);
+  name.insert(0, "cuda:");
+  return name;
 }
 
 Device parse_device(const std::string& text) {

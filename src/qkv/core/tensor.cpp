@@ -357,17 +357,15 @@ void Tensor::copy_from(const Tensor& src) {
   strided_copy(base(), strides_, src.base(), src.strides_, shape_, E);
 }
 
-// copy_from on a GPU: a contiguous destination, filled by one copy or the strided-copy kernel.
+// copy_from on a GPU: one copy when both are contiguous, else the strided-copy kernel (a source
+// that shares the destination's buffer is copied first).
 void Tensor::copy_on_device(const Tensor& src) {
-  QKV_CHECK(is_contiguous(), "copy_from: a strided destination " << describe() << " (views on a GPU are read, "
-                                                                 << "not written, element by element)");
   cuda::activate(device());
-  const bool may_overlap = buffer_ == src.buffer_;
-  const Tensor from = may_overlap ? src.clone() : src;
-  if (from.is_contiguous())
+  const Tensor from = buffer_ == src.buffer_ ? src.clone() : src;
+  if (is_contiguous() && from.is_contiguous())
     cuda::copy(base(), device(), from.base(), device(), static_cast<size_t>(nbytes()));
   else
-    cuda::copy_strided(base(), from.base(), shape_, from.strides_, element_size());
+    cuda::copy_strided(base(), strides_, from.base(), from.strides_, shape_, element_size());
 }
 
 Tensor Tensor::to(Device device) const {

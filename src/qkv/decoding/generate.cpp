@@ -67,9 +67,12 @@ void generate_batch(const models::CausalLM& model, const std::vector<FittedPromp
   std::vector<Tensor> weights;
   std::vector<Tensor>* weights_out = attention ? &weights : nullptr;
   // The last new token is never fed back, so new_tokens - 1 steps follow the prefill.
-  Tensor logits = model.prefill(prompts, new_tokens, state, weights_out, o.kv_storage.get())
-                      .value()
-                      .contiguous();  // (N, V)
+  // The scores and attention weights come back to the host (from a GPU), where tokens are chosen.
+  const auto to_host = [&](const Var& v) {
+    for (Tensor& w : weights) w = w.to(Device::cpu());
+    return v.value().contiguous().to(Device::cpu());
+  };
+  Tensor logits = to_host(model.prefill(prompts, new_tokens, state, weights_out, o.kv_storage.get()));  // (N, V)
   std::vector<size_t> active = rows;  // state row i is the caller's prompt active[i]
   if (attention) {
     const int64_t longest = state.length, H = model.config().num_heads;
@@ -103,9 +106,7 @@ void generate_batch(const models::CausalLM& model, const std::vector<FittedPromp
       for (int64_t i : keep) still.push_back(active[static_cast<size_t>(i)]);
       active = std::move(still);
     }
-    logits = model.step(Tensor::from_ids(Dims{static_cast<int64_t>(fed.size())}, fed), state, weights_out)
-                 .value()
-                 .contiguous();
+    logits = to_host(model.step(Tensor::from_ids(Dims{static_cast<int64_t>(fed.size())}, fed), state, weights_out));
     if (attention)
       for (size_t i = 0; i < active.size(); ++i)
         take_rows(weights, static_cast<int64_t>(i), state.padding[i], 0, 1, (*attention)[active[i]]);

@@ -92,10 +92,14 @@ StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t
 // back at the end (attention_of).
 class StepDecoder {
  public:
-  StepDecoder(const models::Transformer& model, const Tensor& src, int64_t rows_per_source, int64_t max_length,
+  // The model may be on a GPU: the ids go there, and the scores (and attention weights) come back
+  // to the host, where the search runs.
+  StepDecoder(const models::Transformer& model, const Tensor& host_src, int64_t rows_per_source, int64_t max_length,
               const SearchOptions& o)
-      : model_(model), use_cache_(o.use_cache), attention_(o.attention) {
+      : model_(model), device_(model.device()), use_cache_(o.use_cache), attention_(o.attention) {
+    const Tensor src = host_src.to(device_);
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
+    for (Tensor& w : encoder_weights_) w = w.to(Device::cpu());
     if (use_cache_) {
       state_ = model.start_decoding(enc, src, max_length, rows_per_source, o.kv_storage.get());
     } else {  // each sentence's rows get their own copy of its source and encoder output
@@ -116,18 +120,22 @@ class StepDecoder {
     std::vector<Tensor>* self_out = attention_ ? &self_w : nullptr;
     std::vector<Tensor>* cross_out = attention_ ? &cross_w : nullptr;
     if (use_cache_) {
-      logits = model_.decode_step(Tensor::from_ids(Dims{N}, tokens), state_, self_out, cross_out).value();
+      logits = model_.decode_step(Tensor::from_ids(Dims{N}, tokens).to(device_), state_, self_out, cross_out).value();
     } else {  // the whole prefix again; keep the last position
       for (int64_t i = 0; i < N; ++i) prefix_[i].push_back(tokens[i]);
       const int64_t T = static_cast<int64_t>(prefix_[0].size());
       std::vector<int32_t> flat;
       for (const auto& p : prefix_) flat.insert(flat.end(), p.begin(), p.end());
-      const models::Masks masks = model_.generate_mask(src_, Tensor::from_ids(Dims{N, T}, flat));
-      const Tensor all = model_.decode(Tensor::from_ids(Dims{N, T}, flat), enc_, masks, self_out, cross_out).value();
+      const Tensor prefix = Tensor::from_ids(Dims{N, T}, flat).to(device_);
+      const models::Masks masks = model_.generate_mask(src_, prefix);
+      const Tensor all = model_.decode(prefix, enc_, masks, self_out, cross_out).value();
       logits = all.narrow(1, T - 1, 1).contiguous().reshape(Dims{N, V});  // (N, T, V) -> the last position
       for (Tensor& w : self_w) w = w.narrow(2, T - 1, 1).contiguous();
       for (Tensor& w : cross_w) w = w.narrow(2, T - 1, 1).contiguous();
     }
+    logits = logits.to(Device::cpu());
+    for (std::vector<Tensor>* weights : {&self_w, &cross_w})
+      for (Tensor& w : *weights) w = w.to(Device::cpu());
     if (attention_) {
       if (backpointers_.size() < steps_.size()) backpointers_.emplace_back();  // no reorder: rows kept
       steps_.push_back({std::move(self_w), std::move(cross_w)});
@@ -186,6 +194,7 @@ class StepDecoder {
 
  private:
   const models::Transformer& model_;
+  Device device_;  // the model's
   bool use_cache_, attention_;
   std::vector<Tensor> encoder_weights_;  // per layer (B, H, S, S)
   struct StepWeights {

@@ -29,7 +29,7 @@ void save_tensors(const std::string& path, const std::vector<std::pair<std::stri
                                                    << " is packed for a kernel; save the weight it was made from");
     st.dtype = st_dtype_of(t.dtype());
     st.shape.assign(t.shape().begin(), t.shape().end());
-    const Tensor c = t.contiguous();
+    const Tensor c = t.contiguous().to(Device::cpu());  // the same file from either device
     st.bytes.resize(static_cast<size_t>(c.nbytes()));
     if (!st.bytes.empty()) std::memcpy(st.bytes.data(), c.raw_data(), st.bytes.size());
     file.tensors.push_back(std::move(st));
@@ -54,7 +54,13 @@ void TensorFile::take_into(const std::string& name, Tensor& dst) {
   QKV_CHECK(dims_of(*st) == dst.shape(), path_ << ": tensor '" << name << "' has shape " << dims_of(*st)
                                                << ", expected " << dst.shape());
   QKV_CHECK(dst.is_contiguous(), "take_into: destination of '" << name << "' is not contiguous");
-  if (!st->bytes.empty()) std::memcpy(dst.f32(), st->bytes.data(), st->bytes.size());
+  if (dst.device().is_cuda()) {  // a model or optimizer on a GPU: through the host
+    Tensor host = Tensor::empty(dst.shape());
+    if (!st->bytes.empty()) std::memcpy(host.f32(), st->bytes.data(), st->bytes.size());
+    dst.copy_from(host.to(dst.device()));
+  } else if (!st->bytes.empty()) {
+    std::memcpy(dst.f32(), st->bytes.data(), st->bytes.size());
+  }
   taken_.insert(name);
 }
 

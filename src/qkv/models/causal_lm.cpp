@@ -180,15 +180,17 @@ Var CausalLM::prefill(const std::vector<std::vector<int32_t>>& prompts, int64_t 
       if (t < pad) st.key_keep.i32()[r * st.capacity + t] = 0;
     }
   }
+  const Device on = device();  // built on the host, used where the weights are
+  st.key_keep = st.key_keep.to(on);
   const int64_t H = config_.num_heads, dk = config_.d_model / H;
   for (size_t i = 0; i < layers.size(); ++i)
-    st.layers.push_back(nn::self_attention_cache(kv_storage, i, N, H, st.capacity, config_.max_seq_length, dk));
+    st.layers.push_back(nn::self_attention_cache(kv_storage, i, N, H, st.capacity, config_.max_seq_length, dk, on));
   ops::AttentionMasks masks;
   masks.key_keep = st.key_keep;
   masks.causal = true;
   masks.fill = config_.mask_fill_value();
   const Var hidden =
-      run_blocks(embed(ids, positions_of(N, longest, 0, st.padding)), &st.layers, masks, weights);
+      run_blocks(embed(ids.to(on), positions_of(N, longest, 0, st.padding).to(on)), &st.layers, masks, weights);
   st.length = longest;
   // Only the last position of every row (all rows end at the same column) needs logits: the output
   // projection is the largest matmul, and the prompt's other positions would be thrown away.
@@ -203,7 +205,8 @@ Var CausalLM::step(const Tensor& tokens, GenerationState& st, std::vector<Tensor
   ops::AttentionMasks masks;
   masks.key_keep = st.key_keep;
   masks.fill = config_.mask_fill_value();
-  const Var x = embed(tokens.reshape(Dims{N, 1}), positions_of(N, 1, st.length, st.padding));
+  const Device on = device();
+  const Var x = embed(tokens.reshape(Dims{N, 1}).to(on), positions_of(N, 1, st.length, st.padding).to(on));
   const Var logits = lm_head.forward(run_blocks(x, &st.layers, masks, weights));
   st.length += 1;
   return fn::reshape(logits, Dims{N, config_.tgt_vocab_size});

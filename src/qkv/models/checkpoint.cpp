@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 // Index of the first NaN/Inf of an f32 tensor, or -1.
 int64_t first_non_finite(const Tensor& t) {
-  const Tensor c = t.contiguous();
+  const Tensor c = t.contiguous().to(Device::cpu());
   const float* p = c.f32();
   for (int64_t i = 0; i < c.numel(); ++i)
     if (!std::isfinite(p[i])) return i;
@@ -22,7 +22,8 @@ int64_t first_non_finite(const Tensor& t) {
 
 void check_finite(const std::string& where, const std::string& name, const Tensor& t) {
   const int64_t bad = first_non_finite(t);
-  QKV_CHECK(bad < 0, where << ": tensor '" << name << "' holds a non-finite value (" << t.contiguous().f32()[bad]
+  QKV_CHECK(bad < 0, where << ": tensor '" << name << "' holds a non-finite value ("
+                           << t.contiguous().to(Device::cpu()).f32()[bad]
                            << " at element " << bad << "): the weights diverged or the file is damaged");
 }
 }  // namespace

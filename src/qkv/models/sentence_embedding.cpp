@@ -118,7 +118,10 @@ Tensor sentence_embeddings(const EncoderModel& model, const std::vector<std::vec
     }
   }
   const NoGradGuard no_grad;
-  const Tensor hidden = model.encode(in).value().contiguous();  // (N, T, D)
+  const Device on = model.device();  // the ids go where the weights are; the states come back
+  in.ids = in.ids.to(on);
+  in.key_keep = in.key_keep.to(on);
+  const Tensor hidden = model.encode(in).value().contiguous().to(Device::cpu());  // (N, T, D)
   Tensor out = Tensor::empty(Dims{N, D});
   for (int64_t n = 0; n < N; ++n) {
     const int64_t len = static_cast<int64_t>(sentences[static_cast<size_t>(n)].size());

@@ -152,7 +152,8 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   for (int64_t b = 0; b < enc_output.size(0); ++b) st.source_of_row.insert(st.source_of_row.end(), rows_per_source, b);
   const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
   for (size_t i = 0; i < decoder_layers.size(); ++i)
-    st.layers.push_back({nn::self_attention_cache(kv_storage, i, N, H, max_length, config_.max_seq_length, dk),
+    st.layers.push_back({nn::self_attention_cache(kv_storage, i, N, H, max_length, config_.max_seq_length, dk,
+                                                 enc_output.value().device()),
                          decoder_layers[i]->cross_attn.project_memory(enc_output)});
   return st;
 }

@@ -45,26 +45,26 @@ ops::AttentionDropoutSpec MultiHeadAttention::dropout_spec(int64_t B, int64_t Tq
 
 namespace qkv::nn {
 
-KVCache KVCache::with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk) {
+KVCache KVCache::with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk, Device device) {
   KVCache c;
-  c.k = Tensor::empty_unpooled(Dims{N, num_heads, capacity, dk});
-  c.v = Tensor::empty_unpooled(Dims{N, num_heads, capacity, dk});
+  c.k = Tensor::empty_unpooled(Dims{N, num_heads, capacity, dk}, DType::F32, device);
+  c.v = Tensor::empty_unpooled(Dims{N, num_heads, capacity, dk}, DType::F32, device);
   return c;
 }
 
 KVCache KVCacheStorage::take(size_t layer, int64_t N, int64_t num_heads, int64_t length_limit, int64_t capacity,
-                             int64_t dk) {
+                             int64_t dk, Device device) {
   QKV_CHECK(length_limit >= 1 && length_limit <= capacity,
             "key/value storage: length " << length_limit << " must be in [1, capacity " << capacity << "]");
   if (kept_.size() <= layer) kept_.resize(layer + 1);
   KVCache& kept = kept_[layer];
-  const bool fits = kept.k.defined() && kept.k.size(0) >= N && kept.k.size(1) == num_heads &&
-                    kept.k.size(2) >= length_limit && kept.k.size(3) == dk;
+  const bool fits = kept.k.defined() && kept.k.device() == device && kept.k.size(0) >= N &&
+                    kept.k.size(1) == num_heads && kept.k.size(2) >= length_limit && kept.k.size(3) == dk;
   if (!fits) {
     // Dropped first, so the old and new storage never take memory together.
     const int64_t rows = kept.k.defined() ? std::max(N, kept.k.size(0)) : N;
     kept = KVCache();
-    kept = KVCache::with_capacity(rows, num_heads, capacity, dk);
+    kept = KVCache::with_capacity(rows, num_heads, capacity, dk, device);
   }
   KVCache c;
   c.k = kept.k.slice0(0, N);
@@ -74,9 +74,9 @@ KVCache KVCacheStorage::take(size_t layer, int64_t N, int64_t num_heads, int64_t
 }
 
 KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, int64_t num_heads,
-                             int64_t length_limit, int64_t storage_capacity, int64_t dk) {
-  return storage ? storage->take(layer, N, num_heads, length_limit, storage_capacity, dk)
-                 : KVCache::with_capacity(N, num_heads, length_limit, dk);
+                             int64_t length_limit, int64_t storage_capacity, int64_t dk, Device device) {
+  return storage ? storage->take(layer, N, num_heads, length_limit, storage_capacity, dk, device)
+                 : KVCache::with_capacity(N, num_heads, length_limit, dk, device);
 }
 
 namespace {
@@ -94,7 +94,7 @@ namespace {
 Tensor grown_copy(const Tensor& from, int64_t rows_out, int64_t length) {
   Dims shape = from.shape();
   shape[0] = rows_out;
-  Tensor grown = Tensor::empty_unpooled(shape);
+  Tensor grown = Tensor::empty_unpooled(shape, DType::F32, from.device());
   const int64_t rows = from.size(0);
   grown.slice0(0, rows).narrow(2, 0, length).copy_from(from.narrow(2, 0, length));
   return grown;
@@ -112,7 +112,7 @@ void reorder_rows(Tensor& cache, const std::vector<int64_t>& rows, int64_t lengt
   if (n > N) {
     Dims shape = cache.shape();
     shape[0] = n;
-    Tensor grown = Tensor::empty_unpooled(shape);
+    Tensor grown = Tensor::empty_unpooled(shape, DType::F32, cache.device());
     for (int64_t i = 0; i < n; ++i) grown.slice0(i, i + 1).narrow(2, 0, length).copy_from(row(rows[i]));
     cache = std::move(grown);
     return;
@@ -133,7 +133,7 @@ void reorder_rows(Tensor& cache, const std::vector<int64_t>& rows, int64_t lengt
     if (ready.empty()) {  // only cycles are left, each row read once: save one and start there
       while (source[next_unresolved] == next_unresolved) ++next_unresolved;
       const int64_t start = next_unresolved;
-      if (!scratch.defined()) scratch = Tensor::empty(row(start).shape());
+      if (!scratch.defined()) scratch = Tensor::empty(row(start).shape(), DType::F32, cache.device());
       scratch.copy_from(row(start));
       for (int64_t i = 0; i < n; ++i)
         if (source[i] == start && i != start) source[i] = kFromScratch;
@@ -156,6 +156,10 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
   const int64_t n_old = sequences(), n = static_cast<int64_t>(rows.size()), capacity = k.size(2);
   for (int64_t r : rows)
     QKV_CHECK(r >= 0 && r < n_old, "attention cache: sequence " << r << " outside [0, " << n_old << ")");
+  if (k.device().is_cuda()) {  // copies on the device are cheap next to a map the host must build
+    reorder_copying(rows);
+    return;
+  }
   if (n > k.size(0)) {  // more sequences than rows: new storage (the map's rows stay valid)
     k = grown_copy(k, n, length);
     v = grown_copy(v, n, length);

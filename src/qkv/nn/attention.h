@@ -27,11 +27,14 @@ struct KVCache {
   // pool's): its pages count towards memory only once written, and most sentences end far below the
   // length limit the capacity is sized for. Pooled, a batch's caches were most of translation's
   // memory.
-  static KVCache with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk);
+  // On a GPU (`device`), ordinary device memory.
+  static KVCache with_capacity(int64_t N, int64_t num_heads, int64_t capacity, int64_t dk,
+                               Device device = Device::cpu());
   // Keeps / duplicates sequences: sequence i becomes old sequence rows[i] (beam search, dropping
   // finished sequences). Moves the map; copies only when the batch grows past the rows allocated,
   // or when the sequences fit in half the rows (gathered into storage of their own, so that the
-  // rows of ended sequences are given back).
+  // rows of ended sequences are given back). On a GPU the rows are copied (reorder_copying's way):
+  // no map, so attention reads every cache in place.
   void reorder(const std::vector<int64_t>& rows);
   // The same for a static cache (cross-attention's, read in place by forward_static): copies each
   // row that changes, once, in place.
@@ -55,7 +58,8 @@ class KVCacheStorage {
   // Self-attention cache `layer` for N sequences of `length_limit` positions, in storage of
   // `capacity` >= length_limit positions: views of the kept storage when it has the rows, else new
   // storage, kept in its place.
-  KVCache take(size_t layer, int64_t N, int64_t num_heads, int64_t length_limit, int64_t capacity, int64_t dk);
+  KVCache take(size_t layer, int64_t N, int64_t num_heads, int64_t length_limit, int64_t capacity, int64_t dk,
+               Device device = Device::cpu());
 
  private:
   std::vector<KVCache> kept_;  // per layer: the whole storage
@@ -63,9 +67,9 @@ class KVCacheStorage {
 
 // Self-attention cache `layer` for N sequences of `length_limit` positions: from `storage` (whose
 // capacity is `storage_capacity`) when the caller keeps one, else a cache of its own sized to the
-// limit. What Transformer::start_decoding and CausalLM::prefill both do.
+// limit. What Transformer::start_decoding and CausalLM::prefill both do. On `device` (the model's).
 KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, int64_t num_heads,
-                             int64_t length_limit, int64_t storage_capacity, int64_t dk);
+                             int64_t length_limit, int64_t storage_capacity, int64_t dk, Device device);
 
 class MultiHeadAttention : public Module {
  public:

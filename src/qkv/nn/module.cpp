@@ -53,8 +53,10 @@ void Module::to(Device device) {
 }
 
 Device Module::device() const {
-  const auto params = named_parameters();
-  return params.empty() ? Device::cpu() : params.front().second.value().device();
+  if (!params_.empty()) return params_.front().second.value().device();
+  for (const auto& [name, child] : children_)
+    if (!child->named_parameters().empty()) return child->device();
+  return Device::cpu();
 }
 
 void Module::zero_grad() {

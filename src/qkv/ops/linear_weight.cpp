@@ -14,11 +14,12 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
   const Tensor w = w_in.contiguous();
   const int64_t out = w.size(0), in = w.size(1);
   LinearWeight lw;
-  if (w.device().is_cuda()) {  // cuBLAS reads row-major weights: float32 as it is, bf16 rounded
+  if (w.device().is_cuda()) {  // cuBLAS reads row-major weights: float32 as they are (shared, not copied:
+                               // GPU memory is scarcer), bf16 rounded
     QKV_CHECK(dtype == DType::F32 || dtype == DType::BF16,
               "prepare_linear_weight: no " << dtype_name(dtype) << " weights on " << w.device().name()
                                            << " yet (float32 and bf16 are)");
-    lw.weight = dtype == DType::F32 ? w.clone() : w.to(DType::BF16);
+    lw.weight = dtype == DType::F32 ? w : w.to(DType::BF16);
     return lw;
   }
   switch (dtype) {

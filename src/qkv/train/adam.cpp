@@ -65,7 +65,8 @@ void Adam::load(const std::string& path) {
     file.take_into("exp_avg_sq." + slot.name, slot.exp_avg_sq);
     for (const auto& [kind, t] : {std::pair<const char*, const Tensor*>{"exp_avg.", &slot.exp_avg},
                                   std::pair<const char*, const Tensor*>{"exp_avg_sq.", &slot.exp_avg_sq}}) {
-      const float* p = t->f32();
+      const Tensor host = t->to(Device::cpu());
+      const float* p = host.f32();
       for (int64_t i = 0; i < t->numel(); ++i)
         QKV_CHECK(std::isfinite(p[i]), path << ": tensor '" << kind << slot.name << "' holds a non-finite value ("
                                             << p[i] << " at element " << i << "): the file is damaged");

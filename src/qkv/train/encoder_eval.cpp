@@ -69,7 +69,10 @@ Tensor class_probabilities(const models::Model& model, const std::vector<data::I
     const int64_t end = std::min(N, begin + batch_size);
     std::vector<const data::IdLine*> batch;
     for (int64_t i = begin; i < end; ++i) batch.push_back(&rows[static_cast<size_t>(order[static_cast<size_t>(i)])]);
-    const Tensor p = fn::softmax(classification_logits(model, pad_rows(batch, model.config().pad_id))).value().contiguous();
+    const Tensor p = fn::softmax(classification_logits(model, pad_rows(batch, model.config().pad_id)))
+                         .value()
+                         .contiguous()
+                         .to(Device::cpu());
     for (int64_t i = begin; i < end; ++i)
       std::copy(p.f32() + (i - begin) * L, p.f32() + (i - begin + 1) * L, out.f32() + order[static_cast<size_t>(i)] * L);
     if (after_batch) after_batch();

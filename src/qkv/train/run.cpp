@@ -169,6 +169,7 @@ std::optional<TrainState> fill_run_options(const TrainRequest& o, const Hyper& d
   r.log_every = o.log_every.value_or(100);
   r.comm = o.comm;
   r.bucket_bytes = o.bucket_bytes;
+  r.device = o.device;
   r.overlap = o.overlap;
   return saved;
 }
@@ -345,6 +346,7 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
   t.comm = o.comm;
   t.bucket_bytes = o.bucket_bytes;
   t.overlap = o.overlap;
+  t.device = o.device;
   t.last_dir = out;
   t.max_steps = plan.steps;
   t.save_every = o.save_every;

@@ -38,6 +38,7 @@ struct RunOptions {
   dist::Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 << 20;
   bool overlap = true;
+  Device device = Device::cpu();  // TrainerOptions::device
 };
 
 // Runs `f` (building a vocabulary, preparing OUT) on rank 0 only; the other ranks wait for it.

@@ -144,9 +144,13 @@ ScoreResult score(const models::Model& model, const std::vector<data::IdLine>& s
       tf = data::shift_target(data::pad_batch(t, pad));
       src_batch = data::pad_batch(std::vector<data::IdLine>(src.begin() + begin, src.begin() + end), pad);
     }
-    const Var logits = model.teacher_forced_logits(src_batch, tf.input);  // (b, T-1, V)
+    const Device on = model.device();  // the batch goes where the weights are; the losses come back
+    const Var logits = model.teacher_forced_logits(src_batch.defined() ? src_batch.to(on) : src_batch,
+                                                   tf.input.to(on));  // (b, T-1, V)
     Tensor row_loss;
-    fn::cross_entropy(fn::reshape(logits, Dims{-1, model.output_vocab_size()}), tf.labels, ignored, 0.f, &row_loss);
+    fn::cross_entropy(fn::reshape(logits, Dims{-1, model.output_vocab_size()}), tf.labels.to(on), ignored, 0.f,
+                      &row_loss);
+    row_loss = row_loss.to(Device::cpu());
     const int64_t width = tf.input.size(1);
     for (size_t i = 0; i < end - begin; ++i)
       for (int64_t j = 0; j < width; ++j) {

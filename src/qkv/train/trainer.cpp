@@ -82,8 +82,15 @@ std::string plan_message(const MicroBatchPlan& plan, int64_t batch_rows, int64_t
 }
 }  // namespace
 
+namespace {
+models::Model& placed_on(models::Model& model, Device device) {
+  if (model.device() != device) model.to(device);
+  return model;
+}
+}  // namespace
+
 Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions options, Validator validator)
-    : model_(model),
+    : model_(placed_on(model, options.device)),
       data_(data),
       options_(std::move(options)),
       validator_(std::move(validator)),
@@ -92,6 +99,9 @@ Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions option
                              options_.hyper.weight_decay, options_.hyper.optimizer == "adamw"}),
       comm_(options_.comm ? options_.comm : &dist::single_process()) {
   check_options(options_);
+  QKV_CHECK(!(comm_->size() > 1 && options_.device.is_cuda()),
+            "data-parallel training on GPUs (one rank per GPU, NCCL) is not built yet: train on one GPU, or on CPUs "
+            "under mpirun");
   QKV_CHECK(options_.bucket_bytes > 0, "the all-reduce bucket size must be positive, got " << options_.bucket_bytes);
   if (comm_->size() > 1)
     reducer_ = std::make_unique<GradientReducer>(model_.parameters(), *comm_, options_.bucket_bytes, options_.overlap);
@@ -135,8 +145,10 @@ void Trainer::resume(const std::string& dir, const TrainState& saved) {
 // (the same checkpoint, config and seed), else they would silently train different models.
 void Trainer::check_ranks_agree() {
   uLong crc = crc32(0L, Z_NULL, 0);
-  for (const Var& p : model_.parameters())
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(p.value().f32()), static_cast<uInt>(p.value().numel() * 4));
+  for (const Var& p : model_.parameters()) {
+    const Tensor host = p.value().to(Device::cpu());
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(host.f32()), static_cast<uInt>(host.numel() * 4));
+  }
   const std::string data = data_.state().dump();
   crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size()));
   const std::vector<double> all = comm_->gather(

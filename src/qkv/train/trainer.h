@@ -58,6 +58,9 @@ struct TrainerOptions {
   dist::Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 << 20;
   bool overlap = true;
+  // Where training runs: the Trainer moves the model there (models::Model::to) before it makes the
+  // optimizer, whose moments then live there too. Batches are moved as they are used.
+  Device device = Device::cpu();
 };
 
 struct ValidationResult {
