@@ -21,15 +21,25 @@ echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint w
 "$bundle/qkv" train --synthetic --preset tiny --task copy --steps 60 --device cuda --out "$out/copy-ckpt" 2>&1 | tail -4
 "$bundle/qkv" info "$out/copy-ckpt" 2>&1 | head -3
 rm -rf "$out/copy-ckpt"
+# GPT training steps on the GPU: qkv (float32) against PyTorch eager float32 with SDPA, steps
+# alternating (bench_lm_train), then PyTorch's best mode (torch.autocast bf16, SDPA) alone. Two
+# shapes: the CPU benchmark's small GPT, and GPT-2 small (124M) at batch 16 x 1024, the issue's.
+bench_gpt() {  # NAME STEPS FLAGS...
+  local name="$1" steps="$2"
+  shift 2
+  echo "== $name: qkv float32 and PyTorch float32 (SDPA), alternating"
+  QKV_BENCH_DIR="$PWD/bench" "$bundle/bench_lm_train" --device cuda --steps "$steps" "$@" --attention sdpa \
+    --python python3 2>&1 | tee "$out/bench_$name.log" | grep -E "^(GPT|qkv|pytorch|ratio)"
+  echo "== $name: PyTorch torch.autocast bf16 (SDPA)"
+  python3 bench/lm_train_torch.py --steps "$steps" --threads 4 "$@" --attention sdpa --device cuda --autocast bf16 \
+    > "$out/torch_bf16_$name.json" 2>&1
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("pytorch bf16 autocast: step %.4f s (median of %d), %.0f tokens/s" % (j["median_step_seconds"], len(j["step_seconds"]), j["tokens_per_second"]))' \
+    "$out/torch_bf16_$name.json" || tail -5 "$out/torch_bf16_$name.json"
+}
 if [ -x "$bundle/bench_lm_train" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
-  echo "== GPT training step on the GPU: qkv (float32) against PyTorch eager float32 (steps alternating)"
-  gpt="--batch 8 --block 256 --layers 6 --d-model 512 --heads 8 --d-ff 2048 --vocab 8000 --dropout 0.1"
-  QKV_BENCH_DIR="$PWD/bench" "$bundle/bench_lm_train" --device cuda --steps 10 $gpt --attention sdpa --python python3 \
-    2>&1 | tee "$out/bench_lm_train.log"
-  echo "== PyTorch's best mode on the same GPT: torch.autocast bf16 with SDPA"
-  python3 bench/lm_train_torch.py --steps 10 --threads 4 $gpt --attention sdpa --device cuda --autocast bf16 \
-    > "$out/torch_bf16.json" 2>&1
-  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("pytorch bf16 autocast: step %.4f s, %.0f tokens/s" % (j["median_step_seconds"], j["tokens_per_second"]))' "$out/torch_bf16.json" || tail -5 "$out/torch_bf16.json"
+  bench_gpt gpt-small 10 --batch 8 --block 256 --layers 6 --d-model 512 --heads 8 --d-ff 2048 --vocab 8000 --dropout 0.1
+  bench_gpt gpt2-124m 3 --batch 16 --block 1024 --layers 12 --d-model 768 --heads 12 --d-ff 3072 --vocab 50257 \
+    --dropout 0.0
 fi
 if command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ]; then
   echo "== compute-sanitizer memcheck over the op tests"

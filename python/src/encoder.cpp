@@ -8,24 +8,28 @@ void bind_encoder(py::module_& m) {
   py::class_<api::Encoder>(m, "Encoder",
                            "An encoder-only checkpoint (BERT, an imported sentence-transformers model) with its "
                            "tokenizer and pooling: sentence embeddings as `qkv embed`, labels as `qkv classify`.")
-      .def(py::init([](const std::string& checkpoint, int64_t max_tokens, bool truncate, const std::string& compute_type) {
+      .def(py::init([](const std::string& checkpoint, int64_t max_tokens, bool truncate, const std::string& compute_type,
+                       const std::string& device) {
              const nn::ComputeType type = compute_type_from_name(compute_type);
+             const Device on = parse_device(device);
              std::unique_ptr<api::Encoder> e;
              {
                py::gil_scoped_release release;
-               e = std::make_unique<api::Encoder>(checkpoint, "qkv.Encoder", type);
+               e = std::make_unique<api::Encoder>(checkpoint, "qkv.Encoder", type, on);
              }
              if (max_tokens > 0) e->set_max_tokens(max_tokens);
              e->set_too_long(truncate ? data::TooLong::Truncate : data::TooLong::Error);
              return e;
            }),
            py::arg("checkpoint"), py::arg("max_tokens") = 0, py::arg("truncate") = true,
-           py::arg("compute_type") = "float32",
+           py::arg("compute_type") = "float32", py::arg("device") = "cpu",
            "max_tokens: tokens per sentence at most, [CLS] and [SEP] included (0: the checkpoint's); truncate=False "
            "makes a longer sentence a ValueError. compute_type: how the model computes, chosen once here: 'float32' "
-           "(default), 'int8', 'bf16' or 'int8_bf16' (as --compute-type).")
+           "(default), 'int8', 'bf16' or 'int8_bf16' (as --compute-type). device: 'cpu' (default), 'cuda' or "
+           "'cuda:N' (as --device).")
       .def_property_readonly("compute_type",
                              [](const api::Encoder& e) { return nn::compute_type_name(e.compute_type()); })
+      .def_property_readonly("device", [](const api::Encoder& e) { return e.device().name(); })
       .def(
           "embed",
           [](const api::Encoder& e, const std::vector<std::string>& texts, int64_t batch_size) {

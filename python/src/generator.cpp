@@ -105,14 +105,18 @@ void bind_generator(py::module_& m) {
   py::class_<api::Generator>(m, "Generator",
                              "A decoder-only checkpoint with its tokenizer: continues prompts, greedy or sampled, "
                              "as `qkv generate`.")
-      .def(py::init([](const std::string& checkpoint, const std::string& compute_type) {
+      .def(py::init([](const std::string& checkpoint, const std::string& compute_type, const std::string& device) {
              const nn::ComputeType type = compute_type_from_name(compute_type);
+             const Device on = parse_device(device);
              py::gil_scoped_release release;
-             return std::make_unique<api::Generator>(checkpoint, type);
+             return std::make_unique<api::Generator>(checkpoint, type, on);
            }),
-           py::arg("checkpoint"), py::arg("compute_type") = "float32", "compute_type: how the model computes, chosen once here: 'float32' (default), 'int8', 'bf16' or 'int8_bf16' (as --compute-type). ")
+           py::arg("checkpoint"), py::arg("compute_type") = "float32", py::arg("device") = "cpu",
+           "compute_type: how the model computes, chosen once here: 'float32' (default), 'int8', 'bf16' or "
+           "'int8_bf16' (as --compute-type). device: 'cpu' (default), 'cuda' or 'cuda:N' (as --device).")
       .def_property_readonly(
           "compute_type", [](const api::Generator& g) { return nn::compute_type_name(g.compute_type()); })
+      .def_property_readonly("device", [](const api::Generator& g) { return g.device().name(); })
       .def(
           "generate",
           [](py::object self, const py::object& prompt, int64_t max_new_tokens, bool sample, double temperature,

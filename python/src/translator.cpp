@@ -71,14 +71,18 @@ void bind_translator(py::module_& m) {
   py::class_<api::Translator>(m, "Translator",
                               "An encoder-decoder checkpoint with its SentencePiece models: translates batches of "
                               "sentences with beam or greedy search, as `qkv translate`.")
-      .def(py::init([](const std::string& checkpoint, const std::string& compute_type) {
+      .def(py::init([](const std::string& checkpoint, const std::string& compute_type, const std::string& device) {
              const nn::ComputeType type = compute_type_from_name(compute_type);
+             const Device on = parse_device(device);
              py::gil_scoped_release release;
-             return std::make_unique<api::Translator>(checkpoint, type);
+             return std::make_unique<api::Translator>(checkpoint, type, on);
            }),
-           py::arg("checkpoint"), py::arg("compute_type") = "float32", "compute_type: how the model computes, chosen once here: 'float32' (default), 'int8', 'bf16' or 'int8_bf16' (as --compute-type). ")
+           py::arg("checkpoint"), py::arg("compute_type") = "float32", py::arg("device") = "cpu",
+           "compute_type: how the model computes, chosen once here: 'float32' (default), 'int8', 'bf16' or "
+           "'int8_bf16' (as --compute-type). device: 'cpu' (default), 'cuda' or 'cuda:N' (as --device).")
       .def_property_readonly(
           "compute_type", [](const api::Translator& t) { return nn::compute_type_name(t.compute_type()); })
+      .def_property_readonly("device", [](const api::Translator& t) { return t.device().name(); })
       .def(
           "translate",
           [](api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,

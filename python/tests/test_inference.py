@@ -173,3 +173,22 @@ def test_generation_attention_covers_the_tokens_read(lm_checkpoint, tmp_path):
     assert np.all(np.triu(w[0], k=1) == 0)  # causal: no query sees a later token
     qkv.plot.attention(w, r["pieces"], r["pieces"], head="mean", out=tmp_path / "self.png")
     assert (tmp_path / "self.png").stat().st_size > 1000
+
+
+def test_device_is_chosen_at_load_and_a_missing_gpu_is_a_clear_error(translation_checkpoint, lm_checkpoint,
+                                                                     encoder_checkpoint):
+    assert qkv.Translator(translation_checkpoint, device="cpu").device == "cpu"
+    assert qkv.Generator(lm_checkpoint).device == "cpu"
+    assert qkv.Encoder(encoder_checkpoint).device == "cpu"
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        qkv.Translator(translation_checkpoint, device="gpu")
+    # This machine has no GPU (CI's), or this qkv no CUDA: either way the error names the device.
+    for make in (lambda: qkv.Translator(translation_checkpoint, device="cuda"),
+                 lambda: qkv.Generator(lm_checkpoint, device="cuda:0"),
+                 lambda: qkv.Encoder(encoder_checkpoint, device="cuda")):
+        try:
+            model = make()
+        except ValueError as e:
+            assert "cuda:0" in str(e) and ("no CUDA GPU" in str(e) or "without CUDA" in str(e)), str(e)
+        else:
+            assert model.device == "cuda:0"  # a machine with a GPU and a CUDA build

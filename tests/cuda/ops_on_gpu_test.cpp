@@ -214,7 +214,7 @@ TEST_F(OpsOnGpu, LayerNormBothVariants) {
                           name + " dweight");
     expect_backward_close(b.shape(), [&](Device d, Tensor* s) { layernorm_backward(dy.to(d), x.to(d), wpos.to(d), saved(d), nullptr, nullptr, s); },
                           name + " dbias");
-    EXPECT_TRUE(layernorm_can_use_output(gpu(wpos), gpu(b)));
+    EXPECT_FALSE(layernorm_can_use_output(gpu(wpos), gpu(b))) << "on a GPU the input is saved";
     expect_backward_close(x.shape(), [&](Device d, Tensor* s) {
       layernorm_backward_from_output(dy.to(d), saved(d).y, wpos.to(d), b.to(d), saved(d), s, nullptr, nullptr);
     }, name + " dx from the output");
@@ -324,6 +324,8 @@ TEST_F(OpsOnGpu, OptimizerAndInPlaceUpdates) {
   add_inplace(pg, gpu(g0));
   expect_close(p, pg, "scale and add in place");
   EXPECT_NEAR(sum_of_squares(p), sum_of_squares(pg), 1e-9 * sum_of_squares(p));
+  EXPECT_NEAR(sum_of_squares(std::vector<Tensor>{p, g0, v}), sum_of_squares(std::vector<Tensor>{pg, gpu(g0), vg}),
+              1e-9 * sum_of_squares(p));
 }
 
 TEST_F(OpsOnGpu, MasksPositionsAndRows) {
@@ -337,6 +339,16 @@ TEST_F(OpsOnGpu, MasksPositionsAndRows) {
   AttentionMasks m;
   m.causal = true;
   expect_equal(masked_fill_forward(s, m), masked_fill_forward(gpu(s), m), "masked fill");
+}
+
+TEST_F(OpsOnGpu, ADeviceIndexPastTheLastIsRefused) {
+  const Device past = Device::cuda(cuda::device_count());
+  try {
+    (void)random_tensor(Dims{2}, 1).to(past);
+    FAIL() << past.name() << " does not exist";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(OpsOnGpu, MixedDevicesAndExhaustedMemoryAreClearErrors) {

@@ -29,6 +29,7 @@ class Encoder {
   const models::EncoderModel& model() const { return *model_; }
   models::EncoderModel& model() { return *model_; }
   nn::ComputeType compute_type() const { return *model_->compute_type(); }
+  Device device() const { return model_->device(); }
   void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const models::SentenceEmbeddingConfig& pooling() const { return pooling_; }

@@ -41,6 +41,7 @@ class Generator {
   const models::CausalLM& model() const { return *model_; }
   models::CausalLM& model() { return *model_; }
   nn::ComputeType compute_type() const { return *model_->compute_type(); }
+  Device device() const { return model_->device(); }
   void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   const text::Tokenizer* tokenizer() const { return tokenizer_.get(); }
   int64_t vocab_size() const;

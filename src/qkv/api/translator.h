@@ -51,6 +51,7 @@ class Translator {
   const models::Transformer& model() const { return *model_; }
   models::Transformer& model() { return *model_; }
   nn::ComputeType compute_type() const { return *model_->compute_type(); }
+  Device device() const { return model_->device(); }
   void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   bool has_tokenizers() const { return src_spm_ != nullptr; }
 

@@ -5,6 +5,23 @@
 
 namespace qkv::cli {
 
+namespace {
+// A CLI11 check from a parser that throws qkv::Error with the message to show for bad text.
+template <class Parse>
+CLI::Validator parsed_by(Parse parse, const std::string& description) {
+  return CLI::Validator(
+      [parse](std::string& text) -> std::string {
+        try {
+          (void)parse(text);
+          return {};
+        } catch (const Error& e) {
+          return e.what();
+        }
+      },
+      description);
+}
+}  // namespace
+
 void add_compute_type_options(CLI::App& app, ComputeTypeOption& o) {
   auto* type = app.add_option("--compute-type", o.compute_type,
                               "How the model computes (chosen once, at load): float32 (weights packed for qkv's "
@@ -13,16 +30,8 @@ void add_compute_type_options(CLI::App& app, ComputeTypeOption& o) {
                               "embeddings stored in bfloat16), int8_bf16 (int8 linears, bfloat16 embeddings). "
                               "`qkv info` lists them")
                    ->capture_default_str()
-                   ->check(CLI::Validator(
-                       [](std::string& name) -> std::string {
-                         try {
-                           (void)nn::parse_compute_type(name, "compute type");
-                           return {};
-                         } catch (const Error& e) {
-                           return e.what();
-                         }
-                       },
-                       "{float32,int8,bf16,int8_bf16}"));
+                   ->check(parsed_by([](const std::string& name) { return nn::parse_compute_type(name, "compute type"); },
+                                     "{float32,int8,bf16,int8_bf16}"));
   app.add_option("--quantize", o.quantize, "int8: the same as --compute-type int8 (the older spelling)")
       ->capture_default_str()
       ->check(CLI::IsMember({"none", "int8"}))
@@ -36,16 +45,7 @@ CLI::Option* add_device_option(CLI::App& app, std::string& device) {
                   "Where the model runs: cpu, or cuda / cuda:N (an NVIDIA GPU; needs a build with -DQKV_CUDA=ON). "
                   "On a GPU the compute types are float32 and bf16")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& name) -> std::string {
-            try {
-              (void)parse_device(name);
-              return {};
-            } catch (const Error& e) {
-              return e.what();
-            }
-          },
-          "{cpu,cuda,cuda:N}"));
+      ->check(parsed_by([](const std::string& name) { return parse_device(name); }, "{cpu,cuda,cuda:N}"));
 }
 
 Device chosen_device(const std::string& name) {

@@ -55,6 +55,21 @@ double sum_of_squares(const Tensor& x) {
   return s;
 }
 
+double sum_of_squares(const std::vector<Tensor>& xs) {
+  if (!xs.empty() && on_cuda(xs.front())) {
+    std::vector<std::pair<const float*, int64_t>> arrays;
+    for (const Tensor& x : xs) {
+      check_f32_contiguous(x, "sum_of_squares", "x");
+      check_same_device("sum_of_squares", {&xs.front(), &x});
+      arrays.emplace_back(x.f32(), x.numel());
+    }
+    if constexpr (cuda::kBuilt) return kernels::cuda::sum_of_squares_many(arrays);
+  }
+  double sum = 0;
+  for (const Tensor& x : xs) sum += sum_of_squares(x);
+  return sum;
+}
+
 Tensor log_softmax_rows_inplace(Tensor& x) {
   check_f32_contiguous(x, "log_softmax_rows_inplace", "x");
   QKV_CHECK(x.dim() == 2, "log_softmax_rows_inplace: expected (N, V), got " << x.shape());

@@ -44,8 +44,6 @@ kernels::QuantizedWeights quantized_view(const LinearWeight& w) {
   return kernels::QuantizedWeights::view(w.weight.data<int8_t>(), w.scale.f32(), w.out_features(), w.in_features());
 }
 
-// The products with a prepared weight, one case per (dtype, layout); a device backend adds its
-// cases here.
 // A bf16 weight on a GPU: cuBLAS multiplies bf16 operands with float32 sums, the input rounded to
 // bf16 first, the reference path's arithmetic on the GPU's matrix units.
 Tensor linear_forward_bf16_cuda(const Tensor& x_in, const Tensor& W, const Tensor& b) {

@@ -87,7 +87,9 @@ void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w
 }
 
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias) {
-  // A GPU's weights are read on the host (C values; a wait for the device per call).
+  // On a GPU the input is saved: reading the weights would make the host wait for the device at
+  // every layer norm of a training step.
+  if (weight.device().is_cuda()) return false;
   const std::vector<float> w = weight.to_vector(), b = bias.to_vector();
   for (size_t i = 0; i < w.size(); ++i) {
     const float aw = std::fabs(w[i]);

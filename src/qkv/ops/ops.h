@@ -122,6 +122,7 @@ Tensor add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& wei
 // (xhat then keeps ~1e-6 absolute accuracy); otherwise the op saves x.
 constexpr float kLayerNormMinWeight = 1e-3f;
 constexpr float kLayerNormMaxBiasRatio = 8.f;
+// Always false on a GPU (the weights would be read on the host, a wait at every layer norm).
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias);
 // `saved` needs rstd (and stddev for UnbiasedStd), not mean.
 void layernorm_backward_from_output(const Tensor& dy, const Tensor& y, const Tensor& weight, const Tensor& bias,
@@ -228,6 +229,9 @@ void scale_inplace(Tensor& x, float s);
 void add_inplace(Tensor& acc, const Tensor& x);
 // Sum of x^2 over all elements, accumulated in double (clip_grad_norm).
 double sum_of_squares(const Tensor& x);
+// The sum over tensors of their sums of squares (clip_grad_norm): on a GPU the host waits once, not
+// once per tensor. Tensors of one device; the sums added in order.
+double sum_of_squares(const std::vector<Tensor>& xs);
 
 // ---- decoding ----------------------------------------------------------------------------------
 // Each row of x (N, V) f32 contiguous becomes its log-softmax, in place (kernels::log_softmax_row:

@@ -7,13 +7,10 @@
 namespace qkv::train {
 
 double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
-  double sq = 0;
-  for (const Var& p : params) {
-    const Tensor& g = p.grad();
-    if (!g.defined()) continue;
-    sq += ops::sum_of_squares(g);
-  }
-  const double norm = std::sqrt(sq);
+  std::vector<Tensor> grads;
+  for (const Var& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  const double norm = std::sqrt(ops::sum_of_squares(grads));
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0)

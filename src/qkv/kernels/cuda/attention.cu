@@ -20,11 +20,16 @@
 #include <cstdint>
 
 #include "qkv/core/cuda_check.h"
+#include "qkv/kernels/cuda/common.cuh"
 #include "qkv/kernels/cuda/kernels.h"
 #include "qkv/kernels/random.h"
 
 namespace qkv::kernels::cuda {
 namespace {
+
+using detail::block_reduce;
+using detail::Max;
+using detail::Sum;
 
 constexpr int kThreads = 256;
 // Rows past this many blocks are taken by the same blocks again (grid-stride loops).
@@ -32,38 +37,9 @@ constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 // Dynamic shared memory a kernel may use without opting in (less a margin for its static shared).
 constexpr size_t kSharedWithoutOptIn = 48 * 1024 - 1024;
 
-struct Sum {
-  __device__ float operator()(float a, float b) const { return a + b; }
-};
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
-}
-
-template <class Op>
-__device__ float warp_reduce(float v, Op op) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Every thread gets op over every thread's v, the warps' partials combined in warp order (the same
-// in every thread). All threads of the block must call it.
-template <class Op>
-__device__ float block_reduce(float v, Op op) {
-  __shared__ float partial[32];
-  v = warp_reduce(v, op);
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  __syncthreads();  // an earlier call's readers of `partial` are done
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  float r = partial[0];
-  for (int w = 1; w < warps; ++w) r = op(r, partial[w]);
-  return r;
 }
 
 // fill_masked's test: the whole row of a dropped query, keys after the query's position when

@@ -8,15 +8,19 @@
 // are evaluated in double and rounded once: within an ulp or so of the CPU's (itself within a few
 // ulp of exact). Do not build with --use_fast_math or -ftz=true: subnormals would flush to zero.
 #include <algorithm>
+#include <vector>
 #include <cmath>
 #include <cstdint>
 
 #include "qkv/core/cuda_check.h"
+#include "qkv/kernels/cuda/common.cuh"
 #include "qkv/kernels/cuda/kernels.h"
 #include "qkv/kernels/random.h"
 
 namespace qkv::kernels::cuda {
 namespace {
+
+using detail::Scratch;
 
 constexpr int kThreads = 256;
 
@@ -38,33 +42,6 @@ void launch_for_each(const char* name, int64_t n, Op op) {
   for_each_kernel<<<blocks_for(n), kThreads, 0, qkv::cuda::current_stream()>>>(n, op);
   QKV_CUDA_CHECK_LAUNCH(name);
 }
-
-// Stream-ordered device scratch: release() frees it on the normal path (checked); the destructor
-// frees it unchecked only when an exception left it held.
-class Scratch {
- public:
-  Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    QKV_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
-  }
-  ~Scratch() {
-    if (p_) (void)cudaFreeAsync(p_, stream_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  void release() {
-    void* p = p_;
-    p_ = nullptr;
-    QKV_CUDA_CHECK(cudaFreeAsync(p, stream_));
-  }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t stream_;
-};
 
 // ---- plain arithmetic ---------------------------------------------------------------------------
 
@@ -450,6 +427,35 @@ double sum_of_squares(const float* x, int64_t n) {
   partial.release();
   QKV_CUDA_CHECK(cudaStreamSynchronize(stream));
   return result;
+}
+
+double sum_of_squares_many(const std::vector<std::pair<const float*, int64_t>>& arrays) {
+  // Every array's partials, then one total per array added in order into totals[i]; one wait for
+  // all (clip_grad_norm over a model's parameters: one synchronisation a step, not one per tensor).
+  cudaStream_t stream = qkv::cuda::current_stream();
+  const size_t count = arrays.size();
+  if (count == 0) return 0.0;
+  Scratch totals(count * sizeof(double), stream);
+  QKV_CUDA_CHECK(cudaMemsetAsync(totals.as<double>(), 0, count * sizeof(double), stream));
+  for (size_t i = 0; i < count; ++i) {
+    const auto [x, n] = arrays[i];
+    if (n <= 0) continue;
+    const unsigned blocks = std::min(blocks_for(n), 1024u);
+    Scratch partial(static_cast<size_t>(blocks) * sizeof(double), stream);
+    sum_squares_partials_kernel<<<blocks, kThreads, 0, stream>>>(partial.as<double>(), x, n);
+    QKV_CUDA_CHECK_LAUNCH("sum_of_squares_many (partials)");
+    sum_partials_kernel<<<1, kThreads, 0, stream>>>(totals.as<double>() + i, partial.as<double>(), blocks);
+    QKV_CUDA_CHECK_LAUNCH("sum_of_squares_many (total)");
+    partial.release();
+  }
+  std::vector<double> host(count);
+  QKV_CUDA_CHECK(cudaMemcpyAsync(host.data(), totals.as<double>(), count * sizeof(double), cudaMemcpyDeviceToHost,
+                                 stream));
+  totals.release();
+  QKV_CUDA_CHECK(cudaStreamSynchronize(stream));
+  double sum = 0.0;
+  for (double t : host) sum += t;  // in order, as the CPU adds the tensors' sums
+  return sum;
 }
 
 void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const kernels::AdamScalars& s) {

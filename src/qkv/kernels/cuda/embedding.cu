@@ -10,10 +10,13 @@
 #include <cstdint>
 
 #include "qkv/core/cuda_check.h"
+#include "qkv/kernels/cuda/common.cuh"
 #include "qkv/kernels/cuda/kernels.h"
 
 namespace qkv::kernels::cuda {
 namespace {
+
+using detail::Scratch;
 
 constexpr int kThreads = 128;
 
@@ -53,37 +56,13 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dout, cons
   }
 }
 
-// Stream-ordered device scratch: release() frees it on the normal path (checked); the destructor
-// frees it unchecked only when an exception left it held.
-class Scratch {
- public:
-  Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    QKV_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
-  }
-  ~Scratch() {
-    if (p_) (void)cudaFreeAsync(p_, stream_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* get() const { return p_; }
-  void release() {
-    void* p = p_;
-    p_ = nullptr;
-    QKV_CUDA_CHECK(cudaFreeAsync(p, stream_));
-  }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t stream_;
-};
-
 template <class T>
 int64_t launch_forward(const char* name, float* out, const T* table, const int32_t* ids, int64_t N, int64_t D,
                        int64_t V) {
   if (N <= 0) return -1;
   cudaStream_t stream = qkv::cuda::current_stream();
   Scratch scratch(sizeof(long long), stream);
-  long long* first_bad = static_cast<long long*>(scratch.get());
+  long long* first_bad = static_cast<long long*>(scratch.as<void>());
   // Every byte 0x7f: 0x7f7f7f7f7f7f7f7f, above any position, means "no bad id".
   QKV_CUDA_CHECK(cudaMemsetAsync(first_bad, 0x7f, sizeof(long long), stream));
   embedding_forward_kernel<<<row_blocks(N), kThreads, 0, stream>>>(out, table, ids, N, D, V, first_bad);

@@ -8,6 +8,8 @@
 // a build with -DQKV_CUDA=ON; ops call them inside `if constexpr (cuda::kBuilt)` (ops/dispatch.h).
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "qkv/core/dtype.h"
 #include "qkv/kernels/adam.h"
@@ -61,6 +63,8 @@ void add_positional(float* out, const float* x, const float* table, int64_t B, i
 void fill(float* out, float value, int64_t n);
 // Sum of x^2 in double (clip_grad_norm); waits for the result.
 double sum_of_squares(const float* x, int64_t n);
+// The sum of every array's sum of squares, waiting once for all of them.
+double sum_of_squares_many(const std::vector<std::pair<const float*, int64_t>>& arrays);
 // PyTorch 1.13's single-tensor Adam with the same float32 operations as kernels::adam_step.
 void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const kernels::AdamScalars& s);
 

@@ -14,10 +14,13 @@
 #include <cstdint>
 
 #include "qkv/core/cuda_check.h"
+#include "qkv/kernels/cuda/common.cuh"
 #include "qkv/kernels/cuda/kernels.h"
 
 namespace qkv::kernels::cuda {
 namespace {
+
+using detail::Scratch;
 
 // Threads of a row's block: a warp per 128 columns, 1 to 8 warps.
 unsigned row_threads(int64_t C) {
@@ -205,30 +208,6 @@ __global__ void add_param_partials_kernel(float* dweight, float* dbias, const fl
   }
 }
 
-// Stream-ordered device scratch: release() frees it on the normal path (checked); the destructor
-// frees it unchecked only when an exception left it held.
-class Scratch {
- public:
-  Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    QKV_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
-  }
-  ~Scratch() {
-    if (p_) (void)cudaFreeAsync(p_, stream_);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* f32() const { return static_cast<float*>(p_); }
-  void release() {
-    void* p = p_;
-    p_ = nullptr;
-    QKV_CUDA_CHECK(cudaFreeAsync(p, stream_));
-  }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t stream_;
-};
-
 // Every backward: dx per row, then dweight / dbias (always accumulated, never null: as the CPU).
 template <class XHat, class GxTerm>
 void launch_backward(const char* name, float* dx, float* dweight, float* dbias, const float* dy, const float* rstd,
@@ -242,7 +221,7 @@ void launch_backward(const char* name, float* dx, float* dweight, float* dbias, 
   // About 64 rows per split, at most 128 splits.
   const int64_t splits = std::min<int64_t>(128, (rows + 63) / 64);
   Scratch partial(static_cast<size_t>(2 * splits * C) * sizeof(float), stream);
-  float* part_w = partial.f32();
+  float* part_w = partial.as<float>();
   float* part_b = part_w + splits * C;
   const dim3 grid(static_cast<unsigned>((C + kTileCols - 1) / kTileCols), static_cast<unsigned>(splits));
   param_partials_kernel<<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(part_w, part_b, dy, rows, C, xhat_of);

@@ -9,10 +9,15 @@
 #include <cstdint>
 
 #include "qkv/core/cuda_check.h"
+#include "qkv/kernels/cuda/common.cuh"
 #include "qkv/kernels/cuda/kernels.h"
 
 namespace qkv::kernels::cuda {
 namespace {
+
+using detail::block_reduce;
+using detail::Max;
+using detail::Sum;
 
 constexpr int kMaxThreads = 512;
 // Rows past this many blocks are taken by the same blocks again (grid-stride), so no row count can
@@ -27,44 +32,14 @@ int threads_for(int64_t C) {
 
 unsigned blocks_for(int64_t rows) { return static_cast<unsigned>(std::min(rows, kMaxBlocks)); }
 
-struct Sum {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
 struct Min {
   template <class T>
   __device__ T operator()(T a, T b) const { return b < a ? b : a; }
-};
-// fmaxf skips NaN; a NaN logit reaches the result through the sum of exponentials anyway.
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 // log_softmax's normaliser is NaN when any logit is: even a row of NaN and -inf gives NaN.
 struct MaxKeepNaN {
   __device__ float operator()(float a, float b) const { return isnan(a) ? a : (isnan(b) ? b : fmaxf(a, b)); }
 };
-
-template <class T, class Op>
-__device__ T warp_reduce(T v, Op op) {
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Every thread of the block gets op over every thread's v (blockDim.x a multiple of 32). All threads
-// must call it. The warps' partials are combined in warp order, the same in every thread.
-template <class T, class Op>
-__device__ T block_reduce(T v, Op op) {
-  __shared__ T partial[32];
-  v = warp_reduce(v, op);
-  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
-  const int warps = static_cast<int>(blockDim.x >> 5);
-  __syncthreads();  // an earlier call's readers of `partial` are done
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  T r = partial[0];
-  for (int w = 1; w < warps; ++w) r = op(r, partial[w]);
-  return r;
-}
 
 // y = exp(x - max) * (1 / sum), as softmax_row. y may be x: each element is read, then written by
 // the same thread, after every thread's reads of the row for the sums.

@@ -1,0 +1,65 @@
+// What the CUDA kernel files share: stream-ordered scratch memory and block-wide reductions.
+#pragma once
+#include <cstddef>
+
+#include "qkv/core/cuda_check.h"
+
+namespace qkv::kernels::cuda::detail {
+
+// Stream-ordered device scratch: release() frees it on the normal path (checked); the destructor
+// frees it unchecked only when an exception left it held.
+class Scratch {
+ public:
+  Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) { QKV_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_)); }
+  ~Scratch() {
+    if (p_) (void)cudaFreeAsync(p_, stream_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  void release() {
+    void* p = p_;
+    p_ = nullptr;
+    QKV_CUDA_CHECK(cudaFreeAsync(p, stream_));
+  }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t stream_;
+};
+
+struct Sum {
+  template <class T>
+  __device__ T operator()(T a, T b) const { return a + b; }
+};
+// fmaxf skips NaN: where a NaN must show, a sum that takes it along makes it do so.
+struct Max {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <class T, class Op>
+__device__ T warp_reduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Every thread of the block gets op over every thread's v (blockDim.x a multiple of 32). All threads
+// must call it. The warps' partials are combined in warp order, the same in every thread.
+template <class T, class Op>
+__device__ T block_reduce(T v, Op op) {
+  __shared__ T partial[32];
+  v = warp_reduce(v, op);
+  const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+  const int warps = static_cast<int>(blockDim.x >> 5);
+  __syncthreads();  // an earlier call's readers of `partial` are done
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  T r = partial[0];
+  for (int w = 1; w < warps; ++w) r = op(r, partial[w]);
+  return r;
+}
+
+}  // namespace qkv::kernels::cuda::detail
