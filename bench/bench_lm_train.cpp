@@ -167,8 +167,11 @@ int main(int argc, char** argv) try {
               "loss %.3f  (torch %s, %s attention)\n",
               tt, a.steps, j["tokens_per_step"].get<double>() / tt, trss, timport, j["losses"].back().get<double>(),
               j["torch_version"].get<std::string>().c_str(), a.attention.c_str());
-  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's peak memory; %s\n", tt / t, qkv_rss / trss,
-              bench::pair_ratios(times).c_str());
+  if (device.is_cuda() && j.contains("gpu_peak_bytes"))
+    std::printf("memory  GPU peak: qkv's tensor pool %.2f GB, PyTorch's allocator %.2f GB\n", pool.bytes_peak / 1e9,
+                j["gpu_peak_bytes"].get<double>() / 1e9);
+  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's peak %smemory; %s\n", tt / t, qkv_rss / trss,
+              device.is_cuda() ? "host " : "", bench::pair_ratios(times).c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_lm_train: %s\n", e.what());

@@ -122,6 +122,7 @@ def main():
         "peak_rss_bytes": peak_rss_bytes(),
         "rss_after_import_bytes": rss_after_import,
         "torch_version": torch.__version__,
+        "gpu_peak_bytes": torch.cuda.max_memory_allocated() if device_type == "cuda" else 0,
         "threads": a.threads,
         "losses": losses,
         "config": vars(a),
