@@ -118,6 +118,9 @@ int main(int argc, char** argv) try {
     const train::StepResult r = train::train_step(model, opt, Tensor(), blocks, 0.f, a.micro_batch);
     tokens = r.target_tokens;
     loss = r.loss;
+    // On a GPU the backward and the update are still queued when train_step returns (it waited for
+    // the loss only): a step is timed to its end, as PyTorch's loss.item() after optimizer.step().
+    cuda::synchronize(device);
   };
   step();  // warm-up: fills the buffer pool
   // PyTorch in its own process (its peak RSS its own), its steps alternating with qkv's.

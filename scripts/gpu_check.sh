@@ -27,6 +27,11 @@ if command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ]; then
     > "$out/memcheck.log" 2>&1
   echo "memcheck exit $? ($(grep -c 'Invalid\|ERROR SUMMARY' "$out/memcheck.log") lines of errors/summary)"
   grep -E "ERROR SUMMARY|Invalid" "$out/memcheck.log" | head -20
+  for tool in racecheck synccheck initcheck; do  # shared-memory races, barriers, reads of unwritten memory
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$bundle/qkv_cuda_tests" \
+      --gtest_filter='OpsOnGpu.*:-*Exhausted*' > "$out/$tool.log" 2>&1
+    echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log")"
+  done
 fi
 # GPT training steps on the GPU: qkv (float32) against PyTorch eager float32 with SDPA, steps
 # alternating (bench_lm_train), then PyTorch's best mode (torch.autocast bf16, SDPA) alone. Two
