@@ -27,6 +27,14 @@ cudaStream_t stream_of(int index) {
   if (!streams[static_cast<size_t>(index)]) {
     QKV_CUDA_CHECK(cudaSetDevice(index));
     QKV_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[static_cast<size_t>(index)], cudaStreamNonBlocking));
+    // Kernels take short-lived scratch with cudaMallocAsync (attention's backward: B x H x Tq x Tk
+    // floats a layer). The default pool returns freed memory to the driver at every
+    // synchronisation, and a training step synchronises several times, so every step would map
+    // that memory again: keep it (as the tensor pool keeps its buffers).
+    cudaMemPool_t pool = nullptr;
+    QKV_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, index));
+    uint64_t keep_all = UINT64_MAX;
+    QKV_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   }
   return streams[static_cast<size_t>(index)];
 }
@@ -80,11 +88,16 @@ std::string describe(Device device) {
 void* malloc(Device device, size_t bytes) {
   activate(device);
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
-    cudaGetLastError();  // out of memory is answered by the caller (the pool trims and retries)
-    return nullptr;
-  }
-  return p;
+  if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
+  cudaGetLastError();
+  // The kernels' scratch kept in the default pool (see stream_of) goes back first, then once more.
+  cudaMemPool_t pool = nullptr;
+  if (cudaStreamSynchronize(current_stream()) == cudaSuccess &&
+      cudaDeviceGetDefaultMemPool(&pool, device.index) == cudaSuccess && cudaMemPoolTrimTo(pool, 0) == cudaSuccess &&
+      cudaMalloc(&p, bytes) == cudaSuccess)
+    return p;
+  cudaGetLastError();  // still out of memory: the caller (the tensor pool) trims its own and retries
+  return nullptr;
 }
 
 void free(Device device, void* p) {
