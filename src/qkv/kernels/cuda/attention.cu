@@ -30,17 +30,13 @@ namespace {
 using detail::block_reduce;
 using detail::Max;
 using detail::Sum;
+using detail::warp_sum;
 
 constexpr int kThreads = 256;
 // Rows past this many blocks are taken by the same blocks again (grid-stride loops).
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;
 // Dynamic shared memory a kernel may use without opting in (less a margin for its static shared).
 constexpr size_t kSharedWithoutOptIn = 48 * 1024 - 1024;
-
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // fill_masked's test: the whole row of a dropped query, keys after the query's position when
 // causal, dropped keys.

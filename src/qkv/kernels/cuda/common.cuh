@@ -62,4 +62,25 @@ __device__ T block_reduce(T v, Op op) {
   return r;
 }
 
+// A sum with another order than block_reduce's: each warp's total, then the warp totals added by
+// one warp's shuffles (layernorm's statistics and the squared norm).
+template <class T>
+__device__ inline T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// The block's total of v, returned to every thread (the same bits: each warp adds the warp totals
+// in the same order); blockDim.x a multiple of 32. Every thread of the block must call it.
+template <class T>
+__device__ T block_sum(T v) {
+  __shared__ T warp_totals[32];
+  v = warp_sum(v);
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  __syncthreads();  // a previous call's readers are done with warp_totals
+  if (lane == 0) warp_totals[warp] = v;
+  __syncthreads();
+  return warp_sum(lane < warps ? warp_totals[lane] : T(0));
+}
+
 }  // namespace qkv::kernels::cuda::detail

@@ -20,6 +20,7 @@
 namespace qkv::kernels::cuda {
 namespace {
 
+using detail::block_sum;
 using detail::Scratch;
 
 constexpr int kThreads = 256;
@@ -275,22 +276,6 @@ __global__ void add_partials_kernel(float* out, const float* partial, int64_t sp
 }
 
 // ---- sum of squares -----------------------------------------------------------------------------
-
-__device__ inline double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The block's total of v (every thread gets it); blockDim.x a multiple of 32.
-__device__ double block_sum(double v) {
-  __shared__ double warp_totals[32];
-  v = warp_sum(v);
-  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  __syncthreads();  // a previous call's readers are done with warp_totals
-  if (lane == 0) warp_totals[warp] = v;
-  __syncthreads();
-  return warp_sum(lane < warps ? warp_totals[lane] : 0.0);
-}
 
 // partial[blockIdx.x] = sum of x[i]^2 over the block's grid-stride share, in double.
 __global__ void sum_squares_partials_kernel(double* partial, const float* x, int64_t n) {

@@ -20,6 +20,7 @@
 namespace qkv::kernels::cuda {
 namespace {
 
+using detail::block_sum;
 using detail::Scratch;
 
 // Threads of a row's block: a warp per 128 columns, 1 to 8 warps.
@@ -30,24 +31,6 @@ unsigned row_threads(int64_t C) {
 
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, 65535)); }
 
-template <class T>
-__device__ inline T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// The block's total of v, returned to every thread (the same bits: each warp adds the warp totals
-// in the same order); blockDim.x a multiple of 32. Every thread of the block must call it.
-template <class T>
-__device__ T block_sum(T v) {
-  __shared__ T warp_totals[32];
-  v = warp_sum(v);
-  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  __syncthreads();  // a previous call's readers are done with warp_totals
-  if (lane == 0) warp_totals[warp] = v;
-  __syncthreads();
-  return warp_sum(lane < warps ? warp_totals[lane] : T(0));
-}
 
 // ---- forward ------------------------------------------------------------------------------------
 
