@@ -52,11 +52,17 @@ void Module::to(Device device) {
   for (auto& [name, child] : children_) child->to(device);
 }
 
-Device Module::device() const {
-  if (!params_.empty()) return params_.front().second.value().device();
+const Var* Module::first_parameter() const {
+  if (!params_.empty()) return &params_.front().second;
   for (const auto& [name, child] : children_)
-    if (!child->named_parameters().empty()) return child->device();
-  return Device::cpu();
+    if (const Var* p = child->first_parameter()) return p;
+  return nullptr;
+}
+
+// Called at every decoding step: walks to the first parameter, builds no list.
+Device Module::device() const {
+  const Var* p = first_parameter();
+  return p ? p->value().device() : Device::cpu();
 }
 
 void Module::zero_grad() {

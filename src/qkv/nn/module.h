@@ -50,6 +50,7 @@ class Module {
 
  private:
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Var>>& out) const;
+  const Var* first_parameter() const;  // in registration order, children after own; null: none
   std::vector<std::pair<std::string, Var>> params_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool training_ = true;
