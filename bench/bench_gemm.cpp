@@ -5,7 +5,10 @@
 // calls after a warm-up), the ratio, and the largest difference between the two results relative
 // to the largest |C| (they sum in different orders).
 //
-// Usage: bench_gemm [--reps R] [--threads T] [--only SUBSTRING]   (defaults: 7 reps, 2 threads, every shape)
+// With --bf16 it times kernels::gemm_bf16 (bf16 operands, float32 sums: bf16_gemm.h) against
+// gemm_blocked's float32 instead, and prints the build that ran (kernels/isa.h).
+//
+// Usage: bench_gemm [--bf16] [--reps R] [--threads T] [--only SUBSTRING]   (defaults: 7 reps, 2 threads, every shape)
 #include <cblas.h>
 
 #include <algorithm>
@@ -19,7 +22,10 @@
 #include "bench_common.h"
 #include "gemm_shapes.h"
 #include "qkv/core/threads.h"
+#include "qkv/core/cpu_features.h"
+#include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/isa.h"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -30,18 +36,22 @@ using qkv::bench::median;
 int main(int argc, char** argv) try {
   int reps = 7, threads = 2;
   const char* only = nullptr;
+  bool bf16 = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--bf16")) bf16 = true;
     else {
-      std::fprintf(stderr, "usage: bench_gemm [--reps R] [--threads T] [--only SUBSTRING]\n");
+      std::fprintf(stderr, "usage: bench_gemm [--bf16] [--reps R] [--threads T] [--only SUBSTRING]\n");
       return 2;
     }
   }
   qkv::set_num_threads(threads);
-  std::printf("%-38s %9s %9s %7s %10s   (GFLOP/s, %d threads, median of %d)\n", "shape (M x N x K)", "qkv", "OpenBLAS",
-              "ratio", "max diff", threads, reps);
+  std::printf("CPU: %s; kernels: %s; bf16 GEMM: %s\n", qkv::cpu_features().model.c_str(),
+              qkv::kernels::isa_description().c_str(), qkv::kernels::gemm_bf16_description());
+  std::printf("%-38s %9s %9s %7s %10s   (GFLOP/s, %d threads, median of %d)\n", "shape (M x N x K)",
+              bf16 ? "qkv bf16" : "qkv", bf16 ? "qkv f32" : "OpenBLAS", "ratio", "max diff", threads, reps);
   std::vector<double> ratios;
   for (const Shape& s : kShapes) {
     if (only && !std::strstr(s.name, only)) continue;
@@ -53,11 +63,17 @@ int main(int argc, char** argv) try {
     std::vector<double> t_qkv, t_blas;
     for (int r = 0; r <= reps; ++r) {  // call 0 of each is the warm-up (page faults, thread start)
       auto start = Clock::now();
-      qkv::kernels::gemm_blocked(s.ta, s.tb, s.M, s.N, s.K, 1.f, a.data(), lda, b.data(), ldb, 0.f, c_qkv.data(), s.N);
+      if (bf16)
+        qkv::kernels::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, 1.f, a.data(), lda, b.data(), ldb, 0.f, c_qkv.data(), s.N);
+      else
+        qkv::kernels::gemm_blocked(s.ta, s.tb, s.M, s.N, s.K, 1.f, a.data(), lda, b.data(), ldb, 0.f, c_qkv.data(), s.N);
       const double sec_qkv = std::chrono::duration<double>(Clock::now() - start).count();
       start = Clock::now();
-      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K, 1.f,
-                  a.data(), lda, b.data(), ldb, 0.f, c_blas.data(), s.N);
+      if (bf16)
+        qkv::kernels::gemm_blocked(s.ta, s.tb, s.M, s.N, s.K, 1.f, a.data(), lda, b.data(), ldb, 0.f, c_blas.data(), s.N);
+      else
+        cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, s.M, s.N, s.K,
+                    1.f, a.data(), lda, b.data(), ldb, 0.f, c_blas.data(), s.N);
       const double sec_blas = std::chrono::duration<double>(Clock::now() - start).count();
       if (r > 0) t_qkv.push_back(sec_qkv), t_blas.push_back(sec_blas);
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "qkv/kernels/dropout_isa.h"
+#include "qkv/kernels/isa.h"
 #include "qkv/kernels/dropout_lanes.h"
 
 namespace qkv::kernels {
@@ -12,8 +13,7 @@ namespace dropout_isa {
 RowKernel avx2() { return dropout_row_lanes; }
 
 RowKernel avx512dq_or_null() {
-  static const bool has = __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  return has ? avx512dq_unchecked() : nullptr;
+  return isa_enabled(Isa::Avx512) ? avx512dq_unchecked() : nullptr;
 }
 
 RowKernel chosen() {

@@ -9,7 +9,7 @@ namespace qkv::kernels::dropout_isa {
 using RowKernel = void (*)(float* out, const float* in, int64_t n, float p, uint64_t seed, uint64_t counter);
 
 RowKernel avx2();
-// Null when this CPU lacks AVX-512DQ or AVX-512VL.
+// Null below Isa::Avx512 (kernels/isa.h: the CPU lacks it, or QKV_ISA chose a lower level).
 RowKernel avx512dq_or_null();
 // The build dropout_row uses.
 RowKernel chosen();

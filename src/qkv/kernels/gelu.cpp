@@ -1,5 +1,6 @@
 // The exact and tanh GELU kernels (elementwise.h), AVX2 build, and the choice of build at run time.
 #include "qkv/kernels/gelu_isa.h"
+#include "qkv/kernels/isa.h"
 #include "qkv/kernels/gelu_lanes.h"
 #include "qkv/kernels/elementwise.h"
 
@@ -13,8 +14,7 @@ const Kernels& avx2() {
 }
 
 const Kernels* avx512_or_null() {
-  static const bool has_avx512f = __builtin_cpu_supports("avx512f");
-  return has_avx512f ? &avx512_unchecked() : nullptr;
+  return isa_enabled(Isa::Avx512) ? &avx512_unchecked() : nullptr;
 }
 
 // The AVX-512F build where the CPU has it, except GELU-tanh's backward, whose AVX-512F build ran 3%

@@ -14,7 +14,7 @@ struct Kernels {
 };
 
 const Kernels& avx2();
-// Null when this CPU lacks AVX-512F.
+// Null below Isa::Avx512 (kernels/isa.h: the CPU lacks it, or QKV_ISA chose a lower level).
 const Kernels* avx512_or_null();
 // The build the public kernels use.
 const Kernels& chosen();

@@ -1,0 +1,61 @@
+// gemm_bf16's widened build, for every CPU, and the choice of build (bf16_gemm.h).
+#include "qkv/kernels/bf16_gemm.h"
+
+#include <immintrin.h>
+
+#include <vector>
+
+#include "qkv/core/dtype.h"
+#include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/isa.h"
+
+namespace qkv::kernels {
+
+namespace {
+
+// rows x cols floats of a matrix with row stride ld, each rounded to its bf16 value, into dst
+// (row stride cols).
+void round_to_bf16_values(const float* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = bf16_to_f32(f32_to_bf16(src[i * ld + j]));
+}
+
+void gemm_widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  thread_local std::vector<float> a_values, b_values;
+  const int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+  const int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+  a_values.resize(static_cast<size_t>(a_rows * a_cols));
+  b_values.resize(static_cast<size_t>(b_rows * b_cols));
+  round_to_bf16_values(A, a_rows, a_cols, lda, a_values.data());
+  round_to_bf16_values(B, b_rows, b_cols, ldb, b_values.data());
+  gemm_blocked(trans_a, trans_b, M, N, K, alpha, a_values.data(), a_cols, b_values.data(), b_cols, beta, C, ldc,
+               bias);
+}
+
+}  // namespace
+
+namespace bf16_isa {
+
+Gemm widened() { return gemm_widened; }
+
+Gemm avx512_bf16_or_null() { return isa_enabled(Isa::Avx512Bf16) ? gemm_avx512_bf16_unchecked : nullptr; }
+
+Gemm chosen() {
+  static const Gemm gemm = avx512_bf16_or_null() ? avx512_bf16_or_null() : widened();
+  return gemm;
+}
+
+}  // namespace bf16_isa
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  bf16_isa::chosen()(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+const char* gemm_bf16_description() {
+  return bf16_isa::avx512_bf16_or_null() ? "avx512_bf16 (vdpbf16ps)" : "widened to float32 (AVX2 FMA)";
+}
+
+}  // namespace qkv::kernels

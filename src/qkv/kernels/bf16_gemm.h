@@ -1,0 +1,47 @@
+// Products with bf16 operands and float32 sums: the arithmetic of mixed-precision training
+// (`--precision bf16`) and of bf16 inference.
+//
+// gemm_bf16 has gemm_blocked's contract (blocked_gemm.h: C = alpha * op(A) @ op(B) + beta * C + bias,
+// row-major, ld* row strides) with every element of A and B rounded to bf16 (nearest even, NaN kept)
+// as it is read; the products of two bf16 values are exact in float32 and are summed in float32.
+// That is what PyTorch's CPU autocast computes for a matmul, except that qkv keeps C in float32
+// (autocast rounds it to bf16 too).
+//
+// Two builds (bf16_isa below), chosen by kernels/isa.h:
+//   avx512_bf16  vdpbf16ps multiplies 16 column pairs of bf16 at once (two k per instruction), from
+//                panels packed per call as gemm_blocked packs its float panels; twice the float32
+//                FMA rate on Zen 4. Like every vdpbf16ps, it treats bf16 denormals as zero.
+//   widened      every CPU: the operands rounded to bf16 values held in float32, then gemm_blocked's
+//                AVX2 FMAs; the same products, summed in another order (results agree to float32
+//                rounding, not bit for bit).
+// Either way, each element of C is one fixed sequence of operations whatever the thread count.
+#pragma once
+#include <cstdint>
+
+namespace qkv::kernels {
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
+
+// Which build gemm_bf16 runs: "avx512_bf16 (vdpbf16ps)" or "widened to float32 (AVX2 FMA)".
+const char* gemm_bf16_description();
+
+namespace bf16_isa {
+
+using Gemm = void (*)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                      int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
+
+Gemm widened();
+// Null below Isa::Avx512Bf16 (the CPU lacks it, or QKV_ISA chose a lower level).
+Gemm avx512_bf16_or_null();
+// The build gemm_bf16 uses.
+Gemm chosen();
+
+// Defined in bf16_gemm_avx512.cpp, compiled with -mavx512bf16; call only where the CPU has it.
+void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                                int64_t ldc, const float* bias);
+
+}  // namespace bf16_isa
+
+}  // namespace qkv::kernels

@@ -1,0 +1,317 @@
+// gemm_bf16 on vdpbf16ps (bf16_gemm.h), compiled with -mavx512bf16 (CMakeLists.txt); bf16_isa calls
+// in here only at Isa::Avx512Bf16 and above.
+//
+// The layout follows the instruction: vdpbf16ps adds, to each of 16 float32 lanes, the products of
+// one pair of bf16 from each operand. So K is taken in pairs (kp = k / 2, K padded with a zero to
+// even), and a "word" is a pair of bf16 in 32 bits, (k even) | (k odd) << 16:
+//   op(B) is packed in panels of 32 columns, k-pair-major: panel[kp * 32 + j] = word of column j,
+//         two 64-byte vectors per kp;
+//   op(A) is converted to rows of words (row i's kp-th word at a[i][kp]) or, for a transposed A,
+//         packed in tiles of kRows rows, tile[kp * kRows + r];
+// and the tile broadcasts one word of each A row against the two panel vectors: kRows x 2
+// accumulators. The blocking (K blocks, B blocks per thread, A blocks in L2, threads splitting rows
+// or panels but never K) is gemm_blocked's, so a result does not depend on the thread count.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "qkv/kernels/bf16_gemm.h"
+#include "qkv/kernels/weight_alloc.h"
+
+#if !defined(__AVX512BF16__)
+#error "bf16_gemm_avx512.cpp must be compiled with -mavx512bf16"
+#endif
+
+namespace qkv::kernels::bf16_isa {
+
+namespace {
+
+constexpr int kRows = 8;        // 8 rows x 2 vectors = 16 accumulators of AVX-512's 32 registers
+constexpr int64_t kCols = 32;   // columns per panel: two vectors of 16 float32 lanes
+constexpr int64_t kMaxKBlock = 1024, kMaxKBlockTransposedA = 512;  // as gemm_blocked
+constexpr int64_t kBBlockBytes = int64_t{4} << 20;
+constexpr int64_t kABlockBytes = 256 * 1024;
+constexpr int64_t kParallelMin = 1 << 16;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// K's block length, even (a pair never straddles two blocks); depends on K and op(A) alone.
+int64_t k_block(int64_t K, bool trans_a) {
+  const int64_t max_block = trans_a ? kMaxKBlockTransposedA : kMaxKBlock;
+  const int64_t block = ceil_div(K, ceil_div(K, max_block));
+  return block + (block & 1);
+}
+
+int64_t rows_per_a_block(int64_t kc) {
+  return std::max<int64_t>(kRows, kABlockBytes / (kc * 2) / kRows * kRows);
+}
+int64_t panels_per_b_block(int64_t kc) { return std::max<int64_t>(1, kBBlockBytes / (kc * kCols * 2)); }
+
+// The words of rows k and k + 1 (nullptr: zeros) at 16 columns: the pairs interleaved by vpermw.
+inline __m512i interleave_rows(__m512 row_k, __m512 row_k1) {
+  const __m512i index = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(row_k1, row_k));  // [k: 16][k+1: 16]
+  return _mm512_permutexvar_epi16(index, both);
+}
+
+__mmask16 first_n(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
+
+// One row of kc floats (kc even, `valid` of them read, the rest zero) as kc / 2 words.
+void convert_row(const float* src, int64_t valid, int64_t kc, uint32_t* dst) {
+  int64_t k = 0;
+  for (; k + 32 <= valid; k += 32) {
+    const __m512 lo = _mm512_loadu_ps(src + k), hi = _mm512_loadu_ps(src + k + 16);
+    _mm512_storeu_si512(dst + k / 2, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+  for (; k < kc; k += 32) {
+    const __m512 lo = _mm512_maskz_loadu_ps(first_n(valid - k), src + k);
+    const __m512 hi = _mm512_maskz_loadu_ps(first_n(std::max<int64_t>(0, valid - k - 16)), src + k + 16);
+    const __m512i words = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+    const int64_t n = std::min<int64_t>(16, (kc - k) / 2);
+    _mm512_mask_storeu_epi32(dst + k / 2, first_n(n), words);
+  }
+}
+
+struct Product {
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+  float alpha;
+  const float* A;
+  int64_t lda;
+  const float* B;
+  int64_t ldb;
+  float beta;
+  float* C;
+  int64_t ldc;
+  const float* bias;
+};
+
+// Panel of op(B)'s columns [col0, col0 + 32) over k in [k0, k0 + kc): dst[kp * 32 + j]; columns past
+// N and k past K are zero.
+void pack_b_panel(const Product& p, int64_t col0, int64_t k0, int64_t kc, uint32_t* dst) {
+  const int64_t cols = std::min(kCols, p.N - col0), kpairs = kc / 2;
+  if (!p.trans_b) {  // B stored (K, N): rows k and k + 1 give a vector of words per 16 columns
+    const __mmask16 m0 = first_n(cols), m1 = first_n(std::max<int64_t>(0, cols - 16));
+    for (int64_t kp = 0; kp < kpairs; ++kp) {
+      const int64_t k = k0 + 2 * kp;
+      const float* r0 = p.B + k * p.ldb + col0;
+      const float* r1 = k + 1 < p.K ? r0 + p.ldb : nullptr;
+      const __m512 a0 = _mm512_maskz_loadu_ps(m0, r0), a1 = _mm512_maskz_loadu_ps(m1, r0 + 16);
+      const __m512 b0 = r1 ? _mm512_maskz_loadu_ps(m0, r1) : _mm512_setzero_ps();
+      const __m512 b1 = r1 ? _mm512_maskz_loadu_ps(m1, r1 + 16) : _mm512_setzero_ps();
+      _mm512_store_si512(dst + kp * kCols, interleave_rows(a0, b0));
+      _mm512_store_si512(dst + kp * kCols + 16, interleave_rows(a1, b1));
+    }
+    return;
+  }
+  // B stored (N, K): column j of op(B) is row col0 + j of B, whose pairs are adjacent already.
+  alignas(64) uint32_t words[kMaxKBlock / 2];
+  const int64_t valid = std::min(kc, p.K - k0);
+  for (int64_t j = 0; j < kCols; ++j) {
+    if (j < cols) convert_row(p.B + (col0 + j) * p.ldb + k0, valid, kc, words);
+    for (int64_t kp = 0; kp < kpairs; ++kp) dst[kp * kCols + j] = j < cols ? words[kp] : 0u;
+  }
+}
+
+// op(A) = A^T (A stored (K, M)): rows [ib, ie) over k in [k0, k0 + kc), in tiles of kRows rows,
+// tile t at dst + t * kc / 2 * kRows, dst[kp * kRows + r]; rows past ie and k past K zero.
+void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k0, int64_t kc, uint32_t* dst) {
+  const int64_t kpairs = kc / 2;
+  for (int64_t i = ib; i < ie; i += kRows) {
+    const __mmask8 rows = static_cast<__mmask8>(first_n(ie - i));
+    uint32_t* tile = dst + (i - ib) / kRows * kpairs * kRows;
+    for (int64_t kp = 0; kp < kpairs; ++kp) {
+      const int64_t k = k0 + 2 * kp;
+      const __m256 x0 = _mm256_maskz_loadu_ps(rows, p.A + k * p.lda + i);
+      const __m256 x1 = k + 1 < p.K ? _mm256_maskz_loadu_ps(rows, p.A + (k + 1) * p.lda + i) : _mm256_setzero_ps();
+      const __m128i h0 = reinterpret_cast<__m128i>(_mm256_cvtneps_pbh(x0));
+      const __m128i h1 = reinterpret_cast<__m128i>(_mm256_cvtneps_pbh(x1));
+      _mm_store_si128(reinterpret_cast<__m128i*>(tile + kp * kRows), _mm_unpacklo_epi16(h0, h1));
+      _mm_store_si128(reinterpret_cast<__m128i*>(tile + kp * kRows + 4), _mm_unpackhi_epi16(h0, h1));
+    }
+  }
+}
+
+// acc[r][v] += sum over kp of word a_r[kp] x panel[kp][16 v .. 16 v + 16), a_r[kp] at
+// a[r] + kp * kp_stride. The accumulators are named variables (an array of them was kept in memory
+// by GCC in the float tile: micro_tile.h).
+struct Acc {
+  __m512 c[kRows][2];
+};
+
+inline __m512bh words_of(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+inline __m512bh broadcast_word(const uint32_t* w) { return words_of(_mm512_set1_epi32(static_cast<int>(*w))); }
+
+void accumulate(const uint32_t* const a[kRows], int64_t kp_stride, const uint32_t* panel, int64_t kpairs, Acc& acc) {
+  const uint32_t *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5], *a6 = a[6], *a7 = a[7];
+  __m512 c00 = acc.c[0][0], c01 = acc.c[0][1], c10 = acc.c[1][0], c11 = acc.c[1][1];
+  __m512 c20 = acc.c[2][0], c21 = acc.c[2][1], c30 = acc.c[3][0], c31 = acc.c[3][1];
+  __m512 c40 = acc.c[4][0], c41 = acc.c[4][1], c50 = acc.c[5][0], c51 = acc.c[5][1];
+  __m512 c60 = acc.c[6][0], c61 = acc.c[6][1], c70 = acc.c[7][0], c71 = acc.c[7][1];
+  for (int64_t kp = 0; kp < kpairs; ++kp) {
+    const __m512bh w0 = words_of(_mm512_load_si512(panel + kp * kCols));
+    const __m512bh w1 = words_of(_mm512_load_si512(panel + kp * kCols + 16));
+    const int64_t at = kp * kp_stride;
+    __m512bh x = broadcast_word(a0 + at);
+    c00 = _mm512_dpbf16_ps(c00, x, w0), c01 = _mm512_dpbf16_ps(c01, x, w1);
+    x = broadcast_word(a1 + at);
+    c10 = _mm512_dpbf16_ps(c10, x, w0), c11 = _mm512_dpbf16_ps(c11, x, w1);
+    x = broadcast_word(a2 + at);
+    c20 = _mm512_dpbf16_ps(c20, x, w0), c21 = _mm512_dpbf16_ps(c21, x, w1);
+    x = broadcast_word(a3 + at);
+    c30 = _mm512_dpbf16_ps(c30, x, w0), c31 = _mm512_dpbf16_ps(c31, x, w1);
+    x = broadcast_word(a4 + at);
+    c40 = _mm512_dpbf16_ps(c40, x, w0), c41 = _mm512_dpbf16_ps(c41, x, w1);
+    x = broadcast_word(a5 + at);
+    c50 = _mm512_dpbf16_ps(c50, x, w0), c51 = _mm512_dpbf16_ps(c51, x, w1);
+    x = broadcast_word(a6 + at);
+    c60 = _mm512_dpbf16_ps(c60, x, w0), c61 = _mm512_dpbf16_ps(c61, x, w1);
+    x = broadcast_word(a7 + at);
+    c70 = _mm512_dpbf16_ps(c70, x, w0), c71 = _mm512_dpbf16_ps(c71, x, w1);
+  }
+  acc.c[0][0] = c00, acc.c[0][1] = c01, acc.c[1][0] = c10, acc.c[1][1] = c11;
+  acc.c[2][0] = c20, acc.c[2][1] = c21, acc.c[3][0] = c30, acc.c[3][1] = c31;
+  acc.c[4][0] = c40, acc.c[4][1] = c41, acc.c[5][0] = c50, acc.c[5][1] = c51;
+  acc.c[6][0] = c60, acc.c[6][1] = c61, acc.c[7][0] = c70, acc.c[7][1] = c71;
+}
+
+// C tile = alpha * acc + beta * C (+ bias's columns, when not null); beta 0 never reads C.
+void store_tile(const Acc& acc, int rows, int64_t cols, float alpha, float beta, const float* bias, float* C,
+                int64_t ldc) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  for (int v = 0; v < 2; ++v) {
+    const int64_t n = cols - 16 * v;
+    if (n <= 0) break;
+    const __mmask16 m = first_n(n);
+    const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + 16 * v) : _mm512_setzero_ps();
+    for (int r = 0; r < rows; ++r) {
+      float* c = C + r * ldc + 16 * v;
+      __m512 out = _mm512_mul_ps(va, acc.c[r][v]);
+      if (beta != 0.f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c), out);
+      if (bias) out = _mm512_add_ps(out, b);
+      _mm512_mask_storeu_ps(c, m, out);
+    }
+  }
+}
+
+struct BlockRange {
+  int64_t i0, i1, np, col_base, k0, kc;
+};
+
+// Rows [i0, i1) of C against panels [0, np) of the packed B block over k in [k0, k0 + kc); A's rows
+// are converted (or packed, transposed) an L2-sized block at a time into a_block.
+void multiply_range(const Product& p, const BlockRange& br, const uint32_t* b_block, uint32_t* a_block) {
+  const bool first_k_block = br.k0 == 0;
+  const float beta = first_k_block ? p.beta : 1.f;
+  const int64_t kpairs = br.kc / 2, rows_per_block = rows_per_a_block(k_block(p.K, p.trans_a));
+  for (int64_t ib = br.i0; ib < br.i1; ib += rows_per_block) {
+    const int64_t ie = std::min(br.i1, ib + rows_per_block);
+    if (p.trans_a) {
+      pack_a_block_transposed(p, ib, ie, br.k0, br.kc, a_block);
+    } else {
+      const int64_t valid = std::min(br.kc, p.K - br.k0);
+      for (int64_t i = ib; i < ie; ++i) convert_row(p.A + i * p.lda + br.k0, valid, br.kc, a_block + (i - ib) * kpairs);
+    }
+    for (int64_t q = 0; q < br.np; ++q) {
+      const uint32_t* panel = b_block + q * kpairs * kCols;
+      const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
+      for (int64_t i = ib; i < ie; i += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, ie - i));
+        const uint32_t* a[kRows];
+        for (int r = 0; r < kRows; ++r)  // a short tile repeats row 0 of the tile and drops those results
+          a[r] = p.trans_a ? a_block + (i - ib) * kpairs + r : a_block + (i - ib + (r < rows ? r : 0)) * kpairs;
+        Acc acc;
+        for (auto& row : acc.c) row[0] = row[1] = _mm512_setzero_ps();
+        accumulate(a, p.trans_a ? kRows : 1, panel, kpairs, acc);
+        store_tile(acc, rows, cols, p.alpha, beta, first_k_block && p.bias ? p.bias + col0 : nullptr,
+                   p.C + i * p.ldc + col0, p.ldc);
+      }
+    }
+  }
+}
+
+struct WorkerScratch {
+  uint32_t* b_block;
+  uint32_t* a_block;
+};
+
+void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t q1, const WorkerScratch& ws) {
+  if (i0 >= i1 || q0 >= q1) return;
+  const int64_t kc = k_block(p.K, p.trans_a);
+  const int64_t panels_per_block = std::min(q1 - q0, panels_per_b_block(kc));
+  for (int64_t pb = q0; pb < q1; pb += panels_per_block) {
+    const int64_t np = std::min(panels_per_block, q1 - pb);
+    for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
+      const int64_t kcur = std::min(kc, p.K - k0 + ((p.K - k0) & 1));  // the last block, even
+      for (int64_t q = 0; q < np; ++q) pack_b_panel(p, (pb + q) * kCols, k0, kcur, ws.b_block + q * kcur / 2 * kCols);
+      multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, ws.b_block, ws.a_block);
+    }
+  }
+}
+
+std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int T) {
+  const int64_t per = ceil_div(ceil_div(count, unit), T) * unit;
+  return {std::min(count, t * per), std::min(count, (t + 1) * per)};
+}
+
+// Scratch that keeps its memory between calls (see gemm_blocked), one per calling thread.
+uint32_t* caller_scratch(int64_t words) {
+  struct Free {
+    void operator()(uint32_t* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<uint32_t, Free> data;
+  thread_local int64_t size = 0;
+  if (words > size) {
+    data.reset(static_cast<uint32_t*>(allocate_weights(static_cast<size_t>(words) * sizeof(uint32_t))));
+    size = words;
+  }
+  return data.get();
+}
+
+void scale_by_beta(int64_t M, int64_t N, float beta, const float* bias, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float scaled = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+      C[i * ldc + j] = bias ? scaled + bias[j] : scaled;
+    }
+}
+
+}  // namespace
+
+void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                                int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
+  const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
+  const int64_t panels = ceil_div(N, kCols);
+  const bool parallel = M * N * K >= kParallelMin;
+  const int64_t threads = parallel ? omp_get_max_threads() : 1;
+  const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(M, kRows) >= 4 * threads;
+  const bool split_panels = trans_a ? !enough_rows && enough_panels : enough_panels;
+  const int64_t kc = k_block(K, trans_a);
+  const int64_t b_words = std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;
+  const int64_t a_words = ceil_div(rows_per_a_block(kc) * kc / 2, 16) * 16;
+  uint32_t* scratch = caller_scratch(threads * (b_words + a_words));
+#pragma omp parallel num_threads(static_cast<int>(threads)) if (parallel)
+  {
+    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+    uint32_t* mine = scratch + t * (b_words + a_words);
+    const WorkerScratch ws{mine, mine + b_words};
+    if (split_panels) {
+      const auto [q0, q1] = share(panels, 1, t, T);
+      multiply_part(p, 0, M, q0, q1, ws);
+    } else {
+      const auto [i0, i1] = share(M, kRows, t, T);
+      multiply_part(p, i0, i1, 0, panels, ws);
+    }
+  }
+}
+
+}  // namespace qkv::kernels::bf16_isa
