@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
 
 namespace qkv::bench {
@@ -64,6 +65,15 @@ inline double qkv_gemm_ceiling_gflops(int64_t M = 2048, int64_t N = 2048, int64_
   std::vector<float> a(static_cast<size_t>(M * K), 1.f), b(static_cast<size_t>(N * K), 1.f), c(static_cast<size_t>(M * N));
   const double t = median_seconds(5, [&] {
     kernels::gemm_blocked(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
+  });
+  return 2.0 * static_cast<double>(M * N * K) / t * 1e-9;
+}
+
+// The same with bf16 operands (kernels::gemm_bf16: vdpbf16ps where the CPU has it).
+inline double qkv_bf16_gemm_ceiling_gflops(int64_t M = 2048, int64_t N = 2048, int64_t K = 512) {
+  std::vector<float> a(static_cast<size_t>(M * K), 1.f), b(static_cast<size_t>(N * K), 1.f), c(static_cast<size_t>(M * N));
+  const double t = median_seconds(5, [&] {
+    kernels::gemm_bf16(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
   });
   return 2.0 * static_cast<double>(M * N * K) / t * 1e-9;
 }

@@ -5,7 +5,7 @@
 // Usage: bench_lm_train [--steps N] [--threads T] [--batch B] [--block T] [--layers L] [--d-model D]
 //                       [--heads H] [--d-ff F] [--vocab V] [--dropout P] [--recompute-ffn]
 //                       [--micro-batch ROWS] [--attention seed|sdpa] [--python PATH] [--no-torch]
-//                       [--device cpu|cuda]
+//                       [--device cpu|cuda] [--precision float32|bf16]
 // Defaults: batch 8 x block 256, 6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 8000, dropout
 // 0.1, GPT-2's choices otherwise (pre-LN, learned positions, GELU tanh, tied output), AdamW (lr 3e-4,
 // weight decay 0.1 on matrices), 3 timed steps, 2 threads. One fixed batch of random ids (B, T + 1).
@@ -13,6 +13,9 @@
 // its steps alternating with qkv's (bench_common.h, PeerProcess);
 // PYTHON defaults to build/bench-venv/bin/python (bench/setup_peers.sh creates it).
 // --device cuda: both train on the GPU (scripts/gpu_check.sh runs it there; docs/gpu.md).
+// --precision bf16: qkv's products in bf16 (ops/precision.h), PyTorch under
+// torch.autocast("cpu", dtype=torch.bfloat16) (its mixed precision; use --attention sdpa for its
+// fastest CPU mode).
 #include <cblas.h>
 
 #include <cstdio>
@@ -22,7 +25,10 @@
 #include <string>
 
 #include "bench_common.h"
+#include "qkv/core/cpu_features.h"
 #include "qkv/core/cuda_runtime.h"
+#include "qkv/kernels/isa.h"
+#include "qkv/ops/precision.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/causal_lm.h"
 #include "qkv/train/step.h"
@@ -38,6 +44,7 @@ struct Args {
   int64_t micro_batch = 0;
   std::string attention = "seed";
   std::string device = "cpu";  // cuda: qkv and PyTorch both train on the GPU
+  std::string precision = "float32";
   std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
 };
 
@@ -80,10 +87,15 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--no-torch")) a.torch = false;
     else if (!std::strcmp(argv[i], "--device")) a.device = str();
+    else if (!std::strcmp(argv[i], "--precision")) a.precision = str();
     else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
   }
   if (a.steps < 1 || a.block < 1 || a.batch < 1) { std::fprintf(stderr, "need --steps, --batch, --block >= 1\n"); return 2; }
   set_num_threads(a.threads);
+  const ops::ProductPrecisionScope precision(ops::parse_precision(a.precision));
+  const bool bf16 = ops::product_precision() == ops::Precision::BF16;
+  std::printf("CPU: %s; kernels: %s%s\n", cpu_features().model.c_str(), kernels::isa_description().c_str(),
+              bf16 ? ("; bf16 products: " + ops::bf16_product_kernel()).c_str() : "");
 
   models::TransformerConfig config = models::decoder_only_defaults();
   config.tgt_vocab_size = config.src_vocab_size = a.vocab;
@@ -132,7 +144,7 @@ int main(int argc, char** argv) try {
         " --layers " + std::to_string(a.layers) + " --d-model " + std::to_string(a.d_model) + " --heads " +
         std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
         " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention +
-        " --device " + (device.is_cuda() ? "cuda" : "cpu"));
+        " --device " + (device.is_cuda() ? "cuda" : "cpu") + (bf16 ? " --autocast bf16" : ""));
   const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
   const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
@@ -140,10 +152,10 @@ int main(int argc, char** argv) try {
   const double gflops = step_flops(a) / t * 1e-9;
 
   std::printf("GPT: batch %lld x block %lld, %lld layers, d_model %lld, %lld heads, d_ff %lld, vocab %lld, dropout %.2g, "
-              "learned positions, GELU tanh, tied output, AdamW, %d threads%s%s\n",
+              "learned positions, GELU tanh, tied output, AdamW, %s products, %d threads%s%s\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.block), static_cast<long long>(a.layers),
               static_cast<long long>(a.d_model), static_cast<long long>(a.heads), static_cast<long long>(a.d_ff),
-              static_cast<long long>(a.vocab), a.dropout, a.threads,
+              static_cast<long long>(a.vocab), a.dropout, a.precision.c_str(), a.threads,
               a.recompute_ffn ? ", qkv recomputes FFN activations" : "",
               a.micro_batch > 0
                   ? (", qkv accumulates gradients over micro-batches of " + std::to_string(a.micro_batch) + " rows").c_str()
@@ -155,10 +167,10 @@ int main(int argc, char** argv) try {
                 device.name().c_str(), cuda::describe(device).c_str(), pool.bytes_peak / 1e9);
   } else {
     const double ceiling = bench::sgemm_ceiling_gflops();
-    const double own_ceiling = bench::qkv_gemm_ceiling_gflops();
+    const double own_ceiling = bf16 ? bench::qkv_bf16_gemm_ceiling_gflops() : bench::qkv_gemm_ceiling_gflops();
     std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
-                "%.2f of qkv's own GEMM at that shape (%.0f GFLOP/s)\n",
-                gflops, gflops / ceiling, ceiling, gflops / own_ceiling, own_ceiling);
+                "%.2f of qkv's own %s GEMM at that shape (%.0f GFLOP/s)\n",
+                gflops, gflops / ceiling, ceiling, gflops / own_ceiling, bf16 ? "bf16" : "float32", own_ceiling);
   }
   std::fflush(stdout);
   if (!torch) return 0;
@@ -167,9 +179,9 @@ int main(int argc, char** argv) try {
   const double trss = j["peak_rss_bytes"].get<double>() / 1e9;
   const double timport = j["rss_after_import_bytes"].get<double>() / 1e9;
   std::printf("pytorch step %.3f s (median of %d, alternating with qkv's)  %.0f tokens/s  peak RSS %.2f GB (%.2f GB after import torch)  "
-              "loss %.3f  (torch %s, %s attention)\n",
+              "loss %.3f  (torch %s, %s attention%s)\n",
               tt, a.steps, j["tokens_per_step"].get<double>() / tt, trss, timport, j["losses"].back().get<double>(),
-              j["torch_version"].get<std::string>().c_str(), a.attention.c_str());
+              j["torch_version"].get<std::string>().c_str(), a.attention.c_str(), bf16 ? ", bf16 autocast" : "");
   if (device.is_cuda() && j.contains("gpu_peak_bytes"))
     std::printf("memory  GPU peak: qkv's tensor pool %.2f GB, PyTorch's allocator %.2f GB\n", pool.bytes_peak / 1e9,
                 j["gpu_peak_bytes"].get<double>() / 1e9);

@@ -117,3 +117,23 @@ def test_bad_flags_are_errors_naming_the_flag(data_dir, tmp_path):
         qkv.Trainer(text=str(data_dir / "text.txt"), out=str(tmp_path / "r"), steps=1, **{**FLAGS, "lr": -1.0}).fit()
     with pytest.raises(FileNotFoundError):
         qkv.Trainer(text=str(tmp_path / "missing.txt"), out=str(tmp_path / "r2"), steps=1, **FLAGS).fit()
+
+
+def test_bf16_precision_from_python_equals_the_cli_is_recorded_and_kept_on_resume(data_dir, tmp_path):
+    text = str(data_dir / "text.txt")
+    flags = dict(FLAGS, valid_every=0)
+    run_qkv("train", "--text", text, "--out", str(tmp_path / "cli"), "--steps", "6", "--precision", "bf16",
+            *cli_args(flags))
+    qkv.Trainer(text=text, out=str(tmp_path / "py"), steps=6, precision="bf16", **flags).fit()
+    qkv.Trainer(text=text, out=str(tmp_path / "f32"), steps=6, **flags).fit()
+    weights = {d: (tmp_path / d / "last" / "model.safetensors").read_bytes() for d in ("cli", "py", "f32")}
+    assert weights["cli"] == weights["py"]
+    assert weights["py"] != weights["f32"]  # the bf16 products ran
+    state = json.loads((tmp_path / "py" / "last" / "train_state.json").read_text())
+    assert state["hyper"]["precision"] == "bf16"
+    assert json.loads((tmp_path / "f32" / "last" / "train_state.json").read_text())["hyper"]["precision"] == "float32"
+    qkv.Trainer(text=text, resume=str(tmp_path / "py"), steps=8, **flags).fit()  # no precision given: the run's
+    state = json.loads((tmp_path / "py" / "last" / "train_state.json").read_text())
+    assert state["step"] == 8 and state["hyper"]["precision"] == "bf16"
+    with pytest.raises(ValueError, match="precision"):
+        qkv.Trainer(text=text, out=str(tmp_path / "bad"), steps=1, precision="fp16", **flags).fit()

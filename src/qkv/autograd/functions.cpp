@@ -17,20 +17,23 @@ void accumulate_grad(const std::shared_ptr<GradCell>& cell, const Tensor& dy) {
 }
 
 Var linear(const Var& x, const Var& w, const Var& b) {
-  Tensor y = ops::linear_forward(x.value(), w.value(), b.defined() ? b.value() : Tensor());
+  const ops::Precision precision = ops::product_precision();  // the backward multiplies as the forward did
+  Tensor y = ops::linear_forward(x.value(), w.value(), b.defined() ? b.value() : Tensor(), precision);
   const bool rg = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
   return record_op(std::move(y), rg,
                    [xv = x.value(), wv = w.value(), xc = x.cell(), wc = w.cell(),
-                    bc = b.defined() ? b.cell() : Cell()](const Tensor& dy) {
-                     ops::linear_backward(dy, xv, wv, slot(xc), slot(wc), slot(bc));
+                    bc = b.defined() ? b.cell() : Cell(), precision](const Tensor& dy) {
+                     ops::linear_backward(dy, xv, wv, slot(xc), slot(wc), slot(bc), precision);
                    });
 }
 
 Var matmul(const Var& a, const Var& b, bool transpose_b) {
-  Tensor c = ops::matmul_forward(a.value(), b.value(), transpose_b);
+  const ops::Precision precision = ops::product_precision();
+  Tensor c = ops::matmul_forward(a.value(), b.value(), transpose_b, precision);
   return record_op(std::move(c), a.requires_grad() || b.requires_grad(),
-                   [av = a.value(), bv = b.value(), ac = a.cell(), bc = b.cell(), transpose_b](const Tensor& dc) {
-                     ops::matmul_backward(dc, av, bv, transpose_b, slot(ac), slot(bc));
+                   [av = a.value(), bv = b.value(), ac = a.cell(), bc = b.cell(), transpose_b,
+                    precision](const Tensor& dc) {
+                     ops::matmul_backward(dc, av, bv, transpose_b, slot(ac), slot(bc), precision);
                    });
 }
 

@@ -182,6 +182,11 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
                "Recompute feed-forward activations in backward: less memory, one extra fc1 forward per layer");
   app.add_option("--optimizer", o.optimizer, "adam (translation default) or adamw (decoder-only default)")
       ->check(CLI::IsMember({"adam", "adamw"}));
+  app.add_option("--precision", o.precision,
+                 "Products of linear layers: float32 (default), or bf16 operands with float32 sums (mixed precision: "
+                 "weights, gradients and Adam's moments stay float32; fastest where the CPU has AVX512_BF16). A "
+                 "resumed run keeps its precision unless this is given")
+      ->check(CLI::IsMember({"float32", "bf16"}));
   app.add_option("--weight-decay", o.weight_decay,
                  "AdamW's decoupled weight decay on weight matrices, not biases or norms (decoder-only default 0.1)")
       ->check(FiniteRange(0, 0.999999));

@@ -1,3 +1,4 @@
+#include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/int8_gemm.h"
@@ -17,11 +18,29 @@ void check_linear_shapes(const Tensor& x, const Tensor& w, const Tensor& b) {
   QKV_CHECK(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0)),
             "linear: bias " << b.shape() << " does not match weight " << w.shape());
 }
+
+// The product C = alpha * op(A) @ op(B) + beta * C (+ bias) of a CPU op in `precision`: float32
+// through kernels::sgemm (OpenBLAS for small shapes, gemm_blocked for large), or bf16 operands
+// through kernels::gemm_bf16.
+void cpu_product(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr) {
+  if (precision == Precision::BF16)
+    return kernels::gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, bias);
+  if (bias) return kernels::sgemm_plus_bias(ta, tb, M, N, K, 1.f, A, lda, B, ldb, bias, C, ldc);  // beta 0
+  kernels::sgemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+}
+
+void check_precision_on(const char* op, Precision precision, const Tensor& x) {
+  QKV_CHECK(precision == Precision::Float32 || !x.device().is_cuda(),
+            op << ": bf16 products on " << x.device().name()
+               << " are not built yet (train on a GPU in float32, or with --precision bf16 on the CPU)");
+}
 }  // namespace
 
-Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
+Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b, Precision precision) {
   check_linear_shapes(x_in, w, b);
   check_same_device("linear", {&x_in, &w, &b});
+  check_precision_on("linear", precision, x_in);
   const Tensor x = x_in.contiguous();
   const Tensor wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
@@ -30,8 +49,12 @@ Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b) {
   Tensor y = empty_like_device(out_shape, x);
   // (M, N) = (M, K) @ (N, K)^T + b, the bias added as the product is stored.
   const Tensor bc = b.defined() ? b.contiguous() : Tensor();
-  QKV_KERNEL(x, sgemm_plus_bias(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K,
-                                bc.defined() ? bc.f32() : nullptr, y.f32(), N));
+  const float* bias = bc.defined() ? bc.f32() : nullptr;
+  if (on_cuda(x)) {
+    QKV_KERNEL(x, sgemm_plus_bias(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K, bias, y.f32(), N));
+  } else {
+    cpu_product(precision, false, true, M, N, K, x.f32(), K, wc.f32(), K, 0.f, y.f32(), N, bias);
+  }
   return y;
 }
 
@@ -87,19 +110,23 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
   return y;
 }
 
-void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db) {
+void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
+                     Precision precision) {
   check_same_device("linear backward", {&dy_in, &x_in, &w});
+  check_precision_on("linear backward", precision, x_in);
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
   QKV_CHECK(dy.numel() == M * N, "linear backward: grad " << dy.shape() << " vs input " << x.shape());
   const Device device = x.device();
   if (dx) {  // dx (M, K) = dy (M, N) @ w (N, K)
     const bool acc = prepare_slot(dx, x.shape(), device);
-    QKV_KERNEL(x, sgemm(false, false, M, K, N, 1.f, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K));
+    if (on_cuda(x)) QKV_KERNEL(x, sgemm(false, false, M, K, N, 1.f, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K));
+    else cpu_product(precision, false, false, M, K, N, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K);
   }
   if (dw) {  // dw (N, K) = dy^T (N, M) @ x (M, K)
     const bool acc = prepare_slot(dw, w.shape(), device);
-    QKV_KERNEL(x, sgemm(true, false, N, K, M, 1.f, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K));
+    if (on_cuda(x)) QKV_KERNEL(x, sgemm(true, false, N, K, M, 1.f, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K));
+    else cpu_product(precision, true, false, N, K, M, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K);
   }
   if (db) {  // db (N) = sum over the M rows of dy
     prepare_zeroed_slot(db, Dims{N}, device);
@@ -146,9 +173,10 @@ void matmul_backward_cuda(const MatmulDims& d, const Tensor& dc, const Tensor& a
 }
 }  // namespace
 
-Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool transpose_b) {
+Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool transpose_b, Precision precision) {
   const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
   check_same_device("matmul", {&a_in, &b_in});
+  check_precision_on("matmul", precision, a_in);
   const Tensor a = a_in.contiguous(), b = b_in.contiguous();
   Dims out_shape = a.shape();
   out_shape[out_shape.size() - 1] = d.N;
@@ -162,15 +190,16 @@ Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool transpose_b) 
   }
 #pragma omp parallel for schedule(static) if (d.batch > 1)
   for (int64_t i = 0; i < d.batch; ++i)
-    kernels::sgemm(false, transpose_b, d.M, d.N, d.K, 1.f, a.f32() + i * d.M * d.K, d.K, b.f32() + i * d.K * d.N,
-                   ldb, 0.f, c.f32() + i * d.M * d.N, d.N);
+    cpu_product(precision, false, transpose_b, d.M, d.N, d.K, a.f32() + i * d.M * d.K, d.K, b.f32() + i * d.K * d.N,
+                ldb, 0.f, c.f32() + i * d.M * d.N, d.N);
   return c;
 }
 
 void matmul_backward(const Tensor& dc_in, const Tensor& a_in, const Tensor& b_in, bool transpose_b, Tensor* da,
-                     Tensor* db) {
+                     Tensor* db, Precision precision) {
   const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
   check_same_device("matmul backward", {&dc_in, &a_in, &b_in});
+  check_precision_on("matmul backward", precision, a_in);
   const Tensor dc = dc_in.contiguous(), a = a_in.contiguous(), b = b_in.contiguous();
   if (on_cuda(a)) {
     matmul_backward_cuda(d, dc, a, b, transpose_b, da, db);
@@ -181,8 +210,8 @@ void matmul_backward(const Tensor& dc_in, const Tensor& a_in, const Tensor& b_in
     const float beta = prepare_slot(da, a.shape(), a.device()) ? 1.f : 0.f;
 #pragma omp parallel for schedule(static) if (d.batch > 1)
     for (int64_t i = 0; i < d.batch; ++i)
-      kernels::sgemm(false, !transpose_b, d.M, d.K, d.N, 1.f, dc.f32() + i * d.M * d.N, d.N,
-                     b.f32() + i * d.K * d.N, ldb, beta, da->f32() + i * d.M * d.K, d.K);
+      cpu_product(precision, false, !transpose_b, d.M, d.K, d.N, dc.f32() + i * d.M * d.N, d.N,
+                  b.f32() + i * d.K * d.N, ldb, beta, da->f32() + i * d.M * d.K, d.K);
   }
   if (db) {
     const float beta = prepare_slot(db, b.shape(), b.device()) ? 1.f : 0.f;
@@ -190,11 +219,11 @@ void matmul_backward(const Tensor& dc_in, const Tensor& a_in, const Tensor& b_in
     for (int64_t i = 0; i < d.batch; ++i) {
       float* out = db->f32() + i * d.K * d.N;
       if (transpose_b)  // db (N, K) = dc^T (N, M) @ a (M, K)
-        kernels::sgemm(true, false, d.N, d.K, d.M, 1.f, dc.f32() + i * d.M * d.N, d.N, a.f32() + i * d.M * d.K, d.K,
-                       beta, out, d.K);
+        cpu_product(precision, true, false, d.N, d.K, d.M, dc.f32() + i * d.M * d.N, d.N, a.f32() + i * d.M * d.K, d.K,
+                    beta, out, d.K);
       else  // db (K, N) = a^T (K, M) @ dc (M, N)
-        kernels::sgemm(true, false, d.K, d.N, d.M, 1.f, a.f32() + i * d.M * d.K, d.K, dc.f32() + i * d.M * d.N, d.N,
-                       beta, out, d.N);
+        cpu_product(precision, true, false, d.K, d.N, d.M, a.f32() + i * d.M * d.K, d.K, dc.f32() + i * d.M * d.N, d.N,
+                    beta, out, d.N);
     }
   }
 }

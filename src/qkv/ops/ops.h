@@ -18,14 +18,18 @@
 #include <vector>
 
 #include "qkv/core/tensor.h"
+#include "qkv/ops/precision.h"
 
 namespace qkv::ops {
 
 // ---- linear / matmul -------------------------------------------------------------------------
 // y = x @ w^T + b.   x (..., K), w (N, K) as nn.Linear stores it, b (N) or undefined -> y (..., N)
-Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b);
-// dx = dy @ w;  dw += dy^T @ x (over all leading dims);  db += sum of dy over leading dims.
-void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db);
+// `precision` (ops/precision.h): float32 products, or bf16 operands with float32 sums (CPU only).
+Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Precision precision = product_precision());
+// dx = dy @ w;  dw += dy^T @ x (over all leading dims);  db += sum of dy over leading dims. The
+// products in `precision` (pass the forward's).
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
+                     Precision precision = product_precision());
 
 // A linear layer's weight in the form inference multiplies with, chosen once when a model's compute
 // type is set (nn::Linear::set_compute_type):
@@ -58,9 +62,11 @@ std::string linear_kernel_description(DType dtype);
 
 // Batched matmul over matching leading dims: a (..., M, K) @ b (..., K, N) -> (..., M, N);
 // transpose_b uses b (..., N, K). Inputs may be any views (copied to contiguous if needed).
-Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_b = false);
+Tensor matmul_forward(const Tensor& a, const Tensor& b, bool transpose_b = false,
+                      Precision precision = product_precision());
 // da = dc @ b^T (or dc @ b when transpose_b);  db = a^T @ dc (or dc^T @ a).
-void matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_b, Tensor* da, Tensor* db);
+void matmul_backward(const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_b, Tensor* da, Tensor* db,
+                     Precision precision = product_precision());
 
 // ---- embedding -------------------------------------------------------------------------------
 // table (V, D) f32 or bf16, ids i32 (...) -> (..., D) f32. An id outside [0, V) throws naming the

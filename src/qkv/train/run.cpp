@@ -8,6 +8,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/transformer.h"
+#include "qkv/ops/precision.h"
 #include "qkv/train/corpus_trainer.h"
 #include "qkv/train/encoder_trainer.h"
 #include "qkv/train/lm_trainer.h"
@@ -113,6 +114,15 @@ Hyper resolve_hyper(const TrainRequest& o, Hyper h, const std::optional<TrainSta
     h.optimizer = *o.optimizer;
   }
   if (h.optimizer == "adam" && !o.weight_decay) h.weight_decay = 0;  // decay is AdamW's
+  if (o.precision) {
+    const std::string given = ops::precision_name(ops::parse_precision(*o.precision));  // "bfloat16" -> "bf16"
+    if (saved && saved->has_hyper && given != h.precision)
+      info(events, "--precision " + given + " overrides the checkpoint's " + h.precision);
+    h.precision = given;
+  }
+  if (h.precision == "bf16")
+    info(events, "precision: bf16 products with float32 sums, float32 weights and moments (" +
+                     ops::bf16_product_kernel() + ")");
   return h;
 }
 

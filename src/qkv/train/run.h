@@ -35,6 +35,7 @@ struct TrainRequest {
   std::optional<float> label_smoothing;
   std::optional<double> lr, clip_norm, weight_decay;
   std::optional<std::string> schedule, optimizer;
+  std::optional<std::string> precision;  // "float32" or "bf16" (Hyper::precision)
   // --max-memory as written ("2G", "1500M", "0", "auto"; train/memory_budget.h); unset: the saved
   // run's budget when resuming, else auto.
   std::optional<std::string> max_memory;

@@ -74,6 +74,7 @@ json hyper_to_json(const Hyper& h) {
           {"d_model", h.schedule.d_model}, {"clip_norm", h.clip_norm}, {"label_smoothing", h.label_smoothing},
           {"micro_batch", h.micro_batch}, {"beta1", h.beta1},          {"beta2", h.beta2},
           {"eps", h.eps},                 {"optimizer", h.optimizer},  {"weight_decay", h.weight_decay},
+          {"precision", h.precision},
           {"max_memory", h.max_memory}, {"total_steps", h.schedule.total_steps}};
 }
 
@@ -92,6 +93,10 @@ Hyper hyper_from_json(const json& j) {
   // Absent in files written before AdamW existed: those runs used Adam without decay.
   if (j.contains("optimizer")) h.optimizer = j.at("optimizer").get<std::string>();
   if (j.contains("weight_decay")) h.weight_decay = double_field(j, "weight_decay");
+  // Absent in files written before --precision existed: those runs multiplied in float32.
+  if (j.contains("precision")) h.precision = j.at("precision").get<std::string>();
+  if (h.precision != "float32" && h.precision != "bf16")
+    throw FieldError("precision must be float32 or bf16, got " + h.precision);
   // Absent in files written before --max-memory existed: those runs never chunked on their own, and
   // must not start to on resume (the sums would change).
   h.max_memory = j.contains("max_memory") ? int_field(j, "max_memory") : 0;

@@ -6,7 +6,7 @@
 //    "data": {...},                                     the data source's position (TrainingData::state)
 //    "hyper": {"schedule": "inverse_sqrt", "lr": 5e-4, "warmup": 4000, "clip_norm": 1.0,
 //              "label_smoothing": 0.1, "micro_batch": 0, "max_memory": -1, "beta1": 0.9, "beta2": 0.98,
-//              "eps": 1e-9},                           max_memory: bytes, 0 no limit, -1 auto (absent: 0)
+//              "eps": 1e-9, "precision": "float32"},                           max_memory: bytes, 0 no limit, -1 auto (absent: 0)
 //    "best": 21.3, "bad_validations": 0, "elapsed_seconds": 3600.5}
 //
 // Files written by earlier versions (two formats: synthetic and corpus) are read too.
@@ -33,6 +33,9 @@ struct Hyper {
   double beta1 = 0.9, beta2 = 0.98, eps = 1e-9;
   std::string optimizer = "adam";  // "adam" (seed 000) or "adamw" (decoupled weight decay)
   double weight_decay = 0.0;       // adamw: on 2-D weight matrices only (nanoGPT's rule)
+  // The products of linear layers and matmuls (ops/precision.h): "float32", or "bf16" operands with
+  // float32 sums (mixed precision: weights, gradients and Adam's moments stay float32).
+  std::string precision = "float32";
 };
 
 struct TrainState {

@@ -11,6 +11,7 @@
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/io/tensor_file.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/ops/precision.h"
 #include "qkv/train/clip.h"
 #include "qkv/train/memory_budget.h"
 #include "qkv/train/step.h"
@@ -34,6 +35,7 @@ void check_hyper(const Hyper& h) {
             "--weight-decay must be in [0, 1), got " << h.weight_decay);
   QKV_CHECK(h.weight_decay == 0 || h.optimizer == "adamw",
             "--weight-decay needs --optimizer adamw (Adam's L2 penalty is not offered)");
+  ops::parse_precision(h.precision);  // throws naming the accepted ones
   QKV_CHECK(h.micro_batch >= 0, "--micro-batch must be >= 0 (0: whole batch), got " << h.micro_batch);
   QKV_CHECK(h.max_memory >= 0 || h.max_memory == kAutoMemory,
             "--max-memory must be a size >= 0 (0: no limit) or auto, got " << h.max_memory);
@@ -99,6 +101,9 @@ Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions option
                              options_.hyper.weight_decay, options_.hyper.optimizer == "adamw"}),
       comm_(options_.comm ? options_.comm : &dist::single_process()) {
   check_options(options_);
+  QKV_CHECK(ops::parse_precision(options_.hyper.precision) == ops::Precision::Float32 || !options_.device.is_cuda(),
+            "--precision bf16 on " << options_.device.name()
+                                   << " is not built yet: train on a GPU in float32, or in bf16 on the CPU");
   QKV_CHECK(!(comm_->size() > 1 && options_.device.is_cuda()),
             "data-parallel training on GPUs (one rank per GPU, NCCL) is not built yet: train on one GPU, or on CPUs "
             "under mpirun");
@@ -252,6 +257,8 @@ void Trainer::train_one_step(double& loss, int64_t& tokens, double& lr, double& 
 }
 
 TrainResult Trainer::run(const TrainerEvents& events) {
+  // Steps and validation multiply in the run's precision (validation sees what training computes).
+  const ops::ProductPrecisionScope precision(ops::parse_precision(options_.hyper.precision));
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
     elapsed_now_ = elapsed_before_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

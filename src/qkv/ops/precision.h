@@ -1,0 +1,39 @@
+// The arithmetic of the products of linear layers and matmuls: float32, or bf16 operands with
+// float32 sums (mixed-precision training, `qkv train --precision bf16`).
+//
+// Like PyTorch's CPU autocast, the choice is a scope on the calling thread: the ops called while a
+// ProductPrecisionScope lives take it as their default, and an op's backward multiplies in the
+// precision its forward did (fn::linear and fn::matmul pass it on). Only the products change:
+// weights, gradients and optimizer state stay float32; softmax, LayerNorm, losses and reductions
+// run in float32 as always (where autocast differs: it also rounds each product's result to bf16,
+// qkv keeps it float32). Attention's fused kernel multiplies in float32 in either precision.
+#pragma once
+#include <string>
+
+namespace qkv::ops {
+
+enum class Precision { Float32, BF16 };
+
+const char* precision_name(Precision p);  // "float32", "bf16"
+const char* precision_names();            // "float32, bf16"
+// "float32"/"fp32" or "bf16"/"bfloat16"; throws qkv::Error naming the accepted names otherwise.
+Precision parse_precision(const std::string& name);
+
+// The products' precision for ops called on this thread (Float32 outside any scope).
+Precision product_precision();
+
+class ProductPrecisionScope {
+ public:
+  explicit ProductPrecisionScope(Precision p);
+  ~ProductPrecisionScope();
+  ProductPrecisionScope(const ProductPrecisionScope&) = delete;
+  ProductPrecisionScope& operator=(const ProductPrecisionScope&) = delete;
+
+ private:
+  Precision saved_;
+};
+
+// What runs bf16 products on this machine, in words: "vdpbf16ps (avx512_bf16)".
+std::string bf16_product_kernel();
+
+}  // namespace qkv::ops
