@@ -27,6 +27,7 @@ __all__ = [
     "score",
     "set_num_threads",
     "num_threads",
+    "kernels",
     "plot",
     "__version__",
 ]

@@ -8,6 +8,7 @@ from qkv._core import (
     Translator as Translator,
     __version__ as __version__,
     import_hf as import_hf,
+    kernels as kernels,
     load_checkpoint as load_checkpoint,
     num_threads as num_threads,
     score as score,

@@ -1,4 +1,5 @@
 // qkv._core: the compiled part of the `qkv` Python package.
+#include "qkv/kernels/isa.h"
 #include <algorithm>
 #include <cstring>
 
@@ -118,6 +119,9 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "qkv's C++ core: translation, generation, sentence embeddings and training over qkv checkpoints";
   m.attr("__version__") = QKV_VERSION;
   register_errors(m);
+  qkv::kernels::active_isa();  // a QKV_ISA this CPU cannot run fails the import, naming it
+  m.def("kernels", [] { return qkv::kernels::isa_description(); },
+        "The instruction set qkv's CPU kernels use and what chose it (QKV_ISA forces a lower one).");
   m.def("set_num_threads", &qkv::set_num_threads, py::arg("n"),
         "Threads for qkv's kernels and BLAS (n <= 0: $QKV_THREADS if set, else all cores).");
   m.def("num_threads", &qkv::num_threads, "The thread count qkv computes with.");

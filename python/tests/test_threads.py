@@ -55,3 +55,13 @@ def test_module_sets_a_short_spin_unless_the_user_chose():
         env["PYTHONPATH"] = package_root + os.pathsep + env.get("PYTHONPATH", "")
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         assert out.stdout.strip() == want, extra
+
+
+def test_kernels_names_the_instruction_set_and_a_bad_qkv_isa_fails_the_import():
+    assert qkv.kernels().split()[0] in ("avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx")
+    env = dict(os.environ, QKV_ISA="avx9")
+    r = subprocess.run([sys.executable, "-c", "import qkv; qkv.num_threads()"], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "QKV_ISA=avx9: no such instruction set" in r.stderr, r.stderr
+    env["QKV_ISA"] = "avx2"
+    r = subprocess.run([sys.executable, "-c", "import qkv; print(qkv.kernels())"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("avx2 (QKV_ISA=avx2"), r.stdout + r.stderr

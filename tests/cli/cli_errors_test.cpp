@@ -190,4 +190,23 @@ TEST_F(CliErrors, HelpAndVersionStillExitZero) {
   }
 }
 
+// QKV_ISA (kernels/isa.h) names an instruction set level; one this CPU lacks, or no level at all, is
+// an error before any work, naming the variable; --version shows what was chosen.
+TEST(CliIsa, QkvIsaIsCheckedAndVersionShowsTheKernels) {
+  const CliRun version = run_qkv_split("--version");
+  EXPECT_EQ(version.code, 0) << version.err;
+  for (const char* line : {"CPU:", "kernels:", "float32 linears:", "int8 linears:", "bf16 linears:"})
+    EXPECT_NE(version.out.find(line), std::string::npos) << line << " in\n" << version.out;
+  setenv("QKV_ISA", "avx9", 1);
+  const CliRun bad = run_qkv_split("train --synthetic --steps 1 --out " + ::testing::TempDir() + "/isa_never");
+  setenv("QKV_ISA", "avx2", 1);
+  const CliRun low = run_qkv_split("--version");
+  unsetenv("QKV_ISA");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.err.find("qkv: error: QKV_ISA=avx9: no such instruction set; expected one of avx2,"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "/isa_never")) << "no work before the check";
+  EXPECT_NE(low.out.find("kernels:  avx2 (QKV_ISA=avx2"), std::string::npos) << low.out;
+}
+
 }  // namespace

@@ -15,7 +15,10 @@
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/omp_wait.h"
+#include "qkv/core/cpu_features.h"
 #include "qkv/core/error.h"
+#include "qkv/kernels/isa.h"
+#include "qkv/ops/ops.h"
 
 namespace {
 
@@ -53,6 +56,23 @@ std::string usage_message(const CLI::ParseError& e) {
   });
 }
 
+// `qkv --version`: the version, the CPU and the kernels this run would use (kernels/isa.h).
+std::string version_text() {
+  using qkv::ops::linear_kernel_description;
+  std::string isa;
+  try {
+    isa = qkv::kernels::isa_description();
+  } catch (const std::exception& e) {
+    isa = std::string("error: ") + e.what();
+  }
+  return std::string("qkv ") + QKV_VERSION + "\nCPU:      " + qkv::cpu_features().model + " (" +
+         qkv::cpu_features().summary() + ")\nkernels:  " + isa + "\n  float32 linears: " +
+         linear_kernel_description(qkv::DType::F32) + "\n  int8 linears:    " +
+         linear_kernel_description(qkv::DType::I8) + "\n  bf16 linears:    " +
+         linear_kernel_description(qkv::DType::BF16) + "\n  bf16 training products (--precision bf16): " +
+         qkv::ops::bf16_product_kernel();
+}
+
 int usage_error(const std::string& message, const CLI::App& app) {
   std::cerr << "qkv: error: " << message << "\nRun '" << command_path(app) << " --help' for usage.\n";
   return kExitUsage;
@@ -68,7 +88,7 @@ int bad_input(const std::string& message) {
 int main(int argc, char** argv) {
   qkv::cli::relaunch_with_short_omp_spin(argv);
   CLI::App app{"qkv: train and run Transformer models (Attention Is All You Need) on the CPU"};
-  app.set_version_flag("--version", std::string("qkv ") + QKV_VERSION);
+  app.set_version_flag("--version", version_text);
   app.require_subcommand(0, 1);
   qkv::cli::register_commands(app);
   try {
@@ -82,6 +102,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    qkv::kernels::active_isa();  // a QKV_ISA this CPU cannot run is an error before any work
     return qkv::cli::run_selected(app);
   } catch (const qkv::cli::UsageError& e) {
     return usage_error(e.what(), app);
