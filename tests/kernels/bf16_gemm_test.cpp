@@ -189,3 +189,31 @@ TEST(Bf16Gemm, KZeroScalesCByBetaAndAddsTheBias) {
 
 }  // namespace
 }  // namespace qkv::kernels
+
+namespace qkv::kernels {
+namespace {
+
+// Inference's packed bf16 weights (pack_bf16_weights_into + gemm_bf16_packed) give the bits of
+// gemm_bf16 on the float32 weight: the same words, K blocks and tiles, packed once instead of per
+// call. Shapes: decoding's few rows and an encoder's many, K over several blocks (2500) and odd,
+// features past a 32-column panel; bias or not; strided A and C.
+TEST(Bf16Gemm, PackedWeightsGiveTheBitsOfThePerCallProduct) {
+  if (!packed_bf16_available()) GTEST_SKIP() << "no avx512_bf16 build here: " << isa_description();
+  for (const Case& c : {Case{false, true, 3, 70, 33, 1.f, 0.f, true}, Case{false, true, 12, 512, 512, 1.f, 0.f, false},
+                        Case{false, true, 300, 45, 2500, 1.f, 0.f, true}, Case{false, true, 1, 1, 1, 1.f, 0.f, true}}) {
+    Operands o = make_operands(c, 5), packed_out = o;
+    run(builds().back(), c, o);
+    std::vector<float> W(static_cast<size_t>(c.N * c.K));  // (out, in) without the test's row padding
+    for (int64_t n = 0; n < c.N; ++n)
+      for (int64_t k = 0; k < c.K; ++k) W[n * c.K + k] = o.B[n * o.ldb + k];
+    std::vector<uint32_t> storage(static_cast<size_t>(packed_bf16_words(c.N, c.K)) + 16);
+    uint32_t* aligned = storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) / 4 % 16) % 16;
+    pack_bf16_weights_into(W.data(), c.N, c.K, aligned);
+    gemm_bf16_packed(packed_out.A.data(), c.M, packed_out.lda, aligned, c.N, c.K,
+                     c.bias ? packed_out.bias.data() : nullptr, packed_out.C.data(), packed_out.ldc);
+    EXPECT_EQ(packed_out.C, o.C) << "M " << c.M << " N " << c.N << " K " << c.K;
+  }
+}
+
+}  // namespace
+}  // namespace qkv::kernels

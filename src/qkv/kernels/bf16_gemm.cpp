@@ -3,8 +3,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <vector>
 
+#include "qkv/core/error.h"
 #include "qkv/core/dtype.h"
 #include "qkv/kernels/blocked_gemm.h"
 #include "qkv/kernels/isa.h"
@@ -47,7 +49,45 @@ Gemm chosen() {
   return gemm;
 }
 
+int64_t k_block(int64_t K, bool trans_a) {
+  const int64_t max_block = trans_a ? 512 : 1024;  // the packed A^T block must stay in L2
+  const int64_t blocks = (K + max_block - 1) / max_block, block = (K + blocks - 1) / blocks;
+  return block + (block & 1);
+}
+
 }  // namespace bf16_isa
+
+bool packed_bf16_available() { return isa_enabled(Isa::Avx512Bf16); }
+
+int64_t packed_bf16_words(int64_t out_features, int64_t in_features) {
+  const int64_t panels = (out_features + bf16_isa::kPanelColumns - 1) / bf16_isa::kPanelColumns;
+  return panels * bf16_isa::kPanelColumns * ((in_features + 1) / 2);
+}
+
+void pack_bf16_weights_into(const float* W, int64_t out_features, int64_t in_features, uint32_t* storage) {
+  constexpr int64_t kCols = bf16_isa::kPanelColumns;
+  const int64_t panels = (out_features + kCols - 1) / kCols, kc = bf16_isa::k_block(in_features, false);
+  const auto bits = [&](int64_t o, int64_t k) -> uint32_t {
+    return o < out_features && k < in_features ? f32_to_bf16(W[o * in_features + k]).bits : 0u;
+  };
+  uint32_t* dst = storage;
+  for (int64_t k0 = 0; k0 < in_features; k0 += kc) {
+    const int64_t pairs = (std::min(kc, in_features - k0) + 1) / 2;
+    for (int64_t q = 0; q < panels; ++q)
+      for (int64_t kp = 0; kp < pairs; ++kp)
+        for (int64_t j = 0; j < kCols; ++j, ++dst) {
+          const int64_t o = q * kCols + j, k = k0 + 2 * kp;
+          *dst = bits(o, k) | bits(o, k + 1) << 16;
+        }
+  }
+}
+
+void gemm_bf16_packed(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
+                      int64_t in_features, const float* bias_or_null, float* C, int64_t ldc) {
+  QKV_CHECK(packed_bf16_available(), "gemm_bf16_packed: needs AVX512_BF16 (kernels/isa.h: " << isa_description()
+                                                                                              << ")");
+  bf16_isa::gemm_packed_avx512_bf16_unchecked(A, M, lda, packed, out_features, in_features, bias_or_null, C, ldc);
+}
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {

@@ -26,6 +26,22 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 // Which build gemm_bf16 runs: "avx512_bf16 (vdpbf16ps)" or "widened to float32 (AVX2 FMA)".
 const char* gemm_bf16_description();
 
+// Inference: a weight W (out, in) rounded to bf16 once and packed in the avx512_bf16 build's order,
+// so that decoding's many small products neither convert nor pack it again (half the bytes of a
+// float32 weight to stream per step). Only where that build runs (packed_bf16_available()).
+// The layout: K in gemm_bf16's blocks for a row-major A; within block b, panels of 32 output
+// features, panel q holding for each input pair kp the 32 words (W[q*32 + j][2kp] | W[..][2kp+1] << 16);
+// inputs past `in` and features past `out` are zero.
+bool packed_bf16_available();  // isa_enabled(Isa::Avx512Bf16)
+// 32-bit words of storage a packed (out, in) weight takes.
+int64_t packed_bf16_words(int64_t out_features, int64_t in_features);
+// Packs W (out, in) row-major into `storage` (packed_bf16_words words, 64-byte aligned).
+void pack_bf16_weights_into(const float* W, int64_t out_features, int64_t in_features, uint32_t* storage);
+// C (M, out) = bf16(A) (M, in; row stride lda) @ W^T + bias (out floats, or null), C of row stride
+// ldc; float32 sums. Every element of C's M x out block is written. Requires packed_bf16_available().
+void gemm_bf16_packed(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
+                      int64_t in_features, const float* bias_or_null, float* C, int64_t ldc);
+
 namespace bf16_isa {
 
 using Gemm = void (*)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -37,7 +53,15 @@ Gemm avx512_bf16_or_null();
 // The build gemm_bf16 uses.
 Gemm chosen();
 
+// The K block length of the avx512_bf16 build for a row-major (or, trans_a, transposed) A: even,
+// at most 1024 (512), depending on K alone.
+int64_t k_block(int64_t K, bool trans_a);
+constexpr int64_t kPanelColumns = 32;
+
 // Defined in bf16_gemm_avx512.cpp, compiled with -mavx512bf16; call only where the CPU has it.
+void gemm_packed_avx512_bf16_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed,
+                                       int64_t out_features, int64_t in_features, const float* bias, float* C,
+                                       int64_t ldc);
 void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                                 int64_t ldc, const float* bias);

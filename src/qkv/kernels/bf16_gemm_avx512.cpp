@@ -40,12 +40,8 @@ constexpr int64_t kParallelMin = 1 << 16;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// K's block length, even (a pair never straddles two blocks); depends on K and op(A) alone.
-int64_t k_block(int64_t K, bool trans_a) {
-  const int64_t max_block = trans_a ? kMaxKBlockTransposedA : kMaxKBlock;
-  const int64_t block = ceil_div(K, ceil_div(K, max_block));
-  return block + (block & 1);
-}
+static_assert(kCols == kPanelColumns && kMaxKBlock == 1024 && kMaxKBlockTransposedA == 512,
+              "bf16_isa::k_block and the packed weights (bf16_gemm.cpp) follow these");
 
 int64_t rows_per_a_block(int64_t kc) {
   return std::max<int64_t>(kRows, kABlockBytes / (kc * 2) / kRows * kRows);
@@ -241,16 +237,20 @@ struct WorkerScratch {
   uint32_t* a_block;
 };
 
-void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t q1, const WorkerScratch& ws) {
+// `packed`: op(B) packed once (pack_bf16_weights_into's layout), or null to pack it here per call.
+void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t i1, int64_t q0, int64_t q1,
+                   const WorkerScratch& ws) {
   if (i0 >= i1 || q0 >= q1) return;
-  const int64_t kc = k_block(p.K, p.trans_a);
-  const int64_t panels_per_block = std::min(q1 - q0, panels_per_b_block(kc));
+  const int64_t kc = k_block(p.K, p.trans_a), panels = ceil_div(p.N, kCols);
+  const int64_t panels_per_block = packed ? q1 - q0 : std::min(q1 - q0, panels_per_b_block(kc));
   for (int64_t pb = q0; pb < q1; pb += panels_per_block) {
     const int64_t np = std::min(panels_per_block, q1 - pb);
     for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
       const int64_t kcur = std::min(kc, p.K - k0 + ((p.K - k0) & 1));  // the last block, even
-      for (int64_t q = 0; q < np; ++q) pack_b_panel(p, (pb + q) * kCols, k0, kcur, ws.b_block + q * kcur / 2 * kCols);
-      multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, ws.b_block, ws.a_block);
+      const uint32_t* b_block = packed ? packed + panels * kCols * (k0 / 2) + pb * (kcur / 2) * kCols : ws.b_block;
+      if (!packed)
+        for (int64_t q = 0; q < np; ++q) pack_b_panel(p, (pb + q) * kCols, k0, kcur, ws.b_block + q * kcur / 2 * kCols);
+      multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, ws.a_block);
     }
   }
 }
@@ -282,21 +282,17 @@ void scale_by_beta(int64_t M, int64_t N, float beta, const float* bias, float* C
     }
 }
 
-}  // namespace
-
-void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                                int64_t ldc, const float* bias) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
-  const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
+// The product, with op(B) packed per call, or once (`packed`, for a row-major A).
+void run(const Product& p, const uint32_t* packed) {
+  const bool trans_a = p.trans_a;
+  const int64_t M = p.M, N = p.N, K = p.K;
   const int64_t panels = ceil_div(N, kCols);
   const bool parallel = M * N * K >= kParallelMin;
   const int64_t threads = parallel ? omp_get_max_threads() : 1;
   const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(M, kRows) >= 4 * threads;
   const bool split_panels = trans_a ? !enough_rows && enough_panels : enough_panels;
   const int64_t kc = k_block(K, trans_a);
-  const int64_t b_words = std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;
+  const int64_t b_words = packed ? 0 : std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;
   const int64_t a_words = ceil_div(rows_per_a_block(kc) * kc / 2, 16) * 16;
   uint32_t* scratch = caller_scratch(threads * (b_words + a_words));
 #pragma omp parallel num_threads(static_cast<int>(threads)) if (parallel)
@@ -306,12 +302,30 @@ void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N
     const WorkerScratch ws{mine, mine + b_words};
     if (split_panels) {
       const auto [q0, q1] = share(panels, 1, t, T);
-      multiply_part(p, 0, M, q0, q1, ws);
+      multiply_part(p, packed, 0, M, q0, q1, ws);
     } else {
       const auto [i0, i1] = share(M, kRows, t, T);
-      multiply_part(p, i0, i1, 0, panels, ws);
+      multiply_part(p, packed, i0, i1, 0, panels, ws);
     }
   }
+}
+
+}  // namespace
+
+void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                                const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+                                int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
+  run(Product{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}, nullptr);
+}
+
+void gemm_packed_avx512_bf16_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed,
+                                       int64_t out_features, int64_t in_features, const float* bias, float* C,
+                                       int64_t ldc) {
+  if (M <= 0 || out_features <= 0) return;
+  if (in_features <= 0) return scale_by_beta(M, out_features, 0.f, bias, C, ldc);
+  run(Product{false, true, M, out_features, in_features, 1.f, A, lda, nullptr, 0, 0.f, C, ldc, bias}, packed);
 }
 
 }  // namespace qkv::kernels::bf16_isa

@@ -2,12 +2,14 @@
 // compute_type): the dtype its linear layers multiply in, and the dtype of its embedding tables.
 //
 //   float32    linears f32, packed for kernels::gemm_packed     tables f32
-//   bf16       linears bf16 (reference path: see ops::LinearWeight)   tables bf16
+//   bf16       linears bf16, packed for vdpbf16ps (AVX512_BF16; else    tables bf16
+//              the reference path: see ops::LinearWeight)
 //   int8       linears int8 per output channel (kernels/int8_gemm.h)  tables f32
 //   int8_bf16  linears int8                                           tables bf16
 //
 // Layer norms, attention, softmax and the activations between layers stay float32 in every type.
-// Training always multiplies the float32 weights themselves.
+// Training multiplies the float32 weights themselves, in float32 or, with --precision bf16, with
+// both operands rounded to bf16 (ops/precision.h).
 #pragma once
 #include <string>
 #include <string_view>

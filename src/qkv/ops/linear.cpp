@@ -94,7 +94,7 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
   if (W.dtype() == DType::BF16 && W.device().is_cuda()) return linear_forward_bf16_cuda(x_in, W, b);
   if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h)
     return linear_forward(x_in.to(DType::BF16).to(DType::F32), W.to(DType::F32), b);
-  QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8),
+  QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8 || W.dtype() == DType::BF16),
             "linear: no product with a " << W.describe() << " weight");
   const Tensor x = x_in.contiguous();
   const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
@@ -105,6 +105,9 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
   const float* bias_or_null = bias.defined() ? bias.f32() : nullptr;
   if (W.dtype() == DType::I8)
     kernels::gemm_int8(x.f32(), M, K, quantized_view(w), bias_or_null, y.f32(), N);
+  else if (W.dtype() == DType::BF16)
+    kernels::gemm_bf16_packed(x.f32(), M, K, reinterpret_cast<const uint32_t*>(W.data<bfloat16>()), N, K, bias_or_null,
+                              y.f32(), N);
   else
     kernels::gemm_packed(x.f32(), M, K, kernels::PackedWeights::view(W.f32(), N, K), bias_or_null, y.f32(), N);
   return y;

@@ -2,6 +2,7 @@
 // with them are linear_forward's cases (linear.cpp).
 #include <algorithm>
 
+#include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/int8_gemm.h"
 #include "qkv/kernels/packed_gemm.h"
 #include "qkv/ops/ops.h"
@@ -36,7 +37,12 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
       kernels::quantize_weights_into(w.f32(), out, in, lw.weight.data<int8_t>(), lw.scale.f32());
       break;
     case DType::BF16:
-      lw.weight = w.to(DType::BF16);
+      if (kernels::packed_bf16_available()) {  // vdpbf16ps panels; 2 bf16 elements a word
+        lw.weight = Tensor::empty_packed(w.shape(), DType::BF16, 2 * kernels::packed_bf16_words(out, in));
+        kernels::pack_bf16_weights_into(w.f32(), out, in, reinterpret_cast<uint32_t*>(lw.weight.data<bfloat16>()));
+      } else {
+        lw.weight = w.to(DType::BF16);  // the reference path
+      }
       break;
     default:
       QKV_CHECK(false, "prepare_linear_weight: no " << dtype_name(dtype) << " form of a linear weight (f32, i8, bf16)");
@@ -48,7 +54,10 @@ std::string linear_kernel_description(DType dtype) {
   switch (dtype) {
     case DType::F32: return "qkv's packed float32 GEMM (AVX2, FMA)";
     case DType::I8: return "qkv's int8 GEMM (AVX2; activations quantized per row)";
-    case DType::BF16: return "reference path (bf16 widened to float32, BLAS; the fast bf16 kernels are not built yet)";
+    case DType::BF16:
+      return kernels::packed_bf16_available()
+                 ? "qkv's packed bf16 GEMM (AVX512_BF16 vdpbf16ps; activations rounded to bf16, float32 sums)"
+                 : "reference path (bf16 widened to float32 per product: this CPU, or QKV_ISA, lacks AVX512_BF16)";
     default: return "none";
   }
 }

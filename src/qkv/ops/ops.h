@@ -37,9 +37,10 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor*
 //   another summation order than BLAS, so results agree to rounding).
 // - I8, Layout::Packed, with `scale`: quantized per output channel (kernels/int8_gemm.h), `scale`
 //   F32 (out padded to 16) the channels' scales; activations are quantized per row on the fly.
-// - BF16, row-major: the weight rounded to bfloat16. The reference path: the op widens it, and the
-//   input rounded to bfloat16, to float32 and multiplies in float32 (what bf16 matrix units compute:
-//   bf16 products, float32 sums), one matrix at a time; the fast kernels are CPU-specific.
+// - BF16, Layout::Packed where the CPU has AVX512_BF16 (kernels/bf16_gemm.h: panels of 32 output
+//   features, input pairs; the input rounded to bf16 as it is read, float32 sums), else row-major:
+//   the weight rounded to bfloat16, which the reference path widens, with the input rounded to bf16,
+//   to float32 and multiplies in float32 (the same products), one matrix at a time.
 // - F32 row-major: the weight itself (BLAS), as linear_forward(x, w, b).
 struct LinearWeight {
   Tensor weight;
@@ -50,7 +51,7 @@ struct LinearWeight {
   // Bytes of storage (weight and scales).
   int64_t bytes() const { return (weight.defined() ? weight.nbytes() : 0) + (scale.defined() ? scale.nbytes() : 0); }
 };
-// w (out, in) f32 in the form `dtype` names: F32 packed, I8 packed with scales, BF16 row-major.
+// w (out, in) f32 in the form `dtype` names: F32 packed, I8 packed with scales, BF16 packed or row-major.
 // A copy: later changes to w are not seen. An I8 weight of more than
 // kernels::QuantizedWeights::kMaxInFeatures inputs throws (its int32 sums could overflow).
 LinearWeight prepare_linear_weight(const Tensor& w, DType dtype);
