@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/int8_gemm.h"
 #include "qkv/ops/ops.h"
 
@@ -118,7 +119,7 @@ std::vector<LinearCase> linear_cases() {
   std::vector<LinearCase> cases;
   for (const Backend& backend : kBackends)
     for (const WeightForm form : {WeightForm{DType::F32, false}, WeightForm{DType::F32, true},
-                                  WeightForm{DType::BF16, false}, WeightForm{DType::I8, true}})
+                                  WeightForm{DType::BF16, kernels::packed_bf16_available()}, WeightForm{DType::I8, true}})
       cases.push_back({backend, form});
   return cases;
 }
