@@ -5,6 +5,9 @@
 // Usage: bench_train_step [--preset seed|bible] [--steps N] [--threads T] [--layers L] [--batch B] [--len T]
 //                         [--d-model D] [--heads H] [--d-ff F] [--vocab V] [--recompute-ffn]
 //                         [--micro-batch ROWS] [--max-memory SIZE] [--python PATH] [--no-torch]
+//                         [--precision float32|bf16]
+// --precision bf16: qkv's products in bf16 (ops/precision.h), PyTorch's step under
+// torch.autocast("cpu", dtype=torch.bfloat16).
 // --preset bible: bench/translate_bible.sh's model (d_model 256, 4 heads, 4 + 4 layers, d_ff 1024,
 // vocabulary 4000) on a batch of 160 x 36 tokens (5760, like its --max-tokens 6000 batches of
 // verses); flags after it override its values.
@@ -26,7 +29,10 @@
 #include <filesystem>
 
 #include "bench_common.h"
+#include "qkv/core/cpu_features.h"
 #include "qkv/core/threads.h"
+#include "qkv/kernels/isa.h"
+#include "qkv/ops/precision.h"
 #include "qkv/data/synthetic.h"
 #include "qkv/models/transformer.h"
 #include "qkv/train/memory_budget.h"
@@ -42,6 +48,7 @@ struct Args {
   int64_t d_model = 512, heads = 8, d_ff = 2048, vocab = 5000;  // the seed's
   bool torch = true;
   bool recompute_ffn = false;
+  std::string precision = "float32";
   int64_t micro_batch = 0;
   int64_t max_memory = train::kAutoMemory;  // qkv train's default
   std::string python = std::filesystem::exists(QKV_SOURCE_DIR "/build/bench-venv/bin/python")
@@ -92,6 +99,7 @@ bool parse_args(int argc, char** argv, Args& a) {
     else if (!std::strcmp(argv[i], "--recompute-ffn")) a.recompute_ffn = true;
     else if (!std::strcmp(argv[i], "--micro-batch")) a.micro_batch = next();
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
+    else if (!std::strcmp(argv[i], "--precision")) a.precision = str();
     else if (!std::strcmp(argv[i], "--max-memory")) {
       try {
         a.max_memory = train::parse_memory_size(str());
@@ -113,7 +121,8 @@ std::string torch_command(const Args& a) {
          " --threads " + std::to_string(a.threads) + " --layers " + std::to_string(a.layers) + " --batch " +
          std::to_string(a.batch) + " --len " + std::to_string(a.len) + " --d-model " + std::to_string(a.d_model) +
          " --heads " + std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " +
-         std::to_string(a.vocab) + " --max-len " + std::to_string(std::max<int64_t>(100, a.len));
+         std::to_string(a.vocab) + " --max-len " + std::to_string(std::max<int64_t>(100, a.len)) +
+         (a.precision == "bf16" ? " --autocast bf16" : "");
 }
 
 // Prints PyTorch's line and the ratios.
@@ -121,9 +130,10 @@ void print_torch(const Args& a, const bench::PairedTimes& times, const nlohmann:
   const double tt = bench::median(times.peer), t = bench::median(times.qkv);
   const double trss = last["peak_rss_bytes"].get<double>() / 1e9;
   std::printf("pytorch step %.2f s (median of %d, alternating with qkv's)  %.0f target tokens/s  peak RSS %.2f GB  "
-              "(torch %s, %s)\n",
+              "(torch %s%s, %s)\n",
               tt, a.steps, last["target_tokens_per_step"].get<double>() / tt, trss,
-              last["torch_version"].get<std::string>().c_str(), a.python.c_str());
+              last["torch_version"].get<std::string>().c_str(), a.precision == "bf16" ? ", bf16 autocast" : "",
+              a.python.c_str());
   std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's memory; %s\n", tt / t, qkv_rss / trss,
               bench::pair_ratios(times).c_str());
 }
@@ -137,6 +147,10 @@ int main(int argc, char** argv) try {
     return 2;
   }
   set_num_threads(a.threads);
+  const ops::ProductPrecisionScope precision(ops::parse_precision(a.precision));
+  const bool bf16 = ops::product_precision() == ops::Precision::BF16;
+  std::printf("CPU: %s; kernels: %s%s\n", cpu_features().model.c_str(), kernels::isa_description().c_str(),
+              bf16 ? ("; bf16 products: " + ops::bf16_product_kernel()).c_str() : "");
   models::TransformerConfig config;  // the seed's, with the sizes given
   config.num_layers = a.layers;
   config.d_model = a.d_model;
@@ -170,24 +184,26 @@ int main(int argc, char** argv) try {
   const PoolStats pool = BufferPool::stats();
   const double flops = step_flops(config, a.batch, a.len, a.len - 1);
   const double ceiling = bench::sgemm_ceiling_gflops(6400, 2048, 512);
-  const double own_ceiling = bench::qkv_gemm_ceiling_gflops(6400, 2048, 512);
+  const double own_ceiling = bf16 ? bench::qkv_bf16_gemm_ceiling_gflops(6400, 2048, 512)
+                                  : bench::qkv_gemm_ceiling_gflops(6400, 2048, 512);
   const std::string chunking =
       rows > 0 ? ", qkv accumulates gradients over micro-batches of " + std::to_string(rows) + " rows (" +
                      (a.micro_batch > 0 ? "--micro-batch" : "chosen under --max-memory " + train::format_memory_size(a.max_memory) +
                                                                 " = " + train::format_bytes(plan.budget_bytes)) + ")"
                : ", whole batch (--max-memory " + train::format_memory_size(a.max_memory) + ")";
-  std::printf("%s config: batch %lld x %lld, %lld layers, d_model %lld, d_ff %lld, %lld heads, vocab %lld, dropout 0.1, %d threads%s%s\n",
+  std::printf("%s config: batch %lld x %lld, %lld layers, d_model %lld, d_ff %lld, %lld heads, vocab %lld, dropout 0.1, %s products, %d threads%s%s\n",
               a.preset.c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.len), static_cast<long long>(a.layers),
               static_cast<long long>(a.d_model), static_cast<long long>(a.d_ff), static_cast<long long>(a.heads),
-              static_cast<long long>(a.vocab), a.threads,
+              static_cast<long long>(a.vocab), a.precision.c_str(), a.threads,
               a.recompute_ffn ? ", qkv recomputes FFN activations" : "", chunking.c_str());
   std::printf("qkv     step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB; "
               "estimate %.2f GB = state %.2f + activations %.2f + process %.2f)\n",
               t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, estimate.total() / 1e9, estimate.state_bytes / 1e9,
               estimate.activation_bytes / 1e9, train::kProcessOverheadBytes / 1e9);
   std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
-              "%.2f of qkv's own GEMM at that shape (%.0f GFLOP/s)\n",
-              flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling, flops / t * 1e-9 / own_ceiling, own_ceiling);
+              "%.2f of qkv's own %s GEMM at that shape (%.0f GFLOP/s)\n",
+              flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling, flops / t * 1e-9 / own_ceiling,
+              bf16 ? "bf16" : "float32", own_ceiling);
   std::fflush(stdout);
   if (torch) print_torch(a, times, torch->finish(), qkv_rss);
   return 0;

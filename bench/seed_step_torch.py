@@ -50,6 +50,8 @@ def main():
     p.add_argument("--max-len", type=int, default=100, help="max_seq_length (>= --len)")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                   help="bf16: the forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
     a = p.parse_args()
     if a.steps < 1 or a.threads < 1 or a.len < 2 or a.max_len < a.len:
         p.error("need --steps >= 1, --threads >= 1, --len >= 2, --max-len >= --len")
@@ -72,8 +74,10 @@ def main():
 
     def step():
         optimizer.zero_grad()
-        output = transformer(src_data, tgt_data[:, :-1])
-        loss = criterion(output.contiguous().view(-1, tgt_vocab_size), tgt_data[:, 1:].contiguous().view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            output = transformer(src_data, tgt_data[:, :-1])
+            loss = criterion(output.contiguous().view(-1, tgt_vocab_size).float(),
+                             tgt_data[:, 1:].contiguous().view(-1))
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -91,7 +95,7 @@ def main():
         "torch_version": torch.__version__,
         "threads": a.threads,
         "losses": losses,
-        "config": dict(config, batch=a.batch, len=a.len, seed=a.seed),
+        "config": dict(config, batch=a.batch, len=a.len, seed=a.seed, autocast=a.autocast),
     }))
     return 0
 
