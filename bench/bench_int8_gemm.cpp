@@ -1,8 +1,10 @@
-// GFLOP/s of gemm_int8 (activation quantization included), gemm_packed (float, pre-packed weights)
-// and OpenBLAS SGEMM (A @ W^T, W row-major (out, in)) at decoding sizes: M = 4..128 rows against
-// nn.Linear weights; with --large, at encoder sizes: M = 960 and 4096 rows (a batch of 32 sentences
-// of 30 tokens, a translation batch) against MiniLM's and the seed model's linears. Integer
-// multiply-adds count as 2 flops, as float ones. Usage:
+// G op/s of gemm_int8's builds (activation quantization included: AVX2, and AVX-512 VNNI where
+// kernels/isa.h enables it), gemm_packed (float, pre-packed weights) and OpenBLAS SGEMM (A @ W^T, W
+// row-major (out, in)) at decoding sizes: M = 4..128 rows against nn.Linear weights; with --large,
+// at encoder sizes: M = 960 and 4096 rows (a batch of 32 sentences of 30 tokens, a translation
+// batch) against MiniLM's and the seed model's linears. Integer multiply-adds count as 2 ops, as
+// float ones (GFLOP/s for the float kernels). The int8 ratios are those of the build gemm_int8 runs
+// (QKV_ISA=avx2 makes it the AVX2 one and leaves out the VNNI column). Usage:
 // bench_int8_gemm [--reps R] [--threads N] [--large] (N = 0: both 1 and 2 threads)
 // bench_int8_gemm --sgemm-ceiling [--threads N]: prints only the SGEMM ceiling (bench_common.h)
 #include <cblas.h>
@@ -18,6 +20,8 @@
 #include "bench_common.h"
 #include "qkv/core/threads.h"
 #include "qkv/kernels/int8_gemm.h"
+#include "qkv/kernels/int8_gemm_isa.h"
+#include "qkv/kernels/isa.h"
 #include "qkv/kernels/packed_gemm.h"
 
 using namespace qkv;
@@ -57,20 +61,26 @@ void bench_shape(int64_t M, int64_t in, int64_t out, int reps) {
   std::vector<float> C(static_cast<size_t>(M * out));
   const kernels::QuantizedWeights qw = kernels::quantize_weights(W.data(), out, in);
   const kernels::PackedWeights pw = kernels::pack_weights(W.data(), out, in);
-  const Timing t_int8 =
-      seconds_per_call(reps, [&] { kernels::gemm_int8(A.data(), M, in, qw, bias.data(), C.data(), out); });
+  const auto int8_timing = [&](kernels::int8_isa::Gemm gemm) {
+    return seconds_per_call(reps, [&] { gemm(A.data(), M, in, qw, bias.data(), C.data(), out); });
+  };
+  const Timing t_avx2 = int8_timing(kernels::int8_isa::avx2());
+  const kernels::int8_isa::Gemm vnni = kernels::int8_isa::vnni_or_null();
+  const Timing t_vnni = vnni ? int8_timing(vnni) : Timing{0, 0};
+  const Timing t_int8 = vnni && kernels::int8_isa::chosen() == vnni ? t_vnni : t_avx2;
   const Timing t_packed =
       seconds_per_call(reps, [&] { kernels::gemm_packed(A.data(), M, in, pw, bias.data(), C.data(), out); });
   const Timing t_sgemm = seconds_per_call(reps, [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, out, in, 1.f, A.data(), in, W.data(), in, 0.f, C.data(),
                 out);
   });
-  const double gflop = 2.0 * M * in * out * 1e-9;
-  std::printf("%3d %4lld %5lld %5lld | %6.1f %6.1f %6.1f | %5.2f %5.2f | %6.1f %6.1f %6.1f | %5.2f %5.2f | %8.1f\n",
+  const double gop = 2.0 * M * in * out * 1e-9;
+  const auto rate = [&](double seconds) { return seconds > 0 ? gop / seconds : 0.0; };
+  std::printf("%3d %4lld %5lld %5lld | %6.1f %6.1f %6.1f %6.1f | %5.2f %5.2f %5.2f | %6.1f %6.1f | %8.1f\n",
               num_threads(), static_cast<long long>(M), static_cast<long long>(in), static_cast<long long>(out),
-              gflop / t_int8.median, gflop / t_packed.median, gflop / t_sgemm.median, t_packed.median / t_int8.median,
-              t_sgemm.median / t_int8.median, gflop / t_int8.best, gflop / t_packed.best, gflop / t_sgemm.best,
-              t_packed.best / t_int8.best, t_sgemm.best / t_int8.best, t_int8.median * 1e6);
+              rate(t_avx2.median), rate(t_vnni.median), rate(t_packed.median), rate(t_sgemm.median),
+              vnni ? t_avx2.median / t_vnni.median : 0.0, t_packed.median / t_int8.median,
+              t_sgemm.median / t_int8.median, rate(t_avx2.best), rate(t_vnni.best), t_int8.median * 1e6);
 }
 
 }  // namespace
@@ -101,12 +111,15 @@ int main(int argc, char** argv) try {
     std::printf("sgemm ceiling %.1f GFLOP/s\n", bench::sgemm_ceiling_gflops());
     return 0;
   }
-  std::printf("int8 vs float GEMM at decoding sizes, GFLOP/s (2 M in out / median time), median of %d samples\n",
-              reps);
-  std::printf("%s%s\n%s%s\n", "                     |   median GFLOP/s     | int8 speedup|",
-              "     best GFLOP/s     | int8 speedup| int8 us",
-              "thr    M    in   out |   int8 packed  sgemm |  /pck /sgem |",
-              "   int8 packed  sgemm |  /pck /sgem | (median)");
+  const bool vnni = kernels::int8_isa::vnni_or_null() != nullptr;
+  std::printf("kernels: %s; gemm_int8 runs the %s build\n", kernels::isa_description().c_str(),
+              kernels::int8_isa::chosen() == kernels::int8_isa::avx2() ? "AVX2" : "AVX-512 VNNI");
+  std::printf("int8 vs float GEMM, G op/s = 2 M in out / time, median of %d samples%s\n", reps,
+              vnni ? "" : " (no VNNI column: this CPU or QKV_ISA does not enable avx512_vnni)");
+  std::printf("%s%s\n%s%s\n", "                     |        median G op/s        |    speedup of    |",
+              "  best G op/s  | int8 us", "thr    M    in   out |   avx2   vnni packed  sgemm | vnni  int8  int8 |",
+              "   avx2   vnni | (median)");
+  std::printf("%s%s\n", "                     |                             | /avx2 /pck /sgem |", "               |");
   const std::vector<std::vector<int64_t>> shapes =
       large ? std::vector<std::vector<int64_t>>{{384, 384}, {384, 1536}, {1536, 384}, {512, 2048}, {2048, 512}}
             : std::vector<std::vector<int64_t>>{{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};

@@ -11,11 +11,14 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "qkv/core/threads.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/int8_gemm.h"
+#include "qkv/kernels/int8_gemm_isa.h"
+#include "qkv/kernels/isa.h"
 
 namespace qkv::kernels {
 namespace {
@@ -43,7 +46,8 @@ struct Case {
   bool bias;
 };
 
-void check_exact(const Case& c) {
+// gemm_int8 by default, or one build of it (int8_gemm_isa.h).
+void check_exact(const Case& c, int8_isa::Gemm gemm = gemm_int8) {
   std::mt19937 rng(static_cast<unsigned>(c.M * 1009 + c.out * 31 + c.in * 7 + c.bias));
   std::normal_distribution<float> g(0.f, 1.f);
   const int64_t lda = c.in + 5, ldc = c.out + 3;  // strides wider than the rows
@@ -54,12 +58,21 @@ void check_exact(const Case& c) {
   const float sentinel = 12345.f;  // must survive in the stride padding of C
   std::vector<float> C(c.M * ldc, sentinel);
   const QuantizedWeights qw = quantize_weights(W.data(), c.out, c.in);
-  gemm_int8(A.data(), c.M, lda, qw, c.bias ? bias.data() : nullptr, C.data(), ldc);
+  gemm(A.data(), c.M, lda, qw, c.bias ? bias.data() : nullptr, C.data(), ldc);
 
   const QuantizedRows qa = naive_quantize(A.data(), c.M, c.in, lda), qwr = naive_quantize(W.data(), c.out, c.in, c.in);
   for (int64_t j = 0; j < c.out; ++j) {
     ASSERT_EQ(qw.scales()[j], qwr.scales[j]) << "weight scale " << j;
-    for (int64_t k = 0; k < c.in; ++k) ASSERT_EQ(qw.at(j, k), qwr.values[j * c.in + k]) << "weight " << j << " " << k;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < c.in; ++k) {
+      ASSERT_EQ(qw.at(j, k), qwr.values[j * c.in + k]) << "weight " << j << " " << k;
+      sum += qwr.values[j * c.in + k];
+    }
+    ASSERT_EQ(qw.column_sums()[j], sum) << "column sum " << j;
+  }
+  for (int64_t j = c.out; j < qw.panels() * QuantizedWeights::kPanel; ++j) {
+    ASSERT_EQ(qw.column_sums()[j], 0) << "padding column " << j;
+    for (int64_t k = 0; k < qw.padded_in_features(); ++k) ASSERT_EQ(qw.at(j, k), 0) << "padding " << j << " " << k;
   }
   for (int64_t i = 0; i < c.M; ++i) {
     for (int64_t j = 0; j < c.out; ++j) {
@@ -78,6 +91,15 @@ TEST(Int8Gemm, IntegerSumsAreExactOnEveryShape) {
     for (int64_t out : {1, 15, 16, 17, 48, 256, 1000})
       for (int64_t in : {1, 3, 16, 31, 64, 256, 1024})
         for (bool bias : {false, true}) check_exact({M, out, in, bias});
+}
+
+// The same against the AVX2 build whatever the CPU, so that a run on an AVX-512 VNNI machine, whose
+// gemm_int8 is the VNNI build, checks both.
+TEST(Int8Gemm, Avx2BuildIntegerSumsAreExact) {
+  for (int64_t M : {1, 6, 7, 13, 100})
+    for (int64_t out : {1, 17, 48, 1000})
+      for (int64_t in : {1, 2, 3, 5, 31, 256})
+        for (bool bias : {false, true}) check_exact({M, out, in, bias}, int8_isa::avx2());
 }
 
 // Extreme int8 values everywhere: every product is +-127 * 127 and pairs add up to +-32258, where a
@@ -193,6 +215,156 @@ TEST(Int8Gemm, OneAndTwoThreadsGiveIdenticalResults) {
 
 TEST(Int8Gemm, RefusesSumsThatCouldOverflowInt32) {
   EXPECT_THROW(quantize_weights(nullptr, 0, QuantizedWeights::kMaxInFeatures + 1), std::invalid_argument);
+}
+
+// The AVX-512 VNNI build (u8 activations + 128, vpdpbusd, the +128 taken off with the column sums)
+// against the AVX2 build (int16 activations, vpmaddwd). Both sum exactly in int32 and dequantize with
+// the same fma, so they must agree BIT FOR BIT: a wrong compensation, a misplaced quad, a lost tail row
+// or column changes the float.
+int8_isa::Gemm vnni_or_skip_message(std::string& why) {
+  const int8_isa::Gemm vnni = int8_isa::vnni_or_null();
+  if (!vnni) why = "the AVX-512 VNNI build needs Isa::Avx512Vnni; the kernels run " + isa_description();
+  return vnni;
+}
+
+// Rows of A with every kind of scale: normal ones, zeros (scale 0: the outputs are the bias), rows
+// of tiny and of huge values (the same int8 values, scales far apart), denormals between zeros (counted
+// as zero), and one outlier (every other value quantizes to 0 or +-1).
+void fill_varied_rows(std::vector<float>& A, int64_t M, int64_t in, int64_t lda, std::mt19937& rng) {
+  std::normal_distribution<float> g(0.f, 1.f);
+  for (float& x : A) x = g(rng);
+  for (int64_t i = 0; i < M; ++i) {
+    float* row = A.data() + i * lda;
+    switch (i % 6) {
+      case 1: std::fill(row, row + in, 0.f); break;
+      case 2: for (int64_t k = 0; k < in; ++k) row[k] *= 1e-30f; break;
+      case 3: for (int64_t k = 0; k < in; ++k) row[k] *= 1e30f; break;
+      case 4: for (int64_t k = 0; k < in; ++k) row[k] = k % 2 ? 1e-40f : 0.f; break;
+      case 5: row[(i * 7) % in] = 1e4f; break;
+      default: break;
+    }
+  }
+}
+
+// Both builds on one shape, each output compared bit for bit; the stride padding of C stays untouched.
+void check_builds_agree(int8_isa::Gemm vnni, int64_t M, int64_t out, int64_t in, bool bias, int64_t lda_extra,
+                        int64_t ldc_extra) {
+  std::mt19937 rng(static_cast<unsigned>(M * 7919 + out * 101 + in * 13 + bias));
+  std::normal_distribution<float> g(0.f, 1.f);
+  const int64_t lda = in + lda_extra, ldc = out + ldc_extra;
+  std::vector<float> A(M * lda), W(out * in), b(out);
+  fill_varied_rows(A, M, in, lda, rng);
+  for (float& x : W) x = g(rng) * 0.05f;
+  for (int64_t j = 0; j < out; j += 7) std::fill(W.begin() + j * in, W.begin() + (j + 1) * in, 0.f);  // zero channels
+  for (float& x : b) x = g(rng);
+  const QuantizedWeights qw = quantize_weights(W.data(), out, in);
+  const float sentinel = -777.f;
+  std::vector<float> C_avx2(M * ldc, sentinel), C_vnni(M * ldc, sentinel);
+  int8_isa::avx2()(A.data(), M, lda, qw, bias ? b.data() : nullptr, C_avx2.data(), ldc);
+  vnni(A.data(), M, lda, qw, bias ? b.data() : nullptr, C_vnni.data(), ldc);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float expected = j < out ? C_avx2[i * ldc + j] : sentinel;
+      ASSERT_EQ(std::memcmp(&C_vnni[i * ldc + j], &expected, sizeof(float)), 0)
+          << "M " << M << " out " << out << " in " << in << " bias " << bias << " lda " << lda << " ldc " << ldc
+          << " at (" << i << ", " << j << "): vnni " << C_vnni[i * ldc + j] << ", avx2 " << expected;
+    }
+}
+
+TEST(Int8GemmVnni, EqualsTheAvx2BuildBitForBitOnEveryShape) {
+  std::string why;
+  const int8_isa::Gemm vnni = vnni_or_skip_message(why);
+  if (!vnni) GTEST_SKIP() << why;
+  int n = 0;
+  // Tails of every kind: rows past the 8-row tiles and 32-row chunks, columns past the 16- and
+  // 32-column tiles, in_features past the input quads.
+  for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 100, 127, 200})
+    for (int64_t out : {1, 15, 16, 17, 31, 32, 33, 48, 80, 257})
+      for (int64_t in : {1, 2, 3, 4, 5, 6, 7, 9, 17, 30, 64, 129, 255}) {
+        ++n;
+        check_builds_agree(vnni, M, out, in, n % 2 == 0, n % 3, n % 5);
+        if (HasFatalFailure()) return;
+      }
+  // Long rows: panels that leave L1, and the split among threads.
+  for (int64_t M : {1, 8, 9, 33, 200})
+    for (int64_t out : {17, 100, 1000})
+      for (int64_t in : {1000, 4096}) {
+        ++n;
+        check_builds_agree(vnni, M, out, in, n % 2 == 0, n % 3, 2 * (n % 2));
+        if (HasFatalFailure()) return;
+      }
+}
+
+TEST(Int8GemmVnni, IntegerSumsAreExact) {
+  std::string why;
+  const int8_isa::Gemm vnni = vnni_or_skip_message(why);
+  if (!vnni) GTEST_SKIP() << why;
+  for (int64_t M : {1, 7, 8, 9, 33})
+    for (int64_t out : {1, 17, 32, 48, 1000})
+      for (int64_t in : {1, 3, 4, 31, 256})
+        for (bool bias : {false, true}) check_exact({M, out, in, bias}, vnni);
+}
+
+// Full-scale values at the longest rows quantize_weights accepts: every activation is +-127, +128
+// gives 255 or 1, and 255 * 127 * K passes 2^31 (the VNNI sums wrap); taking off 128 * sum_k W wraps
+// back to the exact sum, which is itself within int32 (|127 * 127 * K| < 2^31). Against an int64 sum.
+TEST(Int8GemmVnni, FullScaleSumsAtTheLongestRowsAreExact) {
+  std::string why;
+  const int8_isa::Gemm vnni = vnni_or_skip_message(why);
+  if (!vnni) GTEST_SKIP() << why;
+  const int64_t M = 3, out = 18, in = QuantizedWeights::kMaxInFeatures;
+  std::vector<float> A(M * in), W(out * in);
+  for (int64_t k = 0; k < in; ++k) {
+    A[k] = 1.f;                               // row 0: +127 everywhere
+    A[in + k] = -1.f;                         // row 1: -127
+    A[2 * in + k] = (k / 3) % 2 ? 1.f : -1.f;  // row 2: mixed signs
+  }
+  for (int64_t j = 0; j < out; ++j)
+    for (int64_t k = 0; k < in; ++k) W[j * in + k] = j % 3 == 0 ? 1.f : j % 3 == 1 ? -1.f : ((k + j) % 5 ? 1.f : -1.f);
+  const QuantizedWeights qw = quantize_weights(W.data(), out, in);
+  std::vector<float> C_vnni(M * out), C_avx2(M * out);
+  vnni(A.data(), M, in, qw, nullptr, C_vnni.data(), out);
+  int8_isa::avx2()(A.data(), M, in, qw, nullptr, C_avx2.data(), out);
+  const QuantizedRows qa = naive_quantize(A.data(), M, in, in), qwr = naive_quantize(W.data(), out, in, in);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < out; ++j) {
+      int64_t acc = 0;
+      for (int64_t k = 0; k < in; ++k) acc += int64_t{qa.values[i * in + k]} * qwr.values[j * in + k];
+      ASSERT_LE(std::abs(acc), int64_t{INT32_MAX});
+      const float expected = static_cast<float>(acc) * (qa.scales[i] * qwr.scales[j]);
+      ASSERT_EQ(C_vnni[i * out + j], expected) << i << " " << j << ", int sum " << acc;
+      ASSERT_EQ(C_avx2[i * out + j], expected) << i << " " << j << ", int sum " << acc;
+    }
+  EXPECT_FLOAT_EQ(C_vnni[0], static_cast<float>(in));  // 127 * 127 * K, scaled by (1/127)^2
+}
+
+TEST(Int8GemmVnni, OneAndTwoThreadsGiveIdenticalResults) {
+  std::string why;
+  const int8_isa::Gemm vnni = vnni_or_skip_message(why);
+  if (!vnni) GTEST_SKIP() << why;
+  const int threads = num_threads();
+  for (int64_t out : {1000, 1008, 5 * 16 + 3}) {  // odd numbers of panels: a block may end in a lone panel
+    const int64_t M = 37, in = 256;
+    std::mt19937 rng(static_cast<unsigned>(out));
+    std::normal_distribution<float> g(0.f, 1.f);
+    std::vector<float> A(M * in), W(out * in), bias(out), C1(M * out), C2(M * out, 7.f);
+    fill_varied_rows(A, M, in, in, rng);
+    for (float& x : W) x = g(rng);
+    for (float& x : bias) x = g(rng);
+    const QuantizedWeights qw = quantize_weights(W.data(), out, in);
+    set_num_threads(1);
+    vnni(A.data(), M, in, qw, bias.data(), C1.data(), out);
+    set_num_threads(2);
+    vnni(A.data(), M, in, qw, bias.data(), C2.data(), out);
+    EXPECT_EQ(std::memcmp(C1.data(), C2.data(), C1.size() * sizeof(float)), 0) << out;
+  }
+  set_num_threads(threads);
+}
+
+// gemm_int8 runs the build kernels/isa.h enables: VNNI where it is, else AVX2 (QKV_ISA=avx2 forces it).
+TEST(Int8GemmVnni, GemmInt8RunsTheEnabledBuild) {
+  EXPECT_EQ(int8_isa::chosen(), isa_enabled(Isa::Avx512Vnni) ? int8_isa::vnni_or_null() : int8_isa::avx2());
+  EXPECT_EQ(int8_isa::vnni_or_null() != nullptr, isa_enabled(Isa::Avx512Vnni));
 }
 
 }  // namespace

@@ -15,23 +15,34 @@ namespace qkv::kernels {
 
 inline constexpr float kNegligibleMax = 1e-36f;  // > 127 / FLT_MAX
 
-// W (out_features, in_features) quantized per output channel and packed for gemm_int8's micro-kernel:
-// panels of kPanel output features, K padded with zeros to a multiple of kPair. Within panel p, the
+// W (out_features, in_features) quantized per output channel and packed for gemm_int8's micro-kernels:
+// panels of kPanel output features, K padded with zeros to a multiple of kQuad. Within panel p, the
 // kPair inputs q*2, q*2+1 of feature p*16 + j are the bytes q*32 + j*2 + {0, 1}: one 32-byte line
-// per input pair, which the kernel sign-extends to two vectors of 8 (k, k+1) int16 pairs. Features past
-// out_features in the last panel are zero (weights and scales).
+// per input pair, which the AVX2 kernel sign-extends to two vectors of 8 (k, k+1) int16 pairs; two
+// consecutive lines (one 64-byte line, an input quad) are what the AVX-512 VNNI kernel interleaves
+// into 16 (k..k+3) byte quads. Features past out_features in the last panel are zero (weights and
+// scales). After the panels come the column sums: sum_k W[o][k] as int32 for each of the
+// panels * kPanel features (the VNNI kernel's compensation for its unsigned activations).
 class QuantizedWeights {
  public:
   static constexpr int64_t kPanel = 16;
   static constexpr int64_t kPair = 2;
+  static constexpr int64_t kQuad = 4;
   // The int32 sum of K products of magnitude <= 127 * 127 cannot overflow below this many inputs.
   static constexpr int64_t kMaxInFeatures = INT32_MAX / (127 * 127);
 
-  // Bytes of int8 storage and floats of scales a quantized (out_features, in_features) weight takes.
-  static int64_t storage_bytes(int64_t out_features, int64_t in_features) {
-    return (out_features + kPanel - 1) / kPanel * kPanel * ((in_features + kPair - 1) / kPair * kPair);
-  }
+  static int64_t padded_in_features(int64_t in_features) { return (in_features + kQuad - 1) / kQuad * kQuad; }
   static int64_t scale_count(int64_t out_features) { return (out_features + kPanel - 1) / kPanel * kPanel; }
+  // Where the column sums start in the storage: after the panels (a multiple of 64 bytes).
+  static int64_t column_sums_offset(int64_t out_features, int64_t in_features) {
+    return scale_count(out_features) * padded_in_features(in_features);
+  }
+  // Bytes of storage (panels and column sums) and floats of scales a quantized (out_features,
+  // in_features) weight takes.
+  static int64_t storage_bytes(int64_t out_features, int64_t in_features) {
+    return column_sums_offset(out_features, in_features) +
+           scale_count(out_features) * static_cast<int64_t>(sizeof(int32_t));
+  }
 
   QuantizedWeights() = default;
   // Storage of its own (64-byte aligned).
@@ -43,10 +54,14 @@ class QuantizedWeights {
 
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
-  int64_t padded_in_features() const { return (in_ + kPair - 1) / kPair * kPair; }
+  int64_t padded_in_features() const { return padded_in_features(in_); }
   int64_t panels() const { return (out_ + kPanel - 1) / kPanel; }
   const int8_t* panel(int64_t p) const { return data_ + p * padded_in_features() * kPanel; }
   int8_t* data() { return data_; }
+  // sum_k W[o][k] of the quantized weights, padded with zeros to panels() * kPanel int32.
+  const int32_t* column_sums() const {
+    return reinterpret_cast<const int32_t*>(data_ + column_sums_offset(out_, in_));
+  }
   // Per-channel scales, padded with zeros to panels() * kPanel floats.
   const float* scales() const { return scales_; }
   float* scales() { return scales_; }
@@ -64,13 +79,14 @@ class QuantizedWeights {
   int64_t out_ = 0, in_ = 0;
   std::unique_ptr<int8_t, Free<int8_t>> owned_data_;  // null for a view
   std::unique_ptr<float, Free<float>> owned_scales_;
-  int8_t* data_ = nullptr;  // 64-byte aligned: one input pair of a panel per half line
+  int8_t* data_ = nullptr;  // 64-byte aligned: one input quad of a panel per line
   float* scales_ = nullptr;  // 64-byte aligned
 };
 
 // Quantizes W (out_features, in_features) row-major. Throws std::invalid_argument past kMaxInFeatures.
 QuantizedWeights quantize_weights(const float* W, int64_t out_features, int64_t in_features);
-// The same into `storage` (storage_bytes) and `scales` (scale_count floats), both 64-byte aligned.
+// The same into `storage` (storage_bytes: panels and column sums) and `scales` (scale_count floats),
+// both 64-byte aligned.
 void quantize_weights_into(const float* W, int64_t out_features, int64_t in_features, int8_t* storage, float* scales);
 
 // Quantizes n floats symmetrically to [-127, 127] as described above and returns the scale
@@ -80,7 +96,8 @@ float quantize_row(const float* x, int64_t n, int8_t* q);
 // C (M, out) = dequantized(quantize(A) @ W^T) + bias, with A (M, in; row stride lda) quantized per
 // row on the fly, bias_or_null out floats or null, C of row stride ldc. Every element of C's M x out
 // block is written (C need not be initialised). The int32 sums are exact, so the result does not
-// depend on the thread count.
+// depend on the thread count, nor on the build that runs: AVX-512 VNNI where kernels/isa.h enables
+// it, else AVX2 (kernels/int8_gemm_isa.h).
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc);
 

@@ -4,6 +4,7 @@
 
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/int8_gemm.h"
+#include "qkv/kernels/int8_gemm_isa.h"
 #include "qkv/kernels/packed_gemm.h"
 #include "qkv/ops/ops.h"
 
@@ -53,7 +54,9 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
 std::string linear_kernel_description(DType dtype) {
   switch (dtype) {
     case DType::F32: return "qkv's packed float32 GEMM (AVX2, FMA)";
-    case DType::I8: return "qkv's int8 GEMM (AVX2; activations quantized per row)";
+    case DType::I8:
+      return kernels::int8_isa::vnni_or_null() ? "qkv's int8 GEMM (AVX-512 VNNI vpdpbusd; activations quantized per row)"
+                                               : "qkv's int8 GEMM (AVX2; activations quantized per row)";
     case DType::BF16:
       return kernels::packed_bf16_available()
                  ? "qkv's packed bf16 GEMM (AVX512_BF16 vdpbf16ps; activations rounded to bf16, float32 sums)"

@@ -1,0 +1,44 @@
+// The int8 GEMM (int8_gemm.h) built for each instruction set: AVX2 (vpmaddwd on int16 activations)
+// and AVX-512 VNNI (vpdpbusd on u8 activations). gemm_int8 runs the VNNI build where kernels/isa.h
+// enables Isa::Avx512Vnni, else the AVX2 one. Both read the same QuantizedWeights and sum exactly in
+// int32, so they give the same bits, which the tests check by calling each build directly.
+#pragma once
+#include <cstdint>
+
+#include "qkv/kernels/int8_gemm.h"
+
+namespace qkv::kernels::int8_isa {
+
+using Gemm = void (*)(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null,
+                      float* C, int64_t ldc);
+
+Gemm avx2();
+// Null below Isa::Avx512Vnni (the CPU lacks it, or QKV_ISA chose a lower level).
+Gemm vnni_or_null();
+// The build gemm_int8 uses.
+Gemm chosen();
+
+// What a build plugs into the driver both share (int8_gemm.cpp: quantize the rows, then split the
+// panels among the threads).
+struct Build {
+  int64_t activation_bytes;  // of one quantized activation: 2 (int16) or 1 (u8)
+  int64_t panels_per_tile;   // the threads' blocks of panels are made a multiple of this
+  // Quantizes x[0..n) into q[0..padded) (the padding too) and returns the row's scale.
+  float (*quantize_row)(const float* x, int64_t n, int64_t padded, void* q);
+  // C rows [0, M) x the columns of panels [p_begin, p_end), from the quantized rows Aq (row stride
+  // W.padded_in_features() activations) and their scales.
+  void (*block_product)(const void* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W, int64_t p_begin,
+                        int64_t p_end, const float* bias_or_null, float* C, int64_t ldc);
+};
+
+// 127 / max|x| and the scale max|x| / 127 of a row; both 0 below kNegligibleMax (int8_gemm.cpp).
+struct RowScale {
+  float inverse, scale;
+};
+RowScale row_scale(float max_abs);
+
+// Defined in int8_gemm_vnni.cpp, the one file compiled with AVX-512 VNNI; use only where the CPU
+// has it. A constant: nothing of that file runs before it is called.
+const Build& vnni_build_unchecked();
+
+}  // namespace qkv::kernels::int8_isa
