@@ -1,5 +1,4 @@
 // qkv._core: the compiled part of the `qkv` Python package.
-#include "qkv/kernels/isa.h"
 #include <algorithm>
 #include <cstring>
 
@@ -8,6 +7,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/interop/hf_import.h"
 #include "qkv/io/npy.h"
+#include "qkv/ops/precision.h"
 
 namespace qkv::python {
 
@@ -119,8 +119,8 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "qkv's C++ core: translation, generation, sentence embeddings and training over qkv checkpoints";
   m.attr("__version__") = QKV_VERSION;
   register_errors(m);
-  qkv::kernels::active_isa();  // a QKV_ISA this CPU cannot run fails the import, naming it
-  m.def("kernels", [] { return qkv::kernels::isa_description(); },
+  qkv::ops::check_cpu_kernel_level();  // a QKV_ISA this CPU cannot run fails the import, naming it
+  m.def("kernels", [] { return qkv::ops::cpu_kernel_level(); },
         "The instruction set qkv's CPU kernels use and what chose it (QKV_ISA forces a lower one).");
   m.def("set_num_threads", &qkv::set_num_threads, py::arg("n"),
         "Threads for qkv's kernels and BLAS (n <= 0: $QKV_THREADS if set, else all cores).");

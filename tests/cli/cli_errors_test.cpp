@@ -209,4 +209,25 @@ TEST(CliIsa, QkvIsaIsCheckedAndVersionShowsTheKernels) {
   EXPECT_NE(low.out.find("kernels:  avx2 (QKV_ISA=avx2"), std::string::npos) << low.out;
 }
 
+// --compute-type bf16 where only its reference path runs (no AVX512_BF16, here forced with
+// QKV_ISA=avx2) works and says once that it is slow.
+TEST(CliIsa, Bf16ComputeTypeWithoutItsKernelSaysSoOnce) {
+  const std::string dir = ::testing::TempDir() + "/isa_bf16";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"architecture": "decoder-only", "vocab_size": 20, "d_model": 16, "num_heads": 2, "num_layers": 1,
+            "d_ff": 32, "max_seq_length": 16, "bos_id": 1, "eos_id": 2, "pad_id": -1})";
+  ASSERT_EQ(run_qkv_split("init --config " + dir + "/config.json --out " + dir + "/ckpt").code, 0);
+  const std::string generate = "generate --checkpoint " + dir + "/ckpt --ids --prompt '1 2 3' --max-new-tokens 2 --compute-type bf16";
+  setenv("QKV_ISA", "avx2", 1);
+  const CliRun slow = run_qkv_split(generate);
+  unsetenv("QKV_ISA");
+  EXPECT_EQ(slow.code, 0) << slow.err;
+  const std::string note = "qkv: note: --compute-type bf16 runs its reference path here";
+  EXPECT_NE(slow.err.find(note), std::string::npos) << slow.err;
+  EXPECT_EQ(slow.err.find(note), slow.err.rfind(note)) << "once: " << slow.err;
+  const CliRun fast = run_qkv_split(generate);
+  EXPECT_EQ(fast.code, 0) << fast.err;
+}
+
 }  // namespace

@@ -74,6 +74,7 @@ struct RunSpec {
   bool recompute = false;
   int64_t bucket_bytes = 1024;  // several buckets even for a tiny model
   bool resume = false;
+  std::string precision = "float32";  // Hyper::precision
 };
 
 // Trains into `dir` with `comm` (rank 0 writes), from scratch or resuming from dir.
@@ -99,6 +100,7 @@ void train(const std::string& dir, dist::Communicator& comm, const RunSpec& run)
   o.hyper.clip_norm = 0.5;
   o.hyper.label_smoothing = 0.1f;
   o.hyper.micro_batch = run.micro;
+  o.hyper.precision = run.precision;
   if (run.arch == "lm") {
     o.hyper.optimizer = "adamw";
     o.hyper.weight_decay = 0.1;
@@ -171,6 +173,17 @@ TEST(MpiTrainer, DecoderOnlyWithARankWithoutRows) {
   run.batch = 4;
   run.steps = 12;  // crosses the end of epoch 0: its last batch has one block, rank 1 none
   expect_ranks_equal_micro_batches("lm", run);
+}
+
+// Mixed precision (--precision bf16) keeps the guarantee: its products do not depend on which rows
+// share them either (kernels/bf16_gemm.h).
+TEST(MpiTrainer, Bf16PrecisionRanksEqualOneProcess) {
+  RunSpec run;
+  run.precision = "bf16";
+  expect_ranks_equal_micro_batches("bf16", run);
+  run.arch = "lm";
+  run.batch = 4;
+  expect_ranks_equal_micro_batches("bf16_lm", run);
 }
 
 TEST(MpiTrainer, OverlappedAndAfterBackwardAllReduceAgree) {

@@ -2,6 +2,9 @@
 
 #include "qkv/core/cuda_runtime.h"
 #include "qkv/core/error.h"
+#include "qkv/ops/ops.h"
+
+#include <iostream>
 
 namespace qkv::cli {
 
@@ -56,7 +59,12 @@ Device chosen_device(const std::string& name) {
 
 nn::ComputeType chosen_compute_type(const ComputeTypeOption& o) {
   if (o.quantize == "int8") return nn::ComputeType::Int8;
-  return nn::parse_compute_type(o.compute_type, "--compute-type");
+  const nn::ComputeType type = nn::parse_compute_type(o.compute_type, "--compute-type");
+  if (o.device == "cpu" && ops::linear_kernel_is_reference(nn::linear_dtype(type)))
+    std::cerr << "qkv: note: --compute-type " << o.compute_type
+              << " runs its reference path here, slower than float32 (this CPU lacks AVX512_BF16, or QKV_ISA chose "
+                 "a lower level: qkv --version)\n";
+  return type;
 }
 
 }  // namespace qkv::cli

@@ -17,7 +17,6 @@
 #include "qkv/cli/omp_wait.h"
 #include "qkv/core/cpu_features.h"
 #include "qkv/core/error.h"
-#include "qkv/kernels/isa.h"
 #include "qkv/ops/ops.h"
 
 namespace {
@@ -61,7 +60,7 @@ std::string version_text() {
   using qkv::ops::linear_kernel_description;
   std::string isa;
   try {
-    isa = qkv::kernels::isa_description();
+    isa = qkv::ops::cpu_kernel_level();
   } catch (const std::exception& e) {
     isa = std::string("error: ") + e.what();
   }
@@ -102,7 +101,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    qkv::kernels::active_isa();  // a QKV_ISA this CPU cannot run is an error before any work
+    qkv::ops::check_cpu_kernel_level();  // a QKV_ISA this CPU cannot run is an error before any work
     return qkv::cli::run_selected(app);
   } catch (const qkv::cli::UsageError& e) {
     return usage_error(e.what(), app);

@@ -51,6 +51,8 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
   return lw;
 }
 
+bool linear_kernel_is_reference(DType dtype) { return dtype == DType::BF16 && !kernels::packed_bf16_available(); }
+
 std::string linear_kernel_description(DType dtype) {
   switch (dtype) {
     case DType::F32: return "qkv's packed float32 GEMM (AVX2, FMA)";

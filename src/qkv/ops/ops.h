@@ -60,6 +60,9 @@ Tensor linear_forward(const Tensor& x, const LinearWeight& w, const Tensor& b);
 // What multiplies with a prepare_linear_weight(w, dtype) weight on this machine, in words
 // (`qkv info`): "qkv's packed float32 GEMM (AVX2, FMA)".
 std::string linear_kernel_description(DType dtype);
+// Whether a `dtype` weight multiplies through the slow reference path on this CPU (bf16 without
+// AVX512_BF16): the CLI says so once.
+bool linear_kernel_is_reference(DType dtype);
 
 // Batched matmul over matching leading dims: a (..., M, K) @ b (..., K, N) -> (..., M, N);
 // transpose_b uses b (..., N, K). Inputs may be any views (copied to contiguous if needed).

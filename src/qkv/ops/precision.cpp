@@ -2,6 +2,7 @@
 
 #include "qkv/core/error.h"
 #include "qkv/kernels/bf16_gemm.h"
+#include "qkv/kernels/isa.h"
 
 namespace qkv::ops {
 
@@ -27,5 +28,9 @@ ProductPrecisionScope::ProductPrecisionScope(Precision p) : saved_(current) { cu
 ProductPrecisionScope::~ProductPrecisionScope() { current = saved_; }
 
 std::string bf16_product_kernel() { return kernels::gemm_bf16_description(); }
+
+std::string cpu_kernel_level() { return kernels::isa_description(); }
+
+void check_cpu_kernel_level() { kernels::active_isa(); }
 
 }  // namespace qkv::ops

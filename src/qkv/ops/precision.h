@@ -33,7 +33,14 @@ class ProductPrecisionScope {
   Precision saved_;
 };
 
-// What runs bf16 products on this machine, in words: "vdpbf16ps (avx512_bf16)".
+// What runs bf16 products on this machine, in words: "avx512_bf16 (vdpbf16ps)".
 std::string bf16_product_kernel();
+
+// The instruction-set level the CPU kernels run at and what chose it (kernels/isa.h), for
+// `qkv --version` and the Python module: "avx512_bf16 (the best this CPU allows)". Throws
+// qkv::Error when QKV_ISA names a level this CPU lacks, or none: check_cpu_kernel_level() at
+// start-up makes that an error before any work.
+std::string cpu_kernel_level();
+void check_cpu_kernel_level();
 
 }  // namespace qkv::ops
