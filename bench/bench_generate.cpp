@@ -7,7 +7,7 @@
 //
 // Usage: bench_generate [--threads T] [--reps R] [--new-tokens N] [--prompt P] [--batches 1,16]
 //                       [--layers L] [--d-model D] [--heads H] [--vocab V] [--context C]
-//                       [--python PATH] [--no-hf] [--int8] [--bandwidth-mib M]
+//                       [--python PATH] [--no-hf] [--int8] [--bf16] [--bandwidth-mib M]
 // Defaults: GPT-2 small (12 layers, d_model 768, 12 heads, d_ff 3072, vocabulary 50257, context 1024,
 // learned positions, GELU tanh, tied output), prompt 16, 256 new tokens, 3 reps, 2 threads; the
 // bandwidth is measured over M = 1024 MiB (a smaller M for a quick check: CTest's bench.generate).
@@ -18,6 +18,8 @@
 // Both sides read the same prompt ids: row r, position t holds (r * 7919 + t * 104729 + 12345) % V.
 // --int8 adds a row for qkv with int8 products (`qkv generate --quantize int8`); its batch-1 bound
 // counts the int8 weights (1 byte + a float scale per output channel) and the float cache.
+// --bf16 adds a row for qkv's bf16 compute type (`--compute-type bf16`) and runs transformers under
+// torch.autocast("cpu", dtype=torch.bfloat16), the peer's mixed precision, instead of float32.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,7 +48,7 @@ struct Args {
   int64_t bandwidth_mib = 1024;
   int64_t new_tokens = 256, prompt = 16, layers = 12, d_model = 768, heads = 12, vocab = 50257, context = 1024;
   std::vector<int64_t> batches = {1, 16};
-  bool hf = true, int8 = false;
+  bool hf = true, int8 = false, bf16 = false;
   std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
 };
 
@@ -171,6 +173,7 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--no-hf")) a.hf = false;
     else if (!std::strcmp(argv[i], "--int8")) a.int8 = true;
+    else if (!std::strcmp(argv[i], "--bf16")) a.bf16 = true;
     else if (!std::strcmp(argv[i], "--bandwidth-mib")) a.bandwidth_mib = num();
     else if (!std::strcmp(argv[i], "--batches")) {
       a.batches.clear();
@@ -248,7 +251,7 @@ int main(int argc, char** argv) try {
   struct Side {
     std::vector<double> total, prefill, step;
   };
-  std::map<int64_t, double> qkv_tps, int8_tps, hf_tps;
+  std::map<int64_t, double> qkv_tps, int8_tps, bf16_tps, hf_tps;
   std::map<int64_t, std::vector<double>> qkv_totals, hf_totals;
   double hf_rss = 0;
   std::string hf_versions;
@@ -273,6 +276,7 @@ int main(int argc, char** argv) try {
     const int64_t warm = std::min<int64_t>(a.new_tokens, 8);
     generate_greedy(model, prompts, warm, nullptr, nn::ComputeType::Float32);  // warm-ups
     if (a.int8) generate_greedy(model, prompts, warm, nullptr, nn::ComputeType::Int8);
+    if (a.bf16) generate_greedy(model, prompts, warm, nullptr, nn::ComputeType::BF16);
     std::unique_ptr<bench::PeerProcess> hf;
     if (a.hf)
       hf = std::make_unique<bench::PeerProcess>(
@@ -280,14 +284,18 @@ int main(int argc, char** argv) try {
           std::to_string(a.reps) + " --new-tokens " + std::to_string(a.new_tokens) + " --prompt " +
           std::to_string(a.prompt) + " --batches " + std::to_string(B) + " --layers " + std::to_string(a.layers) +
           " --d-model " + std::to_string(a.d_model) + " --heads " + std::to_string(a.heads) + " --vocab " +
-          std::to_string(a.vocab) + " --context " + std::to_string(a.context));
-    Side f32, i8;
+          std::to_string(a.vocab) + " --context " + std::to_string(a.context) + (a.bf16 ? " --autocast bf16" : ""));
+    Side f32, i8, b16;
     std::vector<double> hf_seconds;
     for (int r = 0; r < a.reps; ++r) {
       timed(nn::ComputeType::Float32, f32);
       if (a.int8) {
         if (hf) bench::settle();
         timed(nn::ComputeType::Int8, i8);
+      }
+      if (a.bf16) {
+        if (hf) bench::settle();
+        timed(nn::ComputeType::BF16, b16);
       }
       if (!hf) continue;
       bench::settle();
@@ -296,12 +304,13 @@ int main(int argc, char** argv) try {
     qkv_tps[B] = print_qkv("qkv", B, f32, bound);
     qkv_totals[B] = f32.total;
     if (a.int8) int8_tps[B] = print_qkv("qkv int8", B, i8, int8_bound);
+    if (a.bf16) bf16_tps[B] = print_qkv("qkv bf16", B, b16, bw.best() * 1e9 / (weight_bytes / 2 + kv_bytes));
     if (hf) {
       const nlohmann::json j = hf->finish();
       hf_tps[B] = B * a.new_tokens / median(hf_seconds);
       hf_totals[B] = hf_seconds;
-      std::printf("hf       batch %2lld: %.2f s (median of %d, alternating with qkv's)  %.1f tokens/s",
-                  static_cast<long long>(B), median(hf_seconds), a.reps, hf_tps[B]);
+      std::printf("hf       batch %2lld: %.2f s (median of %d, alternating with qkv's)  %.1f tokens/s%s",
+                  static_cast<long long>(B), median(hf_seconds), a.reps, hf_tps[B], a.bf16 ? " (bf16 autocast)" : "");
       if (B == 1) std::printf("  = %.2f of the bandwidth bound", hf_tps[B] / bound);
       std::printf("\n");
       hf_rss = std::max(hf_rss, j.at("peak_rss_bytes").get<double>() / 1e9);
@@ -316,7 +325,9 @@ int main(int argc, char** argv) try {
               hf_versions.c_str(), a.python.c_str());
   for (int64_t B : a.batches) {
     std::printf("ratio    batch %2lld: qkv is %.2fx faster", static_cast<long long>(B), qkv_tps.at(B) / hf_tps.at(B));
-    if (a.int8) std::printf("; qkv int8 %.2fx (against transformers' float32)", int8_tps.at(B) / hf_tps.at(B));
+    if (a.int8) std::printf("; qkv int8 %.2fx", int8_tps.at(B) / hf_tps.at(B));
+    if (a.bf16) std::printf("; qkv bf16 %.2fx", bf16_tps.at(B) / hf_tps.at(B));
+    std::printf(" (against transformers' %s)", a.bf16 ? "bf16 autocast" : "float32");
     std::printf("; %s\n", bench::pair_ratios({qkv_totals.at(B), hf_totals.at(B)}).c_str());
   }
   return 0;

@@ -43,6 +43,8 @@ def main():
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--context", type=int, default=1024)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                   help="bf16: generate under torch.autocast('cpu', dtype=torch.bfloat16)")
     p.add_argument("--serve", action="store_true",
                    help="time one run per 'step' line on stdin, alternating with qkv's (bench/step_protocol.py)")
     a = p.parse_args()
@@ -69,7 +71,7 @@ def main():
         mask = torch.ones_like(ids)
 
         def run(n):
-            with torch.inference_mode():
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
                 out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n,
                                      min_new_tokens=n, pad_token_id=config.eos_token_id)
             assert out.shape == (B, a.prompt + n), out.shape
