@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "qkv/kernels/bf16_gemm.h"
+#include "qkv/kernels/gemm_blocking.h"
 #include "qkv/kernels/weight_alloc.h"
 
 #if !defined(__AVX512BF16__)
@@ -31,6 +32,11 @@ namespace qkv::kernels::bf16_isa {
 
 namespace {
 
+using blocking::ceil_div;
+using blocking::Product;
+using blocking::scale_by_beta;
+using blocking::share;
+
 constexpr int kRows = 8;        // 8 rows x 2 vectors = 16 accumulators of AVX-512's 32 registers
 constexpr int64_t kCols = 32;   // columns per panel: two vectors of 16 float32 lanes
 constexpr int64_t kMaxKBlock = 1024, kMaxKBlockTransposedA = 512;  // as gemm_blocked
@@ -38,7 +44,6 @@ constexpr int64_t kBBlockBytes = int64_t{4} << 20;
 constexpr int64_t kABlockBytes = 256 * 1024;
 constexpr int64_t kParallelMin = 1 << 16;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static_assert(kCols == kPanelColumns && kMaxKBlock == 1024 && kMaxKBlockTransposedA == 512,
               "bf16_isa::k_block and the packed weights (bf16_gemm.cpp) follow these");
@@ -74,19 +79,6 @@ void convert_row(const float* src, int64_t valid, int64_t kc, uint32_t* dst) {
   }
 }
 
-struct Product {
-  bool trans_a, trans_b;
-  int64_t M, N, K;
-  float alpha;
-  const float* A;
-  int64_t lda;
-  const float* B;
-  int64_t ldb;
-  float beta;
-  float* C;
-  int64_t ldc;
-  const float* bias;
-};
 
 // Panel of op(B)'s columns [col0, col0 + 32) over k in [k0, k0 + kc): dst[kp * 32 + j]; columns past
 // N and k past K are zero.
@@ -255,11 +247,6 @@ void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t
   }
 }
 
-std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int T) {
-  const int64_t per = ceil_div(ceil_div(count, unit), T) * unit;
-  return {std::min(count, t * per), std::min(count, (t + 1) * per)};
-}
-
 // Scratch that keeps its memory between calls (see gemm_blocked), one per calling thread.
 uint32_t* caller_scratch(int64_t words) {
   struct Free {
@@ -272,14 +259,6 @@ uint32_t* caller_scratch(int64_t words) {
     size = words;
   }
   return data.get();
-}
-
-void scale_by_beta(int64_t M, int64_t N, float beta, const float* bias, float* C, int64_t ldc) {
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      const float scaled = beta == 0.f ? 0.f : beta * C[i * ldc + j];
-      C[i * ldc + j] = bias ? scaled + bias[j] : scaled;
-    }
 }
 
 // The product, with op(B) packed per call, or once (`packed`, for a row-major A).

@@ -9,11 +9,17 @@
 #include <utility>
 
 #include "qkv/kernels/micro_tile.h"
+#include "qkv/kernels/gemm_blocking.h"
 #include "qkv/kernels/weight_alloc.h"
 
 namespace qkv::kernels {
 
 namespace {
+
+using blocking::ceil_div;
+using blocking::Product;
+using blocking::scale_by_beta;
+using blocking::share;
 
 constexpr int kRows = tile::kRows;
 constexpr int64_t kCols = tile::kCols;
@@ -28,7 +34,6 @@ constexpr int64_t kABlockBytes = 256 * 1024;
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
 constexpr int64_t kParallelMin = 1 << 16;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // K's block length: depends on K and op(A) alone, so every element's sum has the same blocks for
 // any M, N or thread count.
@@ -74,19 +79,6 @@ struct WorkerScratch {
   float* a_block;
 };
 
-struct Product {
-  bool trans_a, trans_b;
-  int64_t M, N, K;
-  float alpha;
-  const float* A;
-  int64_t lda;
-  const float* B;
-  int64_t ldb;
-  float beta;
-  float* C;
-  int64_t ldc;
-  const float* bias;  // N floats added to every row, or null
-};
 
 // Panel of op(B)'s columns [col0, col0 + cols) over k in [k0, k0 + kc): dst[k * 16 + j], columns
 // past `cols` zero.
@@ -237,21 +229,6 @@ void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t
       multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, scratch.a_block);
     }
   }
-}
-
-// [begin, end) of `count` items for thread t of T, in whole units of `unit`.
-std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int T) {
-  const int64_t per = ceil_div(ceil_div(count, unit), T) * unit;
-  return {std::min(count, t * per), std::min(count, (t + 1) * per)};
-}
-
-// K == 0: C = beta * C (+ bias).
-void scale_by_beta(int64_t M, int64_t N, float beta, const float* bias, float* C, int64_t ldc) {
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      const float scaled = beta == 0.f ? 0.f : beta * C[i * ldc + j];
-      C[i * ldc + j] = bias ? scaled + bias[j] : scaled;
-    }
 }
 
 }  // namespace
