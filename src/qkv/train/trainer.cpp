@@ -257,7 +257,8 @@ void Trainer::train_one_step(double& loss, int64_t& tokens, double& lr, double& 
 }
 
 TrainResult Trainer::run(const TrainerEvents& events) {
-  // Steps and validation multiply in the run's precision (validation sees what training computes).
+  // Steps and the validation loss multiply in the run's precision (the loss training sees); the
+  // validation search packs float32 weights, as `qkv translate` does by default.
   const ops::ProductPrecisionScope precision(ops::parse_precision(options_.hyper.precision));
   const auto t0 = std::chrono::steady_clock::now();
   const auto elapsed = [&] {
