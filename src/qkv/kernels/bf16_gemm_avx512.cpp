@@ -32,10 +32,12 @@ namespace qkv::kernels::bf16_isa {
 
 namespace {
 
+using blocking::caller_scratch;
 using blocking::ceil_div;
 using blocking::Product;
 using blocking::scale_by_beta;
 using blocking::share;
+using blocking::split_threads;
 
 constexpr int kRows = 8;        // 8 rows x 2 vectors = 16 accumulators of AVX-512's 32 registers
 constexpr int64_t kCols = 32;   // columns per panel: two vectors of 16 float32 lanes
@@ -247,39 +249,21 @@ void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t
   }
 }
 
-// Scratch that keeps its memory between calls (see gemm_blocked), one per calling thread.
-uint32_t* caller_scratch(int64_t words) {
-  struct Free {
-    void operator()(uint32_t* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<uint32_t, Free> data;
-  thread_local int64_t size = 0;
-  if (words > size) {
-    data.reset(static_cast<uint32_t*>(allocate_weights(static_cast<size_t>(words) * sizeof(uint32_t))));
-    size = words;
-  }
-  return data.get();
-}
-
 // The product, with op(B) packed per call, or once (`packed`, for a row-major A).
 void run(const Product& p, const uint32_t* packed) {
-  const bool trans_a = p.trans_a;
-  const int64_t M = p.M, N = p.N, K = p.K;
-  const int64_t panels = ceil_div(N, kCols);
-  const bool parallel = M * N * K >= kParallelMin;
-  const int64_t threads = parallel ? omp_get_max_threads() : 1;
-  const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(M, kRows) >= 4 * threads;
-  const bool split_panels = trans_a ? !enough_rows && enough_panels : enough_panels;
-  const int64_t kc = k_block(K, trans_a);
+  const int64_t M = p.M, panels = ceil_div(p.N, kCols);
+  const blocking::ThreadSplit split = split_threads(p, panels, kRows, kParallelMin, omp_get_max_threads());
+  const int64_t threads = split.threads;
+  const int64_t kc = k_block(p.K, p.trans_a);
   const int64_t b_words = packed ? 0 : std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;
   const int64_t a_words = ceil_div(rows_per_a_block(kc) * kc / 2, 16) * 16;
-  uint32_t* scratch = caller_scratch(threads * (b_words + a_words));
-#pragma omp parallel num_threads(static_cast<int>(threads)) if (parallel)
+  uint32_t* scratch = caller_scratch<uint32_t>(threads * (b_words + a_words));
+#pragma omp parallel num_threads(static_cast<int>(threads)) if (split.parallel)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
     uint32_t* mine = scratch + t * (b_words + a_words);
     const WorkerScratch ws{mine, mine + b_words};
-    if (split_panels) {
+    if (split.by_panels) {
       const auto [q0, q1] = share(panels, 1, t, T);
       multiply_part(p, packed, 0, M, q0, q1, ws);
     } else {

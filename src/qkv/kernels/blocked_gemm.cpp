@@ -16,10 +16,12 @@ namespace qkv::kernels {
 
 namespace {
 
+using blocking::caller_scratch;
 using blocking::ceil_div;
 using blocking::Product;
 using blocking::scale_by_beta;
 using blocking::share;
+using blocking::split_threads;
 
 constexpr int kRows = tile::kRows;
 constexpr int64_t kCols = tile::kCols;
@@ -40,33 +42,6 @@ constexpr int64_t kParallelMin = 1 << 16;
 int64_t k_block(int64_t K, bool trans_a) {
   const int64_t max_block = trans_a ? kMaxKBlockTransposedA : kMaxKBlock;
   return ceil_div(K, ceil_div(K, max_block));
-}
-
-// A 64-byte aligned scratch that keeps its memory between calls: a fresh allocation of megabytes
-// each call would be an mmap and its page faults every time. One per calling thread, holding every
-// worker's slice, so that an allocation failure throws before the parallel region (an exception
-// may not leave one).
-class Scratch {
- public:
-  float* floats(int64_t n) {
-    if (n > size_) {
-      data_.reset(static_cast<float*>(allocate_weights(static_cast<size_t>(n) * sizeof(float))));
-      size_ = n;
-    }
-    return data_.get();
-  }
-
- private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float, Free> data_;
-  int64_t size_ = 0;
-};
-
-Scratch& caller_scratch() {
-  thread_local Scratch s;
-  return s;
 }
 
 int64_t rows_per_a_block(int64_t kc) { return std::max<int64_t>(kRows, kABlockBytes / (kc * 4) / kRows * kRows); }
@@ -239,24 +214,19 @@ void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
   if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
   const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
   const int64_t panels = ceil_div(N, kCols);
-  const bool parallel = M * N * K >= kParallelMin;
-  // Threads take panels (each packs only its own) while there are a few for each; else rows, each
-  // thread then packing all the panels for itself. A transposed A is packed by the thread that uses
-  // it, so threads take its rows (each packs only its own), unless there are too few.
-  const int64_t threads = parallel ? omp_get_max_threads() : 1;
-  const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(M, kRows) >= 4 * threads;
-  const bool split_panels = trans_a ? !enough_rows && enough_panels : enough_panels;
+  const blocking::ThreadSplit split = split_threads(p, panels, kRows, kParallelMin, omp_get_max_threads());
+  const int64_t threads = split.threads;
   // Each worker's slice of the caller's scratch, in whole cache lines.
   const int64_t kc = k_block(K, trans_a);
   const int64_t b_floats = std::min(panels, panels_per_b_block(kc)) * kc * kCols;
   const int64_t a_floats = trans_a ? ceil_div(rows_per_a_block(kc) * kc, kCols) * kCols : 0;
-  float* scratch = caller_scratch().floats(threads * (b_floats + a_floats));
-#pragma omp parallel num_threads(static_cast<int>(threads)) if (parallel)
+  float* scratch = caller_scratch<float>(threads * (b_floats + a_floats));
+#pragma omp parallel num_threads(static_cast<int>(threads)) if (split.parallel)
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
     float* mine = scratch + t * (b_floats + a_floats);
     const WorkerScratch ws{mine, trans_a ? mine + b_floats : nullptr};
-    if (split_panels) {
+    if (split.by_panels) {
       const auto [q0, q1] = share(panels, 1, t, T);
       multiply_part(p, 0, M, q0, q1, ws);
     } else {

@@ -7,7 +7,11 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <utility>
+
+#include "qkv/kernels/weight_alloc.h"
 
 namespace qkv::kernels::blocking {
 
@@ -34,6 +38,42 @@ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int T) {
   const int64_t per = ceil_div(ceil_div(count, unit), T) * unit;
   return {std::min(count, t * per), std::min(count, (t + 1) * per)};
+}
+
+// How a product's threads split it: panels of op(B) (each thread packs only its own) while there
+// are a few for each; else rows of C, each thread then packing all the panels for itself. A
+// transposed A is packed by the thread that uses it, so threads take its rows (each packs only its
+// own), unless there are too few. Below parallel_min multiply-adds one thread does it all: forking
+// costs a few microseconds.
+struct ThreadSplit {
+  bool parallel;
+  int64_t threads;
+  bool by_panels;
+};
+inline ThreadSplit split_threads(const Product& p, int64_t panels, int64_t tile_rows, int64_t parallel_min,
+                                 int64_t max_threads) {
+  const bool parallel = p.M * p.N * p.K >= parallel_min;
+  const int64_t threads = parallel ? max_threads : 1;
+  const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(p.M, tile_rows) >= 4 * threads;
+  return {parallel, threads, p.trans_a ? !enough_rows && enough_panels : enough_panels};
+}
+
+// A 64-byte aligned scratch of T that keeps its memory between calls: a fresh allocation of
+// megabytes each call would be an mmap and its page faults every time. One per calling thread
+// (and translation unit), holding every worker's slice, so that an allocation failure throws
+// before the parallel region (an exception may not leave one).
+template <class T>
+T* caller_scratch(int64_t n) {
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<T, Free> data;
+  thread_local int64_t size = 0;
+  if (n > size) {
+    data.reset(static_cast<T*>(allocate_weights(static_cast<size_t>(n) * sizeof(T))));
+    size = n;
+  }
+  return data.get();
 }
 
 // K == 0: C = beta * C (+ bias); beta 0 never reads C.
