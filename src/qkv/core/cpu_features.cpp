@@ -31,6 +31,7 @@ CpuFeatures detect() {
     __cpuid_count(7, 0, a, b, c, d);
     f.avx2 = bit(b, 5);
     f.avx512f = bit(b, 16);
+    f.avx512dq = bit(b, 17);
     f.avx512bw = bit(b, 30);
     f.avx512vl = bit(b, 31);
     f.avx512_vnni = bit(c, 11);
@@ -47,7 +48,9 @@ CpuFeatures detect() {
 std::string CpuFeatures::summary() const {
   std::string s;
   const auto add = [&](bool has, const char* name) {
-    if (has) s += (s.empty() ? "" : " ") + std::string(name);
+    if (!has) return;
+    if (!s.empty()) s += ' ';
+    s += name;
   };
   add(avx2, "AVX2");
   add(fma, "FMA");

@@ -41,8 +41,7 @@ bool amx_permitted() {
 Isa detect_best() {
   const CpuFeatures& f = cpu_features();
   const uint64_t os = xcr0();
-  const bool avx512 = f.avx512f && f.avx512bw && f.avx512vl && __builtin_cpu_supports("avx512dq") &&
-                      (os & 0xe0) == 0xe0;
+  const bool avx512 = f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && (os & 0xe0) == 0xe0;
   if (!avx512) return Isa::Avx2;
   if (!f.avx512_vnni) return Isa::Avx512;
   if (!f.avx512_bf16) return Isa::Avx512Vnni;

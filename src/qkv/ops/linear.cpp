@@ -92,8 +92,8 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
   check_linear_shapes(x_in, W, b);
   check_same_device("linear", {&x_in, &W, &b});
   if (W.dtype() == DType::BF16 && W.device().is_cuda()) return linear_forward_bf16_cuda(x_in, W, b);
-  if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h)
-    return linear_forward(x_in.to(DType::BF16).to(DType::F32), W.to(DType::F32), b);
+  if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h): bf16 products
+    return linear_forward(x_in, W.to(DType::F32), b, Precision::BF16);
   QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8 || W.dtype() == DType::BF16),
             "linear: no product with a " << W.describe() << " weight");
   const Tensor x = x_in.contiguous();

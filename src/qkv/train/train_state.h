@@ -6,7 +6,8 @@
 //    "data": {...},                                     the data source's position (TrainingData::state)
 //    "hyper": {"schedule": "inverse_sqrt", "lr": 5e-4, "warmup": 4000, "clip_norm": 1.0,
 //              "label_smoothing": 0.1, "micro_batch": 0, "max_memory": -1, "beta1": 0.9, "beta2": 0.98,
-//              "eps": 1e-9, "precision": "float32"},                           max_memory: bytes, 0 no limit, -1 auto (absent: 0)
+//              "eps": 1e-9, "precision": "float32"}       max_memory: bytes, 0 no limit, -1 auto (absent: 0);
+//                                                   precision absent: float32
 //    "best": 21.3, "bad_validations": 0, "elapsed_seconds": 3600.5}
 //
 // Files written by earlier versions (two formats: synthetic and corpus) are read too.
