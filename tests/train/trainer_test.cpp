@@ -133,6 +133,25 @@ TEST(Trainer, LinearScheduleWithoutStepsFitsItsEndToTheTimeBudget) {
   fs::remove_all(dir);
 }
 
+// train_state.json records the products' precision (--precision); a value qkv does not know is
+// refused naming the file and the field, never trained on as float32.
+TEST(Trainer, AnUnknownPrecisionInTrainStateIsRefused) {
+  const std::string dir = temp_dir("precision_field");
+  train_copy(dir, 2, false);
+  const std::string path = dir + "/train_state.json";
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(read_train_state(path).hyper.precision, "float32");
+  const size_t at = text.find("\"precision\": \"float32\"");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, std::string("\"precision\": \"float32\"").size(), "\"precision\": \"fp16\"");
+  std::ofstream(path, std::ios::trunc) << text;
+  const std::string msg = error_message_of([&] { read_train_state(path); });
+  EXPECT_NE(msg.find("train_state.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("precision must be float32 or bf16, got fp16"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
 TEST(Trainer, MixedCheckpointSetIsRefused) {
   const std::string a = temp_dir("mixed_a"), b = temp_dir("mixed_b");
   train_copy(a, 2, false);
