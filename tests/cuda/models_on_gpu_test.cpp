@@ -21,6 +21,7 @@
 #include "qkv/models/encoder_model.h"
 #include "qkv/models/sentence_embedding.h"
 #include "qkv/models/transformer.h"
+#include "qkv/ops/precision.h"
 #include "qkv/train/adam.h"
 #include "qkv/train/objective.h"
 #include "qkv/train/step.h"
@@ -129,6 +130,32 @@ TEST(ModelsOnGpu, EveryFamilyTrainsAsOnTheCpu) {
     // Back on the host, the trained GPU model is an ordinary CPU model.
     gpu->to(Device::cpu());
     EXPECT_EQ(gpu->device(), Device::cpu()) << f.name;
+  }
+}
+
+// Mixed precision (--precision bf16) on the GPU: the products' operands rounded to bf16 as on the
+// CPU, the sums in float32 in cuBLAS's order. An activation a float32 rounding apart on the two
+// devices can round to neighbouring bf16 values, so the losses agree within 2e-3 (relative) rather
+// than float32's 1e-4.
+TEST(ModelsOnGpu, Bf16PrecisionTrainsAsOnTheCpu) {
+  ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
+  const Family f = families()[1];
+  const ops::ProductPrecisionScope bf16(ops::Precision::BF16);
+  const auto cpu = models::make_model(f.config, 7), gpu = models::make_model(f.config, 7);
+  gpu->to(kGpu);
+  cpu->train();
+  gpu->train();
+  train::AdamOptions options;
+  options.lr = 1e-3;
+  train::Adam opt_cpu(cpu->named_parameters(), options), opt_gpu(gpu->named_parameters(), options);
+  for (int step = 0; step < 5; ++step) {
+    opt_cpu.zero_grad();
+    opt_gpu.zero_grad();
+    const float loss_cpu = train::forward_backward(*cpu, *f.objective, f.batch, 0.1f).loss;
+    const float loss_gpu = train::forward_backward(*gpu, *f.objective, f.batch, 0.1f).loss;
+    EXPECT_NEAR(loss_gpu, loss_cpu, 2e-3 * std::fabs(loss_cpu)) << "bf16 step " << step;
+    opt_cpu.step();
+    opt_gpu.step();
   }
 }
 

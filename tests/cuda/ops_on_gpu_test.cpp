@@ -295,6 +295,127 @@ TEST_F(OpsOnGpu, Attention) {
   }, "multi-head attention dk");
 }
 
+// The training forward on a GPU keeps no softmax: the flash kernels (kernels/cuda/flash_attention.h)
+// keep two floats per row and the backward recomputes the rest. Against the CPU's fused attention
+// with its softmax: every mask, dropout, head widths on both sides of each compiled width (32, 64,
+// 128), rows past one block and one tile, fewer queries than keys, and the causal case that skips
+// the tiles above the diagonal.
+TEST_F(OpsOnGpu, FlashAttentionKeepsNoSoftmaxAndAgreesWithTheCpu) {
+  struct Case {
+    int64_t B, H, Tq, Tk, dk;
+    bool causal, key_mask, query_mask;
+    float p;
+  };
+  const Case cases[] = {
+      {2, 3, 7, 9, 16, false, true, true, 0.f},    {2, 3, 7, 9, 16, true, true, true, 0.2f},
+      {2, 2, 70, 70, 64, true, false, false, 0.f},  // causal, no padding: tiles above the diagonal skipped
+      {1, 2, 40, 100, 64, true, false, false, 0.1f}, {2, 2, 65, 33, 40, false, true, false, 0.f},
+      {1, 3, 35, 35, 80, true, false, true, 0.f},    {1, 1, 33, 47, 128, false, true, false, 0.3f},
+      {1, 2, 129, 129, 32, true, false, false, 0.f}, {1, 2, 20, 30, 3, false, false, false, 0.f},
+  };
+  uint32_t seed = 200;
+  for (const Case& c : cases) {
+    const std::string what = "flash attention B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " Tq" +
+                             std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) + " dk" + std::to_string(c.dk) +
+                             (c.causal ? " causal" : "") + (c.key_mask ? " key-mask" : "") +
+                             (c.query_mask ? " query-mask" : "") + (c.p > 0 ? " dropout" : "");
+    const Tensor q = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++, 2.f);
+    const Tensor k = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++, 2.f);
+    const Tensor v = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++);
+    const Tensor dout = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++);
+    AttentionMasks cpu_masks;
+    cpu_masks.causal = c.causal;
+    std::mt19937 gen(seed++);
+    if (c.key_mask) {
+      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tk));
+      for (auto& x : keep) x = gen() % 4 != 0;
+      cpu_masks.key_keep = Tensor::from_ids(Dims{c.B, c.Tk}, keep);
+    }
+    if (c.query_mask) {
+      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tq));
+      for (auto& x : keep) x = gen() % 3 != 0;
+      cpu_masks.query_keep = Tensor::from_ids(Dims{c.B, c.Tq}, keep);
+    }
+    AttentionMasks gpu_masks = cpu_masks;
+    if (c.key_mask) gpu_masks.key_keep = gpu(cpu_masks.key_keep);
+    if (c.query_mask) gpu_masks.query_keep = gpu(cpu_masks.query_keep);
+    const AttentionDropoutSpec drop{c.p, 7, 123};
+    Tensor probs_c;
+    const Tensor out_c = attention_forward(q, k, v, cpu_masks, drop, &probs_c);
+    AttentionSaved saved;
+    const Tensor out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved, false);
+    EXPECT_FALSE(saved.probs.defined()) << what << ": no softmax kept";
+    ASSERT_TRUE(saved.stats.defined()) << what;
+    EXPECT_EQ(saved.stats.shape(), (Dims{c.B, c.H, c.Tq, 2})) << what;
+    expect_close(out_c, out_g, what);
+    for (int which = 0; which < 3; ++which)
+      expect_backward_close(which == 0 ? q.shape() : k.shape(), [&](Device d, Tensor* s) {
+        Tensor* dq = which == 0 ? s : nullptr;
+        Tensor* dk = which == 1 ? s : nullptr;
+        Tensor* dv = which == 2 ? s : nullptr;
+        if (d == kGpu) attention_backward(gpu(dout), gpu(q), gpu(k), gpu(v), saved, gpu_masks, drop, dq, dk, dv);
+        else attention_backward(dout, q, k, v, probs_c, cpu_masks, drop, dq, dk, dv);
+      }, what + " d" + "qkv"[which]);
+    // Inference of many queries takes the same kernels without statistics.
+    if (c.p == 0.f && c.Tq >= 16)
+      expect_close(out_c, attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, {}, nullptr, true), what + " inference");
+  }
+}
+
+// Multi-head attention in training on split-heads views (strided heads), q, k and v one tensor (self-
+// attention: the three gradients meet in one slot), and the weights kept when the caller asks.
+TEST_F(OpsOnGpu, FlashMultiHeadAttentionOnSplitHeads) {
+  const int64_t B = 2, T = 50, H = 4, dk = 16;
+  const Tensor x = random_tensor(Dims{B, T, H * dk}, 300, 2.f), dy = random_tensor(Dims{B, T, H * dk}, 301);
+  AttentionMasks m;
+  m.causal = true;
+  Tensor probs_c;
+  const Tensor out_c = multi_head_attention_forward(x, x, x, H, m, {}, &probs_c);
+  AttentionSaved saved;
+  const Tensor out_g = multi_head_attention_forward_saving(gpu(x), gpu(x), gpu(x), H, m, {}, &saved, false);
+  EXPECT_FALSE(saved.probs.defined());
+  expect_close(out_c, out_g, "multi-head flash attention");
+  expect_backward_close(x.shape(), [&](Device d, Tensor* s) {
+    if (d == kGpu) multi_head_attention_backward(gpu(dy), gpu(x), gpu(x), gpu(x), H, saved, m, {}, s, s, s);
+    else multi_head_attention_backward(dy, x, x, x, H, probs_c, m, {}, s, s, s);
+  }, "multi-head flash attention, one slot for q, k and v");
+  AttentionSaved with_weights;
+  (void)multi_head_attention_forward_saving(gpu(x), gpu(x), gpu(x), H, m, {}, &with_weights, true);
+  ASSERT_TRUE(with_weights.probs.defined()) << "the weights are kept when asked for";
+  expect_close(probs_c, with_weights.probs, "kept weights");
+}
+
+// Products in bf16 precision (mixed-precision training): operands rounded to bf16, float32 sums, on
+// the GPU's tensor cores through cuBLAS. Against the CPU's gemm_bf16, which rounds the same operands:
+// the sums differ in order only (1e-5 of the largest magnitude, as float32), while float32 products
+// differ from both by the rounding (checked to be well above that, so the test would see a GPU that
+// ignored the precision).
+TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
+  const Tensor x = random_tensor(Dims{3, 17, 96}, 400), w = random_tensor(Dims{40, 96}, 401);
+  const Tensor b = random_tensor(Dims{40}, 402), dy = random_tensor(Dims{3, 17, 40}, 403);
+  const Tensor y_bf16 = linear_forward(x, w, b, Precision::BF16);
+  const Tensor y_gpu = linear_forward(gpu(x), gpu(w), gpu(b), Precision::BF16);
+  expect_close(y_bf16, y_gpu, "bf16 linear");
+  double apart = 0;
+  const std::vector<float> f32 = linear_forward(x, w, b, Precision::Float32).to_vector(), g = y_gpu.to_vector();
+  for (size_t i = 0; i < g.size(); ++i) apart = std::max(apart, static_cast<double>(std::fabs(f32[i] - g[i])));
+  EXPECT_GT(apart, 1e-3) << "bf16 products on the GPU look like float32 ones";
+  for (int which = 0; which < 2; ++which)
+    expect_backward_close(which == 0 ? x.shape() : w.shape(), [&](Device d, Tensor* s) {
+      linear_backward(dy.to(d), x.to(d), w.to(d), which == 0 ? s : nullptr, which == 1 ? s : nullptr, nullptr,
+                      Precision::BF16);
+    }, std::string("bf16 linear backward d") + "xw"[which]);
+  const Tensor a = random_tensor(Dims{2, 3, 9, 24}, 404), c = random_tensor(Dims{2, 3, 11, 24}, 405);
+  const Tensor dc = random_tensor(Dims{2, 3, 9, 11}, 406);
+  expect_close(matmul_forward(a, c, true, Precision::BF16), matmul_forward(gpu(a), gpu(c), true, Precision::BF16),
+               "bf16 batched matmul");
+  for (int which = 0; which < 2; ++which)
+    expect_backward_close(which == 0 ? a.shape() : c.shape(), [&](Device d, Tensor* s) {
+      matmul_backward(dc.to(d), a.to(d), c.to(d), true, which == 0 ? s : nullptr, which == 1 ? s : nullptr,
+                      Precision::BF16);
+    }, std::string("bf16 matmul backward d") + "ab"[which]);
+}
+
 TEST_F(OpsOnGpu, MappedAttentionReadsTheRowsTheMapNames) {
   const int64_t B = 3, Bk = 4, H = 2, Tk = 6, dk = 8;
   const Tensor q = random_tensor(Dims{B, H, 1, dk}, 37), k = random_tensor(Dims{Bk, H, Tk, dk}, 38);

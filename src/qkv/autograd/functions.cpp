@@ -124,21 +124,27 @@ Var softmax(const Var& x) {
 }
 
 namespace {
-// What both attention ops record. forward(inference, &probs) computes the output and the softmax,
-// which `weights` receives and the backward keeps; inference without `weights` passes null and no
-// softmax is stored. backward(dout, probs, dq, dk, dv) gets the inputs' gradient slots.
-template <class Forward, class Backward>
-Var record_attention(const Var& q, const Var& k, const Var& v, Tensor* weights, Forward forward, Backward backward) {
-  Tensor probs;
+// What both attention ops record. In inference, forward(nullptr or &probs) computes the output (the
+// softmax only when `weights` asks for it). In training, forward_saving(&saved, keep_weights) keeps
+// what the backward needs (ops::AttentionSaved: the softmax, or on a GPU the flash kernels' row
+// statistics unless `weights` asks for the softmax); backward(dout, saved, dq, dk, dv) gets the
+// inputs' gradient slots.
+template <class Forward, class ForwardSaving, class Backward>
+Var record_attention(const Var& q, const Var& k, const Var& v, Tensor* weights, Forward forward,
+                     ForwardSaving forward_saving, Backward backward) {
   const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
-  const bool inference = !rg || !grad_enabled();
-  Tensor out = forward(inference, inference && !weights ? nullptr : &probs);
-  if (weights) *weights = probs;
-  if (inference) probs = Tensor();
-  return record_op(std::move(out), rg,
-                   [backward, probs, qc = q.cell(), kc = k.cell(), vc = v.cell()](const Tensor& dout) {
-                     backward(dout, probs, slot(qc), slot(kc), slot(vc));
-                   });
+  if (!rg || !grad_enabled()) {
+    Tensor probs;
+    Tensor out = forward(weights ? &probs : nullptr);
+    if (weights) *weights = probs;
+    return record_op(std::move(out), false, [](const Tensor&) {});
+  }
+  ops::AttentionSaved saved;
+  Tensor out = forward_saving(&saved, weights != nullptr);
+  if (weights) *weights = saved.probs;
+  return record_op(std::move(out), rg, [backward, saved, qc = q.cell(), kc = k.cell(), vc = v.cell()](const Tensor& dout) {
+    backward(dout, saved, slot(qc), slot(kc), slot(vc));
+  });
 }
 }  // namespace
 
@@ -146,12 +152,15 @@ Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMask
               const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
   return record_attention(
       q, k, v, weights,
-      [&](bool inference, Tensor* probs) {
-        return ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, probs, inference);
+      [&](Tensor* probs) {
+        return ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, probs, true);
       },
-      [qv = q.value(), kv = k.value(), vv = v.value(), masks, dropout](const Tensor& dout, const Tensor& probs,
-                                                                       Tensor* dq, Tensor* dk, Tensor* dv) {
-        ops::attention_backward(dout, qv, kv, vv, probs, masks, dropout, dq, dk, dv);
+      [&](ops::AttentionSaved* saved, bool keep_weights) {
+        return ops::attention_forward_saving(q.value(), k.value(), v.value(), masks, dropout, saved, keep_weights);
+      },
+      [qv = q.value(), kv = k.value(), vv = v.value(), masks, dropout](
+          const Tensor& dout, const ops::AttentionSaved& saved, Tensor* dq, Tensor* dk, Tensor* dv) {
+        ops::attention_backward(dout, qv, kv, vv, saved, masks, dropout, dq, dk, dv);
       });
 }
 
@@ -159,13 +168,17 @@ Var multi_head_attention(const Var& q, const Var& k, const Var& v, int64_t num_h
                          const ops::AttentionMasks& masks, const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
   return record_attention(
       q, k, v, weights,
-      [&](bool inference, Tensor* probs) {
+      [&](Tensor* probs) {
         return ops::multi_head_attention_forward(q.value(), k.value(), v.value(), num_heads, masks, dropout, probs,
-                                                 inference);
+                                                 true);
+      },
+      [&](ops::AttentionSaved* saved, bool keep_weights) {
+        return ops::multi_head_attention_forward_saving(q.value(), k.value(), v.value(), num_heads, masks, dropout,
+                                                        saved, keep_weights);
       },
       [qv = q.value(), kv = k.value(), vv = v.value(), num_heads, masks, dropout](
-          const Tensor& dout, const Tensor& probs, Tensor* dq, Tensor* dk, Tensor* dv) {
-        ops::multi_head_attention_backward(dout, qv, kv, vv, num_heads, probs, masks, dropout, dq, dk, dv);
+          const Tensor& dout, const ops::AttentionSaved& saved, Tensor* dq, Tensor* dk, Tensor* dv) {
+        ops::multi_head_attention_backward(dout, qv, kv, vv, num_heads, saved, masks, dropout, dq, dk, dv);
       });
 }
 

@@ -184,7 +184,8 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"adam", "adamw"}));
   app.add_option("--precision", o.precision,
                  "Products of linear layers: float32 (default), or bf16 operands with float32 sums (mixed precision: "
-                 "weights, gradients and Adam's moments stay float32; fastest where the CPU has AVX512_BF16). A "
+                 "weights, gradients and Adam's moments stay float32; fastest where the CPU has AVX512_BF16, and on a GPU's "
+                 "tensor cores). A "
                  "resumed run keeps its precision unless this is given")
       ->check(CLI::IsMember({"float32", "bf16"}));
   app.add_option("--weight-decay", o.weight_decay,

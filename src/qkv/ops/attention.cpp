@@ -1,4 +1,5 @@
 #include "qkv/kernels/attention.h"
+#include "qkv/kernels/cuda/flash_attention.h"
 
 #include <omp.h>
 
@@ -70,30 +71,67 @@ kernels::AttentionDropout kernel_dropout(const AttentionDropoutSpec& s) {
 }  // namespace
 
 namespace {
+// Inference heads of at least this many queries take the GPU's flash kernels (encoders, prompts);
+// decoding steps keep the row-per-block kernel, whose warps share a query's keys.
+constexpr int64_t kFlashInferenceQueries = 16;
+
+// Whether the GPU's flash kernels (kernels/cuda/flash_attention.h) take attention of these sizes on q's device.
+bool flash_takes(const Tensor& q, const kernels::AttentionDims& d) {
+  if constexpr (cuda::kBuilt) return q.device().is_cuda() && kernels::cuda::flash_attention_fits(d);
+  return false;
+}
+
 // Every forward after its checks: unit-stride views, the kernel's masks, the outputs. `out` is the
 // (B, H, Tq, dk) tensor written: the result itself, or the heads of a (B, Tq, D) result. Dropout's
-// scratch has a slot per OpenMP thread.
+// scratch has a slot per OpenMP thread. stats, given (a GPU training forward that keeps no softmax),
+// gets the flash kernels' row statistics instead of probs.
 void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                   const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs, bool inference,
-                  Tensor out, const kernels::KeyRows& key_rows = {}) {
+                  Tensor out, const kernels::KeyRows& key_rows = {}, Tensor* stats = nullptr) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
-  QKV_CHECK(probs || inference, "attention: training needs the softmax (probs) for its backward");
+  QKV_CHECK(probs || stats || inference, "attention: training needs the softmax (probs) for its backward");
   check_same_device("attention", {&q, &k, &v, &out, &key_c, &query_c});
   if (probs) *probs = empty_like_device(Dims{d.B, d.H, d.Tq, d.Tk}, q);
   if (on_cuda(q)) {
-    if constexpr (cuda::kBuilt)
-      kernels::cuda::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v),
-                                       out.f32(), heads_view(out), probs ? probs->f32() : nullptr, km,
-                                       kernel_dropout(dropout), key_rows);
+    if constexpr (cuda::kBuilt) {
+      const bool flash = !probs && !key_rows.rows && flash_takes(q, d) && (stats || d.Tq >= kFlashInferenceQueries);
+      QKV_CHECK(flash || !stats, "attention: the flash kernels do not take dk = " << d.dk);
+      if (flash) {
+        if (stats) *stats = empty_like_device(Dims{d.B, d.H, d.Tq, 2}, q);
+        kernels::cuda::flash_attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(),
+                                               heads_view(v), out.f32(), heads_view(out),
+                                               stats ? stats->f32() : nullptr, km, kernel_dropout(dropout));
+      } else {
+        kernels::cuda::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v),
+                                         out.f32(), heads_view(out), probs ? probs->f32() : nullptr, km,
+                                         kernel_dropout(dropout), key_rows);
+      }
+    }
     return;
   }
+  QKV_CHECK(!stats, "attention: row statistics are kept on a GPU only");
   const int slots = omp_get_max_threads();
   Tensor scratch = dropout.p > 0.f ? Tensor::empty(Dims{slots * d.Tq * d.Tk}) : Tensor();
   kernels::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(),
                              heads_view(out), probs ? probs->f32() : nullptr, km, kernel_dropout(dropout),
                              scratch.defined() ? scratch.f32() : nullptr, slots, inference, key_rows);
+}
+
+// A training forward into `out` (the result, or its heads view `out_heads`): the softmax kept, or the
+// flash kernels' statistics and the output.
+void forward_saving_into(const kernels::AttentionDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const AttentionMasks& masks, const AttentionDropoutSpec& dropout, AttentionSaved* saved,
+                         bool keep_weights, const Tensor& out_heads) {
+  QKV_CHECK(saved, "attention: a training forward needs somewhere to keep what its backward reads");
+  *saved = AttentionSaved{};
+  if (!keep_weights && flash_takes(q, d)) {
+    forward_into(d, q, k, v, masks, dropout, nullptr, false, out_heads, {}, &saved->stats);
+    saved->out = out_heads;
+  } else {
+    forward_into(d, q, k, v, masks, dropout, &saved->probs, false, out_heads);
+  }
 }
 
 Tensor forward_checked(const kernels::AttentionDims& d, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -115,6 +153,14 @@ Tensor attention_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v
                          const AttentionDropoutSpec& dropout, Tensor* probs, bool inference) {
   const kernels::AttentionDims d = check_attention(q_in, k_in, v_in, masks);
   return forward_checked(d, q_in, k_in, v_in, masks, dropout, probs, inference);
+}
+
+Tensor attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& masks,
+                                const AttentionDropoutSpec& dropout, AttentionSaved* saved, bool keep_weights) {
+  const kernels::AttentionDims d = check_attention(q, k, v, masks);
+  Tensor out = empty_like_device(Dims{d.B, d.H, d.Tq, d.dk}, q);
+  forward_saving_into(d, q, k, v, masks, dropout, saved, keep_weights, out);
+  return out;
 }
 
 Tensor attention_forward_mapped(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& key_rows,
@@ -163,7 +209,7 @@ bool backward_through_aliased_slots(Tensor* dq, Tensor* dk, Tensor* dv, Backward
 // writes through heads(slot), their (B, H, T, dk) view. Its inputs are (B, H, T, dk) views.
 template <class Heads>
 void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
-                   const Tensor& v_in, const Dims& q_shape, const Dims& kv_shape, const Tensor& probs,
+                   const Tensor& v_in, const Dims& q_shape, const Dims& kv_shape, const AttentionSaved& saved,
                    const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
                    Tensor* dv, Heads heads) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), dout = unit_last(dout_in);
@@ -175,7 +221,10 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
   Tensor* slot_q = dq ? dq : &sq;
   Tensor* slot_k = dk ? dk : &sk;
   Tensor* slot_v = dv ? dv : &sv;
-  check_same_device("attention backward", {&dout, &q, &k, &v, &probs, &key_c, &query_c});
+  const Tensor& probs = saved.probs;
+  check_same_device("attention backward", {&dout, &q, &k, &v, &probs, &saved.stats, &saved.out, &key_c, &query_c});
+  QKV_CHECK(probs.defined() || (saved.stats.defined() && saved.out.defined()),
+            "attention backward: the forward kept neither the softmax nor its statistics");
   const Device device = q.device();
   const bool any_defined = slot_q->defined() || slot_k->defined() || slot_v->defined();
   if (any_defined) {
@@ -189,13 +238,24 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
   }
   Tensor hq = heads(*slot_q), hk = heads(*slot_k), hv = heads(*slot_v);
   if (on_cuda(q)) {
-    if constexpr (cuda::kBuilt)
-      kernels::cuda::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(),
-                                        heads_view(k), v.f32(), heads_view(v), probs.f32(), km,
-                                        kernel_dropout(dropout), hq.f32(), heads_view(hq), hk.f32(), heads_view(hk),
-                                        hv.f32(), heads_view(hv), any_defined);
+    if constexpr (cuda::kBuilt) {
+      if (probs.defined()) {
+        kernels::cuda::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(),
+                                          heads_view(k), v.f32(), heads_view(v), probs.f32(), km,
+                                          kernel_dropout(dropout), hq.f32(), heads_view(hq), hk.f32(),
+                                          heads_view(hk), hv.f32(), heads_view(hv), any_defined);
+      } else {
+        const Tensor out = unit_last(saved.out);
+        kernels::cuda::flash_attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(),
+                                                heads_view(k), v.f32(), heads_view(v), out.f32(), heads_view(out),
+                                                saved.stats.f32(), km, kernel_dropout(dropout), hq.f32(),
+                                                heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv),
+                                                any_defined);
+      }
+    }
     return;
   }
+  QKV_CHECK(probs.defined(), "attention backward: the CPU's backward reads the softmax");
   const int slots = omp_get_max_threads();
   Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
   kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
@@ -214,7 +274,21 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
         attention_backward(dout, q, k, v, probs, masks, dropout, gq, gk, gv);
       }))
     return;
-  backward_into(d, dout, q, k, v, q.shape(), k.shape(), probs, masks, dropout, dq, dk, dv,
+  backward_into(d, dout, q, k, v, q.shape(), k.shape(), AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv,
+                [](const Tensor& slot) { return slot; });
+}
+
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const AttentionSaved& saved, const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
+                        Tensor* dq, Tensor* dk, Tensor* dv) {
+  if (saved.probs.defined()) return attention_backward(dout, q, k, v, saved.probs, masks, dropout, dq, dk, dv);
+  const kernels::AttentionDims d = check_attention(q, k, v, masks);
+  QKV_CHECK(dout.shape() == q.shape(), "attention backward: grad " << dout.shape() << " vs q " << q.shape());
+  if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
+        attention_backward(dout, q, k, v, saved, masks, dropout, gq, gk, gv);
+      }))
+    return;
+  backward_into(d, dout, q, k, v, q.shape(), k.shape(), saved, masks, dropout, dq, dk, dv,
                 [](const Tensor& slot) { return slot; });
 }
 
@@ -239,7 +313,35 @@ void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
         multi_head_attention_backward(dout, q, k, v, num_heads, probs, masks, dropout, gq, gk, gv);
       }))
     return;
-  backward_into(d, heads_of(dout, num_heads, "its gradient"), qh, kh, vh, q.shape(), k.shape(), probs, masks,
+  backward_into(d, heads_of(dout, num_heads, "its gradient"), qh, kh, vh, q.shape(), k.shape(),
+                AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv,
+                [num_heads](const Tensor& slot) { return split_heads(slot, num_heads); });
+}
+
+Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
+                                           const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
+                                           AttentionSaved* saved, bool keep_weights) {
+  const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
+  const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
+  Tensor out = empty_like_device(q.shape(), q);
+  forward_saving_into(d, qh, kh, vh, masks, dropout, saved, keep_weights, split_heads(out, num_heads));
+  return out;
+}
+
+void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   int64_t num_heads, const AttentionSaved& saved, const AttentionMasks& masks,
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv) {
+  if (saved.probs.defined())
+    return multi_head_attention_backward(dout, q, k, v, num_heads, saved.probs, masks, dropout, dq, dk, dv);
+  const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
+  const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
+  QKV_CHECK(dout.shape() == q.shape(),
+            "multi-head attention backward: grad " << dout.shape() << " vs q " << q.shape());
+  if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
+        multi_head_attention_backward(dout, q, k, v, num_heads, saved, masks, dropout, gq, gk, gv);
+      }))
+    return;
+  backward_into(d, heads_of(dout, num_heads, "its gradient"), qh, kh, vh, q.shape(), k.shape(), saved, masks,
                 dropout, dq, dk, dv, [num_heads](const Tensor& slot) { return split_heads(slot, num_heads); });
 }
 

@@ -30,17 +30,26 @@ void cpu_product(Precision precision, bool ta, bool tb, int64_t M, int64_t N, in
   kernels::sgemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
 }
 
-void check_precision_on(const char* op, Precision precision, const Tensor& x) {
-  QKV_CHECK(precision == Precision::Float32 || !x.device().is_cuda(),
-            op << ": bf16 products on " << x.device().name()
-               << " are not built yet (train on a GPU in float32, or with --precision bf16 on the CPU)");
+// The same product on a GPU, `batch` of them (operand i at A + i * stride_a, likewise B and C): float32
+// through cuBLAS's sgemm, or bf16 operands with float32 sums through kernels::cuda::gemm_bf16.
+void gpu_product(Precision precision, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc,
+                 int64_t stride_c, int64_t batch = 1, const float* bias = nullptr) {
+  if constexpr (cuda::kBuilt) {
+    if (precision == Precision::BF16)
+      return kernels::cuda::gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc,
+                                      stride_c, batch, bias);
+    if (bias) return kernels::cuda::sgemm_plus_bias(ta, tb, M, N, K, 1.f, A, lda, B, ldb, bias, C, ldc);  // beta 0
+    if (batch == 1) return kernels::cuda::sgemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+    kernels::cuda::sgemm_batched(ta, tb, M, N, K, 1.f, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c,
+                                 batch);
+  }
 }
 }  // namespace
 
 Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b, Precision precision) {
   check_linear_shapes(x_in, w, b);
   check_same_device("linear", {&x_in, &w, &b});
-  check_precision_on("linear", precision, x_in);
   const Tensor x = x_in.contiguous();
   const Tensor wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
@@ -51,7 +60,7 @@ Tensor linear_forward(const Tensor& x_in, const Tensor& w, const Tensor& b, Prec
   const Tensor bc = b.defined() ? b.contiguous() : Tensor();
   const float* bias = bc.defined() ? bc.f32() : nullptr;
   if (on_cuda(x)) {
-    QKV_KERNEL(x, sgemm_plus_bias(false, true, M, N, K, 1.f, x.f32(), K, wc.f32(), K, bias, y.f32(), N));
+    gpu_product(precision, false, true, M, N, K, x.f32(), K, 0, wc.f32(), K, 0, 0.f, y.f32(), N, 0, 1, bias);
   } else {
     cpu_product(precision, false, true, M, N, K, x.f32(), K, wc.f32(), K, 0.f, y.f32(), N, bias);
   }
@@ -116,19 +125,18 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
 void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
                      Precision precision) {
   check_same_device("linear backward", {&dy_in, &x_in, &w});
-  check_precision_on("linear backward", precision, x_in);
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
   QKV_CHECK(dy.numel() == M * N, "linear backward: grad " << dy.shape() << " vs input " << x.shape());
   const Device device = x.device();
   if (dx) {  // dx (M, K) = dy (M, N) @ w (N, K)
     const bool acc = prepare_slot(dx, x.shape(), device);
-    if (on_cuda(x)) QKV_KERNEL(x, sgemm(false, false, M, K, N, 1.f, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K));
+    if (on_cuda(x)) gpu_product(precision, false, false, M, K, N, dy.f32(), N, 0, wc.f32(), K, 0, acc ? 1.f : 0.f, dx->f32(), K, 0);
     else cpu_product(precision, false, false, M, K, N, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K);
   }
   if (dw) {  // dw (N, K) = dy^T (N, M) @ x (M, K)
     const bool acc = prepare_slot(dw, w.shape(), device);
-    if (on_cuda(x)) QKV_KERNEL(x, sgemm(true, false, N, K, M, 1.f, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K));
+    if (on_cuda(x)) gpu_product(precision, true, false, N, K, M, dy.f32(), N, 0, x.f32(), K, 0, acc ? 1.f : 0.f, dw->f32(), K, 0);
     else cpu_product(precision, true, false, N, K, M, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K);
   }
   if (db) {  // db (N) = sum over the M rows of dy
@@ -155,23 +163,21 @@ MatmulDims check_matmul(const Tensor& a, const Tensor& b, bool transpose_b) {
 
 // matmul_backward's products on a GPU, each over the batch in one strided-batched call.
 void matmul_backward_cuda(const MatmulDims& d, const Tensor& dc, const Tensor& a, const Tensor& b, bool transpose_b,
-                          Tensor* da, Tensor* db) {
-  if constexpr (cuda::kBuilt) {
-    const int64_t ldb = transpose_b ? d.K : d.N, MN = d.M * d.N, MK = d.M * d.K, KN = d.K * d.N;
-    if (da) {  // da (M, K) = dc (M, N) @ op(b)^T
-      const float beta = prepare_slot(da, a.shape(), a.device()) ? 1.f : 0.f;
-      kernels::cuda::sgemm_batched(false, !transpose_b, d.M, d.K, d.N, 1.f, dc.f32(), d.N, MN, b.f32(), ldb, KN, beta,
-                                   da->f32(), d.K, MK, d.batch);
-    }
-    if (db) {
-      const float beta = prepare_slot(db, b.shape(), b.device()) ? 1.f : 0.f;
-      if (transpose_b)  // db (N, K) = dc^T (N, M) @ a (M, K)
-        kernels::cuda::sgemm_batched(true, false, d.N, d.K, d.M, 1.f, dc.f32(), d.N, MN, a.f32(), d.K, MK, beta,
-                                     db->f32(), d.K, KN, d.batch);
-      else  // db (K, N) = a^T (K, M) @ dc (M, N)
-        kernels::cuda::sgemm_batched(true, false, d.K, d.N, d.M, 1.f, a.f32(), d.K, MK, dc.f32(), d.N, MN, beta,
-                                     db->f32(), d.N, KN, d.batch);
-    }
+                          Tensor* da, Tensor* db, Precision precision) {
+  const int64_t ldb = transpose_b ? d.K : d.N, MN = d.M * d.N, MK = d.M * d.K, KN = d.K * d.N;
+  if (da) {  // da (M, K) = dc (M, N) @ op(b)^T
+    const float beta = prepare_slot(da, a.shape(), a.device()) ? 1.f : 0.f;
+    gpu_product(precision, false, !transpose_b, d.M, d.K, d.N, dc.f32(), d.N, MN, b.f32(), ldb, KN, beta, da->f32(),
+                d.K, MK, d.batch);
+  }
+  if (db) {
+    const float beta = prepare_slot(db, b.shape(), b.device()) ? 1.f : 0.f;
+    if (transpose_b)  // db (N, K) = dc^T (N, M) @ a (M, K)
+      gpu_product(precision, true, false, d.N, d.K, d.M, dc.f32(), d.N, MN, a.f32(), d.K, MK, beta, db->f32(), d.K,
+                  KN, d.batch);
+    else  // db (K, N) = a^T (K, M) @ dc (M, N)
+      gpu_product(precision, true, false, d.K, d.N, d.M, a.f32(), d.K, MK, dc.f32(), d.N, MN, beta, db->f32(), d.N,
+                  KN, d.batch);
   }
 }
 }  // namespace
@@ -179,16 +185,14 @@ void matmul_backward_cuda(const MatmulDims& d, const Tensor& dc, const Tensor& a
 Tensor matmul_forward(const Tensor& a_in, const Tensor& b_in, bool transpose_b, Precision precision) {
   const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
   check_same_device("matmul", {&a_in, &b_in});
-  check_precision_on("matmul", precision, a_in);
   const Tensor a = a_in.contiguous(), b = b_in.contiguous();
   Dims out_shape = a.shape();
   out_shape[out_shape.size() - 1] = d.N;
   Tensor c = empty_like_device(out_shape, a);
   const int64_t ldb = transpose_b ? d.K : d.N;
   if (on_cuda(a)) {
-    if constexpr (cuda::kBuilt)
-      kernels::cuda::sgemm_batched(false, transpose_b, d.M, d.N, d.K, 1.f, a.f32(), d.K, d.M * d.K, b.f32(), ldb,
-                                   d.K * d.N, 0.f, c.f32(), d.N, d.M * d.N, d.batch);
+    gpu_product(precision, false, transpose_b, d.M, d.N, d.K, a.f32(), d.K, d.M * d.K, b.f32(), ldb, d.K * d.N, 0.f,
+                c.f32(), d.N, d.M * d.N, d.batch);
     return c;
   }
 #pragma omp parallel for schedule(static) if (d.batch > 1)
@@ -202,10 +206,9 @@ void matmul_backward(const Tensor& dc_in, const Tensor& a_in, const Tensor& b_in
                      Tensor* db, Precision precision) {
   const MatmulDims d = check_matmul(a_in, b_in, transpose_b);
   check_same_device("matmul backward", {&dc_in, &a_in, &b_in});
-  check_precision_on("matmul backward", precision, a_in);
   const Tensor dc = dc_in.contiguous(), a = a_in.contiguous(), b = b_in.contiguous();
   if (on_cuda(a)) {
-    matmul_backward_cuda(d, dc, a, b, transpose_b, da, db);
+    matmul_backward_cuda(d, dc, a, b, transpose_b, da, db, precision);
     return;
   }
   const int64_t ldb = transpose_b ? d.K : d.N;

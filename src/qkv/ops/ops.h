@@ -172,6 +172,22 @@ Tensor attention_forward_mapped(const Tensor& q, const Tensor& k, const Tensor& 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
                         Tensor* dv);
+// What a training forward keeps for its backward (the *_saving forwards). On the CPU, or where the
+// caller reads the weights, the softmax itself (probs, (B, H, Tq, Tk)). On a GPU otherwise the
+// rows' softmax statistics (stats, (B, H, Tq, 2)) and the output, from which the backward recomputes
+// the softmax tile by tile (FlashAttention): nothing of size Tq x Tk is kept.
+struct AttentionSaved {
+  Tensor probs;
+  Tensor stats;
+  Tensor out;  // (B, H, Tq, dk): the result, or the heads view of a multi-head result
+};
+// attention_forward in training, keeping in *saved what the backward needs; keep_weights: the
+// softmax is wanted (saved->probs is then always it).
+Tensor attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& masks,
+                                const AttentionDropoutSpec& dropout, AttentionSaved* saved, bool keep_weights);
+void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const AttentionSaved& saved, const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
+                        Tensor* dq, Tensor* dk, Tensor* dv);
 // Multi-head attention on projections: q (B, Tq, D), k and v (B, Tk, D), each read as H heads of
 // dk = D / H (split_heads views); returns (B, Tq, D), the heads combined. The arithmetic of
 // combine_heads(attention_forward(split_heads(q), split_heads(k), split_heads(v))), bit for bit,
@@ -182,6 +198,12 @@ Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     bool inference = false);
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t num_heads, const Tensor& probs, const AttentionMasks& masks,
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv);
+Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
+                                           const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
+                                           AttentionSaved* saved, bool keep_weights);
+void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   int64_t num_heads, const AttentionSaved& saved, const AttentionMasks& masks,
                                    const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv);
 // 1 where ids != pad_id, else 0: i32 of ids' shape.
 Tensor keep_mask(const Tensor& ids, int32_t pad_id);

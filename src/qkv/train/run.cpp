@@ -122,7 +122,8 @@ Hyper resolve_hyper(const TrainRequest& o, Hyper h, const std::optional<TrainSta
   }
   if (h.precision == "bf16")
     info(events, "precision: bf16 products with float32 sums, float32 weights and moments (" +
-                     ops::bf16_product_kernel() + ")");
+                     (o.device.is_cuda() ? std::string("cuBLAS on the GPU's tensor cores") : ops::bf16_product_kernel()) +
+                     ")");
   return h;
 }
 

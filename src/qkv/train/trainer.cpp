@@ -101,9 +101,6 @@ Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions option
                              options_.hyper.weight_decay, options_.hyper.optimizer == "adamw"}),
       comm_(options_.comm ? options_.comm : &dist::single_process()) {
   check_options(options_);
-  QKV_CHECK(ops::parse_precision(options_.hyper.precision) == ops::Precision::Float32 || !options_.device.is_cuda(),
-            "--precision bf16 on " << options_.device.name()
-                                   << " is not built yet: train on a GPU in float32, or in bf16 on the CPU");
   QKV_CHECK(!(comm_->size() > 1 && options_.device.is_cuda()),
             "data-parallel training on GPUs (one rank per GPU, NCCL) is not built yet: train on one GPU, or on CPUs "
             "under mpirun");

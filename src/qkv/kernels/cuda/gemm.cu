@@ -3,12 +3,14 @@
 // places and keep their transpose flags.
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <mutex>
 
 #include "qkv/core/cuda_check.h"
 #include "qkv/core/device.h"
+#include "qkv/kernels/cuda/common.cuh"
 #include "qkv/kernels/cuda/kernels.h"
 
 namespace qkv::kernels::cuda {
@@ -67,6 +69,35 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 ? b : 65535);
 }
 
+// dst (batch, rows, cols) contiguous = src's matrices (rows, cols; leading dimension ld, matrix i at
+// src + i * stride) rounded to bf16 bits: nearest even, a NaN stays a quiet NaN (core/dtype.h's rule,
+// as core/cuda_copy.cu's conversion).
+__global__ void round_to_bf16_kernel(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld,
+                                     int64_t stride, int64_t batch) {
+  const int64_t area = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < batch * area; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t m = i / area, r = i % area / cols, c = i % cols;
+    const uint32_t u = __float_as_uint(src[m * stride + r * ld + c]);
+    dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u)
+                                              : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+}
+
+// The stored matrices of an operand, rounded into scratch: rows x cols each (op(X) is `trans`'s).
+struct RoundedOperand {
+  RoundedOperand(const float* src, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch,
+                 cudaStream_t stream)
+      : cols(cols), area(rows * cols), memory(static_cast<size_t>(std::max<int64_t>(1, batch * rows * cols)) * 2, stream) {
+    if (batch * area > 0) {
+      round_to_bf16_kernel<<<blocks_for(batch * area), 256, 0, stream>>>(memory.as<uint16_t>(), src, rows, cols, ld,
+                                                                          stride, batch);
+      QKV_CUDA_CHECK_LAUNCH("round_to_bf16");
+    }
+  }
+  int64_t cols, area;
+  detail::Scratch memory;
+};
+
 }  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -93,6 +124,27 @@ void sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
   QKV_CUBLAS_CHECK(cublasSgemmStridedBatched(handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, B,
                                              i32(ldb), stride_b, A, i32(lda), stride_a, &beta, C, i32(ldc), stride_c,
                                              i32(batch)));
+}
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc,
+               int64_t stride_c, int64_t batch, const float* bias) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  cudaStream_t stream = qkv::cuda::current_stream();
+  RoundedOperand a(A, trans_a ? K : M, trans_a ? M : K, lda, stride_a, batch, stream);
+  RoundedOperand b(B, trans_b ? N : K, trans_b ? K : N, ldb, stride_b, batch, stream);
+  if (bias) {  // C = bias, then C += op(A) op(B): the CPU's order
+    QKV_CHECK(batch == 1 && beta == 0.f, "gemm_bf16: a bias is added to one product written afresh");
+    broadcast_bias_kernel<<<blocks_for(M * N), 256, 0, stream>>>(C, bias, M, N, ldc);
+    QKV_CUDA_CHECK_LAUNCH("broadcast_bias");
+    beta = 1.f;
+  }
+  QKV_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, b.memory.as<uint16_t>(), CUDA_R_16BF,
+      i32(b.cols), b.area, a.memory.as<uint16_t>(), CUDA_R_16BF, i32(a.cols), a.area, &beta, C, CUDA_R_32F, i32(ldc),
+      stride_c, i32(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  a.memory.release();
+  b.memory.release();
 }
 
 void gemm_bf16_nt(int64_t M, int64_t N, int64_t K, const bfloat16* X, const bfloat16* W, const float* bias,

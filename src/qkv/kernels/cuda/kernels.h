@@ -29,6 +29,13 @@ void sgemm_plus_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
 void sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
                    int64_t ldc, int64_t stride_c, int64_t batch);
+// The products of ops in bf16 precision (ops/precision.h), `batch` of them (operand i at A + i *
+// stride_a, likewise B and C): op(A) and op(B) rounded to bf16 (nearest even, as kernels::gemm_bf16
+// and Tensor::to(BF16)), products summed in float32 by cuBLAS, C float32: C = alpha op(A) op(B) +
+// beta C, then + bias (N floats, or null) on every row. The rounded operands are contiguous scratch.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+               int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C, int64_t ldc,
+               int64_t stride_c, int64_t batch, const float* bias = nullptr);
 // A bf16 weight's product: C (M, N) = X (M, K) bf16 @ W (N, K)^T bf16, float32 sums, + bias; C f32.
 void gemm_bf16_nt(int64_t M, int64_t N, int64_t K, const bfloat16* X, const bfloat16* W, const float* bias,
                   float* C);
