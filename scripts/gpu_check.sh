@@ -46,6 +46,10 @@ bench_gpt() {  # NAME FLAGS...
   QKV_BENCH_DIR="$PWD/bench" timeout 150 "$bundle/bench_lm_train" --device cuda --attention sdpa --python python3 "$@" \
     2>&1 | tee "$out/bench_$name.log" | grep -E "^(GPT|qkv|pytorch|ratio)" || echo "$name: did not finish within 150 s"
 }
+if [ -x "$bundle/bench_gpu_ops" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
+  echo "== a GPT-2 small step's ops one by one (bench_gpu_ops), and PyTorch's SDPA on the same attention"
+  timeout 150 "$bundle/bench_gpu_ops" --python python3 2>&1 | tee "$out/bench_gpu_ops.log" | grep -vE "^  (layernorm|gelu|residual|embedding)"
+fi
 if [ -x "$bundle/bench_lm_train" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
   gpt2="--steps 3 --batch 16 --block 1024 --layers 12 --d-model 768 --heads 12 --d-ff 3072 --vocab 50257 --dropout 0.0"
   bench_gpt gpt2-124m-float32 $gpt2

@@ -2,8 +2,8 @@
 // al. 2022), in float32 so that it agrees with the CPU's attention to float32 rounding.
 //
 // Forward, per query row i: running max m, running sum l, running output o over key tiles,
-//   s_j = q_i . k_j / sqrt(dk)  (the fill where masked),  m' = max(m, s_j),
-//   l = l e^(m - m') + e^(s_j - m'),  o = o e^(m - m') + dropout(e^(s_j - m')) v_j,
+//   s_j = q_i . k_j / sqrt(dk)  (the fill where masked),  m' = max(m, max_j s_j),
+//   l = l e^(m - m') + sum_j e^(s_j - m'),  o = o e^(m - m') + sum_j dropout(e^(s_j - m')) v_j,
 // and at the end O_i = o / l. The row keeps (m, 1 / l): P_ij = e^(s_ij - m) (1 / l) again, as the
 // CPU's softmax_row computes it (exp(x - max) times 1 / sum). Keeping m and 1 / l rather than one
 // log-sum-exp matters for fully masked rows: with the fill -1e9, m + log(l) rounds back to -1e9.
@@ -12,13 +12,15 @@
 //   D_i = dO_i . O_i          (O = Pd V, so dO_i . O_i = sum_j P_ij dropout_mask(dO_i . v_j))
 //   dS_ij = P_ij (dP_ij - D_i) / sqrt(dk), 0 where masked (kernels/attention.h)
 //   dQ_i = sum_j dS_ij k_j;   dK_j = sum_i dS_ij q_i;   dV_j = sum_i Pd_ij dO_i
-// in two kernels, neither with atomics (so the bits do not depend on scheduling): one per tile of
-// query rows for dQ, one per tile of key rows for dK and dV; each recomputes P from q, k and (m, 1/l).
+// in two kernels, neither with atomics (so the bits do not depend on scheduling): one per block of
+// query rows for dQ, one per block of key rows for dK and dV; each recomputes P from q, k and (m, 1/l).
 //
-// Layout: a row of dk <= D floats (D = 32, 64 or 128) is shared by D / 32 neighbouring threads, each
-// holding 32 of its columns in registers (float4 chunks part, part + D/32, ...: the threads of one
-// row read different banks of a shared tile); dot products meet by shuffles. A block of 128 threads
-// takes 128 / (D / 32) rows; tiles of 32 keys (or queries) pass through shared memory.
+// Every product is a tile product in shared memory, as in a GEMM: a block of 256 threads owns 64
+// rows (queries in the forward and dQ, keys in dK/dV), a thread 4 of them, and the other side passes
+// by in tiles of 32 (keys, or queries), a thread holding 2 of each tile's columns. Operands sit in
+// shared memory k-major (the summed index outermost), so that each step of a product reads a float4
+// of 4 rows and the thread's columns: 8 multiply-adds per load. Head widths dk <= D for D = 32, 64
+// or 128 (zeros past dk).
 //
 // Causal masks without padding masks: tiles wholly above the diagonal are skipped. Their P is exactly
 // 0 there (e^(fill - m) underflows, each row having key 0 unmasked), so the result is the same.
@@ -27,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "qkv/core/cuda_check.h"
 #include "qkv/kernels/cuda/common.cuh"
@@ -36,166 +39,229 @@
 namespace qkv::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kTile = 32;     // keys (forward, dQ) or queries (dK, dV) per shared tile
-constexpr int kPerThread = 32;  // columns of a row in one thread's registers
-constexpr int kChunks = kPerThread / 4;
+constexpr int kThreads = 256;  // 16 x 16: ty = threadIdx.x / 16 picks 4 rows, tx 2 columns of a tile
+constexpr int kRows = 64;      // rows a block owns
+constexpr int kTile = 32;      // columns of the other side per tile
+constexpr int kLdRows = kRows + 4;  // k-major layouts of 64 rows: rows + 4 keeps float4 alignment
+constexpr int kLdTile = kTile + 4;
 
 struct FlashArgs {
   AttentionDims d;
   AttentionMask mask;
   AttentionDropout drop;
-  float divisor;       // the CPU's float sqrt(dk)
-  float inv_divisor;   // 1 / divisor, as the CPU's backward
-  float keep_scale;    // 1 / (1 - p)
-  bool skip_causal;    // causal, no padding masks, Tk >= Tq
+  float divisor;      // the CPU's float sqrt(dk)
+  float inv_divisor;  // 1 / divisor, as the CPU's backward
+  float keep_scale;   // 1 / (1 - p)
+  bool skip_causal;   // causal, no padding masks, Tk >= Tq
 };
 
 __host__ __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __host__ __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
 
-__device__ __forceinline__ bool masked_at(const FlashArgs& a, int64_t b, int64_t i, int64_t j, bool row_dropped) {
-  const AttentionMask& m = a.mask;
-  return row_dropped || (m.causal && j > i + (a.d.Tk - a.d.Tq)) || (m.key_keep && m.key_keep[b * a.d.Tk + j] == 0);
-}
-
 __device__ __forceinline__ bool row_dropped(const FlashArgs& a, int64_t b, int64_t i) {
   return a.mask.query_keep && a.mask.query_keep[b * a.d.Tq + i] == 0;
 }
 
-// The first column of chunk n of the thread `part` of a row.
-template <int D>
-__device__ __forceinline__ int column(int n, int part) {
-  return 4 * (n * (D / kPerThread) + part);
+// kernels/attention.h's mask of score (i, j), for i < Tq and j < Tk.
+__device__ __forceinline__ bool masked_at(const FlashArgs& a, int64_t b, int64_t i, int64_t j) {
+  const AttentionMask& m = a.mask;
+  return (m.causal && j > i + (a.d.Tk - a.d.Tq)) || (m.key_keep && m.key_keep[b * a.d.Tk + j] == 0) ||
+         row_dropped(a, b, i);
 }
 
-// r = the thread's columns of a row at src (zeros past dk, or everywhere when !valid).
-template <int D>
-__device__ __forceinline__ void load_row(float (&r)[kPerThread], const float* src, int64_t dk, int part, bool valid) {
-#pragma unroll
-  for (int n = 0; n < kChunks; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = column<D>(n, part) + e;
-      r[4 * n + e] = valid && c < dk ? src[c] : 0.f;
-    }
-}
-
-template <int D>
-__device__ __forceinline__ void store_row(float* dst, const float (&r)[kPerThread], int64_t dk, int part, float scale,
-                                          bool accumulate) {
-#pragma unroll
-  for (int n = 0; n < kChunks; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = column<D>(n, part) + e;
-      if (c < dk) dst[c] = accumulate ? dst[c] + r[4 * n + e] * scale : r[4 * n + e] * scale;
-    }
-}
-
-// The row's dot product with a row of a shared tile, summed over the row's D / 32 threads (every
-// one of them gets the same bits: a + b == b + a).
-template <int D>
-__device__ __forceinline__ float dot(const float (&r)[kPerThread], const float* tile_row, int part) {
-  float s = 0.f;
-#pragma unroll
-  for (int n = 0; n < kChunks; ++n) {
-    const float4 t = *reinterpret_cast<const float4*>(tile_row + column<D>(n, part));
-    s = fmaf(r[4 * n], t.x, s);
-    s = fmaf(r[4 * n + 1], t.y, s);
-    s = fmaf(r[4 * n + 2], t.z, s);
-    s = fmaf(r[4 * n + 3], t.w, s);
-  }
-#pragma unroll
-  for (int o = D / kPerThread / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  return s;
-}
-
-// acc += w * (the thread's columns of a shared tile row).
-template <int D>
-__device__ __forceinline__ void axpy(float (&acc)[kPerThread], float w, const float* tile_row, int part) {
-#pragma unroll
-  for (int n = 0; n < kChunks; ++n) {
-    const float4 t = *reinterpret_cast<const float4*>(tile_row + column<D>(n, part));
-    acc[4 * n] = fmaf(w, t.x, acc[4 * n]);
-    acc[4 * n + 1] = fmaf(w, t.y, acc[4 * n + 1]);
-    acc[4 * n + 2] = fmaf(w, t.z, acc[4 * n + 2]);
-    acc[4 * n + 3] = fmaf(w, t.w, acc[4 * n + 3]);
-  }
-}
-
-// tile[r][c] = rows first + r of the (b, h) head of x, for r < kTile (zeros past `count` or dk). All
-// threads of the block call it.
-template <int D>
-__device__ void load_tile(float* tile, const float* x, HeadsView xs, int64_t b, int64_t h, int64_t first,
-                          int64_t count, int64_t dk) {
-  for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-    const int r = idx / D, c = idx % D;
-    tile[idx] = r < count && c < dk ? x[b * xs.b + h * xs.h + (first + r) * xs.t + c] : 0.f;
-  }
-}
-
-// The keys a tile of query rows [i0, i_last] needs: every key, or up to the diagonal.
+// The keys a block of query rows up to i_last needs: every key, or up to the diagonal.
 __device__ __forceinline__ int64_t keys_end(const FlashArgs& a, int64_t i_last) {
   return a.skip_causal ? min64(a.d.Tk, i_last + (a.d.Tk - a.d.Tq) + 1) : a.d.Tk;
 }
 
-__device__ __forceinline__ uint64_t drop_counter(const FlashArgs& a, int64_t bh, int64_t i, int64_t j) {
-  return a.drop.offset + static_cast<uint64_t>((bh * a.d.Tq + i) * a.d.Tk + j);
+__device__ __forceinline__ bool dropout_kept(const FlashArgs& a, int64_t bh, int64_t i, int64_t j) {
+  return dropout_keep(a.drop.seed, a.drop.offset + static_cast<uint64_t>((bh * a.d.Tq + i) * a.d.Tk + j), a.drop.p);
+}
+
+// dst[c * ld + r] = x[first + r][c] of head (b, h) for r < rows, c < D: k-major (columns outermost),
+// zeros past `count` rows or dk columns. Lanes run over rows; all threads of the block call it.
+template <int D>
+__device__ void load_k_major(float* dst, int ld, int rows, const float* x, HeadsView xs, int64_t b, int64_t h,
+                             int64_t first, int64_t count, int64_t dk) {
+  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx % rows, c0 = 4 * (idx / rows);
+    const float* src = x + b * xs.b + h * xs.h + (first + r) * xs.t;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dst[(c0 + e) * ld + r] = r < count && c0 + e < dk ? src[c0 + e] : 0.f;
+  }
+}
+
+// dst[r * D + c] = x[first + r][c] (row-major), zeros past `count` rows or dk columns.
+template <int D>
+__device__ void load_row_major(float* dst, int rows, const float* x, HeadsView xs, int64_t b, int64_t h,
+                               int64_t first, int64_t count, int64_t dk) {
+  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
+    const int r = idx / D, c = idx % D;
+    dst[idx] = r < count && c < dk ? x[b * xs.b + h * xs.h + (first + r) * xs.t + c] : 0.f;
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void load_columns(float (&v)[N], const float* p) {
+  if constexpr (N == 2) {
+    const float2 t = *reinterpret_cast<const float2*>(p);
+    v[0] = t.x, v[1] = t.y;
+  } else {
+#pragma unroll
+    for (int n = 0; n < N; n += 4) {
+      const float4 t = *reinterpret_cast<const float4*>(p + n);
+      v[n] = t.x, v[n + 1] = t.y, v[n + 2] = t.z, v[n + 3] = t.w;
+    }
+  }
+}
+
+// acc[r][c] += sum_{k < K} A[k][4 ty + r] * B[k][N tx + c]: the thread's 4 x N part of a product whose
+// operands are k-major in shared memory (leading dimensions lda, ldb).
+template <int N, int K>
+__device__ __forceinline__ void tile_product(float (&acc)[4][N], const float* A, int lda, const float* B, int ldb,
+                                             int k_count = K) {
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+#pragma unroll 8
+  for (int k = 0; k < k_count; ++k) {
+    const float4 a4 = *reinterpret_cast<const float4*>(A + k * lda + 4 * ty);
+    const float a[4] = {a4.x, a4.y, a4.z, a4.w};
+    float bv[N];
+    load_columns(bv, B + k * ldb + N * tx);
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < N; ++c) acc[r][c] = fmaf(a[r], bv[c], acc[r][c]);
+  }
+}
+
+template <int R, int N>
+__device__ __forceinline__ void zero(float (&acc)[R][N]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < N; ++c) acc[r][c] = 0.f;
+}
+
+// v over the 16 threads of a row group (the lanes that share ty: lanes 0-15 or 16-31 of a warp).
+template <class Op>
+__device__ __forceinline__ float across_row(float v, Op op) {
+#pragma unroll
+  for (int o = 1; o < 16; o <<= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Stores the thread's 4 x N accumulator rows (row0 + 4 ty + r, columns N tx + c < dk) of head (b, h).
+template <int N>
+__device__ __forceinline__ void store_rows(float* x, HeadsView xs, int64_t b, int64_t h, int64_t row0,
+                                           int64_t rows_end, int64_t dk, const float (&acc)[4][N],
+                                           const float (&scale)[4], bool accumulate) {
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t row = row0 + 4 * ty + r;
+    if (row >= rows_end) continue;
+    float* dst = x + b * xs.b + h * xs.h + row * xs.t;
+#pragma unroll
+    for (int c = 0; c < N; ++c) {
+      const int64_t col = N * tx + c;
+      if (col < dk) dst[col] = accumulate ? dst[col] + acc[r][c] * scale[r] : acc[r][c] * scale[r];
+    }
+  }
+}
+
+// Shared memory of each kernel, in floats.
+template <int D>
+constexpr int forward_floats() {
+  return D * kLdRows + D * kLdTile + kTile * D + kTile * kLdRows;  // Qt | Kt | V | Pt
+}
+template <int D>
+constexpr int dq_floats() {
+  return 2 * D * kLdRows + 2 * D * kLdTile + kTile * D + kTile * kLdRows;  // Qt, dOt | Kt, Vt | K | dSt
+}
+template <int D>
+constexpr int dkv_floats() {
+  return 2 * D * kLdRows + 2 * D * kLdTile + 2 * kTile * D + 2 * kTile * kLdRows + 3 * kTile;  // see the kernel
 }
 
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(FlashArgs a, const float* q, HeadsView qs, const float* k, HeadsView ks, const float* v,
                          HeadsView vs, float* out, HeadsView os, float* stats) {
-  constexpr int kRows = kThreads / (D / kPerThread);
-  __shared__ __align__(16) float kt[kTile * D];
-  __shared__ __align__(16) float vt[kTile * D];
+  constexpr int N = D / 16;  // output columns per thread
+  extern __shared__ __align__(16) float smem[];
+  float* Qt = smem;                      // [D][kLdRows]
+  float* Kt = Qt + D * kLdRows;          // [D][kLdTile]
+  float* Vr = Kt + D * kLdTile;          // [kTile][D]
+  float* Pt = Vr + kTile * D;            // [kTile][kLdRows]
   const AttentionDims& d = a.d;
-  const int part = threadIdx.x % (D / kPerThread);
-  const int64_t tiles = (d.Tq + kRows - 1) / kRows;
-  for (int64_t blk = blockIdx.x; blk < d.B * d.H * tiles; blk += gridDim.x) {
-    const int64_t bh = blk / tiles, b = bh / d.H, h = bh % d.H, i0 = (blk % tiles) * kRows;
-    const int64_t i = i0 + threadIdx.x / (D / kPerThread);
-    const bool valid = i < d.Tq;
-    float qr[kPerThread], o[kPerThread];
-    load_row<D>(qr, q + b * qs.b + h * qs.h + i * qs.t, d.dk, part, valid);
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const int64_t blocks_per_head = (d.Tq + kRows - 1) / kRows;
+  for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
+    const int64_t bh = blk / blocks_per_head, b = bh / d.H, h = bh % d.H, i0 = (blk % blocks_per_head) * kRows;
+    __syncthreads();  // the previous block's readers are done
+    load_k_major<D>(Qt, kLdRows, kRows, q, qs, b, h, i0, d.Tq - i0, d.dk);
+    float o[4][N], m[4], l[4];
+    zero(o);
 #pragma unroll
-    for (int c = 0; c < kPerThread; ++c) o[c] = 0.f;
-    float m = -INFINITY, l = 0.f;
-    const bool dropped = valid && row_dropped(a, b, i);
+    for (int r = 0; r < 4; ++r) m[r] = -INFINITY, l[r] = 0.f;
     const int64_t j_end = keys_end(a, min64(i0 + kRows, d.Tq) - 1);
     for (int64_t j0 = 0; j0 < j_end; j0 += kTile) {
       const int64_t count = min64(kTile, j_end - j0);
       __syncthreads();  // the previous tile's readers are done
-      load_tile<D>(kt, k, ks, b, h, j0, count, d.dk);
-      load_tile<D>(vt, v, vs, b, h, j0, count, d.dk);
+      load_k_major<D>(Kt, kLdTile, kTile, k, ks, b, h, j0, count, d.dk);
+      load_row_major<D>(Vr, kTile, v, vs, b, h, j0, count, d.dk);
       __syncthreads();
-      for (int jj = 0; jj < count; ++jj) {
-        const int64_t j = j0 + jj;
-        const float qk = dot<D>(qr, kt + jj * D, part);
-        const float s = valid && masked_at(a, b, i, j, dropped) ? a.mask.fill : qk / a.divisor;
-        if (s > m) {  // a new maximum: what was summed is rescaled to it
-          const float rescale = expf(m - s);
-          l *= rescale;
+      float s[4][2];
+      zero(s);
+      tile_product<2, D>(s, Qt, kLdRows, Kt, kLdTile);
+      float p[4][2];
 #pragma unroll
-          for (int c = 0; c < kPerThread; ++c) o[c] *= rescale;
-          m = s;
+      for (int r = 0; r < 4; ++r) {
+        const int64_t i = i0 + 4 * ty + r;
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t jj = 2 * tx + c, j = j0 + jj;
+          s[r][c] = i < d.Tq && jj < count && masked_at(a, b, i, j) ? a.mask.fill : s[r][c] / a.divisor;
+          if (jj < count) tile_max = fmaxf(tile_max, s[r][c]);
         }
-        float p = expf(s - m);
-        l += p;
-        if (a.drop.p > 0.f)
-          p = valid && dropout_keep(a.drop.seed, drop_counter(a, bh, i, j), a.drop.p) ? p * a.keep_scale : 0.f;
-        axpy<D>(o, p, vt + jj * D, part);
+        tile_max = across_row(tile_max, detail::Max{});
+        const float m_new = fmaxf(m[r], tile_max);
+        const float rescale = expf(m[r] - m_new);  // 0 on the first tile (m = -inf)
+        float sum = 0.f;
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t jj = 2 * tx + c;
+          const float e = jj < count ? expf(s[r][c] - m_new) : 0.f;
+          sum += e;
+          p[r][c] = a.drop.p > 0.f && i < d.Tq && jj < count
+                        ? (dropout_kept(a, bh, i, j0 + jj) ? e * a.keep_scale : 0.f)
+                        : e;
+        }
+        l[r] = l[r] * rescale + across_row(sum, detail::Sum{});
+        m[r] = m_new;
+#pragma unroll
+        for (int c = 0; c < N; ++c) o[r][c] *= rescale;
       }
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        *reinterpret_cast<float4*>(Pt + (2 * tx + c) * kLdRows + 4 * ty) = make_float4(p[0][c], p[1][c], p[2][c], p[3][c]);
+      __syncthreads();
+      tile_product<N, kTile>(o, Pt, kLdRows, Vr, D, static_cast<int>(count));
     }
-    if (!valid) continue;
-    const float inv = 1.f / l;
-    store_row<D>(out + b * os.b + h * os.h + i * os.t, o, d.dk, part, inv, false);
-    if (stats && part == 0) {
-      stats[2 * (bh * d.Tq + i)] = m;
-      stats[2 * (bh * d.Tq + i) + 1] = inv;
-    }
+    float inv[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) inv[r] = 1.f / l[r];
+    store_rows<N>(out, os, b, h, i0, d.Tq, d.dk, o, inv, false);
+    if (stats && tx == 0)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t i = i0 + 4 * ty + r;
+        if (i < d.Tq) {
+          stats[2 * (bh * d.Tq + i)] = m[r];
+          stats[2 * (bh * d.Tq + i) + 1] = inv[r];
+        }
+      }
   }
 }
 
@@ -215,115 +281,162 @@ __global__ void rowdot_kernel(AttentionDims d, const float* dout, HeadsView dos,
   }
 }
 
-// dQ, per tile of query rows; keys pass through shared memory.
+// dQ for a block of 64 query rows; keys pass by in tiles of 32.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_dq_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                              const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
                              const float* rowdot, float* dq, HeadsView dqs, bool accumulate) {
-  constexpr int kRows = kThreads / (D / kPerThread);
-  __shared__ __align__(16) float kt[kTile * D];
-  __shared__ __align__(16) float vt[kTile * D];
+  constexpr int N = D / 16;
+  extern __shared__ __align__(16) float smem[];
+  float* Qt = smem;                    // [D][kLdRows]
+  float* Gt = Qt + D * kLdRows;        // dO, [D][kLdRows]
+  float* Kt = Gt + D * kLdRows;        // [D][kLdTile]
+  float* Vt = Kt + D * kLdTile;        // [D][kLdTile]
+  float* Kr = Vt + D * kLdTile;        // [kTile][D]
+  float* St = Kr + kTile * D;          // dS, [kTile][kLdRows]
   const AttentionDims& d = a.d;
-  const int part = threadIdx.x % (D / kPerThread);
-  const int64_t tiles = (d.Tq + kRows - 1) / kRows;
-  for (int64_t blk = blockIdx.x; blk < d.B * d.H * tiles; blk += gridDim.x) {
-    const int64_t bh = blk / tiles, b = bh / d.H, h = bh % d.H, i0 = (blk % tiles) * kRows;
-    const int64_t i = i0 + threadIdx.x / (D / kPerThread);
-    const bool valid = i < d.Tq;
-    float qr[kPerThread], gr[kPerThread], acc[kPerThread];
-    load_row<D>(qr, q + b * qs.b + h * qs.h + i * qs.t, d.dk, part, valid);
-    load_row<D>(gr, dout + b * dos.b + h * dos.h + i * dos.t, d.dk, part, valid);
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const int64_t blocks_per_head = (d.Tq + kRows - 1) / kRows;
+  for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
+    const int64_t bh = blk / blocks_per_head, b = bh / d.H, h = bh % d.H, i0 = (blk % blocks_per_head) * kRows;
+    __syncthreads();
+    load_k_major<D>(Qt, kLdRows, kRows, q, qs, b, h, i0, d.Tq - i0, d.dk);
+    load_k_major<D>(Gt, kLdRows, kRows, dout, dos, b, h, i0, d.Tq - i0, d.dk);
+    float m[4], inv[4], Di[4];
 #pragma unroll
-    for (int c = 0; c < kPerThread; ++c) acc[c] = 0.f;
-    const int64_t r = bh * d.Tq + i;
-    const float m = valid ? stats[2 * r] : 0.f, inv = valid ? stats[2 * r + 1] : 0.f;
-    const float Di = valid ? rowdot[r] : 0.f;
-    const bool dropped = valid && row_dropped(a, b, i);
+    for (int r = 0; r < 4; ++r) {
+      const int64_t i = i0 + 4 * ty + r;
+      m[r] = i < d.Tq ? stats[2 * (bh * d.Tq + i)] : 0.f;
+      inv[r] = i < d.Tq ? stats[2 * (bh * d.Tq + i) + 1] : 0.f;
+      Di[r] = i < d.Tq ? rowdot[bh * d.Tq + i] : 0.f;
+    }
+    float acc[4][N];
+    zero(acc);
     const int64_t j_end = keys_end(a, min64(i0 + kRows, d.Tq) - 1);
     for (int64_t j0 = 0; j0 < j_end; j0 += kTile) {
       const int64_t count = min64(kTile, j_end - j0);
       __syncthreads();
-      load_tile<D>(kt, k, ks, b, h, j0, count, d.dk);
-      load_tile<D>(vt, v, vs, b, h, j0, count, d.dk);
+      load_k_major<D>(Kt, kLdTile, kTile, k, ks, b, h, j0, count, d.dk);
+      load_k_major<D>(Vt, kLdTile, kTile, v, vs, b, h, j0, count, d.dk);
+      load_row_major<D>(Kr, kTile, k, ks, b, h, j0, count, d.dk);
       __syncthreads();
-      for (int jj = 0; jj < count; ++jj) {
-        const int64_t j = j0 + jj;
-        const float qk = dot<D>(qr, kt + jj * D, part);
-        float dp = dot<D>(gr, vt + jj * D, part);
-        const bool masked = !valid || masked_at(a, b, i, j, dropped);
-        const float p = expf(qk / a.divisor - m) * inv;
-        if (a.drop.p > 0.f)
-          dp = valid && dropout_keep(a.drop.seed, drop_counter(a, bh, i, j), a.drop.p) ? dp * a.keep_scale : 0.f;
-        const float ds = masked ? 0.f : p * (dp - Di) * a.inv_divisor;
-        axpy<D>(acc, ds, kt + jj * D, part);
-      }
+      float s[4][2], dp[4][2];
+      zero(s);
+      zero(dp);
+      tile_product<2, D>(s, Qt, kLdRows, Kt, kLdTile);
+      tile_product<2, D>(dp, Gt, kLdRows, Vt, kLdTile);
+      float ds[4][2];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t i = i0 + 4 * ty + r, jj = 2 * tx + c, j = j0 + jj;
+          const bool live = i < d.Tq && jj < count && !masked_at(a, b, i, j);
+          const float p = expf(s[r][c] / a.divisor - m[r]) * inv[r];
+          float g = dp[r][c];
+          if (a.drop.p > 0.f) g = live && dropout_kept(a, bh, i, j) ? g * a.keep_scale : 0.f;
+          ds[r][c] = live ? p * (g - Di[r]) * a.inv_divisor : 0.f;
+        }
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        *reinterpret_cast<float4*>(St + (2 * tx + c) * kLdRows + 4 * ty) =
+            make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
+      __syncthreads();
+      tile_product<N, kTile>(acc, St, kLdRows, Kr, D, static_cast<int>(count));
     }
-    if (valid) store_row<D>(dq + b * dqs.b + h * dqs.h + i * dqs.t, acc, d.dk, part, 1.f, accumulate);
+    const float one[4] = {1.f, 1.f, 1.f, 1.f};
+    store_rows<N>(dq, dqs, b, h, i0, d.Tq, d.dk, acc, one, accumulate);
   }
 }
 
-// dK and dV, per tile of key rows; queries, their gradients and statistics pass through shared memory.
+// dK and dV for a block of 64 key rows; queries, their gradients and statistics pass by in tiles of 32.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_dkv_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                               const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
                               const float* rowdot, float* dk, HeadsView dks, float* dv, HeadsView dvs,
                               bool accumulate) {
-  constexpr int kRows = kThreads / (D / kPerThread);
-  __shared__ __align__(16) float qt[kTile * D];
-  __shared__ __align__(16) float gt[kTile * D];
-  __shared__ float mt[kTile], invt[kTile], dt[kTile];
-  __shared__ int droppedt[kTile];
+  constexpr int N = D / 16;
+  extern __shared__ __align__(16) float smem[];
+  float* Kt = smem;                    // [D][kLdRows]
+  float* Vt = Kt + D * kLdRows;        // [D][kLdRows]
+  float* Qt = Vt + D * kLdRows;        // [D][kLdTile]
+  float* Gt = Qt + D * kLdTile;        // dO, [D][kLdTile]
+  float* Qr = Gt + D * kLdTile;        // [kTile][D]
+  float* Gr = Qr + kTile * D;          // dO, [kTile][D]
+  float* Pq = Gr + kTile * D;          // Pd, [kTile][kLdRows] (query-major)
+  float* Sq = Pq + kTile * kLdRows;    // dS, [kTile][kLdRows]
+  float* mt = Sq + kTile * kLdRows;    // the tile's row statistics and D_i
+  float* invt = mt + kTile;
+  float* dt = invt + kTile;
   const AttentionDims& d = a.d;
-  const int part = threadIdx.x % (D / kPerThread);
-  const int64_t tiles = (d.Tk + kRows - 1) / kRows;
+  const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
+  const int64_t blocks_per_head = (d.Tk + kRows - 1) / kRows;
   const int64_t offset = d.Tk - d.Tq;
-  for (int64_t blk = blockIdx.x; blk < d.B * d.H * tiles; blk += gridDim.x) {
-    const int64_t bh = blk / tiles, b = bh / d.H, h = bh % d.H, j0 = (blk % tiles) * kRows;
-    const int64_t j = j0 + threadIdx.x / (D / kPerThread);
-    const bool valid = j < d.Tk;
-    float kr[kPerThread], vr[kPerThread], dkr[kPerThread], dvr[kPerThread];
-    load_row<D>(kr, k + b * ks.b + h * ks.h + j * ks.t, d.dk, part, valid);
-    load_row<D>(vr, v + b * vs.b + h * vs.h + j * vs.t, d.dk, part, valid);
-#pragma unroll
-    for (int c = 0; c < kPerThread; ++c) dkr[c] = dvr[c] = 0.f;
-    // Queries before i = j0 - offset see none of these keys (causal): their tiles are skipped.
+  for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
+    const int64_t bh = blk / blocks_per_head, b = bh / d.H, h = bh % d.H, j0 = (blk % blocks_per_head) * kRows;
+    __syncthreads();
+    load_k_major<D>(Kt, kLdRows, kRows, k, ks, b, h, j0, d.Tk - j0, d.dk);
+    load_k_major<D>(Vt, kLdRows, kRows, v, vs, b, h, j0, d.Tk - j0, d.dk);
+    float acc_k[4][N], acc_v[4][N];
+    zero(acc_k);
+    zero(acc_v);
+    // Queries before j0 - offset see none of these keys (causal): their tiles are skipped.
     const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) / kTile * kTile : 0;
     for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kTile) {
       const int64_t count = min64(kTile, d.Tq - i0);
       __syncthreads();
-      load_tile<D>(qt, q, qs, b, h, i0, count, d.dk);
-      load_tile<D>(gt, dout, dos, b, h, i0, count, d.dk);
+      load_k_major<D>(Qt, kLdTile, kTile, q, qs, b, h, i0, count, d.dk);
+      load_k_major<D>(Gt, kLdTile, kTile, dout, dos, b, h, i0, count, d.dk);
+      load_row_major<D>(Qr, kTile, q, qs, b, h, i0, count, d.dk);
+      load_row_major<D>(Gr, kTile, dout, dos, b, h, i0, count, d.dk);
       if (threadIdx.x < count) {
         const int64_t r = bh * d.Tq + i0 + threadIdx.x;
         mt[threadIdx.x] = stats[2 * r];
         invt[threadIdx.x] = stats[2 * r + 1];
         dt[threadIdx.x] = rowdot[r];
-        droppedt[threadIdx.x] = row_dropped(a, b, i0 + threadIdx.x) ? 1 : 0;
       }
       __syncthreads();
-      for (int ii = 0; ii < count; ++ii) {
-        const int64_t i = i0 + ii;
-        const bool masked = !valid || masked_at(a, b, i, j, droppedt[ii] != 0);
-        const float qk = dot<D>(kr, qt + ii * D, part);  // by every thread: it shuffles
-        const float s = masked ? a.mask.fill : qk / a.divisor;
-        const float p = expf(s - mt[ii]) * invt[ii];
-        float dp = dot<D>(vr, gt + ii * D, part);
-        float pd = p;
-        if (a.drop.p > 0.f) {
-          const bool keep = valid && dropout_keep(a.drop.seed, drop_counter(a, bh, i, j), a.drop.p);
-          pd = keep ? p * a.keep_scale : 0.f;
-          dp = keep ? dp * a.keep_scale : 0.f;
+      // Transposed scores: rows are keys (4 ty + r), columns queries (2 tx + c).
+      float s[4][2], dp[4][2];
+      zero(s);
+      zero(dp);
+      tile_product<2, D>(s, Kt, kLdRows, Qt, kLdTile);
+      tile_product<2, D>(dp, Vt, kLdRows, Gt, kLdTile);
+      float pd[4][2], ds[4][2];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t ii = 2 * tx + c, i = i0 + ii, j = j0 + 4 * ty + r;
+          const bool present = ii < count && j < d.Tk;
+          const bool masked = !present || masked_at(a, b, i, j);
+          const float sc = masked ? a.mask.fill : s[r][c] / a.divisor;
+          const float p = present ? expf(sc - mt[ii]) * invt[ii] : 0.f;
+          float g = dp[r][c];
+          pd[r][c] = p;
+          if (a.drop.p > 0.f) {
+            const bool keep = present && dropout_kept(a, bh, i, j);
+            pd[r][c] = keep ? p * a.keep_scale : 0.f;
+            g = keep ? g * a.keep_scale : 0.f;
+          }
+          ds[r][c] = masked ? 0.f : p * (g - (present ? dt[ii] : 0.f)) * a.inv_divisor;
         }
-        axpy<D>(dvr, pd, gt + ii * D, part);
-        const float ds = masked ? 0.f : p * (dp - dt[ii]) * a.inv_divisor;
-        axpy<D>(dkr, ds, qt + ii * D, part);
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        *reinterpret_cast<float4*>(Pq + (2 * tx + c) * kLdRows + 4 * ty) =
+            make_float4(pd[0][c], pd[1][c], pd[2][c], pd[3][c]);
+        *reinterpret_cast<float4*>(Sq + (2 * tx + c) * kLdRows + 4 * ty) =
+            make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
       }
+      __syncthreads();
+      tile_product<N, kTile>(acc_v, Pq, kLdRows, Gr, D, static_cast<int>(count));
+      tile_product<N, kTile>(acc_k, Sq, kLdRows, Qr, D, static_cast<int>(count));
     }
-    if (!valid) continue;
-    store_row<D>(dk + b * dks.b + h * dks.h + j * dks.t, dkr, d.dk, part, 1.f, accumulate);
-    store_row<D>(dv + b * dvs.b + h * dvs.h + j * dvs.t, dvr, d.dk, part, 1.f, accumulate);
+    const float one[4] = {1.f, 1.f, 1.f, 1.f};
+    store_rows<N>(dk, dks, b, h, j0, d.Tk, d.dk, acc_k, one, accumulate);
+    store_rows<N>(dv, dvs, b, h, j0, d.Tk, d.dk, acc_v, one, accumulate);
   }
 }
 
@@ -339,9 +452,7 @@ FlashArgs flash_args(const AttentionDims& d, const AttentionMask& mask, const At
   return a;
 }
 
-unsigned grid_for(int64_t blocks) { return static_cast<unsigned>(min64(blocks, int64_t{1} << 30)); }
-
-int64_t rows_per_block(int64_t dk) { return kThreads / (flash_head_width(dk) / kPerThread); }
+unsigned grid_for(int64_t blocks) { return static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30)); }
 
 // Calls f(std::integral_constant<int, D>) for the head width that holds dk.
 template <class F>
@@ -351,6 +462,15 @@ void with_width(int64_t dk, F&& f) {
     case 64: f(std::integral_constant<int, 64>{}); break;
     default: f(std::integral_constant<int, 128>{}); break;
   }
+}
+
+// Lets `kernel` take `floats` of dynamic shared memory (past the default 48 KiB where needed).
+template <class Kernel>
+size_t shared_bytes(Kernel* kernel, int floats) {
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  if (bytes > 48 * 1024)
+    QKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  return bytes;
 }
 
 }  // namespace
@@ -366,10 +486,12 @@ void flash_attention_forward(const AttentionDims& d, const float* q, HeadsView q
                                                               << " (it takes 1 <= dk <= 128 and non-empty rows)");
   if (d.B * d.H == 0) return;
   const FlashArgs a = flash_args(d, mask, drop);
-  const int64_t blocks = d.B * d.H * ((d.Tq + rows_per_block(d.dk) - 1) / rows_per_block(d.dk));
+  const int64_t blocks = d.B * d.H * ((d.Tq + kRows - 1) / kRows);
   with_width(d.dk, [&](auto width) {
-    flash_forward_kernel<decltype(width)::value><<<grid_for(blocks), kThreads, 0, qkv::cuda::current_stream()>>>(
-        a, q, qs, k, ks, v, vs, out, os, stats);
+    constexpr int D = decltype(width)::value;
+    const size_t bytes = shared_bytes(flash_forward_kernel<D>, forward_floats<D>());
+    flash_forward_kernel<D><<<grid_for(blocks), kThreads, bytes, qkv::cuda::current_stream()>>>(a, q, qs, k, ks, v, vs,
+                                                                                                 out, os, stats);
   });
   QKV_CUDA_CHECK_LAUNCH("flash_attention_forward");
 }
@@ -387,13 +509,14 @@ void flash_attention_backward(const AttentionDims& d, const float* dout, HeadsVi
   detail::Scratch rowdot(static_cast<size_t>(d.B * d.H * d.Tq) * sizeof(float), stream);
   rowdot_kernel<<<grid_for((d.B * d.H * d.Tq + 7) / 8), 256, 0, stream>>>(d, dout, dos, out, os, rowdot.as<float>());
   QKV_CUDA_CHECK_LAUNCH("flash_attention_backward (dO . O)");
-  const int64_t rows = rows_per_block(d.dk);
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    flash_backward_dq_kernel<D><<<grid_for(d.B * d.H * ((d.Tq + rows - 1) / rows)), kThreads, 0, stream>>>(
+    const size_t dq_bytes = shared_bytes(flash_backward_dq_kernel<D>, dq_floats<D>());
+    flash_backward_dq_kernel<D><<<grid_for(d.B * d.H * ((d.Tq + kRows - 1) / kRows)), kThreads, dq_bytes, stream>>>(
         a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot.as<float>(), dq, dqs, accumulate);
     QKV_CUDA_CHECK_LAUNCH("flash_attention_backward (dQ)");
-    flash_backward_dkv_kernel<D><<<grid_for(d.B * d.H * ((d.Tk + rows - 1) / rows)), kThreads, 0, stream>>>(
+    const size_t dkv_bytes = shared_bytes(flash_backward_dkv_kernel<D>, dkv_floats<D>());
+    flash_backward_dkv_kernel<D><<<grid_for(d.B * d.H * ((d.Tk + kRows - 1) / kRows)), kThreads, dkv_bytes, stream>>>(
         a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot.as<float>(), dk, dks, dv, dvs, accumulate);
     QKV_CUDA_CHECK_LAUNCH("flash_attention_backward (dK, dV)");
   });

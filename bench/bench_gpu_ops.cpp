@@ -1,0 +1,280 @@
+// Where a GPT training step's GPU time goes, op by op: each op of a GPT-2-shaped step (default:
+// GPT-2 small, batch 16 x 1024) timed alone on the GPU (median of --reps calls, each waited for),
+// then multiplied by the times it runs in one step, so that the rows add up to an estimate of the
+// step. Optionally PyTorch's SDPA on the same attention shape (--python PATH), float32 and bf16.
+//
+// Usage: bench_gpu_ops [--batch B] [--block T] [--layers L] [--d-model D] [--heads H] [--vocab V]
+//                      [--reps R] [--python PATH]
+// Needs a -DQKV_CUDA=ON build and a GPU (scripts/gpu_check.sh runs it; docs/gpu.md keeps the output).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "qkv/core/cuda_runtime.h"
+#include "qkv/ops/ops.h"
+#include "qkv/ops/precision.h"
+
+using namespace qkv;
+
+namespace {
+
+struct Args {
+  int64_t batch = 16, block = 1024, layers = 12, d_model = 768, heads = 12, vocab = 50257;
+  int reps = 5;
+  std::string python;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_gpu_ops: %s needs a value\n", argv[i]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--batch")) a.batch = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--block")) a.block = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--layers")) a.layers = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--d-model")) a.d_model = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--heads")) a.heads = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--vocab")) a.vocab = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--reps")) a.reps = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--python")) a.python = next();
+    else {
+      std::fprintf(stderr, "bench_gpu_ops: unknown argument %s\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return a;
+}
+
+const Device kGpu = Device::cuda(0);
+
+Tensor random_on_gpu(const Dims& shape, uint64_t seed, float scale = 1.f) {
+  Tensor t = Tensor::empty(shape);
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(gen);
+  return t.to(kGpu);
+}
+
+// Median seconds of f over reps calls, each waited for on the GPU, after one warm-up call.
+double gpu_seconds(int reps, const std::function<void()>& f) {
+  f();
+  cuda::synchronize(kGpu);
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    cuda::synchronize(kGpu);
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return bench::median(times);
+}
+
+struct Row {
+  std::string name;
+  double seconds;  // one call
+  int64_t per_step;
+};
+
+void print_rows(const std::vector<Row>& rows, const char* title) {
+  double total = 0;
+  for (const Row& r : rows) total += r.seconds * r.per_step;
+  std::printf("%s: estimated %.1f ms a step from the ops below\n", title, total * 1e3);
+  for (const Row& r : rows)
+    std::printf("  %-44s %8.3f ms x %3lld = %7.1f ms  %5.1f%%\n", r.name.c_str(), r.seconds * 1e3,
+                static_cast<long long>(r.per_step), r.seconds * r.per_step * 1e3,
+                100.0 * r.seconds * r.per_step / total);
+}
+
+// The linear layers of a step, forward and backward (dx, dW, db), in `precision`.
+void linear_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows) {
+  const ops::ProductPrecisionScope scope(precision);
+  const int64_t M = a.batch * a.block, D = a.d_model;
+  struct Shape {
+    const char* name;
+    int64_t in, out, per_step;
+    bool bias;
+  };
+  const Shape shapes[] = {{"qkv projection", D, 3 * D, a.layers, true},
+                          {"attention output", D, D, a.layers, true},
+                          {"ffn up", D, 4 * D, a.layers, true},
+                          {"ffn down", 4 * D, D, a.layers, true},
+                          {"output layer (tied)", D, a.vocab, 1, false}};
+  for (const Shape& s : shapes) {
+    const Tensor x = random_on_gpu(Dims{M, s.in}, 1), w = random_on_gpu(Dims{s.out, s.in}, 2, 0.05f);
+    const Tensor b = s.bias ? random_on_gpu(Dims{s.out}, 3) : Tensor();
+    const Tensor dy = random_on_gpu(Dims{M, s.out}, 4);
+    const std::string tag = std::string(" ") + ops::precision_name(precision);
+    const double flops = 2.0 * M * s.in * s.out;
+    const double fwd = gpu_seconds(a.reps, [&] { (void)ops::linear_forward(x, w, b); });
+    const double bwd = gpu_seconds(a.reps, [&] {
+      Tensor dx, dw, db;
+      ops::linear_backward(dy, x, w, &dx, &dw, s.bias ? &db : nullptr);
+    });
+    char line[160];
+    std::snprintf(line, sizeof line, "%s fwd%s (%.0f TFLOP/s)", s.name, tag.c_str(), flops / fwd * 1e-12);
+    rows->push_back({line, fwd, s.per_step});
+    std::snprintf(line, sizeof line, "%s bwd%s (%.0f TFLOP/s)", s.name, tag.c_str(), 2 * flops / bwd * 1e-12);
+    rows->push_back({line, bwd, s.per_step});
+  }
+}
+
+void attention_rows(const Args& a, std::vector<Row>* rows) {
+  const int64_t B = a.batch, T = a.block, H = a.heads, D = a.d_model, dk = D / H;
+  const Tensor x = random_on_gpu(Dims{B, T, 3 * D}, 5, 2.f);
+  const Tensor q = x.narrow(2, 0, D), k = x.narrow(2, D, D), v = x.narrow(2, 2 * D, D);
+  const Tensor dy = random_on_gpu(Dims{B, T, D}, 6);
+  ops::AttentionMasks masks;
+  masks.causal = true;
+  ops::AttentionSaved saved;
+  const double flops = 4.0 * B * H * T * T * dk / 2;  // causal: half the scores
+  const double fwd = gpu_seconds(a.reps, [&] {
+    (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
+  });
+  const double bwd = gpu_seconds(a.reps, [&] {
+    Tensor dq, dkk, dv;
+    ops::multi_head_attention_backward(dy, q, k, v, H, saved, masks, {}, &dq, &dkk, &dv);
+  });
+  char line[160];
+  std::snprintf(line, sizeof line, "attention fwd, flash f32 (%.1f TFLOP/s)", flops / fwd * 1e-12);
+  rows->push_back({line, fwd, a.layers});
+  std::snprintf(line, sizeof line, "attention bwd, flash f32 (%.1f TFLOP/s of 2x fwd)", 2 * flops / bwd * 1e-12);
+  rows->push_back({line, bwd, a.layers});
+}
+
+void other_rows(const Args& a, std::vector<Row>* rows) {
+  const int64_t M = a.batch * a.block, D = a.d_model;
+  {
+    const Tensor x = random_on_gpu(Dims{M, D}, 7), w = random_on_gpu(Dims{D}, 8), b = random_on_gpu(Dims{D}, 9);
+    const Tensor dy = random_on_gpu(Dims{M, D}, 10);
+    ops::LayerNormOut saved = ops::layernorm_forward(x, w, b, 1e-5f);
+    rows->push_back({"layernorm fwd", gpu_seconds(a.reps, [&] { saved = ops::layernorm_forward(x, w, b, 1e-5f); }),
+                     2 * a.layers + 1});
+    rows->push_back({"layernorm bwd", gpu_seconds(a.reps, [&] {
+                       Tensor dx, dw, db;
+                       ops::layernorm_backward(dy, x, w, saved, &dx, &dw, &db);
+                     }),
+                     2 * a.layers + 1});
+  }
+  {
+    const Tensor x = random_on_gpu(Dims{M, 4 * D}, 11), dy = random_on_gpu(Dims{M, 4 * D}, 12);
+    rows->push_back({"gelu (tanh) fwd", gpu_seconds(a.reps, [&] { (void)ops::gelu_tanh_forward(x); }), a.layers});
+    rows->push_back({"gelu (tanh) bwd", gpu_seconds(a.reps, [&] {
+                       Tensor dx;
+                       ops::gelu_tanh_backward(dy, x, &dx);
+                     }),
+                     a.layers});
+    const Tensor r = random_on_gpu(Dims{M, D}, 13);
+    rows->push_back({"residual add", gpu_seconds(a.reps, [&] { (void)ops::add_forward(r, r); }), 2 * a.layers});
+  }
+  {
+    const Tensor logits = random_on_gpu(Dims{M, a.vocab}, 14, 3.f);
+    std::vector<int32_t> t(static_cast<size_t>(M));
+    for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((i * 7919) % static_cast<size_t>(a.vocab));
+    const Tensor targets = Tensor::from_ids(Dims{M}, t).to(kGpu);
+    ops::CrossEntropyOut saved = ops::cross_entropy_forward(logits, targets, -100, 0.f);
+    rows->push_back({"cross-entropy fwd (waits for the loss)",
+                     gpu_seconds(a.reps, [&] { saved = ops::cross_entropy_forward(logits, targets, -100, 0.f); }), 1});
+    rows->push_back({"cross-entropy bwd", gpu_seconds(a.reps, [&] {
+                       Tensor dl;
+                       ops::cross_entropy_backward(1.f, logits, targets, saved, -100, 0.f, &dl);
+                     }),
+                     1});
+  }
+  {
+    const Tensor table = random_on_gpu(Dims{a.vocab, D}, 15);
+    std::vector<int32_t> ids(static_cast<size_t>(M));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 104729) % static_cast<size_t>(a.vocab));
+    const Tensor gids = Tensor::from_ids(Dims{a.batch, a.block}, ids).to(kGpu);
+    const Tensor dout = random_on_gpu(Dims{a.batch, a.block, D}, 16);
+    rows->push_back({"embedding fwd (waits for the id check)",
+                     gpu_seconds(a.reps, [&] { (void)ops::embedding_forward(table, gids); }), 1});
+    rows->push_back({"embedding bwd", gpu_seconds(a.reps, [&] {
+                       Tensor dt;
+                       ops::embedding_backward(dout, gids, &dt, table.shape());
+                     }),
+                     1});
+  }
+  {
+    // Adam over every parameter, one call per tensor as the optimizer does.
+    const int64_t V = a.vocab, L = a.layers;
+    std::vector<Dims> shapes = {{V, D}, {a.block, D}};
+    for (int64_t l = 0; l < L; ++l)
+      for (const Dims& s : std::vector<Dims>{{3 * D, D}, {3 * D}, {D, D}, {D}, {4 * D, D}, {4 * D}, {D, 4 * D}, {D},
+                                              {D}, {D}, {D}, {D}})
+        shapes.push_back(s);
+    std::vector<Tensor> p, g, m, v;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      p.push_back(random_on_gpu(shapes[i], 20 + i));
+      g.push_back(random_on_gpu(shapes[i], 40 + i));
+      m.push_back(Tensor::zeros(shapes[i], DType::F32, kGpu));
+      v.push_back(Tensor::zeros(shapes[i], DType::F32, kGpu));
+    }
+    const ops::AdamScalars s{0.9f, 0.1f, 0.95f, 0.05f, 1e-4f, 0.5f, 1e-8f, 0.f};
+    char line[160];
+    std::snprintf(line, sizeof line, "AdamW, %zu tensors", shapes.size());
+    rows->push_back({line, gpu_seconds(a.reps, [&] {
+                       for (size_t i = 0; i < p.size(); ++i) ops::adam_step(p[i], g[i], m[i], v[i], s);
+                     }),
+                     1});
+  }
+}
+
+void torch_attention(const Args& a) {
+  if (a.python.empty()) return;
+  const std::string cmd = a.python + " -c \"" +
+                          "import torch, time, torch.nn.functional as F\n"
+                          "B,T,H,dk=" + std::to_string(a.batch) + "," + std::to_string(a.block) + "," +
+                          std::to_string(a.heads) + "," + std::to_string(a.d_model / a.heads) + "\n"
+                          "for dt in (torch.float32, torch.bfloat16):\n"
+                          "  q,k,v=[torch.randn(B,H,T,dk,device='cuda',dtype=dt,requires_grad=True) for _ in range(3)]\n"
+                          "  def f():\n"
+                          "    o=F.scaled_dot_product_attention(q,k,v,is_causal=True); torch.cuda.synchronize(); return o\n"
+                          "  def fb():\n"
+                          "    o=F.scaled_dot_product_attention(q,k,v,is_causal=True); o.backward(torch.ones_like(o)); torch.cuda.synchronize()\n"
+                          "  ts={}\n"
+                          "  for name,g in (('fwd',f),('fwd+bwd',fb)):\n"
+                          "    g(); r=[]\n"
+                          "    for _ in range(5):\n"
+                          "      t=time.perf_counter(); g(); r.append(time.perf_counter()-t)\n"
+                          "    ts[name]=sorted(r)[2]\n"
+                          "  print('pytorch SDPA %s: fwd %.3f ms, bwd %.3f ms (torch %s)' % (str(dt)[6:], ts['fwd']*1e3, (ts['fwd+bwd']-ts['fwd'])*1e3, torch.__version__))\n"
+                          "\"";
+  std::fflush(stdout);
+  if (std::system(cmd.c_str()) != 0) std::printf("pytorch SDPA: the peer did not run\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr, "bench_gpu_ops: no CUDA GPU is visible (or qkv was built without -DQKV_CUDA=ON)\n");
+    return 1;
+  }
+  std::printf("GPT step ops on %s: batch %lld x %lld, %lld layers, d_model %lld, %lld heads, vocab %lld\n",
+              cuda::describe(kGpu).c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.block),
+              static_cast<long long>(a.layers), static_cast<long long>(a.d_model), static_cast<long long>(a.heads),
+              static_cast<long long>(a.vocab));
+  std::vector<Row> common;
+  attention_rows(a, &common);
+  other_rows(a, &common);
+  for (ops::Precision p : {ops::Precision::Float32, ops::Precision::BF16}) {
+    std::vector<Row> rows;
+    linear_rows(a, p, &rows);
+    rows.insert(rows.end(), common.begin(), common.end());
+    print_rows(rows, ops::precision_name(p));
+  }
+  torch_attention(a);
+  return 0;
+}
