@@ -78,6 +78,51 @@ __device__ __forceinline__ bool dropout_kept(const FlashArgs& a, int64_t bh, int
   return dropout_keep(a.drop.seed, a.drop.offset + static_cast<uint64_t>((bh * a.d.Tq + i) * a.d.Tk + j), a.drop.p);
 }
 
+// Row-major tiles in shared memory have rows of D + 4 floats: a float4 store per lane over rows then
+// spreads over the banks, and float4 reads stay aligned.
+template <int D>
+constexpr int row_ld() {
+  return D + 4;
+}
+
+// The thread's share of a tile of `kRowsOfTile` rows of head (b, h), held in registers between its
+// load from global memory and its store to shared memory, so that the next tile's loads are in flight
+// while the current one is multiplied. Each thread takes float4 chunks (4 consecutive columns of a
+// row; lanes run over rows), zeros past `count` rows or dk columns.
+template <int D, int kRowsOfTile>
+struct TileInRegisters {
+  static constexpr int kChunks = kRowsOfTile * (D / 4) / kThreads;
+  static_assert(kChunks >= 1 && kRowsOfTile * (D / 4) % kThreads == 0, "a tile's chunks spread evenly");
+  float v[kChunks][4];
+
+  __device__ static int row_of(int n) { return (threadIdx.x + n * kThreads) % kRowsOfTile; }
+  __device__ static int col_of(int n) { return 4 * ((threadIdx.x + n * kThreads) / kRowsOfTile); }
+
+  __device__ void load(const float* x, HeadsView xs, int64_t b, int64_t h, int64_t first, int64_t count,
+                       int64_t dk) {
+#pragma unroll
+    for (int n = 0; n < kChunks; ++n) {
+      const int r = row_of(n), c0 = col_of(n);
+      const float* src = x + b * xs.b + h * xs.h + (first + r) * xs.t;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[n][e] = r < count && c0 + e < dk ? src[c0 + e] : 0.f;
+    }
+  }
+  // dst[c * ld + r]: k-major (columns outermost).
+  __device__ void store_k_major(float* dst, int ld) const {
+#pragma unroll
+    for (int n = 0; n < kChunks; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[(col_of(n) + e) * ld + row_of(n)] = v[n][e];
+  }
+  // dst[r * row_ld<D>() + c]: row-major.
+  __device__ void store_row_major(float* dst) const {
+#pragma unroll
+    for (int n = 0; n < kChunks; ++n)
+      *reinterpret_cast<float4*>(dst + row_of(n) * row_ld<D>() + col_of(n)) = make_float4(v[n][0], v[n][1], v[n][2], v[n][3]);
+  }
+};
+
 // dst[c * ld + r] = x[first + r][c] of head (b, h) for r < rows, c < D: k-major (columns outermost),
 // zeros past `count` rows or dk columns. Lanes run over rows; all threads of the block call it.
 template <int D>
@@ -88,16 +133,6 @@ __device__ void load_k_major(float* dst, int ld, int rows, const float* x, Heads
     const float* src = x + b * xs.b + h * xs.h + (first + r) * xs.t;
 #pragma unroll
     for (int e = 0; e < 4; ++e) dst[(c0 + e) * ld + r] = r < count && c0 + e < dk ? src[c0 + e] : 0.f;
-  }
-}
-
-// dst[r * D + c] = x[first + r][c] (row-major), zeros past `count` rows or dk columns.
-template <int D>
-__device__ void load_row_major(float* dst, int rows, const float* x, HeadsView xs, int64_t b, int64_t h,
-                               int64_t first, int64_t count, int64_t dk) {
-  for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
-    const int r = idx / D, c = idx % D;
-    dst[idx] = r < count && c < dk ? x[b * xs.b + h * xs.h + (first + r) * xs.t + c] : 0.f;
   }
 }
 
@@ -169,18 +204,29 @@ __device__ __forceinline__ void store_rows(float* x, HeadsView xs, int64_t b, in
   }
 }
 
-// Shared memory of each kernel, in floats.
+// Shared memory of each kernel, in floats (the layouts are in the kernels).
 template <int D>
 constexpr int forward_floats() {
-  return D * kLdRows + D * kLdTile + kTile * D + kTile * kLdRows;  // Qt | Kt | V | Pt
+  return D * kLdRows + D * kLdTile + kTile * row_ld<D>() + kTile * kLdRows;
 }
 template <int D>
 constexpr int dq_floats() {
-  return 2 * D * kLdRows + 2 * D * kLdTile + kTile * D + kTile * kLdRows;  // Qt, dOt | Kt, Vt | K | dSt
+  return 2 * D * kLdRows + 2 * D * kLdTile + kTile * row_ld<D>() + kTile * kLdRows;
 }
 template <int D>
 constexpr int dkv_floats() {
-  return 2 * D * kLdRows + 2 * D * kLdTile + 2 * kTile * D + 2 * kTile * kLdRows + 3 * kTile;  // see the kernel
+  return 2 * D * kLdRows + 2 * D * kLdTile + 2 * kTile * row_ld<D>() + 2 * kTile * kLdRows + 3 * kTile;
+}
+
+// Whether scores of rows [row0, row0 + 64) and columns [col0, col0 + count) can be masked: padding
+// masks, or a causal mask the tile crosses. Queries are rows (queries_are_rows) or columns.
+__device__ __forceinline__ bool tile_has_masks(const FlashArgs& a, int64_t row0, int64_t col0, int64_t count,
+                                               bool queries_are_rows) {
+  if (a.mask.key_keep || a.mask.query_keep) return true;
+  if (!a.mask.causal) return false;
+  const int64_t offset = a.d.Tk - a.d.Tq;
+  // The latest key against the earliest query of the tile.
+  return queries_are_rows ? col0 + count - 1 > row0 + offset : row0 + kRows - 1 > col0 + offset;
 }
 
 template <int D>
@@ -189,31 +235,39 @@ __global__ void __launch_bounds__(kThreads)
                          HeadsView vs, float* out, HeadsView os, float* stats) {
   constexpr int N = D / 16;  // output columns per thread
   extern __shared__ __align__(16) float smem[];
-  float* Qt = smem;                      // [D][kLdRows]
-  float* Kt = Qt + D * kLdRows;          // [D][kLdTile]
-  float* Vr = Kt + D * kLdTile;          // [kTile][D]
-  float* Pt = Vr + kTile * D;            // [kTile][kLdRows]
+  float* Qt = smem;                  // [D][kLdRows]
+  float* Kt = Qt + D * kLdRows;      // [D][kLdTile]
+  float* Vr = Kt + D * kLdTile;      // [kTile][row_ld]
+  float* Pt = Vr + kTile * row_ld<D>();  // [kTile][kLdRows]
   const AttentionDims& d = a.d;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const int64_t blocks_per_head = (d.Tq + kRows - 1) / kRows;
+  TileInRegisters<D, kTile> next_k, next_v;
   for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
     const int64_t bh = blk / blocks_per_head, b = bh / d.H, h = bh % d.H, i0 = (blk % blocks_per_head) * kRows;
+    const int64_t j_end = keys_end(a, min64(i0 + kRows, d.Tq) - 1);
     __syncthreads();  // the previous block's readers are done
     load_k_major<D>(Qt, kLdRows, kRows, q, qs, b, h, i0, d.Tq - i0, d.dk);
+    next_k.load(k, ks, b, h, 0, min64(kTile, j_end), d.dk);
+    next_v.load(v, vs, b, h, 0, min64(kTile, j_end), d.dk);
     float o[4][N], m[4], l[4];
     zero(o);
 #pragma unroll
     for (int r = 0; r < 4; ++r) m[r] = -INFINITY, l[r] = 0.f;
-    const int64_t j_end = keys_end(a, min64(i0 + kRows, d.Tq) - 1);
     for (int64_t j0 = 0; j0 < j_end; j0 += kTile) {
       const int64_t count = min64(kTile, j_end - j0);
       __syncthreads();  // the previous tile's readers are done
-      load_k_major<D>(Kt, kLdTile, kTile, k, ks, b, h, j0, count, d.dk);
-      load_row_major<D>(Vr, kTile, v, vs, b, h, j0, count, d.dk);
+      next_k.store_k_major(Kt, kLdTile);
+      next_v.store_row_major(Vr);
       __syncthreads();
+      if (j0 + kTile < j_end) {  // the next tile's loads run while this one is multiplied
+        next_k.load(k, ks, b, h, j0 + kTile, min64(kTile, j_end - j0 - kTile), d.dk);
+        next_v.load(v, vs, b, h, j0 + kTile, min64(kTile, j_end - j0 - kTile), d.dk);
+      }
       float s[4][2];
       zero(s);
       tile_product<2, D>(s, Qt, kLdRows, Kt, kLdTile);
+      const bool masks = tile_has_masks(a, i0, j0, count, true);
       float p[4][2];
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
@@ -221,8 +275,8 @@ __global__ void __launch_bounds__(kThreads)
         float tile_max = -INFINITY;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int64_t jj = 2 * tx + c, j = j0 + jj;
-          s[r][c] = i < d.Tq && jj < count && masked_at(a, b, i, j) ? a.mask.fill : s[r][c] / a.divisor;
+          const int jj = 2 * tx + c;
+          s[r][c] = masks && i < d.Tq && jj < count && masked_at(a, b, i, j0 + jj) ? a.mask.fill : s[r][c] / a.divisor;
           if (jj < count) tile_max = fmaxf(tile_max, s[r][c]);
         }
         tile_max = across_row(tile_max, detail::Max{});
@@ -231,7 +285,7 @@ __global__ void __launch_bounds__(kThreads)
         float sum = 0.f;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int64_t jj = 2 * tx + c;
+          const int jj = 2 * tx + c;
           const float e = jj < count ? expf(s[r][c] - m_new) : 0.f;
           sum += e;
           p[r][c] = a.drop.p > 0.f && i < d.Tq && jj < count
@@ -247,7 +301,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = 0; c < 2; ++c)
         *reinterpret_cast<float4*>(Pt + (2 * tx + c) * kLdRows + 4 * ty) = make_float4(p[0][c], p[1][c], p[2][c], p[3][c]);
       __syncthreads();
-      tile_product<N, kTile>(o, Pt, kLdRows, Vr, D, static_cast<int>(count));
+      tile_product<N, kTile>(o, Pt, kLdRows, Vr, row_ld<D>(), static_cast<int>(count));
     }
     float inv[4];
 #pragma unroll
@@ -293,16 +347,20 @@ __global__ void __launch_bounds__(kThreads)
   float* Gt = Qt + D * kLdRows;        // dO, [D][kLdRows]
   float* Kt = Gt + D * kLdRows;        // [D][kLdTile]
   float* Vt = Kt + D * kLdTile;        // [D][kLdTile]
-  float* Kr = Vt + D * kLdTile;        // [kTile][D]
-  float* St = Kr + kTile * D;          // dS, [kTile][kLdRows]
+  float* Kr = Vt + D * kLdTile;        // [kTile][row_ld]
+  float* St = Kr + kTile * row_ld<D>();  // dS, [kTile][kLdRows]
   const AttentionDims& d = a.d;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const int64_t blocks_per_head = (d.Tq + kRows - 1) / kRows;
+  TileInRegisters<D, kTile> next_k, next_v;
   for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
     const int64_t bh = blk / blocks_per_head, b = bh / d.H, h = bh % d.H, i0 = (blk % blocks_per_head) * kRows;
+    const int64_t j_end = keys_end(a, min64(i0 + kRows, d.Tq) - 1);
     __syncthreads();
     load_k_major<D>(Qt, kLdRows, kRows, q, qs, b, h, i0, d.Tq - i0, d.dk);
     load_k_major<D>(Gt, kLdRows, kRows, dout, dos, b, h, i0, d.Tq - i0, d.dk);
+    next_k.load(k, ks, b, h, 0, min64(kTile, j_end), d.dk);
+    next_v.load(v, vs, b, h, 0, min64(kTile, j_end), d.dk);
     float m[4], inv[4], Di[4];
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -313,29 +371,34 @@ __global__ void __launch_bounds__(kThreads)
     }
     float acc[4][N];
     zero(acc);
-    const int64_t j_end = keys_end(a, min64(i0 + kRows, d.Tq) - 1);
     for (int64_t j0 = 0; j0 < j_end; j0 += kTile) {
       const int64_t count = min64(kTile, j_end - j0);
       __syncthreads();
-      load_k_major<D>(Kt, kLdTile, kTile, k, ks, b, h, j0, count, d.dk);
-      load_k_major<D>(Vt, kLdTile, kTile, v, vs, b, h, j0, count, d.dk);
-      load_row_major<D>(Kr, kTile, k, ks, b, h, j0, count, d.dk);
+      next_k.store_k_major(Kt, kLdTile);
+      next_k.store_row_major(Kr);
+      next_v.store_k_major(Vt, kLdTile);
       __syncthreads();
+      if (j0 + kTile < j_end) {
+        next_k.load(k, ks, b, h, j0 + kTile, min64(kTile, j_end - j0 - kTile), d.dk);
+        next_v.load(v, vs, b, h, j0 + kTile, min64(kTile, j_end - j0 - kTile), d.dk);
+      }
       float s[4][2], dp[4][2];
       zero(s);
       zero(dp);
       tile_product<2, D>(s, Qt, kLdRows, Kt, kLdTile);
       tile_product<2, D>(dp, Gt, kLdRows, Vt, kLdTile);
+      const bool masks = tile_has_masks(a, i0, j0, count, true);
       float ds[4][2];
 #pragma unroll
       for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int64_t i = i0 + 4 * ty + r, jj = 2 * tx + c, j = j0 + jj;
-          const bool live = i < d.Tq && jj < count && !masked_at(a, b, i, j);
+          const int64_t i = i0 + 4 * ty + r;
+          const int jj = 2 * tx + c;
+          const bool live = i < d.Tq && jj < count && !(masks && masked_at(a, b, i, j0 + jj));
           const float p = expf(s[r][c] / a.divisor - m[r]) * inv[r];
           float g = dp[r][c];
-          if (a.drop.p > 0.f) g = live && dropout_kept(a, bh, i, j) ? g * a.keep_scale : 0.f;
+          if (a.drop.p > 0.f) g = live && dropout_kept(a, bh, i, j0 + jj) ? g * a.keep_scale : 0.f;
           ds[r][c] = live ? p * (g - Di[r]) * a.inv_divisor : 0.f;
         }
 #pragma unroll
@@ -343,7 +406,7 @@ __global__ void __launch_bounds__(kThreads)
         *reinterpret_cast<float4*>(St + (2 * tx + c) * kLdRows + 4 * ty) =
             make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
       __syncthreads();
-      tile_product<N, kTile>(acc, St, kLdRows, Kr, D, static_cast<int>(count));
+      tile_product<N, kTile>(acc, St, kLdRows, Kr, row_ld<D>(), static_cast<int>(count));
     }
     const float one[4] = {1.f, 1.f, 1.f, 1.f};
     store_rows<N>(dq, dqs, b, h, i0, d.Tq, d.dk, acc, one, accumulate);
@@ -359,38 +422,43 @@ __global__ void __launch_bounds__(kThreads)
                               bool accumulate) {
   constexpr int N = D / 16;
   extern __shared__ __align__(16) float smem[];
-  float* Kt = smem;                    // [D][kLdRows]
-  float* Vt = Kt + D * kLdRows;        // [D][kLdRows]
-  float* Qt = Vt + D * kLdRows;        // [D][kLdTile]
-  float* Gt = Qt + D * kLdTile;        // dO, [D][kLdTile]
-  float* Qr = Gt + D * kLdTile;        // [kTile][D]
-  float* Gr = Qr + kTile * D;          // dO, [kTile][D]
-  float* Pq = Gr + kTile * D;          // Pd, [kTile][kLdRows] (query-major)
-  float* Sq = Pq + kTile * kLdRows;    // dS, [kTile][kLdRows]
-  float* mt = Sq + kTile * kLdRows;    // the tile's row statistics and D_i
+  float* Kt = smem;                      // [D][kLdRows]
+  float* Vt = Kt + D * kLdRows;          // [D][kLdRows]
+  float* Qt = Vt + D * kLdRows;          // [D][kLdTile]
+  float* Gt = Qt + D * kLdTile;          // dO, [D][kLdTile]
+  float* Qr = Gt + D * kLdTile;          // [kTile][row_ld]
+  float* Gr = Qr + kTile * row_ld<D>();  // dO, [kTile][row_ld]
+  float* Pq = Gr + kTile * row_ld<D>();  // Pd, [kTile][kLdRows] (query-major)
+  float* Sq = Pq + kTile * kLdRows;      // dS, [kTile][kLdRows]
+  float* mt = Sq + kTile * kLdRows;      // the tile's row statistics and D_i
   float* invt = mt + kTile;
   float* dt = invt + kTile;
   const AttentionDims& d = a.d;
   const int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
   const int64_t blocks_per_head = (d.Tk + kRows - 1) / kRows;
   const int64_t offset = d.Tk - d.Tq;
+  TileInRegisters<D, kTile> next_q, next_g;
   for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
     const int64_t bh = blk / blocks_per_head, b = bh / d.H, h = bh % d.H, j0 = (blk % blocks_per_head) * kRows;
+    // Queries before j0 - offset see none of these keys (causal): their tiles are skipped.
+    const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) / kTile * kTile : 0;
     __syncthreads();
     load_k_major<D>(Kt, kLdRows, kRows, k, ks, b, h, j0, d.Tk - j0, d.dk);
     load_k_major<D>(Vt, kLdRows, kRows, v, vs, b, h, j0, d.Tk - j0, d.dk);
+    if (i_begin < d.Tq) {
+      next_q.load(q, qs, b, h, i_begin, min64(kTile, d.Tq - i_begin), d.dk);
+      next_g.load(dout, dos, b, h, i_begin, min64(kTile, d.Tq - i_begin), d.dk);
+    }
     float acc_k[4][N], acc_v[4][N];
     zero(acc_k);
     zero(acc_v);
-    // Queries before j0 - offset see none of these keys (causal): their tiles are skipped.
-    const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) / kTile * kTile : 0;
     for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kTile) {
       const int64_t count = min64(kTile, d.Tq - i0);
       __syncthreads();
-      load_k_major<D>(Qt, kLdTile, kTile, q, qs, b, h, i0, count, d.dk);
-      load_k_major<D>(Gt, kLdTile, kTile, dout, dos, b, h, i0, count, d.dk);
-      load_row_major<D>(Qr, kTile, q, qs, b, h, i0, count, d.dk);
-      load_row_major<D>(Gr, kTile, dout, dos, b, h, i0, count, d.dk);
+      next_q.store_k_major(Qt, kLdTile);
+      next_q.store_row_major(Qr);
+      next_g.store_k_major(Gt, kLdTile);
+      next_g.store_row_major(Gr);
       if (threadIdx.x < count) {
         const int64_t r = bh * d.Tq + i0 + threadIdx.x;
         mt[threadIdx.x] = stats[2 * r];
@@ -398,20 +466,26 @@ __global__ void __launch_bounds__(kThreads)
         dt[threadIdx.x] = rowdot[r];
       }
       __syncthreads();
+      if (i0 + kTile < d.Tq) {
+        next_q.load(q, qs, b, h, i0 + kTile, min64(kTile, d.Tq - i0 - kTile), d.dk);
+        next_g.load(dout, dos, b, h, i0 + kTile, min64(kTile, d.Tq - i0 - kTile), d.dk);
+      }
       // Transposed scores: rows are keys (4 ty + r), columns queries (2 tx + c).
       float s[4][2], dp[4][2];
       zero(s);
       zero(dp);
       tile_product<2, D>(s, Kt, kLdRows, Qt, kLdTile);
       tile_product<2, D>(dp, Vt, kLdRows, Gt, kLdTile);
+      const bool masks = tile_has_masks(a, j0, i0, count, false);
       float pd[4][2], ds[4][2];
 #pragma unroll
       for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
-          const int64_t ii = 2 * tx + c, i = i0 + ii, j = j0 + 4 * ty + r;
+          const int ii = 2 * tx + c;
+          const int64_t i = i0 + ii, j = j0 + 4 * ty + r;
           const bool present = ii < count && j < d.Tk;
-          const bool masked = !present || masked_at(a, b, i, j);
+          const bool masked = !present || (masks && masked_at(a, b, i, j));
           const float sc = masked ? a.mask.fill : s[r][c] / a.divisor;
           const float p = present ? expf(sc - mt[ii]) * invt[ii] : 0.f;
           float g = dp[r][c];
@@ -431,8 +505,8 @@ __global__ void __launch_bounds__(kThreads)
             make_float4(ds[0][c], ds[1][c], ds[2][c], ds[3][c]);
       }
       __syncthreads();
-      tile_product<N, kTile>(acc_v, Pq, kLdRows, Gr, D, static_cast<int>(count));
-      tile_product<N, kTile>(acc_k, Sq, kLdRows, Qr, D, static_cast<int>(count));
+      tile_product<N, kTile>(acc_v, Pq, kLdRows, Gr, row_ld<D>(), static_cast<int>(count));
+      tile_product<N, kTile>(acc_k, Sq, kLdRows, Qr, row_ld<D>(), static_cast<int>(count));
     }
     const float one[4] = {1.f, 1.f, 1.f, 1.f};
     store_rows<N>(dk, dks, b, h, j0, d.Tk, d.dk, acc_k, one, accumulate);

@@ -69,32 +69,37 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65535 ? b : 65535);
 }
 
-// dst (batch, rows, cols) contiguous = src's matrices (rows, cols; leading dimension ld, matrix i at
-// src + i * stride) rounded to bf16 bits: nearest even, a NaN stays a quiet NaN (core/dtype.h's rule,
-// as core/cuda_copy.cu's conversion).
-__global__ void round_to_bf16_kernel(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld,
-                                     int64_t stride, int64_t batch) {
+// dst (batch, rows, dst_ld) = src's matrices (rows, cols; leading dimension ld, matrix i at src + i *
+// stride) rounded to bf16 bits: nearest even, a NaN stays a quiet NaN (core/dtype.h's rule, as
+// core/cuda_copy.cu's conversion). Columns past cols are padding, left as they are.
+__global__ void round_to_bf16_kernel(uint16_t* dst, int64_t dst_ld, const float* src, int64_t rows, int64_t cols,
+                                     int64_t ld, int64_t stride, int64_t batch) {
   const int64_t area = rows * cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < batch * area; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t m = i / area, r = i % area / cols, c = i % cols;
     const uint32_t u = __float_as_uint(src[m * stride + r * ld + c]);
-    dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u)
-                                              : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    dst[(m * rows + r) * dst_ld + c] = (u & 0x7fffffffu) > 0x7f800000u
+                                           ? static_cast<uint16_t>((u >> 16) | 0x40u)
+                                           : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
   }
 }
 
-// The stored matrices of an operand, rounded into scratch: rows x cols each (op(X) is `trans`'s).
+// The stored matrices of an operand, rounded into scratch: rows x cols each (op(X) is `trans`'s),
+// rows padded to a multiple of 8 elements (16 bytes), which cuBLAS's fastest kernels ask of a leading
+// dimension (a vocabulary of 50257 columns would otherwise fall to slower ones).
 struct RoundedOperand {
-  RoundedOperand(const float* src, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch,
+  RoundedOperand(const float* src, int64_t rows, int64_t cols, int64_t src_ld, int64_t stride, int64_t batch,
                  cudaStream_t stream)
-      : cols(cols), area(rows * cols), memory(static_cast<size_t>(std::max<int64_t>(1, batch * rows * cols)) * 2, stream) {
-    if (batch * area > 0) {
-      round_to_bf16_kernel<<<blocks_for(batch * area), 256, 0, stream>>>(memory.as<uint16_t>(), src, rows, cols, ld,
-                                                                          stride, batch);
+      : ld((cols + 7) / 8 * 8),
+        area(rows * ((cols + 7) / 8 * 8)),
+        memory(static_cast<size_t>(std::max<int64_t>(1, batch * rows * ((cols + 7) / 8 * 8))) * 2, stream) {
+    if (batch * rows * cols > 0) {
+      round_to_bf16_kernel<<<blocks_for(batch * rows * cols), 256, 0, stream>>>(memory.as<uint16_t>(), ld, src, rows,
+                                                                                 cols, src_ld, stride, batch);
       QKV_CUDA_CHECK_LAUNCH("round_to_bf16");
     }
   }
-  int64_t cols, area;
+  int64_t ld, area;
   detail::Scratch memory;
 };
 
@@ -141,7 +146,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   }
   QKV_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, b.memory.as<uint16_t>(), CUDA_R_16BF,
-      i32(b.cols), b.area, a.memory.as<uint16_t>(), CUDA_R_16BF, i32(a.cols), a.area, &beta, C, CUDA_R_32F, i32(ldc),
+      i32(b.ld), b.area, a.memory.as<uint16_t>(), CUDA_R_16BF, i32(a.ld), a.area, &beta, C, CUDA_R_32F, i32(ldc),
       stride_c, i32(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   a.memory.release();
   b.memory.release();
