@@ -7,7 +7,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   build-essential cmake git \
-  libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev \
+  libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev libcpp-httplib-dev pkg-config \
   libsentencepiece-dev zlib1g-dev libicu-dev clang libclang-rt-14-dev libomp-14-dev \
   libopenmpi-dev openmpi-bin pybind11-dev python3-dev python3-venv \
   python3-torch python3-numpy python3-pip python3-matplotlib python3-pytest >/dev/null

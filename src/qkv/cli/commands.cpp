@@ -104,6 +104,8 @@ void register_commands(CLI::App& app) {
   add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
   add("plot", "Draw a training run's loss and dev score against step and time (PNG; needs python3-matplotlib)",
       add_plot_command);
+  add("serve", "Serve models over HTTP (OpenAI-style completions and embeddings, translations, classifications)",
+      add_serve_command);
   guard_numeric_options(app);
 }
 

@@ -55,5 +55,6 @@ Runner add_similar_command(CLI::App& app);
 Runner add_tokenize_command(CLI::App& app);
 Runner add_classify_command(CLI::App& app);
 Runner add_plot_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
 
 }  // namespace qkv::cli

@@ -1,0 +1,268 @@
+"""`qkv serve`: every family over HTTP gives what the CLI gives, under concurrent clients too; every
+error has its status and OpenAI's error body; streaming, overload, API keys, metrics and SIGTERM.
+Loopback only; the tiny checkpoints of conftest.py."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from conftest import qkv_bin, run_qkv, sentences, write_lines
+
+
+class Server:
+    """A `qkv serve` process on a free port of 127.0.0.1."""
+
+    def __init__(self, tmp_path, *args: str):
+        port_file = tmp_path / f"port-{time.monotonic_ns()}"
+        self.proc = subprocess.Popen([qkv_bin(), "serve", *args, "--port", "0", "--port-file", str(port_file),
+                                      "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.proc.poll() is not None:
+                raise AssertionError(f"qkv serve exited {self.proc.returncode}:\n{self.proc.stderr.read()}")
+            assert time.monotonic() < deadline, "qkv serve did not start"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        while self.request("GET", "/health")[0] != 200:
+            assert time.monotonic() < deadline and self.proc.poll() is None, "qkv serve did not get ready"
+            time.sleep(0.05)
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, dict(r.headers), r.read().decode("utf-8")
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read().decode("utf-8")
+
+    def post(self, path: str, obj, headers: dict | None = None):
+        status, _, text = self.request("POST", path, json.dumps(obj).encode("utf-8"),
+                                       {"Content-Type": "application/json", **(headers or {})})
+        return status, json.loads(text)
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def server(translation_checkpoint, lm_checkpoint, encoder_checkpoint, tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("serve"), "--model", f"mt={translation_checkpoint}", "--model",
+               f"lm={lm_checkpoint}", "--model", f"enc={encoder_checkpoint}", "--max-body-bytes", "100000")
+    yield s
+    assert s.stop() == 0
+
+
+def cli_lines(*args: str, n: int) -> list[str]:
+    return run_qkv(*args, "--threads", "1", "--quiet").stdout.split("\n")[:n]
+
+
+def test_completions_equal_qkv_generate(server, lm_checkpoint, tmp_path):
+    prompts = ["the light", "", "God said let there"]
+    inp = write_lines(tmp_path / "prompts.txt", prompts)
+    greedy = cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12", n=3)
+    sampled = cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
+                        "--sample", "--seed", "5", "--top-k", "10", n=3)
+    status, r = server.post("/v1/completions", {"model": "lm", "prompt": prompts, "max_tokens": 12, "temperature": 0})
+    assert status == 200 and [c["text"] for c in r["choices"]] == greedy
+    assert r["object"] == "text_completion" and r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + \
+        r["usage"]["completion_tokens"]
+    status, r = server.post("/v1/completions", {"model": "lm", "prompt": prompts, "max_tokens": 12, "seed": 5,
+                                                "top_k": 10})
+    assert status == 200 and [c["text"] for c in r["choices"]] == sampled
+    assert all(c["finish_reason"] in ("stop", "length") for c in r["choices"])
+    # A stop string cuts the text before it, and says so.
+    text = max(sampled, key=len)
+    assert len(text) >= 4, "the small model's sampled text is long enough to cut"
+    stop = text[2:4]
+    status, r = server.post("/v1/completions", {"model": "lm", "prompt": prompts[sampled.index(text)],
+                                                "max_tokens": 12, "seed": 5, "top_k": 10, "stop": stop})
+    # (one prompt is line 0 of its own request: compare with that prompt's line-0 text)
+    alone = cli_lines("generate", "--checkpoint", lm_checkpoint, "--prompt", prompts[sampled.index(text)],
+                      "--max-new-tokens", "12", "--sample", "--seed", "5", "--top-k", "10", n=1)[0]
+    cut = alone.find(stop)
+    assert r["choices"][0]["text"] == (alone[:cut] if cut >= 0 else alone)
+    assert r["choices"][0]["finish_reason"] == ("stop" if cut >= 0 else r["choices"][0]["finish_reason"])
+
+
+def test_streamed_completion_joins_to_the_whole(server):
+    body = {"model": "lm", "prompt": "the light", "max_tokens": 12, "seed": 3}
+    _, whole = server.post("/v1/completions", body)
+    status, headers, text = server.request("POST", "/v1/completions",
+                                           json.dumps({**body, "stream": True}).encode("utf-8"),
+                                           {"Content-Type": "application/json"})
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == whole["choices"][0]["text"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+    assert len(chunks) >= 2
+
+
+def test_translations_equal_qkv_translate(server, translation_checkpoint, data_dir, tmp_path):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:12]] + [""]
+    inp = write_lines(tmp_path / "in.es", src)
+    for beam in (1, 4):
+        cli = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", str(beam),
+                        n=len(src))
+        status, r = server.post("/v1/translations", {"model": "mt", "input": src, "beam_size": beam, "truncate": True})
+        assert status == 200 and [d["translation"] for d in r["data"]] == cli
+    status, r = server.post("/v1/translations", {"model": "mt", "input": src[:3], "beam_size": 4, "n_best": 3})
+    assert status == 200 and all(len(d["n_best"]) == 3 for d in r["data"])
+    assert all(d["n_best"][0]["translation"] == d["translation"] for d in r["data"])
+
+
+def test_embeddings_equal_qkv_embed(server, encoder_checkpoint, tmp_path):
+    texts = sentences(7, 9) + [""]
+    inp = write_lines(tmp_path / "sentences.txt", texts)
+    run_qkv("embed", "--checkpoint", encoder_checkpoint, "--input", str(inp), "--out", str(tmp_path / "e.npy"),
+            "--threads", "1")
+    # Past the context: 413 unless the request asks for the cut `qkv embed` makes.
+    expect_error(server.post("/v1/embeddings", {"model": "enc", "input": texts}), 413, "input", "input_too_long")
+    status, r = server.post("/v1/embeddings", {"model": "enc", "input": texts, "truncate": True})
+    assert status == 200 and r["object"] == "list" and [d["index"] for d in r["data"]] == list(range(len(texts)))
+    np.testing.assert_allclose(np.array([d["embedding"] for d in r["data"]], dtype=np.float32),
+                               np.load(tmp_path / "e.npy"), rtol=0, atol=1e-6)
+    status, r = server.post("/v1/embeddings", {"model": "enc", "input": "the light"})
+    assert status == 200 and len(r["data"]) == 1
+
+
+def expect_error(result, status: int, param: str | None = None, code: str | None = None):
+    got_status, body = result
+    assert got_status == status, body
+    err = body["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    if param is not None:
+        assert err["param"] == param, err
+    if code is not None:
+        assert err["code"] == code, err
+
+
+def test_every_error_has_its_status_and_names_the_field(server):
+    status, _, text = server.request("POST", "/v1/completions", b"{not json", {"Content-Type": "application/json"})
+    assert status == 400 and json.loads(text)["error"]["code"] == "invalid_json"
+    expect_error(server.post("/v1/completions", {"prompt": "x"}), 400, "model")
+    expect_error(server.post("/v1/completions", {"model": "lm"}), 400, "prompt")
+    expect_error(server.post("/v1/completions", {"model": "lm", "prompt": [1, 2]}), 400, "prompt")
+    expect_error(server.post("/v1/completions", {"model": "lm", "prompt": "x", "max_tokens": "many"}), 400, "max_tokens")
+    expect_error(server.post("/v1/completions", {"model": "lm", "prompt": "x", "top_p": 0}), 400, "top_p")
+    expect_error(server.post("/v1/completions", {"model": "lm", "prompt": "x", "echo": True}), 400, "echo")
+    expect_error(server.post("/v1/completions", {"model": "lm", "prompt": ["a", "b"], "stream": True}), 400, "stream")
+    expect_error(server.post("/v1/completions", {"model": "nope", "prompt": "x"}), 404, "model", "model_not_found")
+    expect_error(server.post("/v1/completions", {"model": "mt", "prompt": "x"}), 400, "model", "wrong_model_family")
+    expect_error(server.post("/v1/translations", {"model": "mt", "input": "x", "beam_size": 2, "n_best": 3}), 400,
+                 "n_best")
+    expect_error(server.post("/v1/classifications", {"model": "enc", "input": "x"}), 400, "model", "no_classifier")
+    expect_error(server.post("/v1/embeddings", {"model": "enc", "input": "x", "encoding_format": "base64"}), 400,
+                 "encoding_format")
+    # Too long: a prompt past the model's context, a body past --max-body-bytes.
+    expect_error(server.post("/v1/completions", {"model": "lm", "prompt": "the light " * 400}), 413, "prompt",
+                 "input_too_long")
+    expect_error(server.post("/v1/embeddings", {"model": "enc", "input": "a" * 200000}), 413)
+    status, _, text = server.request("GET", "/v1/nothing")
+    assert status == 404 and json.loads(text)["error"]["code"] == "unknown_route"
+    # After all that the server is healthy.
+    assert server.request("GET", "/health")[0] == 200
+
+
+def test_models_and_metrics(server):
+    status, _, text = server.request("GET", "/v1/models")
+    models = {m["id"]: m["family"] for m in json.loads(text)["data"]}
+    assert status == 200 and models == {"mt": "encoder-decoder", "lm": "decoder-only", "enc": "encoder-only"}
+    server.post("/v1/embeddings", {"model": "enc", "input": "the light"})
+    status, headers, text = server.request("GET", "/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain")
+    counted = [line for line in text.splitlines() if line.startswith('qkv_requests_total{route="/v1/embeddings",status="200"}')]
+    assert counted and int(counted[0].split()[-1]) >= 1
+    assert 'qkv_queue_length{model="enc"} 0' in text and "qkv_batch_requests_count" in text
+
+
+def test_concurrent_clients_get_what_the_cli_gives_and_requests_share_batches(server, translation_checkpoint,
+                                                                              data_dir, tmp_path):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:32]]
+    inp = write_lines(tmp_path / "in.es", src)
+    expected = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+                         n=len(src))
+
+    def batches() -> int:
+        text = server.request("GET", "/metrics")[2]
+        return int(next(l for l in text.splitlines() if l.startswith('qkv_batches_total{model="mt"}')).split()[-1])
+
+    before = batches()
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(lambda s: server.post("/v1/translations", {"model": "mt", "input": s}), src))
+    assert [a[0] for a in answers] == [200] * len(src)
+    assert [a[1]["data"][0]["translation"] for a in answers] == expected
+    assert batches() - before < len(src), "requests arriving together share batches"
+
+
+def test_api_key_and_overload(translation_checkpoint, data_dir, tmp_path):
+    s = Server(tmp_path, "--model", f"mt={translation_checkpoint}", "--api-key", "sesame", "--max-queue", "2",
+               "--max-batch-tokens", "1")
+    try:
+        expect_error(s.post("/v1/translations", {"model": "mt", "input": "x"}), 401, code="invalid_api_key")
+        expect_error(s.post("/v1/translations", {"model": "mt", "input": "x"}, {"Authorization": "Bearer open"}), 401)
+        assert s.request("GET", "/health")[0] == 200  # /health needs no key
+        key = {"Authorization": "Bearer sesame"}
+        src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:48]]
+        inp = write_lines(tmp_path / "in.es", src)
+        expected = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+                             n=len(src))
+
+        def ask(i: int):
+            status, headers, text = s.request("POST", "/v1/translations",
+                                              json.dumps({"model": "mt", "input": src[i]}).encode("utf-8"),
+                                              {"Content-Type": "application/json", **key})
+            return i, status, headers, json.loads(text)
+
+        with ThreadPoolExecutor(48) as pool:
+            answers = list(pool.map(ask, range(len(src))))
+        statuses = {status for _, status, _, _ in answers}
+        assert statuses <= {200, 503} and 503 in statuses, statuses  # 64 clients, room for 2: refusals, no 500
+        for i, status, headers, body in answers:
+            if status == 200:
+                assert body["data"][0]["translation"] == expected[i]
+            else:
+                assert headers.get("Retry-After") == "1" and body["error"]["code"] == "queue_full"
+        assert s.request("GET", "/health")[0] == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_sigterm_finishes_the_requests_in_flight(lm_checkpoint, tmp_path):
+    s = Server(tmp_path, "--model", f"lm={lm_checkpoint}", "--max-batch-tokens", "1")
+    results = []
+
+    def ask(i: int):
+        try:
+            results.append(s.post("/v1/completions", {"model": "lm", "prompt": f"the light {i}", "max_tokens": 16,
+                                                      "seed": i})[0])
+        except (urllib.error.URLError, ConnectionError) as e:  # refused once the server stopped listening
+            results.append(type(e).__name__)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    assert s.stop(signal.SIGTERM) == 0
+    for t in threads:
+        t.join()
+    assert 500 not in results and len(results) == 16
+    assert "stopped" in s.proc.stderr.read()
+
+
+def test_bad_command_lines_are_refused(tmp_path, translation_checkpoint):
+    r = run_qkv("serve", "--model", translation_checkpoint, check=False)
+    assert r.returncode == 2 and "NAME=DIR" in r.stderr
+    r = run_qkv("serve", "--model", f"a={tmp_path}/missing", "--port", "0", check=False)
+    assert r.returncode == 1 and "qkv: error:" in r.stderr and "missing" in r.stderr

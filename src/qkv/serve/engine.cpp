@@ -1,0 +1,523 @@
+#include "qkv/serve/engine.h"
+
+#include <algorithm>
+#include <future>
+
+#include "qkv/api/encoder.h"
+#include "qkv/api/generator.h"
+#include "qkv/api/translator.h"
+#include "qkv/core/error.h"
+#include "qkv/data/encoder_text.h"
+#include "qkv/decoding/generate.h"
+#include "qkv/models/config.h"
+
+namespace qkv::serve {
+
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::EncoderDecoder: return models::kEncoderDecoder;
+    case Family::DecoderOnly: return models::kDecoderOnly;
+    default: return models::kEncoderOnly;
+  }
+}
+
+namespace {
+using Clock = std::chrono::steady_clock;
+
+// Thrown inside a streamed generation when its client went away: unwinds the search at once.
+struct ClientGone {};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+int64_t unix_time() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string completion_id() {
+  static std::atomic<uint64_t> next{1};
+  return "cmpl-" + std::to_string(unix_time()) + "-" + std::to_string(next++);
+}
+
+HttpError wrong_family(const std::string& model, Family f, const char* route) {
+  return HttpError(400, "invalid_request_error",
+                   "model '" + model + "' is " + (f == Family::DecoderOnly ? "a " : "an ") + family_name(f) +
+                       " model; " + route,
+                   "model", "wrong_model_family");
+}
+
+const char* route_for(Family f) {
+  switch (f) {
+    case Family::EncoderDecoder: return "it translates: POST /v1/translations";
+    case Family::DecoderOnly: return "it completes: POST /v1/completions";
+    default: return "it embeds and classifies: POST /v1/embeddings, /v1/classifications";
+  }
+}
+}  // namespace
+
+struct ModelSlot::Job {
+  enum class Kind { Complete, Stream, Embed, Translate, Classify } kind = Kind::Complete;
+  std::string batch_key;  // jobs with one key can share a batch; "" runs alone
+  std::vector<std::vector<int32_t>> inputs;
+  int64_t tokens = 0;
+  CompletionRequest completion;
+  TranslationRequest translation;
+  ClassificationRequest classification;
+  std::string model;
+  std::promise<std::string> answer;
+  std::atomic<bool> cancelled{false};
+  Clock::time_point arrived = Clock::now();
+  // A streamed completion's server-sent events, from the worker to the waiting HTTP thread.
+  std::mutex chunk_mutex;
+  std::condition_variable chunk_ready;
+  std::deque<std::string> chunks;
+  bool finished = false;
+};
+
+namespace {
+// Hands a streamed completion's next server-sent event to its waiting HTTP thread.
+template <class J>
+void push_chunk(J& job, std::string chunk, bool last) {
+  std::lock_guard<std::mutex> lock(job.chunk_mutex);
+  job.chunks.push_back(std::move(chunk));
+  if (last) job.finished = true;
+  job.chunk_ready.notify_all();
+}
+}  // namespace
+
+ModelSlot::ModelSlot(std::string name, const std::string& dir, const ServeOptions& options, Metrics& metrics)
+    : name_(std::move(name)), options_(options), metrics_(metrics) {
+  const models::TransformerConfig config = models::load_config(dir + "/config.json");
+  context_ = config.max_seq_length;
+  if (config.encoder_decoder()) {
+    family_ = Family::EncoderDecoder;
+    translator_ = std::make_unique<api::Translator>(dir, options.compute_type, options.device);
+    QKV_CHECK(translator_->has_tokenizers(), dir << ": no source.spm.model / target.spm.model: the server takes text");
+  } else if (config.decoder_only()) {
+    family_ = Family::DecoderOnly;
+    generator_ = std::make_unique<api::Generator>(dir, options.compute_type, options.device);
+    QKV_CHECK(generator_->tokenizer(), dir << ": no tokenizer (spm.model or tokenizer.json): the server takes text");
+  } else {
+    family_ = Family::EncoderOnly;
+    encoder_ = std::make_unique<api::Encoder>(dir, "serving", options.compute_type, options.device);
+    QKV_CHECK(encoder_->tokenizer(), dir << ": no tokenizer: the server takes text");
+    encoder_->set_too_long(data::TooLong::Error);
+  }
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+ModelSlot::~ModelSlot() { stop(std::chrono::milliseconds(0)); }
+
+bool ModelSlot::has_labels() const { return encoder_ && !encoder_->labels().empty(); }
+
+int64_t ModelSlot::queue_length() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+bool ModelSlot::stop(std::chrono::milliseconds drain) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!worker_.joinable()) return true;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  const auto deadline = Clock::now() + drain;
+  bool drained = true;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (queue_.empty()) break;
+      if (Clock::now() >= deadline) {
+        drained = false;
+        fail({queue_.begin(), queue_.end()}, HttpError(503, "server_error", "the server is shutting down", "", "shutting_down"));
+        queue_.clear();
+        break;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  worker_.join();
+  return drained;
+}
+
+// ---- the callers' side: tokenise, queue, wait -----------------------------------------------------
+
+std::vector<std::vector<int32_t>> ModelSlot::tokenize(const std::vector<std::string>& texts, const char* field,
+                                                      bool truncate) const {
+  std::vector<std::vector<int32_t>> out;
+  const int64_t limit = options_.max_input_tokens > 0 ? std::min(options_.max_input_tokens, context_) : context_;
+  // A prompt leaves room for at least one new token; a source or a sentence may fill the context.
+  const int64_t allowed = generator_ ? limit - 1 : limit;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::string where = std::string("'") + field + "' entry " + std::to_string(i);
+    std::vector<int32_t> ids;
+    try {
+      if (translator_) {
+        api::TranslationOptions o;
+        o.truncate = truncate;  // else too long is an error naming the entry
+        ids = translator_->encode_source(texts[i], o, where);
+      } else if (generator_) {
+        ids = generator_->encode_prompt(texts[i]);
+      } else {  // [CLS] ... [SEP]
+        ids = data::encoder_ids(*encoder_->tokenizer(), encoder_->model().config(), texts[i],
+                                encoder_->pooling().max_seq_length, truncate ? data::TooLong::Truncate : data::TooLong::Error,
+                                where);
+      }
+    } catch (const Error& e) {
+      throw HttpError(413, "invalid_request_error", e.what(), field, "input_too_long");
+    }
+    if (truncate && !generator_ && static_cast<int64_t>(ids.size()) > allowed) {
+      const int32_t last = ids.back();  // an encoder's [SEP] still ends the row
+      ids.resize(static_cast<size_t>(allowed));
+      if (encoder_) ids.back() = last;
+    }
+    if (static_cast<int64_t>(ids.size()) > allowed)
+      throw HttpError(413, "invalid_request_error",
+                      where + " is " + std::to_string(ids.size()) + " tokens; at most " + std::to_string(allowed) +
+                          (options_.max_input_tokens > 0 ? " (--max-input-tokens)" : " (the model's context)"),
+                      field, "input_too_long");
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+std::shared_ptr<ModelSlot::Job> ModelSlot::submit(std::shared_ptr<Job> job) {
+  job->model = name_;
+  for (const auto& in : job->inputs) job->tokens += static_cast<int64_t>(in.size());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) throw HttpError(503, "server_error", "the server is shutting down", "", "shutting_down");
+    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) {
+      HttpError e(503, "server_error",
+                  "model '" + name_ + "' has " + std::to_string(queue_.size()) +
+                      " requests waiting (--max-queue); retry later",
+                  "", "queue_full");
+      e.retry_after = 1;
+      throw e;
+    }
+    queue_.push_back(job);
+  }
+  wake_.notify_all();
+  return job;
+}
+
+std::string ModelSlot::wait(const std::shared_ptr<Job>& job) {
+  std::future<std::string> answer = job->answer.get_future();
+  if (answer.wait_for(options_.request_timeout) != std::future_status::ready) {
+    job->cancelled = true;
+    throw HttpError(504, "server_error",
+                    "no answer within the request timeout (" + std::to_string(options_.request_timeout.count()) +
+                        " ms, --request-timeout)",
+                    "", "timeout");
+  }
+  return answer.get();
+}
+
+std::string ModelSlot::complete(const CompletionRequest& r) {
+  if (family_ != Family::DecoderOnly) throw wrong_family(name_, family_, route_for(family_));
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::Complete;
+  job->completion = r;
+  job->inputs = tokenize(r.prompts, "prompt");
+  // Greedy completions of one length share batches; sampled ones run alone (their rows are keyed by
+  // their place in the request).
+  if (r.greedy()) job->batch_key = "complete/" + std::to_string(r.max_tokens);
+  return wait(submit(job));
+}
+
+std::function<void(const ModelSlot::Write&)> ModelSlot::start_streaming(const CompletionRequest& r) {
+  if (family_ != Family::DecoderOnly) throw wrong_family(name_, family_, route_for(family_));
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::Stream;
+  job->completion = r;
+  job->inputs = tokenize(r.prompts, "prompt");
+  submit(job);
+  const auto timeout = options_.request_timeout;
+  Metrics* metrics = &metrics_;
+  const std::string name = name_;
+  return [job, timeout, metrics, name](const Write& write) {
+    bool first = true;
+    for (;;) {
+      std::unique_lock<std::mutex> lock(job->chunk_mutex);
+      if (!job->chunk_ready.wait_for(lock, timeout, [&] { return !job->chunks.empty() || job->finished; })) {
+        job->cancelled = true;
+        lock.unlock();
+        const HttpError e(504, "server_error", "no progress within the request timeout (--request-timeout)", "",
+                          "timeout");
+        write("data: " + error_body(e) + "\n\n") && write("data: [DONE]\n\n");
+        return;
+      }
+      if (job->chunks.empty()) return;  // finished
+      std::string chunk = std::move(job->chunks.front());
+      job->chunks.pop_front();
+      lock.unlock();
+      if (first) {
+        metrics->time_to_first_token(name, seconds_since(job->arrived));
+        first = false;
+      }
+      if (!write(chunk)) {
+        job->cancelled = true;  // the worker stops at its next token
+        return;
+      }
+    }
+  };
+}
+
+std::string ModelSlot::embed(const EmbeddingRequest& r) {
+  if (family_ != Family::EncoderOnly) throw wrong_family(name_, family_, route_for(family_));
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::Embed;
+  job->inputs = tokenize(r.inputs, "input", r.truncate);
+  job->batch_key = "embed";
+  return wait(submit(job));
+}
+
+std::string ModelSlot::classify(const ClassificationRequest& r) {
+  if (family_ != Family::EncoderOnly) throw wrong_family(name_, family_, route_for(family_));
+  if (!has_labels())
+    throw HttpError(400, "invalid_request_error",
+                    "model '" + name_ + "' has no classification head (its config.json has no labels)", "model",
+                    "no_classifier");
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::Classify;
+  job->classification = r;
+  job->inputs = tokenize(r.inputs, "input", r.truncate);
+  job->batch_key = "classify";
+  return wait(submit(job));
+}
+
+std::string ModelSlot::translate(const TranslationRequest& r) {
+  if (family_ != Family::EncoderDecoder) throw wrong_family(name_, family_, route_for(family_));
+  if (r.beam_size > translator_->config().tgt_vocab_size)
+    throw bad_field("beam_size", "'beam_size' is " + std::to_string(r.beam_size) + "; at most the target vocabulary (" +
+                                     std::to_string(translator_->config().tgt_vocab_size) + ")");
+  auto job = std::make_shared<Job>();
+  job->kind = Job::Kind::Translate;
+  job->translation = r;
+  job->inputs = tokenize(r.inputs, "input", r.truncate);
+  job->batch_key = "translate/" + std::to_string(r.beam_size) + "/" + std::to_string(r.n_best) + "/" +
+                   std::to_string(r.length_penalty) + "/" + (r.max_length ? std::to_string(*r.max_length) : "-");
+  return wait(submit(job));
+}
+
+// ---- the worker's side: batch, run, answer --------------------------------------------------------
+
+void ModelSlot::worker_loop() {
+  for (;;) {
+    const std::vector<std::shared_ptr<Job>> batch = next_batch();
+    if (batch.empty()) return;
+    run(batch);
+  }
+}
+
+std::vector<std::shared_ptr<ModelSlot::Job>> ModelSlot::next_batch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+    if (queue_.empty()) return {};
+    std::shared_ptr<Job> first = queue_.front();
+    queue_.pop_front();
+    if (first->cancelled) continue;  // its caller answered 504 already
+    if (first->batch_key.empty()) return {first};
+    // Others of the same key that arrive within batch_wait join it, up to max_batch_tokens.
+    const auto room = [&] {
+      int64_t tokens = first->tokens;
+      for (const auto& j : queue_)
+        if (j->batch_key == first->batch_key) tokens += j->tokens;
+      return tokens >= options_.max_batch_tokens;
+    };
+    if (options_.max_batch_tokens > first->tokens)
+      wake_.wait_until(lock, Clock::now() + options_.batch_wait, [&] { return stopping_ || room(); });
+    std::vector<std::shared_ptr<Job>> batch = {first};
+    int64_t tokens = first->tokens;
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->batch_key == first->batch_key && !(*it)->cancelled &&
+          tokens + (*it)->tokens <= options_.max_batch_tokens) {
+        tokens += (*it)->tokens;
+        batch.push_back(*it);
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return batch;
+  }
+}
+
+namespace {
+// Which inputs of the concatenated batch belong to each job.
+template <class JobPtr>
+std::vector<std::vector<int32_t>> concatenated(const std::vector<JobPtr>& batch) {
+  std::vector<std::vector<int32_t>> all;
+  for (const auto& j : batch) all.insert(all.end(), j->inputs.begin(), j->inputs.end());
+  return all;
+}
+
+std::string finish_reason(bool stopped, size_t produced, int64_t allowed) {
+  return stopped || static_cast<int64_t>(produced) < allowed ? "stop" : "length";
+}
+}  // namespace
+
+// Every job of a failed batch gets the error: a streamed one as its last events.
+void ModelSlot::fail(const std::vector<std::shared_ptr<Job>>& batch, const HttpError& e) {
+  for (const auto& j : batch) {
+    if (j->kind == Job::Kind::Stream) {
+      push_chunk(*j, "data: " + error_body(e) + "\n\n", false);
+      push_chunk(*j, "data: [DONE]\n\n", true);
+    } else {
+      j->answer.set_exception(std::make_exception_ptr(e));
+    }
+  }
+}
+
+void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
+  int64_t inputs = 0, tokens_in = 0, tokens_out = 0;
+  for (const auto& j : batch) {
+    inputs += static_cast<int64_t>(j->inputs.size());
+    tokens_in += j->tokens;
+  }
+  try {
+    const Job::Kind kind = batch[0]->kind;
+    const std::vector<std::vector<int32_t>> all = concatenated(batch);
+    if (kind == Job::Kind::Embed || kind == Job::Kind::Classify) {
+      const Tensor out = kind == Job::Kind::Embed ? encoder_->embed_ids(all, options_.batch_size)
+                                                  : encoder_->classify_ids(all, options_.batch_size);
+      const int64_t width = out.size(1);
+      const std::vector<float> values = out.to_vector();
+      size_t row = 0;
+      for (const auto& j : batch) {
+        if (kind == Job::Kind::Embed) {
+          std::vector<std::vector<float>> e;
+          for (size_t i = 0; i < j->inputs.size(); ++i, ++row)
+            e.emplace_back(values.begin() + static_cast<int64_t>(row) * width,
+                           values.begin() + static_cast<int64_t>(row + 1) * width);
+          j->answer.set_value(embedding_body(j->model, e, j->tokens));
+        } else {
+          std::vector<std::vector<LabelProbability>> top;
+          for (size_t i = 0; i < j->inputs.size(); ++i, ++row) {
+            std::vector<LabelProbability> ps;
+            for (int64_t c = 0; c < width; ++c)
+              ps.push_back({encoder_->labels()[static_cast<size_t>(c)], values[row * width + c]});
+            std::stable_sort(ps.begin(), ps.end(), [](const auto& a, const auto& b) { return a.probability > b.probability; });
+            ps.resize(std::min<size_t>(ps.size(), static_cast<size_t>(j->classification.top_k)));
+            top.push_back(std::move(ps));
+          }
+          j->answer.set_value(classification_body(j->model, top, j->tokens));
+        }
+      }
+    } else if (kind == Job::Kind::Translate) {
+      const TranslationRequest& r = batch[0]->translation;
+      api::TranslationOptions o;
+      o.batch_size = options_.batch_size;
+      o.search.beam_size = r.beam_size;
+      o.search.n_best = r.n_best;
+      o.search.length_penalty = static_cast<float>(r.length_penalty);
+      if (r.max_length) {
+        o.search.max_length_ratio = 0;
+        o.search.max_length_offset = std::min<int64_t>(*r.max_length, context_ - 1);
+      }
+      const auto results = translator_->translate_ids(all, o);
+      size_t row = 0;
+      for (const auto& j : batch) {
+        std::vector<std::vector<TranslationHypothesis>> hs;
+        int64_t out_tokens = 0;
+        for (size_t i = 0; i < j->inputs.size(); ++i, ++row) {
+          std::vector<TranslationHypothesis> h;
+          for (const api::Translation& t : results[row]) {
+            h.push_back({t.text.empty() && !t.tokens.empty() ? translator_->decode_target(t.tokens) : t.text, t.score,
+                         t.log_prob});
+            out_tokens += static_cast<int64_t>(t.tokens.size());
+          }
+          hs.push_back(std::move(h));
+        }
+        tokens_out += out_tokens;
+        j->answer.set_value(translation_body(j->model, hs, r.n_best > 1, {j->tokens, out_tokens}));
+      }
+    } else if (kind == Job::Kind::Complete) {
+      const CompletionRequest& r = batch[0]->completion;
+      api::GenerationOptions o;
+      o.batch_size = options_.batch_size;
+      o.decode.max_new_tokens = r.max_tokens;
+      o.decode.sample = !r.greedy();
+      o.decode.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
+      o.decode.seed = r.seed;
+      std::vector<std::vector<int32_t>> prompts;  // each prompt n times (choice c of prompt p: row p n + c)
+      for (const auto& j : batch)
+        for (const auto& p : j->inputs) prompts.insert(prompts.end(), static_cast<size_t>(j->completion.n), p);
+      const auto outs = generator_->generate_ids(prompts, o, {}, 0);
+      size_t row = 0;
+      for (const auto& j : batch) {
+        std::vector<CompletionChoice> choices;
+        int64_t out_tokens = 0;
+        for (const auto& p : j->inputs)
+          for (int64_t c = 0; c < j->completion.n; ++c, ++row) {
+            std::string text = generator_->decode(outs[row]);
+            const size_t cut = stop_position(text, j->completion.stop);
+            if (cut != std::string::npos) text.resize(cut);
+            const int64_t allowed = decoding::fit_prompt(p, context_, o.decode).new_tokens;
+            choices.push_back({text, finish_reason(cut != std::string::npos, outs[row].size(), allowed)});
+            out_tokens += static_cast<int64_t>(outs[row].size());
+          }
+        tokens_out += out_tokens;
+        j->answer.set_value(completion_body(completion_id(), unix_time(), j->model, choices, {j->tokens, out_tokens}));
+      }
+    } else {  // a streamed completion, alone
+      Job& j = *batch[0];
+      const CompletionRequest& r = j.completion;
+      api::GenerationOptions o;
+      o.decode.max_new_tokens = r.max_tokens;
+      o.decode.sample = !r.greedy();
+      o.decode.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
+      o.decode.seed = r.seed;
+      const std::string id = completion_id();
+      const int64_t created = unix_time();
+      const auto push = [&](std::string chunk, bool last) { push_chunk(j, std::move(chunk), last); };
+      // Text is sent as it is made, except the last bytes that could begin a stop string.
+      size_t hold = 0;
+      for (const std::string& s : r.stop) hold = std::max(hold, s.size() - 1);
+      api::TextStream stream(*generator_->tokenizer());
+      std::string text, sent;
+      bool stopped = false;
+      const auto emit = [&](bool final) {
+        const size_t cut = stop_position(text, r.stop);
+        if (cut != std::string::npos) {
+          text.resize(cut);
+          stopped = true;
+        }
+        const size_t ready = stopped || final ? text.size() : (text.size() > hold ? text.size() - hold : 0);
+        if (ready > sent.size()) {
+          push(completion_chunk(id, created, j.model, 0, text.substr(sent.size(), ready - sent.size()), ""), false);
+          sent = text.substr(0, ready);
+        }
+      };
+      std::vector<int32_t> out;
+      try {
+        out = generator_->generate_streaming(j.inputs[0], o, [&](int32_t token) {
+          if (j.cancelled) throw ClientGone{};
+          text += stream.push(token);
+          emit(false);
+          if (stopped) throw ClientGone{};  // a stop string ends the generation here
+        });
+      } catch (const ClientGone&) {
+      }
+      if (!j.cancelled) {
+        if (!stopped) text += stream.finish();
+        emit(true);
+        const int64_t allowed = decoding::fit_prompt(j.inputs[0], context_, o.decode).new_tokens;
+        push(completion_chunk(id, created, j.model, 0, "", finish_reason(stopped, out.size(), allowed)), false);
+      }
+      tokens_out += static_cast<int64_t>(out.size());
+      push("data: [DONE]\n\n", true);
+    }
+  } catch (const HttpError& e) {
+    fail(batch, e);
+  } catch (const Error& e) {
+    fail(batch, HttpError(400, "invalid_request_error", e.what()));
+  } catch (const std::exception& e) {
+    fail(batch, HttpError(500, "server_error", e.what()));
+  }
+  metrics_.batch(name_, static_cast<int64_t>(batch.size()), inputs);
+  metrics_.tokens(name_, tokens_in, tokens_out);
+}
+
+}  // namespace qkv::serve

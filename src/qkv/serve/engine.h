@@ -1,0 +1,111 @@
+// The engine of `qkv serve`: each loaded checkpoint is a ModelSlot with its own queue and one
+// worker thread that runs the library's API (api::Translator, api::Generator, api::Encoder). The
+// callers (HTTP threads) parse and tokenise, queue a job and wait for its answer; the worker takes
+// the jobs that arrived together and can share a batch (the same route and options), up to
+// max_batch_tokens tokens after waiting at most batch_wait for more, and runs them as one call.
+//
+// An answer never depends on what else was in its batch: translations, embeddings and
+// classifications of a sentence are the same in any batch (the CLI's batching gives the same bits),
+// greedy completions likewise, and a sampled completion runs as a batch of its own whose rows draw
+// from the request's seed (row i of a request keyed by i), so the same request gives the same text
+// under any load. No printing, no signals: the CLI owns those.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qkv/core/device.h"
+#include "qkv/nn/compute_type.h"
+#include "qkv/serve/metrics.h"
+#include "qkv/serve/protocol.h"
+
+namespace qkv::api {
+class Translator;
+class Generator;
+class Encoder;
+}  // namespace qkv::api
+
+namespace qkv::serve {
+
+struct ServeOptions {
+  int64_t max_queue = 64;                              // jobs waiting per model; past it 503 + Retry-After
+  int64_t max_batch_tokens = 4096;                     // input tokens of one batch (1: no batching across requests)
+  std::chrono::microseconds batch_wait{5000};          // how long a batch waits for more jobs
+  int64_t max_input_tokens = 0;                        // tokens of one input at most (413); 0: the model's context
+  std::chrono::milliseconds request_timeout{120000};   // a job not answered by then: 504
+  int64_t batch_size = 32;                             // sentences decoded together inside a call
+  nn::ComputeType compute_type = nn::ComputeType::Float32;
+  Device device = Device::cpu();
+  RequestLimits limits;
+};
+
+enum class Family { EncoderDecoder, DecoderOnly, EncoderOnly };
+const char* family_name(Family f);
+
+class ModelSlot {
+ public:
+  // Loads DIR (any family, with its tokenizer: the server takes text) and starts its worker.
+  ModelSlot(std::string name, const std::string& dir, const ServeOptions& options, Metrics& metrics);
+  ~ModelSlot();
+  ModelSlot(const ModelSlot&) = delete;
+  ModelSlot& operator=(const ModelSlot&) = delete;
+
+  const std::string& name() const { return name_; }
+  Family family() const { return family_; }
+  bool has_labels() const;
+  int64_t queue_length() const;
+
+  // Each blocks its caller until the answer (a JSON body) or an HttpError: 400 for an input the
+  // model cannot take (naming it), 413 past max_input_tokens, 503 when the queue is full, 504 past
+  // the request timeout.
+  std::string complete(const CompletionRequest& r);
+  // A streamed completion: queued now (or refused with an HttpError, while a status can still be
+  // sent); the returned stream(write) then hands write() each server-sent event in order
+  // ("data: ...\n\n", the last "data: [DONE]\n\n"). A false return from write (the client went
+  // away) stops the generation at its next token.
+  using Write = std::function<bool(const std::string&)>;
+  std::function<void(const Write&)> start_streaming(const CompletionRequest& r);
+  std::string embed(const EmbeddingRequest& r);
+  std::string translate(const TranslationRequest& r);
+  std::string classify(const ClassificationRequest& r);
+
+  // Refuses new jobs (503) and lets the worker finish the queue; returns when it has, or after
+  // `drain` (then false: jobs still queued get 503).
+  bool stop(std::chrono::milliseconds drain);
+
+ private:
+  struct Job;
+  std::shared_ptr<Job> submit(std::shared_ptr<Job> job);
+  std::string wait(const std::shared_ptr<Job>& job);
+  void worker_loop();
+  std::vector<std::shared_ptr<Job>> next_batch();
+  void run(const std::vector<std::shared_ptr<Job>>& batch);
+  void fail(const std::vector<std::shared_ptr<Job>>& batch, const HttpError& e);
+  // Ids of each text; past the context (or --max-input-tokens): cut when `truncate`, else a 413.
+  std::vector<std::vector<int32_t>> tokenize(const std::vector<std::string>& texts, const char* field,
+                                             bool truncate = false) const;
+
+  std::string name_;
+  Family family_;
+  ServeOptions options_;
+  Metrics& metrics_;
+  std::unique_ptr<api::Translator> translator_;
+  std::unique_ptr<api::Generator> generator_;
+  std::unique_ptr<api::Encoder> encoder_;
+  int64_t context_ = 0;  // max_seq_length
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+}  // namespace qkv::serve

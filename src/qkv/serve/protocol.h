@@ -1,0 +1,126 @@
+// The HTTP API of `qkv serve`, without the HTTP: request bodies (JSON) parsed into typed requests
+// with every field checked, and answers and errors built as JSON in the shapes of OpenAI's API
+// (completions, embeddings) and of qkv's own routes (translations, classifications). The server
+// (cli/cmd_serve.cpp) moves bytes; this file decides what they mean, so it is tested and fuzzed
+// without sockets (tests/serve/, fuzz/).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace qkv::serve {
+
+// An answer that is an error: the HTTP status and OpenAI's error object
+// {"error": {"message", "type", "param", "code"}}.
+class HttpError : public std::runtime_error {
+ public:
+  HttpError(int status, std::string type, const std::string& message, std::string param = "", std::string code = "")
+      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type;   // invalid_request_error, authentication_error, not_found_error, ...
+  std::string param;  // the field at fault, or ""
+  std::string code;   // a short machine-readable reason, or ""
+  // Seconds a client should wait before retrying (429 / 503), 0 when none.
+  int retry_after = 0;
+};
+
+// 400 naming the field.
+HttpError bad_field(const std::string& field, const std::string& message);
+// The error body of an HttpError.
+std::string error_body(const HttpError& e);
+
+// POST /v1/completions (decoder-only models).
+struct CompletionRequest {
+  std::string model;
+  std::vector<std::string> prompts;  // "prompt": a string or a list of strings
+  int64_t max_tokens = 16;
+  double temperature = 1.0;          // 0: greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;                 // 0: off
+  uint64_t seed = 0;                 // the random stream's key (sampling); the same seed, the same text
+  std::vector<std::string> stop;     // the text ends before the first of these
+  int64_t n = 1;                     // completions per prompt
+  bool stream = false;
+  bool greedy() const { return temperature == 0.0; }
+};
+
+// POST /v1/embeddings (encoder-only models).
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<std::string> inputs;  // "input": a string or a list of strings
+  bool truncate = false;            // an input past the context: cut (as `qkv embed` does), else 413
+};
+
+// POST /v1/translations (encoder-decoder models).
+struct TranslationRequest {
+  std::string model;
+  std::vector<std::string> inputs;
+  int beam_size = 4;
+  int n_best = 1;
+  double length_penalty = 1.0;
+  std::optional<int64_t> max_length;  // target tokens at most; absent: the model's rule
+  bool truncate = false;              // a source past the context: cut (as `qkv translate` does), else 413
+};
+
+// POST /v1/classifications (encoder-only models with a classification head).
+struct ClassificationRequest {
+  std::string model;
+  std::vector<std::string> inputs;
+  int64_t top_k = 1;  // labels returned per input, most probable first
+  bool truncate = false;
+};
+
+// Limits the parsers enforce (413 past them).
+struct RequestLimits {
+  int64_t max_inputs = 256;         // prompts or inputs in one request
+  int64_t max_input_bytes = 65536;  // bytes of one prompt or input
+};
+
+// Each throws HttpError (400, or 413 past a limit) naming the field; unknown fields are ignored, as
+// OpenAI's API does, except features it has and qkv does not (echo, logprobs, best_of, suffix,
+// penalties), which are refused by name rather than silently dropped.
+CompletionRequest parse_completion(const std::string& body, const RequestLimits& limits = {});
+EmbeddingRequest parse_embedding(const std::string& body, const RequestLimits& limits = {});
+TranslationRequest parse_translation(const std::string& body, const RequestLimits& limits = {});
+ClassificationRequest parse_classification(const std::string& body, const RequestLimits& limits = {});
+
+// Answers.
+struct CompletionChoice {
+  std::string text;
+  std::string finish_reason;  // "stop" (EOS or a stop string) or "length"
+};
+struct Usage {
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+std::string completion_body(const std::string& id, int64_t created, const std::string& model,
+                            const std::vector<CompletionChoice>& choices, const Usage& usage);
+// One server-sent event of a streamed completion: choice `index` gains `text` (finish_reason set on
+// the last one). "data: {...}\n\n".
+std::string completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
+                             const std::string& text, const std::string& finish_reason);
+
+std::string embedding_body(const std::string& model, const std::vector<std::vector<float>>& embeddings,
+                           int64_t prompt_tokens);
+
+struct TranslationHypothesis {
+  std::string text;
+  double score = 0, log_prob = 0;
+};
+std::string translation_body(const std::string& model,
+                             const std::vector<std::vector<TranslationHypothesis>>& hypotheses, bool with_n_best,
+                             const Usage& usage);
+
+struct LabelProbability {
+  std::string label;
+  double probability = 0;
+};
+std::string classification_body(const std::string& model, const std::vector<std::vector<LabelProbability>>& top,
+                                int64_t prompt_tokens);
+
+// Where `stop` cuts `text`: the position of the earliest stop string, or npos.
+size_t stop_position(const std::string& text, const std::vector<std::string>& stop);
+
+}  // namespace qkv::serve
