@@ -200,6 +200,23 @@ def manifest_seeds():
     put("manifest", "bad_json", b'{"format": "qkv-checkpoint", "files": {')
 
 
+def serve_request_seeds():
+    """One route byte (0 completions, 1 embeddings, 2 translations, 3 classifications), then the body."""
+    put("serve_request", "completion", b"\x00" + json.dumps(
+        {"model": "lm", "prompt": ["the light", "x"], "max_tokens": 12, "temperature": 0.7, "top_p": 0.9,
+         "top_k": 5, "seed": 3, "stop": ["\n", "."], "n": 2}).encode())
+    put("serve_request", "completion_stream",
+        b"\x00" + b'{"model":"lm","prompt":"a","stream":true,"echo":false,"logprobs":null}')
+    put("serve_request", "completion_bad", b"\x00" + b'{"model":"lm","prompt":[1,2],"max_tokens":-1}')
+    put("serve_request", "embedding",
+        b"\x01" + b'{"model":"enc","input":["a","b"],"encoding_format":"float","truncate":true}')
+    put("serve_request", "translation", b"\x02" + json.dumps(
+        {"model": "mt", "input": "hola", "beam_size": 4, "n_best": 2, "length_penalty": 0.6,
+         "max_length": 20}).encode())
+    put("serve_request", "classification", b"\x03" + b'{"model":"enc","input":["x"],"top_k":3}')
+    put("serve_request", "not_json", b"\x02" + b'{"model":')
+
+
 def main():
     safetensors_seeds()
     config_seeds()
@@ -210,6 +227,7 @@ def main():
     npy_seeds()
     train_state_seeds()
     manifest_seeds()
+    serve_request_seeds()
     os.makedirs(os.path.join(ROOT, "sentencepiece_load"), exist_ok=True)
     put("sentencepiece_load", "bad_not_a_model", b"\x0a\x05hello\x12\x03abc")
     put("sentencepiece_load", "bad_empty_proto", b"")

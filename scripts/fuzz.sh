@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 build=${2:-build-fuzz}
 targets=(safetensors config_json id_lines parallel_text utf8 bleu_tokenizers sentencepiece_load tokenizer_json
-         npy train_state manifest)
+         npy train_state manifest serve_request)
 
 for var in QKV_FUZZ_RUNS "${targets[@]/#/QKV_FUZZ_RUNS_}"; do
   [[ -z ${!var:-} || ${!var} =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: $var=${!var} is not a positive integer" >&2; exit 2; }

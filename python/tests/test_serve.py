@@ -266,3 +266,26 @@ def test_bad_command_lines_are_refused(tmp_path, translation_checkpoint):
     assert r.returncode == 2 and "NAME=DIR" in r.stderr
     r = run_qkv("serve", "--model", f"a={tmp_path}/missing", "--port", "0", check=False)
     assert r.returncode == 1 and "qkv: error:" in r.stderr and "missing" in r.stderr
+
+
+def test_classifications_equal_qkv_classify(data_dir, tmp_path):
+    texts = sentences(40, 11)
+    labelled = write_lines(tmp_path / "labelled.tsv", [("long" if len(t) > 40 else "short") + "\t" + t for t in texts])
+    out = tmp_path / "clf"
+    run_qkv("train", "--arch", "encoder-only", "--objective", "classify", "--labelled", str(labelled), "--out", str(out),
+            "--spm-vocab", "300", "--block-size", "48", "--batch", "8", "--steps", "5", "--log-every", "5",
+            "--valid-every", "0", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--threads", "1")
+    inp = write_lines(tmp_path / "in.txt", texts[:9])
+    cli = run_qkv("classify", "--checkpoint", str(out / "last"), "--input", str(inp), "--top", "2",
+                  "--threads", "1").stdout.split("\n")[:9]
+    s = Server(tmp_path, "--model", f"clf={out / 'last'}")
+    try:
+        status, r = s.post("/v1/classifications", {"model": "clf", "input": texts[:9], "top_k": 2, "truncate": True})
+        assert status == 200
+        for line, d in zip(cli, r["data"]):
+            fields = line.split("\t")
+            assert [l["label"] for l in d["labels"]] == fields[0::2] and d["label"] == fields[0]
+            np.testing.assert_allclose([l["probability"] for l in d["labels"]], [float(p) for p in fields[1::2]],
+                                       rtol=0, atol=5.01e-5)  # the CLI prints 4 decimals
+    finally:
+        assert s.stop() == 0

@@ -1,0 +1,155 @@
+// The request bodies of `qkv serve` (serve/protocol.h): every field read with its default, every bad
+// value refused with the status and the field named, and the answers in OpenAI's shapes.
+#include "qkv/serve/protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace qkv::serve {
+namespace {
+
+using nlohmann::json;
+
+TEST(ServeProtocol, ACompletionReadsEveryFieldAndItsDefaults) {
+  const CompletionRequest d = parse_completion(R"({"model": "lm", "prompt": "the light"})");
+  EXPECT_EQ(d.model, "lm");
+  EXPECT_EQ(d.prompts, std::vector<std::string>{"the light"});
+  EXPECT_EQ(d.max_tokens, 16);
+  EXPECT_EQ(d.temperature, 1.0);
+  EXPECT_EQ(d.n, 1);
+  EXPECT_FALSE(d.stream);
+  EXPECT_FALSE(d.greedy());
+  const CompletionRequest r = parse_completion(
+      R"({"model": "lm", "prompt": ["a", "b"], "max_tokens": 8.0, "temperature": 0, "top_p": 0.5, "top_k": 7,
+          "seed": 42, "stop": ["x", "yz"], "n": 3, "user": "ignored", "echo": false, "logprobs": null})");
+  EXPECT_EQ(r.prompts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(r.max_tokens, 8);
+  EXPECT_TRUE(r.greedy());
+  EXPECT_EQ(r.top_p, 0.5);
+  EXPECT_EQ(r.top_k, 7);
+  EXPECT_EQ(r.seed, 42u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_EQ(r.n, 3);
+}
+
+// Each bad body: its status and the field the error names.
+TEST(ServeProtocol, BadFieldsAreRefusedByName) {
+  struct Case {
+    const char* body;
+    int status;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"prompt": "x"})", 400, "model"},
+      {R"({"model": 3, "prompt": "x"})", 400, "model"},
+      {R"({"model": "lm"})", 400, "prompt"},
+      {R"({"model": "lm", "prompt": []})", 400, "prompt"},
+      {R"({"model": "lm", "prompt": [1, 2]})", 400, "prompt"},
+      {R"({"model": "lm", "prompt": "x", "max_tokens": -1})", 400, "max_tokens"},
+      {R"({"model": "lm", "prompt": "x", "max_tokens": 2.5})", 400, "max_tokens"},
+      {R"({"model": "lm", "prompt": "x", "max_tokens": "8"})", 400, "max_tokens"},
+      {R"({"model": "lm", "prompt": "x", "temperature": -0.1})", 400, "temperature"},
+      {R"({"model": "lm", "prompt": "x", "top_p": 0})", 400, "top_p"},
+      {R"({"model": "lm", "prompt": "x", "n": 0})", 400, "n"},
+      {R"({"model": "lm", "prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", 400, "stop"},
+      {R"({"model": "lm", "prompt": "x", "stop": ""})", 400, "stop"},
+      {R"({"model": "lm", "prompt": "x", "stream": "yes"})", 400, "stream"},
+      {R"({"model": "lm", "prompt": ["x", "y"], "stream": true})", 400, "stream"},
+      {R"({"model": "lm", "prompt": "x", "echo": true})", 400, "echo"},
+      {R"({"model": "lm", "prompt": "x", "logprobs": 5})", 400, "logprobs"},
+      {R"({"model": "lm", "prompt": "x", "best_of": 3})", 400, "best_of"},
+      {R"({"model": "lm", "prompt": "x", "presence_penalty": 0.5})", 400, "presence_penalty"},
+      {R"({"model": "lm", "n": 16, "prompt": ["a","b","c","d","e","f","g","h","i","j","k","l","m","n","o","p","q"]})",
+       413, "n"},  // 17 x 16 completions, past the 256 of one request
+  };
+  for (const Case& c : cases) {
+    try {
+      (void)parse_completion(c.body);
+      ADD_FAILURE() << "accepted: " << c.body;
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status, c.status) << c.body;
+      EXPECT_EQ(e.param, c.param) << c.body << ": " << e.what();
+      EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    }
+  }
+}
+
+TEST(ServeProtocol, MalformedBodiesAndLimits) {
+  for (const char* body : {"", "{", "[1, 2]", "\"text\"", "{\"model\": \"x\",}"}) {
+    try {
+      (void)parse_embedding(body);
+      ADD_FAILURE() << "accepted: " << body;
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.code, "invalid_json") << body;
+    }
+  }
+  RequestLimits limits;
+  limits.max_inputs = 2;
+  limits.max_input_bytes = 5;
+  EXPECT_NO_THROW((void)parse_embedding(R"({"model": "e", "input": ["12345", "1"]})", limits));
+  try {
+    (void)parse_embedding(R"({"model": "e", "input": ["a", "b", "c"]})", limits);
+    ADD_FAILURE();
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status, 413);
+    EXPECT_EQ(e.code, "too_many_inputs");
+  }
+  try {
+    (void)parse_translation(R"({"model": "m", "input": "123456"})", limits);
+    ADD_FAILURE();
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status, 413);
+    EXPECT_EQ(e.param, "input");
+  }
+}
+
+TEST(ServeProtocol, TranslationsAndClassifications) {
+  const TranslationRequest t = parse_translation(
+      R"({"model": "mt", "input": ["hola"], "beam_size": 5, "n_best": 2, "length_penalty": 0.6, "max_length": 20,
+          "truncate": true})");
+  EXPECT_EQ(t.beam_size, 5);
+  EXPECT_EQ(t.n_best, 2);
+  EXPECT_EQ(t.length_penalty, 0.6);
+  EXPECT_EQ(t.max_length, 20);
+  EXPECT_TRUE(t.truncate);
+  EXPECT_FALSE(parse_translation(R"({"model": "mt", "input": "x"})").max_length.has_value());
+  EXPECT_THROW((void)parse_translation(R"({"model": "mt", "input": "x", "beam_size": 2, "n_best": 3})"), HttpError);
+  EXPECT_THROW((void)parse_translation(R"({"model": "mt", "input": "x", "beam_size": 0})"), HttpError);
+  EXPECT_EQ(parse_classification(R"({"model": "c", "input": "x", "top_k": 3})").top_k, 3);
+  EXPECT_THROW((void)parse_classification(R"({"model": "c", "input": "x", "top_k": 0})"), HttpError);
+  EXPECT_THROW((void)parse_embedding(R"({"model": "e", "input": "x", "encoding_format": "base64"})"), HttpError);
+}
+
+TEST(ServeProtocol, AnswersAndErrorsHaveOpenAisShapes) {
+  const json err = json::parse(error_body(bad_field("top_p", "'top_p' is 0")));
+  EXPECT_EQ(err["error"]["message"], "'top_p' is 0");
+  EXPECT_EQ(err["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(err["error"]["param"], "top_p");
+  EXPECT_TRUE(json::parse(error_body(HttpError(500, "server_error", "x")))["error"]["param"].is_null());
+  const json c = json::parse(completion_body("cmpl-1", 7, "lm", {{"abc", "stop"}, {"d", "length"}}, {3, 4}));
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][1]["index"], 1);
+  EXPECT_EQ(c["choices"][1]["finish_reason"], "length");
+  EXPECT_EQ(c["usage"]["total_tokens"], 7);
+  const std::string chunk = completion_chunk("cmpl-1", 7, "lm", 0, "piece", "");
+  ASSERT_EQ(chunk.rfind("data: ", 0), 0u);
+  ASSERT_EQ(chunk.substr(chunk.size() - 2), "\n\n");
+  const json cj = json::parse(chunk.substr(6));
+  EXPECT_EQ(cj["choices"][0]["text"], "piece");
+  EXPECT_TRUE(cj["choices"][0]["finish_reason"].is_null());
+  const json e = json::parse(embedding_body("enc", {{1.f, 2.f}, {3.f, 4.f}}, 5));
+  EXPECT_EQ(e["data"][1]["embedding"][0], 3.0);
+  EXPECT_EQ(e["usage"]["prompt_tokens"], 5);
+  const json t = json::parse(translation_body("mt", {{{"hello", -0.5, -1.0}}, {}}, true, {4, 2}));
+  EXPECT_EQ(t["data"][0]["translation"], "hello");
+  EXPECT_EQ(t["data"][0]["n_best"][0]["log_prob"], -1.0);
+  EXPECT_EQ(t["data"][1]["translation"], "");
+  EXPECT_EQ(stop_position("one two three", {"three", "two"}), 4u);
+  EXPECT_EQ(stop_position("one", {"x"}), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qkv::serve
