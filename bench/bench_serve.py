@@ -37,7 +37,8 @@ def sentences(n: int, seed: int) -> list[str]:
 def train_model(qkv: str, route: str, work: str, threads: int) -> str:
     text = sentences(2000, 1)
     size = ["--d-model", "256", "--heads", "4", "--layers", "3", "--d-ff", "1024", "--threads", str(threads)]
-    common = ["--spm-vocab", "360", "--steps", "150", "--log-every", "150", "--lr", "2e-3", "--valid-every", "0", "--warmup", "5"]
+    # (a SentencePiece vocabulary as large as the generated text allows)
+    common = ["--spm-vocab", "360" if route == "translations" else "300", "--steps", "150", "--log-every", "150", "--lr", "2e-3", "--valid-every", "0", "--warmup", "5"]
     if route == "translations":
         with open(os.path.join(work, "src.txt"), "w") as f:
             f.write("\n".join(s.upper() for s in text) + "\n")

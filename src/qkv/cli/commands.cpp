@@ -104,8 +104,18 @@ void register_commands(CLI::App& app) {
   add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
   add("plot", "Draw a training run's loss and dev score against step and time (PNG; needs python3-matplotlib)",
       add_plot_command);
+#ifdef QKV_SERVE
   add("serve", "Serve models over HTTP (OpenAI-style completions and embeddings, translations, classifications)",
       add_serve_command);
+#else
+  add("serve", "Serve models over HTTP (not in this build: it needs cpp-httplib)", [](CLI::App& sub) -> Runner {
+    sub.allow_extras();
+    return [] {
+      throw Error("qkv serve: this qkv was built without cpp-httplib; apt-get install libcpp-httplib-dev and rebuild");
+      return 1;
+    };
+  });
+#endif
   guard_numeric_options(app);
 }
 
