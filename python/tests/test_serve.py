@@ -149,8 +149,9 @@ def expect_error(result, status: int, param: str | None = None, code: str | None
 
 
 def test_every_error_has_its_status_and_names_the_field(server):
-    status, _, text = server.request("POST", "/v1/completions", b"{not json", {"Content-Type": "application/json"})
-    assert status == 400 and json.loads(text)["error"]["code"] == "invalid_json"
+    for body in (b"{not json", b'{"model": "lm", "prompt": "\x80\xc3"}'):  # (and bytes that are not UTF-8)
+        status, _, text = server.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+        assert status == 400 and json.loads(text)["error"]["code"] == "invalid_json"
     expect_error(server.post("/v1/completions", {"prompt": "x"}), 400, "model")
     expect_error(server.post("/v1/completions", {"model": "lm"}), 400, "prompt")
     expect_error(server.post("/v1/completions", {"model": "lm", "prompt": [1, 2]}), 400, "prompt")

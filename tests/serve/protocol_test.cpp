@@ -106,6 +106,22 @@ TEST(ServeProtocol, MalformedBodiesAndLimits) {
   }
 }
 
+// Bytes that are not UTF-8 (found by fuzz_serve_request): the parse error quotes them, and the error
+// body must still be JSON; generated text cut inside a character likewise.
+TEST(ServeProtocol, InvalidUtf8IsRefusedAndNeverBreaksAnAnswer) {
+  const std::string body = std::string("{\"model\": \"lm\", \"prompt\": \"\x80\xc3\"}");
+  try {
+    (void)parse_completion(body);
+    ADD_FAILURE() << "accepted invalid UTF-8";
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status, 400);
+    const json err = json::parse(error_body(e));  // throws (failing the test) if it is not JSON
+    EXPECT_TRUE(err["error"]["message"].is_string());
+  }
+  const json c = json::parse(completion_body("cmpl-1", 0, "lm", {{std::string("ab\xe2\x82"), "length"}}, {1, 2}));
+  EXPECT_EQ(c["choices"][0]["text"], "ab\xef\xbf\xbd");  // U+FFFD
+}
+
 TEST(ServeProtocol, TranslationsAndClassifications) {
   const TranslationRequest t = parse_translation(
       R"({"model": "mt", "input": ["hola"], "beam_size": 5, "n_best": 2, "length_penalty": 0.6, "max_length": 20,

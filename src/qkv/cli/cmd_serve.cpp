@@ -141,7 +141,7 @@ void add_routes(httplib::Server& svr, ServerState& st) {
             for (const std::string& n : st.order)
               data.push_back({{"id", n}, {"object", "model"}, {"created", st.created}, {"owned_by", "qkv"},
                               {"family", serve::family_name(st.models.at(n)->family())}});
-            res.set_content(nlohmann::json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+            res.set_content(nlohmann::json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
           }));
   svr.Post("/v1/completions", route(st, "/v1/completions", [&st](const httplib::Request& req, httplib::Response& res) {
              const serve::CompletionRequest r = serve::parse_completion(req.body, st.limits);

@@ -10,6 +10,9 @@ namespace qkv::serve {
 
 using json = nlohmann::json;
 
+// Every answer is written with invalid UTF-8 replaced by U+FFFD (json::error_handler_t::replace):
+// a parse error quotes the client's bytes, and text cut by max_tokens can end inside a character.
+
 HttpError bad_field(const std::string& field, const std::string& message) {
   return HttpError(400, "invalid_request_error", message, field, "invalid_value");
 }
@@ -18,7 +21,7 @@ std::string error_body(const HttpError& e) {
   json err = {{"message", e.what()}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
   if (!e.param.empty()) err["param"] = e.param;
   if (!e.code.empty()) err["code"] = e.code;
-  return json{{"error", err}}.dump();
+  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 namespace {
@@ -234,7 +237,7 @@ std::string completion_body(const std::string& id, int64_t created, const std::s
                   {"finish_reason", choices[i].finish_reason}});
   return json{{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model}, {"choices", cs},
               {"usage", usage_json(usage)}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
@@ -243,7 +246,7 @@ std::string completion_chunk(const std::string& id, int64_t created, const std::
   if (!finish_reason.empty()) choice["finish_reason"] = finish_reason;
   const json chunk = {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
                       {"choices", json::array({choice})}};
-  return "data: " + chunk.dump() + "\n\n";
+  return "data: " + chunk.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
 std::string embedding_body(const std::string& model, const std::vector<std::vector<float>>& embeddings,
@@ -253,7 +256,7 @@ std::string embedding_body(const std::string& model, const std::vector<std::vect
     data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", embeddings[i]}});
   return json{{"object", "list"}, {"data", data}, {"model", model},
               {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string translation_body(const std::string& model,
@@ -272,7 +275,7 @@ std::string translation_body(const std::string& model,
     }
     data.push_back(item);
   }
-  return json{{"object", "list"}, {"model", model}, {"data", data}, {"usage", usage_json(usage)}}.dump();
+  return json{{"object", "list"}, {"model", model}, {"data", data}, {"usage", usage_json(usage)}}.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string classification_body(const std::string& model, const std::vector<std::vector<LabelProbability>>& top,
@@ -285,7 +288,7 @@ std::string classification_body(const std::string& model, const std::vector<std:
   }
   return json{{"object", "list"}, {"model", model}, {"data", data},
               {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}}
-      .dump();
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 size_t stop_position(const std::string& text, const std::vector<std::string>& stop) {
