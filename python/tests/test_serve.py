@@ -290,3 +290,29 @@ def test_classifications_equal_qkv_classify(data_dir, tmp_path):
                                        rtol=0, atol=5.01e-5)  # the CLI prints 4 decimals
     finally:
         assert s.stop() == 0
+
+
+def test_a_request_past_the_timeout_gets_504_and_the_server_goes_on(translation_checkpoint, data_dir, tmp_path):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:256]]
+    s = Server(tmp_path, "--model", f"mt={translation_checkpoint}", "--request-timeout", "0.005")
+    try:
+        expect_error(s.post("/v1/translations", {"model": "mt", "input": src, "beam_size": 8, "truncate": True}), 504,
+                     code="timeout")
+        assert s.request("GET", "/health")[0] == 200
+    finally:
+        assert s.stop() == 0
+
+
+def test_clients_that_leave_mid_stream_do_not_hurt_the_server(server):
+    import socket
+    from urllib.parse import urlparse
+    u = urlparse(server.url)
+    body = json.dumps({"model": "lm", "prompt": "the light", "max_tokens": 20, "seed": 1, "stream": True}).encode()
+    for _ in range(8):  # each client reads the headers, then hangs up
+        with socket.create_connection((u.hostname, u.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            assert sock.recv(64).startswith(b"HTTP/1.1 200")
+    status, r = server.post("/v1/completions", {"model": "lm", "prompt": "the light", "max_tokens": 20, "seed": 1})
+    assert status == 200 and r["choices"][0]["finish_reason"] in ("stop", "length")
+    assert server.request("GET", "/health")[0] == 200
