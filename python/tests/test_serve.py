@@ -135,6 +135,11 @@ def test_embeddings_equal_qkv_embed(server, encoder_checkpoint, tmp_path):
                                np.load(tmp_path / "e.npy"), rtol=0, atol=1e-6)
     status, r = server.post("/v1/embeddings", {"model": "enc", "input": "the light"})
     assert status == 200 and len(r["data"]) == 1
+    # base64: the float32 bytes (what OpenAI's Python client asks for by default)
+    status, b = server.post("/v1/embeddings", {"model": "enc", "input": "the light", "encoding_format": "base64"})
+    import base64
+    assert status == 200 and np.frombuffer(base64.b64decode(b["data"][0]["embedding"]), dtype="<f4").tolist() == \
+        pytest.approx(r["data"][0]["embedding"], abs=0)
 
 
 def expect_error(result, status: int, param: str | None = None, code: str | None = None):
@@ -164,7 +169,7 @@ def test_every_error_has_its_status_and_names_the_field(server):
     expect_error(server.post("/v1/translations", {"model": "mt", "input": "x", "beam_size": 2, "n_best": 3}), 400,
                  "n_best")
     expect_error(server.post("/v1/classifications", {"model": "enc", "input": "x"}), 400, "model", "no_classifier")
-    expect_error(server.post("/v1/embeddings", {"model": "enc", "input": "x", "encoding_format": "base64"}), 400,
+    expect_error(server.post("/v1/embeddings", {"model": "enc", "input": "x", "encoding_format": "int8"}), 400,
                  "encoding_format")
     # Too long: a prompt past the model's context, a body past --max-body-bytes.
     expect_error(server.post("/v1/completions", {"model": "lm", "prompt": "the light " * 400}), 413, "prompt",
@@ -316,3 +321,19 @@ def test_clients_that_leave_mid_stream_do_not_hurt_the_server(server):
     status, r = server.post("/v1/completions", {"model": "lm", "prompt": "the light", "max_tokens": 20, "seed": 1})
     assert status == 200 and r["choices"][0]["finish_reason"] in ("stop", "length")
     assert server.request("GET", "/health")[0] == 200
+
+
+def test_the_openai_python_client_works(server):
+    openai = pytest.importorskip("openai")  # in the pip test extras; Debian's python has none
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    body = {"model": "lm", "prompt": "the light", "max_tokens": 12, "seed": 4}
+    _, direct = server.post("/v1/completions", body)
+    c = client.completions.create(**body)
+    assert c.choices[0].text == direct["choices"][0]["text"] and c.usage.total_tokens == direct["usage"]["total_tokens"]
+    streamed = "".join(chunk.choices[0].text for chunk in client.completions.create(**body, stream=True))
+    assert streamed == direct["choices"][0]["text"]
+    _, plain = server.post("/v1/embeddings", {"model": "enc", "input": ["the light", "God said"]})
+    e = client.embeddings.create(model="enc", input=["the light", "God said"])
+    assert [d.embedding for d in e.data] == [d["embedding"] for d in plain["data"]]
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="x")

@@ -136,7 +136,10 @@ TEST(ServeProtocol, TranslationsAndClassifications) {
   EXPECT_THROW((void)parse_translation(R"({"model": "mt", "input": "x", "beam_size": 0})"), HttpError);
   EXPECT_EQ(parse_classification(R"({"model": "c", "input": "x", "top_k": 3})").top_k, 3);
   EXPECT_THROW((void)parse_classification(R"({"model": "c", "input": "x", "top_k": 0})"), HttpError);
-  EXPECT_THROW((void)parse_embedding(R"({"model": "e", "input": "x", "encoding_format": "base64"})"), HttpError);
+  EXPECT_TRUE(parse_embedding(R"({"model": "e", "input": "x", "encoding_format": "base64"})").base64);
+  EXPECT_THROW((void)parse_embedding(R"({"model": "e", "input": "x", "encoding_format": "int8"})"), HttpError);
+  // 1.0f and -2.0f: bytes 00 00 80 3f 00 00 00 c0.
+  EXPECT_EQ(json::parse(embedding_body("e", {{1.f, -2.f}}, 1, true))["data"][0]["embedding"], "AACAPwAAAMA=");
 }
 
 TEST(ServeProtocol, AnswersAndErrorsHaveOpenAisShapes) {

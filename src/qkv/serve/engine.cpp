@@ -62,6 +62,7 @@ struct ModelSlot::Job {
   CompletionRequest completion;
   TranslationRequest translation;
   ClassificationRequest classification;
+  bool base64 = false;  // embeddings as base64
   std::string model;
   std::promise<std::string> answer;
   std::atomic<bool> cancelled{false};
@@ -267,6 +268,7 @@ std::string ModelSlot::embed(const EmbeddingRequest& r) {
   if (family_ != Family::EncoderOnly) throw wrong_family(name_, family_, route_for(family_));
   auto job = std::make_shared<Job>();
   job->kind = Job::Kind::Embed;
+  job->base64 = r.base64;
   job->inputs = tokenize(r.inputs, "input", r.truncate);
   job->batch_key = "embed";
   return wait(submit(job));
@@ -391,7 +393,7 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
           for (size_t i = 0; i < j->inputs.size(); ++i, ++row)
             e.emplace_back(values.begin() + static_cast<int64_t>(row) * width,
                            values.begin() + static_cast<int64_t>(row + 1) * width);
-          j->answer.set_value(embedding_body(j->model, e, j->tokens));
+          j->answer.set_value(embedding_body(j->model, e, j->tokens, j->base64));
         } else {
           std::vector<std::vector<LabelProbability>> top;
           for (size_t i = 0; i < j->inputs.size(); ++i, ++row) {

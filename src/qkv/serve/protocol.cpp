@@ -188,8 +188,11 @@ EmbeddingRequest parse_embedding(const std::string& body, const RequestLimits& l
   EmbeddingRequest r;
   r.model = required_string(j, "model");
   r.inputs = texts(j, "input", limits);
-  if (const json* v = find(j, "encoding_format"); v && !(v->is_string() && v->get<std::string>() == "float"))
-    throw bad_field("encoding_format", "'encoding_format' must be \"float\" (base64 is not supported)");
+  if (const json* v = find(j, "encoding_format")) {
+    if (!v->is_string() || (v->get<std::string>() != "float" && v->get<std::string>() != "base64"))
+      throw bad_field("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    r.base64 = v->get<std::string>() == "base64";
+  }
   if (find(j, "dimensions")) throw bad_field("dimensions", "'dimensions' is not supported: the model's width is given");
   r.truncate = boolean(j, "truncate", false);
   return r;
@@ -249,11 +252,32 @@ std::string completion_chunk(const std::string& id, int64_t created, const std::
   return "data: " + chunk.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
+namespace {
+// RFC 4648 base64 of the floats' bytes (little-endian on the machines qkv runs on).
+std::string base64_of(const std::vector<float>& values) {
+  static const char* const kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
+  const size_t n = values.size() * sizeof(float);
+  std::string out;
+  out.reserve((n + 2) / 3 * 4);
+  for (size_t i = 0; i < n; i += 3) {
+    const uint32_t chunk = (uint32_t{bytes[i]} << 16) | (i + 1 < n ? uint32_t{bytes[i + 1]} << 8 : 0u) |
+                           (i + 2 < n ? uint32_t{bytes[i + 2]} : 0u);
+    out += kAlphabet[(chunk >> 18) & 63];
+    out += kAlphabet[(chunk >> 12) & 63];
+    out += i + 1 < n ? kAlphabet[(chunk >> 6) & 63] : '=';
+    out += i + 2 < n ? kAlphabet[chunk & 63] : '=';
+  }
+  return out;
+}
+}  // namespace
+
 std::string embedding_body(const std::string& model, const std::vector<std::vector<float>>& embeddings,
-                           int64_t prompt_tokens) {
+                           int64_t prompt_tokens, bool base64) {
   json data = json::array();
   for (size_t i = 0; i < embeddings.size(); ++i)
-    data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", embeddings[i]}});
+    data.push_back({{"object", "embedding"}, {"index", i},
+                    {"embedding", base64 ? json(base64_of(embeddings[i])) : json(embeddings[i])}});
   return json{{"object", "list"}, {"data", data}, {"model", model},
               {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}}
       .dump(-1, ' ', false, json::error_handler_t::replace);

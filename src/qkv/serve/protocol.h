@@ -52,6 +52,7 @@ struct EmbeddingRequest {
   std::string model;
   std::vector<std::string> inputs;  // "input": a string or a list of strings
   bool truncate = false;            // an input past the context: cut (as `qkv embed` does), else 413
+  bool base64 = false;              // "encoding_format": "base64" (the float32 bytes, as OpenAI's client asks)
 };
 
 // POST /v1/translations (encoder-decoder models).
@@ -102,8 +103,9 @@ std::string completion_body(const std::string& id, int64_t created, const std::s
 std::string completion_chunk(const std::string& id, int64_t created, const std::string& model, int64_t index,
                              const std::string& text, const std::string& finish_reason);
 
+// Each embedding a list of numbers, or with base64 the base64 of its little-endian float32 bytes.
 std::string embedding_body(const std::string& model, const std::vector<std::vector<float>>& embeddings,
-                           int64_t prompt_tokens);
+                           int64_t prompt_tokens, bool base64 = false);
 
 struct TranslationHypothesis {
   std::string text;
