@@ -268,20 +268,12 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
                         Tensor* dv) {
-  const kernels::AttentionDims d = check_attention(q, k, v, masks);
-  QKV_CHECK(dout.shape() == q.shape(), "attention backward: grad " << dout.shape() << " vs q " << q.shape());
-  if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
-        attention_backward(dout, q, k, v, probs, masks, dropout, gq, gk, gv);
-      }))
-    return;
-  backward_into(d, dout, q, k, v, q.shape(), k.shape(), AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv,
-                [](const Tensor& slot) { return slot; });
+  attention_backward(dout, q, k, v, AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttentionSaved& saved, const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
                         Tensor* dq, Tensor* dk, Tensor* dv) {
-  if (saved.probs.defined()) return attention_backward(dout, q, k, v, saved.probs, masks, dropout, dq, dk, dv);
   const kernels::AttentionDims d = check_attention(q, k, v, masks);
   QKV_CHECK(dout.shape() == q.shape(), "attention backward: grad " << dout.shape() << " vs q " << q.shape());
   if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
@@ -305,17 +297,7 @@ Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tens
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t num_heads, const Tensor& probs, const AttentionMasks& masks,
                                    const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv) {
-  const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
-  const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
-  QKV_CHECK(dout.shape() == q.shape(),
-            "multi-head attention backward: grad " << dout.shape() << " vs q " << q.shape());
-  if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
-        multi_head_attention_backward(dout, q, k, v, num_heads, probs, masks, dropout, gq, gk, gv);
-      }))
-    return;
-  backward_into(d, heads_of(dout, num_heads, "its gradient"), qh, kh, vh, q.shape(), k.shape(),
-                AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv,
-                [num_heads](const Tensor& slot) { return split_heads(slot, num_heads); });
+  multi_head_attention_backward(dout, q, k, v, num_heads, AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv);
 }
 
 Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
@@ -331,8 +313,6 @@ Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, con
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t num_heads, const AttentionSaved& saved, const AttentionMasks& masks,
                                    const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv) {
-  if (saved.probs.defined())
-    return multi_head_attention_backward(dout, q, k, v, num_heads, saved.probs, masks, dropout, dq, dk, dv);
   const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
   const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
   QKV_CHECK(dout.shape() == q.shape(),
