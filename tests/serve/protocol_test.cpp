@@ -2,6 +2,8 @@
 // value refused with the status and the field named, and the answers in OpenAI's shapes.
 #include "qkv/serve/protocol.h"
 
+#include "qkv/core/error.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -120,6 +122,19 @@ TEST(ServeProtocol, InvalidUtf8IsRefusedAndNeverBreaksAnAnswer) {
   }
   const json c = json::parse(completion_body("cmpl-1", 0, "lm", {{std::string("ab\xe2\x82"), "length"}}, {1, 2}));
   EXPECT_EQ(c["choices"][0]["text"], "ab\xef\xbf\xbd");  // U+FFFD
+}
+
+TEST(ServeProtocol, ExceptionsBecomeStatusesAndStreamsCutBetweenCharacters) {
+  EXPECT_EQ(http_error_of(HttpError(413, "invalid_request_error", "long")).status, 413);
+  EXPECT_EQ(http_error_of(Error("bad id")).status, 400);
+  EXPECT_EQ(http_error_of(std::runtime_error("disk")).status, 500);
+  EXPECT_EQ(sendable_prefix("abcdef", 2), 4u);
+  EXPECT_EQ(sendable_prefix("ab", 5), 0u);
+  EXPECT_EQ(sendable_prefix("abc", 0), 3u);
+  // "a" then U+00E9 (c3 a9) then "x": holding 1 byte leaves "a\xc3\xa9"; holding 2 would split the
+  // character, so only "a" may go.
+  EXPECT_EQ(sendable_prefix("a\xc3\xa9x", 1), 3u);
+  EXPECT_EQ(sendable_prefix("a\xc3\xa9x", 2), 1u);
 }
 
 TEST(ServeProtocol, TranslationsAndClassifications) {

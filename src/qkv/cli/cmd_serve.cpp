@@ -117,12 +117,8 @@ httplib::Server::Handler route(ServerState& st, std::string name, F answer, bool
       }
       res.status = 200;
       answer(req, res);
-    } catch (const HttpError& e) {
-      send_error(res, e);
-    } catch (const Error& e) {
-      send_error(res, HttpError(400, "invalid_request_error", e.what()));
     } catch (const std::exception& e) {
-      send_error(res, HttpError(500, "server_error", e.what()));
+      send_error(res, serve::http_error_of(e));
     }
     st.metrics.request(name, res.status, std::chrono::duration<double>(Clock::now() - start).count());
   };
@@ -204,20 +200,7 @@ std::string read_key_file(const std::string& path) {
   return key;
 }
 
-int run_serve(const ServeCliOptions& o) {
-  set_num_threads(o.threads);
-  ServerState st;
-  st.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  st.api_key = o.api_key_file.empty() ? o.api_key : read_key_file(o.api_key_file);
-  QKV_CHECK(o.api_key.empty() || o.api_key_file.empty(), "give --api-key or --api-key-file, not both");
-  st.limits.max_inputs = o.max_inputs;
-  std::vector<std::pair<std::string, std::string>> specs;
-  for (const std::string& m : o.models) {
-    specs.push_back(name_and_dir(m));
-    for (size_t i = 0; i + 1 < specs.size(); ++i)
-      if (specs[i].first == specs.back().first) throw UsageError("--model: the name '" + specs.back().first + "' is given twice");
-    check_checkpoint_argument(specs.back().second);
-  }
+serve::ServeOptions engine_options(const ServeCliOptions& o) {
   serve::ServeOptions so;
   so.max_queue = o.max_queue;
   so.max_batch_tokens = o.max_batch_tokens;
@@ -227,7 +210,24 @@ int run_serve(const ServeCliOptions& o) {
   so.batch_size = o.batch_size;
   so.compute_type = chosen_compute_type(o.compute);
   so.device = chosen_device(o.compute.device);
-  so.limits = st.limits;
+  return so;
+}
+
+int run_serve(const ServeCliOptions& o) {
+  set_num_threads(o.threads);
+  ServerState st;
+  st.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  QKV_CHECK(o.api_key.empty() || o.api_key_file.empty(), "give --api-key or --api-key-file, not both");
+  st.api_key = o.api_key_file.empty() ? o.api_key : read_key_file(o.api_key_file);
+  st.limits.max_inputs = o.max_inputs;
+  std::vector<std::pair<std::string, std::string>> specs;
+  for (const std::string& m : o.models) {
+    specs.push_back(name_and_dir(m));
+    for (size_t i = 0; i + 1 < specs.size(); ++i)
+      if (specs[i].first == specs.back().first) throw UsageError("--model: the name '" + specs.back().first + "' is given twice");
+    check_checkpoint_argument(specs.back().second);
+  }
+  const serve::ServeOptions so = engine_options(o);
 
   // SIGINT and SIGTERM go to one thread (sigwait), not to whichever thread runs: blocked here,
   // before any thread starts, so that every thread inherits the mask.

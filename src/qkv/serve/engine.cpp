@@ -38,13 +38,6 @@ std::string completion_id() {
   return "cmpl-" + std::to_string(unix_time()) + "-" + std::to_string(next++);
 }
 
-HttpError wrong_family(const std::string& model, Family f, const char* route) {
-  return HttpError(400, "invalid_request_error",
-                   "model '" + model + "' is " + (f == Family::DecoderOnly ? "a " : "an ") + family_name(f) +
-                       " model; " + route,
-                   "model", "wrong_model_family");
-}
-
 const char* route_for(Family f) {
   switch (f) {
     case Family::EncoderDecoder: return "it translates: POST /v1/translations";
@@ -52,10 +45,28 @@ const char* route_for(Family f) {
     default: return "it embeds and classifies: POST /v1/embeddings, /v1/classifications";
   }
 }
+
+HttpError wrong_family(const std::string& model, Family f) {
+  return HttpError(400, "invalid_request_error",
+                   "model '" + model + "' is " + (f == Family::DecoderOnly ? "a " : "an ") + family_name(f) +
+                       " model; " + route_for(f),
+                   "model", "wrong_model_family");
+}
+
+// The options of decoding::generate for a completion request.
+api::GenerationOptions generation_options(const CompletionRequest& r, int64_t batch_size) {
+  api::GenerationOptions o;
+  o.batch_size = batch_size;
+  o.decode.max_new_tokens = r.max_tokens;
+  o.decode.sample = !r.greedy();
+  o.decode.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
+  o.decode.seed = r.seed;
+  return o;
+}
 }  // namespace
 
 struct ModelSlot::Job {
-  enum class Kind { Complete, Stream, Embed, Translate, Classify } kind = Kind::Complete;
+  JobKind kind = JobKind::Complete;
   std::string batch_key;  // jobs with one key can share a batch; "" runs alone
   std::vector<std::vector<int32_t>> inputs;
   int64_t tokens = 0;
@@ -101,7 +112,6 @@ ModelSlot::ModelSlot(std::string name, const std::string& dir, const ServeOption
     family_ = Family::EncoderOnly;
     encoder_ = std::make_unique<api::Encoder>(dir, "serving", options.compute_type, options.device);
     QKV_CHECK(encoder_->tokenizer(), dir << ": no tokenizer: the server takes text");
-    encoder_->set_too_long(data::TooLong::Error);
   }
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -214,12 +224,18 @@ std::string ModelSlot::wait(const std::shared_ptr<Job>& job) {
   return answer.get();
 }
 
-std::string ModelSlot::complete(const CompletionRequest& r) {
-  if (family_ != Family::DecoderOnly) throw wrong_family(name_, family_, route_for(family_));
+std::shared_ptr<ModelSlot::Job> ModelSlot::new_job(Family family, JobKind kind, const std::vector<std::string>& texts,
+                                                    const char* field, bool truncate) const {
+  if (family_ != family) throw wrong_family(name_, family_);
   auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::Complete;
+  job->kind = kind;
+  job->inputs = tokenize(texts, field, truncate);
+  return job;
+}
+
+std::string ModelSlot::complete(const CompletionRequest& r) {
+  auto job = new_job(Family::DecoderOnly, JobKind::Complete, r.prompts, "prompt");
   job->completion = r;
-  job->inputs = tokenize(r.prompts, "prompt");
   // Greedy completions of one length share batches; sampled ones run alone (their rows are keyed by
   // their place in the request).
   if (r.greedy()) job->batch_key = "complete/" + std::to_string(r.max_tokens);
@@ -227,11 +243,8 @@ std::string ModelSlot::complete(const CompletionRequest& r) {
 }
 
 std::function<void(const ModelSlot::Write&)> ModelSlot::start_streaming(const CompletionRequest& r) {
-  if (family_ != Family::DecoderOnly) throw wrong_family(name_, family_, route_for(family_));
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::Stream;
+  auto job = new_job(Family::DecoderOnly, JobKind::Stream, r.prompts, "prompt");
   job->completion = r;
-  job->inputs = tokenize(r.prompts, "prompt");
   submit(job);
   const auto timeout = options_.request_timeout;
   Metrics* metrics = &metrics_;
@@ -265,38 +278,29 @@ std::function<void(const ModelSlot::Write&)> ModelSlot::start_streaming(const Co
 }
 
 std::string ModelSlot::embed(const EmbeddingRequest& r) {
-  if (family_ != Family::EncoderOnly) throw wrong_family(name_, family_, route_for(family_));
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::Embed;
+  auto job = new_job(Family::EncoderOnly, JobKind::Embed, r.inputs, "input", r.truncate);
   job->base64 = r.base64;
-  job->inputs = tokenize(r.inputs, "input", r.truncate);
   job->batch_key = "embed";
   return wait(submit(job));
 }
 
 std::string ModelSlot::classify(const ClassificationRequest& r) {
-  if (family_ != Family::EncoderOnly) throw wrong_family(name_, family_, route_for(family_));
-  if (!has_labels())
+  if (family_ == Family::EncoderOnly && !has_labels())
     throw HttpError(400, "invalid_request_error",
                     "model '" + name_ + "' has no classification head (its config.json has no labels)", "model",
                     "no_classifier");
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::Classify;
+  auto job = new_job(Family::EncoderOnly, JobKind::Classify, r.inputs, "input", r.truncate);
   job->classification = r;
-  job->inputs = tokenize(r.inputs, "input", r.truncate);
   job->batch_key = "classify";
   return wait(submit(job));
 }
 
 std::string ModelSlot::translate(const TranslationRequest& r) {
-  if (family_ != Family::EncoderDecoder) throw wrong_family(name_, family_, route_for(family_));
-  if (r.beam_size > translator_->config().tgt_vocab_size)
+  if (family_ == Family::EncoderDecoder && r.beam_size > translator_->config().tgt_vocab_size)
     throw bad_field("beam_size", "'beam_size' is " + std::to_string(r.beam_size) + "; at most the target vocabulary (" +
                                      std::to_string(translator_->config().tgt_vocab_size) + ")");
-  auto job = std::make_shared<Job>();
-  job->kind = Job::Kind::Translate;
+  auto job = new_job(Family::EncoderDecoder, JobKind::Translate, r.inputs, "input", r.truncate);
   job->translation = r;
-  job->inputs = tokenize(r.inputs, "input", r.truncate);
   job->batch_key = "translate/" + std::to_string(r.beam_size) + "/" + std::to_string(r.n_best) + "/" +
                    std::to_string(r.length_penalty) + "/" + (r.max_length ? std::to_string(*r.max_length) : "-");
   return wait(submit(job));
@@ -363,7 +367,7 @@ std::string finish_reason(bool stopped, size_t produced, int64_t allowed) {
 // Every job of a failed batch gets the error: a streamed one as its last events.
 void ModelSlot::fail(const std::vector<std::shared_ptr<Job>>& batch, const HttpError& e) {
   for (const auto& j : batch) {
-    if (j->kind == Job::Kind::Stream) {
+    if (j->kind == JobKind::Stream) {
       push_chunk(*j, "data: " + error_body(e) + "\n\n", false);
       push_chunk(*j, "data: [DONE]\n\n", true);
     } else {
@@ -379,147 +383,150 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
     tokens_in += j->tokens;
   }
   try {
-    const Job::Kind kind = batch[0]->kind;
-    const std::vector<std::vector<int32_t>> all = concatenated(batch);
-    if (kind == Job::Kind::Embed || kind == Job::Kind::Classify) {
-      const Tensor out = kind == Job::Kind::Embed ? encoder_->embed_ids(all, options_.batch_size)
-                                                  : encoder_->classify_ids(all, options_.batch_size);
-      const int64_t width = out.size(1);
-      const std::vector<float> values = out.to_vector();
-      size_t row = 0;
-      for (const auto& j : batch) {
-        if (kind == Job::Kind::Embed) {
-          std::vector<std::vector<float>> e;
-          for (size_t i = 0; i < j->inputs.size(); ++i, ++row)
-            e.emplace_back(values.begin() + static_cast<int64_t>(row) * width,
-                           values.begin() + static_cast<int64_t>(row + 1) * width);
-          j->answer.set_value(embedding_body(j->model, e, j->tokens, j->base64));
-        } else {
-          std::vector<std::vector<LabelProbability>> top;
-          for (size_t i = 0; i < j->inputs.size(); ++i, ++row) {
-            std::vector<LabelProbability> ps;
-            for (int64_t c = 0; c < width; ++c)
-              ps.push_back({encoder_->labels()[static_cast<size_t>(c)], values[row * width + c]});
-            std::stable_sort(ps.begin(), ps.end(), [](const auto& a, const auto& b) { return a.probability > b.probability; });
-            ps.resize(std::min<size_t>(ps.size(), static_cast<size_t>(j->classification.top_k)));
-            top.push_back(std::move(ps));
-          }
-          j->answer.set_value(classification_body(j->model, top, j->tokens));
-        }
-      }
-    } else if (kind == Job::Kind::Translate) {
-      const TranslationRequest& r = batch[0]->translation;
-      api::TranslationOptions o;
-      o.batch_size = options_.batch_size;
-      o.search.beam_size = r.beam_size;
-      o.search.n_best = r.n_best;
-      o.search.length_penalty = static_cast<float>(r.length_penalty);
-      if (r.max_length) {
-        o.search.max_length_ratio = 0;
-        o.search.max_length_offset = std::min<int64_t>(*r.max_length, context_ - 1);
-      }
-      const auto results = translator_->translate_ids(all, o);
-      size_t row = 0;
-      for (const auto& j : batch) {
-        std::vector<std::vector<TranslationHypothesis>> hs;
-        int64_t out_tokens = 0;
-        for (size_t i = 0; i < j->inputs.size(); ++i, ++row) {
-          std::vector<TranslationHypothesis> h;
-          for (const api::Translation& t : results[row]) {
-            h.push_back({t.text.empty() && !t.tokens.empty() ? translator_->decode_target(t.tokens) : t.text, t.score,
-                         t.log_prob});
-            out_tokens += static_cast<int64_t>(t.tokens.size());
-          }
-          hs.push_back(std::move(h));
-        }
-        tokens_out += out_tokens;
-        j->answer.set_value(translation_body(j->model, hs, r.n_best > 1, {j->tokens, out_tokens}));
-      }
-    } else if (kind == Job::Kind::Complete) {
-      const CompletionRequest& r = batch[0]->completion;
-      api::GenerationOptions o;
-      o.batch_size = options_.batch_size;
-      o.decode.max_new_tokens = r.max_tokens;
-      o.decode.sample = !r.greedy();
-      o.decode.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
-      o.decode.seed = r.seed;
-      std::vector<std::vector<int32_t>> prompts;  // each prompt n times (choice c of prompt p: row p n + c)
-      for (const auto& j : batch)
-        for (const auto& p : j->inputs) prompts.insert(prompts.end(), static_cast<size_t>(j->completion.n), p);
-      const auto outs = generator_->generate_ids(prompts, o, {}, 0);
-      size_t row = 0;
-      for (const auto& j : batch) {
-        std::vector<CompletionChoice> choices;
-        int64_t out_tokens = 0;
-        for (const auto& p : j->inputs)
-          for (int64_t c = 0; c < j->completion.n; ++c, ++row) {
-            std::string text = generator_->decode(outs[row]);
-            const size_t cut = stop_position(text, j->completion.stop);
-            if (cut != std::string::npos) text.resize(cut);
-            const int64_t allowed = decoding::fit_prompt(p, context_, o.decode).new_tokens;
-            choices.push_back({text, finish_reason(cut != std::string::npos, outs[row].size(), allowed)});
-            out_tokens += static_cast<int64_t>(outs[row].size());
-          }
-        tokens_out += out_tokens;
-        j->answer.set_value(completion_body(completion_id(), unix_time(), j->model, choices, {j->tokens, out_tokens}));
-      }
-    } else {  // a streamed completion, alone
-      Job& j = *batch[0];
-      const CompletionRequest& r = j.completion;
-      api::GenerationOptions o;
-      o.decode.max_new_tokens = r.max_tokens;
-      o.decode.sample = !r.greedy();
-      o.decode.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
-      o.decode.seed = r.seed;
-      const std::string id = completion_id();
-      const int64_t created = unix_time();
-      const auto push = [&](std::string chunk, bool last) { push_chunk(j, std::move(chunk), last); };
-      // Text is sent as it is made, except the last bytes that could begin a stop string.
-      size_t hold = 0;
-      for (const std::string& s : r.stop) hold = std::max(hold, s.size() - 1);
-      api::TextStream stream(*generator_->tokenizer());
-      std::string text, sent;
-      bool stopped = false;
-      const auto emit = [&](bool final) {
-        const size_t cut = stop_position(text, r.stop);
-        if (cut != std::string::npos) {
-          text.resize(cut);
-          stopped = true;
-        }
-        const size_t ready = stopped || final ? text.size() : (text.size() > hold ? text.size() - hold : 0);
-        if (ready > sent.size()) {
-          push(completion_chunk(id, created, j.model, 0, text.substr(sent.size(), ready - sent.size()), ""), false);
-          sent = text.substr(0, ready);
-        }
-      };
-      std::vector<int32_t> out;
-      try {
-        out = generator_->generate_streaming(j.inputs[0], o, [&](int32_t token) {
-          if (j.cancelled) throw ClientGone{};
-          text += stream.push(token);
-          emit(false);
-          if (stopped) throw ClientGone{};  // a stop string ends the generation here
-        });
-      } catch (const ClientGone&) {
-      }
-      if (!j.cancelled) {
-        if (!stopped) text += stream.finish();
-        emit(true);
-        const int64_t allowed = decoding::fit_prompt(j.inputs[0], context_, o.decode).new_tokens;
-        push(completion_chunk(id, created, j.model, 0, "", finish_reason(stopped, out.size(), allowed)), false);
-      }
-      tokens_out += static_cast<int64_t>(out.size());
-      push("data: [DONE]\n\n", true);
+    switch (batch[0]->kind) {
+      case JobKind::Embed:
+      case JobKind::Classify: run_encoder(batch); break;
+      case JobKind::Translate: tokens_out = run_translation(batch); break;
+      case JobKind::Complete: tokens_out = run_completion(batch); break;
+      case JobKind::Stream: tokens_out = run_stream(*batch[0]); break;
     }
-  } catch (const HttpError& e) {
-    fail(batch, e);
-  } catch (const Error& e) {
-    fail(batch, HttpError(400, "invalid_request_error", e.what()));
   } catch (const std::exception& e) {
-    fail(batch, HttpError(500, "server_error", e.what()));
+    fail(batch, http_error_of(e));
   }
   metrics_.batch(name_, static_cast<int64_t>(batch.size()), inputs);
   metrics_.tokens(name_, tokens_in, tokens_out);
+}
+
+void ModelSlot::run_encoder(const std::vector<std::shared_ptr<Job>>& batch) {
+  const bool embed = batch[0]->kind == JobKind::Embed;
+  const std::vector<std::vector<int32_t>> all = concatenated(batch);
+  const Tensor out = embed ? encoder_->embed_ids(all, options_.batch_size) : encoder_->classify_ids(all, options_.batch_size);
+  const int64_t width = out.size(1);
+  const std::vector<float> values = out.to_vector();
+  size_t row = 0;
+  for (const auto& j : batch) {
+    if (embed) {
+      std::vector<std::vector<float>> e;
+      for (size_t i = 0; i < j->inputs.size(); ++i, ++row)
+        e.emplace_back(values.begin() + static_cast<int64_t>(row) * width,
+                       values.begin() + static_cast<int64_t>(row + 1) * width);
+      j->answer.set_value(embedding_body(j->model, e, j->tokens, j->base64));
+      continue;
+    }
+    std::vector<std::vector<LabelProbability>> top;
+    for (size_t i = 0; i < j->inputs.size(); ++i, ++row) {
+      std::vector<LabelProbability> ps;
+      for (int64_t c = 0; c < width; ++c) ps.push_back({encoder_->labels()[static_cast<size_t>(c)], values[row * width + c]});
+      std::stable_sort(ps.begin(), ps.end(), [](const auto& a, const auto& b) { return a.probability > b.probability; });
+      ps.resize(std::min<size_t>(ps.size(), static_cast<size_t>(j->classification.top_k)));
+      top.push_back(std::move(ps));
+    }
+    j->answer.set_value(classification_body(j->model, top, j->tokens));
+  }
+}
+
+int64_t ModelSlot::run_translation(const std::vector<std::shared_ptr<Job>>& batch) {
+  const TranslationRequest& r = batch[0]->translation;
+  api::TranslationOptions o;
+  o.batch_size = options_.batch_size;
+  o.search.beam_size = r.beam_size;
+  o.search.n_best = r.n_best;
+  o.search.length_penalty = static_cast<float>(r.length_penalty);
+  if (r.max_length) {
+    o.search.max_length_ratio = 0;
+    o.search.max_length_offset = std::min<int64_t>(*r.max_length, context_ - 1);
+  }
+  const auto results = translator_->translate_ids(concatenated(batch), o);
+  int64_t tokens_out = 0;
+  size_t row = 0;
+  for (const auto& j : batch) {
+    std::vector<std::vector<TranslationHypothesis>> hs;
+    int64_t out_tokens = 0;
+    for (size_t i = 0; i < j->inputs.size(); ++i, ++row) {
+      std::vector<TranslationHypothesis> h;
+      for (const api::Translation& t : results[row]) {
+        h.push_back({t.text.empty() && !t.tokens.empty() ? translator_->decode_target(t.tokens) : t.text, t.score,
+                     t.log_prob});
+        out_tokens += static_cast<int64_t>(t.tokens.size());
+      }
+      hs.push_back(std::move(h));
+    }
+    tokens_out += out_tokens;
+    j->answer.set_value(translation_body(j->model, hs, r.n_best > 1, {j->tokens, out_tokens}));
+  }
+  return tokens_out;
+}
+
+int64_t ModelSlot::run_completion(const std::vector<std::shared_ptr<Job>>& batch) {
+  const api::GenerationOptions o = generation_options(batch[0]->completion, options_.batch_size);
+  std::vector<std::vector<int32_t>> prompts;  // each prompt n times (choice c of prompt p: row p n + c)
+  for (const auto& j : batch)
+    for (const auto& p : j->inputs) prompts.insert(prompts.end(), static_cast<size_t>(j->completion.n), p);
+  const auto outs = generator_->generate_ids(prompts, o, {}, 0);
+  int64_t tokens_out = 0;
+  size_t row = 0;
+  for (const auto& j : batch) {
+    std::vector<CompletionChoice> choices;
+    int64_t out_tokens = 0;
+    for (const auto& p : j->inputs)
+      for (int64_t c = 0; c < j->completion.n; ++c, ++row) {
+        std::string text = generator_->decode(outs[row]);
+        const size_t cut = stop_position(text, j->completion.stop);
+        if (cut != std::string::npos) text.resize(cut);
+        const int64_t allowed = decoding::fit_prompt(p, context_, o.decode).new_tokens;
+        choices.push_back({text, finish_reason(cut != std::string::npos, outs[row].size(), allowed)});
+        out_tokens += static_cast<int64_t>(outs[row].size());
+      }
+    tokens_out += out_tokens;
+    j->answer.set_value(completion_body(completion_id(), unix_time(), j->model, choices, {j->tokens, out_tokens}));
+  }
+  return tokens_out;
+}
+
+int64_t ModelSlot::run_stream(Job& j) {
+  const CompletionRequest& r = j.completion;
+  const api::GenerationOptions o = generation_options(r, options_.batch_size);
+  const std::string id = completion_id();
+  const int64_t created = unix_time();
+  // Text is sent as it is made, except the last bytes that could begin a stop string.
+  size_t hold = 0;
+  for (const std::string& s : r.stop) hold = std::max(hold, s.size() - 1);
+  api::TextStream stream(*generator_->tokenizer());
+  std::string text;
+  size_t sent = 0;
+  bool stopped = false;
+  const auto emit = [&](bool final) {
+    const size_t cut = stop_position(text, r.stop);
+    if (cut != std::string::npos) {
+      text.resize(cut);
+      stopped = true;
+    }
+    const size_t ready = stopped || final ? text.size() : sendable_prefix(text, hold);
+    if (ready > sent) {
+      push_chunk(j, completion_chunk(id, created, j.model, 0, text.substr(sent, ready - sent), ""), false);
+      sent = ready;
+    }
+  };
+  int64_t produced = 0;  // counted here: a stop string ends the generation by an exception
+  try {
+    generator_->generate_streaming(j.inputs[0], o, [&](int32_t token) {
+      if (j.cancelled) throw ClientGone{};
+      ++produced;
+      text += stream.push(token);
+      emit(false);
+      if (stopped) throw ClientGone{};  // a stop string ends the generation here
+    });
+  } catch (const ClientGone&) {
+  }
+  if (!j.cancelled) {
+    if (!stopped) text += stream.finish();
+    emit(true);
+    const int64_t allowed = decoding::fit_prompt(j.inputs[0], context_, o.decode).new_tokens;
+    push_chunk(j, completion_chunk(id, created, j.model, 0, "", finish_reason(stopped, static_cast<size_t>(produced), allowed)),
+               false);
+  }
+  push_chunk(j, "data: [DONE]\n\n", true);
+  return produced;
 }
 
 }  // namespace qkv::serve

@@ -43,7 +43,6 @@ struct ServeOptions {
   int64_t batch_size = 32;                             // sentences decoded together inside a call
   nn::ComputeType compute_type = nn::ComputeType::Float32;
   Device device = Device::cpu();
-  RequestLimits limits;
 };
 
 enum class Family { EncoderDecoder, DecoderOnly, EncoderOnly };
@@ -81,12 +80,22 @@ class ModelSlot {
   bool stop(std::chrono::milliseconds drain);
 
  private:
+  enum class JobKind { Complete, Stream, Embed, Translate, Classify };
   struct Job;
+  // A job of `kind` for a request that needs a model of `family` (else a 400 naming the route it
+  // takes), its texts tokenised.
+  std::shared_ptr<Job> new_job(Family family, JobKind kind, const std::vector<std::string>& texts, const char* field,
+                               bool truncate = false) const;
   std::shared_ptr<Job> submit(std::shared_ptr<Job> job);
   std::string wait(const std::shared_ptr<Job>& job);
   void worker_loop();
   std::vector<std::shared_ptr<Job>> next_batch();
   void run(const std::vector<std::shared_ptr<Job>>& batch);
+  // Each answers the batch's jobs and returns the tokens written.
+  void run_encoder(const std::vector<std::shared_ptr<Job>>& batch);
+  int64_t run_translation(const std::vector<std::shared_ptr<Job>>& batch);
+  int64_t run_completion(const std::vector<std::shared_ptr<Job>>& batch);
+  int64_t run_stream(Job& job);
   void fail(const std::vector<std::shared_ptr<Job>>& batch, const HttpError& e);
   // Ids of each text; past the context (or --max-input-tokens): cut when `truncate`, else a 413.
   std::vector<std::vector<int32_t>> tokenize(const std::vector<std::string>& texts, const char* field,

@@ -6,12 +6,20 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "qkv/core/error.h"
+
 namespace qkv::serve {
 
 using json = nlohmann::json;
 
 // Every answer is written with invalid UTF-8 replaced by U+FFFD (json::error_handler_t::replace):
 // a parse error quotes the client's bytes, and text cut by max_tokens can end inside a character.
+
+HttpError http_error_of(const std::exception& e) {
+  if (const auto* h = dynamic_cast<const HttpError*>(&e)) return *h;
+  if (dynamic_cast<const Error*>(&e)) return HttpError(400, "invalid_request_error", e.what());
+  return HttpError(500, "server_error", e.what());
+}
 
 HttpError bad_field(const std::string& field, const std::string& message) {
   return HttpError(400, "invalid_request_error", message, field, "invalid_value");
@@ -128,6 +136,15 @@ bool boolean(const json& j, const char* name, bool fallback) {
   return v->get<bool>();
 }
 
+// The fields of every route that takes texts to read: "model" and "input".
+template <class Request>
+Request inputs_request(const json& j, const RequestLimits& limits) {
+  Request r;
+  r.model = required_string(j, "model");
+  r.inputs = texts(j, "input", limits);
+  return r;
+}
+
 // Features of OpenAI's API that qkv does not have: refused by name when asked for.
 void refuse_unsupported(const json& j) {
   const auto refuse = [](const char* name, const char* what) {
@@ -185,9 +202,7 @@ CompletionRequest parse_completion(const std::string& body, const RequestLimits&
 
 EmbeddingRequest parse_embedding(const std::string& body, const RequestLimits& limits) {
   const json j = parse_object(body);
-  EmbeddingRequest r;
-  r.model = required_string(j, "model");
-  r.inputs = texts(j, "input", limits);
+  auto r = inputs_request<EmbeddingRequest>(j, limits);
   if (const json* v = find(j, "encoding_format")) {
     if (!v->is_string() || (v->get<std::string>() != "float" && v->get<std::string>() != "base64"))
       throw bad_field("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
@@ -200,9 +215,7 @@ EmbeddingRequest parse_embedding(const std::string& body, const RequestLimits& l
 
 TranslationRequest parse_translation(const std::string& body, const RequestLimits& limits) {
   const json j = parse_object(body);
-  TranslationRequest r;
-  r.model = required_string(j, "model");
-  r.inputs = texts(j, "input", limits);
+  auto r = inputs_request<TranslationRequest>(j, limits);
   r.beam_size = static_cast<int>(integer(j, "beam_size", r.beam_size, 1, 64));
   r.n_best = static_cast<int>(integer(j, "n_best", r.n_best, 1, 64));
   if (r.n_best > r.beam_size)
@@ -216,9 +229,7 @@ TranslationRequest parse_translation(const std::string& body, const RequestLimit
 
 ClassificationRequest parse_classification(const std::string& body, const RequestLimits& limits) {
   const json j = parse_object(body);
-  ClassificationRequest r;
-  r.model = required_string(j, "model");
-  r.inputs = texts(j, "input", limits);
+  auto r = inputs_request<ClassificationRequest>(j, limits);
   r.top_k = integer(j, "top_k", r.top_k, 1, 1 << 20);
   r.truncate = boolean(j, "truncate", false);
   return r;
@@ -313,6 +324,12 @@ std::string classification_body(const std::string& model, const std::vector<std:
   return json{{"object", "list"}, {"model", model}, {"data", data},
               {"usage", {{"prompt_tokens", prompt_tokens}, {"total_tokens", prompt_tokens}}}}
       .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+size_t sendable_prefix(const std::string& text, size_t hold) {
+  size_t n = text.size() > hold ? text.size() - hold : 0;
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;  // inside a character
+  return n;
 }
 
 size_t stop_position(const std::string& text, const std::vector<std::string>& stop) {

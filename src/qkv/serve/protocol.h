@@ -27,6 +27,9 @@ class HttpError : public std::runtime_error {
   int retry_after = 0;
 };
 
+// What an exception means to a client: an HttpError as it is, a qkv::Error (bad input the library
+// refused) 400, anything else 500.
+HttpError http_error_of(const std::exception& e);
 // 400 naming the field.
 HttpError bad_field(const std::string& field, const std::string& message);
 // The error body of an HttpError.
@@ -122,6 +125,10 @@ struct LabelProbability {
 std::string classification_body(const std::string& model, const std::vector<std::vector<LabelProbability>>& top,
                                 int64_t prompt_tokens);
 
+// How much of a growing text a stream may send now: all but its last `hold` bytes (which could
+// begin a stop string), backed up to the start of a UTF-8 character so that no event carries half
+// of one.
+size_t sendable_prefix(const std::string& text, size_t hold);
 // Where `stop` cuts `text`: the position of the earliest stop string, or npos.
 size_t stop_position(const std::string& text, const std::vector<std::string>& stop);
 
