@@ -1,6 +1,7 @@
 // The core's own device work: strided copies (Tensor::contiguous of a view) and bf16 conversions.
 #include "qkv/core/cuda_check.h"
 #include "qkv/core/cuda_runtime.h"
+#include "qkv/core/dtype.h"
 
 namespace qkv::cuda {
 namespace {
@@ -28,10 +29,7 @@ __global__ void copy_strided_kernel(T* dst, const T* src, StridedShape s, int64_
 
 __global__ void f32_to_bf16_kernel(uint16_t* dst, const float* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const uint32_t u = __float_as_uint(src[i]);
-    // Round to nearest even on the upper 16 bits; a NaN stays a (quiet) NaN, as core/dtype.h.
-    dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x40u)
-                                              : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    dst[i] = bf16_bits_of(__float_as_uint(src[i]));
   }
 }
 

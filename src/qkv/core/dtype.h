@@ -13,6 +13,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "qkv/core/hash.h"  // QKV_HOST_DEVICE
+
 namespace qkv {
 
 enum class DType : uint8_t { F32, I32, BF16, F16, I8 };
@@ -61,13 +63,15 @@ inline float bits_float(uint32_t u) {
 }
 
 inline float bf16_to_f32(bfloat16 h) { return bits_float(static_cast<uint32_t>(h.bits) << 16); }
-// Round to nearest even on the 16 bits dropped: adding 0x7fff plus the kept lowest bit carries into
-// the kept bits exactly when the dropped part is above half, or half with an odd kept part.
-inline bfloat16 f32_to_bf16(float x) {
-  const uint32_t u = float_bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return {static_cast<uint16_t>((u >> 16) | 0x0040u)};  // quiet NaN
-  return {static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+// The bf16 bits of float32 bits u, rounded to nearest even on the 16 bits dropped: adding 0x7fff
+// plus the kept lowest bit carries into the kept bits exactly when the dropped part is above half,
+// or half with an odd kept part. A NaN stays a (quiet) NaN. One rule for the CPU and the GPU
+// kernels (core/cuda_copy.cu, kernels/cuda/gemm.cu).
+QKV_HOST_DEVICE inline uint16_t bf16_bits_of(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+inline bfloat16 f32_to_bf16(float x) { return {bf16_bits_of(float_bits(x))}; }
 float f16_to_f32(float16 h);
 float16 f32_to_f16(float x);
 

@@ -70,17 +70,14 @@ unsigned blocks_for(int64_t n) {
 }
 
 // dst (batch, rows, dst_ld) = src's matrices (rows, cols; leading dimension ld, matrix i at src + i *
-// stride) rounded to bf16 bits: nearest even, a NaN stays a quiet NaN (core/dtype.h's rule, as
-// core/cuda_copy.cu's conversion). Columns past cols are padding, left as they are.
+// stride) rounded to bf16 bits by core/dtype.h's rule (bf16_bits_of). Columns past cols are
+// padding, left as they are.
 __global__ void round_to_bf16_kernel(uint16_t* dst, int64_t dst_ld, const float* src, int64_t rows, int64_t cols,
                                      int64_t ld, int64_t stride, int64_t batch) {
   const int64_t area = rows * cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < batch * area; i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t m = i / area, r = i % area / cols, c = i % cols;
-    const uint32_t u = __float_as_uint(src[m * stride + r * ld + c]);
-    dst[(m * rows + r) * dst_ld + c] = (u & 0x7fffffffu) > 0x7f800000u
-                                           ? static_cast<uint16_t>((u >> 16) | 0x40u)
-                                           : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    dst[(m * rows + r) * dst_ld + c] = bf16_bits_of(__float_as_uint(src[m * stride + r * ld + c]));
   }
 }
 
