@@ -284,14 +284,27 @@ void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, co
                 [](const Tensor& slot) { return slot; });
 }
 
-Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
-                                    const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs,
-                                    bool inference) {
+namespace {
+// A multi-head forward: q, k, v read as heads, the (B, Tq, D) result allocated and handed to
+// into(d, qh, kh, vh, heads of the result), which writes it.
+template <class Into>
+Tensor multi_head_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
+                          const AttentionMasks& masks, Into into) {
   const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
   const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
   Tensor out = empty_like_device(q.shape(), q);
-  forward_into(d, qh, kh, vh, masks, dropout, probs, inference, split_heads(out, num_heads));
+  into(d, qh, kh, vh, split_heads(out, num_heads));
   return out;
+}
+}  // namespace
+
+Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
+                                    const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs,
+                                    bool inference) {
+  return multi_head_forward(q, k, v, num_heads, masks, [&](const auto& d, const Tensor& qh, const Tensor& kh,
+                                                           const Tensor& vh, const Tensor& out) {
+    forward_into(d, qh, kh, vh, masks, dropout, probs, inference, out);
+  });
 }
 
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -303,11 +316,10 @@ void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Te
 Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
                                            const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
                                            AttentionSaved* saved, bool keep_weights) {
-  const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
-  const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
-  Tensor out = empty_like_device(q.shape(), q);
-  forward_saving_into(d, qh, kh, vh, masks, dropout, saved, keep_weights, split_heads(out, num_heads));
-  return out;
+  return multi_head_forward(q, k, v, num_heads, masks, [&](const auto& d, const Tensor& qh, const Tensor& kh,
+                                                           const Tensor& vh, const Tensor& out) {
+    forward_saving_into(d, qh, kh, vh, masks, dropout, saved, keep_weights, out);
+  });
 }
 
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
