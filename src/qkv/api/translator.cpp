@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "qkv/models/checkpoint.h"
+#include "qkv/text/marian_tokenizer.h"
 
 namespace qkv::api {
 
@@ -15,9 +16,12 @@ Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType comput
   model_->to(device);
   model_->set_compute_type(compute_type);
   const std::string s = checkpoint_dir + "/" + models::kSourceSpmFile, t = checkpoint_dir + "/" + models::kTargetSpmFile;
-  if (std::filesystem::exists(s) && std::filesystem::exists(t)) {
-    src_spm_ = std::make_unique<text::SentencePiece>(s);
-    tgt_spm_ = std::make_unique<text::SentencePiece>(t);
+  if (text::MarianTokenizer::present(checkpoint_dir)) {
+    src_tok_ = text::MarianTokenizer::load(checkpoint_dir, false);
+    tgt_tok_ = text::MarianTokenizer::load(checkpoint_dir, true);
+  } else if (std::filesystem::exists(s) && std::filesystem::exists(t)) {
+    src_tok_ = text::load_tokenizer(s);
+    tgt_tok_ = text::load_tokenizer(t);
   }
 }
 
@@ -25,30 +29,35 @@ Translator::~Translator() = default;
 
 data::IdLine Translator::encode_source(const std::string& text, const TranslationOptions& options,
                                        const std::string& where, bool* truncated) const {
-  QKV_CHECK(src_spm_, dir_ << ": no source.spm.model / target.spm.model for text input; give token ids instead");
-  data::IdLine ids = src_spm_->encode(text);
+  QKV_CHECK(src_tok_, dir_ << ": no tokenizer (source.spm.model and target.spm.model, or an imported model's "
+                               "source.spm, target.spm and vocab.json) for text input; give token ids instead");
+  data::IdLine ids = src_tok_->encode(text);
+  // The tokenizer's own tokens (a Marian source's EOS) stay at the end of a cut source, as
+  // transformers truncates before adding them.
+  const int64_t extra = static_cast<int64_t>(src_tok_->with_special_tokens({}).size());
   const int64_t max_len = model_->config().max_seq_length;
   if (truncated) *truncated = false;
-  if (static_cast<int64_t>(ids.size()) > max_len) {
-    QKV_CHECK(options.truncate, where << ": " << ids.size() << " tokens exceed the model's max_seq_length " << max_len
-                                      << " (use --too-long truncate)");
-    ids.resize(static_cast<size_t>(max_len));
+  if (static_cast<int64_t>(ids.size()) + extra > max_len) {
+    QKV_CHECK(options.truncate, where << ": " << ids.size() + extra << " tokens exceed the model's max_seq_length "
+                                      << max_len << " (use --too-long truncate)");
+    ids.resize(static_cast<size_t>(std::max<int64_t>(0, max_len - extra)));
     if (truncated) *truncated = true;
   }
+  ids = src_tok_->with_special_tokens(std::move(ids));
   return ids;
 }
 
 std::string Translator::decode_target(const std::vector<int32_t>& tokens) const {
-  QKV_CHECK(tgt_spm_, dir_ << ": no target.spm.model to decode with");
-  return tgt_spm_->decode(tokens);
+  QKV_CHECK(tgt_tok_, dir_ << ": no target tokenizer to decode with");
+  return tgt_tok_->decode(tokens);
 }
 
 std::string Translator::source_piece(int32_t id) const {
-  return src_spm_ && id >= 0 && id < src_spm_->vocab_size() ? src_spm_->piece(id) : std::to_string(id);
+  return src_tok_ && id >= 0 && id < src_tok_->vocab_size() ? src_tok_->id_to_token(id) : std::to_string(id);
 }
 
 std::string Translator::target_piece(int32_t id) const {
-  return tgt_spm_ && id >= 0 && id < tgt_spm_->vocab_size() ? tgt_spm_->piece(id) : std::to_string(id);
+  return tgt_tok_ && id >= 0 && id < tgt_tok_->vocab_size() ? tgt_tok_->id_to_token(id) : std::to_string(id);
 }
 
 std::vector<std::vector<Translation>> Translator::translate_ids(const std::vector<data::IdLine>& sources,
@@ -61,7 +70,7 @@ std::vector<std::vector<Translation>> Translator::translate_ids(const std::vecto
   for (size_t i = 0; i < found.size(); ++i)
     for (auto& h : found[i]) {
       Translation t;
-      t.text = tgt_spm_ ? tgt_spm_->decode(h.tokens) : "";
+      t.text = tgt_tok_ ? tgt_tok_->decode(h.tokens) : "";
       t.tokens = std::move(h.tokens);
       t.log_prob = h.log_prob;
       t.score = h.score;

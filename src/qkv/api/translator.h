@@ -1,5 +1,8 @@
 // Translation as callers want it (the CLI's `qkv translate`, the Python module's Translator): a
-// sequence-to-sequence checkpoint with its SentencePiece models, text in, text out, batched.
+// sequence-to-sequence checkpoint with its tokenizers, text in, text out, batched. The tokenizers
+// are qkv's SentencePiece models (source.spm.model, target.spm.model: their ids are the model's) or
+// an imported Marian model's (source.spm, target.spm, vocab.json: text/marian_tokenizer.h, whose
+// sources end with its EOS).
 //
 // Sentences are decoded in batches of similar length (sorted by length, so little is spent on
 // padding) and the results are put back in input order. An empty source gives no hypotheses.
@@ -13,7 +16,7 @@
 #include "qkv/data/id_lines.h"
 #include "qkv/decoding/search.h"
 #include "qkv/models/transformer.h"
-#include "qkv/text/sentencepiece.h"
+#include "qkv/text/tokenizer.h"
 
 namespace qkv::api {
 
@@ -39,8 +42,8 @@ using ProgressCallback = std::function<void(int64_t done, int64_t total)>;
 
 class Translator {
  public:
-  // Loads DIR (config.json, model.safetensors) in eval mode and, when present, its
-  // source.spm.model and target.spm.model (without them only the *_ids calls work).
+  // Loads DIR (config.json, model.safetensors) in eval mode and, when present, its tokenizers
+  // (without them only the *_ids calls work).
   // compute_type: how inference computes (nn/compute_type.h), set once here for every call.
   // device: where the model runs (a GPU: core/cuda_runtime.h); text in and out stays on the host.
   explicit Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type = nn::ComputeType::Float32,
@@ -53,15 +56,15 @@ class Translator {
   nn::ComputeType compute_type() const { return *model_->compute_type(); }
   Device device() const { return model_->device(); }
   void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
-  bool has_tokenizers() const { return src_spm_ != nullptr; }
+  bool has_tokenizers() const { return src_tok_ != nullptr; }
 
   // Source ids of a text, fitted to max_seq_length as options.truncate says; `where` names it in
   // errors ("input.txt:12"). `truncated` (optional) is set when it was cut.
   data::IdLine encode_source(const std::string& text, const TranslationOptions& options, const std::string& where,
                              bool* truncated = nullptr) const;
   std::string decode_target(const std::vector<int32_t>& tokens) const;
-  // The SentencePiece piece of a source / target id ("▁the"), or the id as text without the models:
-  // labels for pictures of attention.
+  // The piece of a source / target id ("▁the"), or the id as text without the tokenizers: labels
+  // for pictures of attention.
   std::string source_piece(int32_t id) const;
   std::string target_piece(int32_t id) const;
 
@@ -77,7 +80,7 @@ class Translator {
 
  private:
   std::unique_ptr<models::Transformer> model_;
-  std::unique_ptr<text::SentencePiece> src_spm_, tgt_spm_;
+  std::unique_ptr<text::Tokenizer> src_tok_, tgt_tok_;
   std::string dir_;
 };
 

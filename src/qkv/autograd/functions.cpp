@@ -81,6 +81,11 @@ Var gelu_tanh(const Var& x) {
                    [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::gelu_tanh_backward(dy, xv, slot(xc)); });
 }
 
+Var silu(const Var& x) {
+  return record_op(ops::silu_forward(x.value()), x.requires_grad(),
+                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::silu_backward(dy, xv, slot(xc)); });
+}
+
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset) {
   if (p == 0.f) return x;  // identity: no copy, no node
   return record_op(ops::dropout_forward(x.value(), p, seed, offset), x.requires_grad(),

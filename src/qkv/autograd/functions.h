@@ -25,6 +25,7 @@ Var relu(const Var& x);
 Var gelu(const Var& x);
 Var tanh(const Var& x);
 Var gelu_tanh(const Var& x);  // F.gelu(x, approximate='tanh')
+Var silu(const Var& x);       // F.silu(x): x sigmoid(x)
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset);
 Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps,
               ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);

@@ -2,7 +2,8 @@
 //
 // Converts a Hugging Face directory (config.json + model.safetensors [+ tokenizer.json]) into a qkv
 // checkpoint: GPT-2 into a decoder-only one (interop/hf_gpt2.h), BERT into an encoder-only one
-// (interop/hf_bert.h), with sentence-transformers' pooling when the directory describes it.
+// (interop/hf_bert.h), with sentence-transformers' pooling when the directory describes it, Marian
+// (OPUS-MT) into an encoder-decoder one with its tokenizer (interop/hf_marian.h).
 #include <iostream>
 #include <memory>
 
@@ -21,25 +22,32 @@ struct ImportOptions {
 
 Runner add_import_command(CLI::App& app) {
   auto o = std::make_shared<ImportOptions>();
-  app.add_option("--from", o->from, "Format of the source: hf (a Hugging Face GPT-2 or BERT directory)")
+  app.add_option("--from", o->from, "Format of the source: hf (a Hugging Face GPT-2, BERT or Marian directory)")
       ->required()
       ->check(CLI::IsMember({"hf"}));
-  app.add_option("source", o->source, "Hugging Face model directory (config.json, model.safetensors, tokenizer.json)")
+  app.add_option("source", o->source, "Hugging Face model directory (config.json, model.safetensors, and its tokenizer: tokenizer.json, "
+                 "or Marian's source.spm, target.spm and vocab.json)")
       ->required();
   app.add_option("--out", o->out, "Checkpoint directory to write")->required();
   return [o]() {
     const interop::HfConversion info = interop::import_hf(o->source, o->out);
     for (const std::string& note : info.notes) std::cerr << "qkv: note: " << note << "\n";
     const models::TransformerConfig& c = info.config;
-    const bool bert = info.model_type == "bert";
-    std::cout << "wrote " << o->out << ": " << (bert ? "BERT" : "GPT-2") << " from " << o->source << " ("
-              << c.num_layers << " layers, d_model " << c.d_model << ", " << c.num_heads << " heads, vocab "
-              << c.tgt_vocab_size << ", " << (bert ? "positions " : "context ")
+    const bool bert = info.model_type == "bert", marian = info.model_type == "marian";
+    const std::string family = bert ? "BERT" : marian ? "Marian" : "GPT-2";
+    const std::string vocab = c.encoder_decoder() && c.src_vocab_size != c.tgt_vocab_size
+                                  ? std::to_string(c.src_vocab_size) + " / " + std::to_string(c.tgt_vocab_size)
+                                  : std::to_string(c.tgt_vocab_size);
+    const std::string tokenizer = !info.tokenizer ? "" : marian ? ", tokenizer source.spm, target.spm, vocab.json"
+                                                                : ", tokenizer.json";
+    std::cout << "wrote " << o->out << ": " << family << " from " << o->source << " (" << c.num_layers
+              << (marian ? " + " + std::to_string(c.num_layers) : "") << " layers, d_model " << c.d_model << ", "
+              << c.num_heads << " heads, vocab " << vocab << ", " << (bert || marian ? "positions " : "context ")
               << c.max_seq_length << ", " << info.parameters << " parameters, weights "
               << (info.weights_dtype == "F32" ? "F32" : info.weights_dtype + " widened to F32")
               << (bert && c.pooler ? ", pooler" : "") << (bert && c.mlm_head ? ", masked-LM head" : "")
               << (bert && !c.labels.empty() ? ", classifier over " + std::to_string(c.labels.size()) + " labels" : "")
-              << (info.tokenizer ? ", tokenizer.json" : "") << ")\n";
+              << tokenizer << ")\n";
     return 0;
   };
 }

@@ -2,6 +2,7 @@
 
 #include "qkv/interop/hf_bert.h"
 #include "qkv/interop/hf_gpt2.h"
+#include "qkv/interop/hf_marian.h"
 
 namespace qkv::interop {
 
@@ -9,11 +10,12 @@ HfConversion import_hf(const std::string& hf_dir, const std::string& out_dir) {
   hf_weights_path(hf_dir);  // the directory's checks first: a missing config.json is named as such
   const std::string config_path = hf_dir + "/" + kHfConfigFile;
   const HfConfigReader r(config_path, parse_hf_config(config_path));
-  QKV_CHECK(r.has("model_type"), config_path << ": field \"model_type\" is missing (qkv imports \"gpt2\" and \"bert\")");
+  QKV_CHECK(r.has("model_type"), config_path << ": field \"model_type\" is missing (qkv imports \"gpt2\", \"bert\" and \"marian\")");
   const std::string type = r.string("model_type", "");
   if (type == "gpt2") return import_hf_gpt2(hf_dir, out_dir);
   if (type == "bert") return import_hf_bert(hf_dir, out_dir);
-  r.fail("model_type", "is \"" + type + "\": not supported (qkv imports model_type \"gpt2\" and \"bert\")");
+  if (type == "marian") return import_hf_marian(hf_dir, out_dir);
+  r.fail("model_type", "is \"" + type + "\": not supported (qkv imports model_type \"gpt2\", \"bert\" and \"marian\")");
 }
 
 }  // namespace qkv::interop

@@ -50,6 +50,20 @@ void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool a
   }
 }
 
+void silu_forward(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.f + std::exp(-x[i]));
+}
+
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.f / (1.f + std::exp(-x[i]));
+    const float g = dy[i] * (s * (1.f + x[i] * (1.f - s)));
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 // dropout_forward and dropout_backward: kernels/dropout.cpp (eight draws at a time).
 
 }  // namespace qkv::kernels

@@ -15,6 +15,11 @@ void relu_forward(float* y, const float* x, int64_t n);
 // dx = dy * (x > 0); accumulate adds into dx instead of overwriting.
 void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 
+// SiLU (swish; Marian's activation): y = x sigmoid(x) = x / (1 + e^-x). At -inf / +inf: -0 / inf.
+void silu_forward(float* y, const float* x, int64_t n);
+// With s = sigmoid(x): dy/dx = s + x s (1 - s) = s (1 + x (1 - s)).
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+
 // The four GELU kernels (kernels/gelu.cpp) work on 8 lanes, the tail padded to 8: a value's result
 // depends on nothing but the value. On a CPU with AVX-512F they run a build of the same lanes whose
 // double-precision steps take 8 lanes at once (kernels/gelu_isa.h): the same bits, 1.2-1.4x faster.

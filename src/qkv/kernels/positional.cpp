@@ -17,4 +17,15 @@ void sinusoidal_table(float* pe, int64_t max_len, int64_t D) {
   }
 }
 
+void sinusoidal_table_halves(float* pe, int64_t max_len, int64_t D) {
+  const int64_t sines = (D + 1) / 2;
+  for (int64_t pos = 0; pos < max_len; ++pos) {
+    for (int64_t c = 0; c < D; ++c) {
+      const int64_t i = c < sines ? c : c - sines;  // the frequency's index
+      const double angle = static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(2 * i) / static_cast<double>(D));
+      pe[pos * D + c] = static_cast<float>(c < sines ? std::sin(angle) : std::cos(angle));
+    }
+  }
+}
+
 }  // namespace qkv::kernels

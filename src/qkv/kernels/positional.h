@@ -7,5 +7,9 @@
 namespace qkv::kernels {
 
 void sinusoidal_table(float* pe, int64_t max_len, int64_t D);  // pe: (max_len, D)
+// Hugging Face Marian's table (MarianSinusoidalPositionalEmbedding): angle(pos, c) = pos / 10000^(2c / D);
+// columns [0, ceil(D/2)) hold sin(angle(pos, c)), the rest cos(angle(pos, c - ceil(D/2))). Computed in
+// double and rounded once, as its numpy code does.
+void sinusoidal_table_halves(float* pe, int64_t max_len, int64_t D);
 
 }  // namespace qkv::kernels

@@ -6,6 +6,7 @@ namespace {
 nn::Activation activation_of(const TransformerConfig& c) {
   if (c.activation == "gelu") return nn::Activation::GELU;
   if (c.activation == "gelu_tanh") return nn::Activation::GELUTanh;
+  if (c.activation == "silu") return nn::Activation::SiLU;
   return nn::Activation::ReLU;
 }
 }  // namespace

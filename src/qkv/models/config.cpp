@@ -146,9 +146,10 @@ void TransformerConfig::validate() const {
     QKV_CHECK(pad_id >= -1 && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be -1 (none) or an id of the vocabulary");
   } else {
-    QKV_CHECK(positions == "sinusoidal", "config: positions \"" << positions
-                                                                 << "\" is for decoder-only models; the encoder-decoder "
-                                                                    "model uses the seed's sinusoidal table");
+    QKV_CHECK(positions == "sinusoidal" || positions == "sinusoidal_halves",
+              "config: positions \"" << positions
+                                     << "\" is not one of an encoder-decoder model's fixed tables (\"sinusoidal\", "
+                                        "\"sinusoidal_halves\")");
     QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
     QKV_CHECK(!share_embeddings || src_vocab_size == tgt_vocab_size,
@@ -158,12 +159,12 @@ void TransformerConfig::validate() const {
   QKV_CHECK(encoder_decoder() || !share_embeddings,
             "config: share_embeddings is for encoder-decoder models (a" << (encoder_only() ? "n " : " ") << architecture
                                                                         << " model has one token embedding)");
-  QKV_CHECK(positions == "sinusoidal" || positions == "learned",
+  QKV_CHECK(positions == "sinusoidal" || positions == "learned" || (encoder_decoder() && positions == "sinusoidal_halves"),
             "config: positions must be \"sinusoidal\" or \"learned\", got \"" << positions << "\"");
   QKV_CHECK(encoder_only() || (bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size),
             "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");
-  QKV_CHECK(activation == "relu" || activation == "gelu" || activation == "gelu_tanh",
-            "config: activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got \"" << activation << "\"");
+  QKV_CHECK(activation == "relu" || activation == "gelu" || activation == "gelu_tanh" || activation == "silu",
+            "config: activation must be \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\", got \"" << activation << "\"");
   QKV_CHECK(layer_norm == "standard" || layer_norm == "seed003",
             "config: layer_norm must be \"standard\" or \"seed003\", got \"" << layer_norm << "\"");
   QKV_CHECK(layer_norm != "seed003" || d_model >= 2,
@@ -207,6 +208,9 @@ std::string config_to_json(const TransformerConfig& c) {
   } else {
     j["norm"] = c.norm == NormPosition::Post ? "post" : "pre";
     j["share_embeddings"] = c.share_embeddings;
+    // Written only where they leave the seed's choice, so that the seed's configs keep their bytes.
+    if (c.positions != "sinusoidal") j["positions"] = c.positions;
+    if (!c.target_query_mask) j["target_query_mask"] = false;
   }
   j["activation"] = c.activation;
   j["layer_norm_eps"] = c.layer_norm_eps;
@@ -347,8 +351,8 @@ const std::vector<std::string> kEncoderOnlyFields = {"type_vocab_size", "pooler"
 // The fields config.json may not hold for c's family.
 std::vector<std::string> foreign_fields(const TransformerConfig& c) {
   std::vector<std::string> foreign;
-  if (c.single_vocabulary()) foreign = {"src_vocab_size", "tgt_vocab_size", "norm", "share_embeddings"};
-  else foreign = {"vocab_size", "positions"};
+  if (c.single_vocabulary()) foreign = {"src_vocab_size", "tgt_vocab_size", "norm", "share_embeddings", "target_query_mask"};
+  else foreign = {"vocab_size"};
   if (c.encoder_only()) foreign.insert(foreign.end(), {"bos_id", "eos_id"});
   else foreign.insert(foreign.end(), kEncoderOnlyFields.begin(), kEncoderOnlyFields.end());
   return foreign;
@@ -407,7 +411,8 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "d_ff",           "max_seq_length", "dropout",        "pad_id",           "norm",
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
       "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions",
-      "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id", "share_embeddings"};
+      "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id", "share_embeddings",
+      "target_query_mask"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
@@ -438,6 +443,7 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   read_field(j, "scale_embeddings", c.scale_embeddings, src);
   read_field(j, "tie_output_embedding", c.tie_output_embedding, src);
   read_field(j, "share_embeddings", c.share_embeddings, src);
+  read_field(j, "target_query_mask", c.target_query_mask, src);
   read_field(j, "mask_fill", c.mask_fill, src);
   read_float(j, "attention_dropout", c.attention_dropout, src);
   try {

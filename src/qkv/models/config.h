@@ -50,7 +50,8 @@ struct TransformerConfig {
   int32_t bos_id = 2;                 // begin / end of sentence, for decoding (SentencePiece ids
   int32_t eos_id = 3;                 // with pad 0, unk 1, bos 2, eos 3)
   NormPosition norm = NormPosition::Post;
-  std::string activation = "relu";    // "relu" (seed), "gelu" (erf) or "gelu_tanh" (GPT-2's approximation)
+  std::string activation = "relu";    // "relu" (seed), "gelu" (erf), "gelu_tanh" (GPT-2's approximation) or
+                                      // "silu" (Marian's swish)
   float layer_norm_eps = 1e-5f;       // nn.LayerNorm's default, as the seed uses it
   std::string layer_norm = "standard";  // "standard" (nn.LayerNorm) or "seed003": (x - mean) / (unbiased std + eps)
   float ffn_dropout = 0.f;            // dropout after the FFN's activation (seed 000: none; seed 003: 0.1)
@@ -62,7 +63,15 @@ struct TransformerConfig {
   bool share_embeddings = false;
   std::string mask_fill = "-1e9";     // value of masked scores: "-1e9" (seed 000) or "-inf"
   float attention_dropout = 0.f;      // dropout on attention weights (the seed has none)
-  std::string positions = "sinusoidal";  // "sinusoidal" (the seed) or "learned" (GPT-2, BERT)
+  // "sinusoidal" (the seed: sin and cos interleaved), "learned" (GPT-2, BERT) or, for encoder-decoder
+  // models, "sinusoidal_halves" (Hugging Face's Marian: the sines in the first half of the width,
+  // the cosines in the second, computed in double precision as its numpy code does).
+  std::string positions = "sinusoidal";
+  // Encoder-decoder only: the seed's generate_mask also hides the target's padding *query rows*.
+  // With right-padded targets that changes nothing but the padding rows' own outputs, yet a model
+  // whose decoder starts from the pad id (Marian: decoder_start_token_id = pad_token_id) would lose
+  // its first position: Hugging Face's decoders mask future keys only, and imports set this false.
+  bool target_query_mask = true;
 
   // Encoder-only (BERT) fields.
   int64_t type_vocab_size = 2;        // token-type (segment) embeddings; 0: none

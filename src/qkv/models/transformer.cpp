@@ -51,7 +51,8 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
       decoder_embedding(register_module("decoder_embedding",
                                         std::make_unique<nn::Embedding>(config.tgt_vocab_size, config.d_model, gen_))),
       positional_encoding(register_module(
-          "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length))),
+          "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length,
+                                                                          config.positions == "sinusoidal_halves"))),
       fc(register_module("fc", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {
   QKV_CHECK(config.encoder_decoder(), "Transformer: the config is of a" << (config.encoder_only() ? "n " : " ")
@@ -100,7 +101,8 @@ Masks Transformer::generate_mask(const Tensor& src, const Tensor& tgt) const {
   Masks m;
   m.src.key_keep = ops::keep_mask(src, config_.pad_id);  // (B, S): (src != 0).unsqueeze(1).unsqueeze(2)
   m.src.fill = config_.mask_fill_value();
-  m.tgt.query_keep = ops::keep_mask(tgt, config_.pad_id);  // (B, T): (tgt != 0).unsqueeze(1).unsqueeze(3)
+  if (config_.target_query_mask)
+    m.tgt.query_keep = ops::keep_mask(tgt, config_.pad_id);  // (B, T): (tgt != 0).unsqueeze(1).unsqueeze(3)
   m.tgt.causal = true;                                     // & nopeak_mask
   m.tgt.fill = config_.mask_fill_value();
   return m;

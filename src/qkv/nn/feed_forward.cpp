@@ -18,6 +18,7 @@ Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) co
     case Activation::ReLU: a = fn::relu(h); break;
     case Activation::GELU: a = fn::gelu(h); break;
     case Activation::GELUTanh: a = fn::gelu_tanh(h); break;
+    case Activation::SiLU: a = fn::silu(h); break;
   }
   return fc2.forward(dropout.apply(a, mask));
 }

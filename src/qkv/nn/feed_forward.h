@@ -1,12 +1,12 @@
-// PositionWiseFeedForward: fc2(activation(fc1(x))) as in seed 000, activation ReLU (seed), GELU or
-// GELU's tanh approximation; with dropout > 0, fc2(dropout(activation(fc1(x)))) as seed 003's
+// PositionWiseFeedForward: fc2(activation(fc1(x))) as in seed 000, activation ReLU (seed), GELU,
+// GELU's tanh approximation or SiLU (Marian's swish); with dropout > 0, fc2(dropout(activation(fc1(x)))) as seed 003's
 // FeedForward (linear2(dropout(relu(linear1(x))))).
 #pragma once
 #include "qkv/nn/layers.h"
 
 namespace qkv::nn {
 
-enum class Activation { ReLU, GELU, GELUTanh };
+enum class Activation { ReLU, GELU, GELUTanh, SiLU };
 
 class PositionWiseFeedForward : public Module {
  public:

@@ -91,7 +91,7 @@ Var Dropout::apply(const Var& x, const Mask& mask) const {
   return mask.active ? fn::dropout(x, p_, mask.seed, mask.offset) : x;
 }
 
-PositionalEncoding::PositionalEncoding(int64_t d_model, int64_t max_seq_length)
-    : pe(ops::sinusoidal_table(max_seq_length, d_model)) {}
+PositionalEncoding::PositionalEncoding(int64_t d_model, int64_t max_seq_length, bool halves)
+    : pe(halves ? ops::sinusoidal_table_halves(max_seq_length, d_model) : ops::sinusoidal_table(max_seq_length, d_model)) {}
 
 }  // namespace qkv::nn

@@ -106,7 +106,8 @@ class Dropout : public Module {
 // x + pe[:T] with the seed's sinusoidal table (max_seq_length, d_model); a buffer, not a parameter.
 class PositionalEncoding : public Module {
  public:
-  PositionalEncoding(int64_t d_model, int64_t max_seq_length);
+  // halves: Marian's layout (ops::sinusoidal_table_halves) instead of the seed's interleaved one.
+  PositionalEncoding(int64_t d_model, int64_t max_seq_length, bool halves = false);
   Var forward(const Var& x) const { return fn::add_positional(x, pe); }
   Tensor pe;
 

@@ -106,6 +106,21 @@ void gelu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   QKV_KERNEL(x, gelu_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc));
 }
 
+Tensor silu_forward(const Tensor& x_in) {
+  const Tensor x = x_in.contiguous();
+  Tensor y = empty_like_device(x.shape(), x);
+  QKV_KERNEL(x, silu_forward(y.f32(), x.f32(), x.numel()));
+  return y;
+}
+
+void silu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
+  QKV_CHECK(dy_in.shape() == x_in.shape(), "silu backward: grad " << dy_in.shape() << " vs input " << x_in.shape());
+  check_same_device("silu backward", {&dy_in, &x_in});
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
+  const bool acc = prepare_slot(dx, x.shape(), x.device());
+  QKV_KERNEL(x, silu_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc));
+}
+
 Tensor gelu_tanh_forward(const Tensor& x_in) {
   const Tensor x = x_in.contiguous();
   Tensor y = empty_like_device(x.shape(), x);

@@ -48,4 +48,11 @@ Tensor sinusoidal_table(int64_t max_len, int64_t d_model) {
   return pe;
 }
 
+Tensor sinusoidal_table_halves(int64_t max_len, int64_t d_model) {
+  QKV_CHECK(max_len > 0 && d_model > 0, "sinusoidal_table_halves: bad sizes " << max_len << ", " << d_model);
+  Tensor pe = Tensor::empty(Dims{max_len, d_model});
+  kernels::sinusoidal_table_halves(pe.f32(), max_len, d_model);
+  return pe;
+}
+
 }  // namespace qkv::ops

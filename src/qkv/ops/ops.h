@@ -88,6 +88,9 @@ void scale_backward(const Tensor& dy, float s, Tensor* dx);
 Tensor relu_forward(const Tensor& x);
 // dx = dy * (x > 0). Passing the output y instead of x gives the same mask (y > 0 iff x > 0).
 void relu_backward(const Tensor& dy, const Tensor& x_or_y, Tensor* dx);
+// SiLU (swish): y = x sigmoid(x) (derivative in kernels/elementwise.h).
+Tensor silu_forward(const Tensor& x);
+void silu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
 Tensor gelu_forward(const Tensor& x);
 void gelu_backward(const Tensor& dy, const Tensor& x, Tensor* dx);
 // y = tanh(x); backward from the output: d tanh(x)/dx = 1 - tanh(x)^2, so dx = dy * (1 - y^2).
@@ -225,6 +228,8 @@ Tensor combine_heads(const Tensor& x);
 // x (B, T, D) + table[:T] with table (max_len, D). T > max_len throws naming both.
 Tensor add_positional_forward(const Tensor& x, const Tensor& table);
 Tensor sinusoidal_table(int64_t max_len, int64_t d_model);
+// Marian's layout (sines, then cosines): kernels/positional.h.
+Tensor sinusoidal_table_halves(int64_t max_len, int64_t d_model);
 
 // ---- loss ------------------------------------------------------------------------------------
 struct CrossEntropyOut {

@@ -103,7 +103,7 @@ ModelSlot::ModelSlot(std::string name, const std::string& dir, const ServeOption
   if (config.encoder_decoder()) {
     family_ = Family::EncoderDecoder;
     translator_ = std::make_unique<api::Translator>(dir, options.compute_type, options.device);
-    QKV_CHECK(translator_->has_tokenizers(), dir << ": no source.spm.model / target.spm.model: the server takes text");
+    QKV_CHECK(translator_->has_tokenizers(), dir << ": no tokenizer (source.spm.model / target.spm.model, or an imported model's): the server takes text");
   } else if (config.decoder_only()) {
     family_ = Family::DecoderOnly;
     generator_ = std::make_unique<api::Generator>(dir, options.compute_type, options.device);

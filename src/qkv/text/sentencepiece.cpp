@@ -304,6 +304,22 @@ std::string SentencePiece::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
+std::vector<std::string> SentencePiece::encode_pieces(std::string_view text) const {
+  size_t bad = 0;
+  QKV_CHECK(valid_utf8(text, &bad), "SentencePiece::encode: invalid UTF-8 at byte " << bad);
+  std::vector<std::string> pieces;
+  const spm::util::Status status = sp_->Encode(text, &pieces);
+  QKV_CHECK(status.ok(), "SentencePiece::encode (" << path_ << "): " << status.ToString());
+  return pieces;
+}
+
+std::string SentencePiece::decode_pieces(const std::vector<std::string>& pieces) const {
+  std::string text;
+  const spm::util::Status status = sp_->Decode(pieces, &text);
+  QKV_CHECK(status.ok(), "SentencePiece::decode (" << path_ << "): " << status.ToString());
+  return text;
+}
+
 int32_t SentencePiece::vocab_size() const { return sp_->GetPieceSize(); }
 int32_t SentencePiece::piece_id(std::string_view piece) const {
   const int id = sp_->PieceToId(piece);

@@ -95,6 +95,12 @@ class SentencePiece {
   // [0, vocab_size()) is a qkv::Error.
   std::string decode(const std::vector<int32_t>& ids) const;
 
+  // The pieces of `text` ("▁the"), as encode's ids name them; and the text of pieces, as
+  // SentencePiece's DecodePieces gives it (a piece the model lacks reads as itself): what Hugging
+  // Face's Marian tokenizer calls, whose ids come from its own vocabulary file, not the model's.
+  std::vector<std::string> encode_pieces(std::string_view text) const;
+  std::string decode_pieces(const std::vector<std::string>& pieces) const;
+
   int32_t vocab_size() const;
   int32_t pad_id() const;
   int32_t unk_id() const;

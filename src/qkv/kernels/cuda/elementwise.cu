@@ -121,6 +121,22 @@ struct ReluBackwardOp {
   __device__ void operator()(int64_t i) const { store_grad(dx, i, x[i] > 0.f ? dy[i] : 0.f, accumulate); }
 };
 
+struct SiluForwardOp {
+  float* y;
+  const float* x;
+  __device__ void operator()(int64_t i) const { y[i] = x[i] / (1.f + expf(-x[i])); }
+};
+
+struct SiluBackwardOp {
+  float* dx;
+  const float *dy, *x;
+  bool accumulate;
+  __device__ void operator()(int64_t i) const {
+    const float s = 1.f / (1.f + expf(-x[i]));
+    store_grad(dx, i, dy[i] * (s * (1.f + x[i] * (1.f - s))), accumulate);
+  }
+};
+
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
@@ -337,6 +353,12 @@ void relu_forward(float* y, const float* x, int64_t n) { launch_for_each("relu_f
 
 void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
   launch_for_each("relu_backward", n, ReluBackwardOp{dx, dy, x, accumulate});
+}
+
+void silu_forward(float* y, const float* x, int64_t n) { launch_for_each("silu_forward", n, SiluForwardOp{y, x}); }
+
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
+  launch_for_each("silu_backward", n, SiluBackwardOp{dx, dy, x, accumulate});
 }
 
 void gelu_forward(float* y, const float* x, int64_t n) { launch_for_each("gelu_forward", n, GeluForwardOp{y, x}); }

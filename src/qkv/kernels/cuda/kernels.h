@@ -48,6 +48,8 @@ void axpy(float* acc, const float* x, float s, int64_t n);
 void add_row_broadcast(float* out, const float* x, const float* row, int64_t rows, int64_t width);
 void relu_forward(float* y, const float* x, int64_t n);
 void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+void silu_forward(float* y, const float* x, int64_t n);
+void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 void gelu_forward(float* y, const float* x, int64_t n);
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 void gelu_tanh_forward(float* y, const float* x, int64_t n);
