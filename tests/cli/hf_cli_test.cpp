@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/cli_util.h"
@@ -92,7 +93,7 @@ TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   std::ofstream(dir + "/t5/config.json") << R"({"model_type": "t5", "d_model": 64})";
   std::ofstream(dir + "/t5/model.safetensors") << "";
   expect_error(run_qkv("import --from hf " + dir + "/t5 --out " + dir + "/x"), 1,
-               {dir + "/t5/config.json", "\"model_type\"", "\"t5\"", "\"gpt2\" and \"bert\""});
+               {dir + "/t5/config.json", "\"model_type\"", "\"t5\"", "\"gpt2\", \"bert\" and \"marian\""});
   fs::create_directories(dir + "/scaled");
   fs::copy_file(hf + "/model.safetensors", dir + "/scaled/model.safetensors");
   std::string config = read_file(hf + "/config.json");
@@ -109,6 +110,49 @@ TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   expect_error(run_qkv("export --to hf " + dir + "/seq2seq --out " + dir + "/y"), 1, {"encoder-decoder", "not supported"});
   EXPECT_FALSE(fs::exists(dir + "/y"));
   expect_error(run_qkv("export --to hf " + dir + "/missing --out " + dir + "/y"), 1, {dir + "/missing"});
+}
+
+// An imported Marian model translates text as transformers does (tests/python/make_marian_refs.py)
+// and scores pairs of ids given with its own special ids (the decoder start is the pad id).
+TEST(HfCli, ImportedMarianTranslatesTextAndScoresIds) {
+  const std::string hf = ref_path("hf_marian");
+  if (hf.empty()) return;
+  std::ifstream refs_in(ref_path("hf_marian_refs.json"));
+  const nlohmann::json refs = nlohmann::json::parse(refs_in);
+  const std::string dir = temp_dir("hf_marian");
+  CliRun r = run_qkv("import --from hf " + hf + " --out " + dir + "/ckpt");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Marian from"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qkv: note: bad_words_ids"), std::string::npos) << r.out;
+  for (const char* f : {"source.spm", "target.spm", "vocab.json", "tokenizer_config.json"})
+    EXPECT_TRUE(fs::exists(dir + "/ckpt/" + f)) << f;
+  {
+    std::ofstream src(dir + "/src.txt"), ids(dir + "/src.ids"), tgt(dir + "/tgt.ids");
+    for (const auto& line : refs["sources"]) src << line.get<std::string>() << "\n";
+    for (size_t i = 0; i < refs["source_ids"].size(); ++i) {
+      for (const auto& id : refs["source_ids"][i]) ids << id.get<int>() << " ";
+      ids << "\n";
+      tgt << refs["pad_id"].get<int>();
+      for (const auto& id : refs["target_ids"][i]) tgt << " " << id.get<int>();
+      tgt << "\n";
+    }
+  }
+  const std::string limit = " --beam 1 --max-length-ratio 0 --max-length-offset " +
+                            std::to_string(refs["new_tokens"].get<int>() - 1);
+  const CliRun text = run_qkv_split("translate --checkpoint " + dir + "/ckpt --input " + dir + "/src.txt" + limit);
+  ASSERT_EQ(text.code, 0) << text.err;
+  std::string want;
+  for (const auto& line : refs["greedy_texts"]) want += line.get<std::string>() + "\n";
+  EXPECT_EQ(text.out, want);
+  const CliRun score = run_qkv_split("score --checkpoint " + dir + "/ckpt --src " + dir + "/src.ids --tgt " + dir +
+                                     "/tgt.ids --per-line");
+  ASSERT_EQ(score.code, 0) << score.err;
+  std::istringstream lines(score.out);
+  for (const auto& lp : refs["log_probs"]) {
+    double got = 0;
+    ASSERT_TRUE(lines >> got) << score.out;
+    EXPECT_NEAR(got, lp.get<double>(), 1e-4 * std::max(1.0, std::fabs(lp.get<double>())));
+  }
 }
 
 }  // namespace

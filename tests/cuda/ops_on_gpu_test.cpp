@@ -116,12 +116,14 @@ TEST_F(OpsOnGpu, Elementwise) {
   expect_close(gelu_forward(a), gelu_forward(gpu(a)), "gelu");
   expect_close(gelu_tanh_forward(a), gelu_tanh_forward(gpu(a)), "gelu_tanh");
   expect_close(tanh_forward(a), tanh_forward(gpu(a)), "tanh");
+  expect_close(silu_forward(a), silu_forward(gpu(a)), "silu");
   const auto on = [](Device d, const Tensor& t) { return t.to(d); };
   expect_backward_close(a.shape(), [&](Device d, Tensor* s) { scale_backward(on(d, dy), 0.3f, s); }, "scale backward");
   expect_backward_close(a.shape(), [&](Device d, Tensor* s) { relu_backward(on(d, dy), on(d, a), s); }, "relu backward");
   expect_backward_close(a.shape(), [&](Device d, Tensor* s) { gelu_backward(on(d, dy), on(d, a), s); }, "gelu backward");
   expect_backward_close(a.shape(), [&](Device d, Tensor* s) { gelu_tanh_backward(on(d, dy), on(d, a), s); },
                         "gelu_tanh backward");
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { silu_backward(on(d, dy), on(d, a), s); }, "silu backward");
   const Tensor y = tanh_forward(a);
   expect_backward_close(a.shape(), [&](Device d, Tensor* s) { tanh_backward(on(d, dy), on(d, y), s); }, "tanh backward");
   expect_backward_close(a.shape(), [&](Device d, Tensor* s) { accumulate(on(d, dy), s); }, "accumulate");

@@ -166,11 +166,33 @@ TEST(Config, DecoderOnlyHasGpt2DefaultsAndRefusesTheOtherFamilysFields) {
             "pre-LN)");
   EXPECT_EQ(error_of(R"({"vocab_size": 50})"), "config.json: field \"vocab_size\" does not apply to an encoder-decoder model");
   EXPECT_EQ(error_of(R"({"positions": "learned"})"),
-            "config.json: field \"positions\" does not apply to an encoder-decoder model");
+            "config.json: config: positions \"learned\" is not one of an encoder-decoder model's fixed tables "
+            "(\"sinusoidal\", \"sinusoidal_halves\")");
   EXPECT_TRUE(contains(error_of(R"({"pad_id": -1})"), "\"pad_id\" must be in [0,")) << error_of(R"({"pad_id": -1})");
   EXPECT_TRUE(contains(error_of(R"({"architecture": "decoder-only", "positions": "rotary"})"),
                        "positions must be \"sinusoidal\" or \"learned\""));
   EXPECT_TRUE(contains(error_of(R"({"architecture": "decoder-only", "vocab_size": 50, "eos_id": 50})"), "eos_id"));
 }
+
+// Marian's options (interop/hf_marian.h): written only when they leave the seed's choice, read
+// back, and refused in the families they do not apply to.
+TEST(Config, EncoderDecoderTakesMariansPositionsAndTargetMask) {
+  const TransformerConfig seed;
+  EXPECT_FALSE(contains(config_to_json(seed), "positions")) << "the seed's config.json keeps its bytes";
+  EXPECT_FALSE(contains(config_to_json(seed), "target_query_mask"));
+  const TransformerConfig marian = config_from_json(
+      R"({"positions": "sinusoidal_halves", "target_query_mask": false, "activation": "silu"})", "config.json");
+  EXPECT_EQ(marian.positions, "sinusoidal_halves");
+  EXPECT_FALSE(marian.target_query_mask);
+  EXPECT_EQ(marian.activation, "silu");
+  EXPECT_EQ(config_to_json(config_from_json(config_to_json(marian), "config.json")), config_to_json(marian));
+  EXPECT_EQ(error_of(R"({"architecture": "decoder-only", "target_query_mask": false})"),
+            "config.json: field \"target_query_mask\" does not apply to a decoder-only model");
+  EXPECT_TRUE(contains(error_of(R"({"architecture": "decoder-only", "positions": "sinusoidal_halves"})"),
+                       "positions must be \"sinusoidal\" or \"learned\""));
+  EXPECT_TRUE(contains(error_of(R"({"target_query_mask": 0})"), "\"target_query_mask\" has the wrong type"));
+  EXPECT_TRUE(contains(error_of(R"({"activation": "swish"})"), "\"silu\""));
+}
+
 }  // namespace
 }  // namespace qkv::models

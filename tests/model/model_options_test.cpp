@@ -36,6 +36,7 @@ Var activation(nn::Activation a, const Var& h) {
     case nn::Activation::ReLU: return fn::relu(h);
     case nn::Activation::GELU: return fn::gelu(h);
     case nn::Activation::GELUTanh: return fn::gelu_tanh(h);
+    case nn::Activation::SiLU: return fn::silu(h);
   }
   return h;
 }
@@ -46,7 +47,7 @@ TEST(FeedForwardDropout, FollowsTheActivationAndDrawsFromTheGenerator) {
   NoGradGuard no_grad;  // forward only: nothing left on the tape
   std::mt19937_64 rng(11);
   const Tensor x = test::randn({2, 3, 6}, rng);
-  for (nn::Activation a : {nn::Activation::ReLU, nn::Activation::GELU, nn::Activation::GELUTanh}) {
+  for (nn::Activation a : {nn::Activation::ReLU, nn::Activation::GELU, nn::Activation::GELUTanh, nn::Activation::SiLU}) {
     Generator gen(7);
     nn::PositionWiseFeedForward ffn(6, 10, gen, a, 0.4f);
     const uint64_t first = gen.offset();

@@ -96,6 +96,16 @@ TEST_F(Gradcheck, GeluTanh) {
   EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::gelu_tanh(v[0]); }, {{"x", x}}, opt));
 }
 
+TEST_F(Gradcheck, Silu) {
+  // s (1 + x (1 - s)) crosses 0 near x = -1.28: the same floor as GELU's.
+  const Tensor x = rn({4, 6}, 3.f);
+  float max_abs = 0;
+  for (float e : x.to_vector()) max_abs = std::max(max_abs, std::abs(e));
+  GradcheckOptions opt;
+  opt.magnitude_floor = 0.5 * max_abs;
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::silu(v[0]); }, {{"x", x}}, opt));
+}
+
 TEST_F(Gradcheck, DropoutWithFixedSeed) {
   // The mask is a function of (seed, offset + index) only, so f is linear in x for fixed arguments
   // and the finite difference is exact up to rounding.

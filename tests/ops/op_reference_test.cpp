@@ -23,7 +23,8 @@
 //   share the reduction tolerance, which leaves them a margin of about 10x.
 // - gelu (reduction tolerance): qkv's vectorised erf / Phi vs SLEEF's erf differ by ulps, PyTorch's
 //   0.5 x (1 + erf) cancels for x < 0 (qkv's kernel does not), and gelu' = Phi(x) + x phi(x) cancels
-//   near its root. gelu_tanh likewise (1 + tanh cancels in PyTorch).
+//   near its root. gelu_tanh likewise (1 + tanh cancels in PyTorch). silu: x / (1 + e^-x) against
+//   SLEEF's exp, and its derivative s (1 + x (1 - s)) cancels near x = -1.28.
 // - layernorm_seed003 (reduction tolerance): the same reductions as layernorm; its constant-row case
 //   has gradients of size 1 / eps = 1e6, which the relative part covers.
 // - positional: the sinusoidal table is float32 exp/sin/cos of pos * div_term; for positions up to
@@ -71,6 +72,8 @@ const std::vector<std::string> kCases = {
     "gelu_tanh_odd",
     "gelu_tanh_wide",
     "gelu_tanh_b1_t1",
+    "silu_odd",
+    "silu_wide",
     "layernorm_seed003_odd",
     "layernorm_seed003_offset",
     "layernorm_seed003_odd_width",
@@ -212,6 +215,7 @@ Var run_op(const std::string& op, const RefCase& c, std::map<std::string, Var>& 
   if (op == "relu") return fn::relu(v["x"]);
   if (op == "gelu") return fn::gelu(v["x"]);
   if (op == "gelu_tanh") return fn::gelu_tanh(v["x"]);
+  if (op == "silu") return fn::silu(v["x"]);
   if (op == "layernorm") return fn::layernorm(v["x"], v["weight"], v["bias"], std::stof(c.param("eps")));
   if (op == "layernorm_seed003")
     return fn::layernorm(v["x"], v["weight"], v["bias"], std::stof(c.param("eps")), ops::LayerNormVariant::UnbiasedStd);

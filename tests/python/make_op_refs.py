@@ -168,6 +168,13 @@ def case_gelu_tanh(shape, spread):
     return build
 
 
+def case_silu(shape, spread):
+    def build():
+        x = leaf(torch.randn(*shape) * spread)
+        return {"x": x}, {}, F.silu(x), {}, {}, False
+    return build
+
+
 def case_layernorm_seed003(shape, mean, std, eps=1e-6, constant_rows=()):
     """Seed 003's LayerNorm (unbiased std, eps added to the std). constant_rows: flat row indices
     set to 0.5 (exact in float, so the mean is exact and std exactly 0: torch's std backward then
@@ -341,6 +348,8 @@ def cases():
         ("gelu_tanh_odd", "gelu_tanh", case_gelu_tanh((3, 7, 12), 3.0)),
         ("gelu_tanh_wide", "gelu_tanh", case_gelu_tanh((2, 5, 9), 8.0)),
         ("gelu_tanh_b1_t1", "gelu_tanh", case_gelu_tanh((1, 1, 5), 1.0)),
+        ("silu_odd", "silu", case_silu((3, 7, 12), 3.0)),
+        ("silu_wide", "silu", case_silu((2, 5, 9), 30.0)),
         ("layernorm_seed003_odd", "layernorm_seed003", case_layernorm_seed003((3, 7, 12), 0.0, 1.0)),
         ("layernorm_seed003_offset", "layernorm_seed003", case_layernorm_seed003((3, 7, 12), 5.0, 3.0)),
         ("layernorm_seed003_odd_width", "layernorm_seed003", case_layernorm_seed003((2, 5, 7), 0.0, 1.0)),

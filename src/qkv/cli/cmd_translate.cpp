@@ -1,8 +1,10 @@
 // qkv translate --checkpoint DIR [--input FILE] [--beam N] [--n-best N] ...
 //
 // Reads one source sentence a line (stdin by default) and writes one translation a line to stdout,
-// in input order. Text is encoded with the checkpoint's SentencePiece models (source.spm.model,
-// target.spm.model); with --ids, lines are space-separated token ids in and out. Sentences are
+// in input order. Text is encoded with the checkpoint's tokenizers (its SentencePiece models
+// source.spm.model and target.spm.model, or an imported Marian model's source.spm, target.spm and
+// vocab.json); with --ids, lines are space-separated token ids in and out (a source line as given:
+// an imported model's sources end with their EOS, as its tokenizer writes them). Sentences are
 // batched (sorted by length for less padding) and a summary goes to stderr.
 #include <unistd.h>
 
@@ -113,7 +115,8 @@ int run_translate(const TranslateOptions& o) {
   const api::Translator translator(o.checkpoint, chosen_compute_type(o.compute), chosen_device(o.compute.device));
   check_search_flags(o, translator.config().tgt_vocab_size);
   QKV_CHECK(o.ids || translator.has_tokenizers(),
-            o.checkpoint << ": no source.spm.model / target.spm.model for text input; use --ids for token ids");
+            o.checkpoint << ": no tokenizer (source.spm.model / target.spm.model, or an imported model's "
+                             "source.spm, target.spm and vocab.json) for text input; use --ids for token ids");
   api::TranslationOptions to;
   to.search.beam_size = o.beam;
   to.search.n_best = o.n_best;
@@ -167,7 +170,7 @@ Runner add_translate_command(CLI::App& app) {
   auto o = std::make_shared<TranslateOptions>();
   app.add_option("--checkpoint", o->checkpoint, "Checkpoint directory")->required();
   app.add_option("--input", o->input, "Source text, one sentence a line ('-' = stdin)")->capture_default_str();
-  app.add_flag("--ids", o->ids, "Input and output are space-separated token ids (no SentencePiece)");
+  app.add_flag("--ids", o->ids, "Input and output are space-separated token ids (no tokenizer; a source line is taken as given)");
   app.add_option("--beam", o->beam, "Beam size (1 = greedy; at most the target vocabulary size)")
       ->capture_default_str()
       ->check(FiniteRange(1, decoding::kMaxBeamSize));
