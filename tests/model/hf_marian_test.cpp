@@ -242,6 +242,12 @@ TEST(HfMarian, RefusesMismatchedTensorsAndTokenizers) {
   edit_json(twice + "/vocab.json", [](json& j) { j["extra"] = 0; });
   expect_contains(import_error(twice), {"vocab.json", "id 0 is given to both"});
 
+  const std::string pickle = copy_of("pickle");  // an older OPUS-MT upload: pytorch_model.bin only
+  fs::rename(pickle + "/model.safetensors", pickle + "/pytorch_model.bin");
+  edit_json(pickle + "/config.json", [](json& j) { j["architectures"] = json::array({"MarianMTModel"}); });
+  expect_contains(import_error(pickle), {"model.safetensors: missing", "pytorch_model.bin",
+                                         "transformers.MarianMTModel.from_pretrained(", "safe_serialization=True"});
+
   const std::string no_target = copy_of("no_target_spm");
   fs::remove(no_target + "/target.spm");
   expect_contains(import_error(no_target), {"target.spm", "missing"});

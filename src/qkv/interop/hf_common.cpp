@@ -39,6 +39,21 @@ std::string hf_weights_path(const std::string& hf_dir) {
   if (!fs::exists(weights_path, ec)) {
     QKV_CHECK(!fs::exists(hf_dir + "/model.safetensors.index.json", ec),
               weights_path << ": missing; sharded checkpoints (model.safetensors.index.json) are not supported");
+    if (fs::exists(hf_dir + "/pytorch_model.bin", ec)) {
+      // Name the model's own class so that the command can be pasted as is.
+      std::string cls = "AutoModel";
+      try {
+        const nlohmann::json config = parse_hf_config(config_path);
+        if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty() &&
+            config["architectures"][0].is_string())
+          cls = config["architectures"][0].get<std::string>();
+      } catch (const Error&) {
+      }
+      QKV_CHECK(false, weights_path << ": missing; the directory has pytorch_model.bin, which qkv does not read "
+                                       "(a pickle). Convert it once with: python3 -c \"import transformers; "
+                                       "transformers." << cls << ".from_pretrained('" << hf_dir << "').save_pretrained('"
+                                    << hf_dir << "', safe_serialization=True)\"");
+    }
     QKV_CHECK(false, weights_path << ": missing (qkv reads safetensors only; save the model with "
                                      "save_pretrained(..., safe_serialization=True))");
   }
