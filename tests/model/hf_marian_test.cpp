@@ -265,5 +265,51 @@ TEST(HfMarian, WithoutATokenizerTheCheckpointTakesIds) {
   expect_contains(error_message_of([&] { (void)translator.translate({"Dios"}, {}); }), {"no tokenizer", "token ids"});
 }
 
+// Export gives back the tensors transformers wrote, byte for byte, with the tokenizer files.
+TEST(HfMarian, ExportGivesBackTransformersTensors) {
+  const std::string out = fresh_dir("export");
+  const interop::HfConversion info = interop::export_hf(imported("hf_marian"), out);
+  EXPECT_EQ(info.model_type, "marian");
+  EXPECT_TRUE(info.tokenizer);
+  const io::StFile original = io::read_safetensors(testing::ref_path("hf_marian") + "/model.safetensors");
+  const io::StFile exported = io::read_safetensors(out + "/model.safetensors");
+  EXPECT_EQ(exported.tensors.size(), original.tensors.size());
+  for (const io::StTensor& t : original.tensors) {
+    const auto it = std::find_if(exported.tensors.begin(), exported.tensors.end(),
+                                 [&](const io::StTensor& e) { return e.name == t.name; });
+    ASSERT_NE(it, exported.tensors.end()) << t.name << " is not exported";
+    EXPECT_EQ(it->shape, t.shape) << t.name;
+    EXPECT_TRUE(it->bytes == t.bytes) << t.name << " differs";
+  }
+  for (const char* f : {"config.json", "generation_config.json", "source.spm", "target.spm", "vocab.json"})
+    EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+  // Imported again, the same checkpoint.
+  const std::string again = fresh_dir("export_again");
+  interop::import_hf(out, again);
+  EXPECT_EQ(models::load_config(again + "/config.json").positions, "sinusoidal_halves");
+  const io::StFile a = io::read_safetensors(imported("hf_marian") + "/model.safetensors");
+  const io::StFile b = io::read_safetensors(again + "/model.safetensors");
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (size_t i = 0; i < a.tensors.size(); ++i) EXPECT_TRUE(a.tensors[i].bytes == b.tensors[i].bytes) << a.tensors[i].name;
+}
+
+TEST(HfMarian, ExportRefusesWhatMarianCannotExpress) {
+  models::TransformerConfig seed;  // interleaved table, target query mask
+  expect_contains(error_message_of([&] { (void)interop::hf_marian_config_json(seed); }),
+                  {"positions \"sinusoidal\"", "sinusoidal_halves"});
+  seed.positions = "sinusoidal_halves";
+  expect_contains(error_message_of([&] { (void)interop::hf_marian_config_json(seed); }), {"target_query_mask"});
+  seed.target_query_mask = false;
+  seed.norm = models::NormPosition::Pre;
+  expect_contains(error_message_of([&] { (void)interop::hf_marian_config_json(seed); }), {"pre-LN"});
+  seed.norm = models::NormPosition::Post;
+  seed.layer_norm_eps = 1e-6f;
+  expect_contains(error_message_of([&] { (void)interop::hf_marian_config_json(seed); }), {"layer_norm_eps"});
+  models::TransformerConfig bert = models::encoder_only_defaults();
+  const std::string dir = fresh_dir("bert_ckpt");
+  models::save_model(dir, *models::make_model(bert, 1));
+  expect_contains(error_message_of([&] { interop::export_hf(dir, dir + "_hf"); }), {"encoder-only", "GPT-2", "Marian"});
+}
+
 }  // namespace
 }  // namespace qkv

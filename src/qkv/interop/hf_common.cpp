@@ -1,5 +1,6 @@
 #include "qkv/interop/hf_common.h"
 
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,24 @@ std::string hf_weights_path(const std::string& hf_dir) {
   }
   return weights_path;
 }
+
+double shortest(float v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::stod(std::string(buf, res.ptr));
+}
+
+io::StTensor f32_tensor(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
+  io::StTensor t;
+  t.name = name;
+  t.dtype = io::StDtype::F32;
+  t.shape = shape;
+  t.bytes.resize(values.size() * sizeof(float));
+  std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
+  return t;
+}
+
+std::vector<float> values_of(const Tensor& t) { return t.contiguous().to_vector(); }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";

@@ -202,25 +202,6 @@ HfConversion import_hf_gpt2(const std::string& hf_dir, const std::string& out_di
 // ----------------------------------------------------------------------------- export (qkv -> HF) ---
 
 namespace {
-// The shortest decimal that reads back as the same float (0.1f -> 0.1, not 0.10000000149011612).
-double shortest(float v) {
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::stod(std::string(buf, res.ptr));
-}
-
-io::StTensor f32_tensor(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values) {
-  io::StTensor t;
-  t.name = name;
-  t.dtype = io::StDtype::F32;
-  t.shape = shape;
-  t.bytes.resize(values.size() * sizeof(float));
-  std::memcpy(t.bytes.data(), values.data(), t.bytes.size());
-  return t;
-}
-
-std::vector<float> values_of(const Tensor& t) { return t.contiguous().to_vector(); }
-
 // (rows, in) weights of nn.Linear -> the Conv1D (in, out) columns [col0, col0 + rows) of `dst`.
 void put_transposed(const Tensor& w, int64_t out, int64_t col0, std::vector<float>& dst) {
   const std::vector<float> v = values_of(w);

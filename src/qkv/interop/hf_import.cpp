@@ -3,6 +3,7 @@
 #include "qkv/interop/hf_bert.h"
 #include "qkv/interop/hf_gpt2.h"
 #include "qkv/interop/hf_marian.h"
+#include "qkv/models/checkpoint.h"
 
 namespace qkv::interop {
 
@@ -16,6 +17,15 @@ HfConversion import_hf(const std::string& hf_dir, const std::string& out_dir) {
   if (type == "bert") return import_hf_bert(hf_dir, out_dir);
   if (type == "marian") return import_hf_marian(hf_dir, out_dir);
   r.fail("model_type", "is \"" + type + "\": not supported (qkv imports model_type \"gpt2\", \"bert\" and \"marian\")");
+}
+
+HfConversion export_hf(const std::string& checkpoint_dir, const std::string& out_dir) {
+  models::check_checkpoint_dir(checkpoint_dir);
+  const models::TransformerConfig c = models::load_config(checkpoint_dir + "/config.json");
+  if (c.encoder_decoder()) return export_hf_marian(checkpoint_dir, out_dir);
+  QKV_CHECK(!c.encoder_only(), "export --to hf: " << checkpoint_dir << " is an encoder-only model; qkv exports "
+                                                     "decoder-only models (GPT-2) and encoder-decoder models (Marian)");
+  return export_hf_gpt2(checkpoint_dir, out_dir);
 }
 
 }  // namespace qkv::interop

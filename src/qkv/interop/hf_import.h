@@ -10,4 +10,8 @@ namespace qkv::interop {
 
 HfConversion import_hf(const std::string& hf_dir, const std::string& out_dir);
 
+// `qkv export --to hf CKPT --out DIR`, by the checkpoint's family: decoder-only -> GPT-2
+// (hf_gpt2.h), encoder-decoder -> Marian (hf_marian.h); encoder-only models are refused.
+HfConversion export_hf(const std::string& checkpoint_dir, const std::string& out_dir);
+
 }  // namespace qkv::interop

@@ -58,4 +58,18 @@ std::unique_ptr<models::Transformer> load_hf_marian(const std::string& hf_dir, H
 // imports too (the checkpoint then translates ids only), with a note.
 HfConversion import_hf_marian(const std::string& hf_dir, const std::string& out_dir);
 
+// The Hugging Face config.json (model_type marian, MarianMTModel) of an encoder-decoder config.
+// Refuses, naming the option, what MarianMTModel cannot express: pre-LN, the seed's interleaved
+// sinusoidal table (Marian's is "sinusoidal_halves"), layer_norm seed003 or an eps other than
+// nn.LayerNorm's 1e-5, a target_query_mask (transformers' decoder masks future keys only), and other
+// families. generation_config.json: decoder start, EOS, pad and bad_words_ids [[pad]].
+std::string hf_marian_config_json(const models::TransformerConfig& config);
+std::string hf_marian_generation_config_json(const models::TransformerConfig& config);
+
+// `qkv export --to hf CKPT --out DIR` for an encoder-decoder checkpoint: config.json,
+// generation_config.json, model.safetensors (MarianMTModel's names, "model." prefix, shared.weight
+// once when the tables are shared, lm_head.weight when untied, final_logits_bias) and the Marian
+// tokenizer files when the checkpoint has them; written all-or-nothing.
+HfConversion export_hf_marian(const std::string& checkpoint_dir, const std::string& out_dir);
+
 }  // namespace qkv::interop
