@@ -3,7 +3,7 @@
 transformers on the same weights, all in one run (issue 35's performance target).
 
     bench/bench_marian.py [--sentences 500] [--beam 4] [--batch-size 32] [--threads 2] [--runs 3]
-        [--limit 48] [--work DIR] [--no-hf]
+        [--limit 48] [--compute-types float32,int8,bf16] [--ct2-int8] [--work DIR] [--no-hf]
 
 Needs build/qkv and the peers' venv (bench/setup_peers.sh: build/bench-venv with torch,
 transformers, sentencepiece and ctranslate2); the peer steps run in that venv's Python.
@@ -21,6 +21,8 @@ transformers, sentencepiece and ctranslate2); the peer steps run in that venv's 
     qkv `--max-length-ratio 0 --max-length-offset LIMIT`, CTranslate2 max_decoding_length LIMIT,
     transformers max_new_tokens LIMIT + 1 with its forced EOS. Batches as qkv makes them: the
     sentences sorted by length (stable), cut into --batch-size; one call per batch for the peers.
+  * Peers: qkv in each of --compute-types (float32 first; int8 and bf16 are its faster compute
+    types), CTranslate2 float32 (and int8 with --ct2-int8), transformers float32 (torch, --threads).
   * Time: qkv's by its own clock (the summary line it prints after loading), the peers' around
     their translate calls (loading excluded); tokens are the output ids without EOS. Each peer runs
     in its own process; peers alternate within each of --runs rounds; medians are printed.
@@ -98,12 +100,13 @@ def batches(sources, size):
 def run_ct2(a, sources):
     import ctranslate2
 
+    compute_type = "int8" if a.peer == "ct2-int8" else "float32"
     with open(os.path.join(a.work, "hf", "vocab.json")) as f:
         piece_of = {i: p for p, i in json.load(f).items()}
     id_of = {p: i for i, p in piece_of.items()}
     # CTranslate2's converter drops <pad> from a Marian vocabulary (it is never produced, and the
     # decoder starts from its all-zero embedding row), so nothing needs suppressing here.
-    translator = ctranslate2.Translator(os.path.join(a.work, "ct2-float32"), device="cpu", compute_type="float32",
+    translator = ctranslate2.Translator(os.path.join(a.work, "ct2-float32"), device="cpu", compute_type=compute_type,
                                         inter_threads=1, intra_threads=a.threads)
     results = [None] * len(sources)
     start = time.perf_counter()
@@ -140,7 +143,7 @@ def peer_main(a):
         make_model(a.work)
         return
     sources = tp_read_ids(a.ids)
-    seconds, results = (run_ct2 if a.peer == "ct2" else run_hf)(a, sources)
+    seconds, results = (run_hf if a.peer == "hf" else run_ct2)(a, sources)
     with open(a.out, "w") as f:
         for r in results:
             f.write(" ".join(map(str, r)) + "\n")
@@ -171,7 +174,9 @@ def main():
     ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench-marian"))
     ap.add_argument("--qkv", default=os.path.join(ROOT, "build", "qkv"))
     ap.add_argument("--no-hf", action="store_true", help="leave transformers out (it is the slowest peer)")
-    ap.add_argument("--peer", choices=["make", "ct2", "hf"], help=argparse.SUPPRESS)
+    ap.add_argument("--compute-types", default="float32,int8,bf16", help="qkv's compute types, float32 first")
+    ap.add_argument("--ct2-int8", action="store_true", help="also CTranslate2's int8")
+    ap.add_argument("--peer", choices=["make", "ct2", "ct2-int8", "hf"], help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -198,15 +203,21 @@ def main():
         for _ in range(a.sentences):
             f.write(" ".join(str(rng.randrange(2, PAD)) for _ in range(rng.randint(5, 40))) + f" {EOS}\n")
 
-    peers = ["qkv", "ct2 float32"] + ([] if a.no_hf else ["transformers"])
+    types = a.compute_types.split(",")
+    if types[0] != "float32":
+        ap.error("--compute-types must start with float32")
+    ours = ["qkv" if t == "float32" else f"qkv {t}" for t in types]
+    theirs = ["ct2 float32"] + (["ct2 int8"] if a.ct2_int8 else []) + ([] if a.no_hf else ["transformers"])
+    peers = ours + theirs
     out = {p: os.path.join(a.work, p.replace(" ", "-") + ".out.ids") for p in peers}
     secs = {p: [] for p in peers}
     for r in range(a.runs):
-        run = tp.run_child([a.qkv, "translate", "--checkpoint", ckpt, "--ids", "--input", src, "--beam", str(a.beam),
-                            "--batch-size", str(a.batch_size), "--threads", str(a.threads), "--max-length-ratio", "0",
-                            "--max-length-offset", str(a.limit)], out["qkv"])
-        secs["qkv"].append(tp.qkv_summary_seconds(run.stderr))
-        for p, name in (("ct2 float32", "ct2"), ("transformers", "hf")):
+        for p, t in zip(ours, types):
+            run = tp.run_child([a.qkv, "translate", "--checkpoint", ckpt, "--ids", "--input", src, "--beam", str(a.beam),
+                                "--batch-size", str(a.batch_size), "--threads", str(a.threads), "--max-length-ratio",
+                                "0", "--max-length-offset", str(a.limit), "--compute-type", t], out[p])
+            secs[p].append(tp.qkv_summary_seconds(run.stderr))
+        for p, name in (("ct2 float32", "ct2"), ("ct2 int8", "ct2-int8"), ("transformers", "hf")):
             if p in peers:
                 report = json.loads(tp.run_child(me + ["--peer", name, "--ids", src, "--out", out[p]]).stdout)
                 secs[p].append(report["seconds"])
@@ -220,9 +231,12 @@ def main():
         tokens, s = tp.count_tokens(out[p]), statistics.median(secs[p])
         tps[p] = tokens / s
         print(f"{p:<13} {tokens:>7} tokens {s:>8.2f} s {tps[p]:>9.1f} tokens/s")
-    for p in peers[1:]:
-        same, total = tp.identical_lines(out["qkv"], out[p])
-        print(f"qkv / {p}: {tps['qkv'] / tps[p]:.2f}x the tokens/s; identical outputs on {same} of {total} sentences")
+    for q in ours:
+        for p in peers:
+            if p in ours:
+                continue
+            same, total = tp.identical_lines(out[q], out[p])
+            print(f"{q} / {p}: {tps[q] / tps[p]:.2f}x the tokens/s; identical outputs on {same} of {total} sentences")
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; files in {a.work}")
 
 
