@@ -13,6 +13,7 @@
 #include "qkv/core/error.h"
 #include "qkv/models/average.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/text/marian_tokenizer.h"
 
 namespace qkv::cli {
 
@@ -34,7 +35,11 @@ int run_average(const AverageOptions& o) {
     QKV_CHECK(fs::weakly_canonical(dir) != fs::weakly_canonical(o.out),
               "average: --out " << o.out << " is one of the inputs; write the average elsewhere");
   const auto model = models::average_checkpoints(o.checkpoints);
-  const char* spm_files[] = {models::kSourceSpmFile, models::kTargetSpmFile};
+  // The tokenizer files travel with the weights: qkv's SentencePiece models, or an imported Marian
+  // model's.
+  const char* spm_files[] = {models::kSourceSpmFile,  models::kTargetSpmFile,     text::kMarianSourceSpm,
+                             text::kMarianTargetSpm, text::kMarianVocab,         text::kMarianTargetVocab,
+                             text::kTokenizerConfig};
   for (const char* name : spm_files) {
     const std::string first = o.checkpoints[0] + "/" + name;
     for (const std::string& dir : o.checkpoints) {

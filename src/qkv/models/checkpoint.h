@@ -6,6 +6,8 @@
 //   source.spm.model, target.spm.model          SentencePiece models of a translation model
 //   spm.model                                   SentencePiece model of a language model
 //   tokenizer.json                              Hugging Face tokenizer of an imported model
+//   source.spm, target.spm, vocab.json, [target_vocab.json], tokenizer_config.json
+//                                               an imported Marian model's (text/marian_tokenizer.h)
 //   manifest.json      step, size and CRC-32 of every other file (io/checkpoint_dir.h)
 // A checkpoint is written whole into a staging directory and swapped into place, so it is always
 // either the complete old set or the complete new one; loading verifies the manifest.
