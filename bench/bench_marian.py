@@ -231,6 +231,10 @@ def main():
         tokens, s = tp.count_tokens(out[p]), statistics.median(secs[p])
         tps[p] = tokens / s
         print(f"{p:<13} {tokens:>7} tokens {s:>8.2f} s {tps[p]:>9.1f} tokens/s")
+    distinct = len(set(tp.read_lines(out["qkv"])))
+    print(f"qkv float32 wrote {distinct} distinct output line(s)" +
+          (": the random model repeats one token, so the agreement below says nothing about the search "
+           "(tests/model/hf_marian_test.cpp checks outputs on a trained model)" if distinct == 1 else ""))
     for q in ours:
         for p in peers:
             if p in ours:

@@ -122,6 +122,55 @@ def test_translations_equal_qkv_translate(server, translation_checkpoint, data_d
     assert all(d["n_best"][0]["translation"] == d["translation"] for d in r["data"])
 
 
+def score_lines(checkpoint: str, tgt: list[list[int]], src: list[list[int]] | None, tmp_path) -> list[float]:
+    """`qkv score --per-line` of id lines."""
+    tgt_path = write_lines(tmp_path / "score.tgt", [" ".join(map(str, t)) for t in tgt])
+    args = ["score", "--checkpoint", checkpoint, "--tgt", str(tgt_path), "--per-line"]
+    if src is not None:
+        args += ["--src", str(write_lines(tmp_path / "score.src", [" ".join(map(str, s)) for s in src]))]
+    return [float(x) for x in run_qkv(*args, "--threads", "1").stdout.split("\n")[:len(tgt)]]
+
+
+def tokenize(tokenizer: str, texts: list[str], tmp_path) -> list[list[int]]:
+    inp = write_lines(tmp_path / "tokenize.txt", texts)
+    out = run_qkv("tokenize", "--tokenizer", tokenizer, "--input", str(inp)).stdout.split("\n")[:len(texts)]
+    return [[int(t) for t in line.split()] for line in out]
+
+
+def test_score_equals_qkv_score(server, translation_checkpoint, lm_checkpoint, tmp_path):
+    with open(f"{lm_checkpoint}/config.json") as f:
+        lm = json.load(f)
+    texts = ["the light was good", "God said let there be light", "x"]
+    status, r = server.post("/v1/score", {"model": "lm", "input": texts})
+    assert status == 200 and r["object"] == "list" and [d["index"] for d in r["data"]] == [0, 1, 2], r
+    ids = [[lm["bos_id"]] + t for t in tokenize(f"{lm_checkpoint}/spm.model", texts, tmp_path)]
+    want = score_lines(lm_checkpoint, ids, None, tmp_path)
+    assert [d["tokens"] for d in r["data"]] == [len(t) - 1 for t in ids]
+    assert np.allclose([d["log_prob"] for d in r["data"]], want, rtol=1e-5, atol=1e-5), (r, want)
+    assert r["usage"]["prompt_tokens"] == sum(len(t) - 1 for t in ids)
+
+    with open(f"{translation_checkpoint}/config.json") as f:
+        mt = json.load(f)
+    sources, targets = ["y la luz", "dijo Dios"], ["and the light", "God said"]
+    status, r = server.post("/v1/score", {"model": "mt", "source": sources, "input": targets})
+    assert status == 200, r
+    src = tokenize(f"{translation_checkpoint}/source.spm.model", sources, tmp_path)
+    tgt = [[mt["bos_id"]] + t + [mt["eos_id"]]
+           for t in tokenize(f"{translation_checkpoint}/target.spm.model", targets, tmp_path)]
+    want = score_lines(translation_checkpoint, tgt, src, tmp_path)
+    assert np.allclose([d["log_prob"] for d in r["data"]], want, rtol=1e-5, atol=1e-5), (r, want)
+    # One text alone scores as in a batch with others.
+    status, alone = server.post("/v1/score", {"model": "mt", "source": sources[1], "input": targets[1]})
+    assert status == 200 and np.isclose(alone["data"][0]["log_prob"], want[1], rtol=1e-5, atol=1e-5)
+
+    for body, param in (({"model": "mt", "input": targets}, "source"),
+                        ({"model": "mt", "input": targets, "source": sources[:1]}, "source"),
+                        ({"model": "lm", "input": texts, "source": texts}, "source"),
+                        ({"model": "enc", "input": texts}, "model")):
+        status, e = server.post("/v1/score", body)
+        assert status == 400 and e["error"]["param"] == param, (body, e)
+
+
 def test_embeddings_equal_qkv_embed(server, encoder_checkpoint, tmp_path):
     texts = sentences(7, 9) + [""]
     inp = write_lines(tmp_path / "sentences.txt", texts)

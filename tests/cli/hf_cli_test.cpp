@@ -128,6 +128,12 @@ TEST(HfCli, ImportedMarianTranslatesTextAndScoresIds) {
   EXPECT_NE(r.out.find("qkv: note: bad_words_ids"), std::string::npos) << r.out;
   for (const char* f : {"source.spm", "target.spm", "vocab.json", "tokenizer_config.json"})
     EXPECT_TRUE(fs::exists(dir + "/ckpt/" + f)) << f;
+  const std::string pad = std::to_string(refs["pad_id"].get<int>());
+  r = run_qkv("info " + dir + "/ckpt");
+  EXPECT_NE(r.out.find("special ids   pad " + pad + ", decoder start (bos) " + pad + ", eos 0; the target mask hides "
+                       "future keys only"),
+            std::string::npos)
+      << r.out;
   {
     std::ofstream src(dir + "/src.txt"), ids(dir + "/src.ids"), tgt(dir + "/tgt.ids");
     for (const auto& line : refs["sources"]) src << line.get<std::string>() << "\n";

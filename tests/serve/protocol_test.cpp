@@ -157,6 +157,28 @@ TEST(ServeProtocol, TranslationsAndClassifications) {
   EXPECT_EQ(json::parse(embedding_body("e", {{1.f, -2.f}}, 1, true))["data"][0]["embedding"], "AACAPwAAAMA=");
 }
 
+TEST(ServeProtocol, ScoresReadInputsAndSourcesAndAnswerALogProbabilityEach) {
+  const ScoreRequest lm = parse_score(R"({"model": "lm", "input": ["a b", "c"]})");
+  EXPECT_EQ(lm.inputs, (std::vector<std::string>{"a b", "c"}));
+  EXPECT_TRUE(lm.sources.empty());
+  const ScoreRequest mt = parse_score(R"({"model": "mt", "input": "the light", "source": "la luz"})");
+  EXPECT_EQ(mt.sources, std::vector<std::string>{"la luz"});
+  try {
+    (void)parse_score(R"({"model": "mt", "input": ["a", "b"], "source": ["x"]})");
+    ADD_FAILURE() << "a source count that differs was accepted";
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "source");
+  }
+  EXPECT_THROW((void)parse_score(R"({"model": "mt", "source": ["x"]})"), HttpError);  // no input
+  const json body = json::parse(score_body("lm", {{-1.5, 3}, {-0.25, 1}}, {4, 0}));
+  EXPECT_EQ(body["object"], "list");
+  EXPECT_EQ(body["data"][1]["index"], 1);
+  EXPECT_EQ(body["data"][1]["log_prob"], -0.25);
+  EXPECT_EQ(body["data"][0]["tokens"], 3);
+  EXPECT_EQ(body["usage"]["total_tokens"], 4);
+}
+
 TEST(ServeProtocol, AnswersAndErrorsHaveOpenAisShapes) {
   const json err = json::parse(error_body(bad_field("top_p", "'top_p' is 0")));
   EXPECT_EQ(err["error"]["message"], "'top_p' is 0");

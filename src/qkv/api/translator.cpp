@@ -47,6 +47,17 @@ data::IdLine Translator::encode_source(const std::string& text, const Translatio
   return ids;
 }
 
+data::IdLine Translator::encode_target(const std::string& text) const {
+  QKV_CHECK(tgt_tok_, dir_ << ": no target tokenizer to encode with");
+  const auto& c = model_->config();
+  data::IdLine ids{c.bos_id};
+  for (const int32_t id : tgt_tok_->encode(text)) ids.push_back(id);
+  ids.push_back(c.eos_id);
+  QKV_CHECK(static_cast<int64_t>(ids.size()) - 1 <= c.max_seq_length,
+            ids.size() - 2 << " target tokens and EOS exceed the model's max_seq_length " << c.max_seq_length);
+  return ids;
+}
+
 std::string Translator::decode_target(const std::vector<int32_t>& tokens) const {
   QKV_CHECK(tgt_tok_, dir_ << ": no target tokenizer to decode with");
   return tgt_tok_->decode(tokens);

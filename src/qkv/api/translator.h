@@ -57,12 +57,18 @@ class Translator {
   Device device() const { return model_->device(); }
   void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   bool has_tokenizers() const { return src_tok_ != nullptr; }
+  // Whether encode_source ends a source with the tokenizer's EOS (an imported Marian model's), which
+  // a cut source must keep.
+  bool source_ends_with_eos() const { return src_tok_ && !src_tok_->with_special_tokens({}).empty(); }
 
   // Source ids of a text, fitted to max_seq_length as options.truncate says; `where` names it in
   // errors ("input.txt:12"). `truncated` (optional) is set when it was cut.
   data::IdLine encode_source(const std::string& text, const TranslationOptions& options, const std::string& where,
                              bool* truncated = nullptr) const;
   std::string decode_target(const std::vector<int32_t>& tokens) const;
+  // A target text as scoring reads it: BOS (the decoder start), its ids, EOS. Past max_seq_length
+  // positions: an error.
+  data::IdLine encode_target(const std::string& text) const;
   // The piece of a source / target id ("▁the"), or the id as text without the tokenizers: labels
   // for pictures of attention.
   std::string source_piece(int32_t id) const;

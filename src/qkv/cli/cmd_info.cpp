@@ -113,6 +113,11 @@ void print_text(const json& j) {
                 c["d_model"].get<long long>(), c["num_heads"].get<long long>(), c["num_layers"].get<long long>(),
                 c["num_layers"].get<long long>(), c["d_ff"].get<long long>(), c["src_vocab_size"].get<long long>(),
                 c["tgt_vocab_size"].get<long long>(), c["max_seq_length"].get<long long>());
+    // The ids decoding starts and stops with, and the padding id: an imported model's differ from
+    // the seed's (Marian: decoding starts from the pad id, EOS 0).
+    std::printf("special ids   pad %lld, decoder start (bos) %lld, eos %lld%s\n", c["pad_id"].get<long long>(),
+                c["bos_id"].get<long long>(), c["eos_id"].get<long long>(),
+                c.value("target_query_mask", true) ? "" : "; the target mask hides future keys only");
   }
   const std::string norm = c.contains("norm") ? c["norm"].get<std::string>()
                            : j["architecture"] == models::kEncoderOnly ? "post" : "pre";

@@ -4,6 +4,7 @@
 //   POST /v1/completions      decoder-only models (stream: server-sent events)
 //   POST /v1/embeddings       encoder-only models
 //   POST /v1/translations     encoder-decoder models
+//   POST /v1/score            log-probabilities of texts (decoder-only and encoder-decoder models)
 //   POST /v1/classifications  encoder-only models with a classification head
 //   GET  /v1/models, /health (503 while loading), /metrics (Prometheus)
 // Errors are OpenAI's {"error": {...}} with the status that says what went wrong. The HTTP threads
@@ -167,6 +168,10 @@ void add_routes(httplib::Server& svr, ServerState& st) {
            route(st, "/v1/classifications", [&st](const httplib::Request& req, httplib::Response& res) {
              const serve::ClassificationRequest r = serve::parse_classification(req.body, st.limits);
              res.set_content(model_named(st, r.model).classify(r), "application/json");
+           }));
+  svr.Post("/v1/score", route(st, "/v1/score", [&st](const httplib::Request& req, httplib::Response& res) {
+             const serve::ScoreRequest r = serve::parse_score(req.body, st.limits);
+             res.set_content(model_named(st, r.model).score(r), "application/json");
            }));
   // Errors httplib answers itself (no route, a body over --max-body-bytes) get the same shape.
   svr.set_error_handler([&st](const httplib::Request& req, httplib::Response& res) {

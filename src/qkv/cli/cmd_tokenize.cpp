@@ -4,7 +4,8 @@
 // the tokenizer's post-processor adds ([CLS] ... [SEP] for WordPiece; SentencePiece and byte-level
 // BPE add none); no truncation or padding. --pieces prints the tokens themselves instead of ids.
 // A checkpoint's tokenizer is DIR/tokenizer.json, else DIR/spm.model, else (translation)
-// DIR/source.spm.model; the model's weights are not loaded.
+// DIR/source.spm.model, or an imported Marian model's source side (source.spm and vocab.json, EOS
+// appended); the model's weights are not loaded.
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "qkv/cli/commands.h"
 #include "qkv/core/error.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/text/marian_tokenizer.h"
 #include "qkv/text/tokenizer.h"
 #include "qkv/text/utf8.h"
 
@@ -36,8 +38,11 @@ int run_tokenize(const TokenizeOptions& o) {
   const bool by_checkpoint = o.checkpoint_opt->count() > 0, by_file = o.tokenizer_opt->count() > 0;
   if (by_checkpoint && by_file) throw UsageError("--checkpoint and --tokenizer: give one of them, not both");
   if (!by_checkpoint && !by_file) throw UsageError("give --checkpoint DIR or --tokenizer FILE");
-  const std::string path = by_file ? o.tokenizer : checkpoint_tokenizer(o.checkpoint);
-  const std::unique_ptr<text::Tokenizer> tokenizer = text::load_tokenizer(path);
+  // An imported Marian model's source side: its pieces looked up in vocab.json, EOS appended.
+  const bool marian = by_checkpoint && text::MarianTokenizer::present(o.checkpoint);
+  const std::unique_ptr<text::Tokenizer> tokenizer =
+      marian ? text::MarianTokenizer::load(o.checkpoint, false)
+             : text::load_tokenizer(by_file ? o.tokenizer : checkpoint_tokenizer(o.checkpoint));
   std::string line_out;
   for (const std::string& line : text::read_text_lines_or_stdin(o.input)) {
     std::vector<int32_t> ids = tokenizer->encode(line);

@@ -10,6 +10,7 @@
 #include "qkv/data/encoder_text.h"
 #include "qkv/decoding/generate.h"
 #include "qkv/models/config.h"
+#include "qkv/train/step.h"
 
 namespace qkv::serve {
 
@@ -69,6 +70,7 @@ struct ModelSlot::Job {
   JobKind kind = JobKind::Complete;
   std::string batch_key;  // jobs with one key can share a batch; "" runs alone
   std::vector<std::vector<int32_t>> inputs;
+  std::vector<std::vector<int32_t>> sources;  // a score's sources (encoder-decoder models)
   int64_t tokens = 0;
   CompletionRequest completion;
   TranslationRequest translation;
@@ -178,9 +180,9 @@ std::vector<std::vector<int32_t>> ModelSlot::tokenize(const std::vector<std::str
       throw HttpError(413, "invalid_request_error", e.what(), field, "input_too_long");
     }
     if (truncate && !generator_ && static_cast<int64_t>(ids.size()) > allowed) {
-      const int32_t last = ids.back();  // an encoder's [SEP] still ends the row
+      const int32_t last = ids.back();  // an encoder's [SEP] (a Marian source's EOS) still ends the row
       ids.resize(static_cast<size_t>(allowed));
-      if (encoder_) ids.back() = last;
+      if (encoder_ || translator_->source_ends_with_eos()) ids.back() = last;
     }
     if (static_cast<int64_t>(ids.size()) > allowed)
       throw HttpError(413, "invalid_request_error",
@@ -306,6 +308,42 @@ std::string ModelSlot::translate(const TranslationRequest& r) {
   return wait(submit(job));
 }
 
+std::string ModelSlot::score(const ScoreRequest& r) {
+  if (family_ == Family::EncoderOnly)
+    throw HttpError(400, "invalid_request_error",
+                    "model '" + name_ + "' is an encoder-only model: it has no decoder to score with; " +
+                        route_for(family_),
+                    "model", "wrong_model_family");
+  if (family_ == Family::EncoderDecoder && r.sources.empty())
+    throw bad_field("source", "'source' is required: model '" + name_ +
+                                  "' is an encoder-decoder model, which scores each input given its source");
+  if (family_ == Family::DecoderOnly && !r.sources.empty())
+    throw bad_field("source", "'source' is for encoder-decoder models; model '" + name_ + "' is decoder-only");
+  auto job = std::make_shared<Job>();
+  job->kind = JobKind::Score;
+  job->batch_key = "score";
+  // The scored positions fit the context: a text's input is its ids but the last.
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    const std::string where = "'input' entry " + std::to_string(i);
+    std::vector<int32_t> ids;
+    try {
+      ids = translator_ ? translator_->encode_target(r.inputs[i]) : generator_->encode_prompt(r.inputs[i]);
+    } catch (const Error& e) {
+      throw HttpError(400, "invalid_request_error", where + ": " + e.what(), "input");
+    }
+    const int64_t limit = options_.max_input_tokens > 0 ? std::min(options_.max_input_tokens, context_) : context_;
+    if (static_cast<int64_t>(ids.size()) - 1 > limit)
+      throw HttpError(413, "invalid_request_error",
+                      where + " is " + std::to_string(ids.size() - 1) + " tokens to score; at most " +
+                          std::to_string(limit) +
+                          (options_.max_input_tokens > 0 ? " (--max-input-tokens)" : " (the model's context)"),
+                      "input", "input_too_long");
+    job->inputs.push_back(std::move(ids));
+  }
+  if (translator_) job->sources = tokenize(r.sources, "source");
+  return wait(submit(job));
+}
+
 // ---- the worker's side: batch, run, answer --------------------------------------------------------
 
 void ModelSlot::worker_loop() {
@@ -389,6 +427,7 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
       case JobKind::Translate: tokens_out = run_translation(batch); break;
       case JobKind::Complete: tokens_out = run_completion(batch); break;
       case JobKind::Stream: tokens_out = run_stream(*batch[0]); break;
+      case JobKind::Score: run_score(batch); break;
     }
   } catch (const std::exception& e) {
     fail(batch, http_error_of(e));
@@ -455,6 +494,26 @@ int64_t ModelSlot::run_translation(const std::vector<std::shared_ptr<Job>>& batc
     j->answer.set_value(translation_body(j->model, hs, r.n_best > 1, {j->tokens, out_tokens}));
   }
   return tokens_out;
+}
+
+void ModelSlot::run_score(const std::vector<std::shared_ptr<Job>>& batch) {
+  std::vector<std::vector<int32_t>> sources;
+  for (const auto& j : batch) sources.insert(sources.end(), j->sources.begin(), j->sources.end());
+  const models::Model& model = translator_ ? static_cast<const models::Model&>(translator_->model())
+                                           : static_cast<const models::Model&>(generator_->model());
+  const train::ScoreResult r = train::score(model, sources, concatenated(batch), options_.batch_size);
+  size_t row = 0;
+  for (const auto& j : batch) {
+    std::vector<TextScore> scores;
+    int64_t scored = 0;
+    for (const auto& ids : j->inputs) {
+      scores.push_back({r.line_log_prob[row++], static_cast<int64_t>(ids.size()) - 1});
+      scored += scores.back().tokens;
+    }
+    int64_t source_tokens = 0;
+    for (const auto& s : j->sources) source_tokens += static_cast<int64_t>(s.size());
+    j->answer.set_value(score_body(j->model, scores, {source_tokens + scored, 0}));
+  }
 }
 
 int64_t ModelSlot::run_completion(const std::vector<std::shared_ptr<Job>>& batch) {

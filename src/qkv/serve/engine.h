@@ -74,13 +74,17 @@ class ModelSlot {
   std::string embed(const EmbeddingRequest& r);
   std::string translate(const TranslationRequest& r);
   std::string classify(const ClassificationRequest& r);
+  // Teacher-forced log-probabilities: a decoder-only model's of each text's tokens after BOS (no EOS
+  // added: the text may go on), an encoder-decoder model's of each target and its EOS given the
+  // source, as `qkv score --per-line` computes them.
+  std::string score(const ScoreRequest& r);
 
   // Refuses new jobs (503) and lets the worker finish the queue; returns when it has, or after
   // `drain` (then false: jobs still queued get 503).
   bool stop(std::chrono::milliseconds drain);
 
  private:
-  enum class JobKind { Complete, Stream, Embed, Translate, Classify };
+  enum class JobKind { Complete, Stream, Embed, Translate, Classify, Score };
   struct Job;
   // A job of `kind` for a request that needs a model of `family` (else a 400 naming the route it
   // takes), its texts tokenised.
@@ -96,6 +100,7 @@ class ModelSlot {
   int64_t run_translation(const std::vector<std::shared_ptr<Job>>& batch);
   int64_t run_completion(const std::vector<std::shared_ptr<Job>>& batch);
   int64_t run_stream(Job& job);
+  void run_score(const std::vector<std::shared_ptr<Job>>& batch);
   void fail(const std::vector<std::shared_ptr<Job>>& batch, const HttpError& e);
   // Ids of each text; past the context (or --max-input-tokens): cut when `truncate`, else a 413.
   std::vector<std::vector<int32_t>> tokenize(const std::vector<std::string>& texts, const char* field,

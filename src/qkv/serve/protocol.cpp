@@ -235,6 +235,18 @@ ClassificationRequest parse_classification(const std::string& body, const Reques
   return r;
 }
 
+ScoreRequest parse_score(const std::string& body, const RequestLimits& limits) {
+  const json j = parse_object(body);
+  auto r = inputs_request<ScoreRequest>(j, limits);
+  if (find(j, "source")) {
+    r.sources = texts(j, "source", limits);
+    if (r.sources.size() != r.inputs.size())
+      throw bad_field("source", "'source' has " + std::to_string(r.sources.size()) + " texts but 'input' has " +
+                                    std::to_string(r.inputs.size()) + "; one source per input");
+  }
+  return r;
+}
+
 namespace {
 json usage_json(const Usage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
@@ -311,6 +323,14 @@ std::string translation_body(const std::string& model,
     data.push_back(item);
   }
   return json{{"object", "list"}, {"model", model}, {"data", data}, {"usage", usage_json(usage)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string score_body(const std::string& model, const std::vector<TextScore>& scores, const Usage& usage) {
+  json data = json::array();
+  for (size_t i = 0; i < scores.size(); ++i)
+    data.push_back({{"object", "score"}, {"index", i}, {"log_prob", scores[i].log_prob}, {"tokens", scores[i].tokens}});
+  return json{{"object", "list"}, {"model", model}, {"data", data}, {"usage", usage_json(usage)}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string classification_body(const std::string& model, const std::vector<std::vector<LabelProbability>>& top,

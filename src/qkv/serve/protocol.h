@@ -77,6 +77,13 @@ struct ClassificationRequest {
   bool truncate = false;
 };
 
+// POST /v1/score (a model with a decoder): the log-probability of each text, teacher forced.
+struct ScoreRequest {
+  std::string model;
+  std::vector<std::string> inputs;   // "input": the texts scored (an encoder-decoder model's targets)
+  std::vector<std::string> sources;  // "source": an encoder-decoder model's sources, one per input
+};
+
 // Limits the parsers enforce (413 past them).
 struct RequestLimits {
   int64_t max_inputs = 256;         // prompts or inputs in one request
@@ -90,6 +97,7 @@ CompletionRequest parse_completion(const std::string& body, const RequestLimits&
 EmbeddingRequest parse_embedding(const std::string& body, const RequestLimits& limits = {});
 TranslationRequest parse_translation(const std::string& body, const RequestLimits& limits = {});
 ClassificationRequest parse_classification(const std::string& body, const RequestLimits& limits = {});
+ScoreRequest parse_score(const std::string& body, const RequestLimits& limits = {});
 
 // Answers.
 struct CompletionChoice {
@@ -124,6 +132,14 @@ struct LabelProbability {
 };
 std::string classification_body(const std::string& model, const std::vector<std::vector<LabelProbability>>& top,
                                 int64_t prompt_tokens);
+
+// data[i] = {"object": "score", "index": i, "log_prob": the sum of log p over the text's scored
+// tokens, "tokens": how many}.
+struct TextScore {
+  double log_prob = 0;
+  int64_t tokens = 0;
+};
+std::string score_body(const std::string& model, const std::vector<TextScore>& scores, const Usage& usage);
 
 // How much of a growing text a stream may send now: all but its last `hold` bytes (which could
 // begin a stop string), backed up to the start of a UTF-8 character so that no event carries half
