@@ -4,9 +4,13 @@ transformers on the same weights, all in one run (issue 35's performance target)
 
     bench/bench_marian.py [--sentences 500] [--beam 4] [--batch-size 32] [--threads 2] [--runs 3]
         [--limit 48] [--compute-types float32,int8,bf16] [--ct2-int8] [--work DIR] [--no-hf]
+        [--tiny] [--qkv-only]
 
 Needs build/qkv and the peers' venv (bench/setup_peers.sh: build/bench-venv with torch,
 transformers, sentencepiece and ctranslate2); the peer steps run in that venv's Python.
+--qkv-only runs qkv alone (the model still made by transformers, no CTranslate2) and --tiny makes a
+small model (d_model 64, 2 + 2 layers, vocabulary 1,000): CTest's bench.marian runs both, without
+the venv.
 
   * The model: transformers' MarianMTModel from a MarianConfig of OPUS-MT's shape (d_model 512,
     6 + 6 layers, 8 heads, ffn 2048, swish, vocabulary 58,101 shared by the encoder, the decoder and
@@ -43,19 +47,24 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import translate_peers as tp  # noqa: E402
 
-VOCAB = 58101
-PAD = VOCAB - 1
 EOS = 0
+
+
+def vocab_size(a):
+    return 1000 if a.tiny else 58101
 
 
 # ------------------------------------------------------------------ peer side (the venv's Python) ---
 
-def make_model(out):
+def make_model(a):
     """The Hugging Face directory (model + tokenizer) and its CTranslate2 conversion."""
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
+    out = a.work
+    VOCAB = vocab_size(a)
+    PAD = VOCAB - 1
     hf = os.path.join(out, "hf")
     os.makedirs(hf, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,15 +88,19 @@ def make_model(out):
             json.dump(vocab, f)
         spm_path = os.path.join(tmp, "spm.model")
         MarianTokenizer(spm_path, spm_path, os.path.join(tmp, "vocab.json")).save_pretrained(hf)
-    config = MarianConfig(vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=512, encoder_layers=6, decoder_layers=6,
-                          encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
-                          decoder_ffn_dim=2048, max_position_embeddings=512, activation_function="swish",
+    width, layers, heads = (64, 2, 4) if a.tiny else (512, 6, 8)
+    config = MarianConfig(vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=width, encoder_layers=layers,
+                          decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                          encoder_ffn_dim=4 * width, decoder_ffn_dim=4 * width, max_position_embeddings=512,
+                          activation_function="swish",
                           scale_embedding=True, share_encoder_decoder_embeddings=True, pad_token_id=PAD,
                           eos_token_id=EOS, decoder_start_token_id=PAD, forced_eos_token_id=EOS)
     torch.manual_seed(0)
     model = MarianMTModel(config).eval()
     model.generation_config.bad_words_ids = [[PAD]]
     model.save_pretrained(hf, safe_serialization=True)
+    if a.qkv_only:
+        return
     import ctranslate2
     ctranslate2.converters.TransformersConverter(hf).convert(os.path.join(out, "ct2-float32"), force=True)
 
@@ -130,6 +143,7 @@ def run_hf(a, sources):
     with torch.inference_mode():
         for batch in batches(sources, a.batch_size):
             width = max(len(sources[i]) for i in batch)
+            PAD = vocab_size(a) - 1
             ids = torch.tensor([sources[i] + [PAD] * (width - len(sources[i])) for i in batch])
             out = model.generate(ids, attention_mask=(ids != PAD).long(), num_beams=a.beam, max_new_tokens=a.limit + 1,
                                  length_penalty=1.0, do_sample=False)
@@ -140,7 +154,7 @@ def run_hf(a, sources):
 
 def peer_main(a):
     if a.peer == "make":
-        make_model(a.work)
+        make_model(a)
         return
     sources = tp_read_ids(a.ids)
     seconds, results = (run_hf if a.peer == "hf" else run_ct2)(a, sources)
@@ -171,32 +185,40 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--limit", type=int, default=48, help="output tokens per sentence at most (EOS excluded)")
-    ap.add_argument("--work", default=os.path.join(ROOT, "build", "bench-marian"))
+    ap.add_argument("--work", help="where the model and outputs are kept (default build/bench-marian[-tiny])")
     ap.add_argument("--qkv", default=os.path.join(ROOT, "build", "qkv"))
     ap.add_argument("--no-hf", action="store_true", help="leave transformers out (it is the slowest peer)")
     ap.add_argument("--compute-types", default="float32,int8,bf16", help="qkv's compute types, float32 first")
     ap.add_argument("--ct2-int8", action="store_true", help="also CTranslate2's int8")
+    ap.add_argument("--tiny", action="store_true", help="a small model (d_model 64, 2 + 2 layers, vocabulary 1000)")
+    ap.add_argument("--qkv-only", action="store_true", help="qkv alone: no CTranslate2, no transformers timing")
     ap.add_argument("--peer", choices=["make", "ct2", "ct2-int8", "hf"], help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    a.work = a.work or os.path.join(ROOT, "build", "bench-marian-tiny" if a.tiny else "bench-marian")
     if a.peer:
         return peer_main(a)
     if min(a.sentences, a.beam, a.batch_size, a.threads, a.runs, a.limit) < 1:
         ap.error("every number must be at least 1")
     if not os.path.exists(a.qkv):
         sys.exit(f"{a.qkv}: no such file (build qkv first)")
-    python = tp.peer_python()
+    python = sys.executable if a.qkv_only else tp.peer_python()
     me = [python, os.path.abspath(__file__), "--work", a.work, "--threads", str(a.threads), "--beam", str(a.beam),
-          "--batch-size", str(a.batch_size), "--limit", str(a.limit)]
+          "--batch-size", str(a.batch_size), "--limit", str(a.limit)] + (["--tiny"] if a.tiny else []) + \
+         (["--qkv-only"] if a.qkv_only else [])
     os.makedirs(a.work, exist_ok=True)
-    if not os.path.exists(os.path.join(a.work, "ct2-float32", "model.bin")):
-        print("making the model (transformers) and its CTranslate2 conversion, once ...", file=sys.stderr)
+    made = os.path.join(a.work, "hf" if a.qkv_only else "ct2-float32", "model.safetensors" if a.qkv_only else "model.bin")
+    if not os.path.exists(made):
+        print("making the model (transformers)" + ("" if a.qkv_only else " and its CTranslate2 conversion") +
+              ", once ...", file=sys.stderr)
         tp.run_child(me + ["--peer", "make"])
     ckpt = os.path.join(a.work, "qkv")
     if not os.path.exists(os.path.join(ckpt, "model.safetensors")):
         tp.run_child([a.qkv, "import", "--from", "hf", os.path.join(a.work, "hf"), "--out", ckpt])
 
+    VOCAB = vocab_size(a)
+    PAD = VOCAB - 1
     rng = random.Random(7)
     src = os.path.join(a.work, f"source.{a.sentences}.ids")
     with open(src, "w") as f:
@@ -207,7 +229,8 @@ def main():
     if types[0] != "float32":
         ap.error("--compute-types must start with float32")
     ours = ["qkv" if t == "float32" else f"qkv {t}" for t in types]
-    theirs = ["ct2 float32"] + (["ct2 int8"] if a.ct2_int8 else []) + ([] if a.no_hf else ["transformers"])
+    theirs = [] if a.qkv_only else \
+        ["ct2 float32"] + (["ct2 int8"] if a.ct2_int8 else []) + ([] if a.no_hf else ["transformers"])
     peers = ours + theirs
     out = {p: os.path.join(a.work, p.replace(" ", "-") + ".out.ids") for p in peers}
     secs = {p: [] for p in peers}
@@ -223,7 +246,8 @@ def main():
                 secs[p].append(report["seconds"])
         print(f"round {r + 1}/{a.runs}: " + ", ".join(f"{p} {secs[p][-1]:.2f} s" for p in peers), file=sys.stderr)
 
-    print(f"Marian of OPUS-MT's shape (d_model 512, 6 + 6 layers, vocabulary {VOCAB}, random weights), "
+    shape = "a small Marian (d_model 64, 2 + 2 layers" if a.tiny else "a Marian of OPUS-MT's shape (d_model 512, 6 + 6 layers"
+    print(f"{shape}, vocabulary {VOCAB}, random weights), "
           f"{a.sentences} sentences, beam {a.beam}, batches of {a.batch_size}, at most {a.limit} tokens, "
           f"{a.threads} threads, {cpu_model()}, median of {a.runs} runs")
     tps = {}
