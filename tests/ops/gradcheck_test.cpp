@@ -74,36 +74,34 @@ TEST_F(Gradcheck, ReluAwayFromZero) {
       gradcheck_ok([](const V& v) { return fn::relu(v[0]); }, {{"x", rand_away_from_zero({3, 7}, rng, 0.1f, 2.f)}}));
 }
 
+// Options for a smooth activation whose value cancels somewhere: a noise floor of half the largest
+// |x|, the size of the terms that cancel (see Gelu).
+GradcheckOptions activation_options(const Tensor& x) {
+  float max_abs = 0;
+  for (float e : x.to_vector()) max_abs = std::max(max_abs, std::abs(e));
+  GradcheckOptions opt;
+  opt.magnitude_floor = 0.5 * max_abs;
+  return opt;
+}
+
 TEST_F(Gradcheck, Gelu) {
   // gelu(x) = 0.5 x (1 + erf(x / sqrt 2)). Formed that way in float, 1 + erf cancels for x < 0 and
   // y's rounding error is about u * |0.5 x| (x = -4: y = -1e-4); the kernel now computes x Phi(x)
   // without cancelling, and the noise floor from |x| stays as a bound any float GELU meets.
   const Tensor x = rn({4, 6}, 2.f);
-  float max_abs = 0;
-  for (float e : x.to_vector()) max_abs = std::max(max_abs, std::abs(e));
-  GradcheckOptions opt;
-  opt.magnitude_floor = 0.5 * max_abs;
-  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::gelu(v[0]); }, {{"x", x}}, opt));
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::gelu(v[0]); }, {{"x", x}}, activation_options(x)));
 }
 
 TEST_F(Gradcheck, GeluTanh) {
   // As Gelu: 1 + tanh(u) cancels for x < 0 (the kernel forms it as 2 e / (1 + e) instead).
   const Tensor x = rn({4, 6}, 2.f);
-  float max_abs = 0;
-  for (float e : x.to_vector()) max_abs = std::max(max_abs, std::abs(e));
-  GradcheckOptions opt;
-  opt.magnitude_floor = 0.5 * max_abs;
-  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::gelu_tanh(v[0]); }, {{"x", x}}, opt));
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::gelu_tanh(v[0]); }, {{"x", x}}, activation_options(x)));
 }
 
 TEST_F(Gradcheck, Silu) {
   // s (1 + x (1 - s)) crosses 0 near x = -1.28: the same floor as GELU's.
   const Tensor x = rn({4, 6}, 3.f);
-  float max_abs = 0;
-  for (float e : x.to_vector()) max_abs = std::max(max_abs, std::abs(e));
-  GradcheckOptions opt;
-  opt.magnitude_floor = 0.5 * max_abs;
-  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::silu(v[0]); }, {{"x", x}}, opt));
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::silu(v[0]); }, {{"x", x}}, activation_options(x)));
 }
 
 TEST_F(Gradcheck, DropoutWithFixedSeed) {

@@ -263,13 +263,7 @@ std::unique_ptr<models::EncoderModel> load_hf_bert(const std::string& hf_dir, Hf
   model->eval();
   read_bert_weights(w, *model);
   w.expect_all_taken();
-  if (info) {
-    info->config = c;
-    info->model_type = "bert";
-    info->weights_dtype = w.dtype_summary();
-    info->parameters = count_parameters(*model);
-    info->notes = notes;
-  }
+  describe_import(info, c, w, *model, notes, "bert");
   return model;
 }
 

@@ -79,6 +79,26 @@ io::StTensor f32_tensor(const std::string& name, const std::vector<int64_t>& sha
 
 std::vector<float> values_of(const Tensor& t) { return t.contiguous().to_vector(); }
 
+io::StTensor f32_tensor_of(const std::string& name, const Tensor& t) {
+  return f32_tensor(name, std::vector<int64_t>(t.shape().begin(), t.shape().end()), values_of(t));
+}
+
+io::StFile hf_safetensors_file() {
+  io::StFile file;
+  file.metadata["format"] = "pt";
+  return file;
+}
+
+void describe_import(HfConversion* info, const models::TransformerConfig& config, const HfWeights& weights,
+                     const models::Model& model, std::vector<std::string> notes, const std::string& model_type) {
+  if (!info) return;
+  info->config = config;
+  info->weights_dtype = weights.dtype_summary();
+  info->parameters = count_parameters(model);
+  info->notes = std::move(notes);
+  info->model_type = model_type;
+}
+
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

@@ -136,12 +136,22 @@ class HfWeights {
   std::string what_;
 };
 
+// What an import did, for `info` (may be null): the config, the source weights' dtypes, the
+// parameter count, the notes and the model type.
+void describe_import(HfConversion* info, const models::TransformerConfig& config, const HfWeights& weights,
+                     const models::Model& model, std::vector<std::string> notes, const std::string& model_type);
+
 std::string shape_text(const std::vector<int64_t>& shape);
 // Export helpers: the shortest decimal that reads back as the same float (0.1f -> 0.1, not
 // 0.10000000149011612), a float32 safetensors tensor, and a tensor's values in row-major order.
 double shortest(float v);
 io::StTensor f32_tensor(const std::string& name, const std::vector<int64_t>& shape, const std::vector<float>& values);
 std::vector<float> values_of(const Tensor& t);
+// `t` (any shape) as a float32 safetensors tensor named `name`.
+io::StTensor f32_tensor_of(const std::string& name, const Tensor& t);
+// An empty safetensors file as transformers reads it (metadata "format": "pt"; it refuses files
+// without).
+io::StFile hf_safetensors_file();
 // dst (rows, cols) row-major = the transpose of the column block [col0, col0 + rows) of src (in, out).
 void transpose_block(const std::vector<float>& src, int64_t in, int64_t out, int64_t col0, int64_t rows, Tensor& dst);
 void copy_into(const std::vector<float>& src, int64_t offset, Tensor& dst);

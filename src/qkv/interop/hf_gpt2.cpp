@@ -168,13 +168,7 @@ std::unique_ptr<models::CausalLM> load_hf_gpt2(const std::string& hf_dir, HfConv
               model->lm_head.weight.value());
   }
   w.expect_all_taken();
-  if (info) {
-    info->config = c;
-    info->weights_dtype = w.dtype_summary();
-    info->parameters = count_parameters(*model);
-    info->notes = notes;
-    info->model_type = "gpt2";
-  }
+  describe_import(info, c, w, *model, notes, "gpt2");
   return model;
 }
 
@@ -265,14 +259,12 @@ HfConversion export_hf_gpt2(const std::string& checkpoint_dir, const std::string
   const std::unique_ptr<models::CausalLM> model = models::load_causal_lm(checkpoint_dir);
   const TransformerConfig& c = model->config();
   const int64_t D = c.d_model, F = c.d_ff;
-  io::StFile file;
-  file.metadata["format"] = "pt";  // transformers refuses safetensors files without it
+  io::StFile file = hf_safetensors_file();
   const auto add = [&](const std::string& name, const std::vector<int64_t>& shape, std::vector<float> values) {
     file.tensors.push_back(f32_tensor(kPrefix + name, shape, values));
   };
   const auto add_param = [&](const std::string& name, const Tensor& t) {
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    add(name, shape, values_of(t));
+    file.tensors.push_back(f32_tensor_of(kPrefix + name, t));
   };
   add_param("wte.weight", model->token_embedding.weight.value());
   add_param("wpe.weight", model->position_embedding->weight.value());

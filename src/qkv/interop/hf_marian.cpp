@@ -233,13 +233,7 @@ std::unique_ptr<models::Transformer> load_hf_marian(const std::string& hf_dir, H
     reader.norm(d + "final_layer_norm", dec.norm3);
   }
   w.expect_all_taken();
-  if (info) {
-    info->config = c;
-    info->weights_dtype = w.dtype_summary();
-    info->parameters = count_parameters(*model);
-    info->notes = notes;
-    info->model_type = "marian";
-  }
+  describe_import(info, c, w, *model, notes, "marian");
   return model;
 }
 
@@ -344,12 +338,8 @@ HfConversion export_hf_marian(const std::string& checkpoint_dir, const std::stri
   const std::string config_json = hf_marian_config_json(config);
   const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
   const TransformerConfig& c = model->config();
-  io::StFile file;
-  file.metadata["format"] = "pt";  // transformers refuses safetensors files without it
-  const auto add = [&](const std::string& name, const Tensor& t) {
-    std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
-    file.tensors.push_back(f32_tensor(name, shape, values_of(t)));
-  };
+  io::StFile file = hf_safetensors_file();
+  const auto add = [&](const std::string& name, const Tensor& t) { file.tensors.push_back(f32_tensor_of(name, t)); };
   const auto linear = [&](const std::string& hf, const nn::Linear& l) {
     add(hf + ".weight", l.weight.value());
     add(hf + ".bias", l.bias.value());
