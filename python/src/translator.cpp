@@ -69,8 +69,9 @@ void bind_translator(py::module_& m) {
       });
 
   py::class_<api::Translator>(m, "Translator",
-                              "An encoder-decoder checkpoint with its SentencePiece models: translates batches of "
-                              "sentences with beam or greedy search, as `qkv translate`.")
+                              "An encoder-decoder checkpoint with its tokenizers (qkv's SentencePiece models, or an "
+                              "imported Marian model's): translates batches of sentences with beam or greedy search, "
+                              "as `qkv translate`.")
       .def(py::init([](const std::string& checkpoint, const std::string& compute_type, const std::string& device) {
              const nn::ComputeType type = compute_type_from_name(compute_type);
              const Device on = parse_device(device);

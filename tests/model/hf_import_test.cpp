@@ -396,7 +396,7 @@ TEST(HfExport, UnexpressibleModelsAreRefusedNamingTheOption) {
   refused([](auto& c) { c.activation = "relu"; }, "activation \"relu\"");
   refused([](auto& c) { c.scale_embeddings = true; }, "scale_embeddings");
   expect_contains(error_message_of([] { interop::hf_gpt2_config_json(models::TransformerConfig{}); }),
-                  {"encoder-decoder", "not supported"});
+                  {"encoder-decoder", "only decoder-only models export to Hugging Face GPT-2", "export as Marian"});
   models::TransformerConfig untied = ok;
   untied.tie_output_embedding = false;
   const json j = json::parse(interop::hf_gpt2_config_json(untied));

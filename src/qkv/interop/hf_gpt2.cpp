@@ -207,8 +207,8 @@ void put_transposed(const Tensor& w, int64_t out, int64_t col0, std::vector<floa
 
 std::string hf_gpt2_config_json(const TransformerConfig& c) {
   QKV_CHECK(c.decoder_only(), "export --to hf: this is an " << c.architecture << " model; only decoder-only models "
-                                                               "export to Hugging Face GPT-2 (encoder-decoder export is "
-                                                               "not supported)");
+                                                               "export to Hugging Face GPT-2 (encoder-decoder models export "
+                                                               "as Marian: interop/hf_marian.h)");
   const auto refuse = [](bool bad, const std::string& what) {
     QKV_CHECK(!bad, "export --to hf: " << what << ": transformers' GPT-2 cannot express it");
   };
