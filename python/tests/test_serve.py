@@ -163,6 +163,10 @@ def test_score_equals_qkv_score(server, translation_checkpoint, lm_checkpoint, t
     status, alone = server.post("/v1/score", {"model": "mt", "source": sources[1], "input": targets[1]})
     assert status == 200 and np.isclose(alone["data"][0]["log_prob"], want[1], rtol=1e-5, atol=1e-5)
 
+    long = " ".join(["and the light was good"] * 40)
+    for body in ({"model": "lm", "input": [long]}, {"model": "mt", "source": ["luz"], "input": [long]}):
+        status, e = server.post("/v1/score", body)
+        assert status == 413 and e["error"]["param"] == "input" and e["error"]["code"] == "input_too_long", e
     for body, param in (({"model": "mt", "input": targets}, "source"),
                         ({"model": "mt", "input": targets, "source": sources[:1]}, "source"),
                         ({"model": "lm", "input": texts, "source": texts}, "source"),

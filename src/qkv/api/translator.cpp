@@ -35,7 +35,9 @@ data::IdLine Translator::encode_source(const std::string& text, const Translatio
   // The tokenizer's own tokens (a Marian source's EOS) stay at the end of a cut source, as
   // transformers truncates before adding them.
   const int64_t extra = static_cast<int64_t>(src_tok_->with_special_tokens({}).size());
-  const int64_t max_len = model_->config().max_seq_length;
+  const int64_t context = model_->config().max_seq_length;
+  const int64_t max_len = options.truncate && options.max_source_tokens > 0 ? std::min(options.max_source_tokens, context)
+                                                                             : context;
   if (truncated) *truncated = false;
   if (static_cast<int64_t>(ids.size()) + extra > max_len) {
     QKV_CHECK(options.truncate, where << ": " << ids.size() + extra << " tokens exceed the model's max_seq_length "
@@ -53,8 +55,6 @@ data::IdLine Translator::encode_target(const std::string& text) const {
   data::IdLine ids{c.bos_id};
   for (const int32_t id : tgt_tok_->encode(text)) ids.push_back(id);
   ids.push_back(c.eos_id);
-  QKV_CHECK(static_cast<int64_t>(ids.size()) - 1 <= c.max_seq_length,
-            ids.size() - 2 << " target tokens and EOS exceed the model's max_seq_length " << c.max_seq_length);
   return ids;
 }
 

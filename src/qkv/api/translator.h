@@ -25,6 +25,9 @@ struct TranslationOptions {
                                    // search.attention = true: each Translation carries its weights
   int64_t batch_size = 32;         // sentences decoded together
   bool truncate = true;            // a source over max_seq_length: cut it (false: an error naming it)
+  // With truncate, a lower limit for a source's tokens (the tokenizer's own EOS included, which a
+  // cut source keeps); 0: max_seq_length.
+  int64_t max_source_tokens = 0;
 };
 
 struct Translation {
@@ -57,17 +60,14 @@ class Translator {
   Device device() const { return model_->device(); }
   void set_compute_type(nn::ComputeType type) { model_->set_compute_type(type); }
   bool has_tokenizers() const { return src_tok_ != nullptr; }
-  // Whether encode_source ends a source with the tokenizer's EOS (an imported Marian model's), which
-  // a cut source must keep.
-  bool source_ends_with_eos() const { return src_tok_ && !src_tok_->with_special_tokens({}).empty(); }
 
   // Source ids of a text, fitted to max_seq_length as options.truncate says; `where` names it in
   // errors ("input.txt:12"). `truncated` (optional) is set when it was cut.
   data::IdLine encode_source(const std::string& text, const TranslationOptions& options, const std::string& where,
                              bool* truncated = nullptr) const;
   std::string decode_target(const std::vector<int32_t>& tokens) const;
-  // A target text as scoring reads it: BOS (the decoder start), its ids, EOS. Past max_seq_length
-  // positions: an error.
+  // A target text as scoring reads it: BOS (the decoder start), its ids, EOS (the caller checks the
+  // length: the positions scored are all but the first).
   data::IdLine encode_target(const std::string& text) const;
   // The piece of a source / target id ("▁the"), or the id as text without the tokenizers: labels
   // for pictures of attention.

@@ -155,12 +155,22 @@ bool ModelSlot::stop(std::chrono::milliseconds drain) {
 
 // ---- the callers' side: tokenise, queue, wait -----------------------------------------------------
 
+int64_t ModelSlot::input_limit() const {
+  return options_.max_input_tokens > 0 ? std::min(options_.max_input_tokens, context_) : context_;
+}
+
+HttpError ModelSlot::too_long(const std::string& where, size_t tokens, int64_t allowed, const char* field) const {
+  return HttpError(413, "invalid_request_error",
+                   where + " is " + std::to_string(tokens) + " tokens; at most " + std::to_string(allowed) +
+                       (options_.max_input_tokens > 0 ? " (--max-input-tokens)" : " (the model's context)"),
+                   field, "input_too_long");
+}
+
 std::vector<std::vector<int32_t>> ModelSlot::tokenize(const std::vector<std::string>& texts, const char* field,
                                                       bool truncate) const {
   std::vector<std::vector<int32_t>> out;
-  const int64_t limit = options_.max_input_tokens > 0 ? std::min(options_.max_input_tokens, context_) : context_;
   // A prompt leaves room for at least one new token; a source or a sentence may fill the context.
-  const int64_t allowed = generator_ ? limit - 1 : limit;
+  const int64_t allowed = generator_ ? input_limit() - 1 : input_limit();
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::string where = std::string("'") + field + "' entry " + std::to_string(i);
     std::vector<int32_t> ids;
@@ -168,6 +178,7 @@ std::vector<std::vector<int32_t>> ModelSlot::tokenize(const std::vector<std::str
       if (translator_) {
         api::TranslationOptions o;
         o.truncate = truncate;  // else too long is an error naming the entry
+        o.max_source_tokens = allowed;
         ids = translator_->encode_source(texts[i], o, where);
       } else if (generator_) {
         ids = generator_->encode_prompt(texts[i]);
@@ -179,16 +190,12 @@ std::vector<std::vector<int32_t>> ModelSlot::tokenize(const std::vector<std::str
     } catch (const Error& e) {
       throw HttpError(413, "invalid_request_error", e.what(), field, "input_too_long");
     }
-    if (truncate && !generator_ && static_cast<int64_t>(ids.size()) > allowed) {
-      const int32_t last = ids.back();  // an encoder's [SEP] (a Marian source's EOS) still ends the row
+    if (truncate && encoder_ && static_cast<int64_t>(ids.size()) > allowed) {
+      const int32_t last = ids.back();  // an encoder's [SEP] still ends the row
       ids.resize(static_cast<size_t>(allowed));
-      if (encoder_ || translator_->source_ends_with_eos()) ids.back() = last;
+      ids.back() = last;
     }
-    if (static_cast<int64_t>(ids.size()) > allowed)
-      throw HttpError(413, "invalid_request_error",
-                      where + " is " + std::to_string(ids.size()) + " tokens; at most " + std::to_string(allowed) +
-                          (options_.max_input_tokens > 0 ? " (--max-input-tokens)" : " (the model's context)"),
-                      field, "input_too_long");
+    if (static_cast<int64_t>(ids.size()) > allowed) throw too_long(where, ids.size(), allowed, field);
     out.push_back(std::move(ids));
   }
   return out;
@@ -331,13 +338,7 @@ std::string ModelSlot::score(const ScoreRequest& r) {
     } catch (const Error& e) {
       throw HttpError(400, "invalid_request_error", where + ": " + e.what(), "input");
     }
-    const int64_t limit = options_.max_input_tokens > 0 ? std::min(options_.max_input_tokens, context_) : context_;
-    if (static_cast<int64_t>(ids.size()) - 1 > limit)
-      throw HttpError(413, "invalid_request_error",
-                      where + " is " + std::to_string(ids.size() - 1) + " tokens to score; at most " +
-                          std::to_string(limit) +
-                          (options_.max_input_tokens > 0 ? " (--max-input-tokens)" : " (the model's context)"),
-                      "input", "input_too_long");
+    if (static_cast<int64_t>(ids.size()) - 1 > input_limit()) throw too_long(where, ids.size() - 1, input_limit(), "input");
     job->inputs.push_back(std::move(ids));
   }
   if (translator_) job->sources = tokenize(r.sources, "source");

@@ -102,6 +102,10 @@ class ModelSlot {
   int64_t run_stream(Job& job);
   void run_score(const std::vector<std::shared_ptr<Job>>& batch);
   void fail(const std::vector<std::shared_ptr<Job>>& batch, const HttpError& e);
+  // Tokens one input may have: --max-input-tokens, at most the model's context.
+  int64_t input_limit() const;
+  // The 413 of `where` (in `field`), `tokens` long where `allowed` may be.
+  HttpError too_long(const std::string& where, size_t tokens, int64_t allowed, const char* field) const;
   // Ids of each text; past the context (or --max-input-tokens): cut when `truncate`, else a 413.
   std::vector<std::vector<int32_t>> tokenize(const std::vector<std::string>& texts, const char* field,
                                              bool truncate = false) const;
