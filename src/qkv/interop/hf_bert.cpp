@@ -6,6 +6,7 @@
 #include "qkv/interop/sentence_embedding.h"
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/text/tokenizer_json.h"
 
 namespace qkv::interop {
 
@@ -72,8 +73,6 @@ int64_t tokenizer_vocab_size(const std::string& path, const json& tok) {
   return size;
 }
 
-json read_tokenizer_json(const std::string& path) { return parse_json_object(path, "a tokenizer.json"); }
-
 void set_special_ids(TransformerConfig& c, const std::string& tokenizer_json, std::vector<std::string>& notes) {
   if (tokenizer_json.empty()) {
     // BERT's uncased vocabulary: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103.
@@ -84,7 +83,7 @@ void set_special_ids(TransformerConfig& c, const std::string& tokenizer_json, st
     notes.push_back("no tokenizer.json: [CLS] [SEP] [MASK] take the ids of BERT's vocabulary (101 102 103)");
     return;
   }
-  const json tok = read_tokenizer_json(tokenizer_json);
+  const json tok = text::read_tokenizer_json(tokenizer_json);
   const auto id_of = [&](const char* token, bool required) {
     const int32_t id = token_id(tok, token);
     QKV_CHECK(!required || id >= 0, tokenizer_json << ": the vocabulary has no " << token << " token");
@@ -273,7 +272,7 @@ HfConversion import_hf_bert(const std::string& hf_dir, const std::string& out_di
   std::error_code ec;
   const std::string tokenizer = hf_dir + "/" + kTokenizerJsonFile;
   if (fs::exists(tokenizer, ec)) {
-    const int64_t size = tokenizer_vocab_size(tokenizer, read_tokenizer_json(tokenizer));
+    const int64_t size = tokenizer_vocab_size(tokenizer, text::read_tokenizer_json(tokenizer));
     QKV_CHECK(size == info.config.tgt_vocab_size,
               tokenizer << ": the vocabulary has " << size << " tokens but the model's embedding has "
                         << info.config.tgt_vocab_size << " rows (config.json vocab_size)");

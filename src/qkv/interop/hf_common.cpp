@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "qkv/text/tokenizer_json.h"
+
 namespace qkv::interop {
 
 namespace fs = std::filesystem;
@@ -17,16 +19,7 @@ std::string read_text(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-json parse_json_object(const std::string& path, const std::string& what) {
-  json j;
-  try {
-    j = json::parse(read_text(path));
-  } catch (const json::exception& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
-  }
-  QKV_CHECK(j.is_object(), path << ": expected a JSON object (" << what << ")");
-  return j;
-}
+json parse_json_object(const std::string& path, const std::string& what) { return text::read_json_object(path, what); }
 
 json parse_hf_config(const std::string& config_path) { return parse_json_object(config_path, "a Hugging Face config.json"); }
 

@@ -9,7 +9,6 @@
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
-#include "qkv/ops/ops.h"
 #include "qkv/text/marian_tokenizer.h"
 
 namespace qkv::interop {

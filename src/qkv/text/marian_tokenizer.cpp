@@ -1,28 +1,15 @@
 #include "qkv/text/marian_tokenizer.h"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "qkv/core/error.h"
+#include "qkv/text/tokenizer_json.h"
 
 namespace qkv::text {
 
 namespace {
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's word start
-
-nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  QKV_CHECK(in, path << ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
-  }
-}
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
@@ -61,8 +48,7 @@ std::unique_ptr<MarianTokenizer> MarianTokenizer::load(const std::string& dir, b
   const std::string config_path = dir + "/" + kTokenizerConfig;
   std::error_code ec;
   if (std::filesystem::exists(config_path, ec)) {
-    const nlohmann::json config = read_json_file(config_path);
-    QKV_CHECK(config.is_object(), config_path << ": expected a JSON object");
+    const nlohmann::json config = read_json_object(config_path, "a tokenizer_config.json");
     for (const auto& [key, flag] : {std::pair<const char*, bool*>{"separate_vocabs", &separate},
                                     {"clean_up_tokenization_spaces", &clean_up}}) {
       if (!config.contains(key) || config.at(key).is_null()) continue;
@@ -77,8 +63,8 @@ std::unique_ptr<MarianTokenizer> MarianTokenizer::load(const std::string& dir, b
                                                                "target.spm and vocab.json)");
   std::unique_ptr<MarianTokenizer> t(new MarianTokenizer(SentencePiece(spm_path), vocab_path));
   t->clean_up_spaces_ = clean_up;
-  const nlohmann::json vocab = read_json_file(vocab_path);
-  QKV_CHECK(vocab.is_object() && !vocab.empty(), vocab_path << ": expected a JSON object of piece -> id");
+  const nlohmann::json vocab = read_json_object(vocab_path, "a vocabulary (a JSON object of piece -> id)");
+  QKV_CHECK(!vocab.empty(), vocab_path << ": the vocabulary is empty");
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     QKV_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0 && it.value().get<int64_t>() < (1 << 24),
               vocab_path << ": the id of \"" << it.key() << "\" is " << it.value().dump()

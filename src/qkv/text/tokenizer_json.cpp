@@ -6,7 +6,7 @@
 
 namespace qkv::text {
 
-nlohmann::json read_tokenizer_json(const std::string& path) {
+nlohmann::json read_json_object(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   QKV_CHECK(in, path << ": cannot open the file");
   nlohmann::json top;
@@ -15,7 +15,7 @@ nlohmann::json read_tokenizer_json(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(path + ": not valid JSON (" + e.what() + ")");
   }
-  QKV_CHECK(top.is_object(), path << ": not a tokenizer.json (the top level is not a JSON object)");
+  QKV_CHECK(top.is_object(), path << ": not " << what << " (the top level is not a JSON object)");
   return top;
 }
 

@@ -7,7 +7,8 @@
 namespace qkv::text {
 
 // The file's top-level JSON object; qkv::Error naming the file when it cannot be opened, is not
-// valid JSON, or is not an object.
-nlohmann::json read_tokenizer_json(const std::string& path);
+// valid JSON, or is not an object (then "not `what`", e.g. "a tokenizer.json").
+nlohmann::json read_json_object(const std::string& path, const std::string& what);
+inline nlohmann::json read_tokenizer_json(const std::string& path) { return read_json_object(path, "a tokenizer.json"); }
 
 }  // namespace qkv::text
