@@ -248,6 +248,14 @@ TEST(HfMarian, RefusesMismatchedTensorsAndTokenizers) {
   expect_contains(import_error(pickle), {"model.safetensors: missing", "pytorch_model.bin",
                                          "transformers.MarianMTModel.from_pretrained(", "safe_serialization=True"});
 
+  const std::string bad_id = copy_of("vocab_bad_id");
+  edit_json(bad_id + "/vocab.json", [](json& j) { j["extra"] = -3; });
+  expect_contains(import_error(bad_id), {"vocab.json", "\"extra\"", "-3", "expected an integer"});
+
+  const std::string bad_flag = copy_of("tokenizer_config_flag");
+  edit_json(bad_flag + "/tokenizer_config.json", [](json& j) { j["clean_up_tokenization_spaces"] = "yes"; });
+  expect_contains(import_error(bad_flag), {"tokenizer_config.json", "clean_up_tokenization_spaces", "true or false"});
+
   const std::string no_target = copy_of("no_target_spm");
   fs::remove(no_target + "/target.spm");
   expect_contains(import_error(no_target), {"target.spm", "missing"});
