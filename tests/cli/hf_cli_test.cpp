@@ -89,11 +89,11 @@ TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   if (hf.empty()) return;
   const std::string dir = temp_dir("hf_bad");
   expect_error(run_qkv("import --from hf " + dir + "/nothing --out " + dir + "/x"), 1, {dir + "/nothing"});
-  fs::create_directories(dir + "/t5");
-  std::ofstream(dir + "/t5/config.json") << R"({"model_type": "t5", "d_model": 64})";
-  std::ofstream(dir + "/t5/model.safetensors") << "";
-  expect_error(run_qkv("import --from hf " + dir + "/t5 --out " + dir + "/x"), 1,
-               {dir + "/t5/config.json", "\"model_type\"", "\"t5\"", "\"gpt2\", \"bert\" and \"marian\""});
+  fs::create_directories(dir + "/bart");
+  std::ofstream(dir + "/bart/config.json") << R"({"model_type": "bart", "d_model": 64})";
+  std::ofstream(dir + "/bart/model.safetensors") << "";
+  expect_error(run_qkv("import --from hf " + dir + "/bart --out " + dir + "/x"), 1,
+               {dir + "/bart/config.json", "\"model_type\"", "\"bart\"", "\"gpt2\", \"bert\", \"marian\" and \"t5\""});
   fs::create_directories(dir + "/scaled");
   fs::copy_file(hf + "/model.safetensors", dir + "/scaled/model.safetensors");
   std::string config = read_file(hf + "/config.json");

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "error_message.h"
+#include "model/hf_import_refs.h"
 #include "model/ref_dir.h"
 #include "qkv/api/translator.h"
 #include "qkv/interop/hf_import.h"
@@ -29,34 +30,13 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using qkv::test_support::error_message_of;
 
-json refs() {
-  std::ifstream in(testing::ref_path("hf_marian_refs.json"));
-  return json::parse(in);
-}
+json refs() { return testing::read_ref_json("hf_marian_refs.json"); }
 
-std::string fresh_dir(const std::string& name) {
-  const std::string d = ::testing::TempDir() + "/qkv_marian_" + std::to_string(::getpid()) + "_" + name;
-  fs::remove_all(d);
-  return d;
-}
+std::string fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qkv_marian", name); }
 
-std::vector<data::IdLine> id_lines(const json& lists) {
-  std::vector<data::IdLine> out;
-  for (const json& l : lists) out.push_back(l.get<std::vector<int32_t>>());
-  return out;
-}
+using testing::id_lines;
 
-// The checkpoint `qkv import` writes from the reference directory `name` (once per process).
-const std::string& imported(const std::string& name) {
-  static std::map<std::string, std::string> done;
-  auto it = done.find(name);
-  if (it == done.end()) {
-    const std::string out = fresh_dir("import_" + name);
-    interop::import_hf(testing::ref_path(name), out);
-    it = done.emplace(name, out).first;
-  }
-  return it->second;
-}
+const std::string& imported(const std::string& name) { return testing::imported_checkpoint(name); }
 
 void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
   EXPECT_FALSE(message.empty()) << "no error thrown";

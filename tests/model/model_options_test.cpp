@@ -171,7 +171,7 @@ TEST(ModelOptionsConfig, DefaultsAreSeed000sAndFieldsRoundTrip) {
 
 TEST(ModelOptionsConfig, BadValuesAreRefusedNamingTheField) {
   EXPECT_EQ(config_error(R"({"layer_norm": "seed004"})"),
-            "config.json: config: layer_norm must be \"standard\" or \"seed003\", got \"seed004\"");
+            "config.json: config: layer_norm must be \"standard\", \"seed003\" or \"rms\", got \"seed004\"");
   EXPECT_EQ(config_error(R"({"activation": "swish"})"),
             "config.json: config: activation must be \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\", got \"swish\"");
   EXPECT_EQ(config_error(R"({"ffn_dropout": 1})"), "config.json: config: ffn_dropout must be in [0, 1), got 1");

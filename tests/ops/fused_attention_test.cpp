@@ -192,5 +192,198 @@ TEST_F(FusedAttention, MultiHeadWithSharedAndPrefilledSlotsGivesTheBitsOfTheComp
   EXPECT_EQ(fused.second, composed.second);
 }
 
+// ---- T5: unscaled scores plus a position bias (Tq, Tk, H) shared by the batch rows ----------------
+
+// The bias as every batch row's (B, H, Tq, Tk) addend, for the composition.
+Tensor bias_of_every_row(const Tensor& bias, int64_t B) {
+  const int64_t Tq = bias.size(0), Tk = bias.size(1), H = bias.size(2);
+  const std::vector<float> src = bias.to_vector();
+  std::vector<float> out(static_cast<size_t>(B * H * Tq * Tk));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t ij = 0; ij < Tq * Tk; ++ij) out[static_cast<size_t>((b * H + h) * Tq * Tk + ij)] = src[ij * H + h];
+  return Tensor::from_vector(Dims{B, H, Tq, Tk}, out);
+}
+
+// The gradient of bias_of_every_row's result summed over the batch rows (in order), laid out (Tq, Tk, H).
+Tensor summed_over_rows(const Tensor& g) {
+  const int64_t B = g.size(0), H = g.size(1), Tq = g.size(2), Tk = g.size(3);
+  const std::vector<float> src = g.to_vector();
+  std::vector<float> out(static_cast<size_t>(Tq * Tk * H), 0.f);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t ij = 0; ij < Tq * Tk; ++ij) out[ij * H + h] += src[static_cast<size_t>((b * H + h) * Tq * Tk + ij)];
+  return Tensor::from_vector(Dims{Tq, Tk, H}, out);
+}
+
+// q and k whose unscaled scores are of size O(1), as T5's initialisation makes them.
+float t5_scale(int64_t dk) { return static_cast<float>(std::pow(static_cast<double>(dk), -0.25)); }
+
+// The fused op with a position bias and no scaling against matmul -> add(bias) -> masked_fill ->
+// softmax [-> dropout] -> matmul, in values and in the gradients of q, k, v and the bias.
+TEST_P(FusedAttention, WithPositionBiasUnscaledEqualsComposition) {
+  const FusedCase c = GetParam();
+  std::mt19937_64 rng(31);
+  const Dims qs = c.views ? Dims{c.B, c.Tq, c.H * c.dk} : Dims{c.B, c.H, c.Tq, c.dk};
+  const Dims ks = c.views ? Dims{c.B, c.Tk, c.H * c.dk} : Dims{c.B, c.H, c.Tk, c.dk};
+  const Tensor q0 = randn(qs, rng, t5_scale(c.dk)), k0 = randn(ks, rng, t5_scale(c.dk)), v0 = randn(ks, rng);
+  const Tensor bias0 = randn({c.Tq, c.Tk, c.H}, rng), g = randn(qs, rng);
+  ops::AttentionMasks m = make_masks(c);
+  m.scale_scores = false;
+  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+
+  Var bias(bias0.clone(), true);
+  const Result fused = run(c, q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    return fn::attention(q, k, v, m, drop, nullptr, bias);
+  });
+  Var every_row(bias_of_every_row(bias0, c.B), true);
+  const Result composed = run(c, q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    Var p = fn::softmax(fn::masked_fill(fn::add(fn::matmul(q, k, true), every_row), make_masks(c)));
+    return fn::matmul(fn::dropout(p, drop.p, drop.seed, drop.offset), v);
+  });
+  EXPECT_TRUE(ulp_close(fused.out, composed.out, "out"));
+  EXPECT_TRUE(ulp_close(fused.dq, composed.dq, "dq"));
+  EXPECT_TRUE(ulp_close(fused.dk, composed.dk, "dk"));
+  EXPECT_TRUE(ulp_close(fused.dv, composed.dv, "dv"));
+  EXPECT_TRUE(ulp_close(bias.grad(), summed_over_rows(every_row.grad()), "dbias"));
+}
+
+// A bias of zeros changes no bit of the output or of dq, dk, dv (the backward that also writes the
+// bias's gradient folds the scale in as the one without does).
+TEST_P(FusedAttention, ZeroPositionBiasGivesTheBitsOfNone) {
+  const FusedCase c = GetParam();
+  std::mt19937_64 rng(5);
+  const Tensor q0 = randn({c.B, c.Tq, c.H * c.dk}, rng, 1.5f), k0 = randn({c.B, c.Tk, c.H * c.dk}, rng, 1.5f);
+  const Tensor v0 = randn({c.B, c.Tk, c.H * c.dk}, rng), g = randn({c.B, c.Tq, c.H * c.dk}, rng);
+  const ops::AttentionMasks m = make_masks(c);
+  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+  const Tensor zeros = Tensor::from_vector({c.Tq, c.Tk, c.H}, std::vector<float>(c.Tq * c.Tk * c.H, 0.f));
+  const Bits none = run_on_projections(q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    return fn::multi_head_attention(q, k, v, c.H, m, drop);
+  });
+  const Bits zero = run_on_projections(q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    return fn::multi_head_attention(q, k, v, c.H, m, drop, nullptr, Var(zeros.clone(), true));
+  });
+  EXPECT_EQ(none.out, zero.out);
+  EXPECT_EQ(none.dq, zero.dq);
+  EXPECT_EQ(none.dk, zero.dk);
+  EXPECT_EQ(none.dv, zero.dv);
+}
+
+// With a bias, multi-head attention on projections still gives the bits of split, attend, combine,
+// the bias's gradient included.
+TEST_P(FusedAttention, MultiHeadWithPositionBiasGivesTheBitsOfSplitAttendCombine) {
+  const FusedCase c = GetParam();
+  std::mt19937_64 rng(8);
+  const Tensor q0 = randn({c.B, c.Tq, c.H * c.dk}, rng), k0 = randn({c.B, c.Tk, c.H * c.dk}, rng);
+  const Tensor v0 = randn({c.B, c.Tk, c.H * c.dk}, rng), g = randn({c.B, c.Tq, c.H * c.dk}, rng);
+  const Tensor bias0 = randn({c.Tq, c.Tk, c.H}, rng);
+  ops::AttentionMasks m = make_masks(c);
+  m.scale_scores = false;
+  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+  Var fused_bias(bias0.clone(), true), composed_bias(bias0.clone(), true);
+  const Bits fused = run_on_projections(q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    return fn::multi_head_attention(q, k, v, c.H, m, drop, nullptr, fused_bias);
+  });
+  const Bits composed = run_on_projections(q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+    return fn::combine_heads(fn::attention(fn::split_heads(q, c.H), fn::split_heads(k, c.H), fn::split_heads(v, c.H),
+                                           m, drop, nullptr, composed_bias));
+  });
+  EXPECT_EQ(fused.out, composed.out);
+  EXPECT_EQ(fused.dq, composed.dq);
+  EXPECT_EQ(fused.dk, composed.dk);
+  EXPECT_EQ(fused.dv, composed.dv);
+  EXPECT_EQ(fused_bias.grad().to_vector(), composed_bias.grad().to_vector());
+}
+
+struct InferenceShape {
+  int64_t B, H, Tq, Tk, dk;
+};
+
+// Inference's paths (a dot product per key for at most 8 queries or at most 128 keys, where the
+// register tiles would take heads without a bias; BLAS past that) against training's BLAS path,
+// with a bias and unscaled; and the tiles themselves, unscaled without a bias.
+TEST_F(FusedAttention, InferencePathsWithPositionBiasMatchTraining) {
+  std::mt19937_64 rng(17);
+  for (const InferenceShape s : {InferenceShape{2, 3, 1, 11, 64}, InferenceShape{2, 3, 3, 11, 32},
+                                 InferenceShape{2, 2, 5, 9, 5}, InferenceShape{2, 3, 20, 20, 16},
+                                 InferenceShape{2, 2, 12, 40, 64}, InferenceShape{1, 2, 10, 130, 8}}) {
+    const Tensor q = randn({s.B, s.H, s.Tq, s.dk}, rng, t5_scale(s.dk));
+    const Tensor k = randn({s.B, s.H, s.Tk, s.dk}, rng, t5_scale(s.dk)), v = randn({s.B, s.H, s.Tk, s.dk}, rng);
+    std::vector<std::vector<int32_t>> keep(s.B, std::vector<int32_t>(s.Tk, 1));
+    keep[s.B - 1][s.Tk - 1] = keep[s.B - 1][s.Tk / 2] = 0;
+    for (const bool with_bias : {true, false}) {
+      ops::AttentionMasks m;
+      m.key_keep = mask_rows(keep);
+      m.causal = true;
+      m.scale_scores = false;
+      if (with_bias) m.bias = randn({s.Tq, s.Tk, s.H}, rng);
+      const std::string what = "Tq " + std::to_string(s.Tq) + " Tk " + std::to_string(s.Tk) + " dk " +
+                               std::to_string(s.dk) + (with_bias ? " with bias" : " unscaled only");
+      Tensor train_probs, probs;
+      const Tensor train = ops::attention_forward(q, k, v, m, {}, &train_probs, false);
+      EXPECT_TRUE(all_close(ops::attention_forward(q, k, v, m, {}, &probs, true), train, 1e-6, 1e-6, what + " out"));
+      EXPECT_TRUE(all_close(probs, train_probs, 1e-6, 1e-6, what + " probs"));
+      EXPECT_TRUE(all_close(ops::attention_forward(q, k, v, m, {}, nullptr, true), train, 1e-6, 1e-6,
+                            what + " out without probs"));
+    }
+  }
+}
+
+// The beam-search cache read through a map of rows, with a bias for the step's queries (Tq, Tk, H),
+// against training's path on the rows gathered into place.
+TEST_F(FusedAttention, MappedCacheWithPositionBiasMatchesTrainingOnGatheredRows) {
+  std::mt19937_64 rng(23);
+  const int64_t B = 4, Bk = 3, H = 2, Tk = 9;
+  for (const int64_t dk : {32, 6})
+    for (const int64_t Tq : {1, 3}) {
+      const Tensor q = randn({B, H, Tq, dk}, rng, t5_scale(dk));
+      const Tensor k = randn({Bk, H, Tk, dk}, rng, t5_scale(dk)), v = randn({Bk, H, Tk, dk}, rng);
+      std::vector<int32_t> rows(static_cast<size_t>(B * Tk));
+      for (size_t n = 0; n < rows.size(); ++n) rows[n] = static_cast<int32_t>(rng() % Bk);
+      const std::vector<float> kf = k.to_vector(), vf = v.to_vector();
+      std::vector<float> kg(static_cast<size_t>(B * H * Tk * dk)), vg(kg.size());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t j = 0; j < Tk; ++j)
+            for (int64_t c = 0; c < dk; ++c) {
+              const size_t to = static_cast<size_t>(((b * H + h) * Tk + j) * dk + c);
+              const size_t from = static_cast<size_t>(((rows[b * Tk + j] * H + h) * Tk + j) * dk + c);
+              kg[to] = kf[from];
+              vg[to] = vf[from];
+            }
+      ops::AttentionMasks m;
+      m.key_keep = mask_rows({{1, 1, 1, 1, 1, 1, 1, 1, 1},
+                              {1, 1, 1, 1, 1, 1, 0, 0, 0},
+                              {0, 1, 1, 1, 1, 1, 1, 1, 1},
+                              {1, 1, 1, 1, 1, 1, 1, 1, 1}});
+      m.causal = true;
+      m.scale_scores = false;
+      m.bias = randn({Tq, Tk, H}, rng);
+      const std::string what = "dk " + std::to_string(dk) + " Tq " + std::to_string(Tq);
+      Tensor probs, train_probs;
+      const Tensor mapped = ops::attention_forward_mapped(q, k, v, Tensor::from_ids({B, Tk}, rows), m, &probs);
+      const Tensor train = ops::attention_forward(q, Tensor::from_vector({B, H, Tk, dk}, kg),
+                                                  Tensor::from_vector({B, H, Tk, dk}, vg), m, {}, &train_probs, false);
+      EXPECT_TRUE(all_close(mapped, train, 1e-6, 1e-6, what + " out"));
+      EXPECT_TRUE(all_close(probs, train_probs, 1e-6, 1e-6, what + " probs"));
+    }
+}
+
+TEST_F(FusedAttention, PositionBiasOfTheWrongShapeThrows) {
+  std::mt19937_64 rng(3);
+  const Tensor q = randn({2, 3, 4, 8}, rng), k = randn({2, 3, 5, 8}, rng);
+  ops::AttentionMasks m;
+  m.bias = randn({4, 5, 2}, rng);  // H = 2, not 3
+  try {
+    ops::attention_forward(q, k, k, m, {}, nullptr, true);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(Tq, Tk, H) = (4, 5, 3)"), std::string::npos) << e.what();
+  }
+  m.bias = randn({5, 4, 3}, rng).transpose(0, 1);  // the right shape, not contiguous
+  EXPECT_THROW(ops::attention_forward(q, k, k, m, {}, nullptr, true), Error);
+}
+
 }  // namespace
 }  // namespace qkv::test

@@ -184,6 +184,26 @@ TEST_F(Gradcheck, LayerNormSeed003SmallWeightsLargeBias) {
                            {{"x", rn({3, 6})}, {"weight", w}, {"bias", rn({6}, 3.f)}}));
 }
 
+// T5's RMSNorm: x / sqrt(mean(x^2) + eps) * weight, no bias (an undefined Var).
+Var rms_norm(const V& v, float eps) { return fn::layernorm(v[0], v[1], Var(), eps, ops::LayerNormVariant::RMS); }
+
+TEST_F(Gradcheck, RmsNorm) {
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return rms_norm(v, 1e-6f); },
+                           {{"x", rn({2, 3, 5})}, {"weight", rn({5}, 0.5f, 1.f)}}));
+}
+
+TEST_F(Gradcheck, RmsNormOffsetRowsLargeEpsAndOnlyX) {
+  // Rows centred away from 0 (RMSNorm does not subtract their mean), eps comparable to mean(x^2).
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return rms_norm(v, 0.5f); },
+                           {{"x", rn({4, 6}, 0.7f, 1.f)}, {"weight", rn({6}, 0.5f, 1.f), false}}));
+}
+
+TEST_F(Gradcheck, AddRmsNorm) {
+  EXPECT_TRUE(gradcheck_ok(
+      [](const V& v) { return fn::add_layernorm(v[0], v[1], v[2], Var(), 1e-6f, ops::LayerNormVariant::RMS); },
+      {{"a", rn({3, 5})}, {"b", rn({3, 5})}, {"weight", rn({5}, 0.5f, 1.f)}}));
+}
+
 TEST_F(Gradcheck, Softmax) {
   EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::softmax(v[0]); }, {{"x", rn({2, 3, 6}, 1.5f)}}));
 }
@@ -265,6 +285,48 @@ TEST_F(Gradcheck, MultiHeadAttentionWithSharedProjection) {
   m.causal = true;
   EXPECT_TRUE(gradcheck_ok([&](const V& v) { return fn::multi_head_attention(v[0], v[0], v[0], 2, m); },
                            {{"x", rn({2, 3, 4})}}));
+}
+
+// T5's attention: unscaled scores plus a position bias (Tq, Tk, H) that has a gradient of its own.
+TEST_F(Gradcheck, AttentionWithPositionBiasUnscaledCausal) {
+  ops::AttentionMasks m;
+  m.causal = true;
+  m.scale_scores = false;
+  m.key_keep = mask_rows({{1, 1, 1, 1}, {1, 1, 1, 0}});
+  EXPECT_TRUE(gradcheck_ok([&](const V& v) { return fn::attention(v[0], v[1], v[2], m, {}, nullptr, v[3]); },
+                           {{"q", rn({2, 2, 4, 3}, 0.7f)},
+                            {"k", rn({2, 2, 4, 3}, 0.7f)},
+                            {"v", rn({2, 2, 4, 3})},
+                            {"bias", rn({4, 4, 2})}}));
+}
+
+// A decoding-shaped cross step (Tq < Tk) on projections, with dropout: the bias's gradient sums
+// the batch rows' dropped-out score gradients.
+TEST_F(Gradcheck, MultiHeadAttentionWithPositionBiasAndDropout) {
+  ops::AttentionMasks m;
+  m.causal = true;
+  m.scale_scores = false;
+  const ops::AttentionDropoutSpec drop{0.3f, 77, 5};
+  EXPECT_TRUE(gradcheck_ok(
+      [&](const V& v) { return fn::multi_head_attention(v[0], v[1], v[2], 2, m, drop, nullptr, v[3]); },
+      {{"q", rn({2, 2, 6}, 0.7f)}, {"k", rn({2, 5, 6}, 0.7f)}, {"v", rn({2, 5, 6})}, {"bias", rn({2, 5, 2})}}));
+}
+
+// T5 computes the bias once and every layer reads it: the layers' gradients add up in its slot.
+TEST_F(Gradcheck, AttentionLayersSharingOnePositionBias) {
+  ops::AttentionMasks m;
+  m.scale_scores = false;
+  ops::AttentionMasks causal = m;
+  causal.causal = true;
+  EXPECT_TRUE(gradcheck_ok(
+      [&](const V& v) {
+        Var a = fn::attention(v[0], v[1], v[2], m, {}, nullptr, v[3]);
+        return fn::add(a, fn::attention(a, v[0], v[1], causal, {}, nullptr, v[3]));
+      },
+      {{"q", rn({1, 2, 3, 3}, 0.7f)},
+       {"k", rn({1, 2, 3, 3}, 0.7f)},
+       {"v", rn({1, 2, 3, 3})},
+       {"bias", rn({3, 3, 2})}}));
 }
 
 TEST_F(Gradcheck, MaskedFill) {

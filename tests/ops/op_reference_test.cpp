@@ -27,6 +27,9 @@
 //   SLEEF's exp, and its derivative s (1 + x (1 - s)) cancels near x = -1.28.
 // - layernorm_seed003 (reduction tolerance): the same reductions as layernorm; its constant-row case
 //   has gradients of size 1 / eps = 1e6, which the relative part covers.
+// - rms_norm (T5's RMSNorm, reduction tolerance): layernorm's reductions without the mean (our sum
+//   of squares in double vs PyTorch's float mean of x^2). At width 1, dx = rstd g (1 - xhat^2)
+//   cancels on both sides, but its error, ~u rstd |g|, stays under atol for the inputs drawn.
 // - positional: the sinusoidal table is float32 exp/sin/cos of pos * div_term; for positions up to
 //   100 an ulp of the angle (~8e-6 at 100) moves sin by as much, so atol 2e-5.
 // The observed maxima per case and tensor are printed ("[ref] ...") for the record.
@@ -86,6 +89,11 @@ const std::vector<std::string> kCases = {
     "layernorm_b1_t1",
     "layernorm_smallish_weight",
     "layernorm_zero_weight",
+    "rms_norm_odd",
+    "rms_norm_offset",
+    "rms_norm_width1",
+    "rms_norm_b1_t1",
+    "rms_norm_large_eps",
     "softmax_odd",
     "softmax_peaked",
     "softmax_c1",
@@ -98,6 +106,12 @@ const std::vector<std::string> kCases = {
     "attention_t1_masked",
     "mha_core_tgt",
     "mha_core_cross",
+    "attention_bias_key_pad",
+    "attention_bias_causal",
+    "attention_bias_tgt",
+    "attention_bias_t1_cross",
+    "mha_core_bias_tgt",
+    "mha_core_bias_t1_cross",
     "masked_fill_tgt",
     "masked_fill_cross",
     "split_heads_odd",
@@ -131,7 +145,7 @@ Tolerance tolerance_for(const std::string& op) {
       op == "combine_heads" || op == "reshape")
     return {1e-7, 1e-6};
   if (op == "positional") return {2e-5, 1e-4};
-  return {1e-5, 1e-4};  // the reductions, gelu(_tanh), attention, layernorm(_seed003), cross-entropy
+  return {1e-5, 1e-4};  // the reductions, gelu(_tanh), attention, layernorm(_seed003), rms_norm, cross-entropy
 }
 
 struct RefCase {
@@ -219,6 +233,8 @@ Var run_op(const std::string& op, const RefCase& c, std::map<std::string, Var>& 
   if (op == "layernorm") return fn::layernorm(v["x"], v["weight"], v["bias"], std::stof(c.param("eps")));
   if (op == "layernorm_seed003")
     return fn::layernorm(v["x"], v["weight"], v["bias"], std::stof(c.param("eps")), ops::LayerNormVariant::UnbiasedStd);
+  if (op == "rms_norm")
+    return fn::layernorm(v["x"], v["weight"], Var(), std::stof(c.param("eps")), ops::LayerNormVariant::RMS);
   if (op == "softmax") return fn::softmax(v["x"]);
   if (op == "attention") return fn::attention(v["q"], v["k"], v["v"], masks_of(c));
   if (op == "mha_core") {
@@ -226,6 +242,12 @@ Var run_op(const std::string& op, const RefCase& c, std::map<std::string, Var>& 
     // What nn::MultiHeadAttention runs; FusedAttention's tests show it gives the bits of
     // combine_heads(attention(split_heads(...))).
     return fn::multi_head_attention(v["xq"], v["xk"], v["xv"], H, masks_of(c));
+  }
+  if (op == "attention_bias" || op == "mha_core_bias") {  // T5's: unscaled, its position bias a leaf
+    ops::AttentionMasks m = masks_of(c);
+    m.scale_scores = false;
+    if (op == "attention_bias") return fn::attention(v["q"], v["k"], v["v"], m, {}, nullptr, v["bias"]);
+    return fn::multi_head_attention(v["xq"], v["xk"], v["xv"], std::stoll(c.param("heads")), m, {}, nullptr, v["bias"]);
   }
   if (op == "masked_fill") return fn::masked_fill(v["scores"], masks_of(c));
   if (op == "split_heads") return fn::split_heads(v["x"], std::stoll(c.param("heads")));

@@ -42,6 +42,9 @@ import tempfile
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seq2seq_refs import greedy, log_probs  # noqa: E402
+
 try:
     import sentencepiece as spm
     import transformers
@@ -150,25 +153,6 @@ def make_model(vocab, tokenizer, tied, seed):
     return model
 
 
-def log_probs(model, source_ids, target_ids):
-    out = []
-    with torch.no_grad():
-        for s, t in zip(source_ids, target_ids):
-            logits = model(input_ids=torch.tensor([s]), labels=torch.tensor([t])).logits[0]
-            lp = torch.log_softmax(logits.double(), dim=-1)
-            out.append(float(sum(lp[i, tok] for i, tok in enumerate(t))))
-    return out
-
-
-def greedy(model, source):
-    out = model.generate(torch.tensor([source]), num_beams=1, do_sample=False, max_new_tokens=NEW_TOKENS, synced_gpus=False,
-                         output_scores=True, return_dict_in_generate=True)
-    ids = out.sequences[0, 1:].tolist()  # after the decoder start
-    margin = min(float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores[:-1]) \
-        if len(out.scores) > 1 else float("inf")
-    return ids, margin
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -201,7 +185,7 @@ def main():
     greedy_ids, margins = [], []
     with torch.no_grad():
         for s in source_ids:
-            ids, margin = greedy(model, s)
+            ids, margin = greedy(model, s, NEW_TOKENS)
             greedy_ids.append(ids)
             margins.append(margin)
     assert min(margins) > 1e-3, min(margins)

@@ -3,7 +3,8 @@
 
 For each case this draws float32 inputs from a fixed torch.manual_seed, computes the output with
 the same PyTorch calls the seed model uses (nn.Linear, nn.Embedding, +, *, relu, exact-erf GELU,
-tanh GELU, nn.LayerNorm(eps=1e-5), seed 003's LayerNorm, softmax(-1), masked_fill(-1e9) attention, view/transpose head split,
+tanh GELU, nn.LayerNorm(eps=1e-5), seed 003's LayerNorm, T5's RMSNorm, softmax(-1), masked_fill(-1e9) attention
+(and T5's: unscaled, with a position bias), view/transpose head split,
 sinusoidal positional encoding, nn.CrossEntropyLoss(ignore_index=0, label_smoothing=eps)), runs
 backward with a random upstream gradient `g` (g = 1 for the scalar loss) and writes one
 safetensors file per case, <out>/ops_<case>.safetensors, holding:
@@ -209,6 +210,17 @@ def case_layernorm(shape, mean, std, special_weights=None, bias_std=1.0):
     return build
 
 
+def case_rms_norm(shape, mean, std, eps=1e-6):
+    """T5's T5LayerNorm (RMSNorm: no mean subtraction, no bias), written out as T5 computes it."""
+    def build():
+        D = shape[-1]
+        weight = leaf(1 + 0.5 * torch.randn(D))  # around 1, so that its gradient means something
+        x = leaf(torch.randn(*shape) * std + mean)
+        y = weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+        return {"x": x, "weight": weight}, {}, y, {"eps": f32(eps)}, {}, False
+    return build
+
+
 def case_softmax(shape, spread):
     def build():
         x = leaf(torch.randn(*shape) * spread)
@@ -248,6 +260,42 @@ def case_mha_core(B, Tq, Tk, D, H, key_keep=None, query_keep=None, causal=False)
         ints, meta = mask_meta(key_keep, query_keep, causal)
         meta["heads"] = str(H)
         return {"xq": xq, "xk": xk, "xv": xv}, ints, combine_heads(attn), meta, {}, False
+    return build
+
+
+def t5_attention(q, k, v, bias, mask):
+    """T5's attention as qkv fuses it: unscaled Q K^T plus the position bias, given (Tq, Tk, H) as an
+    embedding lookup lays it out, then masked_fill(-1e9) (HF's T5 adds its mask; qkv fills)."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) + bias.permute(2, 0, 1)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, FILL)
+    return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+def case_attention_bias(B, H, Tq, Tk, dk, key_keep=None, query_keep=None, causal=False):
+    def build():
+        q = leaf(torch.randn(B, H, Tq, dk) * dk ** -0.25)  # unscaled scores of size O(1), as T5's init gives
+        k = leaf(torch.randn(B, H, Tk, dk) * dk ** -0.25)
+        v = leaf(torch.randn(B, H, Tk, dk))
+        bias = leaf(torch.randn(Tq, Tk, H))
+        out = t5_attention(q, k, v, bias, seed_mask(B, Tq, Tk, key_keep, query_keep, causal))
+        ints, meta = mask_meta(key_keep, query_keep, causal)
+        return {"q": q, "k": k, "v": v, "bias": bias}, ints, out, meta, {}, False
+    return build
+
+
+def case_mha_core_bias(B, Tq, Tk, D, H, key_keep=None, query_keep=None, causal=False):
+    def build():
+        scale = (D // H) ** -0.25
+        xq = leaf(torch.randn(B, Tq, D) * scale)
+        xk = leaf(torch.randn(B, Tk, D) * scale)
+        xv = leaf(torch.randn(B, Tk, D))
+        bias = leaf(torch.randn(Tq, Tk, H))
+        attn = t5_attention(split_heads(xq, H), split_heads(xk, H), split_heads(xv, H), bias,
+                            seed_mask(B, Tq, Tk, key_keep, query_keep, causal))
+        ints, meta = mask_meta(key_keep, query_keep, causal)
+        meta["heads"] = str(H)
+        return {"xq": xq, "xk": xk, "xv": xv, "bias": bias}, ints, combine_heads(attn), meta, {}, False
     return build
 
 
@@ -359,6 +407,11 @@ def cases():
          case_layernorm_seed003((3, 7, 12), 0.0, 0.3, eps=0.1)),
         ("layernorm_seed003_constant_row", "layernorm_seed003",
          case_layernorm_seed003((3, 4, 12), 0.0, 1.0, constant_rows=(5,))),
+        ("rms_norm_odd", "rms_norm", case_rms_norm((3, 7, 12), 0.0, 1.0)),
+        ("rms_norm_offset", "rms_norm", case_rms_norm((3, 7, 12), 5.0, 3.0)),
+        ("rms_norm_width1", "rms_norm", case_rms_norm((4, 3, 1), 0.0, 1.0)),
+        ("rms_norm_b1_t1", "rms_norm", case_rms_norm((1, 1, 12), 0.0, 1.0)),
+        ("rms_norm_large_eps", "rms_norm", case_rms_norm((3, 7, 12), 0.0, 0.3, eps=0.1)),
         ("softmax_odd", "softmax", case_softmax((3, 2, 7, 7), 1.0)),
         ("softmax_peaked", "softmax", case_softmax((4, 33), 8.0)),
         ("softmax_c1", "softmax", case_softmax((5, 1), 1.0)),
@@ -373,6 +426,15 @@ def cases():
          case_attention(2, 1, 1, 1, 4, key_keep=torch.tensor([[1], [0]], dtype=torch.int32))),
         ("mha_core_tgt", "mha_core", case_mha_core(3, 7, 7, 12, 3, query_keep=query3x7, causal=True)),
         ("mha_core_cross", "mha_core", case_mha_core(3, 5, 7, 12, 2, key_keep=key3x7)),
+        ("attention_bias_key_pad", "attention_bias", case_attention_bias(3, 2, 7, 7, 6, key_keep=key3x7)),
+        ("attention_bias_causal", "attention_bias", case_attention_bias(2, 3, 5, 5, 4, causal=True)),
+        ("attention_bias_tgt", "attention_bias",
+         case_attention_bias(3, 2, 7, 7, 6, key_keep=key3x7, query_keep=query3x7, causal=True)),
+        ("attention_bias_t1_cross", "attention_bias",
+         case_attention_bias(3, 2, 1, 7, 6, key_keep=key3x7, causal=True)),
+        ("mha_core_bias_tgt", "mha_core_bias",
+         case_mha_core_bias(3, 7, 7, 12, 3, query_keep=query3x7, causal=True)),
+        ("mha_core_bias_t1_cross", "mha_core_bias", case_mha_core_bias(3, 1, 7, 12, 2, key_keep=key3x7)),
         ("masked_fill_tgt", "masked_fill",
          case_masked_fill(3, 2, 7, 7, key_keep=key3x7, query_keep=query3x7, causal=True)),
         ("masked_fill_cross", "masked_fill", case_masked_fill(3, 2, 5, 7, key_keep=key3x7, causal=True)),

@@ -5,6 +5,7 @@
 
 #include "qkv/models/checkpoint.h"
 #include "qkv/text/marian_tokenizer.h"
+#include "qkv/text/t5_tokenizer.h"
 
 namespace qkv::api {
 
@@ -19,6 +20,9 @@ Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType comput
   if (text::MarianTokenizer::present(checkpoint_dir)) {
     src_tok_ = text::MarianTokenizer::load(checkpoint_dir, false);
     tgt_tok_ = text::MarianTokenizer::load(checkpoint_dir, true);
+  } else if (text::T5Tokenizer::present(checkpoint_dir)) {  // one tokenizer for both sides
+    src_tok_ = text::T5Tokenizer::load(checkpoint_dir);
+    tgt_tok_ = text::T5Tokenizer::load(checkpoint_dir);
   } else if (std::filesystem::exists(s) && std::filesystem::exists(t)) {
     src_tok_ = text::load_tokenizer(s);
     tgt_tok_ = text::load_tokenizer(t);
@@ -30,7 +34,8 @@ Translator::~Translator() = default;
 data::IdLine Translator::encode_source(const std::string& text, const TranslationOptions& options,
                                        const std::string& where, bool* truncated) const {
   QKV_CHECK(src_tok_, dir_ << ": no tokenizer (source.spm.model and target.spm.model, or an imported model's "
-                               "source.spm, target.spm and vocab.json) for text input; give token ids instead");
+                               "source.spm, target.spm and vocab.json, or spiece.model) for text input; give token ids "
+                               "instead");
   data::IdLine ids = src_tok_->encode(text);
   // The tokenizer's own tokens (a Marian source's EOS) stay at the end of a cut source, as
   // transformers truncates before adding them.

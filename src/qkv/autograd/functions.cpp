@@ -53,6 +53,13 @@ Var add(const Var& a, const Var& b) {
   });
 }
 
+Var mul(const Var& a, const Var& b) {
+  return record_op(ops::mul_forward(a.value(), b.value()), a.requires_grad() || b.requires_grad(),
+                   [av = a.value(), bv = b.value(), ac = a.cell(), bc = b.cell()](const Tensor& dy) {
+                     ops::mul_backward(dy, av, bv, slot(ac), slot(bc));
+                   });
+}
+
 Var scale(const Var& x, float s) {
   return record_op(ops::scale_forward(x.value(), s), x.requires_grad(),
                    [xc = x.cell(), s](const Tensor& dy) { ops::scale_backward(dy, s, slot(xc)); });
@@ -132,12 +139,12 @@ namespace {
 // What both attention ops record. In inference, forward(nullptr or &probs) computes the output (the
 // softmax only when `weights` asks for it). In training, forward_saving(&saved, keep_weights) keeps
 // what the backward needs (ops::AttentionSaved: the softmax, or on a GPU the flash kernels' row
-// statistics unless `weights` asks for the softmax); backward(dout, saved, dq, dk, dv) gets the
-// inputs' gradient slots.
+// statistics unless `weights` asks for the softmax); backward(dout, saved, dq, dk, dv, dbias) gets
+// the inputs' gradient slots (dbias: the position bias's, null without one or when it needs none).
 template <class Forward, class ForwardSaving, class Backward>
-Var record_attention(const Var& q, const Var& k, const Var& v, Tensor* weights, Forward forward,
+Var record_attention(const Var& q, const Var& k, const Var& v, const Var& bias, Tensor* weights, Forward forward,
                      ForwardSaving forward_saving, Backward backward) {
-  const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad();
+  const bool rg = q.requires_grad() || k.requires_grad() || v.requires_grad() || bias.requires_grad();
   if (!rg || !grad_enabled()) {
     Tensor probs;
     Tensor out = forward(weights ? &probs : nullptr);
@@ -147,16 +154,26 @@ Var record_attention(const Var& q, const Var& k, const Var& v, Tensor* weights, 
   ops::AttentionSaved saved;
   Tensor out = forward_saving(&saved, weights != nullptr);
   if (weights) *weights = saved.probs;
-  return record_op(std::move(out), rg, [backward, saved, qc = q.cell(), kc = k.cell(), vc = v.cell()](const Tensor& dout) {
-    backward(dout, saved, slot(qc), slot(kc), slot(vc));
-  });
+  return record_op(std::move(out), rg,
+                   [backward, saved, qc = q.cell(), kc = k.cell(), vc = v.cell(), bc = bias.cell()](
+                       const Tensor& dout) { backward(dout, saved, slot(qc), slot(kc), slot(vc), slot(bc)); });
+}
+
+// masks with T5's position bias set from `bias`, when defined (callers leave masks.bias empty then).
+ops::AttentionMasks with_bias(const ops::AttentionMasks& masks, const Var& bias) {
+  if (!bias.defined()) return masks;
+  QKV_CHECK(!masks.bias.defined(), "attention: a position bias given both in masks.bias and as position_bias");
+  ops::AttentionMasks m = masks;
+  m.bias = bias.value();
+  return m;
 }
 }  // namespace
 
-Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-              const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
+Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks_in,
+              const ops::AttentionDropoutSpec& dropout, Tensor* weights, const Var& position_bias) {
+  const ops::AttentionMasks masks = with_bias(masks_in, position_bias);
   return record_attention(
-      q, k, v, weights,
+      q, k, v, position_bias, weights,
       [&](Tensor* probs) {
         return ops::attention_forward(q.value(), k.value(), v.value(), masks, dropout, probs, true);
       },
@@ -164,15 +181,17 @@ Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMask
         return ops::attention_forward_saving(q.value(), k.value(), v.value(), masks, dropout, saved, keep_weights);
       },
       [qv = q.value(), kv = k.value(), vv = v.value(), masks, dropout](
-          const Tensor& dout, const ops::AttentionSaved& saved, Tensor* dq, Tensor* dk, Tensor* dv) {
-        ops::attention_backward(dout, qv, kv, vv, saved, masks, dropout, dq, dk, dv);
+          const Tensor& dout, const ops::AttentionSaved& saved, Tensor* dq, Tensor* dk, Tensor* dv, Tensor* dbias) {
+        ops::attention_backward(dout, qv, kv, vv, saved, masks, dropout, dq, dk, dv, dbias);
       });
 }
 
 Var multi_head_attention(const Var& q, const Var& k, const Var& v, int64_t num_heads,
-                         const ops::AttentionMasks& masks, const ops::AttentionDropoutSpec& dropout, Tensor* weights) {
+                         const ops::AttentionMasks& masks_in, const ops::AttentionDropoutSpec& dropout, Tensor* weights,
+                         const Var& position_bias) {
+  const ops::AttentionMasks masks = with_bias(masks_in, position_bias);
   return record_attention(
-      q, k, v, weights,
+      q, k, v, position_bias, weights,
       [&](Tensor* probs) {
         return ops::multi_head_attention_forward(q.value(), k.value(), v.value(), num_heads, masks, dropout, probs,
                                                  true);
@@ -182,8 +201,8 @@ Var multi_head_attention(const Var& q, const Var& k, const Var& v, int64_t num_h
                                                         saved, keep_weights);
       },
       [qv = q.value(), kv = k.value(), vv = v.value(), num_heads, masks, dropout](
-          const Tensor& dout, const ops::AttentionSaved& saved, Tensor* dq, Tensor* dk, Tensor* dv) {
-        ops::multi_head_attention_backward(dout, qv, kv, vv, num_heads, saved, masks, dropout, dq, dk, dv);
+          const Tensor& dout, const ops::AttentionSaved& saved, Tensor* dq, Tensor* dk, Tensor* dv, Tensor* dbias) {
+        ops::multi_head_attention_backward(dout, qv, kv, vv, num_heads, saved, masks, dropout, dq, dk, dv, dbias);
       });
 }
 

@@ -21,12 +21,14 @@ Var matmul(const Var& a, const Var& b, bool transpose_b = false);
 Var embedding(const Var& table, const Tensor& ids, int32_t padding_idx = -1);  // padding_idx: no gradient
 Var add(const Var& a, const Var& b);
 Var scale(const Var& x, float s);
+Var mul(const Var& a, const Var& b);  // elementwise a * b, same shapes
 Var relu(const Var& x);
 Var gelu(const Var& x);
 Var tanh(const Var& x);
 Var gelu_tanh(const Var& x);  // F.gelu(x, approximate='tanh')
 Var silu(const Var& x);       // F.silu(x): x sigmoid(x)
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset);
+// bias is an undefined Var for ops::LayerNormVariant::RMS (gradients then reach x and weight only).
 Var layernorm(const Var& x, const Var& weight, const Var& bias, float eps,
               ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
 // layernorm(add(a, b)): recorded as those two ops when a gradient is being taken, else one fused op
@@ -35,13 +37,16 @@ Var add_layernorm(const Var& a, const Var& b, const Var& weight, const Var& bias
                   ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);
 Var softmax(const Var& x);
 // weights, when given, receives the softmax (B, H, Tq, Tk) that the op computes anyway (for pictures).
+// position_bias, when defined: T5's bias (Tq, Tk, H), set as masks.bias (leave that empty), its
+// gradient accumulated when it requires one (T5 also sets masks.scale_scores = false).
 Var attention(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-              const ops::AttentionDropoutSpec& dropout = {}, Tensor* weights = nullptr);
+              const ops::AttentionDropoutSpec& dropout = {}, Tensor* weights = nullptr,
+              const Var& position_bias = Var());
 // The same on (B, T, D) projections read as num_heads heads, returning (B, Tq, D): what
 // combine_heads(attention(split_heads(q), split_heads(k), split_heads(v))) computes, without copies.
 Var multi_head_attention(const Var& q, const Var& k, const Var& v, int64_t num_heads,
                          const ops::AttentionMasks& masks, const ops::AttentionDropoutSpec& dropout = {},
-                         Tensor* weights = nullptr);
+                         Tensor* weights = nullptr, const Var& position_bias = Var());
 Var masked_fill(const Var& scores, const ops::AttentionMasks& masks);
 Var split_heads(const Var& x, int64_t num_heads);
 Var combine_heads(const Var& x);

@@ -253,11 +253,7 @@ std::unique_ptr<models::EncoderModel> load_hf_bert(const std::string& hf_dir, Hf
         for (int64_t i = 0; i < t.shape[0]; ++i) c.labels.push_back("LABEL_" + std::to_string(i));
   }
   check_position_ids(weights_path, c);
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw Error(hf_dir + "/" + kHfConfigFile + ": " + e.what());
-  }
+  validate_read_config(hf_dir + "/" + kHfConfigFile, c);
   auto model = std::make_unique<models::EncoderModel>(c, 0);
   model->eval();
   read_bert_weights(w, *model);

@@ -164,4 +164,12 @@ int64_t count_parameters(const models::Model& model) {
   return n;
 }
 
+void validate_read_config(const std::string& config_path, const models::TransformerConfig& c) {
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    throw Error(config_path + ": " + e.what());
+  }
+}
+
 }  // namespace qkv::interop

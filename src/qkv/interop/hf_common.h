@@ -136,6 +136,9 @@ class HfWeights {
   std::string what_;
 };
 
+// c.validate(), its error prefixed by the config file it was read from.
+void validate_read_config(const std::string& config_path, const models::TransformerConfig& c);
+
 // What an import did, for `info` (may be null): the config, the source weights' dtypes, the
 // parameter count, the notes and the model type.
 void describe_import(HfConversion* info, const models::TransformerConfig& config, const HfWeights& weights,

@@ -93,11 +93,7 @@ TransformerConfig hf_gpt2_config(const std::string& config_path, std::vector<std
   c.ffn_dropout = 0;
   c.scale_embeddings = false;
   c.mask_fill = "-1e9";  // see hf_gpt2.h: GPT-2's finite fill (the dtype's minimum) behaves the same
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw Error(config_path + ": " + e.what());
-  }
+  validate_read_config(config_path, c);
   return c;
 }
 

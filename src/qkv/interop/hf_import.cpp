@@ -3,6 +3,7 @@
 #include "qkv/interop/hf_bert.h"
 #include "qkv/interop/hf_gpt2.h"
 #include "qkv/interop/hf_marian.h"
+#include "qkv/interop/hf_t5.h"
 #include "qkv/models/checkpoint.h"
 
 namespace qkv::interop {
@@ -11,20 +12,22 @@ HfConversion import_hf(const std::string& hf_dir, const std::string& out_dir) {
   hf_weights_path(hf_dir);  // the directory's checks first: a missing config.json is named as such
   const std::string config_path = hf_dir + "/" + kHfConfigFile;
   const HfConfigReader r(config_path, parse_hf_config(config_path));
-  QKV_CHECK(r.has("model_type"), config_path << ": field \"model_type\" is missing (qkv imports \"gpt2\", \"bert\" and \"marian\")");
+  QKV_CHECK(r.has("model_type"), config_path << ": field \"model_type\" is missing (qkv imports \"gpt2\", \"bert\", \"marian\" and \"t5\")");
   const std::string type = r.string("model_type", "");
   if (type == "gpt2") return import_hf_gpt2(hf_dir, out_dir);
   if (type == "bert") return import_hf_bert(hf_dir, out_dir);
   if (type == "marian") return import_hf_marian(hf_dir, out_dir);
-  r.fail("model_type", "is \"" + type + "\": not supported (qkv imports model_type \"gpt2\", \"bert\" and \"marian\")");
+  if (type == "t5" || type == "mt5") return import_hf_t5(hf_dir, out_dir);
+  r.fail("model_type", "is \"" + type + "\": not supported (qkv imports model_type \"gpt2\", \"bert\", \"marian\" and \"t5\")");
 }
 
 HfConversion export_hf(const std::string& checkpoint_dir, const std::string& out_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   const models::TransformerConfig c = models::load_config(checkpoint_dir + "/config.json");
+  if (is_t5_layout(c)) return export_hf_t5(checkpoint_dir, out_dir);
   if (c.encoder_decoder()) return export_hf_marian(checkpoint_dir, out_dir);
   QKV_CHECK(!c.encoder_only(), "export --to hf: " << checkpoint_dir << " is an encoder-only model; qkv exports "
-                                                     "decoder-only models (GPT-2) and encoder-decoder models (Marian)");
+                                                     "decoder-only models (GPT-2) and encoder-decoder models (Marian, T5)");
   return export_hf_gpt2(checkpoint_dir, out_dir);
 }
 

@@ -114,11 +114,7 @@ TransformerConfig hf_marian_config(const std::string& hf_dir, std::vector<std::s
   check_bad_words(hf_dir, r, c, notes);
   if (notes && c.ffn_dropout > 0)
     notes->push_back("activation_dropout " + std::to_string(c.ffn_dropout) + " is ffn_dropout (training only)");
-  try {
-    c.validate();
-  } catch (const Error& e) {
-    throw Error(config_path + ": " + e.what());
-  }
+  validate_read_config(config_path, c);
   return c;
 }
 

@@ -30,6 +30,27 @@ void fill_masked(float* row, float value, const AttentionMask& m, int64_t b, int
       if (m.key_keep[b * d.Tk + j] == 0) row[j] = value;
 }
 
+// row += bias(h, i, :), T5's position bias (Tq, Tk, H), shared by every batch row.
+void add_bias(float* row, const AttentionMask& m, const AttentionDims& d, int64_t h, int64_t i) {
+  const float* bias = m.bias + i * d.Tk * d.H + h;
+  for (int64_t j = 0; j < d.Tk; ++j) row[j] += bias[j * d.H];
+}
+
+// What q.k is divided by: the seed divides by math.sqrt(d_k) (a double) applied to a float tensor,
+// so by that float; T5 folds the scale into its initialisation and divides by exactly 1.
+float score_divisor(const AttentionMask& m, int64_t dk) {
+  return m.scale_scores ? static_cast<float>(std::sqrt(static_cast<double>(dk))) : 1.f;
+}
+
+// Score row i of head (b, h), holding q.k: scaled, biased, masked, then its softmax.
+void softmax_of_scores(float* row, const AttentionMask& m, const AttentionDims& d, int64_t b, int64_t h, int64_t i,
+                       float divisor) {
+  for (int64_t j = 0; j < d.Tk; ++j) row[j] = row[j] / divisor;
+  if (m.bias) add_bias(row, m, d, h, i);
+  fill_masked(row, m.fill, m, b, i, d);
+  softmax_row(row, d.Tk);
+}
+
 inline uint64_t drop_counter(const AttentionDropout& dr, const AttentionDims& d, int64_t bh, int64_t i) {
   return dr.offset + static_cast<uint64_t>((bh * d.Tq + i) * d.Tk);
 }
@@ -138,7 +159,7 @@ void weighted_values(const float* row, int64_t Tk, const Values& value_at, float
 template <class Keys, class Values>
 void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_stride, const Keys& key_at,
                         const Values& value_at, float* oh, int64_t o_stride, float* probs, const AttentionMask& mask,
-                        int64_t b, float divisor) {
+                        int64_t b, int64_t h, float divisor) {
   const bool masked = any_mask(mask);
   for (int64_t i = 0; i < d.Tq; ++i) {
     const float* q = qh + i * q_stride;
@@ -151,6 +172,7 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
     } else {
       for (int64_t j = 0; j < d.Tk; ++j) row[j] = dot(q, key_at(j), d.dk) / divisor;
     }
+    if (mask.bias) add_bias(row, mask, d, h, i);
     if (masked) fill_masked(row, mask.fill, mask, b, i, d);
     softmax_row(row, d.Tk);
     if (d.dk == 64) {
@@ -164,14 +186,22 @@ void attend_few_queries(const AttentionDims& d, const float* qh, int64_t q_strid
   }
 }
 
+// Row i of head (b, h)'s dS from dPd in dsr, in place, and dbr the same before the 1 / divisor is
+// folded in (the bias's gradient); masked entries are zero in both.
+void score_grad_with_bias(float* dsr, float* dbr, const float* pr, float dot, float inv_divisor,
+                          const AttentionMask& m, int64_t b, int64_t i, const AttentionDims& d) {
+  for (int64_t j = 0; j < d.Tk; ++j) dbr[j] = pr[j] * (dsr[j] - dot);
+  fill_masked(dbr, 0.f, m, b, i, d);
+  for (int64_t j = 0; j < d.Tk; ++j) dsr[j] = dbr[j] * inv_divisor;
+}
+
 }  // namespace
 
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
                        int scratch_slots, bool inference, const KeyRows& key_rows) {
-  // The seed divides by math.sqrt(d_k) (a double) applied to a float tensor: divide by that float.
-  const float divisor = static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
+  const float divisor = score_divisor(mask, d.dk);
   const int64_t heads = d.B * d.H;
   // Without probs (inference that keeps no softmax), the per-query and BLAS paths work in a thread's own rows.
   const auto head_probs = [&](int64_t bh, std::vector<float>& own) {
@@ -189,13 +219,14 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
         const int32_t* rows = key_rows.rows + b * key_rows.stride;
         attend_few_queries(d, q + b * qs.b + h * qs.h, qs.t, MappedRows{k + h * ks.h, rows, ks.b, ks.t},
                            MappedRows{v + h * vs.h, rows, vs.b, vs.t}, out + b * os.b + h * os.h, os.t,
-                           head_probs(bh, own_probs), mask, b, divisor);
+                           head_probs(bh, own_probs), mask, b, h, divisor);
       }
     }
     return;
   }
   const bool direct = inference && drop.p == 0.f;
-  const bool tiled = direct && d.Tq > kMaxFewQueries && tiles::supports(d);
+  // The tiles read no bias: short heads with one take the per-query path.
+  const bool tiled = direct && d.Tq > kMaxFewQueries && tiles::supports(d) && !mask.bias;
 #pragma omp parallel
   {
     tiles::HeadScratch tile_scratch;
@@ -214,16 +245,12 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
       }
       float* ph = head_probs(bh, own_probs);  // (Tq, Tk)
       if (direct && (d.Tq <= kMaxFewQueries || d.Tk <= kMaxDirectKeys)) {
-        attend_few_queries(d, qh, qs.t, StridedRows{kh, ks.t}, StridedRows{vh, vs.t}, oh, os.t, ph, mask, b, divisor);
+        attend_few_queries(d, qh, qs.t, StridedRows{kh, ks.t}, StridedRows{vh, vs.t}, oh, os.t, ph, mask, b, h,
+                           divisor);
         continue;
       }
       sgemm(false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
-      for (int64_t i = 0; i < d.Tq; ++i) {
-        float* row = ph + i * d.Tk;
-        for (int64_t j = 0; j < d.Tk; ++j) row[j] = row[j] / divisor;
-        fill_masked(row, mask.fill, mask, b, i, d);
-        softmax_row(row, d.Tk);
-      }
+      for (int64_t i = 0; i < d.Tq; ++i) softmax_of_scores(ph + i * d.Tk, mask, d, b, h, i, divisor);
       const float* weights = ph;
       if (drop.p > 0.f) {
         const int slot = omp_get_thread_num() % scratch_slots;
@@ -240,8 +267,8 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
                         const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
                         const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
                         float* dk_, HeadsView dks, float* dv, HeadsView dvs, bool accumulate, float* scratch,
-                        int scratch_slots) {
-  const float inv_divisor = 1.f / static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
+                        int scratch_slots, float* dbias) {
+  const float inv_divisor = 1.f / score_divisor(mask, d.dk);
   const float beta = accumulate ? 1.f : 0.f;
   const int64_t heads = d.B * d.H;
   const int64_t area = d.Tq * d.Tk;
@@ -272,6 +299,10 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
       if (drop.p > 0.f) dropout_row(dsr, dsr, d.Tk, drop.p, drop.seed, drop_counter(drop, d, bh, i));
       float dot = 0;
       for (int64_t j = 0; j < d.Tk; ++j) dot += dsr[j] * pr[j];
+      if (dbias) {
+        score_grad_with_bias(dsr, dbias + bh * area + i * d.Tk, pr, dot, inv_divisor, mask, b, i, d);
+        continue;
+      }
       for (int64_t j = 0; j < d.Tk; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * inv_divisor;
       fill_masked(dsr, 0.f, mask, b, i, d);
     }
@@ -279,6 +310,17 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
     sgemm(false, false, d.Tq, d.dk, d.Tk, 1.f, ds, d.Tk, kh, ks.t, beta, dq + b * dqs.b + h * dqs.h, dqs.t);
     sgemm(true, false, d.Tk, d.dk, d.Tq, 1.f, ds, d.Tk, qh, qs.t, beta, dk_ + b * dks.b + h * dks.h, dks.t);
   }
+}
+
+void attention_bias_grad(const AttentionDims& d, const float* ds, float* dbias) {
+  const int64_t area = d.Tq * d.Tk;
+#pragma omp parallel for schedule(static)
+  for (int64_t ij = 0; ij < area; ++ij)
+    for (int64_t h = 0; h < d.H; ++h) {
+      float sum = 0.f;
+      for (int64_t b = 0; b < d.B; ++b) sum += ds[(b * d.H + h) * area + ij];
+      dbias[ij * d.H + h] = sum;
+    }
 }
 
 }  // namespace qkv::kernels

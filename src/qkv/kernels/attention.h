@@ -1,5 +1,5 @@
 // Fused scaled dot-product attention for (B, H) heads:
-//   S = (Q @ K^T) / sqrt(dk)            (Tq, Tk) per head
+//   S = (Q @ K^T) / sqrt(dk) [+ bias]   (Tq, Tk) per head; T5: no division, a position bias
 //   S[masked] = fill                     masked_fill, as seed 000 does (not an addition)
 //   P = softmax(S)                       saved for backward, (B, H, Tq, Tk)
 //   O = dropout(P) @ V                   (Tq, dk) per head
@@ -22,6 +22,10 @@ struct AttentionMask {
   const int32_t* query_keep = nullptr;  // (B, Tq): 0 masks every key of query row i (seed's tgt mask)
   bool causal = false;                  // masks key j > i + (Tk - Tq)
   float fill = -1e9f;                   // seed 000's value; -inf turns fully masked rows into NaN
+  // T5: added to the scores after the scale, before the masks, shared by the batch rows. (Tq, Tk, H):
+  // element (h, i, j) at (i * Tk + j) * H + h. Null: none.
+  const float* bias = nullptr;
+  bool scale_scores = true;  // divide q.k by sqrt(dk); false (T5): by exactly 1
 };
 
 struct AttentionDropout {
@@ -47,6 +51,7 @@ struct KeyRows {
 // path (and stay those of checkpoints written before these paths existed).
 // key_rows: given, the call must be inference without dropout; it always takes the direct path
 // (the same arithmetic as with the rows copied into place, so the same bits).
+// A mask with a bias never takes the register tiles (short heads take the per-query path instead).
 void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, float* scratch,
@@ -57,13 +62,18 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
 //   dPd = dO @ V^T;  dP = dropout_mask(dPd)
 //   dS = P * (dP - rowsum(dP * P))        (softmax backward)
 //   dS[masked] = 0                        (masked_fill passes no gradient)
-//   dQ = dS @ K / sqrt(dk);  dK = dS^T @ Q / sqrt(dk)
+//   dQ = dS @ K / sqrt(dk);  dK = dS^T @ Q / sqrt(dk)      (without the division when !scale_scores)
 // dq, dk_, dv are written, or added to when accumulate is set.
+// dbias, unless null: (B, H, Tq, Tk), written with each head's dS (the bias's gradient before the
+// sum over batch rows, which attention_bias_grad takes).
 // scratch: scratch_slots * 2 * Tq * Tk floats.
 void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                         const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
                         const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
                         float* dk_, HeadsView dks, float* dv, HeadsView dvs, bool accumulate, float* scratch,
-                        int scratch_slots);
+                        int scratch_slots, float* dbias = nullptr);
+
+// dbias (Tq, Tk, H) = ds (B, H, Tq, Tk) summed over B (batch rows in order), in the bias's layout.
+void attention_bias_grad(const AttentionDims& d, const float* ds, float* dbias);
 
 }  // namespace qkv::kernels

@@ -16,6 +16,16 @@ void add(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+void mul(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+}
+
+void mul_backward(float* d, const float* dy, const float* other, int64_t n, bool accumulate) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) d[i] = accumulate ? d[i] + dy[i] * other[i] : dy[i] * other[i];
+}
+
 void add_inplace(float* acc, const float* x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];

@@ -6,6 +6,9 @@ namespace qkv::kernels {
 
 void add(float* out, const float* a, const float* b, int64_t n);            // out = a + b
 void add_inplace(float* acc, const float* x, int64_t n);                    // acc += x
+void mul(float* out, const float* a, const float* b, int64_t n);            // out = a * b (elementwise)
+// The gradient of one factor of mul: d (+)= dy * other.
+void mul_backward(float* d, const float* dy, const float* other, int64_t n, bool accumulate);
 void scale(float* out, const float* x, float s, int64_t n);                 // out = s * x
 void axpy(float* acc, const float* x, float s, int64_t n);                  // acc += s * x
 // out[r, :] = x[r, :] + row[:] for rows r of width `width` (x: (rows, width), row: (width)).

@@ -46,6 +46,14 @@ double squared_deviations_in_double(const float* x, int64_t C, double m) {
   return sq;
 }
 
+// Row r of the input to normalise: x's own, or x + addend formed in y's row.
+const float* row_to_normalise(float* y, const float* x, const float* addend, int64_t r, int64_t C) {
+  if (!addend) return x + r * C;
+  float* yr = y + r * C;
+  for (int64_t c = 0; c < C; ++c) yr[c] = x[r * C + c] + addend[r * C + c];
+  return yr;
+}
+
 // Shared body of every forward. Per row, the mean and the sum of squared deviations in two passes
 // in double (the variance of a row with a large mean stays exact); scale_of(r, sum_sq) returns the
 // factor of x - mean (and may save a statistic of row r). With an addend, the row normalised is
@@ -56,13 +64,8 @@ void layernorm_forward_impl(float* y, float* mean, float* rstd, const float* x, 
                             const float* weight, const float* bias, int64_t rows, int64_t C, Scale scale_of) {
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * C;
+    const float* xr = row_to_normalise(y, x, addend, r, C);
     float* yr = y + r * C;
-    if (addend) {
-      const float* ar = addend + r * C;
-      for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] + ar[c];
-      xr = yr;
-    }
     const double m = sum_in_double(xr, C) / C;
     const float rs = scale_of(r, squared_deviations_in_double(xr, C, m));
     const float mf = static_cast<float>(m);
@@ -81,6 +84,30 @@ float unbiased_scale(double sum_sq, int64_t C, float eps, float* stddev) {
   const double s = std::sqrt(sum_sq / static_cast<double>(C - 1));
   if (stddev) *stddev = static_cast<float>(s);
   return static_cast<float>(1.0 / (s + eps));
+}
+
+// Parameter gradients, dweight += sum_rows dy * xhat and (when dbias is not null) dbias += sum_rows dy:
+// each thread owns a block of columns, so no two threads write one address.
+template <class XHat>
+void accumulate_param_grads(float* dweight, float* dbias, const float* dy, int64_t rows, int64_t C, XHat xhat_of) {
+  constexpr int64_t kBlock = 64;
+  const int64_t blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+    float dw[kBlock] = {}, db[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* dyr = dy + r * C;
+      for (int64_t c = c0; c < c1; ++c) {
+        dw[c - c0] += dyr[c] * xhat_of(r, c);
+        db[c - c0] += dyr[c];
+      }
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      dweight[c] += dw[c - c0];
+      if (dbias) dbias[c] += db[c - c0];
+    }
+  }
 }
 
 // Shared body of every backward: xhat_of(r, c) returns the normalised input, rstd[r] is the factor
@@ -108,25 +135,7 @@ void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const floa
       dxr[c] = accumulate_dx ? dxr[c] + v : v;
     }
   }
-  // Parameter gradients: each thread owns a block of columns, so no two threads write one address.
-  constexpr int64_t kBlock = 64;
-  const int64_t blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (rows * C > 16384)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
-    float dw[kBlock] = {}, db[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* dyr = dy + r * C;
-      for (int64_t c = c0; c < c1; ++c) {
-        dw[c - c0] += dyr[c] * xhat_of(r, c);
-        db[c - c0] += dyr[c];
-      }
-    }
-    for (int64_t c = c0; c < c1; ++c) {
-      dweight[c] += dw[c - c0];
-      dbias[c] += db[c - c0];
-    }
-  }
+  accumulate_param_grads(dweight, dbias, dy, rows, C, xhat_of);
 }
 
 auto xhat_from_input(const float* x, const float* mean, const float* rstd, int64_t C) {
@@ -149,6 +158,20 @@ auto unbiased_std_term(const float* rdenom, const float* stddev, int64_t C) {
     if (!(stddev[r] > 0.f)) return 0.f;
     return static_cast<float>(sum_gx / (static_cast<double>(C - 1) * stddev[r] * rdenom[r]));
   };
+}
+
+// RMSNorm's forward body, with an addend as layernorm_forward_impl; rstd may be null. The sum of
+// squares is layernorm's sum of squared deviations from 0, in double.
+void rms_norm_forward_impl(float* y, float* rstd, const float* x, const float* addend, const float* weight,
+                           int64_t rows, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = row_to_normalise(y, x, addend, r, C);
+    float* yr = y + r * C;
+    const float rs = standard_scale(squared_deviations_in_double(xr, C, 0.0), C, eps);
+    for (int64_t c = 0; c < C; ++c) yr[c] = xr[c] * rs * weight[c];  // T5's order: weight * (x * rstd)
+    if (rstd) rstd[r] = rs;
+  }
 }
 }  // namespace
 
@@ -201,6 +224,33 @@ void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* d
                                              bool accumulate_dx) {
   layernorm_backward_impl(dx, dweight, dbias, dy, rdenom, weight, rows, C, accumulate_dx,
                           xhat_from_output(y, weight, bias, C), unbiased_std_term(rdenom, stddev, C));
+}
+
+void rms_norm_forward(float* y, float* rstd, const float* x, const float* weight, int64_t rows, int64_t C, float eps) {
+  rms_norm_forward_impl(y, rstd, x, nullptr, weight, rows, C, eps);
+}
+
+void add_rms_norm_forward(float* y, const float* a, const float* b, const float* weight, int64_t rows, int64_t C,
+                          float eps) {
+  rms_norm_forward_impl(y, nullptr, a, b, weight, rows, C, eps);
+}
+
+void rms_norm_backward(float* dx, float* dweight, const float* dy, const float* x, const float* rstd,
+                       const float* weight, int64_t rows, int64_t C, bool accumulate_dx) {
+  const auto xhat_of = [=](int64_t r, int64_t c) { return x[r * C + c] * rstd[r]; };
+#pragma omp parallel for schedule(static) if (rows * C > 16384)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* dyr = dy + r * C;
+    float sum_gx = 0;
+    for (int64_t c = 0; c < C; ++c) sum_gx += dyr[c] * weight[c] * xhat_of(r, c);
+    const float gx = sum_gx / C;
+    float* dxr = dx + r * C;
+    for (int64_t c = 0; c < C; ++c) {
+      const float v = rstd[r] * (dyr[c] * weight[c] - xhat_of(r, c) * gx);
+      dxr[c] = accumulate_dx ? dxr[c] + v : v;
+    }
+  }
+  accumulate_param_grads(dweight, nullptr, dy, rows, C, xhat_of);
 }
 
 }  // namespace qkv::kernels

@@ -57,4 +57,22 @@ void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* d
                                              const float* weight, const float* bias, int64_t rows, int64_t C,
                                              bool accumulate_dx);
 
+// ---- T5's RMSNorm (T5LayerNorm): y = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps) ------
+// No mean subtraction and no bias. Saves rstd per row, (rows), for backward.
+void rms_norm_forward(float* y, float* rstd, const float* x, const float* weight, int64_t rows, int64_t C, float eps);
+
+// Inference: y = rms_norm(a + b), the sum formed in y's row (the bits of add then rms_norm_forward).
+void add_rms_norm_forward(float* y, const float* a, const float* b, const float* weight, int64_t rows, int64_t C,
+                          float eps);
+
+// Backward, per row, with xhat = x * rstd and g = dy * weight:
+//   y_c = weight_c * x_c * r with r = (mean(x^2) + eps)^(-1/2), so dr/dx_j = -r^3 x_j / C and
+//   dx_j = sum_c g_c (r delta_cj + x_c dr/dx_j) = r g_j - r^3 x_j sum_c(g_c x_c) / C
+//        = rstd * (g_j - xhat_j * mean(g * xhat))
+// (layernorm_backward's form without the mean(g) term: there is no mean to differentiate through).
+//   dweight += sum_rows dy * xhat.
+// dx is written (or added to if accumulate_dx); dweight is always accumulated.
+void rms_norm_backward(float* dx, float* dweight, const float* dy, const float* x, const float* rstd,
+                       const float* weight, int64_t rows, int64_t C, bool accumulate_dx);
+
 }  // namespace qkv::kernels

@@ -12,33 +12,40 @@ nn::Activation activation_of(const TransformerConfig& c) {
 }  // namespace
 
 std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c) {
-  const ops::LayerNormVariant variant =
-      c.layer_norm == "seed003" ? ops::LayerNormVariant::UnbiasedStd : ops::LayerNormVariant::Standard;
+  const ops::LayerNormVariant variant = c.layer_norm == "seed003" ? ops::LayerNormVariant::UnbiasedStd
+                                       : c.layer_norm == "rms"   ? ops::LayerNormVariant::RMS
+                                                                 : ops::LayerNormVariant::Standard;
   return std::make_unique<nn::LayerNorm>(c.d_model, c.layer_norm_eps, variant);
 }
 
 std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen) {
-  return std::make_unique<nn::PositionWiseFeedForward>(c.d_model, c.d_ff, gen, activation_of(c), c.ffn_dropout);
+  return std::make_unique<nn::PositionWiseFeedForward>(c.d_model, c.d_ff, gen, activation_of(c), c.ffn_dropout,
+                                                       c.gated_feed_forward, c.linear_bias);
 }
 
 void add_block_linears(nn::MultiHeadAttention& self_attn, nn::PositionWiseFeedForward& feed_forward,
                        std::vector<nn::Linear*>& out) {
   out.insert(out.end(), {&self_attn.W_q, &self_attn.W_k, &self_attn.W_v, &self_attn.W_o, &feed_forward.fc1,
                          &feed_forward.fc2});
+  if (feed_forward.fc_up) out.push_back(feed_forward.fc_up);
+}
+
+std::unique_ptr<nn::MultiHeadAttention> make_attention(const TransformerConfig& c, Generator& gen) {
+  return std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen, c.attention_dropout, c.linear_bias);
 }
 
 EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)
-    : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
-                                                                                      c.attention_dropout))),
+    : self_attn(register_module("self_attn", make_attention(c, gen))),
       feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
       norm1(register_module("norm1", make_norm(c))),
       norm2(register_module("norm2", make_norm(c))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
       norm_pos_(c.norm) {}
 
-Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights) const {
+Var EncoderLayer::forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights,
+                          const Var& position_bias) const {
   Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward(in, in, in, src_mask, weights); });
+                   [&](const Var& in) { return self_attn.forward(in, in, in, src_mask, weights, position_bias); });
   return residual(norm_pos_, norm2, dropout, h, [&](const Var& in) { return feed_forward.forward(in); });
 }
 

@@ -20,7 +20,9 @@ Var residual(NormPosition pos, const nn::LayerNorm& norm, const nn::Dropout& dro
 
 // LayerNorm of d_model with the config's eps and variant (nn.LayerNorm or seed 003's).
 std::unique_ptr<nn::LayerNorm> make_norm(const TransformerConfig& c);
-// fc2(activation(fc1(x))) with the config's activation and ffn_dropout.
+// MultiHeadAttention of the config's size, attention dropout and linear_bias.
+std::unique_ptr<nn::MultiHeadAttention> make_attention(const TransformerConfig& c, Generator& gen);
+// fc2(activation(fc1(x))) with the config's activation and ffn_dropout (gated and bias-free as it says).
 std::unique_ptr<nn::PositionWiseFeedForward> make_feed_forward(const TransformerConfig& c, Generator& gen);
 
 // Appends a block's self-attention projections (W_q, W_k, W_v, W_o) and feed-forward (fc1, fc2) to
@@ -35,7 +37,9 @@ class EncoderLayer : public nn::Module {
  public:
   EncoderLayer(const TransformerConfig& c, Generator& gen);
   // (B, S, D) -> (B, S, D); weights, when given, receives the self-attention weights (B, H, S, S).
-  Var forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights = nullptr) const;
+  // position_bias: T5's relative position bias (S, S, H), or undefined.
+  Var forward(const Var& x, const ops::AttentionMasks& src_mask, Tensor* weights = nullptr,
+              const Var& position_bias = Var()) const;
   nn::MultiHeadAttention& self_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2;

@@ -104,6 +104,19 @@ void check_id(const char* name, int64_t id, int64_t vocab, bool none_allowed) {
                        << "an id of the vocabulary (vocab_size " << vocab << ")");
 }
 
+// T5's bucketing: half the buckets (all of them in a causal stack) are exact offsets 0, 1, ...;
+// the rest grow logarithmically up to max_distance. Fewer than 4 buckets leaves a bidirectional
+// stack no logarithmic ones.
+void validate_relative_positions(const TransformerConfig& c) {
+  QKV_CHECK(c.relative_attention_num_buckets >= 4 && c.relative_attention_num_buckets <= 1024,
+            "config: relative_attention_num_buckets must be in [4, 1024], got " << c.relative_attention_num_buckets);
+  QKV_CHECK(c.relative_attention_max_distance > c.relative_attention_num_buckets / 2 &&
+                c.relative_attention_max_distance <= kMaxSeqLength,
+            "config: relative_attention_max_distance must be in (relative_attention_num_buckets / 2 = "
+                << c.relative_attention_num_buckets / 2 << ", " << kMaxSeqLength << "], got "
+                << c.relative_attention_max_distance);
+}
+
 void validate_encoder_only(const TransformerConfig& c) {
   QKV_CHECK(c.norm == NormPosition::Post, "config: an encoder-only model is post-LN (BERT)");
   QKV_CHECK(c.src_vocab_size == c.tgt_vocab_size, "config: an encoder-only model has one vocabulary (vocab_size)");
@@ -146,10 +159,11 @@ void TransformerConfig::validate() const {
     QKV_CHECK(pad_id >= -1 && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be -1 (none) or an id of the vocabulary");
   } else {
-    QKV_CHECK(positions == "sinusoidal" || positions == "sinusoidal_halves",
+    QKV_CHECK(positions == "sinusoidal" || positions == "sinusoidal_halves" || positions == "relative",
               "config: positions \"" << positions
-                                     << "\" is not one of an encoder-decoder model's fixed tables (\"sinusoidal\", "
-                                        "\"sinusoidal_halves\")");
+                                     << "\" is not one of an encoder-decoder model's (\"sinusoidal\", "
+                                        "\"sinusoidal_halves\", \"relative\")");
+    validate_relative_positions(*this);
     QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
     QKV_CHECK(!share_embeddings || src_vocab_size == tgt_vocab_size,
@@ -159,14 +173,17 @@ void TransformerConfig::validate() const {
   QKV_CHECK(encoder_decoder() || !share_embeddings,
             "config: share_embeddings is for encoder-decoder models (a" << (encoder_only() ? "n " : " ") << architecture
                                                                         << " model has one token embedding)");
-  QKV_CHECK(positions == "sinusoidal" || positions == "learned" || (encoder_decoder() && positions == "sinusoidal_halves"),
+  QKV_CHECK(positions == "sinusoidal" || positions == "learned" ||
+                (encoder_decoder() && (positions == "sinusoidal_halves" || positions == "relative")),
             "config: positions must be \"sinusoidal\" or \"learned\", got \"" << positions << "\"");
   QKV_CHECK(encoder_only() || (bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size),
             "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");
   QKV_CHECK(activation == "relu" || activation == "gelu" || activation == "gelu_tanh" || activation == "silu",
             "config: activation must be \"relu\", \"gelu\", \"gelu_tanh\" or \"silu\", got \"" << activation << "\"");
-  QKV_CHECK(layer_norm == "standard" || layer_norm == "seed003",
-            "config: layer_norm must be \"standard\" or \"seed003\", got \"" << layer_norm << "\"");
+  QKV_CHECK(layer_norm == "standard" || layer_norm == "seed003" || (encoder_decoder() && layer_norm == "rms"),
+            "config: layer_norm must be " << (encoder_decoder() ? "\"standard\", \"seed003\" or \"rms\""
+                                                                : "\"standard\" or \"seed003\"")
+                                           << ", got \"" << layer_norm << "\"");
   QKV_CHECK(layer_norm != "seed003" || d_model >= 2,
             "config: layer_norm \"seed003\" needs d_model >= 2 (it divides by the unbiased std of d_model values), got "
                 << d_model);
@@ -211,6 +228,14 @@ std::string config_to_json(const TransformerConfig& c) {
     // Written only where they leave the seed's choice, so that the seed's configs keep their bytes.
     if (c.positions != "sinusoidal") j["positions"] = c.positions;
     if (!c.target_query_mask) j["target_query_mask"] = false;
+    if (c.positions == "relative") {
+      j["relative_attention_num_buckets"] = c.relative_attention_num_buckets;
+      j["relative_attention_max_distance"] = c.relative_attention_max_distance;
+    }
+    if (!c.scale_attention_scores) j["scale_attention_scores"] = false;
+    if (!c.linear_bias) j["linear_bias"] = false;
+    if (c.gated_feed_forward) j["gated_feed_forward"] = true;
+    if (c.scale_decoder_output) j["scale_decoder_output"] = true;
   }
   j["activation"] = c.activation;
   j["layer_norm_eps"] = c.layer_norm_eps;
@@ -351,7 +376,10 @@ const std::vector<std::string> kEncoderOnlyFields = {"type_vocab_size", "pooler"
 // The fields config.json may not hold for c's family.
 std::vector<std::string> foreign_fields(const TransformerConfig& c) {
   std::vector<std::string> foreign;
-  if (c.single_vocabulary()) foreign = {"src_vocab_size", "tgt_vocab_size", "norm", "share_embeddings", "target_query_mask"};
+  if (c.single_vocabulary())
+    foreign = {"src_vocab_size", "tgt_vocab_size", "norm", "share_embeddings", "target_query_mask",
+               "relative_attention_num_buckets", "relative_attention_max_distance", "scale_attention_scores",
+               "linear_bias", "gated_feed_forward", "scale_decoder_output"};
   else foreign = {"vocab_size"};
   if (c.encoder_only()) foreign.insert(foreign.end(), {"bos_id", "eos_id"});
   else foreign.insert(foreign.end(), kEncoderOnlyFields.begin(), kEncoderOnlyFields.end());
@@ -412,7 +440,8 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "activation",     "layer_norm_eps", "scale_embeddings", "tie_output_embedding", "mask_fill",
       "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions",
       "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id", "share_embeddings",
-      "target_query_mask"};
+      "target_query_mask", "relative_attention_num_buckets", "relative_attention_max_distance",
+      "scale_attention_scores", "linear_bias", "gated_feed_forward", "scale_decoder_output"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
@@ -444,6 +473,16 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   read_field(j, "tie_output_embedding", c.tie_output_embedding, src);
   read_field(j, "share_embeddings", c.share_embeddings, src);
   read_field(j, "target_query_mask", c.target_query_mask, src);
+  read_integer(j, "relative_attention_num_buckets", 1, 1024, c.relative_attention_num_buckets, src);
+  read_integer(j, "relative_attention_max_distance", 1, kMaxSeqLength, c.relative_attention_max_distance, src);
+  QKV_CHECK(c.positions == "relative" || (!j.contains("relative_attention_num_buckets") &&
+                                          !j.contains("relative_attention_max_distance")),
+            src << ": relative_attention_num_buckets and relative_attention_max_distance apply to positions "
+                   "\"relative\" only");
+  read_field(j, "scale_attention_scores", c.scale_attention_scores, src);
+  read_field(j, "linear_bias", c.linear_bias, src);
+  read_field(j, "gated_feed_forward", c.gated_feed_forward, src);
+  read_field(j, "scale_decoder_output", c.scale_decoder_output, src);
   read_field(j, "mask_fill", c.mask_fill, src);
   read_float(j, "attention_dropout", c.attention_dropout, src);
   try {

@@ -53,7 +53,9 @@ struct TransformerConfig {
   std::string activation = "relu";    // "relu" (seed), "gelu" (erf), "gelu_tanh" (GPT-2's approximation) or
                                       // "silu" (Marian's swish)
   float layer_norm_eps = 1e-5f;       // nn.LayerNorm's default, as the seed uses it
-  std::string layer_norm = "standard";  // "standard" (nn.LayerNorm) or "seed003": (x - mean) / (unbiased std + eps)
+  // "standard" (nn.LayerNorm), "seed003": (x - mean) / (unbiased std + eps), or, for encoder-decoder
+  // models, "rms": T5's x / sqrt(mean(x^2) + eps) * weight (no mean, no bias).
+  std::string layer_norm = "standard";
   float ffn_dropout = 0.f;            // dropout after the FFN's activation (seed 000: none; seed 003: 0.1)
   bool scale_embeddings = false;      // multiply embeddings by sqrt(d_model) (the paper) or not (seed)
   bool tie_output_embedding = false;  // fc.weight shares decoder_embedding.weight
@@ -72,6 +74,19 @@ struct TransformerConfig {
   // whose decoder starts from the pad id (Marian: decoder_start_token_id = pad_token_id) would lose
   // its first position: Hugging Face's decoders mask future keys only, and imports set this false.
   bool target_query_mask = true;
+
+  // Encoder-decoder only: T5's choices (each the seed's by default).
+  // With positions "relative", no table is added to the embeddings: each stack's self-attention
+  // adds a learned bias per head and bucket of the key's offset from the query (bidirectional
+  // buckets in the encoder, causal ones in the decoder; cross-attention has none), as T5 does.
+  int64_t relative_attention_num_buckets = 32;
+  int64_t relative_attention_max_distance = 128;
+  bool scale_attention_scores = true;  // q.k / sqrt(dk) (seed); T5 leaves scores unscaled
+  bool linear_bias = true;             // biases in the attention, feed-forward and output layers (T5: none)
+  // fc2(activation(fc1(x)) * fc_up(x)): T5 v1.1's "gated-gelu" (with activation "gelu_tanh").
+  bool gated_feed_forward = false;
+  // The decoder's output times d_model^-0.5 before the output layer: T5 with a tied output layer.
+  bool scale_decoder_output = false;
 
   // Encoder-only (BERT) fields.
   int64_t type_vocab_size = 2;        // token-type (segment) embeddings; 0: none

@@ -11,21 +11,22 @@ namespace qkv::models {
 
 
 DecoderLayer::DecoderLayer(const TransformerConfig& c, Generator& gen)
-    : self_attn(register_module("self_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
-                                                                                      c.attention_dropout))),
-      cross_attn(register_module("cross_attn", std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen,
-                                                                                        c.attention_dropout))),
+    : self_attn(register_module("self_attn", make_attention(c, gen))),
+      cross_attn(register_module("cross_attn", make_attention(c, gen))),
       feed_forward(register_module("feed_forward", make_feed_forward(c, gen))),
       norm1(register_module("norm1", make_norm(c))),
       norm2(register_module("norm2", make_norm(c))),
       norm3(register_module("norm3", make_norm(c))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(c.dropout, gen))),
-      norm_pos_(c.norm) {}
+      norm_pos_(c.norm),
+      scale_scores_(c.scale_attention_scores) {}
 
 Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-                          const ops::AttentionMasks& tgt_mask, Tensor* self_weights, Tensor* cross_weights) const {
-  Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward(in, in, in, tgt_mask, self_weights); });
+                          const ops::AttentionMasks& tgt_mask, Tensor* self_weights, Tensor* cross_weights,
+                          const Var& position_bias) const {
+  Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) {
+    return self_attn.forward(in, in, in, tgt_mask, self_weights, position_bias);
+  });
   h = residual(norm_pos_, norm2, dropout, h, [&](const Var& in) {
     return cross_attn.forward(in, enc_output, enc_output, src_mask, cross_weights);
   });
@@ -33,10 +34,14 @@ Var DecoderLayer::forward(const Var& x, const Var& enc_output, const ops::Attent
 }
 
 Var DecoderLayer::forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask,
-                               Tensor* self_weights, Tensor* cross_weights, int64_t rows_per_source) const {
+                               Tensor* self_weights, Tensor* cross_weights, int64_t rows_per_source,
+                               const Var& position_bias) const {
   // The single new query sees every cached position and itself: the no-peek mask of the full forward.
-  Var h = residual(norm_pos_, norm1, dropout, x,
-                   [&](const Var& in) { return self_attn.forward_cached(in, cache.self, {}, self_weights); });
+  ops::AttentionMasks self_mask;
+  self_mask.scale_scores = scale_scores_;
+  Var h = residual(norm_pos_, norm1, dropout, x, [&](const Var& in) {
+    return self_attn.forward_cached(in, cache.self, self_mask, self_weights, position_bias);
+  });
   h = residual(norm_pos_, norm2, dropout, h,
                [&](const Var& in) {
                  return cross_attn.forward_static(in, cache.cross, src_mask, cross_weights, rows_per_source);
@@ -53,7 +58,8 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
       positional_encoding(register_module(
           "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length,
                                                                           config.positions == "sinusoidal_halves"))),
-      fc(register_module("fc", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_))),
+      fc(register_module("fc", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_,
+                                                            config.linear_bias))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {
   QKV_CHECK(config.encoder_decoder(), "Transformer: the config is of a" << (config.encoder_only() ? "n " : " ")
                                           << config.architecture << " model, not an encoder-decoder one");
@@ -63,6 +69,15 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
   for (int64_t i = 0; i < config.num_layers; ++i)
     decoder_layers.push_back(&register_module("decoder_layers." + std::to_string(i),
                                               std::make_unique<DecoderLayer>(config, gen_)));
+  if (relative_positions()) {
+    const auto bias = [&](bool bidirectional) {
+      return std::make_unique<nn::RelativePositionBias>(config.relative_attention_num_buckets,
+                                                        config.relative_attention_max_distance, config.num_heads,
+                                                        config.d_model, bidirectional, gen_);
+    };
+    encoder_position_bias = &register_module("encoder_position_bias", bias(true));
+    decoder_position_bias = &register_module("decoder_position_bias", bias(false));
+  }
   if (config.norm == NormPosition::Pre) {
     encoder_norm = &register_module("encoder_norm", make_norm(config));
     decoder_norm = &register_module("decoder_norm", make_norm(config));
@@ -87,6 +102,7 @@ void Transformer::scale_tied_table_for_output() {
 }
 
 std::vector<std::pair<std::string, Tensor>> Transformer::named_buffers() const {
+  if (relative_positions()) return {};  // no table is added
   // The seed registers pe as a persistent buffer of shape (1, max_len, D).
   const Tensor& pe = positional_encoding.pe;
   return {{"positional_encoding.pe", pe.reshape(Dims{1, pe.size(0), pe.size(1)})}};
@@ -101,6 +117,8 @@ Masks Transformer::generate_mask(const Tensor& src, const Tensor& tgt) const {
   Masks m;
   m.src.key_keep = ops::keep_mask(src, config_.pad_id);  // (B, S): (src != 0).unsqueeze(1).unsqueeze(2)
   m.src.fill = config_.mask_fill_value();
+  m.src.scale_scores = config_.scale_attention_scores;
+  m.tgt.scale_scores = config_.scale_attention_scores;
   if (config_.target_query_mask)
     m.tgt.query_keep = ops::keep_mask(tgt, config_.pad_id);  // (B, T): (tgt != 0).unsqueeze(1).unsqueeze(3)
   m.tgt.causal = true;                                     // & nopeak_mask
@@ -111,7 +129,12 @@ Masks Transformer::generate_mask(const Tensor& src, const Tensor& tgt) const {
 Var Transformer::embed(const nn::Embedding& table, const Tensor& ids) const {
   Var e = table.forward(ids);  // (B, T, D)
   if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
-  return dropout.forward(positional_encoding.forward(e));
+  return dropout.forward(relative_positions() ? e : positional_encoding.forward(e));
+}
+
+Var Transformer::output_logits(const Var& x) const {
+  if (!config_.scale_decoder_output) return fc.forward(x);
+  return fc.forward(fn::scale(x, 1.f / std::sqrt(static_cast<float>(config_.d_model))));
 }
 
 namespace {
@@ -124,21 +147,26 @@ Tensor* slot(std::vector<Tensor>* weights, size_t i) { return weights ? &(*weigh
 
 Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights) const {
   Var x = embed(encoder_embedding, src);
+  const int64_t S = src.size(1);
+  const Var bias = encoder_position_bias ? encoder_position_bias->forward(0, S, S) : Var();
   size_for_layers(self_weights, encoder_layers.size());
   for (size_t i = 0; i < encoder_layers.size(); ++i)
-    x = encoder_layers[i]->forward(x, src_mask, slot(self_weights, i));
+    x = encoder_layers[i]->forward(x, src_mask, slot(self_weights, i), bias);
   return encoder_norm ? encoder_norm->forward(x) : x;
 }
 
 Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights,
                         std::vector<Tensor>* cross_weights) const {
   Var x = embed(decoder_embedding, tgt);
+  const int64_t T = tgt.size(1);
+  const Var bias = decoder_position_bias ? decoder_position_bias->forward(0, T, T) : Var();
   size_for_layers(self_weights, decoder_layers.size());
   size_for_layers(cross_weights, decoder_layers.size());
   for (size_t i = 0; i < decoder_layers.size(); ++i)
-    x = decoder_layers[i]->forward(x, enc_output, masks.src, masks.tgt, slot(self_weights, i), slot(cross_weights, i));
+    x = decoder_layers[i]->forward(x, enc_output, masks.src, masks.tgt, slot(self_weights, i), slot(cross_weights, i),
+                                   bias);
   if (decoder_norm) x = decoder_norm->forward(x);
-  return fc.forward(x);  // (B, T, V)
+  return output_logits(x);  // (B, T, V)
 }
 
 DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& src, int64_t max_length,
@@ -182,15 +210,17 @@ Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector
   const int64_t N = tokens.numel(), pos = st.length;
   Var e = decoder_embedding.forward(tokens.reshape(Dims{N, 1}));  // (N, 1, D)
   if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
-  Var x = dropout.forward(fn::add_positional(e, positional_encoding.pe.narrow(0, pos, 1)));
+  Var x = dropout.forward(relative_positions() ? e : fn::add_positional(e, positional_encoding.pe.narrow(0, pos, 1)));
+  // The new query at position pos over keys [0, pos] (T5: the last row of the full forward's bias).
+  const Var bias = decoder_position_bias ? decoder_position_bias->forward(pos, 1, pos + 1) : Var();
   size_for_layers(self_weights, decoder_layers.size());
   size_for_layers(cross_weights, decoder_layers.size());
   for (size_t i = 0; i < decoder_layers.size(); ++i)
     x = decoder_layers[i]->forward_step(x, st.layers[i], st.src_mask, slot(self_weights, i), slot(cross_weights, i),
-                                        st.rows_per_source);
+                                        st.rows_per_source, bias);
   if (decoder_norm) x = decoder_norm->forward(x);
   st.length += 1;
-  return fn::reshape(fc.forward(x), Dims{N, config_.tgt_vocab_size});  // (N, V)
+  return fn::reshape(output_logits(x), Dims{N, config_.tgt_vocab_size});  // (N, V)
 }
 
 void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) const {

@@ -18,6 +18,7 @@
 #include "qkv/models/blocks.h"
 #include "qkv/nn/attention.h"
 #include "qkv/nn/feed_forward.h"
+#include "qkv/nn/position_bias.h"
 
 namespace qkv::models {
 
@@ -32,13 +33,17 @@ class DecoderLayer : public nn::Module {
   DecoderLayer(const TransformerConfig& c, Generator& gen);
   // x (B, T, D), enc_output (B, S, D) -> (B, T, D). self_weights / cross_weights, when given,
   // receive the attention weights (B, H, T, T) / (B, H, T, S).
+  // position_bias: T5's relative position bias of the self-attention (T, T, H), or undefined.
   Var forward(const Var& x, const Var& enc_output, const ops::AttentionMasks& src_mask,
-              const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr) const;
+              const ops::AttentionMasks& tgt_mask, Tensor* self_weights = nullptr, Tensor* cross_weights = nullptr,
+              const Var& position_bias = Var()) const;
   // One position: x (N, 1, D) after the cached ones, attending to them and to itself; the weights
   // (N, H, 1, positions so far) and (N, H, 1, S) on request.
   // rows_per_source: see DecoderState (the cross cache holds one row per group of that many rows).
+  // position_bias: (1, positions so far, H) for the new position, or undefined.
   Var forward_step(const Var& x, LayerCache& cache, const ops::AttentionMasks& src_mask, Tensor* self_weights = nullptr,
-                   Tensor* cross_weights = nullptr, int64_t rows_per_source = 1) const;
+                   Tensor* cross_weights = nullptr, int64_t rows_per_source = 1,
+                   const Var& position_bias = Var()) const;
   nn::MultiHeadAttention &self_attn, &cross_attn;
   nn::PositionWiseFeedForward& feed_forward;
   nn::LayerNorm &norm1, &norm2, &norm3;
@@ -46,6 +51,7 @@ class DecoderLayer : public nn::Module {
 
  private:
   NormPosition norm_pos_;
+  bool scale_scores_;  // the config's scale_attention_scores, for the cached steps' self-attention
 };
 
 // Incremental decoding state for N sequences (N = sentences x beam).
@@ -117,9 +123,15 @@ class Transformer : public Model {
   nn::Dropout& dropout;
   nn::LayerNorm* encoder_norm = nullptr;  // pre-LN only: the final norms of each stack
   nn::LayerNorm* decoder_norm = nullptr;
+  // positions "relative" only (T5): each stack's self-attention bias, shared by its layers.
+  nn::RelativePositionBias* encoder_position_bias = nullptr;
+  nn::RelativePositionBias* decoder_position_bias = nullptr;
 
  private:
   Var embed(const nn::Embedding& table, const Tensor& ids) const;
+  // The decoder's last hidden state (after its final norm) -> logits, with T5's output scaling.
+  Var output_logits(const Var& x) const;
+  bool relative_positions() const { return config_.positions == "relative"; }
   std::vector<nn::Linear*> inference_linears() override;
   std::vector<nn::Embedding*> inference_embeddings() override;
   void scale_tied_table_for_output();  // the decoder table, tied to fc: drawn N(0, 1 / d_model)

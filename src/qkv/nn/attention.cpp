@@ -4,11 +4,12 @@
 
 namespace qkv::nn {
 
-MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout)
-    : W_q(register_module("W_q", std::make_unique<Linear>(d_model, d_model, gen))),
-      W_k(register_module("W_k", std::make_unique<Linear>(d_model, d_model, gen))),
-      W_v(register_module("W_v", std::make_unique<Linear>(d_model, d_model, gen))),
-      W_o(register_module("W_o", std::make_unique<Linear>(d_model, d_model, gen))),
+MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout,
+                                       bool bias)
+    : W_q(register_module("W_q", std::make_unique<Linear>(d_model, d_model, gen, bias))),
+      W_k(register_module("W_k", std::make_unique<Linear>(d_model, d_model, gen, bias))),
+      W_v(register_module("W_v", std::make_unique<Linear>(d_model, d_model, gen, bias))),
+      W_o(register_module("W_o", std::make_unique<Linear>(d_model, d_model, gen, bias))),
       num_heads_(num_heads),
       attention_dropout_(attention_dropout),
       gen_(&gen) {
@@ -17,17 +18,17 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Gener
 }
 
 Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
-                                Tensor* weights) const {
+                                Tensor* weights, const Var& position_bias) const {
   // q (B, Tq, D), k v (B, Tk, D); the fused op reads them as heads and writes (B, Tq, D).
   const Var q = W_q.forward(Q), k = W_k.forward(K), v = W_v.forward(V);
   const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(1), k.size(1));
-  return W_o.forward(fn::multi_head_attention(q, k, v, num_heads_, masks, drop, weights));
+  return W_o.forward(fn::multi_head_attention(q, k, v, num_heads_, masks, drop, weights, position_bias));
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-                               Tensor* weights) const {
+                               Tensor* weights, const Var& position_bias) const {
   const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(2), k.size(2));
-  const Var attn = fn::attention(q, k, v, masks, drop, weights);  // (B, H, Tq, dk)
+  const Var attn = fn::attention(q, k, v, masks, drop, weights, position_bias);  // (B, H, Tq, dk)
   return W_o.forward(fn::combine_heads(attn));  // (B, Tq, D)
 }
 
@@ -213,7 +214,7 @@ void KVCache::gather_in_place() {
 }
 
 Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks,
-                                       Tensor* weights) const {
+                                       Tensor* weights, const Var& position_bias) const {
   const int64_t N = x.size(0), T = x.size(1), end = cache.length + T;
   QKV_CHECK(end <= cache.k.size(2), "attention cache: " << end << " positions exceed its capacity " << cache.k.size(2));
   QKV_CHECK(N == cache.sequences(), "attention cache: " << N << " sequences for a cache of " << cache.sequences());
@@ -231,12 +232,15 @@ Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::
   }
   cache.length = end;
   if (!cache.key_rows.defined())
-    return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights);
+    return attend(q, Var(cache.k.narrow(2, 0, end)), Var(cache.v.narrow(2, 0, end)), first_keys(masks, end), weights,
+                  position_bias);
   QKV_CHECK((!grad_enabled() || !q.requires_grad()) && !(training() && attention_dropout_ > 0.f),
             "attention cache: a reordered cache is for inference only (no gradient, no attention dropout)");
   Tensor probs;
+  ops::AttentionMasks mapped_masks = first_keys(masks, end);
+  if (position_bias.defined()) mapped_masks.bias = position_bias.value();
   const Tensor out = ops::attention_forward_mapped(q.value(), cache.k.narrow(2, 0, end), cache.v.narrow(2, 0, end),
-                                                   cache.key_rows.narrow(1, 0, end), first_keys(masks, end),
+                                                   cache.key_rows.narrow(1, 0, end), mapped_masks,
                                                    weights ? &probs : nullptr);
   if (weights) *weights = probs;
   return W_o.forward(fn::combine_heads(Var(out)));

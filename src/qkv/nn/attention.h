@@ -73,15 +73,19 @@ KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, i
 
 class MultiHeadAttention : public Module {
  public:
-  MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout = 0.f);
+  // bias: the four projections have biases (T5's have none).
+  MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout = 0.f,
+                     bool bias = true);
 
   // Q (B, Tq, D); K, V (B, Tk, D) -> (B, Tq, D). masks: key padding / query rows / causal.
   // Every forward below takes an optional `weights`: when given, it receives the attention weights
   // (B, H, Tq, Tk) of this call, the softmax the fused op computes anyway (no extra work; for
   // pictures of what the model attends to). Null, the default, keeps nothing.
   // At inference the projections multiply with the layers' inference weights (nn::Linear).
+  // position_bias, when defined: (Tq, Tk, H) added to every row's scores (T5's relative positions;
+  // see ops::AttentionMasks::bias), with its gradient.
   Var forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
-              Tensor* weights = nullptr) const;
+              Tensor* weights = nullptr, const Var& position_bias = Var()) const;
 
   // The two halves of forward, for incremental decoding where keys and values are cached:
   // project: (B, T, D) -> split heads of W(x), (B, H, T, dk);
@@ -90,13 +94,14 @@ class MultiHeadAttention : public Module {
     return fn::split_heads(W.forward(x), num_heads_);
   }
   Var attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,
-             Tensor* weights = nullptr) const;
+             Tensor* weights = nullptr, const Var& position_bias = Var()) const;
 
   // Self-attention of x (N, T, D) at cache positions [length, length + T): appends the new keys and
   // values to `cache` and attends over positions [0, length + T). masks.key_keep, when given, covers
   // the cache's capacity; masks.causal hides later positions among the new ones.
-  // weights: (N, H, T, length + T).
-  Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr) const;
+  // weights: (N, H, T, length + T). position_bias: (T, length + T, H), as forward's.
+  Var forward_cached(const Var& x, KVCache& cache, const ops::AttentionMasks& masks, Tensor* weights = nullptr,
+                     const Var& position_bias = Var()) const;
   // Cross-attention of x (N, T, D) over a static cache of projected encoder keys and values.
   // With rows_per_source R > 1, rows come in groups of R that read the same source (the beams of one
   // sentence) and the cache holds one row per group (N / R): a group's queries attend together, so

@@ -5,11 +5,13 @@
 namespace qkv::nn {
 
 PositionWiseFeedForward::PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation,
-                                                 float dropout_p)
-    : fc1(register_module("fc1", std::make_unique<Linear>(d_model, d_ff, gen))),
-      fc2(register_module("fc2", std::make_unique<Linear>(d_ff, d_model, gen))),
+                                                 float dropout_p, bool gated, bool bias)
+    : fc1(register_module("fc1", std::make_unique<Linear>(d_model, d_ff, gen, bias))),
+      fc2(register_module("fc2", std::make_unique<Linear>(d_ff, d_model, gen, bias))),
       dropout(register_module("dropout", std::make_unique<Dropout>(dropout_p, gen))),
-      activation_(activation) {}
+      activation_(activation) {
+  if (gated) fc_up = &register_module("fc_up", std::make_unique<Linear>(d_model, d_ff, gen, bias));
+}
 
 Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) const {
   const Var h = fc1.forward(x);  // (B, T, d_ff)
@@ -20,6 +22,7 @@ Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) co
     case Activation::GELUTanh: a = fn::gelu_tanh(h); break;
     case Activation::SiLU: a = fn::silu(h); break;
   }
+  if (fc_up) a = fn::mul(a, fc_up->forward(x));
   return fc2.forward(dropout.apply(a, mask));
 }
 

@@ -10,8 +10,10 @@ enum class Activation { ReLU, GELU, GELUTanh, SiLU };
 
 class PositionWiseFeedForward : public Module {
  public:
+  // gated: fc2(activation(fc1(x)) * fc_up(x)) (T5 v1.1's gated-gelu; fc_up is registered only then).
+  // bias: the linears have biases (T5's have none).
   PositionWiseFeedForward(int64_t d_model, int64_t d_ff, Generator& gen, Activation activation = Activation::ReLU,
-                          float dropout = 0.f);
+                          float dropout = 0.f, bool gated = false, bool bias = true);
   // (B, T, D) -> (B, T, D)
   Var forward(const Var& x) const;
   // Recompute the (B, T, d_ff) hidden activation in backward instead of keeping it (saves 4x the
@@ -19,6 +21,7 @@ class PositionWiseFeedForward : public Module {
   void set_recompute(bool on) { recompute_ = on; }
   Linear &fc1, &fc2;
   Dropout& dropout;  // on the hidden activation
+  Linear* fc_up = nullptr;  // gated only: the linear branch multiplied into the activated one
 
  private:
   Var compute(const Var& x, const Dropout::Mask& mask) const;

@@ -78,7 +78,7 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, Generator& gen) {
 
 LayerNorm::LayerNorm(int64_t dim, float eps, ops::LayerNormVariant variant) : eps_(eps), variant_(variant) {
   weight = register_parameter("weight", Tensor::full(Dims{dim}, 1.f));
-  bias = register_parameter("bias", Tensor::zeros(Dims{dim}));
+  if (variant != ops::LayerNormVariant::RMS) bias = register_parameter("bias", Tensor::zeros(Dims{dim}));
 }
 
 Dropout::Mask Dropout::draw(int64_t numel, int64_t rows) const {

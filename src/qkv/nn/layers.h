@@ -67,7 +67,8 @@ class Embedding : public Module {
 };
 
 // nn.LayerNorm (weight 1, bias 0), or with UnbiasedStd seed 003's LayerNorm, whose a_2 / b_2 are
-// stored under the same names weight / bias.
+// stored under the same names weight / bias. With RMS, T5's T5LayerNorm: only `weight` is
+// registered (as in T5's state_dict) and `bias` stays an undefined Var.
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, float eps = 1e-5f, ops::LayerNormVariant variant = ops::LayerNormVariant::Standard);

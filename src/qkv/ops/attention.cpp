@@ -33,6 +33,16 @@ void check_masks(const char* op, int64_t B, int64_t Tq, int64_t Tk, const Attent
 
 void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m) {
   check_masks("attention", d.B, d.Tq, d.Tk, m);
+  if (m.bias.defined())
+    QKV_CHECK(m.bias.dtype() == DType::F32 && m.bias.is_contiguous() && m.bias.shape() == (Dims{d.Tq, d.Tk, d.H}),
+              "attention: position bias " << m.bias.describe() << " must be f32, contiguous, (Tq, Tk, H) = (" << d.Tq
+                                          << ", " << d.Tk << ", " << d.H << ")");
+}
+
+// The GPU kernels read neither a position bias nor unscaled scores yet.
+void check_t5_off_gpu(const Tensor& q, const AttentionMasks& m) {
+  QKV_CHECK(!on_cuda(q) || (!m.bias.defined() && m.scale_scores),
+            "T5's attention (position bias, unscaled scores) is not implemented on CUDA yet");
 }
 
 kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& m) {
@@ -60,6 +70,8 @@ kernels::AttentionMask kernel_mask(const AttentionMasks& m, Tensor* key_c, Tenso
   }
   km.causal = m.causal;
   km.fill = m.fill;
+  km.bias = m.bias.defined() ? m.bias.f32() : nullptr;  // checked contiguous (check_masks)
+  km.scale_scores = m.scale_scores;
   return km;
 }
 
@@ -92,7 +104,8 @@ void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Ten
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
   QKV_CHECK(probs || stats || inference, "attention: training needs the softmax (probs) for its backward");
-  check_same_device("attention", {&q, &k, &v, &out, &key_c, &query_c});
+  check_same_device("attention", {&q, &k, &v, &out, &key_c, &query_c, &masks.bias});
+  check_t5_off_gpu(q, masks);
   if (probs) *probs = empty_like_device(Dims{d.B, d.H, d.Tq, d.Tk}, q);
   if (on_cuda(q)) {
     if constexpr (cuda::kBuilt) {
@@ -205,14 +218,38 @@ bool backward_through_aliased_slots(Tensor* dq, Tensor* dk, Tensor* dv, Backward
   return true;
 }
 
+// The CPU's backward into the heads hq, hk, hv (added to when accumulate is set). dbias, unless
+// null, receives the position bias's gradient (Tq, Tk, H) under the slot convention.
+void backward_on_cpu(const kernels::AttentionDims& d, const Tensor& dout, const Tensor& q, const Tensor& k,
+                     const Tensor& v, const Tensor& probs, const kernels::AttentionMask& km,
+                     const AttentionDropoutSpec& dropout, Tensor& hq, Tensor& hk, Tensor& hv, bool accumulate_into,
+                     Tensor* dbias) {
+  QKV_CHECK(probs.defined(), "attention backward: the CPU's backward reads the softmax");
+  const int slots = omp_get_max_threads();
+  Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
+  Tensor ds = dbias ? Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk}) : Tensor();  // per head, before the batch sum
+  kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
+                              v.f32(), heads_view(v), probs.f32(), km, kernel_dropout(dropout), hq.f32(),
+                              heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv), accumulate_into,
+                              scratch.f32(), slots, dbias ? ds.f32() : nullptr);
+  if (!dbias) return;
+  Tensor g = Tensor::empty(Dims{d.Tq, d.Tk, d.H});
+  kernels::attention_bias_grad(d, ds.f32(), g.f32());
+  if (dbias->defined())
+    accumulate(g, dbias);
+  else
+    *dbias = std::move(g);
+}
+
 // The backward on distinct slots shaped like the op's inputs (q_shape, kv_shape); the kernel
 // writes through heads(slot), their (B, H, T, dk) view. Its inputs are (B, H, T, dk) views.
 template <class Heads>
 void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const Tensor& q_in, const Tensor& k_in,
                    const Tensor& v_in, const Dims& q_shape, const Dims& kv_shape, const AttentionSaved& saved,
                    const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
-                   Tensor* dv, Heads heads) {
+                   Tensor* dv, Tensor* dbias, Heads heads) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), dout = unit_last(dout_in);
+  check_t5_off_gpu(q, masks);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
   // One accumulate flag serves all three outputs: if any slot already holds a gradient, the fresh
@@ -222,7 +259,8 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
   Tensor* slot_k = dk ? dk : &sk;
   Tensor* slot_v = dv ? dv : &sv;
   const Tensor& probs = saved.probs;
-  check_same_device("attention backward", {&dout, &q, &k, &v, &probs, &saved.stats, &saved.out, &key_c, &query_c});
+  check_same_device("attention backward",
+                    {&dout, &q, &k, &v, &probs, &saved.stats, &saved.out, &key_c, &query_c, &masks.bias});
   QKV_CHECK(probs.defined() || (saved.stats.defined() && saved.out.defined()),
             "attention backward: the forward kept neither the softmax nor its statistics");
   const Device device = q.device();
@@ -255,32 +293,26 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
     }
     return;
   }
-  QKV_CHECK(probs.defined(), "attention backward: the CPU's backward reads the softmax");
-  const int slots = omp_get_max_threads();
-  Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
-  kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
-                              v.f32(), heads_view(v), probs.f32(), km, kernel_dropout(dropout), hq.f32(),
-                              heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv), any_defined,
-                              scratch.f32(), slots);
+  backward_on_cpu(d, dout, q, k, v, probs, km, dropout, hq, hk, hv, any_defined, dbias);
 }
 }  // namespace
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
-                        Tensor* dv) {
-  attention_backward(dout, q, k, v, AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv);
+                        Tensor* dv, Tensor* dbias) {
+  attention_backward(dout, q, k, v, AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv, dbias);
 }
 
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttentionSaved& saved, const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
-                        Tensor* dq, Tensor* dk, Tensor* dv) {
+                        Tensor* dq, Tensor* dk, Tensor* dv, Tensor* dbias) {
   const kernels::AttentionDims d = check_attention(q, k, v, masks);
   QKV_CHECK(dout.shape() == q.shape(), "attention backward: grad " << dout.shape() << " vs q " << q.shape());
   if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
-        attention_backward(dout, q, k, v, saved, masks, dropout, gq, gk, gv);
+        attention_backward(dout, q, k, v, saved, masks, dropout, gq, gk, gv, dbias);
       }))
     return;
-  backward_into(d, dout, q, k, v, q.shape(), k.shape(), saved, masks, dropout, dq, dk, dv,
+  backward_into(d, dout, q, k, v, q.shape(), k.shape(), saved, masks, dropout, dq, dk, dv, dbias,
                 [](const Tensor& slot) { return slot; });
 }
 
@@ -309,8 +341,10 @@ Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tens
 
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t num_heads, const Tensor& probs, const AttentionMasks& masks,
-                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv) {
-  multi_head_attention_backward(dout, q, k, v, num_heads, AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv);
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv,
+                                   Tensor* dbias) {
+  multi_head_attention_backward(dout, q, k, v, num_heads, AttentionSaved{probs, {}, {}}, masks, dropout, dq, dk, dv,
+                                dbias);
 }
 
 Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
@@ -324,17 +358,18 @@ Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, con
 
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t num_heads, const AttentionSaved& saved, const AttentionMasks& masks,
-                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv) {
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv,
+                                   Tensor* dbias) {
   const Tensor qh = heads_of(q, num_heads, "q"), kh = heads_of(k, num_heads, "k"), vh = heads_of(v, num_heads, "v");
   const kernels::AttentionDims d = check_attention(qh, kh, vh, masks);
   QKV_CHECK(dout.shape() == q.shape(),
             "multi-head attention backward: grad " << dout.shape() << " vs q " << q.shape());
   if (backward_through_aliased_slots(dq, dk, dv, [&](Tensor* gq, Tensor* gk, Tensor* gv) {
-        multi_head_attention_backward(dout, q, k, v, num_heads, saved, masks, dropout, gq, gk, gv);
+        multi_head_attention_backward(dout, q, k, v, num_heads, saved, masks, dropout, gq, gk, gv, dbias);
       }))
     return;
   backward_into(d, heads_of(dout, num_heads, "its gradient"), qh, kh, vh, q.shape(), k.shape(), saved, masks,
-                dropout, dq, dk, dv, [num_heads](const Tensor& slot) { return split_heads(slot, num_heads); });
+                dropout, dq, dk, dv, dbias, [num_heads](const Tensor& slot) { return split_heads(slot, num_heads); });
 }
 
 Tensor keep_mask(const Tensor& ids_in, int32_t pad_id) {

@@ -25,6 +25,31 @@ Tensor add_forward(const Tensor& a_in, const Tensor& b_in) {
   return y;
 }
 
+Tensor mul_forward(const Tensor& a_in, const Tensor& b_in) {
+  QKV_CHECK(a_in.shape() == b_in.shape(), "mul: shapes " << a_in.shape() << " and " << b_in.shape() << " differ");
+  check_same_device("mul", {&a_in, &b_in});
+  const Tensor a = a_in.contiguous(), b = b_in.contiguous();
+  Tensor y = empty_like_device(a.shape(), a);
+  QKV_KERNEL(a, mul(y.f32(), a.f32(), b.f32(), a.numel()));
+  return y;
+}
+
+void mul_backward(const Tensor& dy_in, const Tensor& a_in, const Tensor& b_in, Tensor* da, Tensor* db) {
+  QKV_CHECK(dy_in.shape() == a_in.shape() && a_in.shape() == b_in.shape(),
+            "mul backward: grad " << dy_in.shape() << " vs inputs " << a_in.shape() << " and " << b_in.shape());
+  check_same_device("mul backward", {&dy_in, &a_in, &b_in});
+  const Tensor dy = dy_in.contiguous(), a = a_in.contiguous(), b = b_in.contiguous();
+  // d(a b)/da = b and d(a b)/db = a.
+  if (da) {
+    const bool acc = prepare_slot(da, a.shape(), a.device());
+    QKV_KERNEL(a, mul_backward(da->f32(), dy.f32(), b.f32(), a.numel(), acc));
+  }
+  if (db) {
+    const bool acc = prepare_slot(db, b.shape(), b.device());
+    QKV_KERNEL(b, mul_backward(db->f32(), dy.f32(), a.f32(), b.numel(), acc));
+  }
+}
+
 Tensor scale_forward(const Tensor& x_in, float s) {
   const Tensor x = x_in.contiguous();
   Tensor y = empty_like_device(x.shape(), x);

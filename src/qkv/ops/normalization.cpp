@@ -27,6 +27,14 @@ int64_t checked_norm_dim(const Tensor& x, const Tensor& weight, const Tensor& bi
                          const char* op) {
   QKV_CHECK(x.dim() >= 1, op << ": input must have at least one dim, got " << x.shape());
   const int64_t C = x.size(-1);
+  if (variant == LayerNormVariant::RMS) {
+    QKV_CHECK(!bias.defined(), op << " (RMS): T5's RMSNorm has no bias; pass an undefined bias Tensor, got bias "
+                                  << bias.shape());
+    QKV_CHECK(weight.shape() == Dims{C},
+              op << " (RMS): input " << x.shape() << " needs weight (" << C << "), got " << weight.shape());
+    QKV_CHECK(!x.device().is_cuda(), op << ": RMSNorm is not implemented on CUDA yet");
+    return C;
+  }
   QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
             op << ": input " << x.shape() << " needs weight and bias (" << C << "), got " << weight.shape() << " and "
                << bias.shape());
@@ -35,6 +43,35 @@ int64_t checked_norm_dim(const Tensor& x, const Tensor& weight, const Tensor& bi
                << " must be at least 2, the unbiased std of " << C << " value is undefined");
   return C;
 }
+
+// The RMS variant of the ops below, after their checks. Called directly rather than through
+// QKV_KERNEL: there is no CUDA kernel to dispatch to.
+LayerNormOut rms_norm_forward(const Tensor& x_in, const Tensor& weight, float eps, int64_t C) {
+  const Tensor x = x_in.contiguous(), w = weight.contiguous();
+  const int64_t rows = x.numel() / C;
+  LayerNormOut out{empty_like_device(x.shape(), x), Tensor(), empty_like_device(Dims{rows}, x), Tensor(),
+                   LayerNormVariant::RMS};
+  kernels::rms_norm_forward(out.y.f32(), out.rstd.f32(), x.f32(), w.f32(), rows, C, eps);
+  return out;
+}
+
+Tensor add_rms_norm_forward(const Tensor& a_in, const Tensor& b_in, const Tensor& weight, float eps, int64_t C) {
+  const Tensor a = a_in.contiguous(), b = b_in.contiguous(), w = weight.contiguous();
+  Tensor y = empty_like_device(a.shape(), a);
+  kernels::add_rms_norm_forward(y.f32(), a.f32(), b.f32(), w.f32(), a.numel() / C, C, eps);
+  return y;
+}
+
+// dbias is left alone (RMSNorm has none); GradSlots' bias gradient is a scratch nobody reads.
+void rms_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight, const LayerNormOut& saved,
+                       Tensor* dx, Tensor* dweight) {
+  QKV_CHECK(!x_in.device().is_cuda(), "layernorm backward: RMSNorm is not implemented on CUDA yet");
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), w = weight.contiguous();
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  GradSlots g(dx, dweight, nullptr, x.shape(), weight.shape(), x.device());
+  kernels::rms_norm_backward(g.dx->f32(), g.dw->f32(), dy.f32(), x.f32(), saved.rstd.f32(), w.f32(), rows, C,
+                             g.accumulate_dx);
+}
 }  // namespace
 
 LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias, float eps,
@@ -42,6 +79,7 @@ LayerNormOut layernorm_forward(const Tensor& x_in, const Tensor& weight, const T
   const int64_t C = checked_norm_dim(x_in, weight, bias, variant, "layernorm");
   const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
   check_same_device("layernorm", {&x_in, &weight, &bias});
+  if (variant == LayerNormVariant::RMS) return rms_norm_forward(x_in, weight, eps, C);
   const Tensor x = x_in.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   const int64_t rows = x.numel() / C;
   LayerNormOut out{empty_like_device(x.shape(), x), empty_like_device(Dims{rows}, x), empty_like_device(Dims{rows}, x),
@@ -64,6 +102,7 @@ Tensor add_layernorm_forward(const Tensor& a_in, const Tensor& b_in, const Tenso
   const int64_t C = checked_norm_dim(a_in, weight, bias, variant, "add + layernorm");
   const bool unbiased = variant == LayerNormVariant::UnbiasedStd;
   check_same_device("add + layernorm", {&a_in, &b_in, &weight, &bias});
+  if (variant == LayerNormVariant::RMS) return add_rms_norm_forward(a_in, b_in, weight, eps, C);
   const Tensor a = a_in.contiguous(), b = b_in.contiguous(), w = weight.contiguous(), bi = bias.contiguous();
   Tensor y = empty_like_device(a.shape(), a);
   QKV_KERNEL(a, add_layernorm_forward(y.f32(), a.f32(), b.f32(), w.f32(), bi.f32(), a.numel() / C, C, eps, unbiased));
@@ -74,6 +113,7 @@ void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w
                         Tensor* dx, Tensor* dweight, Tensor* dbias) {
   QKV_CHECK(dy_in.shape() == x_in.shape(), "layernorm backward: grad " << dy_in.shape() << " vs input " << x_in.shape());
   check_same_device("layernorm backward", {&dy_in, &x_in, &weight});
+  if (saved.variant == LayerNormVariant::RMS) return rms_norm_backward(dy_in, x_in, weight, saved, dx, dweight);
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), w = weight.contiguous();
   const int64_t C = x.size(-1), rows = x.numel() / C;
   GradSlots g(dx, dweight, dbias, x.shape(), weight.shape(), x.device());
@@ -88,8 +128,8 @@ void layernorm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w
 
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias) {
   // On a GPU the input is saved: reading the weights would make the host wait for the device at
-  // every layer norm of a training step.
-  if (weight.device().is_cuda()) return false;
+  // every layer norm of a training step. RMS (no bias) has no from-output backward.
+  if (weight.device().is_cuda() || !bias.defined()) return false;
   const std::vector<float> w = weight.to_vector(), b = bias.to_vector();
   for (size_t i = 0; i < w.size(); ++i) {
     const float aw = std::fabs(w[i]);
@@ -102,6 +142,7 @@ void layernorm_backward_from_output(const Tensor& dy_in, const Tensor& y, const 
                                     const LayerNormOut& saved, Tensor* dx, Tensor* dweight, Tensor* dbias) {
   QKV_CHECK(dy_in.shape() == y.shape() && y.is_contiguous(),
             "layernorm backward: grad " << dy_in.shape() << " vs output " << y.shape());
+  QKV_CHECK(saved.variant != LayerNormVariant::RMS, "layernorm backward from the output: not implemented for RMS");
   check_same_device("layernorm backward", {&dy_in, &y, &weight, &bias});
   const Tensor dy = dy_in.contiguous(), w = weight.contiguous(), b = bias.contiguous();
   const int64_t C = y.size(-1), rows = y.numel() / C;

@@ -84,6 +84,9 @@ void embedding_backward(const Tensor& dout, const Tensor& ids, Tensor* dtable, c
 // ---- elementwise -----------------------------------------------------------------------------
 Tensor add_forward(const Tensor& a, const Tensor& b);   // same shapes; backward: da = db = dy
 Tensor scale_forward(const Tensor& x, float s);         // backward: dx = s * dy
+// a * b elementwise, same shapes (a gated feed-forward's product); backward: da = dy * b, db = dy * a.
+Tensor mul_forward(const Tensor& a, const Tensor& b);
+void mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b, Tensor* da, Tensor* db);
 void scale_backward(const Tensor& dy, float s, Tensor* dx);
 Tensor relu_forward(const Tensor& x);
 // dx = dy * (x > 0). Passing the output y instead of x gives the same mask (y > 0 iff x > 0).
@@ -110,16 +113,18 @@ void accumulate(const Tensor& dy, Tensor* dx);
 enum class LayerNormVariant {
   Standard,     // nn.LayerNorm: (x - mean) / sqrt(biased variance + eps)
   UnbiasedStd,  // seed 003: (x - mean) / (unbiased std + eps), std dividing by C - 1 (so C >= 2)
+  RMS,          // T5: x / sqrt(mean(x^2) + eps) * weight; no bias, no mean (CPU only for now)
 };
 struct LayerNormOut {
   Tensor y;       // x's shape
-  Tensor mean;    // (rows) = numel / C
-  Tensor rstd;    // (rows): the factor of x - mean, 1 / sqrt(var + eps) or 1 / (std + eps)
+  Tensor mean;    // (rows) = numel / C; undefined for RMS
+  Tensor rstd;    // (rows): the factor of x - mean, 1 / sqrt(var + eps) or 1 / (std + eps) (RMS: of x)
   Tensor stddev;  // (rows), UnbiasedStd only: the unbiased std, for backward
   LayerNormVariant variant = LayerNormVariant::Standard;
 };
 // Over the last dim C: weight (C), bias (C). UnbiasedStd refuses C = 1 (its std is undefined).
-// Backward derivations in kernels/layernorm.h.
+// RMS takes an undefined bias (and refuses a defined one); its backward leaves dbias alone, and on
+// a CUDA tensor it throws (no GPU kernel yet). Backward derivations in kernels/layernorm.h.
 LayerNormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
                                LayerNormVariant variant = LayerNormVariant::Standard);
 void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const LayerNormOut& saved,
@@ -135,7 +140,8 @@ Tensor add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& wei
 // (xhat then keeps ~1e-6 absolute accuracy); otherwise the op saves x.
 constexpr float kLayerNormMinWeight = 1e-3f;
 constexpr float kLayerNormMaxBiasRatio = 8.f;
-// Always false on a GPU (the weights would be read on the host, a wait at every layer norm).
+// Always false on a GPU (the weights would be read on the host, a wait at every layer norm), and for
+// an undefined bias (RMS, whose backward always uses x).
 bool layernorm_can_use_output(const Tensor& weight, const Tensor& bias);
 // `saved` needs rstd (and stddev for UnbiasedStd), not mean.
 void layernorm_backward_from_output(const Tensor& dy, const Tensor& y, const Tensor& weight, const Tensor& bias,
@@ -151,13 +157,18 @@ struct AttentionMasks {
   Tensor query_keep;  // i32 (B, Tq) or undefined: 0 = masked query row (seed 000's target mask)
   bool causal = false;
   float fill = -1e9f;  // value written into masked scores (seed 000: -1e9; -inf is the other choice)
+  // T5: a bias added to every batch row's scores after scaling and before the masks, f32
+  // (Tq, Tk, H) contiguous (the layout of an embedding lookup of (Tq, Tk) relative-position buckets),
+  // or undefined. Its gradient is the scores' gradient summed over the batch (attention_backward's dbias).
+  Tensor bias;
+  bool scale_scores = true;  // divide q.k by sqrt(dk) (seed 000); false: T5, which folds it into its init
 };
 struct AttentionDropoutSpec {
   float p = 0.f;
   uint64_t seed = 0;
   uint64_t offset = 0;
 };
-// softmax(masked_fill(Q K^T / sqrt(dk))) [dropout] @ V, one fused op.
+// softmax(masked_fill(Q K^T / sqrt(dk) [+ masks.bias])) [dropout] @ V, one fused op (T5: without the / sqrt(dk)).
 // q (B, H, Tq, dk), k and v (B, H, Tk, dk): may be strided views with a contiguous last dim.
 // Returns out (B, H, Tq, dk) contiguous; *probs gets the saved softmax (B, H, Tq, Tk).
 // inference: no gradient will be taken, so short heads may take the kernel's direct path and the softmax its AVX2 exp
@@ -169,12 +180,14 @@ Tensor attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, cons
 // key and value j of row b of q are position j of row key_rows[b, j] of k and v. q (B, H, Tq, dk) with
 // Tq <= 8, k and v (Bk, H, Tk, dk) with any Bk (rows that ended keep their storage), key_rows i32
 // (B, Tk) with a contiguous last dim, every entry in [0, Bk). Same numbers as attention_forward on
-// the rows gathered into place.
+// the rows gathered into place, masks.bias (Tq, Tk, H) and scale_scores included.
 Tensor attention_forward_mapped(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_rows,
                                 const AttentionMasks& masks, Tensor* probs);
+// dbias: the gradient of masks.bias (Tq, Tk, H), under the slot convention (null: not wanted).
+// On a CUDA tensor, a bias or scale_scores == false throws (not implemented there yet).
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
                         const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
-                        Tensor* dv);
+                        Tensor* dv, Tensor* dbias = nullptr);
 // What a training forward keeps for its backward (the *_saving forwards). On the CPU, or where the
 // caller reads the weights, the softmax itself (probs, (B, H, Tq, Tk)). On a GPU otherwise the
 // rows' softmax statistics (stats, (B, H, Tq, 2)) and the output, from which the backward recomputes
@@ -190,7 +203,7 @@ Tensor attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& 
                                 const AttentionDropoutSpec& dropout, AttentionSaved* saved, bool keep_weights);
 void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                         const AttentionSaved& saved, const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
-                        Tensor* dq, Tensor* dk, Tensor* dv);
+                        Tensor* dq, Tensor* dk, Tensor* dv, Tensor* dbias = nullptr);
 // Multi-head attention on projections: q (B, Tq, D), k and v (B, Tk, D), each read as H heads of
 // dk = D / H (split_heads views); returns (B, Tq, D), the heads combined. The arithmetic of
 // combine_heads(attention_forward(split_heads(q), split_heads(k), split_heads(v))), bit for bit,
@@ -201,13 +214,15 @@ Tensor multi_head_attention_forward(const Tensor& q, const Tensor& k, const Tens
                                     bool inference = false);
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t num_heads, const Tensor& probs, const AttentionMasks& masks,
-                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv);
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv,
+                                   Tensor* dbias = nullptr);
 Tensor multi_head_attention_forward_saving(const Tensor& q, const Tensor& k, const Tensor& v, int64_t num_heads,
                                            const AttentionMasks& masks, const AttentionDropoutSpec& dropout,
                                            AttentionSaved* saved, bool keep_weights);
 void multi_head_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                    int64_t num_heads, const AttentionSaved& saved, const AttentionMasks& masks,
-                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv);
+                                   const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk, Tensor* dv,
+                                   Tensor* dbias = nullptr);
 // 1 where ids != pad_id, else 0: i32 of ids' shape.
 Tensor keep_mask(const Tensor& ids, int32_t pad_id);
 // The composed (unfused) masked fill used to test the fused op: scores (B, H, Tq, Tk).

@@ -4,35 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
+#include "qkv/text/cleanup.h"
 #include "qkv/text/tokenizer_json.h"
 
 namespace qkv::text {
 
 namespace {
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's word start
-
-void replace_all(std::string& s, std::string_view from, std::string_view to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
-    s.replace(at, from.size(), to);
-}
-
-// Python's str.strip(): whitespace at both ends (ASCII is all a decoded text can hold there,
-// SentencePiece having turned its word marks into spaces).
-std::string strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t first = s.find_first_not_of(ws);
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(ws) - first + 1);
-}
-
-// transformers' clean_up_tokenization, replacement by replacement in its order.
-std::string clean_up_tokenization(std::string s) {
-  for (const auto& [from, to] : {std::pair<std::string_view, std::string_view>{" .", "."}, {" ?", "?"}, {" !", "!"},
-                                 {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"},
-                                 {" 've", "'ve"}, {" 're", "'re"}})
-    replace_all(s, from, to);
-  return s;
-}
 }  // namespace
 
 bool MarianTokenizer::present(const std::string& dir) {
@@ -147,7 +125,7 @@ std::string MarianTokenizer::decode(const std::vector<int32_t>& ids) const {
   }
   std::string text = spm_.decode_pieces(pieces);
   replace_all(text, kSpaceMark, " ");
-  text = strip(text);
+  text = python_strip(text);
   return clean_up_spaces_ ? clean_up_tokenization(text) : text;
 }
 

@@ -52,6 +52,12 @@ struct AddOp {
   __device__ void operator()(int64_t i) const { out[i] = a[i] + b[i]; }
 };
 
+struct MulOp {
+  float* out;
+  const float *a, *b;
+  __device__ void operator()(int64_t i) const { out[i] = a[i] * b[i]; }
+};
+
 struct AddInplaceOp {
   float* acc;
   const float* x;
@@ -107,6 +113,13 @@ struct KeepMaskOp {
 __device__ inline void store_grad(float* dx, int64_t i, float g, bool accumulate) {
   dx[i] = accumulate ? __fadd_rn(dx[i], g) : g;
 }
+
+struct MulBackwardOp {
+  float* d;
+  const float *dy, *other;
+  bool accumulate;
+  __device__ void operator()(int64_t i) const { store_grad(d, i, __fmul_rn(dy[i], other[i]), accumulate); }
+};
 
 struct ReluForwardOp {
   float* y;
@@ -336,6 +349,12 @@ struct AdamOp {
 }  // namespace
 
 void add(float* out, const float* a, const float* b, int64_t n) { launch_for_each("add", n, AddOp{out, a, b}); }
+
+void mul(float* out, const float* a, const float* b, int64_t n) { launch_for_each("mul", n, MulOp{out, a, b}); }
+
+void mul_backward(float* d, const float* dy, const float* other, int64_t n, bool accumulate) {
+  launch_for_each("mul_backward", n, MulBackwardOp{d, dy, other, accumulate});
+}
 
 void add_inplace(float* acc, const float* x, int64_t n) {
   launch_for_each("add_inplace", n, AddInplaceOp{acc, x});

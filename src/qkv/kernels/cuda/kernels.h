@@ -43,6 +43,8 @@ void gemm_bf16_nt(int64_t M, int64_t N, int64_t K, const bfloat16* X, const bflo
 // ---- elementwise (kernels/elementwise.h) --------------------------------------------------------
 void add(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* acc, const float* x, int64_t n);
+void mul(float* out, const float* a, const float* b, int64_t n);
+void mul_backward(float* d, const float* dy, const float* other, int64_t n, bool accumulate);
 void scale(float* out, const float* x, float s, int64_t n);
 void axpy(float* acc, const float* x, float s, int64_t n);
 void add_row_broadcast(float* out, const float* x, const float* row, int64_t rows, int64_t width);

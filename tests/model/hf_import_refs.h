@@ -1,0 +1,50 @@
+// What the tests of an imported Hugging Face model share: its reference JSON, fresh temporary
+// directories, id lists, and the checkpoint `qkv import` writes from a reference directory (once
+// per process).
+#pragma once
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/ref_dir.h"
+#include "qkv/data/id_lines.h"
+#include "qkv/interop/hf_import.h"
+
+namespace qkv::testing {
+
+inline nlohmann::json read_ref_json(const std::string& name) {
+  std::ifstream in(ref_path(name));
+  return nlohmann::json::parse(in);
+}
+
+// An empty path under the test temp dir, unique to this process.
+inline std::string fresh_temp_dir(const std::string& prefix, const std::string& name) {
+  const std::string d = ::testing::TempDir() + "/" + prefix + "_" + std::to_string(::getpid()) + "_" + name;
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+inline std::vector<data::IdLine> id_lines(const nlohmann::json& lists) {
+  std::vector<data::IdLine> out;
+  for (const nlohmann::json& l : lists) out.push_back(l.get<std::vector<int32_t>>());
+  return out;
+}
+
+// The checkpoint `qkv import --from hf` writes from the reference directory `name`.
+inline const std::string& imported_checkpoint(const std::string& name) {
+  static std::map<std::string, std::string> done;
+  auto it = done.find(name);
+  if (it == done.end()) {
+    const std::string out = fresh_temp_dir("qkv_import", name);
+    interop::import_hf(ref_path(name), out);
+    it = done.emplace(name, out).first;
+  }
+  return it->second;
+}
+
+}  // namespace qkv::testing
