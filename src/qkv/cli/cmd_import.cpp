@@ -3,7 +3,7 @@
 // Converts a Hugging Face directory (config.json + model.safetensors [+ tokenizer.json]) into a qkv
 // checkpoint: GPT-2 into a decoder-only one (interop/hf_gpt2.h), BERT into an encoder-only one
 // (interop/hf_bert.h), with sentence-transformers' pooling when the directory describes it, Marian
-// (OPUS-MT) into an encoder-decoder one with its tokenizer (interop/hf_marian.h).
+// (OPUS-MT) and T5 into encoder-decoder ones with their tokenizers (interop/hf_marian.h, hf_t5.h).
 #include <iostream>
 #include <memory>
 
@@ -22,27 +22,31 @@ struct ImportOptions {
 
 Runner add_import_command(CLI::App& app) {
   auto o = std::make_shared<ImportOptions>();
-  app.add_option("--from", o->from, "Format of the source: hf (a Hugging Face GPT-2, BERT or Marian directory)")
+  app.add_option("--from", o->from, "Format of the source: hf (a Hugging Face GPT-2, BERT, Marian or T5 directory)")
       ->required()
       ->check(CLI::IsMember({"hf"}));
   app.add_option("source", o->source, "Hugging Face model directory (config.json, model.safetensors, and its tokenizer: tokenizer.json, "
-                 "or Marian's source.spm, target.spm and vocab.json)")
+                 "or Marian's source.spm, target.spm and vocab.json, or T5's spiece.model)")
       ->required();
   app.add_option("--out", o->out, "Checkpoint directory to write")->required();
   return [o]() {
     const interop::HfConversion info = interop::import_hf(o->source, o->out);
     for (const std::string& note : info.notes) std::cerr << "qkv: note: " << note << "\n";
     const models::TransformerConfig& c = info.config;
-    const bool bert = info.model_type == "bert", marian = info.model_type == "marian";
-    const std::string family = bert ? "BERT" : marian ? "Marian" : "GPT-2";
+    const bool bert = info.model_type == "bert", t5 = info.model_type == "t5";
+    const bool seq2seq = info.model_type == "marian" || t5;
+    const std::string family = bert ? "BERT" : t5 ? "T5" : seq2seq ? "Marian" : "GPT-2";
     const std::string vocab = c.encoder_decoder() && c.src_vocab_size != c.tgt_vocab_size
                                   ? std::to_string(c.src_vocab_size) + " / " + std::to_string(c.tgt_vocab_size)
                                   : std::to_string(c.tgt_vocab_size);
-    const std::string tokenizer = !info.tokenizer ? "" : marian ? ", tokenizer source.spm, target.spm, vocab.json"
-                                                                : ", tokenizer.json";
+    const std::string tokenizer = !info.tokenizer ? ""
+                                  : t5        ? ", tokenizer spiece.model"
+                                  : seq2seq   ? ", tokenizer source.spm, target.spm, vocab.json"
+                                              : ", tokenizer.json";
     std::cout << "wrote " << o->out << ": " << family << " from " << o->source << " (" << c.num_layers
-              << (marian ? " + " + std::to_string(c.num_layers) : "") << " layers, d_model " << c.d_model << ", "
-              << c.num_heads << " heads, vocab " << vocab << ", " << (bert || marian ? "positions " : "context ")
+              << (seq2seq ? " + " + std::to_string(c.num_layers) : "") << " layers, d_model " << c.d_model << ", "
+              << c.num_heads << " heads, vocab " << vocab << ", "
+              << (t5 ? "relative positions, max length " : bert || seq2seq ? "positions " : "context ")
               << c.max_seq_length << ", " << info.parameters << " parameters, weights "
               << (info.weights_dtype == "F32" ? "F32" : info.weights_dtype + " widened to F32")
               << (bert && c.pooler ? ", pooler" : "") << (bert && c.mlm_head ? ", masked-LM head" : "")
