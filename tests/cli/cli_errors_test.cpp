@@ -71,6 +71,30 @@ TEST_F(CliErrors, UnknownFlagsAndCommandsAreUsageErrors) {
   expect_error("--bogus", kUsage, {"--bogus"}, "qkv");
 }
 
+TEST_F(CliErrors, AnUnknownFlagIsNamedFirstWithTheNearestKnownOne) {
+  // CLI11 alone said "--checkpoint is required" here, and "not expected: 4 --beam-size" below.
+  expect_error("translate --chekpoint " + path("ckpt"), kUsage,
+               {"unknown flag --chekpoint for qkv translate (did you mean --checkpoint?)"}, "qkv translate");
+  expect_error(translate("--beam-size 4"), kUsage, {"unknown flag --beam-size for qkv translate (did you mean --beam?)"},
+               "qkv translate");
+  expect_error(translate("--lenght-penalty=0.5"), kUsage, {"unknown flag --lenght-penalty", "--length-penalty?"},
+               "qkv translate");
+  expect_error(translate("--frobnicate"), kUsage, {"unknown flag --frobnicate for qkv translate"}, "qkv translate");
+  const CliRun far = run_qkv_split(translate("--frobnicate"));
+  EXPECT_EQ(far.err.find("did you mean"), std::string::npos) << "nothing is near: " << far.err;
+  expect_error("bleu " + path("ref.txt") + " -z", kUsage, {"unknown flag -z for qkv bleu"}, "qkv bleu");
+  // Values that look like flags are values: a negative number after its flag is not unknown.
+  expect_error(translate("--threads -3"), kUsage, {"--threads", "-3"}, "qkv translate");
+}
+
+TEST_F(CliErrors, ABareQkvPrintsItsHelpAndIsAUsageError) {
+  const CliRun r = run_qkv_split("");
+  EXPECT_EQ(r.code, kUsage);
+  EXPECT_NE(r.err.find("translate"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("train"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 TEST_F(CliErrors, MissingRequiredFlagsAndValuesAreUsageErrors) {
   expect_error("translate", kUsage, {"--checkpoint is required"}, "qkv translate");
   expect_error("score --checkpoint " + path("ckpt") + " --tgt " + path("pairs.txt"), kUsage, {"--src"}, "qkv score");

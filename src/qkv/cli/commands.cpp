@@ -89,12 +89,12 @@ void register_commands(CLI::App& app) {
   add("train", "Train a model (--synthetic: seed 000's example or a copy task)", add_train_command);
   add("translate", "Translate text (or ids) with greedy or beam search", add_translate_command);
   add("generate", "Continue text (or ids) with a decoder-only model, greedy or sampled", add_generate_command);
-  add("score", "Teacher-forced cross-entropy of id pairs under a checkpoint", add_score_command);
+  add("score", "Teacher-forced cross-entropy of id pairs (or a language model's --text) under a checkpoint", add_score_command);
   add("bleu", "Corpus BLEU of stdin against reference files (sacreBLEU 2.x defaults)", add_bleu_command);
   add("average", "Average the weights of several checkpoints of one run", add_average_command);
   add("info", "Show what a checkpoint holds (architecture, sizes, parameters, training step, files)", add_info_command);
-  add("import", "Convert a Hugging Face GPT-2 or BERT directory into a checkpoint (--from hf)", add_import_command);
-  add("export", "Write a decoder-only checkpoint as a Hugging Face GPT-2 directory (--to hf)", add_export_command);
+  add("import", "Convert a Hugging Face GPT-2, BERT, Marian or T5 directory into a checkpoint (--from hf)", add_import_command);
+  add("export", "Write a checkpoint as a Hugging Face directory: GPT-2, Marian or T5 (--to hf)", add_export_command);
   add("embed", "Sentence embeddings of text lines with an encoder-only model (JSON lines or .npy)", add_embed_command);
   add("similar", "Semantic search: the corpus lines closest to a query (encoder-only model, cached embeddings)",
       add_similar_command);

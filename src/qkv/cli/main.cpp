@@ -5,16 +5,20 @@
 //   0    success (also --help and --version)
 //   1    bad input: a file, checkpoint or config that cannot be used (qkv::Error and the like)
 //   2    usage: an unknown, missing, repeated or malformed flag, or a value out of its range;
-//        followed by the line "Run 'qkv CMD --help' for usage."
+//        followed by the line "Run 'qkv CMD --help' for usage." (a bare `qkv` prints its help on
+//        stderr and exits 2 too)
 //   130  interrupted (Ctrl-C; `qkv train` saves its last checkpoint first)
 #include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <new>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/omp_wait.h"
+#include "qkv/cli/unknown_flags.h"
 #include "qkv/core/cpu_features.h"
 #include "qkv/core/error.h"
 #include "qkv/ops/ops.h"
@@ -94,11 +98,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
-    return usage_error(usage_message(e), app);
+    const std::optional<std::string> unknown = qkv::cli::unknown_flag_message(app, std::vector<std::string>(argv + 1, argv + argc));
+    return usage_error(unknown ? *unknown : usage_message(e), app);
   }
-  if (app.get_subcommands().empty()) {
-    std::cout << app.help();
-    return 0;
+  if (app.get_subcommands().empty()) {  // a bare `qkv`: what there is to run, as a usage error
+    std::cerr << app.help();
+    return kExitUsage;
   }
   try {
     qkv::ops::check_cpu_kernel_level();  // a QKV_ISA this CPU cannot run is an error before any work
