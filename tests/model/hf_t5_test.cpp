@@ -69,6 +69,10 @@ TEST(HfT5, ConfigTakesT5sChoices) {
   EXPECT_TRUE(v11.gated_feed_forward);
   EXPECT_EQ(v11.activation, "gelu_tanh");
   EXPECT_FALSE(v11.tie_output_embedding || v11.scale_decoder_output);
+  EXPECT_EQ(v10.head_dim, 0) << "4 heads of 16 split d_model 64";
+  EXPECT_EQ(v11.num_heads, 6);
+  EXPECT_EQ(v11.head_dim, 16) << "6 heads of 16: a width of 96 beside d_model 64";
+  EXPECT_EQ(v11.attention_width(), 96);
   // The choices survive config.json.
   const models::TransformerConfig back = models::config_from_json(models::config_to_json(v11), "config.json");
   EXPECT_EQ(back.layer_norm, "rms");
@@ -76,6 +80,7 @@ TEST(HfT5, ConfigTakesT5sChoices) {
   EXPECT_EQ(back.relative_attention_max_distance, 20);
   EXPECT_FALSE(back.scale_attention_scores || back.linear_bias);
   EXPECT_TRUE(back.gated_feed_forward);
+  EXPECT_EQ(back.head_dim, 16);
 }
 
 TEST(HfT5, LogProbabilitiesEqualTransformers) {
@@ -186,7 +191,9 @@ TEST(HfT5, RefusesWhatQkvCannotExpress) {
     for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
     EXPECT_FALSE(fs::exists(dir + "/out"));
   };
-  expect_refused(with_config("dkv", "\"d_kv\": 16", "\"d_kv\": 8"), {"config.json", "\"d_kv\"", "d_model"});
+  expect_refused(with_config("dkv", "\"d_kv\": 16", "\"d_kv\": 20000"), {"config.json", "\"d_kv\"", "65536"});
+  // A d_kv the weights do not have: the tensor is named.
+  expect_refused(with_config("dkv_weights", "\"d_kv\": 16", "\"d_kv\": 8"), {"SelfAttention.q.weight"});
   expect_refused(with_config("depth", "\"num_decoder_layers\": 2", "\"num_decoder_layers\": 3"),
                  {"config.json", "\"num_decoder_layers\"", "not supported"});
   expect_refused(with_config("proj", "\"feed_forward_proj\": \"relu\"", "\"feed_forward_proj\": \"gated-tanh\""),

@@ -1,9 +1,9 @@
 // The encoder-decoder with T5's options (models/config.h: positions "relative", layer_norm "rms",
-// linear_bias false, scale_attention_scores false, gated_feed_forward, scale_decoder_output),
-// trained by qkv itself: the loss's gradient with respect to every kind of parameter the options add
-// matches central finite differences, the incremental decoder (one position per step, its bias row
-// only) gives the full forward's logits, a model learns the copy task, and bad option values are
-// refused naming the field. Agreement with transformers' T5 is hf_t5_test.cpp's.
+// linear_bias false, scale_attention_scores false, gated_feed_forward, scale_decoder_output, and a
+// head_dim whose heads do not split d_model), trained by qkv itself: the loss's gradient with
+// respect to every kind of parameter the options add matches central finite differences, the
+// incremental decoder (one position per step, its bias row only) gives the full forward's logits, a
+// model learns a batch by heart, and bad option values are refused naming the field. Agreement with transformers' T5 is hf_t5_test.cpp's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,6 +41,7 @@ models::TransformerConfig t5_config() {
   c.activation = "gelu_tanh";
   c.share_embeddings = c.tie_output_embedding = c.scale_decoder_output = true;
   c.target_query_mask = false;
+  c.head_dim = 12;  // 4 heads of 12: a width of 48 beside d_model 32
   return c;
 }
 
@@ -61,6 +62,8 @@ TEST(T5Layout, ParametersAreT5s) {
     EXPECT_EQ(n.find(".bias"), std::string::npos) << n << ": T5's linears and norms have no biases";
   EXPECT_TRUE(m.named_buffers().empty()) << "no positional table is added";
   EXPECT_EQ(m.encoder_position_bias->weight.value().shape(), (Dims{8, 4}));
+  EXPECT_EQ(m.decoder_layers[0]->cross_attn.W_q.weight.value().shape(), (Dims{48, 32}));
+  EXPECT_EQ(m.decoder_layers[0]->cross_attn.W_o.weight.value().shape(), (Dims{32, 48}));
 }
 
 // Central differences of the float32 loss over a few elements of each kind of parameter.
@@ -151,6 +154,14 @@ TEST(T5Layout, BadOptionsAreRefusedNamingTheField) {
   c = models::decoder_only_defaults();
   c.layer_norm = "rms";  // T5's option, for encoder-decoder models only
   EXPECT_NE(error_of(c).find("layer_norm"), std::string::npos) << error_of(c);
+  c = t5_config();
+  c.head_dim = -1;
+  EXPECT_NE(error_of(c).find("head_dim"), std::string::npos) << error_of(c);
+  c.head_dim = 40000;
+  EXPECT_NE(error_of(c).find("head_dim"), std::string::npos) << error_of(c);
+  c = models::decoder_only_defaults();
+  c.head_dim = 8;
+  EXPECT_NE(error_of(c).find("head_dim is for encoder-decoder"), std::string::npos) << error_of(c);
   const std::string json_error = test_support::error_message_of([] {
     models::config_from_json(R"({"relative_attention_num_buckets": 16})", "config.json");
   });

@@ -4,9 +4,10 @@
 
   hf_t5      v1.0 (t5-small's choices): feed_forward_proj "relu", the output layer tied to the
              shared table (the decoder output scaled by d_model^-0.5 first)
-  hf_t5_v11  v1.1 (flan-t5's choices): "gated-gelu" (wi_0, wi_1, wo), lm_head of its own
+  hf_t5_v11  v1.1 (flan-t5's choices): "gated-gelu" (wi_0, wi_1, wo), lm_head of its own, and 6 heads
+             of d_kv 16, whose width 96 is not d_model (as flan-t5-small's 6 heads of 64 in 512)
 
-Both: d_model 64, d_kv 16, 4 heads, d_ff 96, 2 + 2 layers, 16 relative-position buckets with max
+Both: d_model 64, d_kv 16, 4 heads (v1.0), d_ff 96, 2 + 2 layers, 16 relative-position buckets with max
 distance 20 (so that sequences of ~20 tokens reach the logarithmic and the last buckets), T5's ids
 (pad = decoder start 0, EOS 1), and a T5Tokenizer (spiece.model of make_t5_tokenizer_refs.py's
 train_spm, 10 extra ids) whose size is the vocabulary. Random weights (torch.manual_seed), then 120
@@ -81,7 +82,8 @@ def train(model, pairs, seed):
 
 
 def make_model(v11, seed, pairs):
-    config = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2, num_heads=4,
+    config = T5Config(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_decoder_layers=2,
+                      num_heads=6 if v11 else 4,
                       relative_attention_num_buckets=16, relative_attention_max_distance=20, dropout_rate=0.1,
                       layer_norm_epsilon=1e-6, feed_forward_proj="gated-gelu" if v11 else "relu",
                       tie_word_embeddings=not v11, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)

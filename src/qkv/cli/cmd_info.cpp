@@ -131,6 +131,7 @@ void print_text(const json& j) {
   if (!c.value("linear_bias", true)) t5_options += ", no biases";
   if (c.value("gated_feed_forward", false)) t5_options += ", gated feed-forward";
   if (c.value("scale_decoder_output", false)) t5_options += ", decoder output scaled by d_model^-0.5";
+  if (c.value("head_dim", 0) > 0) t5_options += ", heads of " + std::to_string(c.value("head_dim", 0));
   // Encoder-decoder configs written before share_embeddings existed lack the field (not shared).
   const std::string shared = j["architecture"] == models::kEncoderDecoder
                                  ? std::string(", shared source/target embeddings ") +

@@ -285,6 +285,7 @@ std::string hf_marian_config_json(const TransformerConfig& c) {
   refuse(c.layer_norm_eps != 1e-5f, "layer_norm_eps " + std::to_string(c.layer_norm_eps) + " (Marian's is 1e-5)");
   refuse(c.target_query_mask, "target_query_mask true (transformers' decoder masks future keys only)");
   refuse(c.share_embeddings && c.src_vocab_size != c.tgt_vocab_size, "share_embeddings with two vocabulary sizes");
+  refuse(c.head_dim > 0, "head_dim " + std::to_string(c.head_dim) + " (Marian's heads split d_model)");
   json j = json::object();
   j["architectures"] = {"MarianMTModel"};
   j["model_type"] = "marian";

@@ -35,10 +35,11 @@ void read_sizes(const HfConfigReader& r, TransformerConfig& c) {
   c.d_model = r.integer("d_model", 512, 1, models::kMaxWidth);
   c.num_heads = r.integer("num_heads", 8, 1, models::kMaxWidth);
   const int64_t d_kv = r.integer("d_kv", 64, 1, models::kMaxWidth);
-  if (d_kv * c.num_heads != c.d_model)
-    r.fail("d_kv", "is " + std::to_string(d_kv) + " with num_heads " + std::to_string(c.num_heads) + " and d_model " +
-                       std::to_string(c.d_model) + ": not supported (qkv's heads split d_model: d_kv x num_heads must "
-                       "equal d_model)");
+  if (d_kv * c.num_heads > models::kMaxWidth)
+    r.fail("d_kv", "is " + std::to_string(d_kv) + " with num_heads " + std::to_string(c.num_heads) +
+                       ": the heads' width is more than " + std::to_string(models::kMaxWidth));
+  // Heads that do not split d_model (flan-t5-small: 6 of 64 in 512) get a width of their own.
+  if (d_kv * c.num_heads != c.d_model) c.head_dim = d_kv;
   c.d_ff = r.integer("d_ff", 2048, 1, models::kMaxWidth);
   c.num_layers = r.integer("num_layers", 6, 1, models::kMaxLayers);
   const int64_t decoder_layers = r.integer("num_decoder_layers", c.num_layers, 1, models::kMaxLayers);
@@ -100,10 +101,11 @@ class T5WeightReader {
     copy_into(w_.take(hf + ".weight", {d_}, "d_model"), 0, n.weight.value());
   }
   void attention(const std::string& hf, nn::MultiHeadAttention& a) {
-    linear(hf + ".q", a.W_q, d_, d_);
-    linear(hf + ".k", a.W_k, d_, d_);
-    linear(hf + ".v", a.W_v, d_, d_);
-    linear(hf + ".o", a.W_o, d_, d_);
+    const int64_t inner = c_.attention_width();
+    linear(hf + ".q", a.W_q, inner, d_);
+    linear(hf + ".k", a.W_k, inner, d_);
+    linear(hf + ".v", a.W_v, inner, d_);
+    linear(hf + ".o", a.W_o, d_, inner);
   }
   void feed_forward(const std::string& hf, nn::PositionWiseFeedForward& f) {
     if (f.fc_up) {
@@ -256,7 +258,7 @@ std::string hf_t5_config_json(const TransformerConfig& c) {
   j["architectures"] = {"T5ForConditionalGeneration"};
   j["model_type"] = "t5";
   j["d_ff"] = c.d_ff;
-  j["d_kv"] = c.d_model / c.num_heads;
+  j["d_kv"] = c.head_size();
   j["d_model"] = c.d_model;
   j["decoder_start_token_id"] = c.bos_id;
   j["dropout_rate"] = shortest(c.dropout);

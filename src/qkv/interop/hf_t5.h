@@ -12,8 +12,9 @@
 //   - tie_word_embeddings true: the output layer is the shared table and the decoder output is
 //     scaled by d_model^-0.5 first (scale_decoder_output); false: lm_head is a matrix of its own;
 //   - the special ids of the config: pad = decoder start (0), EOS (1); target_query_mask false.
-// Refused by name: d_kv * num_heads != d_model (qkv's heads split d_model), num_decoder_layers !=
-// num_layers, another feed_forward_proj, is_encoder_decoder false.
+// d_kv x num_heads other than d_model (flan-t5-small, t5-v1_1-small: 6 heads of 64 in 512) is
+// head_dim. Refused by name: num_decoder_layers != num_layers, another feed_forward_proj,
+// is_encoder_decoder false.
 //
 // Names (HF -> qkv, models/transformer.h):
 //   shared.weight (V, D)                                  encoder_embedding / decoder_embedding (one table)

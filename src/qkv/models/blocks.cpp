@@ -31,7 +31,8 @@ void add_block_linears(nn::MultiHeadAttention& self_attn, nn::PositionWiseFeedFo
 }
 
 std::unique_ptr<nn::MultiHeadAttention> make_attention(const TransformerConfig& c, Generator& gen) {
-  return std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen, c.attention_dropout, c.linear_bias);
+  return std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen, c.attention_dropout, c.linear_bias,
+                                                 c.attention_width());
 }
 
 EncoderLayer::EncoderLayer(const TransformerConfig& c, Generator& gen)

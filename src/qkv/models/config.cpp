@@ -143,8 +143,14 @@ void TransformerConfig::validate() const {
     const int64_t v = this->*f.member;
     QKV_CHECK(v >= 1 && v <= f.max, "config: " << f.name << " must be in [1, " << f.max << "], got " << v);
   }
-  QKV_CHECK(num_heads <= d_model, "config: num_heads " << num_heads << " must not exceed d_model " << d_model);
-  QKV_CHECK(d_model % num_heads == 0, "config: d_model " << d_model << " must be divisible by num_heads " << num_heads);
+  QKV_CHECK(head_dim >= 0 && head_dim <= kMaxWidth && head_dim * num_heads <= kMaxWidth,
+            "config: head_dim must be 0 (d_model / num_heads) or in [1, " << kMaxWidth << "] with head_dim x num_heads at "
+                                                                          "most " << kMaxWidth << ", got " << head_dim);
+  QKV_CHECK(head_dim > 0 || num_heads <= d_model,
+            "config: num_heads " << num_heads << " must not exceed d_model " << d_model);
+  QKV_CHECK(head_dim > 0 || d_model % num_heads == 0,
+            "config: d_model " << d_model << " must be divisible by num_heads " << num_heads);
+  QKV_CHECK(head_dim == 0 || encoder_decoder(), "config: head_dim is for encoder-decoder models (T5's d_kv)");
   check_fraction("dropout", dropout, false);
   check_fraction("attention_dropout", attention_dropout, false);
   check_fraction("ffn_dropout", ffn_dropout, false);
@@ -236,6 +242,7 @@ std::string config_to_json(const TransformerConfig& c) {
     if (!c.linear_bias) j["linear_bias"] = false;
     if (c.gated_feed_forward) j["gated_feed_forward"] = true;
     if (c.scale_decoder_output) j["scale_decoder_output"] = true;
+    if (c.head_dim > 0) j["head_dim"] = c.head_dim;
   }
   j["activation"] = c.activation;
   j["layer_norm_eps"] = c.layer_norm_eps;
@@ -379,7 +386,7 @@ std::vector<std::string> foreign_fields(const TransformerConfig& c) {
   if (c.single_vocabulary())
     foreign = {"src_vocab_size", "tgt_vocab_size", "norm", "share_embeddings", "target_query_mask",
                "relative_attention_num_buckets", "relative_attention_max_distance", "scale_attention_scores",
-               "linear_bias", "gated_feed_forward", "scale_decoder_output"};
+               "linear_bias", "gated_feed_forward", "scale_decoder_output", "head_dim"};
   else foreign = {"vocab_size"};
   if (c.encoder_only()) foreign.insert(foreign.end(), {"bos_id", "eos_id"});
   else foreign.insert(foreign.end(), kEncoderOnlyFields.begin(), kEncoderOnlyFields.end());
@@ -441,7 +448,7 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions",
       "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id", "share_embeddings",
       "target_query_mask", "relative_attention_num_buckets", "relative_attention_max_distance",
-      "scale_attention_scores", "linear_bias", "gated_feed_forward", "scale_decoder_output"};
+      "scale_attention_scores", "linear_bias", "gated_feed_forward", "scale_decoder_output", "head_dim"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
@@ -483,6 +490,7 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   read_field(j, "linear_bias", c.linear_bias, src);
   read_field(j, "gated_feed_forward", c.gated_feed_forward, src);
   read_field(j, "scale_decoder_output", c.scale_decoder_output, src);
+  read_integer(j, "head_dim", 0, kMaxWidth, c.head_dim, src);
   read_field(j, "mask_fill", c.mask_fill, src);
   read_float(j, "attention_dropout", c.attention_dropout, src);
   try {

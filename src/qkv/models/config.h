@@ -87,6 +87,10 @@ struct TransformerConfig {
   bool gated_feed_forward = false;
   // The decoder's output times d_model^-0.5 before the output layer: T5 with a tied output layer.
   bool scale_decoder_output = false;
+  // The width of one attention head (T5's d_kv); 0: d_model / num_heads (the seed). Otherwise the
+  // attention projects d_model to num_heads x head_dim and back (flan-t5-small: 6 heads of 64 in a
+  // width of 512).
+  int64_t head_dim = 0;
 
   // Encoder-only (BERT) fields.
   int64_t type_vocab_size = 2;        // token-type (segment) embeddings; 0: none
@@ -101,6 +105,9 @@ struct TransformerConfig {
   bool encoder_decoder() const { return architecture == kEncoderDecoder; }
   // One vocabulary (vocab_size) rather than a source and a target one.
   bool single_vocabulary() const { return decoder_only() || encoder_only(); }
+  // One head's width, and the width of all heads together (what W_q, W_k, W_v produce).
+  int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / num_heads; }
+  int64_t attention_width() const { return head_size() * num_heads; }
 
   float mask_fill_value() const;
   // Throws qkv::Error naming the field when a value is out of range or inconsistent: sizes in

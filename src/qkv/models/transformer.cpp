@@ -180,7 +180,7 @@ DecoderState Transformer::start_decoding(const Var& enc_output, const Tensor& sr
   st.src_mask = generate_mask(src, src).src;
   st.rows_per_source = rows_per_source;
   for (int64_t b = 0; b < enc_output.size(0); ++b) st.source_of_row.insert(st.source_of_row.end(), rows_per_source, b);
-  const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.d_model / config_.num_heads;
+  const int64_t N = enc_output.size(0) * rows_per_source, H = config_.num_heads, dk = config_.head_size();
   for (size_t i = 0; i < decoder_layers.size(); ++i)
     st.layers.push_back({nn::self_attention_cache(kv_storage, i, N, H, max_length, config_.max_seq_length, dk,
                                                  enc_output.value().device()),

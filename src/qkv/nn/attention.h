@@ -73,9 +73,10 @@ KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, i
 
 class MultiHeadAttention : public Module {
  public:
-  // bias: the four projections have biases (T5's have none).
+  // bias: the four projections have biases (T5's have none). width: what W_q, W_k, W_v project
+  // to and W_o from, num_heads heads of width / num_heads; 0: d_model (the seed).
   MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout = 0.f,
-                     bool bias = true);
+                     bool bias = true, int64_t width = 0);
 
   // Q (B, Tq, D); K, V (B, Tk, D) -> (B, Tq, D). masks: key padding / query rows / causal.
   // Every forward below takes an optional `weights`: when given, it receives the attention weights
