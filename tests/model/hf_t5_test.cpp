@@ -41,7 +41,8 @@ const std::string& imported(const std::string& name) { return testing::imported_
 const char* const kModels[] = {"hf_t5", "hf_t5_v11"};
 
 TEST(HfT5, BucketsEqualTransformers) {
-  for (const json& setting : refs()["buckets"]) {
+  const json r = refs();  // kept alive: a range over refs()["buckets"] would read a destroyed temporary
+  for (const json& setting : r["buckets"]) {
     const bool bidirectional = setting["bidirectional"].get<bool>();
     const int64_t n = setting["num_buckets"].get<int64_t>(), max_distance = setting["max_distance"].get<int64_t>();
     const std::vector<int32_t> want = setting["buckets"].get<std::vector<int32_t>>();
