@@ -104,6 +104,12 @@ TEST_F(Gradcheck, Silu) {
   EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::silu(v[0]); }, {{"x", x}}, activation_options(x)));
 }
 
+TEST_F(Gradcheck, ElementwiseProduct) {
+  // The gated feed-forward's product (fn::mul): both factors' gradients, and one input used as both.
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::mul(v[0], v[1]); }, {{"a", rn({3, 5})}, {"b", rn({3, 5})}}));
+  EXPECT_TRUE(gradcheck_ok([](const V& v) { return fn::mul(v[0], v[0]); }, {{"a", rn({2, 7})}}));
+}
+
 TEST_F(Gradcheck, DropoutWithFixedSeed) {
   // The mask is a function of (seed, offset + index) only, so f is linear in x for fixed arguments
   // and the finite difference is exact up to rounding.

@@ -22,7 +22,7 @@ Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType comput
     tgt_tok_ = text::MarianTokenizer::load(checkpoint_dir, true);
   } else if (text::T5Tokenizer::present(checkpoint_dir)) {  // one tokenizer for both sides
     src_tok_ = text::T5Tokenizer::load(checkpoint_dir);
-    tgt_tok_ = text::T5Tokenizer::load(checkpoint_dir);
+    tgt_tok_ = src_tok_;
   } else if (std::filesystem::exists(s) && std::filesystem::exists(t)) {
     src_tok_ = text::load_tokenizer(s);
     tgt_tok_ = text::load_tokenizer(t);

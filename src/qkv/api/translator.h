@@ -86,7 +86,7 @@ class Translator {
 
  private:
   std::unique_ptr<models::Transformer> model_;
-  std::unique_ptr<text::Tokenizer> src_tok_, tgt_tok_;
+  std::shared_ptr<const text::Tokenizer> src_tok_, tgt_tok_;  // one object for both sides of a T5
   std::string dir_;
 };
 

@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
-    const std::optional<std::string> unknown = qkv::cli::unknown_flag_message(app, std::vector<std::string>(argv + 1, argv + argc));
+    const std::optional<std::string> unknown =
+        qkv::cli::unknown_flag_message(app, std::vector<std::string>(argv + 1, argv + argc));
     return usage_error(unknown ? *unknown : usage_message(e), app);
   }
   if (app.get_subcommands().empty()) {  // a bare `qkv`: what there is to run, as a usage error

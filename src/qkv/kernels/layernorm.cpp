@@ -112,11 +112,12 @@ void accumulate_param_grads(float* dweight, float* dbias, const float* dy, int64
 
 // Shared body of every backward: xhat_of(r, c) returns the normalised input, rstd[r] is the factor
 // xhat = (x - mean) * rstd, and gx_term(r, sum_gx) turns sum_c g_c xhat_c into the coefficient of
-// xhat in dx (mean(g * xhat) for nn.LayerNorm; see layernorm.h for seed 003's).
+// xhat in dx (mean(g * xhat) for nn.LayerNorm; see layernorm.h for seed 003's). centred: the input
+// had its mean taken off, so dx loses mean(g) too; RMSNorm's (no mean) does not. dbias may be null.
 template <class XHat, class GxTerm>
 void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const float* dy, const float* rstd,
                              const float* weight, int64_t rows, int64_t C, bool accumulate_dx, XHat xhat_of,
-                             GxTerm gx_term) {
+                             GxTerm gx_term, bool centred = true) {
 #pragma omp parallel for schedule(static) if (rows * C > 16384)
   for (int64_t r = 0; r < rows; ++r) {
     const float* dyr = dy + r * C;
@@ -127,7 +128,7 @@ void layernorm_backward_impl(float* dx, float* dweight, float* dbias, const floa
       mean_g += g;
       sum_gx += g * xhat_of(r, c);
     }
-    mean_g /= C;
+    mean_g = centred ? mean_g / C : 0.f;  // g - 0 is g exactly: RMSNorm's dx below
     const float gx = gx_term(r, sum_gx);
     float* dxr = dx + r * C;
     for (int64_t c = 0; c < C; ++c) {
@@ -238,19 +239,8 @@ void add_rms_norm_forward(float* y, const float* a, const float* b, const float*
 void rms_norm_backward(float* dx, float* dweight, const float* dy, const float* x, const float* rstd,
                        const float* weight, int64_t rows, int64_t C, bool accumulate_dx) {
   const auto xhat_of = [=](int64_t r, int64_t c) { return x[r * C + c] * rstd[r]; };
-#pragma omp parallel for schedule(static) if (rows * C > 16384)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * C;
-    float sum_gx = 0;
-    for (int64_t c = 0; c < C; ++c) sum_gx += dyr[c] * weight[c] * xhat_of(r, c);
-    const float gx = sum_gx / C;
-    float* dxr = dx + r * C;
-    for (int64_t c = 0; c < C; ++c) {
-      const float v = rstd[r] * (dyr[c] * weight[c] - xhat_of(r, c) * gx);
-      dxr[c] = accumulate_dx ? dxr[c] + v : v;
-    }
-  }
-  accumulate_param_grads(dweight, nullptr, dy, rows, C, xhat_of);
+  layernorm_backward_impl(dx, dweight, nullptr, dy, rstd, weight, rows, C, accumulate_dx, xhat_of, mean_over(C),
+                          /*centred=*/false);
 }
 
 }  // namespace qkv::kernels

@@ -4,18 +4,23 @@
 
 namespace qkv::nn {
 
+namespace {
+// The heads' total width: `width`, or d_model when it is 0.
+int64_t heads_width(int64_t d_model, int64_t width) { return width > 0 ? width : d_model; }
+}  // namespace
+
 MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Generator& gen, float attention_dropout,
                                        bool bias, int64_t width)
-    : W_q(register_module("W_q", std::make_unique<Linear>(d_model, width > 0 ? width : d_model, gen, bias))),
-      W_k(register_module("W_k", std::make_unique<Linear>(d_model, width > 0 ? width : d_model, gen, bias))),
-      W_v(register_module("W_v", std::make_unique<Linear>(d_model, width > 0 ? width : d_model, gen, bias))),
-      W_o(register_module("W_o", std::make_unique<Linear>(width > 0 ? width : d_model, d_model, gen, bias))),
+    : W_q(register_module("W_q", std::make_unique<Linear>(d_model, heads_width(d_model, width), gen, bias))),
+      W_k(register_module("W_k", std::make_unique<Linear>(d_model, heads_width(d_model, width), gen, bias))),
+      W_v(register_module("W_v", std::make_unique<Linear>(d_model, heads_width(d_model, width), gen, bias))),
+      W_o(register_module("W_o", std::make_unique<Linear>(heads_width(d_model, width), d_model, gen, bias))),
       num_heads_(num_heads),
       attention_dropout_(attention_dropout),
       gen_(&gen) {
-  const int64_t w = width > 0 ? width : d_model;
-  QKV_CHECK(num_heads > 0 && w % num_heads == 0,
-            "MultiHeadAttention: the attention width " << w << " must be divisible by num_heads " << num_heads);
+  QKV_CHECK(num_heads > 0 && heads_width(d_model, width) % num_heads == 0,
+            "MultiHeadAttention: the attention width " << heads_width(d_model, width)
+                                                       << " must be divisible by num_heads " << num_heads);
 }
 
 Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,

@@ -39,15 +39,14 @@ void mul_backward(const Tensor& dy_in, const Tensor& a_in, const Tensor& b_in, T
             "mul backward: grad " << dy_in.shape() << " vs inputs " << a_in.shape() << " and " << b_in.shape());
   check_same_device("mul backward", {&dy_in, &a_in, &b_in});
   const Tensor dy = dy_in.contiguous(), a = a_in.contiguous(), b = b_in.contiguous();
-  // d(a b)/da = b and d(a b)/db = a.
-  if (da) {
-    const bool acc = prepare_slot(da, a.shape(), a.device());
-    QKV_KERNEL(a, mul_backward(da->f32(), dy.f32(), b.f32(), a.numel(), acc));
-  }
-  if (db) {
-    const bool acc = prepare_slot(db, b.shape(), b.device());
-    QKV_KERNEL(b, mul_backward(db->f32(), dy.f32(), a.f32(), b.numel(), acc));
-  }
+  // d(a b)/da = b and d(a b)/db = a: each factor's gradient is dy times the other.
+  const auto factor_grad = [&](Tensor* d, const Tensor& other) {
+    if (!d) return;
+    const bool acc = prepare_slot(d, other.shape(), other.device());
+    QKV_KERNEL(other, mul_backward(d->f32(), dy.f32(), other.f32(), other.numel(), acc));
+  };
+  factor_grad(da, b);
+  factor_grad(db, a);
 }
 
 Tensor scale_forward(const Tensor& x_in, float s) {

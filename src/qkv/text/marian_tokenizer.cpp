@@ -27,13 +27,8 @@ std::unique_ptr<MarianTokenizer> MarianTokenizer::load(const std::string& dir, b
   std::error_code ec;
   if (std::filesystem::exists(config_path, ec)) {
     const nlohmann::json config = read_json_object(config_path, "a tokenizer_config.json");
-    for (const auto& [key, flag] : {std::pair<const char*, bool*>{"separate_vocabs", &separate},
-                                    {"clean_up_tokenization_spaces", &clean_up}}) {
-      if (!config.contains(key) || config.at(key).is_null()) continue;
-      QKV_CHECK(config.at(key).is_boolean(), config_path << ": field \"" << key << "\" is " << config.at(key).dump()
-                                                         << ", expected true or false");
-      *flag = config.at(key).get<bool>();
-    }
+    separate = read_json_bool(config, "separate_vocabs", false, config_path);
+    clean_up = read_json_bool(config, "clean_up_tokenization_spaces", false, config_path);
   }
   const std::string spm_path = dir + "/" + (target ? kMarianTargetSpm : kMarianSourceSpm);
   const std::string vocab_path = dir + "/" + (target && separate ? kMarianTargetVocab : kMarianVocab);

@@ -27,14 +27,6 @@ struct T5Settings {
   json added_tokens = json::object();  // added_tokens_decoder: id -> AddedToken
 };
 
-// A boolean field, `fallback` when absent or null.
-bool read_bool(const json& config, const char* key, bool fallback, const std::string& path) {
-  if (!config.contains(key) || config.at(key).is_null()) return fallback;
-  QKV_CHECK(config.at(key).is_boolean(),
-            path << ": field \"" << key << "\" is " << config.at(key).dump() << ", expected true or false");
-  return config.at(key).get<bool>();
-}
-
 // A token as transformers saves it: a string, or an AddedToken object with its "content".
 std::string token_text(const json& v) {
   if (v.is_string()) return v.get<std::string>();
@@ -75,9 +67,9 @@ T5Settings read_settings(const std::string& path) {
   if (!std::filesystem::exists(path, ec)) return s;
   const json config = read_json_object(path, "a tokenizer_config.json");
   s.extra_ids = read_extra_ids(config, path);
-  s.clean_up = read_bool(config, "clean_up_tokenization_spaces", false, path);
-  s.add_prefix_space = read_bool(config, "add_prefix_space", true, path);
-  QKV_CHECK(read_bool(config, "legacy", true, path),
+  s.clean_up = read_json_bool(config, "clean_up_tokenization_spaces", false, path);
+  s.add_prefix_space = read_json_bool(config, "add_prefix_space", true, path);
+  QKV_CHECK(read_json_bool(config, "legacy", true, path),
             path << ": field \"legacy\" is false: qkv's T5 tokenizer does only T5Tokenizer's legacy behaviour (true, "
                     "the default)");
   check_special_names(config, s.extra_ids, path);
@@ -101,7 +93,7 @@ AddedTokenPattern read_added_token(const std::string& key, const json& entry,
   AddedTokenPattern p{it->second, id, false, false, false};
   for (const auto& [field, flag] : {std::pair<const char*, bool*>{"single_word", &p.single_word},
                                     {"lstrip", &p.lstrip}, {"rstrip", &p.rstrip}})
-    *flag = read_bool(entry, field, false, path + ": field \"added_tokens_decoder\" \"" + key + "\"");
+    *flag = read_json_bool(entry, field, false, path + ": field \"added_tokens_decoder\" \"" + key + "\"");
   QKV_CHECK(!p.single_word, path << ": field \"added_tokens_decoder\" \"" << key
                                  << "\": single_word tokens are not supported by qkv's T5 tokenizer");
   return p;

@@ -19,4 +19,11 @@ nlohmann::json read_json_object(const std::string& path, const std::string& what
   return top;
 }
 
+bool read_json_bool(const nlohmann::json& object, const char* key, bool fallback, const std::string& where) {
+  if (!object.contains(key) || object.at(key).is_null()) return fallback;
+  QKV_CHECK(object.at(key).is_boolean(),
+            where << ": field \"" << key << "\" is " << object.at(key).dump() << ", expected true or false");
+  return object.at(key).get<bool>();
+}
+
 }  // namespace qkv::text

@@ -10,5 +10,8 @@ namespace qkv::text {
 // valid JSON, or is not an object (then "not `what`", e.g. "a tokenizer.json").
 nlohmann::json read_json_object(const std::string& path, const std::string& what);
 inline nlohmann::json read_tokenizer_json(const std::string& path) { return read_json_object(path, "a tokenizer.json"); }
+// object[key] as a boolean, `fallback` when absent or null; otherwise a qkv::Error
+// "<where>: field \"key\" is <value>, expected true or false".
+bool read_json_bool(const nlohmann::json& object, const char* key, bool fallback, const std::string& where);
 
 }  // namespace qkv::text
