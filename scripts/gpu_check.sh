@@ -2,6 +2,9 @@
 # The GPU checks, run on a machine with an NVIDIA GPU from the repository root, over the bundle
 # that scripts/gpu_bundle.sh made of a -DQKV_CUDA=ON build (default .gpu/). Prints a summary and
 # writes logs and gtest's JSON under $OUT (default /tmp/qkv-gpu). docs/gpu.md keeps the results.
+# Narrower runs: QKV_SANITIZE=0 (no compute-sanitizer), QKV_SANITIZE_FILTER (memcheck's tests),
+# QKV_SANITIZE_TOOLS (default "racecheck synccheck"), QKV_BENCH=0 (no benchmarks), QKV_BENCH_GPT=0
+# (bench_gpu_ops only), QKV_PROFILE=0 (no Nsight Systems profile).
 set -uo pipefail
 bundle="${1:-.gpu}"
 out="${OUT:-/tmp/qkv-gpu}"
@@ -50,7 +53,7 @@ if [ -x "$bundle/bench_gpu_ops" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
   echo "== a GPT-2 small step's ops one by one (bench_gpu_ops), and PyTorch's SDPA on the same attention"
   timeout 150 "$bundle/bench_gpu_ops" --python python3 2>&1 | tee "$out/bench_gpu_ops.log" | grep -vE "^  (layernorm|gelu|residual|embedding)"
 fi
-if [ -x "$bundle/bench_lm_train" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
+if [ -x "$bundle/bench_lm_train" ] && [ "${QKV_BENCH:-1}" = 1 ] && [ "${QKV_BENCH_GPT:-1}" = 1 ]; then
   gpt2="--steps 3 --batch 16 --block 1024 --layers 12 --d-model 768 --heads 12 --d-ff 3072 --vocab 50257 --dropout 0.0"
   bench_gpt gpt2-124m-float32 $gpt2
   bench_gpt gpt2-124m-bf16 $gpt2 --precision bf16

@@ -1,5 +1,5 @@
 // Whole models train on a GPU as on the CPU: each family (seed 000's encoder-decoder, a GPT, a BERT
-// with its masked-LM head) built from one seed on both devices, trained 10 Adam steps with dropout
+// with its masked-LM head, an encoder-decoder in T5's layout) built from one seed on both devices, trained 10 Adam steps with dropout
 // and label smoothing on the same batch. The dropout masks are the CPU's bit for bit, so the losses
 // of every step agree within 1e-4 (relative), and the first step's gradients within 1e-4 of each
 // parameter's largest gradient. Then inference: translations (greedy and beam), generations and
@@ -39,6 +39,26 @@ models::TransformerConfig sized(models::TransformerConfig c, int64_t vocab) {
   c.d_ff = 64;
   c.max_seq_length = 24;
   c.dropout = 0.1f;
+  return c;
+}
+
+// The encoder-decoder with T5 v1.1's options (tests/model/t5_layout_test.cpp): RMSNorm, relative
+// position bias, unscaled scores, no linear biases, gated GELU, tied and scaled output, and heads
+// whose width is not d_model / heads.
+models::TransformerConfig t5_layout(models::TransformerConfig c) {
+  c.norm = models::NormPosition::Pre;
+  c.layer_norm = "rms";
+  c.layer_norm_eps = 1e-6f;
+  c.positions = "relative";
+  c.relative_attention_num_buckets = 8;
+  c.relative_attention_max_distance = 12;
+  c.scale_attention_scores = false;
+  c.linear_bias = false;
+  c.gated_feed_forward = true;
+  c.activation = "gelu_tanh";
+  c.share_embeddings = c.tie_output_embedding = c.scale_decoder_output = true;
+  c.target_query_mask = false;
+  c.head_dim = 12;
   return c;
 }
 
@@ -84,6 +104,8 @@ std::vector<Family> families() {
   bert.mask_id = 6;
   bert.mlm_head = true;
   out.push_back({"bert", bert, &train::masked_lm(), masked_lm_batch(5, 14, 40)});
+  out.push_back({"t5", t5_layout(sized(models::TransformerConfig{}, 30)), &train::teacher_forcing(),
+                 pairs_batch(copy.src, copy.tgt)});
   return out;
 }
 
@@ -193,17 +215,17 @@ std::vector<data::IdLine> rows_of(const Tensor& ids, int64_t keep) {
 TEST(ModelsOnGpu, TranslationsGenerationsAndEmbeddingsAreTheCpus) {
   ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
   const std::vector<Family> fs = families();
-  {
-    const auto [cpu, gpu] = trained_pair<models::Transformer>(fs[0]);
-    const std::vector<data::IdLine> sources = rows_of(fs[0].batch.src, 9);
+  for (const Family& f : {fs[0], fs[3]}) {
+    const auto [cpu, gpu] = trained_pair<models::Transformer>(f);
+    const std::vector<data::IdLine> sources = rows_of(f.batch.src, 9);
     for (int beam : {1, 4}) {
       decoding::SearchOptions so;
       so.beam_size = beam;
       const auto a = decoding::search_in_batches(*cpu, sources, so, 4), b = decoding::search_in_batches(*gpu, sources, so, 4);
       ASSERT_EQ(a.size(), b.size());
       for (size_t i = 0; i < a.size(); ++i) {
-        EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << "beam " << beam << ", sentence " << i;
-        EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << "beam " << beam;
+        EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << f.name << ", beam " << beam << ", sentence " << i;
+        EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << f.name << ", beam " << beam;
       }
     }
   }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -223,6 +224,33 @@ TEST_F(OpsOnGpu, LayerNormBothVariants) {
   }
 }
 
+// T5's RMSNorm (no mean, no bias) and the gated feed-forward's elementwise product.
+TEST_F(OpsOnGpu, RmsNormAndProduct) {
+  const Tensor x = random_tensor(Dims{3, 7, 96}, 120, 2.f), r = random_tensor(x.shape(), 121);
+  const Tensor w = random_tensor(Dims{96}, 122, 1.5f), dy = random_tensor(x.shape(), 123);
+  constexpr LayerNormVariant kRms = LayerNormVariant::RMS;
+  const LayerNormOut c = layernorm_forward(x, w, Tensor(), 1e-6f, kRms);
+  const LayerNormOut g = layernorm_forward(gpu(x), gpu(w), Tensor(), 1e-6f, kRms);
+  expect_close(c.y, g.y, "rms norm");
+  expect_close(c.rstd, g.rstd, "rms norm rstd");
+  expect_close(add_layernorm_forward(x, r, w, Tensor(), 1e-6f, kRms),
+               add_layernorm_forward(gpu(x), gpu(r), gpu(w), Tensor(), 1e-6f, kRms), "rms norm of a sum");
+  const auto saved = [&](Device d) { return d == kGpu ? g : c; };
+  expect_backward_close(x.shape(), [&](Device d, Tensor* s) {
+    layernorm_backward(dy.to(d), x.to(d), w.to(d), saved(d), s, nullptr, nullptr);
+  }, "rms norm dx");
+  expect_backward_close(w.shape(), [&](Device d, Tensor* s) {
+    layernorm_backward(dy.to(d), x.to(d), w.to(d), saved(d), nullptr, s, nullptr);
+  }, "rms norm dweight");
+  const Tensor a = random_tensor(Dims{5, 33}, 124, 3.f), b = random_tensor(a.shape(), 125, 3.f);
+  const Tensor dm = random_tensor(a.shape(), 126);
+  expect_close(mul_forward(a, b), mul_forward(gpu(a), gpu(b)), "mul");
+  expect_backward_close(a.shape(), [&](Device d, Tensor* s) { mul_backward(dm.to(d), a.to(d), b.to(d), s, nullptr); },
+                        "mul da");
+  expect_backward_close(b.shape(), [&](Device d, Tensor* s) { mul_backward(dm.to(d), a.to(d), b.to(d), nullptr, s); },
+                        "mul db");
+}
+
 TEST_F(OpsOnGpu, SoftmaxAndLosses) {
   const Tensor x = random_tensor(Dims{6, 5, 37}, 25, 4.f), dy = random_tensor(x.shape(), 26);
   expect_close(softmax_forward(x), softmax_forward(gpu(x)), "softmax");
@@ -347,6 +375,15 @@ TEST_F(OpsOnGpu, FlashAttentionKeepsNoSoftmaxAndAgreesWithTheCpu) {
     AttentionSaved saved;
     const Tensor out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved, false);
     EXPECT_FALSE(saved.probs.defined()) << what << ": no softmax kept";
+    {  // the forward's other form, each tile loaded when it is needed (QKV_FLASH_PREFETCH=0)
+      ::setenv("QKV_FLASH_PREFETCH", "0", 1);
+      AttentionSaved plain;
+      const Tensor out_plain = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &plain, false);
+      ::unsetenv("QKV_FLASH_PREFETCH");
+      // The same arithmetic in the same order: the same bits.
+      expect_equal(out_g, out_plain, what + " without prefetch");
+      expect_equal(saved.stats, plain.stats, what + " statistics without prefetch");
+    }
     ASSERT_TRUE(saved.stats.defined()) << what;
     EXPECT_EQ(saved.stats.shape(), (Dims{c.B, c.H, c.Tq, 2})) << what;
     expect_close(out_c, out_g, what);
@@ -362,6 +399,88 @@ TEST_F(OpsOnGpu, FlashAttentionKeepsNoSoftmaxAndAgreesWithTheCpu) {
     if (c.p == 0.f && c.Tq >= 16)
       expect_close(out_c, attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, {}, nullptr, true), what + " inference");
   }
+}
+
+// T5's attention: scores unscaled, plus a position bias (Tq, Tk, H) shared by the batch rows, whose
+// gradient (dS summed over the batch) the backward returns. The row kernels (the softmax kept, and
+// decoding's few queries) and the flash kernels (training without the softmax; inference of many
+// queries), against the CPU's attention with its softmax.
+TEST_F(OpsOnGpu, AttentionWithAPositionBias) {
+  struct Case {
+    int64_t B, H, Tq, Tk, dk;
+    bool causal, key_mask;
+    float p;
+  };
+  const Case cases[] = {{2, 3, 7, 9, 16, false, true, 0.f}, {2, 3, 7, 7, 16, true, false, 0.2f},
+                        {2, 2, 70, 70, 64, true, false, 0.f}, {2, 4, 40, 33, 40, false, true, 0.1f},
+                        {3, 2, 1, 12, 8, false, true, 0.f}};
+  uint32_t seed = 300;
+  for (const Case& c : cases) {
+    const std::string what = "biased attention B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " Tq" +
+                             std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) + " dk" + std::to_string(c.dk) +
+                             (c.causal ? " causal" : "") + (c.key_mask ? " key-mask" : "") + (c.p > 0 ? " dropout" : "");
+    const Tensor q = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++, 0.5f);
+    const Tensor k = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++, 0.5f);
+    const Tensor v = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++);
+    const Tensor dout = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++);
+    const Tensor bias = random_tensor(Dims{c.Tq, c.Tk, c.H}, seed++, 2.f);
+    AttentionMasks cpu_masks;
+    cpu_masks.causal = c.causal;
+    cpu_masks.scale_scores = false;
+    cpu_masks.bias = bias;
+    if (c.key_mask) {
+      std::mt19937 gen(seed++);
+      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tk));
+      for (auto& x : keep) x = gen() % 4 != 0;
+      keep[0] = 1;
+      cpu_masks.key_keep = Tensor::from_ids(Dims{c.B, c.Tk}, keep);
+    }
+    AttentionMasks gpu_masks = cpu_masks;
+    gpu_masks.bias = gpu(bias);
+    if (c.key_mask) gpu_masks.key_keep = gpu(cpu_masks.key_keep);
+    const AttentionDropoutSpec drop{c.p, 9, 77};
+    Tensor probs_c, probs_g;
+    const Tensor out_c = attention_forward(q, k, v, cpu_masks, drop, &probs_c);
+    const Tensor out_g = attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &probs_g);
+    expect_close(out_c, out_g, what);
+    expect_close(probs_c, probs_g, what + " probs");
+    AttentionSaved flash;
+    const Tensor out_f = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &flash, false);
+    expect_close(out_c, out_f, what + " (flash)");
+    // Gradients of q, k, v and the bias, from the row kernels (the softmax) and the flash kernels.
+    for (bool use_flash : {false, true}) {
+      const std::string how = use_flash ? " (flash)" : " (softmax kept)";
+      for (int which = 0; which < 4; ++which) {
+        const Dims shape = which == 0 ? q.shape() : which == 3 ? bias.shape() : k.shape();
+        expect_backward_close(shape, [&](Device d, Tensor* s) {
+          Tensor* slots[4] = {nullptr, nullptr, nullptr, nullptr};
+          slots[which] = s;
+          if (d == kGpu)
+            attention_backward(gpu(dout), gpu(q), gpu(k), gpu(v), use_flash ? flash : AttentionSaved{probs_g, {}, {}},
+                               gpu_masks, drop, slots[0], slots[1], slots[2], slots[3]);
+          else
+            attention_backward(dout, q, k, v, probs_c, cpu_masks, drop, slots[0], slots[1], slots[2], slots[3]);
+        }, what + how + " d" + std::string(which == 3 ? "bias" : std::string(1, "qkv"[which])));
+      }
+    }
+    if (c.p == 0.f)
+      expect_close(out_c, attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, {}, nullptr, true), what + " inference");
+  }
+  // A decoding step reads the new position's bias row through beam search's mapped cache.
+  const int64_t B = 3, Bk = 4, H = 2, Tk = 6, dk = 8;
+  const Tensor q = random_tensor(Dims{B, H, 1, dk}, 390), k = random_tensor(Dims{Bk, H, Tk, dk}, 391);
+  const Tensor v = random_tensor(Dims{Bk, H, Tk, dk}, 392), bias = random_tensor(Dims{1, Tk, H}, 393, 2.f);
+  std::vector<int32_t> rows;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < Tk; ++j) rows.push_back(static_cast<int32_t>((b + 2 * j) % Bk));
+  const Tensor key_rows = Tensor::from_ids(Dims{B, Tk}, rows);
+  AttentionMasks cm;
+  cm.scale_scores = false;
+  cm.bias = bias;
+  AttentionMasks gm = cm;
+  gm.bias = gpu(bias);
+  expect_close(attention_forward_mapped(q, k, v, key_rows, cm, nullptr),
+               attention_forward_mapped(gpu(q), gpu(k), gpu(v), gpu(key_rows), gm, nullptr), "mapped biased attention");
 }
 
 // Multi-head attention in training on split-heads views (strided heads), q, k and v one tensor (self-

@@ -39,12 +39,6 @@ void check_masks(const kernels::AttentionDims& d, const AttentionMasks& m) {
                                           << ", " << d.Tk << ", " << d.H << ")");
 }
 
-// The GPU kernels read neither a position bias nor unscaled scores yet.
-void check_t5_off_gpu(const Tensor& q, const AttentionMasks& m) {
-  QKV_CHECK(!on_cuda(q) || (!m.bias.defined() && m.scale_scores),
-            "T5's attention (position bias, unscaled scores) is not implemented on CUDA yet");
-}
-
 kernels::AttentionDims check_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionMasks& m) {
   QKV_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
             "attention: q, k, v must be (B, H, T, dk); got q " << q.shape() << ", k " << k.shape() << ", v "
@@ -105,7 +99,6 @@ void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Ten
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
   QKV_CHECK(probs || stats || inference, "attention: training needs the softmax (probs) for its backward");
   check_same_device("attention", {&q, &k, &v, &out, &key_c, &query_c, &masks.bias});
-  check_t5_off_gpu(q, masks);
   if (probs) *probs = empty_like_device(Dims{d.B, d.H, d.Tq, d.Tk}, q);
   if (on_cuda(q)) {
     if constexpr (cuda::kBuilt) {
@@ -218,6 +211,24 @@ bool backward_through_aliased_slots(Tensor* dq, Tensor* dk, Tensor* dv, Backward
   return true;
 }
 
+// Where the kernels write each head's gradient of the position bias (B, H, Tq, Tk), on q's device:
+// undefined when nobody asked for it (dbias null).
+Tensor bias_grad_rows(const kernels::AttentionDims& d, const Tensor& q, const Tensor* dbias) {
+  return dbias ? empty_like_device(Dims{d.B, d.H, d.Tq, d.Tk}, q) : Tensor();
+}
+
+// dbias (Tq, Tk, H) gets the per-head gradients `rows` summed over the batch, under the slot
+// convention (written when undefined, added to otherwise).
+void sum_bias_grad(const kernels::AttentionDims& d, const Tensor& rows, Tensor* dbias) {
+  if (!dbias) return;
+  Tensor g = empty_like_device(Dims{d.Tq, d.Tk, d.H}, rows);
+  QKV_KERNEL(rows, attention_bias_grad(d, rows.f32(), g.f32()));
+  if (dbias->defined())
+    accumulate(g, dbias);
+  else
+    *dbias = std::move(g);
+}
+
 // The CPU's backward into the heads hq, hk, hv (added to when accumulate is set). dbias, unless
 // null, receives the position bias's gradient (Tq, Tk, H) under the slot convention.
 void backward_on_cpu(const kernels::AttentionDims& d, const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -227,18 +238,12 @@ void backward_on_cpu(const kernels::AttentionDims& d, const Tensor& dout, const 
   QKV_CHECK(probs.defined(), "attention backward: the CPU's backward reads the softmax");
   const int slots = omp_get_max_threads();
   Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
-  Tensor ds = dbias ? Tensor::empty(Dims{d.B, d.H, d.Tq, d.Tk}) : Tensor();  // per head, before the batch sum
+  Tensor ds = bias_grad_rows(d, q, dbias);
   kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
                               v.f32(), heads_view(v), probs.f32(), km, kernel_dropout(dropout), hq.f32(),
                               heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv), accumulate_into,
                               scratch.f32(), slots, dbias ? ds.f32() : nullptr);
-  if (!dbias) return;
-  Tensor g = Tensor::empty(Dims{d.Tq, d.Tk, d.H});
-  kernels::attention_bias_grad(d, ds.f32(), g.f32());
-  if (dbias->defined())
-    accumulate(g, dbias);
-  else
-    *dbias = std::move(g);
+  sum_bias_grad(d, ds, dbias);
 }
 
 // The backward on distinct slots shaped like the op's inputs (q_shape, kv_shape); the kernel
@@ -249,7 +254,6 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
                    const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* dq, Tensor* dk,
                    Tensor* dv, Tensor* dbias, Heads heads) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in), dout = unit_last(dout_in);
-  check_t5_off_gpu(q, masks);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
   // One accumulate flag serves all three outputs: if any slot already holds a gradient, the fresh
@@ -277,19 +281,22 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
   Tensor hq = heads(*slot_q), hk = heads(*slot_k), hv = heads(*slot_v);
   if (on_cuda(q)) {
     if constexpr (cuda::kBuilt) {
+      Tensor ds = bias_grad_rows(d, q, dbias);
+      float* ds_rows = dbias ? ds.f32() : nullptr;
       if (probs.defined()) {
         kernels::cuda::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(),
                                           heads_view(k), v.f32(), heads_view(v), probs.f32(), km,
                                           kernel_dropout(dropout), hq.f32(), heads_view(hq), hk.f32(),
-                                          heads_view(hk), hv.f32(), heads_view(hv), any_defined);
+                                          heads_view(hk), hv.f32(), heads_view(hv), any_defined, ds_rows);
       } else {
         const Tensor out = unit_last(saved.out);
         kernels::cuda::flash_attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(),
                                                 heads_view(k), v.f32(), heads_view(v), out.f32(), heads_view(out),
                                                 saved.stats.f32(), km, kernel_dropout(dropout), hq.f32(),
                                                 heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv),
-                                                any_defined);
+                                                any_defined, ds_rows);
       }
+      sum_bias_grad(d, ds, dbias);
     }
     return;
   }

@@ -32,7 +32,6 @@ int64_t checked_norm_dim(const Tensor& x, const Tensor& weight, const Tensor& bi
                                   << bias.shape());
     QKV_CHECK(weight.shape() == Dims{C},
               op << " (RMS): input " << x.shape() << " needs weight (" << C << "), got " << weight.shape());
-    QKV_CHECK(!x.device().is_cuda(), op << ": RMSNorm is not implemented on CUDA yet");
     return C;
   }
   QKV_CHECK(weight.shape() == Dims{C} && bias.shape() == Dims{C},
@@ -44,33 +43,31 @@ int64_t checked_norm_dim(const Tensor& x, const Tensor& weight, const Tensor& bi
   return C;
 }
 
-// The RMS variant of the ops below, after their checks. Called directly rather than through
-// QKV_KERNEL: there is no CUDA kernel to dispatch to.
+// The RMS variant of the ops below, after their checks.
 LayerNormOut rms_norm_forward(const Tensor& x_in, const Tensor& weight, float eps, int64_t C) {
   const Tensor x = x_in.contiguous(), w = weight.contiguous();
   const int64_t rows = x.numel() / C;
   LayerNormOut out{empty_like_device(x.shape(), x), Tensor(), empty_like_device(Dims{rows}, x), Tensor(),
                    LayerNormVariant::RMS};
-  kernels::rms_norm_forward(out.y.f32(), out.rstd.f32(), x.f32(), w.f32(), rows, C, eps);
+  QKV_KERNEL(x, rms_norm_forward(out.y.f32(), out.rstd.f32(), x.f32(), w.f32(), rows, C, eps));
   return out;
 }
 
 Tensor add_rms_norm_forward(const Tensor& a_in, const Tensor& b_in, const Tensor& weight, float eps, int64_t C) {
   const Tensor a = a_in.contiguous(), b = b_in.contiguous(), w = weight.contiguous();
   Tensor y = empty_like_device(a.shape(), a);
-  kernels::add_rms_norm_forward(y.f32(), a.f32(), b.f32(), w.f32(), a.numel() / C, C, eps);
+  QKV_KERNEL(a, add_rms_norm_forward(y.f32(), a.f32(), b.f32(), w.f32(), a.numel() / C, C, eps));
   return y;
 }
 
 // dbias is left alone (RMSNorm has none); GradSlots' bias gradient is a scratch nobody reads.
 void rms_norm_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight, const LayerNormOut& saved,
                        Tensor* dx, Tensor* dweight) {
-  QKV_CHECK(!x_in.device().is_cuda(), "layernorm backward: RMSNorm is not implemented on CUDA yet");
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), w = weight.contiguous();
   const int64_t C = x.size(-1), rows = x.numel() / C;
   GradSlots g(dx, dweight, nullptr, x.shape(), weight.shape(), x.device());
-  kernels::rms_norm_backward(g.dx->f32(), g.dw->f32(), dy.f32(), x.f32(), saved.rstd.f32(), w.f32(), rows, C,
-                             g.accumulate_dx);
+  QKV_KERNEL(x, rms_norm_backward(g.dx->f32(), g.dw->f32(), dy.f32(), x.f32(), saved.rstd.f32(), w.f32(), rows, C,
+                                  g.accumulate_dx));
 }
 }  // namespace
 

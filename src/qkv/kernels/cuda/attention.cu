@@ -98,7 +98,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t c = threadIdx.x; c < d.dk; c += blockDim.x) qrow[c] = qi[c];
     __syncthreads();
 
-    // Scores: q.k / sqrt(dk) (a division by the float divisor, as the CPU), masked ones the fill.
+    // Scores: q.k / sqrt(dk) (a division by the float divisor, as the CPU; 1 for T5), plus T5's
+    // position bias (Tq, Tk, H) where given; masked ones the fill.
     const bool dropped = mask.query_keep && mask.query_keep[b * d.Tq + i] == 0;
     for (int64_t j = warp; j < d.Tk; j += warps) {
       if (is_masked(mask, d, b, i, j, dropped)) {
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kThreads)
       float s = 0.f;
       for (int64_t c = lane; c < d.dk; c += 32) s += qrow[c] * kj[c];
       s = warp_sum(s);
-      if (lane == 0) row[j] = s / divisor;
+      if (lane == 0) row[j] = mask.bias ? s / divisor + mask.bias[(i * d.Tk + j) * d.H + h] : s / divisor;
     }
     __syncthreads();
 
@@ -145,13 +146,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Backward, per query row r: dPd = dO_i V^T, dP = dropout_mask(dPd), dS = P (dP - dP.P) / sqrt(dk),
-// masked entries 0; writes the row of dS to ds_all and dQ_i = dS_i K. Shared: dS row (Tk) | dO row
-// (dk) | partials.
+// masked entries 0; writes the row of dS to ds_all (and, unless dbias is null, of dS before the
+// division to dbias: T5's bias gradient) and dQ_i = dS_i K. Shared: dS row (Tk) | dO row (dk) |
+// partials.
 __global__ void __launch_bounds__(kThreads)
     attention_backward_rows_kernel(AttentionDims d, const float* dout, HeadsView dos, const float* k, HeadsView ks,
                                    const float* v, HeadsView vs, const float* probs, AttentionMask mask,
-                                   AttentionDropout drop, float* ds_all, float* dq, HeadsView dqs, bool accumulate,
-                                   float inv_divisor, float keep_scale) {
+                                   AttentionDropout drop, float* ds_all, float* dbias, float* dq, HeadsView dqs,
+                                   bool accumulate, float inv_divisor, float keep_scale) {
   extern __shared__ float smem[];
   float* row = smem;
   float* dorow = row + d.Tk;
@@ -190,7 +192,9 @@ __global__ void __launch_bounds__(kThreads)
     float* dsr = ds_all + r * d.Tk;
     for (int64_t j = threadIdx.x; j < d.Tk; j += blockDim.x) {
       // The CPU's order: (P * (dP - dot)) * (1 / sqrt(dk)), then the masked entries zeroed.
-      const float ds = is_masked(mask, d, b, i, j, dropped) ? 0.f : pr[j] * (row[j] - dot) * inv_divisor;
+      const float unscaled = is_masked(mask, d, b, i, j, dropped) ? 0.f : pr[j] * (row[j] - dot);
+      const float ds = unscaled * inv_divisor;
+      if (dbias) dbias[r * d.Tk + j] = unscaled;
       row[j] = ds;
       dsr[j] = ds;
     }
@@ -260,8 +264,22 @@ void allow_shared(Kernel* kernel, size_t bytes, const char* what, const char* si
   QKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-// The CPU's divisor: math.sqrt(d_k) as a double, applied to float scores as that float.
-float divisor_of(int64_t dk) { return static_cast<float>(std::sqrt(static_cast<double>(dk))); }
+// The CPU's divisor: math.sqrt(d_k) as a double, applied to float scores as that float; T5 divides
+// by exactly 1.
+float divisor_of(const AttentionMask& mask, int64_t dk) {
+  return mask.scale_scores ? static_cast<float>(std::sqrt(static_cast<double>(dk))) : 1.f;
+}
+
+// dbias[ij, h] = sum over b of ds[b, h, ij], b in order from 0.f (the CPU's sum), a thread per (ij, h).
+__global__ void bias_grad_kernel(AttentionDims d, const float* ds, float* dbias) {
+  const int64_t area = d.Tq * d.Tk, n = area * d.H;
+  for (int64_t at = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; at < n; at += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t ij = at / d.H, h = at % d.H;
+    float sum = 0.f;
+    for (int64_t b = 0; b < d.B; ++b) sum += ds[(b * d.H + h) * area + ij];
+    dbias[at] = sum;
+  }
+}
 // dropout_row's scale.
 float keep_scale_of(float p) { return p > 0.f ? 1.f / (1.f - p) : 1.f; }
 
@@ -276,18 +294,18 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
   const size_t shared = static_cast<size_t>(d.Tk + d.dk + kThreads) * sizeof(float);
   allow_shared(attention_forward_kernel, shared, "attention_forward", "Tk", d.Tk, "Tk + dk + 256");
   attention_forward_kernel<<<blocks_for(rows), kThreads, shared, qkv::cuda::current_stream()>>>(
-      d, q, qs, k, ks, v, vs, out, os, probs, mask, drop, key_rows, divisor_of(d.dk), keep_scale_of(drop.p));
+      d, q, qs, k, ks, v, vs, out, os, probs, mask, drop, key_rows, divisor_of(mask, d.dk), keep_scale_of(drop.p));
   QKV_CUDA_CHECK_LAUNCH("attention_forward");
 }
 
 void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                         const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
                         const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
-                        float* dk, HeadsView dks, float* dv, HeadsView dvs, bool accumulate) {
+                        float* dk, HeadsView dks, float* dv, HeadsView dvs, bool accumulate, float* dbias) {
   if (d.B <= 0 || d.H <= 0) return;
   const int64_t query_rows = d.B * d.H * d.Tq, key_count = d.B * d.H * d.Tk;
   // As the CPU: 1 / (float divisor), folded into dS.
-  const float inv_divisor = 1.f / divisor_of(d.dk);
+  const float inv_divisor = 1.f / divisor_of(mask, d.dk);
   const float keep_scale = keep_scale_of(drop.p);
   const size_t rows_shared = static_cast<size_t>(d.Tk + d.dk + kThreads) * sizeof(float);
   const size_t keys_shared = static_cast<size_t>(2 * d.Tq + kThreads) * sizeof(float);
@@ -306,7 +324,7 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
     // (or leave the gradient as it was when accumulating).
     if (query_rows > 0) {
       attention_backward_rows_kernel<<<blocks_for(query_rows), kThreads, rows_shared, stream>>>(
-          d, dout, dos, k, ks, v, vs, probs, mask, drop, ds_all, dq, dqs, accumulate, inv_divisor, keep_scale);
+          d, dout, dos, k, ks, v, vs, probs, mask, drop, ds_all, dbias, dq, dqs, accumulate, inv_divisor, keep_scale);
       QKV_CUDA_CHECK_LAUNCH("attention_backward (query rows)");
     }
     if (key_count > 0) {
@@ -323,6 +341,14 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
     if (ds_all) (void)cudaFreeAsync(ds_all, stream);
     throw;
   }
+}
+
+void attention_bias_grad(const AttentionDims& d, const float* ds, float* dbias) {
+  const int64_t n = d.Tq * d.Tk * d.H;
+  if (n <= 0) return;
+  bias_grad_kernel<<<blocks_for((n + kThreads - 1) / kThreads), kThreads, 0, qkv::cuda::current_stream()>>>(d, ds,
+                                                                                                             dbias);
+  QKV_CUDA_CHECK_LAUNCH("attention_bias_grad");
 }
 
 }  // namespace qkv::kernels::cuda

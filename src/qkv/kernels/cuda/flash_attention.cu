@@ -8,6 +8,9 @@
 // CPU's softmax_row computes it (exp(x - max) times 1 / sum). Keeping m and 1 / l rather than one
 // log-sum-exp matters for fully masked rows: with the fill -1e9, m + log(l) rounds back to -1e9.
 //
+// T5's attention: s_j = q_i . k_j (no division) + bias(i, j, h); the backward then also writes the
+// bias's gradient per head, P (dP - D) where not masked, for the ops to sum over the batch.
+//
 // Backward, with Pd = dropout(P), dP = dropout_mask(dO V^T) and D_i = sum_j dP_ij P_ij:
 //   D_i = dO_i . O_i          (O = Pd V, so dO_i . O_i = sum_j P_ij dropout_mask(dO_i . v_j))
 //   dS_ij = P_ij (dP_ij - D_i) / sqrt(dk), 0 where masked (kernels/attention.h)
@@ -29,6 +32,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <type_traits>
 
 #include "qkv/core/cuda_check.h"
@@ -49,8 +54,9 @@ struct FlashArgs {
   AttentionDims d;
   AttentionMask mask;
   AttentionDropout drop;
-  float divisor;      // the CPU's float sqrt(dk)
+  float divisor;      // the CPU's float sqrt(dk), or 1 (T5's unscaled scores)
   float inv_divisor;  // 1 / divisor, as the CPU's backward
+  float* dbias_rows;  // the backward's (B, H, Tq, Tk) dS before the 1 / divisor (T5's bias gradient), or null
   float keep_scale;   // 1 / (1 - p)
   bool skip_causal;   // causal, no padding masks, Tk >= Tq
 };
@@ -67,6 +73,14 @@ __device__ __forceinline__ bool masked_at(const FlashArgs& a, int64_t b, int64_t
   const AttentionMask& m = a.mask;
   return (m.causal && j > i + (a.d.Tk - a.d.Tq)) || (m.key_keep && m.key_keep[b * a.d.Tk + j] == 0) ||
          row_dropped(a, b, i);
+}
+
+// kernels/attention.h's score before masking: q.k / divisor, plus T5's position bias (Tq, Tk, H)
+// where one is given. `inside` (i < Tq, j < Tk) guards the bias's read at the tiles' edges.
+__device__ __forceinline__ float scaled_score(const FlashArgs& a, float qk, int64_t h, int64_t i, int64_t j,
+                                              bool inside) {
+  const float s = qk / a.divisor;
+  return a.mask.bias && inside ? s + a.mask.bias[(i * a.d.Tk + j) * a.d.H + h] : s;
 }
 
 // The keys a block of query rows up to i_last needs: every key, or up to the diagonal.
@@ -229,7 +243,9 @@ __device__ __forceinline__ bool tile_has_masks(const FlashArgs& a, int64_t row0,
   return queries_are_rows ? col0 + count - 1 > row0 + offset : row0 + kRows - 1 > col0 + offset;
 }
 
-template <int D>
+// kPrefetch: the next tile's loads are issued before the current tile's products (they overlap, at
+// the cost of registers, hence of resident blocks); without it each tile is loaded when it is needed.
+template <int D, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(FlashArgs a, const float* q, HeadsView qs, const float* k, HeadsView ks, const float* v,
                          HeadsView vs, float* out, HeadsView os, float* stats) {
@@ -248,8 +264,10 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j_end = keys_end(a, min64(i0 + kRows, d.Tq) - 1);
     __syncthreads();  // the previous block's readers are done
     load_k_major<D>(Qt, kLdRows, kRows, q, qs, b, h, i0, d.Tq - i0, d.dk);
-    next_k.load(k, ks, b, h, 0, min64(kTile, j_end), d.dk);
-    next_v.load(v, vs, b, h, 0, min64(kTile, j_end), d.dk);
+    if constexpr (kPrefetch) {
+      next_k.load(k, ks, b, h, 0, min64(kTile, j_end), d.dk);
+      next_v.load(v, vs, b, h, 0, min64(kTile, j_end), d.dk);
+    }
     float o[4][N], m[4], l[4];
     zero(o);
 #pragma unroll
@@ -257,10 +275,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t j0 = 0; j0 < j_end; j0 += kTile) {
       const int64_t count = min64(kTile, j_end - j0);
       __syncthreads();  // the previous tile's readers are done
+      if constexpr (!kPrefetch) {
+        next_k.load(k, ks, b, h, j0, count, d.dk);
+        next_v.load(v, vs, b, h, j0, count, d.dk);
+      }
       next_k.store_k_major(Kt, kLdTile);
       next_v.store_row_major(Vr);
       __syncthreads();
-      if (j0 + kTile < j_end) {  // the next tile's loads run while this one is multiplied
+      if (kPrefetch && j0 + kTile < j_end) {  // the next tile's loads run while this one is multiplied
         next_k.load(k, ks, b, h, j0 + kTile, min64(kTile, j_end - j0 - kTile), d.dk);
         next_v.load(v, vs, b, h, j0 + kTile, min64(kTile, j_end - j0 - kTile), d.dk);
       }
@@ -276,7 +298,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int jj = 2 * tx + c;
-          s[r][c] = masks && i < d.Tq && jj < count && masked_at(a, b, i, j0 + jj) ? a.mask.fill : s[r][c] / a.divisor;
+          const bool inside = i < d.Tq && jj < count;
+          s[r][c] = masks && inside && masked_at(a, b, i, j0 + jj) ? a.mask.fill
+                                                                   : scaled_score(a, s[r][c], h, i, j0 + jj, inside);
           if (jj < count) tile_max = fmaxf(tile_max, s[r][c]);
         }
         tile_max = across_row(tile_max, detail::Max{});
@@ -395,11 +419,15 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = 0; c < 2; ++c) {
           const int64_t i = i0 + 4 * ty + r;
           const int jj = 2 * tx + c;
-          const bool live = i < d.Tq && jj < count && !(masks && masked_at(a, b, i, j0 + jj));
-          const float p = expf(s[r][c] / a.divisor - m[r]) * inv[r];
+          const bool inside = i < d.Tq && jj < count;
+          const bool live = inside && !(masks && masked_at(a, b, i, j0 + jj));
+          const float p = expf(scaled_score(a, s[r][c], h, i, j0 + jj, inside) - m[r]) * inv[r];
           float g = dp[r][c];
           if (a.drop.p > 0.f) g = live && dropout_kept(a, bh, i, j0 + jj) ? g * a.keep_scale : 0.f;
-          ds[r][c] = live ? p * (g - Di[r]) * a.inv_divisor : 0.f;
+          // The CPU's order: dS = (P (dP - D)) / divisor, the bias's gradient the part in brackets.
+          const float dbias = live ? p * (g - Di[r]) : 0.f;
+          if (a.dbias_rows && inside) a.dbias_rows[(bh * d.Tq + i) * d.Tk + j0 + jj] = dbias;
+          ds[r][c] = dbias * a.inv_divisor;
         }
 #pragma unroll
       for (int c = 0; c < 2; ++c)
@@ -486,7 +514,7 @@ __global__ void __launch_bounds__(kThreads)
           const int64_t i = i0 + ii, j = j0 + 4 * ty + r;
           const bool present = ii < count && j < d.Tk;
           const bool masked = !present || (masks && masked_at(a, b, i, j));
-          const float sc = masked ? a.mask.fill : s[r][c] / a.divisor;
+          const float sc = masked ? a.mask.fill : scaled_score(a, s[r][c], h, i, j, true);
           const float p = present ? expf(sc - mt[ii]) * invt[ii] : 0.f;
           float g = dp[r][c];
           pd[r][c] = p;
@@ -519,7 +547,7 @@ FlashArgs flash_args(const AttentionDims& d, const AttentionMask& mask, const At
   a.d = d;
   a.mask = mask;
   a.drop = drop;
-  a.divisor = static_cast<float>(std::sqrt(static_cast<double>(d.dk)));
+  a.divisor = mask.scale_scores ? static_cast<float>(std::sqrt(static_cast<double>(d.dk))) : 1.f;
   a.inv_divisor = 1.f / a.divisor;
   a.keep_scale = drop.p > 0.f ? 1.f / (1.f - drop.p) : 1.f;
   a.skip_causal = mask.causal && !mask.key_keep && !mask.query_keep && d.Tk >= d.Tq;
@@ -561,11 +589,20 @@ void flash_attention_forward(const AttentionDims& d, const float* q, HeadsView q
   if (d.B * d.H == 0) return;
   const FlashArgs a = flash_args(d, mask, drop);
   const int64_t blocks = d.B * d.H * ((d.Tq + kRows - 1) / kRows);
+  // QKV_FLASH_PREFETCH=0 (read at each call, so that a bench can time both) loads tiles as needed.
+  const char* prefetch_env = std::getenv("QKV_FLASH_PREFETCH");
+  const bool prefetch = !(prefetch_env && std::string_view(prefetch_env) == "0");
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t bytes = shared_bytes(flash_forward_kernel<D>, forward_floats<D>());
-    flash_forward_kernel<D><<<grid_for(blocks), kThreads, bytes, qkv::cuda::current_stream()>>>(a, q, qs, k, ks, v, vs,
-                                                                                                 out, os, stats);
+    const auto launch = [&](auto kernel) {
+      const size_t bytes = shared_bytes(kernel, forward_floats<D>());
+      kernel<<<grid_for(blocks), kThreads, bytes, qkv::cuda::current_stream()>>>(a, q, qs, k, ks, v, vs, out, os,
+                                                                                stats);
+    };
+    if (prefetch)
+      launch(flash_forward_kernel<D, true>);
+    else
+      launch(flash_forward_kernel<D, false>);
   });
   QKV_CUDA_CHECK_LAUNCH("flash_attention_forward");
 }
@@ -574,12 +611,15 @@ void flash_attention_backward(const AttentionDims& d, const float* dout, HeadsVi
                               const float* k, HeadsView ks, const float* v, HeadsView vs, const float* out,
                               HeadsView os, const float* stats, const AttentionMask& mask,
                               const AttentionDropout& drop, float* dq, HeadsView dqs, float* dk, HeadsView dks,
-                              float* dv, HeadsView dvs, bool accumulate) {
+                              float* dv, HeadsView dvs, bool accumulate, float* dbias_rows) {
   QKV_CHECK(flash_attention_fits(d), "flash attention backward: dk = " << d.dk << ", Tq = " << d.Tq << ", Tk = "
                                                                        << d.Tk);
   if (d.B * d.H == 0) return;
-  const FlashArgs a = flash_args(d, mask, drop);
+  FlashArgs a = flash_args(d, mask, drop);
+  a.dbias_rows = dbias_rows;
   cudaStream_t stream = qkv::cuda::current_stream();
+  if (dbias_rows)  // the tiles a causal mask skips are never visited: their entries stay 0
+    QKV_CUDA_CHECK(cudaMemsetAsync(dbias_rows, 0, static_cast<size_t>(d.B * d.H * d.Tq * d.Tk) * sizeof(float), stream));
   detail::Scratch rowdot(static_cast<size_t>(d.B * d.H * d.Tq) * sizeof(float), stream);
   rowdot_kernel<<<grid_for((d.B * d.H * d.Tq + 7) / 8), 256, 0, stream>>>(d, dout, dos, out, os, rowdot.as<float>());
   QKV_CUDA_CHECK_LAUNCH("flash_attention_backward (dO . O)");

@@ -20,11 +20,13 @@ void flash_attention_forward(const AttentionDims& d, const float* q, HeadsView q
                              const float* v, HeadsView vs, float* out, HeadsView os, float* stats,
                              const AttentionMask& mask, const AttentionDropout& drop);
 
-// dq, dk, dv (written, or added to when accumulate) from the forward's out and stats.
+// dq, dk, dv (written, or added to when accumulate) from the forward's out and stats. dbias_rows,
+// unless null, gets each head's gradient of the position bias, (B, H, Tq, Tk), as the CPU's
+// kernels::attention_backward writes it (kernels::cuda::attention_bias_grad sums it over the batch).
 void flash_attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                               const float* k, HeadsView ks, const float* v, HeadsView vs, const float* out,
                               HeadsView os, const float* stats, const AttentionMask& mask,
                               const AttentionDropout& drop, float* dq, HeadsView dqs, float* dk, HeadsView dks,
-                              float* dv, HeadsView dvs, bool accumulate);
+                              float* dv, HeadsView dvs, bool accumulate, float* dbias_rows = nullptr);
 
 }  // namespace qkv::kernels::cuda

@@ -99,6 +99,11 @@ void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* d
                                              const float* y, const float* rdenom, const float* stddev,
                                              const float* weight, const float* bias, int64_t rows, int64_t C,
                                              bool accumulate_dx);
+void rms_norm_forward(float* y, float* rstd, const float* x, const float* weight, int64_t rows, int64_t C, float eps);
+void add_rms_norm_forward(float* y, const float* a, const float* b, const float* weight, int64_t rows, int64_t C,
+                          float eps);
+void rms_norm_backward(float* dx, float* dweight, const float* dy, const float* x, const float* rstd,
+                       const float* weight, int64_t rows, int64_t C, bool accumulate_dx);
 
 // ---- embedding (kernels/embedding.h) ------------------------------------------------------------
 // Ids are checked here, on the device: the position n of the first id outside [0, V) is returned
@@ -131,9 +136,13 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
                        const float* v, HeadsView vs, float* out, HeadsView os, float* probs,
                        const AttentionMask& mask, const AttentionDropout& drop, const KeyRows& key_rows = {});
 // dq, dk, dv are written, or added to when accumulate is set. probs is the forward's softmax.
+// dbias, unless null: each head's gradient of the position bias, (B, H, Tq, Tk), as the CPU's.
 void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                         const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
                         const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
-                        float* dk, HeadsView dks, float* dv, HeadsView dvs, bool accumulate);
+                        float* dk, HeadsView dks, float* dv, HeadsView dvs, bool accumulate,
+                        float* dbias = nullptr);
+// dbias (Tq, Tk, H) = ds (B, H, Tq, Tk) summed over B in order, as kernels::attention_bias_grad.
+void attention_bias_grad(const AttentionDims& d, const float* ds, float* dbias);
 
 }  // namespace qkv::kernels::cuda

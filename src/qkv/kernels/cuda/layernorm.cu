@@ -8,6 +8,7 @@
 //   (or 1 / (std + eps)) in double, rounded to float; y = fma((x - mean) * rstd, weight, bias).
 //   backward: per-row sums of g = dy * w and g * xhat in float; dx = rstd * fma(-xhat, gx,
 //   fma(dy, w, -mean_g)), added as fma(rstd, ..., dx); dweight += sum dy * xhat, dbias += sum dy.
+// RMSNorm (T5) is the same kernels with the mean taken as 0 and no bias: y = (x * rstd) * weight.
 // Only the order of the sums differs from the CPU's serial loops (a tree here): the float sums of
 // the backward therefore agree to rounding, the double ones of the forward almost always to the bit.
 #include <algorithm>
@@ -38,7 +39,11 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_
 // normalised there (add_layernorm_forward); each thread reads back only the columns it wrote, so no
 // barrier is needed for them, and y may be x. mean / stat / stddev may be null. stat is rstd, or
 // rdenom = 1 / (std + eps) with the unbiased std when kUnbiased.
-template <bool kUnbiased>
+// Which normalisation a forward computes: nn.LayerNorm's, seed 003's (unbiased std), or T5's RMSNorm
+// (no mean, no bias: y = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps)).
+enum class Norm { Standard, Unbiased, Rms };
+
+template <Norm kNorm>
 __global__ void layernorm_forward_kernel(float* y, float* mean, float* stat, float* stddev, const float* x,
                                          const float* addend, const float* weight, const float* bias,
                                          int64_t rows, int64_t C, float eps) {
@@ -50,9 +55,12 @@ __global__ void layernorm_forward_kernel(float* y, float* mean, float* stat, flo
       for (int64_t c = threadIdx.x; c < C; c += blockDim.x) yr[c] = xr[c] + ar[c];
       xr = yr;
     }
-    double sum = 0.0;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += xr[c];
-    const double m = block_sum(sum) / static_cast<double>(C);
+    double m = 0.0;  // RMSNorm: the squares' sum is the deviations' from 0, as the CPU's
+    if constexpr (kNorm != Norm::Rms) {
+      double sum = 0.0;
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) sum += xr[c];
+      m = block_sum(sum) / static_cast<double>(C);
+    }
     double sq = 0.0;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
       const double d = static_cast<double>(xr[c]) - m;
@@ -60,7 +68,7 @@ __global__ void layernorm_forward_kernel(float* y, float* mean, float* stat, flo
     }
     const double sum_sq = block_sum(sq);
     float rs;
-    if constexpr (kUnbiased) {
+    if constexpr (kNorm == Norm::Unbiased) {
       const double s = sqrt(sum_sq / static_cast<double>(C - 1));  // torch's x.std(-1): C - 1
       if (stddev && threadIdx.x == 0) stddev[r] = static_cast<float>(s);
       rs = static_cast<float>(1.0 / (s + static_cast<double>(eps)));
@@ -68,8 +76,12 @@ __global__ void layernorm_forward_kernel(float* y, float* mean, float* stat, flo
       rs = static_cast<float>(1.0 / sqrt(sum_sq / static_cast<double>(C) + static_cast<double>(eps)));
     }
     const float mf = static_cast<float>(m);
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
-      yr[c] = fmaf(__fmul_rn(__fsub_rn(xr[c], mf), rs), weight[c], bias[c]);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+      if constexpr (kNorm == Norm::Rms)
+        yr[c] = __fmul_rn(__fmul_rn(xr[c], rs), weight[c]);  // T5's order: weight * (x * rstd)
+      else
+        yr[c] = fmaf(__fmul_rn(__fsub_rn(xr[c], mf), rs), weight[c], bias[c]);
+    }
     if (threadIdx.x == 0) {
       if (mean) mean[r] = mf;
       if (stat) stat[r] = rs;
@@ -77,11 +89,11 @@ __global__ void layernorm_forward_kernel(float* y, float* mean, float* stat, flo
   }
 }
 
-template <bool kUnbiased>
+template <Norm kNorm>
 void launch_forward(const char* name, float* y, float* mean, float* stat, float* stddev, const float* x,
                     const float* addend, const float* weight, const float* bias, int64_t rows, int64_t C, float eps) {
   if (rows <= 0 || C <= 0) return;
-  layernorm_forward_kernel<kUnbiased><<<row_blocks(rows), row_threads(C), 0, qkv::cuda::current_stream()>>>(
+  layernorm_forward_kernel<kNorm><<<row_blocks(rows), row_threads(C), 0, qkv::cuda::current_stream()>>>(
       y, mean, stat, stddev, x, addend, weight, bias, rows, C, eps);
   QKV_CUDA_CHECK_LAUNCH(name);
 }
@@ -106,6 +118,13 @@ struct XHatFromOutput {
   }
 };
 
+// xhat = x * rstd (RMSNorm: no mean).
+struct XHatRms {
+  const float *x, *rstd;
+  int64_t C;
+  __device__ float operator()(int64_t r, int64_t c) const { return __fmul_rn(x[r * C + c], rstd[r]); }
+};
+
 // nn.LayerNorm's coefficient of xhat in dx: mean(g * xhat) = sum_gx / C (a float division).
 struct MeanOver {
   int64_t C;
@@ -125,9 +144,11 @@ struct UnbiasedStdTerm {
 };
 
 // dx of one row per block (grid-stride over rows): rstd * (g - mean(g) - xhat * gx_term(sum g xhat)).
+// Not centred (RMSNorm), the mean(g) term is 0: there is no mean to differentiate through.
 template <class XHat, class GxTerm>
 __global__ void layernorm_dx_kernel(float* dx, const float* dy, const float* rstd, const float* weight,
-                                    int64_t rows, int64_t C, bool accumulate_dx, XHat xhat_of, GxTerm gx_term) {
+                                    int64_t rows, int64_t C, bool accumulate_dx, XHat xhat_of, GxTerm gx_term,
+                                    bool centred) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* dyr = dy + r * C;
     float sum_g = 0.f, sum_gx = 0.f;
@@ -136,7 +157,8 @@ __global__ void layernorm_dx_kernel(float* dx, const float* dy, const float* rst
       sum_g += g;
       sum_gx = fmaf(g, xhat_of(r, c), sum_gx);
     }
-    const float mean_g = __fdiv_rn(block_sum(sum_g), static_cast<float>(C));
+    const float total_g = block_sum(sum_g);
+    const float mean_g = centred ? __fdiv_rn(total_g, static_cast<float>(C)) : 0.f;
     const float gx = gx_term(r, block_sum(sum_gx));
     const float rs = rstd[r];
     float* dxr = dx + r * C;
@@ -187,19 +209,20 @@ __global__ void add_param_partials_kernel(float* dweight, float* dbias, const fl
       tb += part_b[s * C + c];
     }
     dweight[c] += tw;
-    dbias[c] += tb;
+    if (dbias) dbias[c] += tb;
   }
 }
 
-// Every backward: dx per row, then dweight / dbias (always accumulated, never null: as the CPU).
+// Every backward: dx per row, then dweight / dbias (always accumulated, as the CPU; dbias null for
+// RMSNorm, which has none).
 template <class XHat, class GxTerm>
 void launch_backward(const char* name, float* dx, float* dweight, float* dbias, const float* dy, const float* rstd,
                      const float* weight, int64_t rows, int64_t C, bool accumulate_dx, XHat xhat_of,
-                     GxTerm gx_term) {
+                     GxTerm gx_term, bool centred = true) {
   if (rows <= 0 || C <= 0) return;
   cudaStream_t stream = qkv::cuda::current_stream();
   layernorm_dx_kernel<<<row_blocks(rows), row_threads(C), 0, stream>>>(dx, dy, rstd, weight, rows, C,
-                                                                        accumulate_dx, xhat_of, gx_term);
+                                                                        accumulate_dx, xhat_of, gx_term, centred);
   QKV_CUDA_CHECK_LAUNCH(name);
   // About 64 rows per split, at most 128 splits.
   const int64_t splits = std::min<int64_t>(128, (rows + 63) / 64);
@@ -219,15 +242,15 @@ void launch_backward(const char* name, float* dx, float* dweight, float* dbias, 
 
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* weight,
                        const float* bias, int64_t rows, int64_t C, float eps) {
-  launch_forward<false>("layernorm_forward", y, mean, rstd, nullptr, x, nullptr, weight, bias, rows, C, eps);
+  launch_forward<Norm::Standard>("layernorm_forward", y, mean, rstd, nullptr, x, nullptr, weight, bias, rows, C, eps);
 }
 
 void add_layernorm_forward(float* y, const float* a, const float* b, const float* weight, const float* bias,
                            int64_t rows, int64_t C, float eps, bool unbiased) {
   if (unbiased)
-    launch_forward<true>("add_layernorm_forward", y, nullptr, nullptr, nullptr, a, b, weight, bias, rows, C, eps);
+    launch_forward<Norm::Unbiased>("add_layernorm_forward", y, nullptr, nullptr, nullptr, a, b, weight, bias, rows, C, eps);
   else
-    launch_forward<false>("add_layernorm_forward", y, nullptr, nullptr, nullptr, a, b, weight, bias, rows, C, eps);
+    launch_forward<Norm::Standard>("add_layernorm_forward", y, nullptr, nullptr, nullptr, a, b, weight, bias, rows, C, eps);
 }
 
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dy, const float* x,
@@ -246,7 +269,7 @@ void layernorm_backward_from_output(float* dx, float* dweight, float* dbias, con
 
 void layernorm_unbiased_forward(float* y, float* mean, float* rdenom, float* stddev, const float* x,
                                 const float* weight, const float* bias, int64_t rows, int64_t C, float eps) {
-  launch_forward<true>("layernorm_unbiased_forward", y, mean, rdenom, stddev, x, nullptr, weight, bias, rows, C,
+  launch_forward<Norm::Unbiased>("layernorm_unbiased_forward", y, mean, rdenom, stddev, x, nullptr, weight, bias, rows, C,
                        eps);
 }
 
@@ -263,6 +286,21 @@ void layernorm_unbiased_backward_from_output(float* dx, float* dweight, float* d
                                              bool accumulate_dx) {
   launch_backward("layernorm_unbiased_backward_from_output", dx, dweight, dbias, dy, rdenom, weight, rows, C,
                   accumulate_dx, XHatFromOutput{y, weight, bias, C}, UnbiasedStdTerm{rdenom, stddev, C});
+}
+
+void rms_norm_forward(float* y, float* rstd, const float* x, const float* weight, int64_t rows, int64_t C, float eps) {
+  launch_forward<Norm::Rms>("rms_norm_forward", y, nullptr, rstd, nullptr, x, nullptr, weight, nullptr, rows, C, eps);
+}
+
+void add_rms_norm_forward(float* y, const float* a, const float* b, const float* weight, int64_t rows, int64_t C,
+                          float eps) {
+  launch_forward<Norm::Rms>("add_rms_norm_forward", y, nullptr, nullptr, nullptr, a, b, weight, nullptr, rows, C, eps);
+}
+
+void rms_norm_backward(float* dx, float* dweight, const float* dy, const float* x, const float* rstd,
+                       const float* weight, int64_t rows, int64_t C, bool accumulate_dx) {
+  launch_backward("rms_norm_backward", dx, dweight, nullptr, dy, rstd, weight, rows, C, accumulate_dx,
+                  XHatRms{x, rstd, C}, MeanOver{C}, /*centred=*/false);
 }
 
 }  // namespace qkv::kernels::cuda
