@@ -375,14 +375,14 @@ TEST_F(OpsOnGpu, FlashAttentionKeepsNoSoftmaxAndAgreesWithTheCpu) {
     AttentionSaved saved;
     const Tensor out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved, false);
     EXPECT_FALSE(saved.probs.defined()) << what << ": no softmax kept";
-    {  // the forward's other form, each tile loaded when it is needed (QKV_FLASH_PREFETCH=0)
-      ::setenv("QKV_FLASH_PREFETCH", "0", 1);
-      AttentionSaved plain;
-      const Tensor out_plain = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &plain, false);
+    {  // the forward's other form, the next tile prefetched (QKV_FLASH_PREFETCH=1)
+      ::setenv("QKV_FLASH_PREFETCH", "1", 1);
+      AttentionSaved prefetched;
+      const Tensor out_prefetched = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &prefetched, false);
       ::unsetenv("QKV_FLASH_PREFETCH");
       // The same arithmetic in the same order: the same bits.
-      expect_equal(out_g, out_plain, what + " without prefetch");
-      expect_equal(saved.stats, plain.stats, what + " statistics without prefetch");
+      expect_equal(out_g, out_prefetched, what + " with prefetch");
+      expect_equal(saved.stats, prefetched.stats, what + " statistics with prefetch");
     }
     ASSERT_TRUE(saved.stats.defined()) << what;
     EXPECT_EQ(saved.stats.shape(), (Dims{c.B, c.H, c.Tq, 2})) << what;
