@@ -129,7 +129,10 @@ void linear_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows
   }
 }
 
-void attention_rows(const Args& a, std::vector<Row>* rows) {
+// Attention's forward and backward in `precision`: float32 flash kernels, or in bf16 precision their
+// tensor-core form (kernels/cuda/flash_attention_bf16.cu).
+void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows) {
+  const ops::ProductPrecisionScope scope(precision);
   const int64_t B = a.batch, T = a.block, H = a.heads, D = a.d_model, dk = D / H;
   const Tensor x = random_on_gpu(Dims{B, T, 3 * D}, 5, 2.f);
   const Tensor q = x.narrow(2, 0, D), k = x.narrow(2, D, D), v = x.narrow(2, 2 * D, D);
@@ -145,19 +148,22 @@ void attention_rows(const Args& a, std::vector<Row>* rows) {
     Tensor dq, dkk, dv;
     ops::multi_head_attention_backward(dy, q, k, v, H, saved, masks, {}, &dq, &dkk, &dv);
   });
-  // The forward with the next tile prefetched (kernels/cuda/flash_attention.cu), timed beside it on
-  // the same GPU; not a row of the step (the rows add up to it).
-  ::setenv("QKV_FLASH_PREFETCH", "1", 1);
-  const double fwd_prefetch = gpu_seconds(a.reps, [&] {
-    (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
-  });
-  ::unsetenv("QKV_FLASH_PREFETCH");
-  std::printf("attention forward, one layer: %.3f ms loading tiles as needed (the default), %.3f ms with the next "
-              "tile prefetched\n", fwd * 1e3, fwd_prefetch * 1e3);
+  if (precision == ops::Precision::Float32) {
+    // The forward with the next tile prefetched (kernels/cuda/flash_attention.cu), timed beside it on
+    // the same GPU; not a row of the step (the rows add up to it).
+    ::setenv("QKV_FLASH_PREFETCH", "1", 1);
+    const double fwd_prefetch = gpu_seconds(a.reps, [&] {
+      (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
+    });
+    ::unsetenv("QKV_FLASH_PREFETCH");
+    std::printf("attention forward, one layer: %.3f ms loading tiles as needed (the default), %.3f ms with the next "
+                "tile prefetched\n", fwd * 1e3, fwd_prefetch * 1e3);
+  }
+  const char* form = precision == ops::Precision::BF16 ? "bf16 tensor cores" : "f32";
   char line[160];
-  std::snprintf(line, sizeof line, "attention fwd, flash f32 (%.1f TFLOP/s)", flops / fwd * 1e-12);
+  std::snprintf(line, sizeof line, "attention fwd, flash %s (%.1f TFLOP/s)", form, flops / fwd * 1e-12);
   rows->push_back({line, fwd, a.layers});
-  std::snprintf(line, sizeof line, "attention bwd, flash f32 (%.1f TFLOP/s of 2x fwd)", 2 * flops / bwd * 1e-12);
+  std::snprintf(line, sizeof line, "attention bwd, flash %s (%.1f TFLOP/s of 2x fwd)", form, 2 * flops / bwd * 1e-12);
   rows->push_back({line, bwd, a.layers});
 }
 
@@ -276,11 +282,11 @@ int main(int argc, char** argv) {
               static_cast<long long>(a.layers), static_cast<long long>(a.d_model), static_cast<long long>(a.heads),
               static_cast<long long>(a.vocab));
   std::vector<Row> common;
-  attention_rows(a, &common);
   other_rows(a, &common);
   for (ops::Precision p : {ops::Precision::Float32, ops::Precision::BF16}) {
     std::vector<Row> rows;
     linear_rows(a, p, &rows);
+    attention_rows(a, p, &rows);
     rows.insert(rows.end(), common.begin(), common.end());
     print_rows(rows, ops::precision_name(p));
   }

@@ -16,7 +16,9 @@
 
 #include "qkv/core/buffer_pool.h"
 #include "qkv/core/cuda_runtime.h"
+#include "qkv/kernels/cuda/flash_attention.h"
 #include "qkv/ops/ops.h"
+#include "qkv/ops/precision.h"
 
 namespace qkv::ops {
 namespace {
@@ -63,15 +65,15 @@ void expect_equal(const Tensor& cpu, const Tensor& on_gpu, const std::string& wh
 
 // A backward op run twice on each device: into a fresh slot, then into a slot holding a gradient.
 template <class Backward>
-void expect_backward_close(const Dims& shape, Backward backward, const std::string& what) {
+void expect_backward_close(const Dims& shape, Backward backward, const std::string& what, double tol = kTol) {
   Tensor cpu_slot, gpu_slot;
   backward(Device::cpu(), &cpu_slot);
   backward(kGpu, &gpu_slot);
-  expect_close(cpu_slot, gpu_slot, what + " (fresh slot)");
+  expect_close(cpu_slot, gpu_slot, what + " (fresh slot)", tol);
   Tensor cpu_acc = random_tensor(shape, 99), gpu_acc = gpu(cpu_acc);
   backward(Device::cpu(), &cpu_acc);
   backward(kGpu, &gpu_acc);
-  expect_close(cpu_acc, gpu_acc, what + " (accumulated)");
+  expect_close(cpu_acc, gpu_acc, what + " (accumulated)", tol);
 }
 
 class OpsOnGpu : public ::testing::Test {
@@ -535,6 +537,96 @@ TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
       matmul_backward(dc.to(d), a.to(d), c.to(d), true, which == 0 ? s : nullptr, which == 1 ? s : nullptr,
                       Precision::BF16);
     }, std::string("bf16 matmul backward d") + "ab"[which]);
+}
+
+// bf16 precision on a GPU runs the flash attention on the tensor cores: Q, K, V, dO, the
+// probabilities and dS rounded to bf16, sums and softmax float32. Against the CPU's float32 attention
+// of the bf16-rounded q, k, v and dO: within 1e-2 of the largest value (bf16 keeps 8 bits; an index or
+// fragment-layout error is off by the values themselves), and apart from the float32 kernels' result.
+// Every mask, dropout, T5's bias with unscaled scores, each compiled head width, rows past one block.
+TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
+  if (!kernels::cuda::flash_bf16_supported()) GTEST_SKIP() << "this GPU has no bf16 tensor cores";
+  constexpr double kBf16Tol = 1e-2;
+  struct Case {
+    int64_t B, H, Tq, Tk, dk;
+    bool causal, key_mask, query_mask, bias;
+    float p;
+  };
+  const Case cases[] = {
+      {2, 3, 7, 9, 16, false, true, true, false, 0.f},     {2, 3, 7, 9, 16, true, true, true, false, 0.2f},
+      {2, 2, 130, 130, 64, true, false, false, false, 0.f},  // causal tiles skipped, rows past two blocks
+      {1, 2, 40, 100, 64, true, false, false, false, 0.1f}, {2, 2, 65, 33, 40, false, true, false, false, 0.f},
+      {1, 3, 35, 35, 80, true, false, true, false, 0.f},    {1, 1, 70, 47, 128, false, true, false, false, 0.3f},
+      {2, 2, 20, 30, 3, false, false, false, false, 0.f},   {2, 4, 40, 33, 40, false, true, false, true, 0.1f},
+      {2, 2, 70, 70, 64, true, false, false, true, 0.f},
+  };
+  const auto rounded = [](const Tensor& t) { return t.to(DType::BF16).to(DType::F32); };
+  uint32_t seed = 500;
+  for (const Case& c : cases) {
+    const std::string what = "bf16 flash attention B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " Tq" +
+                             std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) + " dk" + std::to_string(c.dk) +
+                             (c.causal ? " causal" : "") + (c.key_mask ? " key-mask" : "") +
+                             (c.query_mask ? " query-mask" : "") + (c.bias ? " bias" : "") + (c.p > 0 ? " dropout" : "");
+    const Tensor q = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++, 1.f);
+    const Tensor k = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++, 1.f);
+    const Tensor v = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++);
+    const Tensor dout = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++);
+    AttentionMasks cpu_masks;
+    cpu_masks.causal = c.causal;
+    std::mt19937 gen(seed++);
+    if (c.key_mask) {
+      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tk));
+      for (auto& x : keep) x = gen() % 4 != 0;
+      cpu_masks.key_keep = Tensor::from_ids(Dims{c.B, c.Tk}, keep);
+    }
+    if (c.query_mask) {
+      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tq));
+      for (auto& x : keep) x = gen() % 3 != 0;
+      cpu_masks.query_keep = Tensor::from_ids(Dims{c.B, c.Tq}, keep);
+    }
+    if (c.bias) {
+      cpu_masks.bias = random_tensor(Dims{c.Tq, c.Tk, c.H}, seed++, 2.f);
+      cpu_masks.scale_scores = false;
+    }
+    AttentionMasks gpu_masks = cpu_masks;
+    if (c.key_mask) gpu_masks.key_keep = gpu(cpu_masks.key_keep);
+    if (c.query_mask) gpu_masks.query_keep = gpu(cpu_masks.query_keep);
+    if (c.bias) gpu_masks.bias = gpu(cpu_masks.bias);
+    const AttentionDropoutSpec drop{c.p, 11, 321};
+    const Tensor qr = rounded(q), kr = rounded(k), vr = rounded(v), dr = rounded(dout);
+    Tensor probs_c;
+    const Tensor out_c = attention_forward(qr, kr, vr, cpu_masks, drop, &probs_c);
+    AttentionSaved saved, saved_f32;
+    Tensor out_g;
+    {
+      const ProductPrecisionScope bf16(Precision::BF16);
+      out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved, false);
+    }
+    const Tensor out_f32 = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved_f32, false);
+    EXPECT_TRUE(saved.bf16 && !saved_f32.bf16) << what;
+    expect_close(out_c, out_g, what, kBf16Tol);
+    double apart = 0;
+    const std::vector<float> a = out_f32.to_vector(), g = out_g.to_vector();
+    for (size_t i = 0; i < a.size(); ++i) apart = std::max(apart, static_cast<double>(std::fabs(a[i] - g[i])));
+    EXPECT_GT(apart, 1e-5) << what << ": the bf16 result looks like the float32 kernels'";
+    for (int which = 0; which < (c.bias ? 4 : 3); ++which) {
+      const Dims shape = which == 0 ? q.shape() : which == 3 ? Dims{c.Tq, c.Tk, c.H} : k.shape();
+      expect_backward_close(shape, [&](Device d, Tensor* s) {
+        Tensor* slots[4] = {nullptr, nullptr, nullptr, nullptr};
+        slots[which] = s;
+        if (d == kGpu)
+          attention_backward(gpu(dout), gpu(q), gpu(k), gpu(v), saved, gpu_masks, drop, slots[0], slots[1], slots[2],
+                             slots[3]);
+        else
+          attention_backward(dr, qr, kr, vr, probs_c, cpu_masks, drop, slots[0], slots[1], slots[2], slots[3]);
+      }, what + " d" + (which == 3 ? std::string("bias") : std::string(1, "qkv"[which])), kBf16Tol);
+    }
+    if (c.p == 0.f && c.Tq >= 16) {
+      const ProductPrecisionScope bf16(Precision::BF16);
+      expect_close(out_c, attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, {}, nullptr, true), what + " inference",
+                   kBf16Tol);
+    }
+  }
 }
 
 TEST_F(OpsOnGpu, MappedAttentionReadsTheRowsTheMapNames) {

@@ -9,6 +9,7 @@
 #include "qkv/ops/dispatch.h"
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
+#include "qkv/ops/precision.h"
 
 namespace qkv::ops {
 namespace {
@@ -87,13 +88,23 @@ bool flash_takes(const Tensor& q, const kernels::AttentionDims& d) {
   return false;
 }
 
+// Whether the flash kernels on q's GPU run on the tensor cores in bf16: in bf16 precision (ops/precision.h),
+// as autocast's SDPA does, where the GPU has them. The CPU's attention stays float32.
+bool flash_in_bf16(const Tensor& q) {
+  if constexpr (cuda::kBuilt)
+    return product_precision() == Precision::BF16 && on_cuda(q) && kernels::cuda::flash_bf16_supported();
+  return false;
+}
+
 // Every forward after its checks: unit-stride views, the kernel's masks, the outputs. `out` is the
 // (B, H, Tq, dk) tensor written: the result itself, or the heads of a (B, Tq, D) result. Dropout's
 // scratch has a slot per OpenMP thread. stats, given (a GPU training forward that keeps no softmax),
-// gets the flash kernels' row statistics instead of probs.
+// gets the flash kernels' row statistics instead of probs; *ran_bf16, unless null, whether the flash
+// kernels ran in bf16.
 void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
                   const AttentionMasks& masks, const AttentionDropoutSpec& dropout, Tensor* probs, bool inference,
-                  Tensor out, const kernels::KeyRows& key_rows = {}, Tensor* stats = nullptr) {
+                  Tensor out, const kernels::KeyRows& key_rows = {}, Tensor* stats = nullptr,
+                  bool* ran_bf16 = nullptr) {
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   Tensor key_c, query_c;
   const kernels::AttentionMask km = kernel_mask(masks, &key_c, &query_c);
@@ -106,9 +117,11 @@ void forward_into(const kernels::AttentionDims& d, const Tensor& q_in, const Ten
       QKV_CHECK(flash || !stats, "attention: the flash kernels do not take dk = " << d.dk);
       if (flash) {
         if (stats) *stats = empty_like_device(Dims{d.B, d.H, d.Tq, 2}, q);
-        kernels::cuda::flash_attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(),
-                                               heads_view(v), out.f32(), heads_view(out),
-                                               stats ? stats->f32() : nullptr, km, kernel_dropout(dropout));
+        const bool bf16 = flash_in_bf16(q);
+        if (ran_bf16) *ran_bf16 = bf16;
+        const auto forward = bf16 ? kernels::cuda::flash_attention_forward_bf16 : kernels::cuda::flash_attention_forward;
+        forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v), out.f32(), heads_view(out),
+                stats ? stats->f32() : nullptr, km, kernel_dropout(dropout));
       } else {
         kernels::cuda::attention_forward(d, q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(), heads_view(v),
                                          out.f32(), heads_view(out), probs ? probs->f32() : nullptr, km,
@@ -133,7 +146,7 @@ void forward_saving_into(const kernels::AttentionDims& d, const Tensor& q, const
   QKV_CHECK(saved, "attention: a training forward needs somewhere to keep what its backward reads");
   *saved = AttentionSaved{};
   if (!keep_weights && flash_takes(q, d)) {
-    forward_into(d, q, k, v, masks, dropout, nullptr, false, out_heads, {}, &saved->stats);
+    forward_into(d, q, k, v, masks, dropout, nullptr, false, out_heads, {}, &saved->stats, &saved->bf16);
     saved->out = out_heads;
   } else {
     forward_into(d, q, k, v, masks, dropout, &saved->probs, false, out_heads);
@@ -290,11 +303,11 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
                                           heads_view(hk), hv.f32(), heads_view(hv), any_defined, ds_rows);
       } else {
         const Tensor out = unit_last(saved.out);
-        kernels::cuda::flash_attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(),
-                                                heads_view(k), v.f32(), heads_view(v), out.f32(), heads_view(out),
-                                                saved.stats.f32(), km, kernel_dropout(dropout), hq.f32(),
-                                                heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv),
-                                                any_defined, ds_rows);
+        const auto backward =
+            saved.bf16 ? kernels::cuda::flash_attention_backward_bf16 : kernels::cuda::flash_attention_backward;
+        backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k), v.f32(),
+                 heads_view(v), out.f32(), heads_view(out), saved.stats.f32(), km, kernel_dropout(dropout), hq.f32(),
+                 heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv), any_defined, ds_rows);
       }
       sum_bias_grad(d, ds, dbias);
     }

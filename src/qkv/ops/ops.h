@@ -196,6 +196,8 @@ struct AttentionSaved {
   Tensor probs;
   Tensor stats;
   Tensor out;  // (B, H, Tq, dk): the result, or the heads view of a multi-head result
+  // The flash kernels ran on the tensor cores in bf16 (bf16 precision on a GPU): the backward does too.
+  bool bf16 = false;
 };
 // attention_forward in training, keeping in *saved what the backward needs; keep_weights: the
 // softmax is wanted (saved->probs is then always it).

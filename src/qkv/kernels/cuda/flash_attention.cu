@@ -39,58 +39,20 @@
 #include "qkv/core/cuda_check.h"
 #include "qkv/kernels/cuda/common.cuh"
 #include "qkv/kernels/cuda/flash_attention.h"
+#include "qkv/kernels/cuda/flash_common.cuh"
 #include "qkv/kernels/random.h"
 
 namespace qkv::kernels::cuda {
 namespace {
 
+using namespace flash;
+
 constexpr int kThreads = 256;  // 16 x 16: ty = threadIdx.x / 16 picks 4 rows, tx 2 columns of a tile
-constexpr int kRows = 64;      // rows a block owns
+constexpr int kRows = kFlashRows;  // rows a block owns
 constexpr int kTile = 32;      // columns of the other side per tile
 constexpr int kLdRows = kRows + 4;  // k-major layouts of 64 rows: rows + 4 keeps float4 alignment
 constexpr int kLdTile = kTile + 4;
 
-struct FlashArgs {
-  AttentionDims d;
-  AttentionMask mask;
-  AttentionDropout drop;
-  float divisor;      // the CPU's float sqrt(dk), or 1 (T5's unscaled scores)
-  float inv_divisor;  // 1 / divisor, as the CPU's backward
-  float* dbias_rows;  // the backward's (B, H, Tq, Tk) dS before the 1 / divisor (T5's bias gradient), or null
-  float keep_scale;   // 1 / (1 - p)
-  bool skip_causal;   // causal, no padding masks, Tk >= Tq
-};
-
-__host__ __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
-__host__ __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
-
-__device__ __forceinline__ bool row_dropped(const FlashArgs& a, int64_t b, int64_t i) {
-  return a.mask.query_keep && a.mask.query_keep[b * a.d.Tq + i] == 0;
-}
-
-// kernels/attention.h's mask of score (i, j), for i < Tq and j < Tk.
-__device__ __forceinline__ bool masked_at(const FlashArgs& a, int64_t b, int64_t i, int64_t j) {
-  const AttentionMask& m = a.mask;
-  return (m.causal && j > i + (a.d.Tk - a.d.Tq)) || (m.key_keep && m.key_keep[b * a.d.Tk + j] == 0) ||
-         row_dropped(a, b, i);
-}
-
-// kernels/attention.h's score before masking: q.k / divisor, plus T5's position bias (Tq, Tk, H)
-// where one is given. `inside` (i < Tq, j < Tk) guards the bias's read at the tiles' edges.
-__device__ __forceinline__ float scaled_score(const FlashArgs& a, float qk, int64_t h, int64_t i, int64_t j,
-                                              bool inside) {
-  const float s = qk / a.divisor;
-  return a.mask.bias && inside ? s + a.mask.bias[(i * a.d.Tk + j) * a.d.H + h] : s;
-}
-
-// The keys a block of query rows up to i_last needs: every key, or up to the diagonal.
-__device__ __forceinline__ int64_t keys_end(const FlashArgs& a, int64_t i_last) {
-  return a.skip_causal ? min64(a.d.Tk, i_last + (a.d.Tk - a.d.Tq) + 1) : a.d.Tk;
-}
-
-__device__ __forceinline__ bool dropout_kept(const FlashArgs& a, int64_t bh, int64_t i, int64_t j) {
-  return dropout_keep(a.drop.seed, a.drop.offset + static_cast<uint64_t>((bh * a.d.Tq + i) * a.d.Tk + j), a.drop.p);
-}
 
 // Row-major tiles in shared memory have rows of D + 4 floats: a float4 store per lane over rows then
 // spreads over the banks, and float4 reads stay aligned.
@@ -232,16 +194,6 @@ constexpr int dkv_floats() {
   return 2 * D * kLdRows + 2 * D * kLdTile + 2 * kTile * row_ld<D>() + 2 * kTile * kLdRows + 3 * kTile;
 }
 
-// Whether scores of rows [row0, row0 + 64) and columns [col0, col0 + count) can be masked: padding
-// masks, or a causal mask the tile crosses. Queries are rows (queries_are_rows) or columns.
-__device__ __forceinline__ bool tile_has_masks(const FlashArgs& a, int64_t row0, int64_t col0, int64_t count,
-                                               bool queries_are_rows) {
-  if (a.mask.key_keep || a.mask.query_keep) return true;
-  if (!a.mask.causal) return false;
-  const int64_t offset = a.d.Tk - a.d.Tq;
-  // The latest key against the earliest query of the tile.
-  return queries_are_rows ? col0 + count - 1 > row0 + offset : row0 + kRows - 1 > col0 + offset;
-}
 
 // kPrefetch: the next tile's loads are issued before the current tile's products (they overlap, at
 // the cost of registers, hence of resident blocks); without it each tile is loaded when it is needed.
@@ -342,6 +294,7 @@ __global__ void __launch_bounds__(kThreads)
       }
   }
 }
+
 
 // D_i = dO_i . O_i, a warp per row.
 __global__ void rowdot_kernel(AttentionDims d, const float* dout, HeadsView dos, const float* out, HeadsView os,
@@ -542,37 +495,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-FlashArgs flash_args(const AttentionDims& d, const AttentionMask& mask, const AttentionDropout& drop) {
-  FlashArgs a{};
-  a.d = d;
-  a.mask = mask;
-  a.drop = drop;
-  a.divisor = mask.scale_scores ? static_cast<float>(std::sqrt(static_cast<double>(d.dk))) : 1.f;
-  a.inv_divisor = 1.f / a.divisor;
-  a.keep_scale = drop.p > 0.f ? 1.f / (1.f - drop.p) : 1.f;
-  a.skip_causal = mask.causal && !mask.key_keep && !mask.query_keep && d.Tk >= d.Tq;
-  return a;
-}
 
-unsigned grid_for(int64_t blocks) { return static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30)); }
 
-// Calls f(std::integral_constant<int, D>) for the head width that holds dk.
-template <class F>
-void with_width(int64_t dk, F&& f) {
-  switch (flash_head_width(dk)) {
-    case 32: f(std::integral_constant<int, 32>{}); break;
-    case 64: f(std::integral_constant<int, 64>{}); break;
-    default: f(std::integral_constant<int, 128>{}); break;
-  }
-}
 
-// Lets `kernel` take `floats` of dynamic shared memory (past the default 48 KiB where needed).
+
+// Lets `kernel` take `floats` of dynamic shared memory.
 template <class Kernel>
 size_t shared_bytes(Kernel* kernel, int floats) {
-  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
-  if (bytes > 48 * 1024)
-    QKV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  return bytes;
+  return allow_shared_bytes(kernel, static_cast<size_t>(floats) * sizeof(float));
 }
 
 }  // namespace
@@ -623,8 +553,7 @@ void flash_attention_backward(const AttentionDims& d, const float* dout, HeadsVi
   if (dbias_rows)  // the tiles a causal mask skips are never visited: their entries stay 0
     QKV_CUDA_CHECK(cudaMemsetAsync(dbias_rows, 0, static_cast<size_t>(d.B * d.H * d.Tq * d.Tk) * sizeof(float), stream));
   detail::Scratch rowdot(static_cast<size_t>(d.B * d.H * d.Tq) * sizeof(float), stream);
-  rowdot_kernel<<<grid_for((d.B * d.H * d.Tq + 7) / 8), 256, 0, stream>>>(d, dout, dos, out, os, rowdot.as<float>());
-  QKV_CUDA_CHECK_LAUNCH("flash_attention_backward (dO . O)");
+  flash::launch_rowdot(d, dout, dos, out, os, rowdot.as<float>(), stream);
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
     const size_t dq_bytes = shared_bytes(flash_backward_dq_kernel<D>, dq_floats<D>());
@@ -638,5 +567,13 @@ void flash_attention_backward(const AttentionDims& d, const float* dout, HeadsVi
   });
   rowdot.release();
 }
+
+namespace flash {
+void launch_rowdot(const AttentionDims& d, const float* dout, HeadsView dos, const float* out, HeadsView os,
+                   float* rowdot, cudaStream_t stream) {
+  rowdot_kernel<<<grid_for((d.B * d.H * d.Tq + 7) / 8), 256, 0, stream>>>(d, dout, dos, out, os, rowdot);
+  QKV_CUDA_CHECK_LAUNCH("flash attention backward (dO . O)");
+}
+}  // namespace flash
 
 }  // namespace qkv::kernels::cuda

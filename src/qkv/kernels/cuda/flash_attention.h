@@ -29,4 +29,17 @@ void flash_attention_backward(const AttentionDims& d, const float* dout, HeadsVi
                               const AttentionDropout& drop, float* dq, HeadsView dqs, float* dk, HeadsView dks,
                               float* dv, HeadsView dvs, bool accumulate, float* dbias_rows = nullptr);
 
+// The same on the tensor cores (flash_attention_bf16.cu), for bf16 precision: Q, K, V, dO, the
+// probabilities and dS rounded to bf16 for the products, sums and softmax in float32. The statistics
+// of one form are read by the same form's backward only.
+bool flash_bf16_supported();  // whether the current GPU has bf16 tensor cores (compute capability 8.0+)
+void flash_attention_forward_bf16(const AttentionDims& d, const float* q, HeadsView qs, const float* k, HeadsView ks,
+                                  const float* v, HeadsView vs, float* out, HeadsView os, float* stats,
+                                  const AttentionMask& mask, const AttentionDropout& drop);
+void flash_attention_backward_bf16(const AttentionDims& d, const float* dout, HeadsView dos, const float* q,
+                                   HeadsView qs, const float* k, HeadsView ks, const float* v, HeadsView vs,
+                                   const float* out, HeadsView os, const float* stats, const AttentionMask& mask,
+                                   const AttentionDropout& drop, float* dq, HeadsView dqs, float* dk, HeadsView dks,
+                                   float* dv, HeadsView dvs, bool accumulate, float* dbias_rows = nullptr);
+
 }  // namespace qkv::kernels::cuda
