@@ -4,7 +4,8 @@
 # writes logs and gtest's JSON under $OUT (default /tmp/qkv-gpu). docs/gpu.md keeps the results.
 # Narrower runs: QKV_SANITIZE=0 (no compute-sanitizer), QKV_SANITIZE_FILTER (memcheck's tests),
 # QKV_SANITIZE_TOOLS (default "racecheck synccheck"), QKV_BENCH=0 (no benchmarks), QKV_BENCH_GPT=0
-# (bench_gpu_ops only), QKV_PROFILE=0 (no Nsight Systems profile).
+# (bench_gpu_ops only), QKV_BENCH_PRECISIONS (GPT-2 small's, default "float32 bf16"), QKV_PROFILE=0 (no
+# Nsight Systems profile), QKV_RACECHECK_FILTER (the tests racecheck and synccheck run).
 set -uo pipefail
 bundle="${1:-.gpu}"
 out="${OUT:-/tmp/qkv-gpu}"
@@ -34,7 +35,7 @@ if command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ]; then
   grep -E "Invalid|out of bounds" "$out/memcheck.log" | head -10
   for tool in ${QKV_SANITIZE_TOOLS:-racecheck synccheck}; do
     timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$bundle/qkv_cuda_tests" \
-      --gtest_filter='OpsOnGpu.*Attention*' > "$out/$tool.log" 2>&1
+      --gtest_filter="${QKV_RACECHECK_FILTER:-OpsOnGpu.*Attention*}" > "$out/$tool.log" 2>&1
     echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log")"
   done
 fi
@@ -55,8 +56,9 @@ if [ -x "$bundle/bench_gpu_ops" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
 fi
 if [ -x "$bundle/bench_lm_train" ] && [ "${QKV_BENCH:-1}" = 1 ] && [ "${QKV_BENCH_GPT:-1}" = 1 ]; then
   gpt2="--steps 3 --batch 16 --block 1024 --layers 12 --d-model 768 --heads 12 --d-ff 3072 --vocab 50257 --dropout 0.0"
-  bench_gpt gpt2-124m-float32 $gpt2
-  bench_gpt gpt2-124m-bf16 $gpt2 --precision bf16
+  for precision in ${QKV_BENCH_PRECISIONS:-float32 bf16}; do
+    bench_gpt gpt2-124m-$precision $gpt2 --precision $precision
+  done
   # Where a qkv step's GPU time goes, by kernel (Nsight Systems, where the machine has it).
   nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
   if [ -n "$nsys_bin" ] && [ "${QKV_PROFILE:-1}" = 1 ]; then

@@ -160,7 +160,7 @@ TEST(ModelsOnGpu, EveryFamilyTrainsAsOnTheCpu) {
 // CPU, the sums in float32 in cuBLAS's order; attention runs on the tensor cores in bf16 there (its
 // probabilities and dS rounded too), in float32 on the CPU. An activation a float32 rounding apart on
 // the two devices can round to neighbouring bf16 values, and attention's roundings differ, so the
-// losses agree within 1e-2 (relative) rather than float32's 1e-4.
+// losses agree within 2e-3 (relative) rather than float32's 1e-4 (an H200 run: 1.5e-5 at worst).
 TEST(ModelsOnGpu, Bf16PrecisionTrainsAsOnTheCpu) {
   ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
   const Family f = families()[1];
@@ -177,7 +177,7 @@ TEST(ModelsOnGpu, Bf16PrecisionTrainsAsOnTheCpu) {
     opt_gpu.zero_grad();
     const float loss_cpu = train::forward_backward(*cpu, *f.objective, f.batch, 0.1f).loss;
     const float loss_gpu = train::forward_backward(*gpu, *f.objective, f.batch, 0.1f).loss;
-    EXPECT_NEAR(loss_gpu, loss_cpu, 1e-2 * std::fabs(loss_cpu)) << "bf16 step " << step;
+    EXPECT_NEAR(loss_gpu, loss_cpu, 2e-3 * std::fabs(loss_cpu)) << "bf16 step " << step;
     std::printf("bf16 precision, step %d: loss cpu %.6f gpu %.6f (relative %.2e)\n", step, loss_cpu, loss_gpu,
                 std::fabs(loss_gpu - loss_cpu) / std::fabs(loss_cpu));
     opt_cpu.step();

@@ -79,15 +79,47 @@ struct WarpTiles {
 };
 
 // dst[r][c] = bf16(x[first + r][c]) of head (b, h) for 64 rows and D columns, zeros past `count` rows
-// or dk columns. All threads of the block call it; lanes run over columns (coalesced reads).
+// or dk columns. All threads of the block call it; lanes run over columns (coalesced reads). With
+// vec4 (every row 16-byte aligned and dk a multiple of 4: TileLoads), a float4 at a time.
 template <int D>
 __device__ void load_tile(bf16* dst, const float* x, HeadsView xs, int64_t b, int64_t h, int64_t first, int64_t count,
-                          int64_t dk) {
+                          int64_t dk, bool vec4) {
+  const float* head = x + b * xs.b + h * xs.h + first * xs.t;
+  if (vec4) {
+    for (int idx = threadIdx.x; idx < 64 * D / 4; idx += kThreadsBf16) {
+      const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
+      const float4 f = r < count && c < dk ? *reinterpret_cast<const float4*>(head + r * xs.t + c)
+                                           : make_float4(0.f, 0.f, 0.f, 0.f);
+      __nv_bfloat162 lo = __floats2bfloat162_rn(f.x, f.y), hi = __floats2bfloat162_rn(f.z, f.w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<unsigned*>(&lo);
+      packed.y = *reinterpret_cast<unsigned*>(&hi);
+      *reinterpret_cast<uint2*>(dst + r * ld_tile<D>() + c) = packed;
+    }
+    return;
+  }
   for (int idx = threadIdx.x; idx < 64 * D; idx += kThreadsBf16) {
     const int r = idx / D, c = idx % D;
-    const float value = r < count && c < dk ? x[b * xs.b + h * xs.h + (first + r) * xs.t + c] : 0.f;
+    const float value = r < count && c < dk ? head[r * xs.t + c] : 0.f;
     dst[r * ld_tile<D>() + c] = __float2bfloat16_rn(value);
   }
+}
+
+// Whether each operand's tile loads may read float4s (load_tile's vec4): 16-byte aligned rows.
+struct TileLoads {
+  bool q, k, v, dout;
+};
+
+bool rows_of_16_bytes(const float* x, HeadsView xs, int64_t dk) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && xs.b % 4 == 0 && xs.h % 4 == 0 && xs.t % 4 == 0 && dk % 4 == 0;
+}
+
+// The score before masking in this form: q.k times 1 / divisor (a rounding from the float32 kernels'
+// division, well inside bf16's), plus T5's bias where given (`inside` guards its read).
+__device__ __forceinline__ float score_bf16(const FlashArgs& a, float qk, int64_t h, int64_t i, int64_t j,
+                                            bool inside) {
+  const float s = qk * a.inv_divisor;
+  return a.mask.bias && inside ? s + a.mask.bias[(i * a.d.Tk + j) * a.d.H + h] : s;
 }
 
 // out (16 x kLdS floats) = A B^T for A the warp's 16 rows of an operand tile (16 x D) and B a whole
@@ -151,17 +183,29 @@ __device__ void store_accumulated(float* x, HeadsView xs, int64_t b, int64_t h, 
   }
 }
 
+// The forward's part of shared memory for a warp: one float tile (its scores, then P V's 16 x D) and
+// its probabilities; less than the backward's, so that more blocks fit on an SM.
+template <int D>
+struct ForwardShared {
+  static constexpr int kFloatLd = kLdS > ld_out<D>() ? kLdS : ld_out<D>();
+  static constexpr size_t floats = align128(size_t{kWarpRows} * kFloatLd * sizeof(float));
+  static constexpr size_t warp = floats + Shared<D>::probs;
+  static constexpr size_t bytes = 3 * Shared<D>::tile + kWarps * warp;
+};
+
 template <int D>
 __global__ void __launch_bounds__(kThreadsBf16)
     flash_forward_bf16_kernel(FlashArgs a, const float* q, HeadsView qs, const float* k, HeadsView ks, const float* v,
-                              HeadsView vs, float* out, HeadsView os, float* stats) {
+                              HeadsView vs, float* out, HeadsView os, float* stats, TileLoads vec4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = reinterpret_cast<bf16*>(smem + Shared<D>::tile);
   bf16* Vs = reinterpret_cast<bf16*>(smem + 2 * Shared<D>::tile);
-  const WarpTiles<D> w(smem + 3 * Shared<D>::tile);
-  float* pv = w.scores;  // P V's 16 x D, after the scores are read
+  unsigned char* mine = smem + 3 * Shared<D>::tile + (threadIdx.x / 32) * ForwardShared<D>::warp;
+  float* scores = reinterpret_cast<float*>(mine);
+  float* pv = scores;  // P V's 16 x D, after the scores are read
+  bf16* probs = reinterpret_cast<bf16*>(mine + ForwardShared<D>::floats);
   const AttentionDims& d = a.d;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, parity = lane % 2;
   const int64_t blocks_per_head = (d.Tq + kFlashRows - 1) / kFlashRows;
@@ -170,7 +214,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
     const int64_t i0 = (blk % blocks_per_head) * kFlashRows, i = i0 + warp * kWarpRows + r;
     const int64_t j_end = keys_end(a, min64(i0 + kFlashRows, d.Tq) - 1);
     __syncthreads();  // the previous block's readers are done
-    load_tile<D>(Qs, q, qs, b, h, i0, d.Tq - i0, d.dk);
+    load_tile<D>(Qs, q, qs, b, h, i0, d.Tq - i0, d.dk, vec4.q);
     float o[D / 2];
 #pragma unroll
     for (int c = 0; c < D / 2; ++c) o[c] = 0.f;
@@ -178,10 +222,10 @@ __global__ void __launch_bounds__(kThreadsBf16)
     for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
       const int64_t count = min64(kCols, j_end - j0);
       __syncthreads();  // the previous tile's readers are done
-      load_tile<D>(Ks, k, ks, b, h, j0, count, d.dk);
-      load_tile<D>(Vs, v, vs, b, h, j0, count, d.dk);
+      load_tile<D>(Ks, k, ks, b, h, j0, count, d.dk, vec4.k);
+      load_tile<D>(Vs, v, vs, b, h, j0, count, d.dk, vec4.v);
       __syncthreads();
-      product_with_rows<D>(w.scores, Qs + warp * kWarpRows * ld_tile<D>(), Ks);
+      product_with_rows<D>(scores, Qs + warp * kWarpRows * ld_tile<D>(), Ks);
       __syncwarp();
       const bool masks = tile_has_masks(a, i0, j0, count, true);
       float s[kCols / 2];
@@ -190,8 +234,8 @@ __global__ void __launch_bounds__(kThreadsBf16)
       for (int t = 0; t < kCols / 2; ++t) {
         const int c = 2 * t + parity;
         const bool inside = i < d.Tq && c < count;
-        const float qk = w.scores[r * kLdS + c];
-        s[t] = masks && inside && masked_at(a, b, i, j0 + c) ? a.mask.fill : scaled_score(a, qk, h, i, j0 + c, inside);
+        const float qk = scores[r * kLdS + c];
+        s[t] = masks && inside && masked_at(a, b, i, j0 + c) ? a.mask.fill : score_bf16(a, qk, h, i, j0 + c, inside);
         if (c < count) tile_max = fmaxf(tile_max, s[t]);
       }
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -206,7 +250,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
         const float p = a.drop.p > 0.f && i < d.Tq && c < count
                             ? (dropout_kept(a, bh, i, j0 + c) ? e * a.keep_scale : 0.f)
                             : e;
-        w.p[r * kLdP + c] = __float2bfloat16_rn(p);
+        probs[r * kLdP + c] = __float2bfloat16_rn(p);
       }
       l = l * rescale + (sum + __shfl_xor_sync(0xffffffffu, sum, 1));
       m = m_new;
@@ -216,7 +260,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
       wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[D / 16];
 #pragma unroll
       for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
-      accumulate_product<D>(acc, w.p, Vs);
+      accumulate_product<D>(acc, probs, Vs);
 #pragma unroll
       for (int n = 0; n < D / 16; ++n) wmma::store_matrix_sync(pv + n * 16, acc[n], ld_out<D>(), wmma::mem_row_major);
       __syncwarp();
@@ -244,7 +288,7 @@ template <int D>
 __global__ void __launch_bounds__(kThreadsBf16)
     flash_backward_dq_bf16_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                                   const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
-                                  const float* rowdot, float* dq, HeadsView dqs, bool accumulate) {
+                                  const float* rowdot, float* dq, HeadsView dqs, bool accumulate, TileLoads vec4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
@@ -263,16 +307,16 @@ __global__ void __launch_bounds__(kThreadsBf16)
     const float inv = i < d.Tq ? stats[2 * (bh * d.Tq + i) + 1] : 0.f;
     const float Di = i < d.Tq ? rowdot[bh * d.Tq + i] : 0.f;
     __syncthreads();
-    load_tile<D>(Qs, q, qs, b, h, i0, d.Tq - i0, d.dk);
-    load_tile<D>(Gs, dout, dos, b, h, i0, d.Tq - i0, d.dk);
+    load_tile<D>(Qs, q, qs, b, h, i0, d.Tq - i0, d.dk, vec4.q);
+    load_tile<D>(Gs, dout, dos, b, h, i0, d.Tq - i0, d.dk, vec4.dout);
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[D / 16];
 #pragma unroll
     for (int n = 0; n < D / 16; ++n) wmma::fill_fragment(acc[n], 0.f);
     for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
       const int64_t count = min64(kCols, j_end - j0);
       __syncthreads();
-      load_tile<D>(Ks, k, ks, b, h, j0, count, d.dk);
-      load_tile<D>(Vs, v, vs, b, h, j0, count, d.dk);
+      load_tile<D>(Ks, k, ks, b, h, j0, count, d.dk, vec4.k);
+      load_tile<D>(Vs, v, vs, b, h, j0, count, d.dk, vec4.v);
       __syncthreads();
       product_with_rows<D>(w.scores, Qs + warp * kWarpRows * ld_tile<D>(), Ks);
       product_with_rows<D>(w.dp, Gs + warp * kWarpRows * ld_tile<D>(), Vs);
@@ -284,7 +328,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
         const int64_t j = j0 + c;
         const bool inside = i < d.Tq && c < count;
         const bool live = inside && !(masks && masked_at(a, b, i, j));
-        const float p = expf(scaled_score(a, w.scores[r * kLdS + c], h, i, j, inside) - m) * inv;
+        const float p = expf(score_bf16(a, w.scores[r * kLdS + c], h, i, j, inside) - m) * inv;
         float g = w.dp[r * kLdS + c];
         if (a.drop.p > 0.f) g = live && dropout_kept(a, bh, i, j) ? g * a.keep_scale : 0.f;
         const float dbias = live ? p * (g - Di) : 0.f;  // the CPU's order: (P (dP - D)) / divisor
@@ -306,7 +350,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
     flash_backward_dkv_bf16_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                                    const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
                                    const float* rowdot, float* dk, HeadsView dks, float* dv, HeadsView dvs,
-                                   bool accumulate) {
+                                   bool accumulate, TileLoads vec4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Ks = reinterpret_cast<bf16*>(smem);
@@ -327,8 +371,8 @@ __global__ void __launch_bounds__(kThreadsBf16)
     // Queries before j0 - offset see none of these keys (causal): their tiles are skipped.
     const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) : 0;
     __syncthreads();
-    load_tile<D>(Ks, k, ks, b, h, j0, d.Tk - j0, d.dk);
-    load_tile<D>(Vs, v, vs, b, h, j0, d.Tk - j0, d.dk);
+    load_tile<D>(Ks, k, ks, b, h, j0, d.Tk - j0, d.dk, vec4.k);
+    load_tile<D>(Vs, v, vs, b, h, j0, d.Tk - j0, d.dk, vec4.v);
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_k[D / 16], acc_v[D / 16];
 #pragma unroll
     for (int n = 0; n < D / 16; ++n) {
@@ -338,8 +382,8 @@ __global__ void __launch_bounds__(kThreadsBf16)
     for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kCols) {
       const int64_t count = min64(kCols, d.Tq - i0);
       __syncthreads();
-      load_tile<D>(Qs, q, qs, b, h, i0, count, d.dk);
-      load_tile<D>(Gs, dout, dos, b, h, i0, count, d.dk);
+      load_tile<D>(Qs, q, qs, b, h, i0, count, d.dk, vec4.q);
+      load_tile<D>(Gs, dout, dos, b, h, i0, count, d.dk, vec4.dout);
       if (threadIdx.x < count) {
         const int64_t row = bh * d.Tq + i0 + threadIdx.x;
         mt[threadIdx.x] = stats[2 * row];
@@ -357,7 +401,7 @@ __global__ void __launch_bounds__(kThreadsBf16)
         const int64_t i = i0 + c;
         const bool present = c < count && j < d.Tk;
         const bool masked = !present || (masks && masked_at(a, b, i, j));
-        const float sc = masked ? a.mask.fill : scaled_score(a, w.scores[r * kLdS + c], h, i, j, true);
+        const float sc = masked ? a.mask.fill : score_bf16(a, w.scores[r * kLdS + c], h, i, j, true);
         const float p = present ? expf(sc - mt[c]) * invt[c] : 0.f;
         float g = w.dp[r * kLdS + c], pd = p;
         if (a.drop.p > 0.f) {
@@ -401,12 +445,14 @@ void flash_attention_forward_bf16(const AttentionDims& d, const float* q, HeadsV
   check_bf16_fits(d, "flash attention (bf16)");
   if (d.B * d.H == 0) return;
   const FlashArgs a = flash_args(d, mask, drop);
+  const TileLoads vec4{rows_of_16_bytes(q, qs, d.dk), rows_of_16_bytes(k, ks, d.dk), rows_of_16_bytes(v, vs, d.dk),
+                       false};
   const int64_t blocks = d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows);
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t bytes = allow_shared_bytes(flash_forward_bf16_kernel<D>, Shared<D>::bytes(3, 0));
+    const size_t bytes = allow_shared_bytes(flash_forward_bf16_kernel<D>, ForwardShared<D>::bytes);
     flash_forward_bf16_kernel<D><<<grid_for(blocks), kThreadsBf16, bytes, qkv::cuda::current_stream()>>>(
-        a, q, qs, k, ks, v, vs, out, os, stats);
+        a, q, qs, k, ks, v, vs, out, os, stats, vec4);
   });
   QKV_CUDA_CHECK_LAUNCH("flash_attention_forward_bf16");
 }
@@ -420,6 +466,8 @@ void flash_attention_backward_bf16(const AttentionDims& d, const float* dout, He
   if (d.B * d.H == 0) return;
   FlashArgs a = flash_args(d, mask, drop);
   a.dbias_rows = dbias_rows;
+  const TileLoads vec4{rows_of_16_bytes(q, qs, d.dk), rows_of_16_bytes(k, ks, d.dk), rows_of_16_bytes(v, vs, d.dk),
+                       rows_of_16_bytes(dout, dos, d.dk)};
   cudaStream_t stream = qkv::cuda::current_stream();
   if (dbias_rows)  // the tiles a causal mask skips are never visited: their entries stay 0
     QKV_CUDA_CHECK(cudaMemsetAsync(dbias_rows, 0, static_cast<size_t>(d.B * d.H * d.Tq * d.Tk) * sizeof(float), stream));
@@ -430,12 +478,12 @@ void flash_attention_backward_bf16(const AttentionDims& d, const float* dout, He
     const size_t dq_bytes = allow_shared_bytes(flash_backward_dq_bf16_kernel<D>, Shared<D>::bytes(4, 0));
     flash_backward_dq_bf16_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows)), kThreadsBf16, dq_bytes, stream>>>(
-            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot.as<float>(), dq, dqs, accumulate);
+            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot.as<float>(), dq, dqs, accumulate, vec4);
     QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (dQ)");
     const size_t dkv_bytes = allow_shared_bytes(flash_backward_dkv_bf16_kernel<D>, Shared<D>::bytes(4, 3 * kCols));
     flash_backward_dkv_bf16_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tk + kFlashRows - 1) / kFlashRows)), kThreadsBf16, dkv_bytes, stream>>>(
-            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot.as<float>(), dk, dks, dv, dvs, accumulate);
+            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot.as<float>(), dk, dks, dv, dvs, accumulate, vec4);
     QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (dK, dV)");
   });
   rowdot.release();
