@@ -203,6 +203,17 @@ TEST_F(CliErrors, AnOutputThatCannotBeWrittenFailsBeforeTheModelLoads) {
   EXPECT_FALSE(fs::exists(path("no_such_dir")));
 }
 
+// An output that is an input would be emptied before it is read: a usage error, the input intact.
+TEST_F(CliErrors, AnOutputThatIsAnInputIsRefused) {
+  const std::string ids = path("ids.txt"), before = qkv::testing::read_file(ids);
+  const std::string same = *dir_ + "/./ids.txt";  // another path to the same file
+  expect_error(translate("-o " + same), kUsage, {"--output " + same + " is the --input file " + ids}, "qkv translate");
+  expect_error(score("-o " + same), kUsage, {"--output " + same + " is the --src file " + ids}, "qkv score");
+  expect_error("classify --checkpoint " + path("ckpt") + " --input " + ids + " -o " + ids, kUsage,
+               {"--output " + ids + " is the --input file"}, "qkv classify");
+  EXPECT_EQ(qkv::testing::read_file(ids), before);
+}
+
 TEST_F(CliErrors, ACheckpointThatIsAFileIsNamedAsNotADirectory) {
   const std::string file = path("regular_file");
   const std::string message = file + ": not a directory (a checkpoint is a directory with config.json and model.safetensors)";

@@ -56,6 +56,7 @@ void write_predictions(const Tensor& p, const std::vector<std::string>& labels, 
 
 int run_classify(const ClassifyCliOptions& o) {
   set_num_threads(o.threads);
+  check_output_is_no_input(o.output, {{"--input", o.text.input}});
   OutputFile out(o.output);  // before the model loads: a path that cannot be written fails at once
   const auto session_ptr = open_encoder(o.text, "classification");
   const EncoderSession& session = *session_ptr;

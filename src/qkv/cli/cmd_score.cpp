@@ -86,6 +86,7 @@ Runner add_score_command(CLI::App& app) {
   add_output_option(app, o->output, "Where the per-line sums and the loss go");
   return [o]() {
     check_checkpoint_argument(o->checkpoint);
+    check_output_is_no_input(o->output, {{"--src", o->src}, {"--tgt", o->tgt}, {"--text", o->text}});
     OutputFile out(o->output);  // before the model loads: a path that cannot be written fails at once
     set_num_threads(o->threads);
     auto model = models::load_model(o->checkpoint);

@@ -186,6 +186,7 @@ int run_translate(const TranslateOptions& o) {
   // Everything that can fail without the model fails before it loads.
   check_search_flags(o, std::numeric_limits<int64_t>::max());
   check_checkpoint_argument(o.checkpoint);
+  check_output_is_no_input(o.output, {{"--input", o.input}});
   OutputFile out(o.output);
   if (!o.attention_out.empty()) make_attention_dir(o.attention_out);
   set_num_threads(o.threads);

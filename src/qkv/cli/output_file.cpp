@@ -3,6 +3,9 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <filesystem>
+
+#include "qkv/cli/commands.h"
 
 #include "qkv/core/error.h"
 
@@ -10,6 +13,17 @@ namespace qkv::cli {
 
 CLI::Option* add_output_option(CLI::App& app, std::string& path, const std::string& what) {
   return app.add_option("-o,--output", path, what + " ('-' = stdout); written as it is made")->capture_default_str();
+}
+
+void check_output_is_no_input(const std::string& output,
+                              const std::vector<std::pair<std::string, std::string>>& inputs) {
+  if (output.empty() || output == "-") return;
+  for (const auto& [flag, input] : inputs) {
+    std::error_code ec;  // a file that does not exist (yet) is no other file
+    if (!input.empty() && input != "-" && std::filesystem::equivalent(output, input, ec))
+      throw UsageError("--output " + output + " is the " + flag + " file " + input +
+                       " (writing would empty it before it is read)");
+  }
 }
 
 OutputFile::OutputFile(const std::string& path) : path_(path) {

@@ -6,11 +6,18 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace qkv::cli {
 
 // Adds -o/--output to `app` (default "-": stdout); `what` says what is written there.
 CLI::Option* add_output_option(CLI::App& app, std::string& path, const std::string& what);
+
+// Refuses (a usage error) an output that is one of the input files, by any path: opening it for
+// writing would empty the input before it is read. `inputs` are flag and path pairs.
+void check_output_is_no_input(const std::string& output,
+                              const std::vector<std::pair<std::string, std::string>>& inputs);
 
 class OutputFile {
  public:
