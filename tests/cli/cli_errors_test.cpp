@@ -183,6 +183,37 @@ TEST_F(CliErrors, ScoreAndMetricsRefuseNonsenseValuesNamingTheFlag) {
   expect_error("chrf " + ref + " -w 21", kUsage, {"--width: must be in [0, 20], got 21"}, "qkv chrf");
 }
 
+// -o/--output is opened before the model loads: a path that cannot be written is bad input naming
+// the file, found before any work (here the checkpoint does not even exist, and is not named).
+TEST_F(CliErrors, AnOutputThatCannotBeWrittenFailsBeforeTheModelLoads) {
+  const std::string bad = path("no_such_dir") + "/out.txt", missing = path("missing_ckpt");
+  const std::string named = "--output " + bad + ": cannot open for writing: No such file or directory";
+  expect_error("translate --ids --checkpoint " + missing + " --input " + path("ids.txt") + " -o " + bad, kBadInput,
+               {named});
+  expect_error("score --checkpoint " + missing + " --src " + path("ids.txt") + " --tgt " + path("pairs.txt") +
+                   " --output " + bad,
+               kBadInput, {named});
+  expect_error("classify --checkpoint " + missing + " --input " + path("ids.txt") + " -o " + bad, kBadInput, {named});
+  for (const std::string& args : {"translate --ids --checkpoint " + missing + " -o " + bad,
+                                  "score --checkpoint " + missing + " --src x --tgt y -o " + bad}) {
+    const CliRun r = run_qkv_split(args);
+    EXPECT_EQ(r.err.find("missing_ckpt"), std::string::npos) << "the output fails first: " << r.err;
+  }
+  expect_error(translate("-o " + *dir_), kBadInput, {"--output " + *dir_ + ": cannot open for writing: Is a directory"});
+  EXPECT_FALSE(fs::exists(path("no_such_dir")));
+}
+
+// An output that is an input would be emptied before it is read: a usage error, the input intact.
+TEST_F(CliErrors, AnOutputThatIsAnInputIsRefused) {
+  const std::string ids = path("ids.txt"), before = qkv::testing::read_file(ids);
+  const std::string same = *dir_ + "/./ids.txt";  // another path to the same file
+  expect_error(translate("-o " + same), kUsage, {"--output " + same + " is the --input file " + ids}, "qkv translate");
+  expect_error(score("-o " + same), kUsage, {"--output " + same + " is the --src file " + ids}, "qkv score");
+  expect_error("classify --checkpoint " + path("ckpt") + " --input " + ids + " -o " + ids, kUsage,
+               {"--output " + ids + " is the --input file"}, "qkv classify");
+  EXPECT_EQ(qkv::testing::read_file(ids), before);
+}
+
 TEST_F(CliErrors, ACheckpointThatIsAFileIsNamedAsNotADirectory) {
   const std::string file = path("regular_file");
   const std::string message = file + ": not a directory (a checkpoint is a directory with config.json and model.safetensors)";

@@ -107,6 +107,13 @@ TEST_F(EncoderTrainCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {
     EXPECT_LE(p, 1.0) << line;
   }
   EXPECT_EQ(n, 3);  // one line per input line, the empty one included
+  // Progress on stderr (not a terminal: the last line), the lines themselves on stdout or in -o FILE.
+  EXPECT_NE(r.err.find("classified 3/3 sentences, "), std::string::npos) << r.err;
+  const CliRun to_file = run_qkv_split("classify --checkpoint " + *dir_ + "/cls/best --input " + input +
+                                       " --batch-size 2 --quiet -o " + *dir_ + "/classes.txt");
+  ASSERT_EQ(to_file.code, 0) << to_file.err;
+  EXPECT_EQ(to_file.out + to_file.err, "");
+  EXPECT_EQ(qkv::testing::read_file(*dir_ + "/classes.txt"), r.out);
   const CliRun top = run_qkv_split("classify --checkpoint " + *dir_ + "/cls/best --input " + input + " --top 2");
   ASSERT_EQ(top.code, 0) << top.err;
   const std::string first = top.out.substr(0, top.out.find('\n'));

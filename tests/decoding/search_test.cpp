@@ -199,6 +199,43 @@ TEST_F(SearchTest, SearchInBatchesReturnsInputOrderAndSkipsEmptySources) {
   EXPECT_THROW(decoding::search_in_batches(untrained, sources, {}, 0), Error);
 }
 
+// What `qkv translate` runs to write results as they come: windows of sort_window sources in
+// input order, each sorted by length into batches; every source of a window is handed over before
+// any of the next (its empty ones first), each once, each equal to searching its batch alone.
+TEST_F(SearchTest, SearchEachHandsOverWindowByWindow) {
+  models::Transformer untrained(model_->config(), 13);
+  untrained.eval();
+  const std::vector<data::IdLine> sources = {
+      {4, 5, 6, 7, 8, 9, 10, 11}, {}, {3, 4}, {9, 10, 11, 12, 13}, {7}, {15, 14, 13, 12, 11, 10, 9}, {6, 6, 6}};
+  for (const int beam : {1, 3}) {
+    decoding::SearchOptions o;
+    o.beam_size = o.n_best = beam;
+    std::vector<size_t> handed;
+    std::vector<std::vector<decoding::Hypothesis>> found(sources.size());
+    std::vector<std::pair<int64_t, int64_t>> progress;
+    decoding::search_each(
+        untrained, sources, o, 2, 3,
+        [&](size_t i, std::vector<decoding::Hypothesis>&& h) {
+          handed.push_back(i);
+          found[i] = std::move(h);
+        },
+        [&](int64_t done, int64_t total) { progress.emplace_back(done, total); });
+    // Windows {0, 1, 2}, {3, 4, 5}, {6}; by length, 2 at a time: {2, 0}, then {4, 3}, {5}, then {6}.
+    EXPECT_EQ(handed, (std::vector<size_t>{1, 2, 0, 4, 3, 5, 6}));
+    EXPECT_EQ(progress, (std::vector<std::pair<int64_t, int64_t>>{{2, 6}, {4, 6}, {5, 6}, {6, 6}}));
+    EXPECT_TRUE(found[1].empty()) << "an empty source gets no hypothesis";
+    for (const std::vector<size_t>& batch : {std::vector<size_t>{2, 0}, {4, 3}, {5}, {6}}) {
+      std::vector<data::IdLine> rows;
+      for (size_t i : batch) rows.push_back(sources[i]);
+      const auto direct = decoding::beam_search(untrained, rows, o);
+      for (size_t k = 0; k < batch.size(); ++k)
+        expect_identical(found[batch[k]], direct[k], "beam " + std::to_string(beam) + ", sentence " + std::to_string(batch[k]));
+    }
+  }
+  const auto ignore = [](size_t, std::vector<decoding::Hypothesis>&&) {};
+  EXPECT_THROW(decoding::search_each(untrained, sources, {}, 2, -1, ignore), Error);
+}
+
 TEST_F(SearchTest, NBestScoresEqualTeacherForcedScores) {
   models::Transformer untrained(model_->config(), 3);
   untrained.eval();

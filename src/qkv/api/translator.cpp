@@ -76,23 +76,33 @@ std::string Translator::target_piece(int32_t id) const {
   return tgt_tok_ && id >= 0 && id < tgt_tok_->vocab_size() ? tgt_tok_->id_to_token(id) : std::to_string(id);
 }
 
+void Translator::translate_ids_each(const std::vector<data::IdLine>& sources, const TranslationOptions& options,
+                                    const TranslationCallback& on_translated, const ProgressCallback& progress) const {
+  // Batches of similar length sharing the key/value storage; each sentence handed on as found.
+  decoding::search_each(*model_, sources, options.search, options.batch_size, options.sort_window,
+                        [&](size_t index, std::vector<decoding::Hypothesis>&& found) {
+                          std::vector<Translation> translations;
+                          translations.reserve(found.size());
+                          for (auto& h : found) {
+                            Translation t;
+                            t.text = tgt_tok_ ? tgt_tok_->decode(h.tokens) : "";
+                            t.tokens = std::move(h.tokens);
+                            t.log_prob = h.log_prob;
+                            t.score = h.score;
+                            t.attention = std::move(h.attention);
+                            translations.push_back(std::move(t));
+                          }
+                          on_translated(index, std::move(translations));
+                        },
+                        progress);
+}
+
 std::vector<std::vector<Translation>> Translator::translate_ids(const std::vector<data::IdLine>& sources,
                                                                 const TranslationOptions& options,
                                                                 const ProgressCallback& progress) const {
-  // Batches of similar length sharing the key/value storage; input order back.
-  std::vector<std::vector<decoding::Hypothesis>> found =
-      decoding::search_in_batches(*model_, sources, options.search, options.batch_size, progress);
   std::vector<std::vector<Translation>> results(sources.size());
-  for (size_t i = 0; i < found.size(); ++i)
-    for (auto& h : found[i]) {
-      Translation t;
-      t.text = tgt_tok_ ? tgt_tok_->decode(h.tokens) : "";
-      t.tokens = std::move(h.tokens);
-      t.log_prob = h.log_prob;
-      t.score = h.score;
-      t.attention = std::move(h.attention);
-      results[i].push_back(std::move(t));
-    }
+  translate_ids_each(
+      sources, options, [&](size_t i, std::vector<Translation>&& found) { results[i] = std::move(found); }, progress);
   return results;
 }
 

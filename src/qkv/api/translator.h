@@ -5,7 +5,9 @@
 // sources end with its EOS).
 //
 // Sentences are decoded in batches of similar length (sorted by length, so little is spent on
-// padding) and the results are put back in input order. An empty source gives no hypotheses.
+// padding) and the results are put back in input order, or handed to a callback as each batch
+// finishes (translate_ids_each: a caller writing results as they come). An empty source gives no
+// hypotheses.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +30,11 @@ struct TranslationOptions {
   // With truncate, a lower limit for a source's tokens (the tokenizer's own EOS included, which a
   // cut source keeps); 0: max_seq_length.
   int64_t max_source_tokens = 0;
+  // Sources are sorted by length within consecutive windows of this many (0: all of them at once):
+  // with translate_ids_each, every source of a window is delivered before any of the next, so a
+  // caller writing in input order can write a window as soon as it is done. `qkv translate` reads
+  // 16 batches at a time, as CTranslate2's file translation does.
+  int64_t sort_window = 0;
 };
 
 struct Translation {
@@ -40,8 +47,11 @@ struct Translation {
   decoding::AttentionWeights attention;
 };
 
-// Sentences done so far and in all, after each batch.
+// Sentences done so far and in all (empty sources not counted), after each batch.
 using ProgressCallback = std::function<void(int64_t done, int64_t total)>;
+// One source's translations as soon as its batch is done: its index in the input and its n_best
+// translations, best first (none for an empty source). Called once per source, not in input order.
+using TranslationCallback = std::function<void(size_t index, std::vector<Translation>&& translations)>;
 
 class Translator {
  public:
@@ -79,6 +89,12 @@ class Translator {
   std::vector<std::vector<Translation>> translate_ids(const std::vector<data::IdLine>& sources,
                                                       const TranslationOptions& options,
                                                       const ProgressCallback& progress = {}) const;
+  // translate_ids without keeping the results: each source's translations go to on_translated as
+  // its batch finishes (within a window of options.sort_window sources, in the order the batches
+  // run), then progress is called for the batch. Nothing is printed; exceptions from the callbacks
+  // pass through.
+  void translate_ids_each(const std::vector<data::IdLine>& sources, const TranslationOptions& options,
+                          const TranslationCallback& on_translated, const ProgressCallback& progress = {}) const;
   // The same for texts (needs the SentencePiece models); texts named "line N" in errors.
   std::vector<std::vector<Translation>> translate(const std::vector<std::string>& texts,
                                                   const TranslationOptions& options,

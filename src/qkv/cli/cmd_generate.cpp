@@ -16,7 +16,6 @@
 // prompt is bos_id alone.
 // Line i (0-based; --prompt is line 0) draws from the random stream keyed by (--seed, i), so a
 // line's output does not depend on --batch-size, --threads or the other lines.
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -141,15 +140,12 @@ int run_generate(const GenerateCliOptions& o) {
     new_tokens = static_cast<int64_t>(out.size());
     outputs.push_back(out);
   } else {
-    const bool tty = ::isatty(STDERR_FILENO);
-    const auto results = generator.generate_ids(prompts, go, [&](int64_t done, int64_t total) {
-      if (o.quiet) return;
-      std::fprintf(stderr, tty ? "\rgenerated %lld/%lld lines" : "generated %lld/%lld lines\n",
-                   static_cast<long long>(done), static_cast<long long>(total));
-      std::fflush(stderr);
-    }, 0, attention ? &weights : nullptr);
+    ProgressLine progress("generated", "lines", o.quiet);
+    const auto results = generator.generate_ids(
+        prompts, go, [&](int64_t done, int64_t total) { progress.update(done, total); }, 0,
+        attention ? &weights : nullptr);
     outputs = results;
-    if (!o.quiet && tty && !prompts.empty()) std::fprintf(stderr, "\n");
+    progress.finish();
     for (const auto& r : results) {
       new_tokens += static_cast<int64_t>(r.size());
       std::printf("%s\n", (o.ids ? join_ids(r) : generator.decode(r)).c_str());

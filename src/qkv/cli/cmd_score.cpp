@@ -5,6 +5,7 @@
 // Held-out perplexity of raw text, read as training reads it: the lines tokenized with the
 // checkpoint's tokenizer, packed with EOS between them, cut into blocks of the model's context,
 // every token scored once.
+// Results go to stdout or -o FILE.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -12,6 +13,7 @@
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/compute_type_option.h"
+#include "qkv/cli/output_file.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
@@ -24,7 +26,7 @@ namespace qkv::cli {
 
 namespace {
 struct ScoreOptions {
-  std::string checkpoint, src, tgt, text;
+  std::string checkpoint, src, tgt, text, output = "-";
   bool per_line = false;
   int64_t batch_size = 32;
   int threads = 0;
@@ -41,7 +43,7 @@ void check_lengths(const std::vector<data::IdLine>& lines, const std::string& pa
   }
 }
 
-int score_text(const models::Model& model, const ScoreOptions& o) {
+int score_text(const models::Model& model, const ScoreOptions& o, OutputFile& out) {
   if (!model.config().decoder_only())
     throw UsageError("--text: " + o.checkpoint + " is an encoder-decoder model; score id pairs with --src and --tgt");
   if (!o.src.empty()) throw UsageError("--src: --text scores a language model's text alone");
@@ -61,8 +63,9 @@ int score_text(const models::Model& model, const ScoreOptions& o) {
   const std::vector<data::IdLine> blocks =
       train::cut_blocks(train::pack_lines(lines, c.bos_id, c.eos_id), c.max_seq_length, true);
   const train::ScoreResult r = train::score(model, {}, blocks, o.batch_size);
-  std::printf("tokens %lld\nloss %.7f\nperplexity %.4f\n", static_cast<long long>(r.tokens), r.mean_loss(),
-              std::exp(r.mean_loss()));
+  out.printf("tokens %lld\nloss %.7f\nperplexity %.4f\n", static_cast<long long>(r.tokens), r.mean_loss(),
+             std::exp(r.mean_loss()));
+  out.close();
   return 0;
 }
 }  // namespace
@@ -80,8 +83,11 @@ Runner add_score_command(CLI::App& app) {
       ->check(FiniteRange(1, kMaxBatchSentences));
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   add_compute_type_options(app, o->compute);
+  add_output_option(app, o->output, "Where the per-line sums and the loss go");
   return [o]() {
     check_checkpoint_argument(o->checkpoint);
+    check_output_is_no_input(o->output, {{"--src", o->src}, {"--tgt", o->tgt}, {"--text", o->text}});
+    OutputFile out(o->output);  // before the model loads: a path that cannot be written fails at once
     set_num_threads(o->threads);
     auto model = models::load_model(o->checkpoint);
     model->eval();
@@ -90,7 +96,7 @@ Runner add_score_command(CLI::App& app) {
     const auto& c = model->config();
     QKV_CHECK(!c.encoder_only(), o->checkpoint << ": this is an encoder-only model; qkv score gives the loss of a "
                                                   "language or translation model (see qkv embed and qkv classify)");
-    if (!o->text.empty()) return score_text(*model, *o);
+    if (!o->text.empty()) return score_text(*model, *o, out);
     if (o->tgt.empty()) throw UsageError("--tgt FILE (ids) is required, or --text FILE for a decoder-only model");
     if (c.decoder_only() && !o->src.empty())
       throw UsageError("--src: " + o->checkpoint + " is a decoder-only model, which scores --tgt lines alone");
@@ -105,9 +111,10 @@ Runner add_score_command(CLI::App& app) {
     check_lengths(tgt, o->tgt, c.max_seq_length, 2, 1);
     const train::ScoreResult r = train::score(*model, src, tgt, o->batch_size);
     if (o->per_line)
-      for (double lp : r.line_log_prob) std::printf("%.6f\n", lp);
-    std::printf("loss %.7f\n", r.mean_loss());
-    if (c.decoder_only()) std::printf("perplexity %.4f\n", std::exp(r.mean_loss()));
+      for (double lp : r.line_log_prob) out.printf("%.6f\n", lp);
+    out.printf("loss %.7f\n", r.mean_loss());
+    if (c.decoder_only()) out.printf("perplexity %.4f\n", std::exp(r.mean_loss()));
+    out.close();
     return 0;
   };
 }

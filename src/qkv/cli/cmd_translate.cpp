@@ -1,11 +1,12 @@
 // qkv translate --checkpoint DIR [--input FILE] [--beam N] [--n-best N] ...
 //
-// Reads one source sentence a line (stdin by default) and writes one translation a line to stdout,
-// in input order. Text is encoded with the checkpoint's tokenizers (its SentencePiece models
+// Reads one source sentence a line (stdin by default) and writes one translation a line to stdout
+// or -o FILE, in input order, as batches finish. Text is encoded with the checkpoint's tokenizers (its SentencePiece models
 // source.spm.model and target.spm.model, or an imported Marian model's source.spm, target.spm and
 // vocab.json); with --ids, lines are space-separated token ids in and out (a source line as given:
 // an imported model's sources end with their EOS, as its tokenizer writes them). Sentences are
-// batched (sorted by length for less padding) and a summary goes to stderr.
+// batched, sorted by length within windows of 16 batches (less padding, and the first lines of a
+// long input come after its first window, not at the end); progress and a summary go to stderr.
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,8 +14,8 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <memory>
-#include <numeric>
 #include <sstream>
 
 #include "qkv/api/translator.h"
@@ -22,6 +23,7 @@
 #include "qkv/cli/commands.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/id_text.h"
+#include "qkv/cli/output_file.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
@@ -31,7 +33,7 @@ namespace qkv::cli {
 
 namespace {
 struct TranslateOptions {
-  std::string checkpoint, input = "-";
+  std::string checkpoint, input = "-", output = "-";
   bool ids = false;
   int beam = 4, n_best = 1, threads = 0;
   float length_penalty = 1.0f, max_length_ratio = 2.0f;
@@ -84,84 +86,143 @@ void check_search_flags(const TranslateOptions& o, int64_t tgt_vocab_size) {
                      std::to_string(tgt_vocab_size));
 }
 
-// --attention-out: DIR/NNNN.npz per translated line (its best hypothesis), then the pictures.
-void write_attention(const TranslateOptions& o, const api::Translator& translator, const std::vector<data::IdLine>& sources,
-                     const std::vector<std::vector<api::Translation>>& results) {
-  const auto& c = translator.config();
-  std::vector<std::string> files;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    if (results[i].empty()) continue;
-    const api::Translation& best = results[i][0];
-    std::vector<std::string> src, tgt, dec_in{translator.target_piece(static_cast<int32_t>(c.bos_id))};
-    for (int32_t id : sources[i]) src.push_back(translator.source_piece(id));
+// Sentences sorted by length together: 16 batches, as CTranslate2's file translation reads them.
+// A larger window pads less; a smaller one shows the first lines sooner.
+constexpr int64_t kBatchesPerSortWindow = 16;
+
+// --attention-out: DIR/NNNN.npz per translated line (its best hypothesis) as it is written, then
+// the pictures of them all.
+class AttentionFiles {
+ public:
+  AttentionFiles(const TranslateOptions& o, const api::Translator& translator, const std::vector<data::IdLine>& sources)
+      : o_(o), translator_(translator), sources_(sources) {}
+
+  void add(size_t index, const api::Translation& best) {
+    const auto& c = translator_.config();
+    std::vector<std::string> src, tgt, dec_in{translator_.target_piece(static_cast<int32_t>(c.bos_id))};
+    for (int32_t id : sources_[index]) src.push_back(translator_.source_piece(id));
     for (int32_t id : best.tokens) {
-      tgt.push_back(translator.target_piece(id));
+      tgt.push_back(translator_.target_piece(id));
       dec_in.push_back(tgt.back());
     }
-    tgt.push_back(translator.target_piece(static_cast<int32_t>(c.eos_id)));
-    files.push_back(attention_file(o.attention_out, i + 1));
-    write_translation_attention(files.back(), src, tgt, dec_in, best.attention);
+    tgt.push_back(translator_.target_piece(static_cast<int32_t>(c.eos_id)));
+    files_.push_back(attention_file(o_.attention_out, index + 1));
+    write_translation_attention(files_.back(), src, tgt, dec_in, best.attention);
   }
-  draw_attention_files(o.attention_out, files);
-  if (!o.quiet)
-    std::fprintf(stderr, "qkv translate: attention of %zu sentence(s) in %s (NNNN.npz, NNNN-cross-layerL.png)\n",
-                 files.size(), o.attention_out.c_str());
-}
 
-int run_translate(const TranslateOptions& o) {
-  check_search_flags(o, std::numeric_limits<int64_t>::max());  // before loading: fail fast
-  check_checkpoint_argument(o.checkpoint);
-  set_num_threads(o.threads);
-  const api::Translator translator(o.checkpoint, chosen_compute_type(o.compute), chosen_device(o.compute.device));
-  check_search_flags(o, translator.config().tgt_vocab_size);
-  QKV_CHECK(o.ids || translator.has_tokenizers(),
-            o.checkpoint << ": no tokenizer (source.spm.model / target.spm.model, or an imported model's "
-                             "source.spm, target.spm and vocab.json) for text input; use --ids for token ids");
+  void draw() const {
+    draw_attention_files(o_.attention_out, files_);
+    if (!o_.quiet)
+      std::fprintf(stderr, "qkv translate: attention of %zu sentence(s) in %s (NNNN.npz, NNNN-cross-layerL.png)\n",
+                   files_.size(), o_.attention_out.c_str());
+  }
+
+ private:
+  const TranslateOptions& o_;
+  const api::Translator& translator_;
+  const std::vector<data::IdLine>& sources_;
+  std::vector<std::string> files_;
+};
+
+// Writes translations in input order as batches finish: the batches of a window run in length
+// order, so a sentence waits until it and every sentence before it are done. write_ready() after
+// each batch writes that prefix and flushes it: a long job shows results early, an interrupted one
+// keeps them, and only the waiting sentences are held in memory.
+class InOrderWriter {
+ public:
+  InOrderWriter(const TranslateOptions& o, OutputFile& out, AttentionFiles* attention)
+      : o_(o), out_(out), attention_(attention) {}
+
+  void add(size_t index, std::vector<api::Translation>&& translations) { waiting_[index] = std::move(translations); }
+
+  void write_ready() {
+    for (auto it = waiting_.begin(); it != waiting_.end() && it->first == next_; it = waiting_.erase(it), ++next_)
+      write_sentence(it->first, it->second);
+    out_.flush();
+  }
+
+  bool all_written(size_t sentences) const { return next_ == sentences && waiting_.empty(); }
+  int64_t output_tokens() const { return output_tokens_; }
+
+ private:
+  // One line, or with --n-best N lines "index ||| hypothesis ||| log-probability ||| normalised
+  // score"; an empty source gives one empty line either way.
+  void write_sentence(size_t index, const std::vector<api::Translation>& translations) {
+    if (translations.empty()) out_.write("\n");
+    for (const api::Translation& h : translations) {
+      output_tokens_ += static_cast<int64_t>(h.tokens.size()) + 1;
+      const std::string text = o_.ids ? join_ids(h.tokens) : h.text;
+      if (o_.n_best > 1)
+        out_.printf("%zu ||| %s ||| %.6f ||| %.6f\n", index, text.c_str(), h.log_prob, h.score);
+      else
+        out_.printf("%s\n", text.c_str());
+    }
+    if (attention_ && !translations.empty()) attention_->add(index, translations[0]);
+  }
+
+  const TranslateOptions& o_;
+  OutputFile& out_;
+  AttentionFiles* attention_;
+  std::map<size_t, std::vector<api::Translation>> waiting_;  // done, but an earlier sentence is not
+  size_t next_ = 0;                                          // the first sentence not yet written
+  int64_t output_tokens_ = 0;
+};
+
+api::TranslationOptions translation_options(const TranslateOptions& o) {
   api::TranslationOptions to;
   to.search.beam_size = o.beam;
   to.search.n_best = o.n_best;
   to.search.length_penalty = o.length_penalty;
   to.search.max_length_ratio = o.max_length_ratio;
   to.search.max_length_offset = o.max_length_offset;
-  to.batch_size = o.batch_size;
-  to.truncate = o.too_long == "truncate";
   to.search.attention = !o.attention_out.empty();
-  if (to.search.attention) make_attention_dir(o.attention_out);  // before the work: fail fast
+  to.batch_size = o.batch_size;
+  to.sort_window = o.batch_size * kBatchesPerSortWindow;
+  to.truncate = o.too_long == "truncate";
+  return to;
+}
+
+int run_translate(const TranslateOptions& o) {
+  // Everything that can fail without the model fails before it loads.
+  check_search_flags(o, std::numeric_limits<int64_t>::max());
+  check_checkpoint_argument(o.checkpoint);
+  check_output_is_no_input(o.output, {{"--input", o.input}});
+  OutputFile out(o.output);
+  if (!o.attention_out.empty()) make_attention_dir(o.attention_out);
+  set_num_threads(o.threads);
+  const api::Translator translator(o.checkpoint, chosen_compute_type(o.compute), chosen_device(o.compute.device));
+  check_search_flags(o, translator.config().tgt_vocab_size);
+  QKV_CHECK(o.ids || translator.has_tokenizers(),
+            o.checkpoint << ": no tokenizer (source.spm.model / target.spm.model, or an imported model's "
+                             "source.spm, target.spm and vocab.json) for text input; use --ids for token ids");
+  const api::TranslationOptions to = translation_options(o);
   const std::vector<data::IdLine> sources = read_sources(o, translator, to);
 
-  Stopwatch clock;
-  const bool tty = ::isatty(STDERR_FILENO);
+  std::unique_ptr<AttentionFiles> attention =
+      o.attention_out.empty() ? nullptr : std::make_unique<AttentionFiles>(o, translator, sources);
+  InOrderWriter writer(o, out, attention.get());
+  ProgressLine progress("translated", "sentences", o.quiet);
+  const bool output_on_terminal = out.is_stdout() && ::isatty(STDOUT_FILENO);
   int64_t done = 0;
-  const auto results = translator.translate_ids(sources, to, [&](int64_t finished, int64_t total) {
-    done = finished;
-    if (o.quiet) return;
-    std::fprintf(stderr, tty ? "\rtranslated %lld/%lld sentences" : "translated %lld/%lld sentences\n",
-                 static_cast<long long>(finished), static_cast<long long>(total));
-    std::fflush(stderr);
-  });
-  if (!o.quiet && tty && done > 0) std::fprintf(stderr, "\n");
-  int64_t out_tokens = 0;
-  for (size_t i = 0; i < sources.size(); ++i) {
-    if (sources[i].empty()) {
-      std::printf("\n");
-      continue;
-    }
-    for (const auto& h : results[i]) {
-      out_tokens += static_cast<int64_t>(h.tokens.size()) + 1;
-      const std::string text = o.ids ? join_ids(h.tokens) : h.text;
-      if (o.n_best > 1)  // sentence index ||| hypothesis ||| log-probability ||| normalised score
-        std::printf("%zu ||| %s ||| %.6f ||| %.6f\n", i, text.c_str(), h.log_prob, h.score);
-      else
-        std::printf("%s\n", text.c_str());
-    }
-  }
-  std::fflush(stdout);
-  const double t = clock.seconds();
+  translator.translate_ids_each(
+      sources, to, [&](size_t i, std::vector<api::Translation>&& found) { writer.add(i, std::move(found)); },
+      [&](int64_t finished, int64_t total) {
+        if (output_on_terminal) progress.clear();  // no translation written after a half line
+        writer.write_ready();
+        done = finished;
+        progress.update(finished, total);
+      });
+  writer.write_ready();  // empty sources after the last batch, or an input of empty lines alone
+  QKV_CHECK(writer.all_written(sources.size()), "qkv translate: not every sentence was translated");
+  out.close();
+  progress.finish();
+  const double t = progress.seconds();
+  const int64_t out_tokens = writer.output_tokens();
   if (!o.quiet)
     std::fprintf(stderr, "qkv translate: %lld sentences, %lld output tokens in %s (%.1f sentences/s, %.0f tokens/s), beam %d\n",
                  static_cast<long long>(done), static_cast<long long>(out_tokens), format_duration(t).c_str(), done / t,
                  out_tokens / t, o.beam);
-  if (!o.attention_out.empty()) write_attention(o, translator, sources, results);
+  if (attention) attention->draw();
   return 0;
 }
 }  // namespace
@@ -170,6 +231,7 @@ Runner add_translate_command(CLI::App& app) {
   auto o = std::make_shared<TranslateOptions>();
   app.add_option("--checkpoint", o->checkpoint, "Checkpoint directory")->required();
   app.add_option("--input", o->input, "Source text, one sentence a line ('-' = stdin)")->capture_default_str();
+  add_output_option(app, o->output, "Translations, one a line in input order (--n-best: N lines each)");
   app.add_flag("--ids", o->ids, "Input and output are space-separated token ids (no tokenizer; a source line is taken as given)");
   app.add_option("--beam", o->beam, "Beam size (1 = greedy; at most the target vocabulary size)")
       ->capture_default_str()

@@ -2,12 +2,33 @@
 // closing line, all on stderr. On a terminal the progress line redraws in place.
 #pragma once
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "qkv/core/duration.h"
 #include "qkv/train/trainer.h"
 
 namespace qkv::cli {
+
+// "validation step 300: dev loss 3.1234  ppl 22.74  dev BLEU 18.50  (best, saved)": what a
+// validation found, scores with fixed decimals so that the lines of a run line up.
+inline std::string validation_line(const train::ValidationReport& v) {
+  char line[1024];  // room for a loss and a perplexity near DBL_MAX, each up to 309 digits
+  const char* best = v.best ? "  (best, saved)" : "";
+  const auto step = static_cast<long long>(v.step);
+  if (v.result.macro_f1 >= 0) {  // classification: a perplexity would mean nothing
+    std::snprintf(line, sizeof line, "validation step %lld: dev loss %.4f  accuracy %.4f  macro-F1 %.4f%s", step,
+                  v.result.loss, v.result.accuracy, v.result.macro_f1, best);
+    return line;
+  }
+  char more[96] = "";
+  if (v.result.bleu >= 0) std::snprintf(more, sizeof more, "  dev BLEU %.2f", v.result.bleu);
+  if (v.result.accuracy >= 0)
+    std::snprintf(more + std::strlen(more), sizeof more - std::strlen(more), "  accuracy %.4f", v.result.accuracy);
+  std::snprintf(line, sizeof line, "validation step %lld: dev loss %.4f  ppl %.2f%s%s", step, v.result.loss,
+                v.result.perplexity(), more, best);
+  return line;
+}
 
 class TrainProgress {
  public:
@@ -48,21 +69,7 @@ class TrainProgress {
 
   void validation(const train::ValidationReport& v) {
     end_line();
-    std::string more;
-    if (v.result.bleu >= 0) more = "  dev BLEU " + std::to_string(v.result.bleu).substr(0, 5);
-    char buf[96];
-    if (v.result.macro_f1 >= 0) {  // classification: a perplexity would mean nothing
-      std::snprintf(buf, sizeof buf, "  accuracy %.4f  macro-F1 %.4f", v.result.accuracy, v.result.macro_f1);
-      std::fprintf(stderr, "validation step %lld: dev loss %.4f%s%s\n", static_cast<long long>(v.step), v.result.loss,
-                   buf, v.best ? "  (best, saved)" : "");
-      return;
-    }
-    if (v.result.accuracy >= 0) {
-      std::snprintf(buf, sizeof buf, "  accuracy %.4f", v.result.accuracy);
-      more += buf;
-    }
-    std::fprintf(stderr, "validation step %lld: dev loss %.4f  ppl %.2f%s%s\n", static_cast<long long>(v.step),
-                 v.result.loss, v.result.perplexity(), more.c_str(), v.best ? "  (best, saved)" : "");
+    std::fprintf(stderr, "%s\n", validation_line(v).c_str());
   }
 
   void end_line() {

@@ -474,38 +474,72 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   return hyps;
 }
 
+namespace {
+// The indices in [first, last) of the non-empty sources, shortest first (stable: equal lengths keep
+// input order).
+std::vector<size_t> by_length(const std::vector<data::IdLine>& sources, size_t first, size_t last) {
+  std::vector<size_t> order;
+  for (size_t i = first; i < last; ++i)
+    if (!sources[i].empty()) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() < sources[b].size(); });
+  return order;
+}
+
+// Searches the sources named by `batch` together and hands each one's hypotheses to on_found.
+void search_batch(const models::Transformer& model, const std::vector<data::IdLine>& sources,
+                  const std::vector<size_t>& batch, const SearchOptions& o, const SentenceFound& on_found) {
+  std::vector<data::IdLine> rows;
+  rows.reserve(batch.size());
+  for (size_t i : batch) rows.push_back(sources[i]);
+  if (o.beam_size == 1 && o.n_best == 1) {
+    std::vector<Hypothesis> found = greedy_search(model, rows, o);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      std::vector<Hypothesis> one;
+      one.push_back(std::move(found[k]));
+      on_found(batch[k], std::move(one));
+    }
+    return;
+  }
+  std::vector<std::vector<Hypothesis>> found = beam_search(model, rows, o);
+  for (size_t k = 0; k < batch.size(); ++k) on_found(batch[k], std::move(found[k]));
+}
+}  // namespace
+
+void search_each(const models::Transformer& model, const std::vector<data::IdLine>& sources, const SearchOptions& options,
+                 int64_t batch_size, int64_t sort_window, const SentenceFound& on_found, const BatchProgress& after_batch) {
+  QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
+  QKV_CHECK(sort_window >= 0, "sort_window must be at least 0, got " << sort_window);
+  validate_search_options(options, model.config().tgt_vocab_size);
+  const auto per_batch = static_cast<size_t>(batch_size);
+  const size_t window = sort_window > 0 ? static_cast<size_t>(sort_window) : std::max<size_t>(sources.size(), 1);
+  const auto total = static_cast<int64_t>(
+      std::count_if(sources.begin(), sources.end(), [](const data::IdLine& s) { return !s.empty(); }));
+  SearchOptions o = options;
+  // The batches write their keys and values into the same storage (faulted in once, not once per
+  // batch).
+  if (o.use_cache && total > batch_size && !o.kv_storage) o.kv_storage = std::make_shared<nn::KVCacheStorage>();
+  int64_t done = 0;
+  for (size_t first = 0; first < sources.size(); first += window) {
+    const size_t last = std::min(sources.size(), first + window);
+    for (size_t i = first; i < last; ++i)
+      if (sources[i].empty()) on_found(i, {});
+    const std::vector<size_t> order = by_length(sources, first, last);
+    for (size_t begin = 0; begin < order.size(); begin += per_batch) {
+      const size_t end = std::min(order.size(), begin + per_batch);
+      search_batch(model, sources, std::vector<size_t>(order.begin() + begin, order.begin() + end), o, on_found);
+      done += static_cast<int64_t>(end - begin);
+      if (after_batch) after_batch(done, total);
+    }
+  }
+}
+
 std::vector<std::vector<Hypothesis>> search_in_batches(const models::Transformer& model,
                                                        const std::vector<data::IdLine>& sources,
                                                        const SearchOptions& options, int64_t batch_size,
                                                        const BatchProgress& after_batch) {
-  QKV_CHECK(batch_size >= 1, "batch_size must be at least 1, got " << batch_size);
-  validate_search_options(options, model.config().tgt_vocab_size);
-  std::vector<size_t> order;
-  for (size_t i = 0; i < sources.size(); ++i)
-    if (!sources[i].empty()) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].size() < sources[b].size(); });
-  const bool greedy = options.beam_size == 1 && options.n_best == 1;
-  const auto per_batch = static_cast<size_t>(batch_size);
-  SearchOptions o = options;
-  if (o.use_cache && order.size() > per_batch) {
-    // The batches write their keys and values into the same storage (faulted in once, not once per
-    // batch).
-    if (!o.kv_storage) o.kv_storage = std::make_shared<nn::KVCacheStorage>();
-  }
   std::vector<std::vector<Hypothesis>> results(sources.size());
-  for (size_t begin = 0; begin < order.size(); begin += per_batch) {
-    const size_t end = std::min(order.size(), begin + per_batch);
-    std::vector<data::IdLine> batch;
-    for (size_t i = begin; i < end; ++i) batch.push_back(sources[order[i]]);
-    if (greedy) {
-      std::vector<Hypothesis> found = greedy_search(model, batch, o);
-      for (size_t i = begin; i < end; ++i) results[order[i]].push_back(std::move(found[i - begin]));
-    } else {
-      std::vector<std::vector<Hypothesis>> found = beam_search(model, batch, o);
-      for (size_t i = begin; i < end; ++i) results[order[i]] = std::move(found[i - begin]);
-    }
-    if (after_batch) after_batch(static_cast<int64_t>(end), static_cast<int64_t>(order.size()));
-  }
+  search_each(model, sources, options, batch_size, 0,
+              [&](size_t i, std::vector<Hypothesis>&& found) { results[i] = std::move(found); }, after_batch);
   return results;
 }
 

@@ -62,7 +62,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
 std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
                                       const SearchOptions& options);
 
-// Called after each batch of search_in_batches with the sentences done so far and in all.
+// Called after each batch of search_in_batches / search_each with the sentences done so far and in
+// all (empty sources are not counted).
 using BatchProgress = std::function<void(int64_t done, int64_t total)>;
 // Any number of sentences, `batch_size` at a time: sorted by length so that a batch's sentences
 // end at about the same step, greedy when beam_size and n_best are 1, beam search otherwise.
@@ -72,5 +73,18 @@ std::vector<std::vector<Hypothesis>> search_in_batches(const models::Transformer
                                                        const std::vector<data::IdLine>& sources,
                                                        const SearchOptions& options, int64_t batch_size,
                                                        const BatchProgress& after_batch = {});
+
+// Called once per source by search_each: its index in `sources` and its hypotheses, best first
+// (none for an empty source), handed over as soon as its batch is done.
+using SentenceFound = std::function<void(size_t index, std::vector<Hypothesis>&& hypotheses)>;
+// search_in_batches for a caller that uses results as they come (writes them, frees them): the
+// sources are taken in consecutive windows of `sort_window` sentences (0: one window of all),
+// each sorted by length into batches, so every source of a window is found before any of the next
+// one. A smaller window gives the first results sooner, a larger one less padding. The sources of
+// a window come in the order its batches finish, its empty ones first; after_batch follows the
+// batch's on_found calls.
+void search_each(const models::Transformer& model, const std::vector<data::IdLine>& sources, const SearchOptions& options,
+                 int64_t batch_size, int64_t sort_window, const SentenceFound& on_found,
+                 const BatchProgress& after_batch = {});
 
 }  // namespace qkv::decoding
