@@ -203,119 +203,260 @@ def _no_data(ax: Any, message: str) -> None:
     ax.text(0.5, 0.5, message, transform=ax.transAxes, ha="center", va="center", fontsize=12, color="0.4")
 
 
-def curves(run: PathLike, out: PathLike | None = None, *, title: str | None = None) -> Figure:
-    """Draws a training run's curves: a 2 x 2 grid, against step (left) and training time (right).
+def _load_runs(run: PathLike | Sequence[PathLike]) -> list[Metrics]:
+    runs = [run] if isinstance(run, (str, os.PathLike)) else list(run)
+    if not runs:
+        raise ValueError("no training run given")
+    loaded = [read_metrics(r) for r in runs]
+    for m in loaded:
+        if not m.steps.get("step") and not m.validations.get("step"):
+            raise ValueError(f"{m.path}: no training records yet (no \"step\" or \"validation\" line)")
+    return loaded
+
+
+def _run_names(runs: Sequence[Metrics]) -> list[str]:
+    """Each run's directory name; where two share one, its parent's name too."""
+    dirs = [os.path.dirname(os.path.abspath(m.path)) for m in runs]
+    names = [os.path.basename(d) for d in dirs]
+    return [os.path.join(os.path.basename(os.path.dirname(d)), n) if names.count(n) > 1 else n
+            for d, n in zip(dirs, names)]
+
+
+@dataclass
+class _Axis:
+    """The x-axis of a column of panels: training step, or training time in `unit`."""
+
+    key: str  # "step" or "time"
+    scale: float = 1.0
+    unit: str = "s"
+
+    @property
+    def label(self) -> str:
+        return "training step" if self.key == "step" else f"training time ({self.unit})"
+
+    def of(self, m: Metrics, kind: str) -> np.ndarray:
+        return m.column(kind, self.key) / self.scale
+
+
+def _draw_losses(ax: Any, runs: Sequence[Metrics], names: Sequence[str], x: _Axis) -> None:
+    single = len(runs) == 1
+    drew = False
+    series: list[np.ndarray] = []
+    for r, m in enumerate(runs):
+        colour_s, colour_v = ("C0", "C3") if single else (f"C{r}", f"C{r}")
+        prefix = "" if single else f"{names[r]}: "
+        xs, xv = x.of(m, "step"), x.of(m, "validation")
+        loss_s, loss_v = m.column("step", "loss"), m.column("validation", "loss")
+        series += [loss_s, loss_v]
+        best = m.column("validation", "best") == 1.0
+        ok = np.isfinite(xs) & np.isfinite(loss_s)
+        if ok.any():
+            many = ok.sum() >= 50
+            marker = "o" if len(m.steps.get("step", [])) <= 40 else None
+            label = "training loss" if not many else "training loss (each step)"
+            ax.plot(xs[ok], loss_s[ok], color=colour_s, lw=1, alpha=0.35 if many else 1.0, marker=marker, ms=4,
+                    label=prefix + label if single or not many else None)
+            if many:
+                ax.plot(xs[ok], _smooth(loss_s[ok]), color=colour_s, lw=2,
+                        label=prefix + ("training loss (moving average)" if single else "training loss"))
+            drew = True
+        okv = np.isfinite(xv) & np.isfinite(loss_v)
+        if okv.any():
+            ax.plot(xv[okv], loss_v[okv], color=colour_v, lw=2, marker="o", ms=5, ls="-" if single else "--",
+                    label=prefix + "dev loss")
+            ax.plot(xv[okv & best], loss_v[okv & best], ls="none", marker="*", ms=14, color=colour_v,
+                    markeredgecolor="k", label="best so far" if single or r == 0 else None)
+            drew = True
+    if drew:
+        if _wants_log(*series):
+            _log_axis(ax)
+        ax.legend(loc="upper right", fontsize=9)
+    else:
+        _no_data(ax, "no training time recorded" if x.key == "time" else "no losses recorded")
+    ax.set_xlabel(x.label)
+    ax.set_ylabel("loss (cross-entropy, nats)")
+    ax.set_title(f"Loss by {'step' if x.key == 'step' else 'training time'}")
+    ax.grid(True, alpha=0.3)
+
+
+def _draw_scores(ax: Any, runs: Sequence[Metrics], names: Sequence[str], x: _Axis) -> None:
+    ax.set_xlabel(x.label)
+    ax.set_title(f"Dev score by {'step' if x.key == 'step' else 'training time'}")
+    ax.grid(True, alpha=0.3)
+    single = len(runs) == 1
+    keys = [(k, label) for k, label in _SCORES if any(m.has("validation", k) for m in runs)]
+    has_ppl = any(m.has("validation", _PERPLEXITY[0]) for m in runs)
+    if not any(m.validations.get("step") for m in runs) or not (keys or has_ppl):
+        any_valid = any(m.validations.get("step") for m in runs)
+        _no_data(ax, "no validation yet" if not any_valid else "no dev score recorded")
+        ax.set_ylabel("dev score")
+        return
+    handles = []
+    pax = (ax.twinx() if keys else ax) if has_ppl else None
+    ppl_values: list[np.ndarray] = []
+    any_x = False
+    for r, m in enumerate(runs):
+        xv = x.of(m, "validation")
+        any_x = any_x or bool(np.isfinite(xv).any())
+        best = m.column("validation", "best") == 1.0
+        prefix = "" if single else f"{names[r]}: "
+        for i, (key, label) in enumerate(keys):
+            y = m.column("validation", key)
+            ok = np.isfinite(xv) & np.isfinite(y)
+            if not ok.any():
+                continue
+            colour = f"C{i + 1}" if single else f"C{r}"
+            style = "-" if single else ("-", ":", "-.")[i % 3]
+            (h,) = ax.plot(xv[ok], y[ok], color=colour, lw=2, ls=style, marker="o", ms=5, label=prefix + label)
+            ax.plot(xv[ok & best], y[ok & best], ls="none", marker="*", ms=14, color=colour, markeredgecolor="k")
+            handles.append(h)
+        if pax is not None:
+            y = m.column("validation", "perplexity")
+            ok = np.isfinite(xv) & np.isfinite(y)
+            if ok.any():
+                colour = "C7" if single else f"C{r}"
+                (h,) = pax.plot(xv[ok], y[ok], color=colour, lw=2, ls="--" if keys else "-", marker="s", ms=4,
+                                label=prefix + _PERPLEXITY[1])
+                if not keys:
+                    pax.plot(xv[ok & best], y[ok & best], ls="none", marker="*", ms=14, color=colour,
+                             markeredgecolor="k")
+                handles.append(h)
+                ppl_values.append(y[ok])
+    if keys:
+        ax.set_ylabel(", ".join(label.removeprefix("dev ") for _, label in keys))
+    if pax is not None:
+        if ppl_values and _wants_log(*ppl_values):
+            _log_axis(pax)
+        pax.set_ylabel("perplexity" + (" (dashed)" if keys else ""))
+    if not any_x:
+        _no_data(ax, "no training time recorded")
+    ax.legend(handles=handles, loc="best", fontsize=9)
+
+
+def _draw_optimiser(ax: Any, runs: Sequence[Metrics], names: Sequence[str]) -> None:
+    """Learning rate (left axis) and gradient norm before clipping (right axis, dashed) by step."""
+    ax.set_xlabel("training step")
+    ax.set_title("Learning rate and gradient norm by step")
+    ax.grid(True, alpha=0.3)
+    single = len(runs) == 1
+    has_lr = any(m.has("step", "lr") for m in runs)
+    has_norm = any(m.has("step", "grad_norm") for m in runs)
+    if not (has_lr or has_norm):
+        _no_data(ax, "no learning rate or gradient norm recorded")
+        return
+    nax = ax.twinx() if has_lr and has_norm else ax
+    handles, norms = [], []
+    for r, m in enumerate(runs):
+        xs = m.column("step", "step")
+        prefix = "" if single else f"{names[r]}: "
+        lr, norm = m.column("step", "lr"), m.column("step", "grad_norm")
+        ok = np.isfinite(xs) & np.isfinite(lr)
+        if ok.any():
+            (h,) = ax.plot(xs[ok], lr[ok], color="C2" if single else f"C{r}", lw=2, label=prefix + "learning rate")
+            handles.append(h)
+        ok = np.isfinite(xs) & np.isfinite(norm)
+        if ok.any():
+            many = ok.sum() >= 50
+            y = _smooth(norm[ok]) if many else norm[ok]
+            (h,) = nax.plot(xs[ok], y, color="C4" if single else f"C{r}", lw=1.5, ls="--",
+                            label=prefix + ("gradient norm (moving average)" if many else "gradient norm"))
+            handles.append(h)
+            norms.append(norm[ok])
+    if has_lr:
+        ax.set_ylabel("learning rate")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    if has_norm:
+        nax.set_ylabel("gradient norm" + (" (dashed)" if has_lr else ""))
+        if _wants_log(*norms):
+            _log_axis(nax)
+    ax.legend(handles=handles, loc="best", fontsize=9)
+
+
+def _draw_throughput(ax: Any, runs: Sequence[Metrics], names: Sequence[str]) -> None:
+    ax.set_xlabel("training step")
+    ax.set_ylabel("tokens / s")
+    ax.set_title("Training throughput by step")
+    ax.grid(True, alpha=0.3)
+    single = len(runs) == 1
+    drew = False
+    for r, m in enumerate(runs):
+        xs, y = m.column("step", "step"), m.column("step", "tokens_per_second")
+        ok = np.isfinite(xs) & np.isfinite(y)
+        if not ok.any():
+            continue
+        many = ok.sum() >= 50
+        colour = "C5" if single else f"C{r}"
+        ax.plot(xs[ok], y[ok], color=colour, lw=1, alpha=0.35 if many else 1.0, marker="o" if ok.sum() <= 40 else None,
+                ms=4, label=None if many else ("tokens / s" if single else names[r]))
+        if many:
+            ax.plot(xs[ok], _smooth(y[ok]), color=colour, lw=2,
+                    label="tokens / s (moving average)" if single else names[r])
+        drew = True
+    if not drew:
+        _no_data(ax, "no throughput recorded")
+        return
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="best", fontsize=9)
+
+
+def curves(run: PathLike | Sequence[PathLike], out: PathLike | None = None, *, title: str | None = None) -> Figure:
+    """Draws training runs' curves: a 3 x 2 grid.
 
     Top row: training loss (every logged step, faint, with a moving average when there are many)
-    and dev loss. Bottom row: the dev scores the run computed: BLEU, accuracy and macro-F1 on the
-    left axis, perplexity on a logarithmic right-hand axis (or alone). A star marks each
-    validation that was the best so far. A run with no validation yet says so in the lower panels.
+    and dev loss, against step (left) and training time (right). Middle row: the dev scores the runs
+    computed: BLEU, accuracy and macro-F1 on the left axis, perplexity on a logarithmic right-hand
+    axis (or alone), against step and time. Bottom row: learning rate and gradient norm by step,
+    and training throughput (tokens per second). A star marks each validation that was the best so
+    far. A run with no validation yet says so in the middle panels.
+
+    Several runs are drawn over each other, one colour each, named by their directories (so that
+    two settings can be compared at a glance); one run keeps a colour per series.
 
     Args:
-        run: a run directory holding ``metrics.jsonl``, or the path of such a file.
+        run: a run directory holding ``metrics.jsonl``, the path of such a file, or a list of them.
         out: when given, the figure is also saved there (PNG, or any format matplotlib knows by
             the extension).
-        title: the figure's title; default: the run directory's name and its last step.
+        title: the figure's title; default: the run directory's name and its last step (several
+            runs: their names).
 
     Returns:
         The matplotlib Figure (not attached to pyplot; display it in a notebook as it is).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`read_metrics`; ValueError also when the file
-            holds no step or validation record yet.
+        FileNotFoundError, ValueError: as :func:`read_metrics`; ValueError also when a file
+            holds no step or validation record yet, or no run is given.
     """
-    m = read_metrics(run)
-    n_steps, n_valid = len(m.steps.get("step", [])), len(m.validations.get("step", []))
-    if n_steps == 0 and n_valid == 0:
-        raise ValueError(f"{m.path}: no training records yet (no \"step\" or \"validation\" line)")
-
-    fig = Figure(figsize=(12, 8), dpi=100, layout="constrained")
-    axes = fig.subplots(2, 2)
-    step_s, step_v = m.column("step", "step"), m.column("validation", "step")
-    time_s, time_v = m.column("step", "time"), m.column("validation", "time")
-    finite_times = np.concatenate([time_s[np.isfinite(time_s)], time_v[np.isfinite(time_v)]])
-    scale, unit = _time_unit(float(finite_times.max()) if finite_times.size else 0.0)
-    best = m.column("validation", "best") == 1.0
-    marker_s = "o" if n_steps <= 40 else None
-
-    loss_s, loss_v = m.column("step", "loss"), m.column("validation", "loss")
-    log_loss = _wants_log(loss_s, loss_v)
-    for col, (xs, xv, xlabel) in enumerate(
-        ((step_s, step_v, "training step"), (time_s / scale, time_v / scale, f"training time ({unit})"))
-    ):
-        ax = axes[0, col]
-        drew = False
-        ok = np.isfinite(xs) & np.isfinite(loss_s)
-        if ok.any():
-            many = ok.sum() >= 50
-            ax.plot(xs[ok], loss_s[ok], color="C0", lw=1, alpha=0.35 if many else 1.0, marker=marker_s, ms=4,
-                    label="training loss" if not many else "training loss (each step)")
-            if many:
-                ax.plot(xs[ok], _smooth(loss_s[ok]), color="C0", lw=2, label="training loss (moving average)")
-            drew = True
-        okv = np.isfinite(xv) & np.isfinite(loss_v)
-        if okv.any():
-            ax.plot(xv[okv], loss_v[okv], color="C3", lw=2, marker="o", ms=5, label="dev loss")
-            ax.plot(xv[okv & best], loss_v[okv & best], ls="none", marker="*", ms=14, color="C3",
-                    markeredgecolor="k", label="best so far")
-            drew = True
-        if drew:
-            if log_loss:
-                _log_axis(ax)
-            ax.legend(loc="upper right", fontsize=9)
-        else:
-            _no_data(ax, "no training time recorded" if col == 1 else "no losses recorded")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("loss (cross-entropy, nats)")
-        ax.set_title(f"Loss by {'step' if col == 0 else 'training time'}")
-        ax.grid(True, alpha=0.3)
-
-    scores = [(k, label) for k, label in _SCORES if m.has("validation", k)]
-    has_ppl = m.has("validation", _PERPLEXITY[0])
-    for col, (xv, xlabel) in enumerate(((step_v, "training step"), (time_v / scale, f"training time ({unit})"))):
-        ax = axes[1, col]
-        ax.set_xlabel(xlabel)
-        ax.set_title(f"Dev score by {'step' if col == 0 else 'training time'}")
-        ax.grid(True, alpha=0.3)
-        if n_valid == 0 or not (scores or has_ppl):
-            _no_data(ax, "no validation yet" if n_valid == 0 else "no dev score recorded")
-            ax.set_ylabel("dev score")
-            continue
-        handles = []
-        for i, (key, label) in enumerate(scores):
-            y = m.column("validation", key)
-            ok = np.isfinite(xv) & np.isfinite(y)
-            (h,) = ax.plot(xv[ok], y[ok], color=f"C{i + 1}", lw=2, marker="o", ms=5, label=label)
-            ax.plot(xv[ok & best], y[ok & best], ls="none", marker="*", ms=14, color=f"C{i + 1}", markeredgecolor="k")
-            handles.append(h)
-        if scores:
-            ax.set_ylabel(", ".join(label.removeprefix("dev ") for _, label in scores))
-        if has_ppl:
-            pax = ax.twinx() if scores else ax
-            y = m.column("validation", "perplexity")
-            ok = np.isfinite(xv) & np.isfinite(y)
-            (h,) = pax.plot(xv[ok], y[ok], color="C7", lw=2, ls="--" if scores else "-", marker="s", ms=4,
-                            label=_PERPLEXITY[1])
-            if not scores:
-                pax.plot(xv[ok & best], y[ok & best], ls="none", marker="*", ms=14, color="C7", markeredgecolor="k")
-            if _wants_log(y[ok]):
-                _log_axis(pax)
-            pax.set_ylabel("perplexity" + (" (dashed)" if scores else ""))
-            handles.append(h)
-        if not np.isfinite(xv).any():
-            _no_data(ax, "no training time recorded")
-        ax.legend(handles=handles, loc="best", fontsize=9)
-
+    runs = _load_runs(run)
+    names = _run_names(runs)
+    fig = Figure(figsize=(12, 11.5), dpi=100, layout="constrained")
+    axes = fig.subplots(3, 2)
+    times = np.concatenate([np.concatenate([m.column("step", "time"), m.column("validation", "time")]) for m in runs])
+    times = times[np.isfinite(times)]
+    scale, unit = _time_unit(float(times.max()) if times.size else 0.0)
+    for col, x in enumerate((_Axis("step"), _Axis("time", scale, unit))):
+        _draw_losses(axes[0, col], runs, names, x)
+        _draw_scores(axes[1, col], runs, names, x)
+    _draw_optimiser(axes[2, 0], runs, names)
+    _draw_throughput(axes[2, 1], runs, names)
     if title is None:
-        run_dir = os.path.dirname(os.path.abspath(m.path))
-        last = int(max(np.nanmax(step_s) if n_steps else 0, np.nanmax(step_v) if n_valid else 0))
-        title = f"{os.path.basename(run_dir)}: {last} step{'s' if last != 1 else ''}"
-        if n_valid:
-            title += f", {n_valid} validation{'s' if n_valid != 1 else ''}"
+        title = _default_title(runs, names)
     fig.suptitle(title, fontsize=14)
     if out is not None:
         fig.savefig(os.fspath(out))
     return fig
+
+
+def _default_title(runs: Sequence[Metrics], names: Sequence[str]) -> str:
+    if len(runs) > 1:
+        return " vs ".join(names) if len(runs) <= 4 else f"{len(runs)} runs: " + ", ".join(names)
+    m = runs[0]
+    n_steps, n_valid = len(m.steps.get("step", [])), len(m.validations.get("step", []))
+    step_s, step_v = m.column("step", "step"), m.column("validation", "step")
+    last = int(max(np.nanmax(step_s) if n_steps else 0, np.nanmax(step_v) if n_valid else 0))
+    title = f"{names[0]}: {last} step{'s' if last != 1 else ''}"
+    if n_valid:
+        title += f", {n_valid} validation{'s' if n_valid != 1 else ''}"
+    return title
 
 
 # ---- attention --------------------------------------------------------------------------------
@@ -556,9 +697,10 @@ def _draw_attention_files(args: argparse.Namespace) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="plot.py", description="Pictures of qkv training runs and attention weights.")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("curves", help="loss and dev score against step and training time")
-    c.add_argument("run", help="run directory (holding metrics.jsonl) or a metrics.jsonl file")
-    c.add_argument("--out", help="picture to write (default: RUN/curves.png)")
+    c = sub.add_parser("curves", help="loss, dev score, learning rate, gradient norm and throughput of runs")
+    c.add_argument("run", nargs="+", help="run directories (holding metrics.jsonl) or metrics.jsonl files; several "
+                                          "are drawn over each other")
+    c.add_argument("--out", help="picture to write (default: RUN/curves.png; required for several runs)")
     c.add_argument("--title", help="figure title")
     a = sub.add_parser("attention", help="heatmaps of attention files (.npz from --attention-out)")
     a.add_argument("inputs", nargs="+", help=".npz files, or directories of them")
@@ -577,8 +719,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "curves":
+            if args.out is None and len(args.run) > 1:
+                raise ValueError("several runs: say where the picture goes with --out FILE.png")
+            first = args.run[0]
             out = args.out or os.path.join(
-                args.run if os.path.isdir(args.run) else os.path.dirname(os.path.abspath(args.run)), "curves.png")
+                first if os.path.isdir(first) else os.path.dirname(os.path.abspath(first)), "curves.png")
             curves(args.run, out, title=args.title)
             if not args.quiet:
                 print(f"wrote {out}")

@@ -80,7 +80,7 @@ def test_curves_draws_loss_and_dev_score_against_step_and_time(tmp_path: Path) -
     fig = rendered(plot.curves(tmp_path / "run", out=out))
     assert isinstance(fig, Figure)
     width, height, spread = png_stats(out)
-    assert (width, height) == (1200, 800)
+    assert (width, height) == (1200, 1150)
     assert spread > 0.05, "the picture is not blank"
     words = texts(fig)
     assert "training step" in words
@@ -90,9 +90,12 @@ def test_curves_draws_loss_and_dev_score_against_step_and_time(tmp_path: Path) -
                   "dev perplexity", "best so far"):
         assert label in words, label
     assert any("600 steps, 3 validations" in w for w in words)
-    # four panels with numbered ticks (two more y-axes for perplexity)
+    for label in ("learning rate", "gradient norm (moving average)", "tokens / s (moving average)",
+                  "Learning rate and gradient norm by step", "Training throughput by step"):
+        assert label in words, label
+    # six panels with numbered ticks (more y-axes for perplexity and the gradient norm)
     main_axes = [ax for ax in fig.axes if ax.get_title()]
-    assert len(main_axes) == 4
+    assert len(main_axes) == 6
     for ax in main_axes:
         assert any(t.get_text() for t in ax.get_xticklabels()), ax.get_title()
 
@@ -100,7 +103,31 @@ def test_curves_draws_loss_and_dev_score_against_step_and_time(tmp_path: Path) -
 def test_curves_accepts_the_metrics_file_itself(tmp_path: Path) -> None:
     path = translation_run(tmp_path / "run")
     fig = plot.curves(path)
-    assert len([ax for ax in fig.axes if ax.get_title()]) == 4
+    assert len([ax for ax in fig.axes if ax.get_title()]) == 6
+
+
+def test_several_runs_are_drawn_over_each_other_named_by_directory(tmp_path: Path) -> None:
+    translation_run(tmp_path / "base", steps=300, every=100)
+    translation_run(tmp_path / "big", steps=200, every=100)
+    out = tmp_path / "both.png"
+    fig = rendered(plot.curves([tmp_path / "base", tmp_path / "big"], out))
+    words = texts(fig)
+    for label in ("base: dev loss", "big: dev loss", "base: dev BLEU", "big: dev BLEU", "base: learning rate",
+                  "big: learning rate", "base", "big"):
+        assert label in words, label
+    assert fig._suptitle.get_text() == "base vs big"
+    # one colour per run: the two runs' dev-loss lines differ in colour
+    loss_ax = fig.axes[0]
+    colours = {line.get_label(): line.get_color() for line in loss_ax.get_lines()}
+    assert colours["base: dev loss"] != colours["big: dev loss"]
+    assert png_stats(out)[2] > 0.05
+    # runs of the same directory name are told apart by their parents
+    translation_run(tmp_path / "a" / "run", steps=60, every=30)
+    translation_run(tmp_path / "b" / "run", steps=60, every=30)
+    words = texts(rendered(plot.curves([tmp_path / "a" / "run", tmp_path / "b" / "run"])))
+    assert "a/run: dev loss" in words and "b/run: dev loss" in words
+    with pytest.raises(ValueError, match="no training run given"):
+        plot.curves([])
 
 
 def test_a_run_without_validation_says_so(tmp_path: Path) -> None:
@@ -315,6 +342,12 @@ def test_script_curves(tmp_path: Path) -> None:
     assert png_stats(tmp_path / "c.png")[2] > 0.05
     r = run_script("curves", str(tmp_path / "run"))  # default: RUN/curves.png
     assert r.returncode == 0 and (tmp_path / "run" / "curves.png").exists()
+    translation_run(tmp_path / "other", steps=100, every=50)
+    r = run_script("curves", str(tmp_path / "run"), str(tmp_path / "other"), "--out", str(tmp_path / "both.png"))
+    assert r.returncode == 0, r.stderr
+    assert png_stats(tmp_path / "both.png")[2] > 0.05
+    r = run_script("curves", str(tmp_path / "run"), str(tmp_path / "other"))
+    assert r.returncode == 1 and "several runs: say where the picture goes with --out" in r.stderr
 
 
 def test_script_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:

@@ -87,6 +87,17 @@ TEST_F(CliErrors, AnUnknownFlagIsNamedFirstWithTheNearestKnownOne) {
   expect_error(translate("--threads -3"), kUsage, {"--threads", "-3"}, "qkv translate");
 }
 
+// Flags that cannot go together, found by the library (train::run): usage errors, as CLI11's own.
+TEST_F(CliErrors, TrainFlagsThatDoNotGoTogetherAreUsageErrors) {
+  expect_error("train --text " + path("ref.txt") + " --out " + path("lm"), kUsage,
+               {"--text trains a language model: add --arch decoder-only"}, "qkv train");
+  expect_error("train --synthetic --src " + path("ids.txt") + " --tgt " + path("ids.txt"), kUsage,
+               {"--synthetic and corpus files"}, "qkv train");
+  expect_error("train --arch encoder-only --text " + path("ref.txt"), kUsage, {"--objective mlm"}, "qkv train");
+  expect_error("train --out " + path("lm"), kUsage, {"nothing to train on"}, "qkv train");
+  EXPECT_FALSE(fs::exists(path("lm"))) << "a refused run leaves no directory";
+}
+
 TEST_F(CliErrors, ABareQkvPrintsItsHelpAndIsAUsageError) {
   const CliRun r = run_qkv_split("");
   EXPECT_EQ(r.code, kUsage);

@@ -88,7 +88,7 @@ TEST(Cli, BadInputNamesFileAndLineAndExitsNonZero) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("d_model 30 must be divisible by num_heads 4"), std::string::npos) << r.out;
   r = qkv("train");
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2) << "a missing data flag is a usage error";
   EXPECT_NE(r.out.find("nothing to train on"), std::string::npos) << r.out;
   fs::remove_all(d);
 }

@@ -166,14 +166,14 @@ TEST_F(EncoderTrainCli, BadLabelledInputIsRefusedNamingFileAndLine) {
 TEST_F(EncoderTrainCli, FlagsOfTheWrongObjectiveAreRefused) {
   const std::string train = *dir_ + "/train.tsv";
   const CliRun no_objective = run_qkv("train --arch encoder-only --text " + train + " --out " + *dir_ + "/x");
-  EXPECT_EQ(no_objective.code, 1) << no_objective.out;
+  EXPECT_EQ(no_objective.code, 2) << no_objective.out;
   EXPECT_NE(no_objective.out.find("needs --objective mlm"), std::string::npos) << no_objective.out;
   const CliRun labelled_lm = run_qkv("train --labelled " + train + " --out " + *dir_ + "/x");
-  EXPECT_EQ(labelled_lm.code, 1) << labelled_lm.out;
+  EXPECT_EQ(labelled_lm.code, 2) << labelled_lm.out;
   EXPECT_NE(labelled_lm.out.find("add --arch encoder-only --objective classify"), std::string::npos) << labelled_lm.out;
   const CliRun mixed = run_qkv("train --arch encoder-only --objective mlm --text " + train + " --labelled " + train +
                                " --out " + *dir_ + "/x");
-  EXPECT_EQ(mixed.code, 1) << mixed.out;
+  EXPECT_EQ(mixed.code, 2) << mixed.out;
   const CliRun bad = run_qkv("train --arch encoder-only --objective nsp --text " + train);
   EXPECT_EQ(bad.code, 2) << bad.out;
 }

@@ -69,6 +69,18 @@ class PlotCli : public ::testing::Test {
   std::string dir_, run_;
 };
 
+TEST_F(PlotCli, DrawsSeveralRunsOverEachOther) {
+  fs::copy(run_, dir_ + "/other", fs::copy_options::recursive);
+  const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " " + dir_ + "/other --out " + dir_ + "/both.png");
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_png(dir_ + "/both.png");
+  // Several runs need --out: there is no one run directory to write into.
+  const CliRun no_out = run_with_env("-u QKV_PYTHON", "plot " + run_ + " " + dir_ + "/other");
+  EXPECT_EQ(no_out.code, kUsage) << no_out.out;
+  EXPECT_NE(no_out.out.find("qkv: error: several runs: say where the picture goes with --out"), std::string::npos)
+      << no_out.out;
+}
+
 TEST_F(PlotCli, DrawsTheCurvesOfARun) {
   const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " --out " + dir_ + "/curves.png");
   ASSERT_EQ(r.code, 0) << r.out;

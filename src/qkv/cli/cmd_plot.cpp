@@ -1,9 +1,12 @@
-// qkv plot RUN_DIR [--out curves.png] [--title TEXT]
+// qkv plot RUN_DIR [RUN_DIR ...] [--out curves.png] [--title TEXT]
 //
-// Draws a training run's curves (loss and dev score against step and training time) from its
-// metrics.jsonl through python/qkv/plot.py (see python_plot.h for how python3 and the script are
+// Draws training runs' curves (loss and dev score against step and training time, learning rate,
+// gradient norm and throughput by step; several runs over each other) from their metrics.jsonl
+// through python/qkv/plot.py (see python_plot.h for how python3 and the script are
 // found). Needs python3 with matplotlib; without them the error says what to install (exit 1).
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/python_plot.h"
@@ -12,20 +15,27 @@ namespace qkv::cli {
 
 namespace {
 struct PlotOptions {
-  std::string run, out, title;
+  std::vector<std::string> runs;
+  std::string out, title;
 };
 }  // namespace
 
 Runner add_plot_command(CLI::App& app) {
   auto o = std::make_shared<PlotOptions>();
-  app.add_option("run", o->run, "Training run directory (holding metrics.jsonl), or a metrics.jsonl file")->required();
-  app.add_option("--out", o->out, "Picture to write (PNG; default: RUN_DIR/curves.png)");
-  app.add_option("--title", o->title, "Title of the picture (default: the run's name and step count)");
+  app.add_option("runs", o->runs,
+                 "Training run directories (holding metrics.jsonl), or metrics.jsonl files; several are drawn over "
+                 "each other, one colour each")
+      ->required();
+  app.add_option("--out", o->out, "Picture to write (PNG; default: RUN_DIR/curves.png; required for several runs)");
+  app.add_option("--title", o->title, "Title of the picture (default: the run's name and step count, or the runs' names)");
   return [o]() {
+    if (o->runs.size() > 1 && o->out.empty())
+      throw UsageError("several runs: say where the picture goes with --out FILE.png");
     std::vector<std::string> args{"curves"};
     if (!o->out.empty()) args.insert(args.end(), {"--out", o->out});
     if (!o->title.empty()) args.insert(args.end(), {"--title", o->title});
-    args.insert(args.end(), {"--", o->run});  // a run named "-x" is still a path
+    args.push_back("--");  // a run named "-x" is still a path
+    args.insert(args.end(), o->runs.begin(), o->runs.end());
     run_plot_script(args);
     return 0;
   };

@@ -19,7 +19,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -32,6 +34,9 @@
 #include "qkv/core/threads.h"
 #include "qkv/dist/mpi.h"
 #include "qkv/models/config.h"
+#include "qkv/train/corpus_trainer.h"
+#include "qkv/train/encoder_trainer.h"
+#include "qkv/train/lm_trainer.h"
 #include "qkv/train/memory_budget.h"
 #include "qkv/train/run.h"
 
@@ -149,20 +154,46 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--max-len", o.max_len, "Model max_seq_length (tokens)")->check(FiniteRange(1, 1 << 20));
 }
 
+// "translation X, language model Y, masked LM Z, classifier W": a setting's default in each mode,
+// read from the trainers' own defaults so that the help cannot drift from them.
+std::string defaults_by_mode(const std::function<std::string(const train::Hyper&)>& field) {
+  return "translation " + field(train::default_hyper()) + ", language model " + field(train::default_lm_hyper()) +
+         ", masked LM " + field(train::default_mlm_hyper()) + ", classifier " + field(train::default_classify_hyper());
+}
+
+std::string number_text(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
+}
+
 void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--steps", o.steps, "Training steps (synthetic: default 100, tiny 400; corpus: 0 = no limit)")
       ->check(NonNegative());
-  app.add_option("--lr", o.lr, "Learning rate (peak for inverse_sqrt, linear and cosine; factor for noam)")
+  app.add_option("--lr", o.lr,
+                 "Learning rate (peak for inverse_sqrt, linear and cosine; factor for noam). Default: " +
+                     defaults_by_mode([](const train::Hyper& h) { return number_text(h.schedule.lr); }) +
+                     "; synthetic: the preset's (noam: 1)")
       ->check(Positive());
   app.add_option("--schedule", o.schedule,
                  "Learning rate: inverse_sqrt (corpus default), noam, constant (synthetic default), or linear / "
                  "cosine: warm-up, then down to 0 at --steps (without --steps: at the end of --time-budget, from the "
                  "pace of the warm-up)")
       ->check(CLI::IsMember({"inverse_sqrt", "noam", "constant", "linear", "cosine"}));
-  app.add_option("--warmup", o.warmup, "Warm-up steps (default 4000)")->check(FiniteRange(1, 1e12));
-  app.add_option("--clip-norm", o.clip_norm, "Gradient-norm clipping (0: off; corpus default 1.0)")
+  app.add_option("--warmup", o.warmup,
+                 "Warm-up steps. Default: " +
+                     defaults_by_mode([](const train::Hyper& h) { return std::to_string(h.schedule.warmup); }) +
+                     ", synthetic 4000")
+      ->check(FiniteRange(1, 1e12));
+  app.add_option("--clip-norm", o.clip_norm,
+                 "Gradient-norm clipping (0: off). Default: " +
+                     defaults_by_mode([](const train::Hyper& h) { return number_text(h.clip_norm); }) +
+                     ", synthetic 0")
       ->check(NonNegative());
-  app.add_option("--label-smoothing", o.label_smoothing, "Label smoothing (corpus default 0.1)")
+  app.add_option("--label-smoothing", o.label_smoothing,
+                 "Label smoothing. Default: " +
+                     defaults_by_mode([](const train::Hyper& h) { return number_text(h.label_smoothing); }) +
+                     ", synthetic 0")
       ->check(FiniteRange(0, 0.999999));
   app.add_option("--micro-batch", o.micro_batch,
                  "Run each batch in chunks of this many sentences, accumulating gradients (same update up to float "
@@ -236,7 +267,10 @@ void add_language_model_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({models::kEncoderDecoder, models::kDecoderOnly, models::kEncoderOnly}))
       ->group(g);
-  app.add_option("--text", o.text, "Training text for --arch decoder-only, one document or sentence a line")->group(g);
+  app.add_option("--text", o.text,
+                 "Training text, one document or sentence a line: a language model's (--arch decoder-only) or "
+                 "masked-LM pretraining's (--arch encoder-only --objective mlm)")
+      ->group(g);
   app.add_option("--valid-text", o.valid_text, "Held-out text (validation loss and perplexity)")->group(g);
   app.add_option("--block-size", o.block_size,
                  "Tokens per training sequence (lines packed, EOS between them; encoder-only: [CLS] and [SEP] "

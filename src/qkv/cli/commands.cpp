@@ -102,7 +102,7 @@ void register_commands(CLI::App& app) {
       add_classify_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
   add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
-  add("plot", "Draw a training run's loss and dev score against step and time (PNG; needs python3-matplotlib)",
+  add("plot", "Draw training runs' loss, dev score, learning rate and throughput (PNG; needs python3-matplotlib)",
       add_plot_command);
 #ifdef QKV_SERVE
   add("serve", "Serve models over HTTP (OpenAI-style completions and embeddings, translations, classifications)",

@@ -17,8 +17,8 @@ void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::s
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));
   app.add_option("--max-tokens", o.max_tokens,
-                 "Tokens per sentence at most, [CLS] and [SEP] included (default: the checkpoint's "
-                 "sentence_embedding.json max_seq_length, else its position table)")
+                 "Tokens per sentence at most, [CLS] and [SEP] included (default: a sentence-embedding "
+                 "checkpoint's sentence_embedding.json max_seq_length, else the model's position table)")
       ->check(FiniteRange(2, 1 << 20));
   app.add_option("--too-long", o.too_long, "A sentence over --max-tokens: truncate it, or error naming its line")
       ->capture_default_str()

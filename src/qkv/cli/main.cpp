@@ -111,6 +111,8 @@ int main(int argc, char** argv) {
     return qkv::cli::run_selected(app);
   } catch (const qkv::cli::UsageError& e) {
     return usage_error(e.what(), app);
+  } catch (const qkv::InvalidArgumentsError& e) {  // flags the library finds cannot go together
+    return usage_error(e.what(), app);
   } catch (const std::bad_alloc&) {
     return bad_input("out of memory");
   } catch (const std::exception& e) {  // qkv::Error and anything else a library throws
