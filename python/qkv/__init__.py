@@ -18,8 +18,11 @@ if "OMP_WAIT_POLICY" not in os.environ:
 __all__ = [
     "Translator",
     "Translation",
+    "TranslationResult",
     "Generator",
+    "GenerationResult",
     "Encoder",
+    "ClassificationResult",
     "Model",
     "Trainer",
     "load_checkpoint",

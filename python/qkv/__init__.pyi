@@ -1,10 +1,13 @@
 from qkv import plot as plot
 from qkv._core import (
+    ClassificationResult as ClassificationResult,
     Encoder as Encoder,
+    GenerationResult as GenerationResult,
     Generator as Generator,
     Model as Model,
     Trainer as Trainer,
     Translation as Translation,
+    TranslationResult as TranslationResult,
     Translator as Translator,
     __version__ as __version__,
     import_hf as import_hf,

@@ -50,6 +50,21 @@ class Translation:
     @property
     def attention(self) -> Optional[dict[str, list[npt.NDArray[np.float32]]]]: ...
 
+class TranslationResult:
+    @property
+    def hypotheses(self) -> list[str]: ...
+    @property
+    def tokens(self) -> list[list[int]]: ...
+    @property
+    def scores(self) -> list[float]: ...
+    @property
+    def log_probs(self) -> list[float]: ...
+    @property
+    def attention(self) -> Optional[list[dict[str, list[npt.NDArray[np.float32]]]]]: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> Translation: ...
+    def __iter__(self) -> Iterator[Translation]: ...
+
 class Translator:
     def __init__(self, checkpoint: str, compute_type: str = "float32", device: str = "cpu") -> None: ...
     @property
@@ -69,6 +84,28 @@ class Translator:
         attention: bool = False,
         quantize: Optional[str] = None,
     ) -> Union[list[str], list[list[Translation]]]: ...
+    def translate_batch(
+        self,
+        texts: Sequence[str],
+        beam_size: int = 4,
+        num_hypotheses: int = 1,
+        length_penalty: float = 1.0,
+        max_length_ratio: float = 2.0,
+        max_length_offset: int = 10,
+        max_batch_size: int = 32,
+        truncate: bool = True,
+        return_attention: bool = False,
+    ) -> list[TranslationResult]: ...
+    def translate_ids_batch(
+        self,
+        sources: Sequence[Sequence[int]],
+        beam_size: int = 4,
+        num_hypotheses: int = 1,
+        length_penalty: float = 1.0,
+        max_length_ratio: float = 2.0,
+        max_length_offset: int = 10,
+        max_batch_size: int = 32,
+    ) -> list[TranslationResult]: ...
     def source_pieces(self, text: str) -> list[str]: ...
     def target_pieces(self, tokens: Sequence[int], eos: bool = True) -> list[str]: ...
     def translate_ids(
@@ -90,6 +127,14 @@ class Translator:
 class PieceStream(Iterator[str]):
     def __iter__(self) -> PieceStream: ...
     def __next__(self) -> str: ...
+
+class GenerationResult:
+    @property
+    def text(self) -> str: ...
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def finish_reason(self) -> str: ...
 
 class Generator:
     def __init__(self, checkpoint: str, compute_type: str = "float32", device: str = "cpu") -> None: ...
@@ -127,6 +172,29 @@ class Generator:
         stream: bool = False,
         quantize: Optional[str] = None,
     ) -> list[str]: ...
+    def generate_batch(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 64,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        truncate_prompt: bool = False,
+        max_batch_size: int = 32,
+    ) -> list[GenerationResult]: ...
+    def generate_tokens(
+        self,
+        prompt: str,
+        max_new_tokens: int = 64,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        truncate_prompt: bool = False,
+    ) -> PieceStream: ...
     def generate_ids(
         self,
         prompts: Sequence[Sequence[int]],
@@ -156,6 +224,14 @@ class Generator:
     @property
     def vocab_size(self) -> int: ...
 
+class ClassificationResult:
+    @property
+    def label(self) -> str: ...
+    @property
+    def probability(self) -> float: ...
+    @property
+    def top(self) -> list[tuple[str, float]]: ...
+
 class Encoder:
     def __init__(
         self, checkpoint: str, max_tokens: int = 0, truncate: bool = True, compute_type: str = "float32",
@@ -165,11 +241,17 @@ class Encoder:
     def compute_type(self) -> str: ...
     @property
     def device(self) -> str: ...
+    @overload
+    def embed(self, texts: str, batch_size: int = 32) -> npt.NDArray[np.float32]: ...
+    @overload
     def embed(self, texts: Sequence[str], batch_size: int = 32) -> npt.NDArray[np.float32]: ...
     def embed_ids(
         self, sentences: Sequence[Sequence[int]], batch_size: int = 32
     ) -> npt.NDArray[np.float32]: ...
     def classify(self, texts: Sequence[str], batch_size: int = 32) -> npt.NDArray[np.float32]: ...
+    def classify_batch(
+        self, texts: Sequence[str], top_k: int = 1, batch_size: int = 32
+    ) -> list[ClassificationResult]: ...
     @property
     def labels(self) -> list[str]: ...
     @property

@@ -1,4 +1,5 @@
 // qkv.Generator over api::Generator, with stream=True an iterator of text pieces.
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -95,9 +96,37 @@ class PieceStream {
   std::atomic<bool> cancelled_{false};
   std::thread worker_;
 };
+// One prompt's continuation, whatever the options: what generate_batch returns.
+struct GenerationResult {
+  std::string text;
+  std::vector<int32_t> tokens;
+  std::string finish_reason;  // "stop": the model ended it (EOS); "length": max_new_tokens or the context
+};
+
+// "length" when the continuation used every token it was allowed (max_new_tokens, or the context
+// after the prompt); else the model chose to stop.
+std::string finish_reason_of(size_t produced, size_t prompt_tokens, const api::GenerationOptions& o,
+                             int64_t context) {
+  const int64_t room = std::max<int64_t>(0, context - static_cast<int64_t>(std::min<size_t>(prompt_tokens, context)));
+  const int64_t allowed = std::min<int64_t>(o.decode.max_new_tokens, room);
+  return static_cast<int64_t>(produced) >= allowed ? "length" : "stop";
+}
+
+void bind_generation_result(py::module_& m) {
+  py::class_<GenerationResult>(m, "GenerationResult", "One prompt's continuation (generate_batch).")
+      .def_readonly("text", &GenerationResult::text, "The continuation's text (the prompt not repeated).")
+      .def_readonly("tokens", &GenerationResult::tokens, "Its new token ids (no EOS).")
+      .def_readonly("finish_reason", &GenerationResult::finish_reason,
+                    "'stop': the model ended it with EOS; 'length': it reached max_new_tokens or the context.")
+      .def("__repr__", [](const GenerationResult& r) {
+        return "GenerationResult(text=" + py::repr(py::str(r.text)).cast<std::string>() + ", tokens=" +
+               std::to_string(r.tokens.size()) + ", finish_reason='" + r.finish_reason + "')";
+      });
+}
 }  // namespace
 
 void bind_generator(py::module_& m) {
+  bind_generation_result(m);
   py::class_<PieceStream>(m, "PieceStream", "An iterator over the text pieces of a continuation, as they are produced.")
       .def("__iter__", [](PieceStream& s) -> PieceStream& { return s; })
       .def("__next__", &PieceStream::next);
@@ -150,6 +179,51 @@ void bind_generator(py::module_& m) {
           "repeated; EOS ends a continuation. sample=True draws with temperature, top_k, top_p (prompt i keyed by "
           "(seed, i)). stream=True (one prompt): an iterator of text pieces as they are produced. quantize= is "
           "deprecated: choose compute_type= when loading.")
+      .def(
+          "generate_batch",
+          [](const api::Generator& g, const std::vector<std::string>& prompts, int64_t max_new_tokens, bool do_sample,
+             double temperature, int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt,
+             int64_t max_batch_size) {
+            const auto o = generation_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
+                                              truncate_prompt, max_batch_size);
+            std::vector<std::vector<int32_t>> ids;
+            for (const std::string& p : prompts) ids.push_back(g.encode_prompt(p));
+            g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
+                            "truncate_prompt=True keeps its last tokens");
+            std::vector<std::vector<int32_t>> out;
+            {
+              py::gil_scoped_release release;
+              out = g.generate_ids(ids, o);
+            }
+            std::vector<GenerationResult> results;
+            for (size_t i = 0; i < out.size(); ++i)
+              results.push_back({g.decode(out[i]), out[i],
+                                 finish_reason_of(out[i].size(), ids[i].size(), o, g.config().max_seq_length)});
+            return results;
+          },
+          py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false,
+          py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0,
+          py::arg("truncate_prompt") = false, py::arg("max_batch_size") = 32,
+          "Continues each prompt: a list of GenerationResult (text, tokens, finish_reason), one per prompt, batched "
+          "(Hugging Face's and CTranslate2's names: do_sample, max_batch_size). do_sample=True draws with "
+          "temperature, top_k, top_p (prompt i keyed by (seed, i)); else greedy.")
+      .def(
+          "generate_tokens",
+          [](py::object self, const std::string& prompt, int64_t max_new_tokens, bool do_sample, double temperature,
+             int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt) {
+            const auto& g = self.cast<const api::Generator&>();
+            const auto o = generation_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
+                                              truncate_prompt, 1);
+            std::vector<int32_t> ids = g.encode_prompt(prompt);
+            g.check_prompts({ids}, o, [](size_t) { return std::string("prompt"); },
+                            "truncate_prompt=True keeps its last tokens");
+            return py::cast(new PieceStream(self, g, std::move(ids), o), py::return_value_policy::take_ownership);
+          },
+          py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false,
+          py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0,
+          py::arg("truncate_prompt") = false,
+          "An iterator of one prompt's continuation, text piece by text piece as it is produced (the same text as "
+          "generate_batch([prompt])[0].text); dropping it early stops generation.")
       .def(
           "generate_ids",
           [](api::Generator& g, const py::object& prompts, int64_t max_new_tokens, bool sample, double temperature,

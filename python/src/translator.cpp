@@ -42,24 +42,108 @@ py::list results_to_python(const std::vector<std::vector<api::Translation>>& res
   }
   return out;
 }
+// One source's hypotheses, best first, whatever the options: what translate_batch returns
+// (CTranslate2's TranslationResult).
+struct TranslationResult {
+  std::vector<api::Translation> translations;
+};
+
+// A hypothesis' attention weights as Python sees them, or None when none were asked for.
+py::object attention_of(const api::Translation& t) {
+  if (t.attention.empty()) return py::none();
+  py::dict d;
+  d["encoder_self"] = tensors_to_numpy(t.attention.encoder_self);
+  d["decoder_self"] = tensors_to_numpy(t.attention.decoder_self);
+  d["cross"] = tensors_to_numpy(t.attention.cross);
+  return d;
+}
+
+template <class Field>
+auto each(const TranslationResult& r, Field field) {
+  std::vector<std::decay_t<decltype(field(r.translations[0]))>> out;
+  for (const api::Translation& t : r.translations) out.push_back(field(t));
+  return out;
+}
+
+std::vector<TranslationResult> typed_results(std::vector<std::vector<api::Translation>>&& results) {
+  std::vector<TranslationResult> out;
+  out.reserve(results.size());
+  for (auto& hyps : results) out.push_back({std::move(hyps)});
+  return out;
+}
+
+// translate()'s old forms (a list of Translation lists with n_best > 1 or attention) stay one release.
+void warn_untyped_results(int n_best, bool attention) {
+  if (n_best > 1 || attention)
+    if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                     "translate(n_best=..., attention=...) returning lists of Translation is deprecated: use "
+                     "translate_batch(texts, num_hypotheses=..., return_attention=...), which always returns "
+                     "TranslationResult objects",
+                     1) < 0)
+      throw py::error_already_set();
+}
+
+void bind_translation_result(py::module_& m) {
+  py::class_<TranslationResult>(m, "TranslationResult",
+                                "One source's hypotheses, best first (translate_batch); indexing gives a Translation.")
+      .def_property_readonly(
+          "hypotheses",
+          [](const TranslationResult& r) { return each(r, [](const api::Translation& t) { return t.text; }); },
+          "The hypotheses' texts, best first.")
+      .def_property_readonly(
+          "tokens",
+          [](const TranslationResult& r) { return each(r, [](const api::Translation& t) { return t.tokens; }); },
+          "Their target ids, without BOS and EOS.")
+      .def_property_readonly(
+          "scores",
+          [](const TranslationResult& r) { return each(r, [](const api::Translation& t) { return t.score; }); },
+          "log_prob / length^length_penalty, the ranking.")
+      .def_property_readonly(
+          "log_probs",
+          [](const TranslationResult& r) { return each(r, [](const api::Translation& t) { return t.log_prob; }); },
+          "Sums of log p over the tokens and EOS.")
+      .def_property_readonly(
+          "attention",
+          [](const TranslationResult& r) -> py::object {
+            if (r.translations.empty() || r.translations[0].attention.empty()) return py::none();
+            py::list out;
+            for (const api::Translation& t : r.translations) out.append(attention_of(t));
+            return out;
+          },
+          "With return_attention=True: each hypothesis' weights (Translation.attention); else None.")
+      .def("__len__", [](const TranslationResult& r) { return r.translations.size(); })
+      .def("__getitem__",
+           [](const TranslationResult& r, int64_t i) {
+             const int64_t n = static_cast<int64_t>(r.translations.size());
+             if (i < 0) i += n;
+             if (i < 0 || i >= n) throw py::index_error("hypothesis index out of range");
+             return r.translations[static_cast<size_t>(i)];
+           })
+      .def(
+          "__iter__",
+          [](const TranslationResult& r) { return py::make_iterator(r.translations.begin(), r.translations.end()); },
+          py::keep_alive<0, 1>())
+      .def("__repr__", [](const TranslationResult& r) {
+        std::string s = "TranslationResult(hypotheses=[";
+        for (size_t i = 0; i < r.translations.size(); ++i)
+          s += (i ? ", " : "") + py::repr(py::str(r.translations[i].text)).cast<std::string>();
+        s += "], scores=[";
+        for (size_t i = 0; i < r.translations.size(); ++i)
+          s += (i ? ", " : "") + std::to_string(r.translations[i].score);
+        return s + "])";
+      });
+}
 }  // namespace
 
 void bind_translator(py::module_& m) {
+  bind_translation_result(m);
   py::class_<api::Translation>(m, "Translation", "One hypothesis: text, token ids, log-probability and score.")
       .def_readonly("text", &api::Translation::text)
       .def_readonly("tokens", &api::Translation::tokens, "Target ids without BOS and EOS.")
       .def_readonly("log_prob", &api::Translation::log_prob, "Sum of log p over the tokens and EOS.")
       .def_readonly("score", &api::Translation::score, "log_prob / length^length_penalty (the ranking).")
       .def_property_readonly(
-          "attention",
-          [](const api::Translation& t) -> py::object {
-            if (t.attention.empty()) return py::none();
-            py::dict d;
-            d["encoder_self"] = tensors_to_numpy(t.attention.encoder_self);
-            d["decoder_self"] = tensors_to_numpy(t.attention.decoder_self);
-            d["cross"] = tensors_to_numpy(t.attention.cross);
-            return d;
-          },
+          "attention", &attention_of,
           "With translate(..., attention=True): {'encoder_self': [(H, S, S) per layer], 'decoder_self': [(H, T, T)], "
           "'cross': [(H, T, S)]} as float32 arrays; T = len(tokens) + 1 (the positions that chose the tokens and "
           "EOS). Label them with Translator.source_pieces and target_pieces; draw with qkv.plot.attention.")
@@ -91,6 +175,7 @@ void bind_translator(py::module_& m) {
              const py::object& quantize) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
                                                batch_size, truncate, attention);
+            warn_untyped_results(n_best, attention);
             apply_quantize_argument(t.model(), quantize);
             std::vector<std::vector<api::Translation>> r;
             {
@@ -112,6 +197,7 @@ void bind_translator(py::module_& m) {
              float max_length_ratio, int64_t max_length_offset, int64_t batch_size, const py::object& quantize) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
                                                batch_size, true, false);
+            warn_untyped_results(n_best, false);
             apply_quantize_argument(t.model(), quantize);
             const auto ids = to_id_lines(sources, "source");
             std::vector<std::vector<api::Translation>> r;
@@ -125,6 +211,43 @@ void bind_translator(py::module_& m) {
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
           py::arg("quantize") = py::none(),
           "translate() on token ids: lists of source ids in, lists of target ids out (n_best 1) or Translation lists.")
+      .def(
+          "translate_batch",
+          [](api::Translator& t, const std::vector<std::string>& texts, int beam_size, int num_hypotheses,
+             float length_penalty, float max_length_ratio, int64_t max_length_offset, int64_t max_batch_size,
+             bool truncate, bool return_attention) {
+            const auto o = translation_options(beam_size, num_hypotheses, length_penalty, max_length_ratio,
+                                               max_length_offset, max_batch_size, truncate, return_attention);
+            std::vector<std::vector<api::Translation>> r;
+            {
+              py::gil_scoped_release release;
+              r = t.translate(texts, o);
+            }
+            return typed_results(std::move(r));
+          },
+          py::arg("texts"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("max_batch_size") = 32,
+          py::arg("truncate") = true, py::arg("return_attention") = false,
+          "Translates each text: a list of TranslationResult (hypotheses, tokens, scores, log_probs, attention), one "
+          "per text, whatever the options (CTranslate2's names). beam_size 1 is greedy search; num_hypotheses <= "
+          "beam_size. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it).")
+      .def(
+          "translate_ids_batch",
+          [](api::Translator& t, const py::object& sources, int beam_size, int num_hypotheses, float length_penalty,
+             float max_length_ratio, int64_t max_length_offset, int64_t max_batch_size) {
+            const auto o = translation_options(beam_size, num_hypotheses, length_penalty, max_length_ratio,
+                                               max_length_offset, max_batch_size, true, false);
+            const auto ids = to_id_lines(sources, "source");
+            std::vector<std::vector<api::Translation>> r;
+            {
+              py::gil_scoped_release release;
+              r = t.translate_ids(ids, o);
+            }
+            return typed_results(std::move(r));
+          },
+          py::arg("sources"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("max_batch_size") = 32,
+          "translate_batch() on token ids: TranslationResult objects whose tokens are the target ids.")
       .def_property_readonly(
           "model", [](py::object self) { return PyModel{&self.cast<api::Translator&>().model(), nullptr, self}; },
           "The model (weights as NumPy views).")

@@ -47,11 +47,11 @@ def test_int8_translation_equals_the_cli_and_bad_precision_is_refused(translatio
 
 def test_bf16_compute_types_follow_float32(translation_checkpoint, data_dir):
     src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:6]]
-    float32 = [h[0] for h in qkv.Translator(translation_checkpoint).translate(src, beam=2, n_best=2)]
+    float32 = [r[0] for r in qkv.Translator(translation_checkpoint).translate_batch(src, beam_size=2)]
     for compute_type in ("bf16", "int8_bf16"):
         t = qkv.Translator(translation_checkpoint, compute_type=compute_type)
         assert t.compute_type == compute_type
-        ours = [h[0] for h in t.translate(src, beam=2, n_best=2)]
+        ours = [r[0] for r in t.translate_batch(src, beam_size=2)]
         same = [(a, b) for a, b in zip(ours, float32) if a.tokens == b.tokens]
         # Weights and inputs with 8-bit mantissas: most greedy outputs stay, and where they do the
         # log-probability moves by a few percent at most.
@@ -64,8 +64,9 @@ def test_n_best_hypotheses_are_ranked_and_match_the_cli(translation_checkpoint, 
     src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:3]]
     inp = write_lines(tmp_path / "in.es", src)
     translator = qkv.Translator(translation_checkpoint)
-    results = translator.translate(src, beam=4, n_best=3)
+    results = translator.translate_batch(src, beam_size=4, num_hypotheses=3)
     assert len(results) == 3 and all(len(r) == 3 for r in results)
+    assert all(isinstance(r, qkv.TranslationResult) for r in results)
     cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
                   "--n-best", "3", "--threads", "1", "--quiet").stdout.splitlines()
     for i, hyps in enumerate(results):
@@ -76,6 +77,46 @@ def test_n_best_hypotheses_are_ranked_and_match_the_cli(translation_checkpoint, 
             assert float(log_prob) == pytest.approx(h.log_prob, abs=2e-6)
     ids = translator.translate_ids([results[0][0].tokens], beam=1)
     assert all(isinstance(t, int) for t in ids[0])
+    # The old form stays one release, with a deprecation note pointing to translate_batch.
+    with pytest.warns(DeprecationWarning, match="translate_batch"):
+        old = translator.translate(src, beam=4, n_best=3)
+    assert [[h.text for h in hyps] for hyps in old] == [r.hypotheses for r in results]
+
+
+def test_typed_results_whatever_the_options(translation_checkpoint, lm_checkpoint, encoder_checkpoint, data_dir):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:4]]
+    translator = qkv.Translator(translation_checkpoint)
+    # One hypothesis or several, greedy or beam: a TranslationResult per source, scores included.
+    for beam, k in ((1, 1), (4, 1), (4, 2)):
+        results = translator.translate_batch(src, beam_size=beam, num_hypotheses=k)
+        assert [type(r) for r in results] == [qkv.TranslationResult] * len(src)
+        assert all(len(r) == k == len(r.hypotheses) == len(r.scores) == len(r.log_probs) for r in results)
+        assert all(r.attention is None for r in results)
+        assert [r.hypotheses[0] for r in results] == translator.translate(src, beam=beam)
+        assert all(list(r.scores) == sorted(r.scores, reverse=True) for r in results)
+    best = translator.translate_batch(src[:1], return_attention=True)[0]
+    assert best.attention[0]["cross"][-1].shape[0] == 2
+    assert best[0].text == best.hypotheses[0] and best[-1].tokens == best.tokens[-1]
+    with pytest.raises(IndexError):
+        best[5]
+    assert "TranslationResult(hypotheses=[" in repr(best)
+    by_ids = translator.translate_ids_batch([best.tokens[0]], beam_size=1)
+    assert isinstance(by_ids[0], qkv.TranslationResult) and all(isinstance(t, int) for t in by_ids[0].tokens[0])
+    # Generation: text, tokens and why it ended; HF's do_sample; a token stream of the same text.
+    generator = qkv.Generator(lm_checkpoint)
+    prompts = ["the light", "God said let there"]
+    results = generator.generate_batch(prompts, max_new_tokens=12, do_sample=True, seed=5)
+    assert [r.text for r in results] == generator.generate(prompts, max_new_tokens=12, sample=True, seed=5)
+    for r in results:
+        assert isinstance(r, qkv.GenerationResult) and r.finish_reason in ("stop", "length")
+        assert (r.finish_reason == "length") == (len(r.tokens) == 12)
+    streamed = "".join(generator.generate_tokens("the light", max_new_tokens=12, do_sample=True, seed=5))
+    assert streamed == results[0].text
+    # Embedding one text gives one vector, as sentence-transformers' encode(str).
+    encoder = qkv.Encoder(encoder_checkpoint)
+    one = encoder.embed("the light was good")
+    assert one.shape == (encoder.dim,)
+    np.testing.assert_array_equal(one, encoder.embed(["the light was good"])[0])
 
 
 def test_generator_equals_qkv_generate_and_streams_the_same_text(lm_checkpoint, tmp_path):

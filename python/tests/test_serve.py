@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+import qkv
 from conftest import qkv_bin, run_qkv, sentences, write_lines
 
 
@@ -348,6 +349,13 @@ def test_classifications_equal_qkv_classify(data_dir, tmp_path):
                                        rtol=0, atol=5.01e-5)  # the CLI prints 4 decimals
     finally:
         assert s.stop() == 0
+    # Python's typed form gives the CLI's labels and probabilities.
+    results = qkv.Encoder(str(out / "last")).classify_batch(texts[:9], top_k=2)
+    for line, r in zip(cli, results):
+        fields = line.split("\t")
+        assert isinstance(r, qkv.ClassificationResult)
+        assert r.label == fields[0] and [label for label, _ in r.top] == fields[0::2]
+        assert r.probability == pytest.approx(float(fields[1]), abs=5.01e-5)
 
 
 def test_a_request_past_the_timeout_gets_504_and_the_server_goes_on(translation_checkpoint, data_dir, tmp_path):
