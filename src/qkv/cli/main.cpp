@@ -20,6 +20,7 @@
 #include "qkv/cli/omp_wait.h"
 #include "qkv/cli/unknown_flags.h"
 #include "qkv/core/cpu_features.h"
+#include "qkv/core/invalid_arguments.h"
 #include "qkv/core/error.h"
 #include "qkv/ops/ops.h"
 

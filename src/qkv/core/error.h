@@ -20,14 +20,6 @@ class NotFoundError : public Error {
   explicit NotFoundError(const std::string& what) : Error(what) {}
 };
 
-// Options that cannot go together, or one that is missing, in a request to the library (train's flags
-// and the like): the caller's mistake rather than bad data, so front ends map it to their usage error
-// (the CLI's exit code 2; Python's ValueError, as every Error).
-class InvalidArgumentsError : public Error {
- public:
-  explicit InvalidArgumentsError(const std::string& what) : Error(what) {}
-};
-
 }  // namespace qkv
 
 // QKV_CHECK(cond, "op: " << a << " vs " << b): throws qkv::Error with the streamed message.
@@ -38,14 +30,4 @@ class InvalidArgumentsError : public Error {
       qkv_check_os_ << msg;                  \
       throw ::qkv::Error(qkv_check_os_.str()); \
     }                                        \
-  } while (0)
-
-// QKV_CHECK_ARGS(cond, msg): as QKV_CHECK, throwing qkv::InvalidArgumentsError.
-#define QKV_CHECK_ARGS(cond, msg)                          \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      std::ostringstream qkv_check_os_;                    \
-      qkv_check_os_ << msg;                                \
-      throw ::qkv::InvalidArgumentsError(qkv_check_os_.str()); \
-    }                                                      \
   } while (0)

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "qkv/core/duration.h"
+#include "qkv/core/invalid_arguments.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/transformer.h"
