@@ -107,7 +107,7 @@ TEST_F(LmCli, TranslateRefusesALanguageModelNamingBothArchitectures) {
 
 TEST_F(LmCli, FlagsOfTheWrongFamilyAreRefused) {
   const CliRun no_arch = run_qkv("train --text " + *text_ + " --out " + *dir_ + "/x");
-  EXPECT_EQ(no_arch.code, 1) << no_arch.out;
+  EXPECT_EQ(no_arch.code, 2) << no_arch.out;  // a usage error
   EXPECT_NE(no_arch.out.find("add --arch decoder-only"), std::string::npos) << no_arch.out;
   const CliRun mixed = run_qkv("train --arch decoder-only --text " + *text_ + " --src " + *text_ + " --out " + *dir_ + "/x");
   EXPECT_NE(mixed.code, 0) << mixed.out;

@@ -22,7 +22,7 @@ struct PlotOptions {
 
 Runner add_plot_command(CLI::App& app) {
   auto o = std::make_shared<PlotOptions>();
-  app.add_option("runs", o->runs,
+  app.add_option("run", o->runs,
                  "Training run directories (holding metrics.jsonl), or metrics.jsonl files; several are drawn over "
                  "each other, one colour each")
       ->required();

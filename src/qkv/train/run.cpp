@@ -162,8 +162,6 @@ std::optional<TrainState> fill_run_options(const TrainRequest& o, const Hyper& d
                                                   RunOptions& r, const TrainerEvents& events) {
   r.out = o.out.empty() ? o.resume : o.out;
   r.resume = !o.resume.empty();
-  QKV_CHECK_ARGS(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
-            "--resume DIR continues the run in DIR; drop --out or make it the same");
   if (r.resume) check_resume_model_flags(o, r.out + "/last/config.json");
   std::optional<TrainState> saved = saved_state_if_resuming(r.out + "/last", r.resume);
   r.spm_vocab = o.spm_vocab;
@@ -234,8 +232,6 @@ models::TransformerConfig encoder_only_model(const TrainRequest& o) {
 }
 
 TrainResult run_mlm_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
-  QKV_CHECK_ARGS(o.labelled.empty() && o.valid_labelled.empty() && o.init.empty(),
-                 "--objective mlm pretrains on --text FILE; --labelled, --valid-labelled and --init are for --objective classify");
   MlmTrainOptions m;
   m.text = o.text;
   m.valid_text = o.valid_text;
@@ -248,11 +244,6 @@ TrainResult run_mlm_train(const TrainRequest& o, const TrainerEvents& events, co
 }
 
 TrainResult run_classify_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
-  QKV_CHECK_ARGS(o.text.empty() && o.valid_text.empty(),
-            "--objective classify trains on --labelled FILE (label<TAB>text lines), not on --text/--valid-text");
-  QKV_CHECK_ARGS(!o.labelled.empty() || !o.resume.empty(), "--objective classify needs --labelled FILE (and --out DIR)");
-  QKV_CHECK_ARGS(o.init.empty() || (o.config_path.empty() && !o.d_model && !o.heads && !o.layers && !o.d_ff),
-            "--init CKPT brings its own model; drop --config and the size flags");
   ClassifyTrainOptions c;
   c.labelled = o.labelled;
   c.valid_labelled = o.valid_labelled;
@@ -266,14 +257,7 @@ TrainResult run_classify_train(const TrainRequest& o, const TrainerEvents& event
 }
 
 TrainResult run_encoder_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
-  const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
-  QKV_CHECK_ARGS(!corpus && !o.synthetic, "--arch encoder-only trains on --text or --labelled, not on --src/--tgt/--tsv or --synthetic");
-  QKV_CHECK_ARGS(!o.objective.empty(), "--arch encoder-only needs --objective mlm (pretraining on --text) or classify "
-                                  "(fine-tuning on --labelled)");
-  if (o.objective == "mlm") {
-    QKV_CHECK_ARGS(!o.text.empty() || !o.resume.empty(), "--objective mlm needs --text FILE (and --out DIR)");
-    return run_mlm_train(o, events, stop);
-  }
+  if (o.objective == "mlm") return run_mlm_train(o, events, stop);
   return run_classify_train(o, events, stop);
 }
 
@@ -339,8 +323,6 @@ void print_synthetic_summary(const models::Transformer& model, const SyntheticDa
 
 TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
   const bool resuming = !o.resume.empty();
-  QKV_CHECK_ARGS(!resuming || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
-            "--resume DIR continues the run in DIR; drop --out or make it the same");
   const std::string out = resuming ? o.resume : o.out;
   if (resuming) check_resume_model_flags(o, o.resume + "/config.json");
   const std::optional<TrainState> saved = saved_state_if_resuming(o.resume, resuming);
@@ -373,28 +355,59 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
   return r;
 }
 
+// Flags that cannot go together, or a missing one, for each kind of run: all checked here, before
+// anything is written (the run directory, its lock), and reported as usage errors.
+void check_flag_combinations(const TrainRequest& o) {
+  QKV_CHECK_ARGS(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
+                 "--resume DIR continues the run in DIR; drop --out or make it the same");
+  const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
+  const bool resuming = !o.resume.empty();
+  if (o.arch == models::kEncoderOnly) {
+    QKV_CHECK_ARGS(!corpus && !o.synthetic,
+                   "--arch encoder-only trains on --text or --labelled, not on --src/--tgt/--tsv or --synthetic");
+    QKV_CHECK_ARGS(!o.objective.empty(), "--arch encoder-only needs --objective mlm (pretraining on --text) or "
+                                         "classify (fine-tuning on --labelled)");
+    if (o.objective == "mlm") {
+      QKV_CHECK_ARGS(o.labelled.empty() && o.valid_labelled.empty() && o.init.empty(),
+                     "--objective mlm pretrains on --text FILE; --labelled, --valid-labelled and --init are for "
+                     "--objective classify");
+      QKV_CHECK_ARGS(!o.text.empty() || resuming, "--objective mlm needs --text FILE (and --out DIR)");
+      return;
+    }
+    QKV_CHECK_ARGS(o.text.empty() && o.valid_text.empty(),
+                   "--objective classify trains on --labelled FILE (label<TAB>text lines), not on --text/--valid-text");
+    QKV_CHECK_ARGS(!o.labelled.empty() || resuming, "--objective classify needs --labelled FILE (and --out DIR)");
+    QKV_CHECK_ARGS(o.init.empty() || (o.config_path.empty() && !o.d_model && !o.heads && !o.layers && !o.d_ff),
+                   "--init CKPT brings its own model; drop --config and the size flags");
+    return;
+  }
+  QKV_CHECK_ARGS(o.objective.empty() && o.init.empty(), "--objective and --init are for --arch encoder-only");
+  QKV_CHECK_ARGS(o.labelled.empty() && o.valid_labelled.empty(),
+                 "--labelled trains a classifier: add --arch encoder-only --objective classify");
+  const bool lm = o.arch == models::kDecoderOnly;
+  if (lm || !o.text.empty()) {
+    QKV_CHECK_ARGS(lm, "--text trains a language model: add --arch decoder-only");
+    QKV_CHECK_ARGS(!corpus && !o.synthetic,
+                   "--arch decoder-only trains on --text FILE, not on --src/--tgt/--tsv or --synthetic");
+    QKV_CHECK_ARGS(!o.text.empty() || resuming, "--arch decoder-only needs --text FILE (and --out DIR)");
+    return;
+  }
+  QKV_CHECK_ARGS(o.valid_text.empty(), "--valid-text is for language models (--arch decoder-only --text FILE)");
+  QKV_CHECK_ARGS(!(corpus && o.synthetic), "--synthetic and corpus files (--src/--tgt/--tsv) exclude each other");
+  QKV_CHECK_ARGS(corpus || o.synthetic || resuming,
+                 "nothing to train on: give --src FILE --tgt FILE (or --tsv FILE), or --synthetic");
+}
+
 TrainResult dispatch(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
   // The writer holds the checkpoint it writes for the whole run (io/checkpoint_lock.h); a refusal
   // on rank 0 reaches the other ranks as any failure while preparing does (run_training).
+  check_flag_combinations(o);
   const std::string last = last_checkpoint_dir(o);
   std::optional<io::CheckpointLock> lock;
   if (!last.empty() && writer(o)) lock.emplace(last);
   if (o.arch == models::kEncoderOnly) return run_encoder_train(o, events, stop);
-  QKV_CHECK_ARGS(o.objective.empty() && o.init.empty(), "--objective and --init are for --arch encoder-only");
-  QKV_CHECK_ARGS(o.labelled.empty() && o.valid_labelled.empty(),
-            "--labelled trains a classifier: add --arch encoder-only --objective classify");
   const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
-  const bool lm = o.arch == models::kDecoderOnly;
-  if (lm || !o.text.empty()) {
-    QKV_CHECK_ARGS(lm, "--text trains a language model: add --arch decoder-only");
-    QKV_CHECK_ARGS(!corpus && !o.synthetic, "--arch decoder-only trains on --text FILE, not on --src/--tgt/--tsv or --synthetic");
-    QKV_CHECK_ARGS(!o.text.empty() || !o.resume.empty(), "--arch decoder-only needs --text FILE (and --out DIR)");
-    return run_lm_train(o, events, stop);
-  }
-  QKV_CHECK_ARGS(o.valid_text.empty(), "--valid-text is for language models (--arch decoder-only --text FILE)");
-  QKV_CHECK_ARGS(!(corpus && o.synthetic), "--synthetic and corpus files (--src/--tgt/--tsv) exclude each other");
-  QKV_CHECK_ARGS(corpus || o.synthetic || !o.resume.empty(),
-            "nothing to train on: give --src FILE --tgt FILE (or --tsv FILE), or --synthetic");
+  if (o.arch == models::kDecoderOnly) return run_lm_train(o, events, stop);
   if (corpus) return run_corpus_train(o, events, stop);
   return run_synthetic_train(o, events, stop);
 }
