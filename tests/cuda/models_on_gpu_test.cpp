@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "model/t5_layout_config.h"
 #include "qkv/core/cuda_runtime.h"
 #include "qkv/data/synthetic.h"
 #include "qkv/decoding/generate.h"
@@ -40,26 +41,6 @@ models::TransformerConfig sized(models::TransformerConfig c, int64_t vocab) {
   c.d_ff = 64;
   c.max_seq_length = 24;
   c.dropout = 0.1f;
-  return c;
-}
-
-// The encoder-decoder with T5 v1.1's options (tests/model/t5_layout_test.cpp): RMSNorm, relative
-// position bias, unscaled scores, no linear biases, gated GELU, tied and scaled output, and heads
-// whose width is not d_model / heads.
-models::TransformerConfig t5_layout(models::TransformerConfig c) {
-  c.norm = models::NormPosition::Pre;
-  c.layer_norm = "rms";
-  c.layer_norm_eps = 1e-6f;
-  c.positions = "relative";
-  c.relative_attention_num_buckets = 8;
-  c.relative_attention_max_distance = 12;
-  c.scale_attention_scores = false;
-  c.linear_bias = false;
-  c.gated_feed_forward = true;
-  c.activation = "gelu_tanh";
-  c.share_embeddings = c.tie_output_embedding = c.scale_decoder_output = true;
-  c.target_query_mask = false;
-  c.head_dim = 12;
   return c;
 }
 
@@ -105,7 +86,7 @@ std::vector<Family> families() {
   bert.mask_id = 6;
   bert.mlm_head = true;
   out.push_back({"bert", bert, &train::masked_lm(), masked_lm_batch(5, 14, 40)});
-  out.push_back({"t5", t5_layout(sized(models::TransformerConfig{}, 30)), &train::teacher_forcing(),
+  out.push_back({"t5", testing::with_t5_layout(sized(models::TransformerConfig{}, 30), 12), &train::teacher_forcing(),
                  pairs_batch(copy.src, copy.tgt)});
   return out;
 }

@@ -43,6 +43,31 @@ Tensor random_ids(const Dims& shape, int32_t below, uint32_t seed) {
 
 Tensor gpu(const Tensor& t) { return t.to(kGpu); }
 
+// Attention masks of (B, Tq, Tk) drawn from `seed`: a quarter of the keys and a third of the queries
+// dropped where asked for.
+AttentionMasks random_masks(int64_t B, int64_t Tq, int64_t Tk, bool causal, bool key_mask, bool query_mask,
+                            uint32_t seed) {
+  AttentionMasks m;
+  m.causal = causal;
+  std::mt19937 gen(seed);
+  const auto keep = [&](int64_t n, uint32_t one_in) {
+    std::vector<int32_t> k(static_cast<size_t>(n));
+    for (auto& x : k) x = gen() % one_in != 0;
+    return k;
+  };
+  if (key_mask) m.key_keep = Tensor::from_ids(Dims{B, Tk}, keep(B * Tk, 4));
+  if (query_mask) m.query_keep = Tensor::from_ids(Dims{B, Tq}, keep(B * Tq, 3));
+  return m;
+}
+
+// The same masks with their tensors on the GPU.
+AttentionMasks masks_on_gpu(const AttentionMasks& cpu) {
+  AttentionMasks m = cpu;
+  for (Tensor* t : {&m.key_keep, &m.query_keep, &m.bias})
+    if (t->defined()) *t = gpu(*t);
+  return m;
+}
+
 // max |cpu - gpu| <= tol * max(1, max |cpu|), the GPU's tensor read back; shapes equal. Float tensors.
 void expect_close(const Tensor& cpu, const Tensor& on_gpu, const std::string& what, double tol = kTol) {
   ASSERT_EQ(on_gpu.device(), kGpu) << what;
@@ -355,22 +380,8 @@ TEST_F(OpsOnGpu, FlashAttentionKeepsNoSoftmaxAndAgreesWithTheCpu) {
     const Tensor k = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++, 2.f);
     const Tensor v = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++);
     const Tensor dout = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++);
-    AttentionMasks cpu_masks;
-    cpu_masks.causal = c.causal;
-    std::mt19937 gen(seed++);
-    if (c.key_mask) {
-      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tk));
-      for (auto& x : keep) x = gen() % 4 != 0;
-      cpu_masks.key_keep = Tensor::from_ids(Dims{c.B, c.Tk}, keep);
-    }
-    if (c.query_mask) {
-      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tq));
-      for (auto& x : keep) x = gen() % 3 != 0;
-      cpu_masks.query_keep = Tensor::from_ids(Dims{c.B, c.Tq}, keep);
-    }
-    AttentionMasks gpu_masks = cpu_masks;
-    if (c.key_mask) gpu_masks.key_keep = gpu(cpu_masks.key_keep);
-    if (c.query_mask) gpu_masks.query_keep = gpu(cpu_masks.query_keep);
+    AttentionMasks cpu_masks = random_masks(c.B, c.Tq, c.Tk, c.causal, c.key_mask, c.query_mask, seed++);
+    const AttentionMasks gpu_masks = masks_on_gpu(cpu_masks);
     const AttentionDropoutSpec drop{c.p, 7, 123};
     Tensor probs_c;
     const Tensor out_c = attention_forward(q, k, v, cpu_masks, drop, &probs_c);
@@ -426,20 +437,10 @@ TEST_F(OpsOnGpu, AttentionWithAPositionBias) {
     const Tensor v = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++);
     const Tensor dout = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++);
     const Tensor bias = random_tensor(Dims{c.Tq, c.Tk, c.H}, seed++, 2.f);
-    AttentionMasks cpu_masks;
-    cpu_masks.causal = c.causal;
+    AttentionMasks cpu_masks = random_masks(c.B, c.Tq, c.Tk, c.causal, c.key_mask, false, seed++);
     cpu_masks.scale_scores = false;
     cpu_masks.bias = bias;
-    if (c.key_mask) {
-      std::mt19937 gen(seed++);
-      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tk));
-      for (auto& x : keep) x = gen() % 4 != 0;
-      keep[0] = 1;
-      cpu_masks.key_keep = Tensor::from_ids(Dims{c.B, c.Tk}, keep);
-    }
-    AttentionMasks gpu_masks = cpu_masks;
-    gpu_masks.bias = gpu(bias);
-    if (c.key_mask) gpu_masks.key_keep = gpu(cpu_masks.key_keep);
+    const AttentionMasks gpu_masks = masks_on_gpu(cpu_masks);
     const AttentionDropoutSpec drop{c.p, 9, 77};
     Tensor probs_c, probs_g;
     const Tensor out_c = attention_forward(q, k, v, cpu_masks, drop, &probs_c);
@@ -571,27 +572,12 @@ TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
     const Tensor k = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++, 1.f);
     const Tensor v = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++);
     const Tensor dout = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++);
-    AttentionMasks cpu_masks;
-    cpu_masks.causal = c.causal;
-    std::mt19937 gen(seed++);
-    if (c.key_mask) {
-      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tk));
-      for (auto& x : keep) x = gen() % 4 != 0;
-      cpu_masks.key_keep = Tensor::from_ids(Dims{c.B, c.Tk}, keep);
-    }
-    if (c.query_mask) {
-      std::vector<int32_t> keep(static_cast<size_t>(c.B * c.Tq));
-      for (auto& x : keep) x = gen() % 3 != 0;
-      cpu_masks.query_keep = Tensor::from_ids(Dims{c.B, c.Tq}, keep);
-    }
+    AttentionMasks cpu_masks = random_masks(c.B, c.Tq, c.Tk, c.causal, c.key_mask, c.query_mask, seed++);
     if (c.bias) {
       cpu_masks.bias = random_tensor(Dims{c.Tq, c.Tk, c.H}, seed++, 2.f);
       cpu_masks.scale_scores = false;
     }
-    AttentionMasks gpu_masks = cpu_masks;
-    if (c.key_mask) gpu_masks.key_keep = gpu(cpu_masks.key_keep);
-    if (c.query_mask) gpu_masks.query_keep = gpu(cpu_masks.query_keep);
-    if (c.bias) gpu_masks.bias = gpu(cpu_masks.bias);
+    const AttentionMasks gpu_masks = masks_on_gpu(cpu_masks);
     const AttentionDropoutSpec drop{c.p, 11, 321};
     const Tensor qr = rounded(q), kr = rounded(k), vr = rounded(v), dr = rounded(dout);
     Tensor probs_c;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "error_message.h"
+#include "model/t5_layout_config.h"
 #include "qkv/data/synthetic.h"
 #include "qkv/models/transformer.h"
 #include "qkv/train/adam.h"
@@ -29,20 +30,7 @@ models::TransformerConfig t5_config() {
   c.d_ff = 48;
   c.max_seq_length = 20;
   c.dropout = 0.f;
-  c.norm = models::NormPosition::Pre;
-  c.layer_norm = "rms";
-  c.layer_norm_eps = 1e-6f;
-  c.positions = "relative";
-  c.relative_attention_num_buckets = 8;
-  c.relative_attention_max_distance = 12;
-  c.scale_attention_scores = false;
-  c.linear_bias = false;
-  c.gated_feed_forward = true;
-  c.activation = "gelu_tanh";
-  c.share_embeddings = c.tie_output_embedding = c.scale_decoder_output = true;
-  c.target_query_mask = false;
-  c.head_dim = 12;  // 4 heads of 12: a width of 48 beside d_model 32
-  return c;
+  return testing::with_t5_layout(c, 12);  // 4 heads of 12: a width of 48 beside d_model 32
 }
 
 // The loss alone (its backward's gradients are not read).
