@@ -98,6 +98,13 @@ TEST(Cli, TrainThenTranslateIds) {
   CliRun r = qkv("train --synthetic --preset tiny --steps 300 --threads 1 --log-every 100 --out " + d + "/ckpt");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step 300/300"), std::string::npos) << r.out;
+  // --quiet: the same run says nothing, and still writes its checkpoint.
+  const CliRun quiet = qkv::testing::run_qkv_split("train --synthetic --preset tiny --steps 3 --threads 1 --quiet --out " +
+                                                   d + "/quiet");
+  EXPECT_EQ(quiet.code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+  EXPECT_EQ(quiet.out, "");
+  EXPECT_TRUE(fs::exists(d + "/quiet/config.json"));
   std::ofstream(d + "/in.txt") << "5 6 7 8 9\n\n10 11 12 13 14 15\n";
   r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam 3 --threads 1 --input " + d + "/in.txt --quiet");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -51,10 +51,15 @@ TEST(EncoderCli, ImportInfoAndEmbedAsJsonLinesAndNpy) {
     EXPECT_NEAR(sq, 1.0, 1e-5) << "normalised by default";
   }
   EXPECT_EQ(n, 3) << "one embedding per line, the empty one included";
-  r = run_qkv("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt --out " + dir + "/e.npy");
-  ASSERT_EQ(r.code, 0) << r.out;
+  r = run_qkv_split("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt --out " + dir + "/e.npy");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("qkv: wrote "), std::string::npos) << r.err;
   const Tensor e = io::read_npy(dir + "/e.npy");
   EXPECT_EQ(e.shape(), (Dims{3, 64}));
+  r = run_qkv_split("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt --out " + dir + "/q.npy --quiet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "") << "--quiet: no summary";
+  EXPECT_EQ(io::read_npy(dir + "/q.npy").to_vector(), e.to_vector());
 }
 
 TEST(EncoderCli, LongLinesAreTruncatedOrRefusedWithTheirLine) {

@@ -23,6 +23,7 @@ struct EmbedCliOptions {
   EncoderTextOptions text;
   std::string out;
   int threads = 0;
+  bool quiet = false;
 };
 
 void print_json_lines(const Tensor& e) {
@@ -46,6 +47,7 @@ Runner add_embed_command(CLI::App& app) {
   add_encoder_text_options(app, o->text, "Sentences, one a line ('-' = stdin)");
   app.add_option("--out", o->out, "Write a float32 .npy matrix (lines, d_model) instead of JSON lines on stdout");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
+  app.add_flag("--quiet", o->quiet, "No summary line on stderr");
   return [o]() {
     set_num_threads(o->threads);
     const auto start = std::chrono::steady_clock::now();
@@ -58,6 +60,7 @@ Runner add_embed_command(CLI::App& app) {
       return 0;
     }
     io::write_npy(o->out, e);
+    if (o->quiet) return 0;
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "qkv: wrote %s: %lld embeddings of %lld floats (%s) in %.1f s\n", o->out.c_str(),
                  static_cast<long long>(e.size(0)), static_cast<long long>(e.size(1)),

@@ -69,6 +69,7 @@ struct TrainOptions : train::TrainRequest {
   double dist_timeout = 300;
   double bucket_mb = 25;
   bool no_overlap = false;
+  bool quiet = false;  // no progress, validation or summary lines (errors still)
 };
 
 // Threads of one rank: --threads, else $QKV_THREADS, else the cores shared by the ranks on this host.
@@ -102,7 +103,7 @@ int run_train(const TrainOptions& o) {
   request.device = chosen_device(o.device_name);
   if (comm) comm->set_timeout(o.dist_timeout);
   set_num_threads(comm ? rank_threads(o.threads) : o.threads);
-  const bool quiet = comm && comm->rank() != 0;
+  const bool quiet = o.quiet || (comm && comm->rank() != 0);
   TrainProgress progress(::isatty(STDERR_FILENO));
   const StopOnSignal stop;
   if (comm && !quiet) progress.info("data parallel: " + comm->describe() + ", " + std::to_string(num_threads()) + " threads each");
@@ -114,7 +115,7 @@ int run_train(const TrainOptions& o) {
   } catch (const dist::CollectiveError& e) {
     // Every rank stops; rank 0 reports the failure, and the others wait until it has (mpirun ends
     // the job as soon as one rank exits non-zero).
-    if (!quiet) std::fprintf(stderr, "qkv: error: %s\n", e.what());
+    if (!(comm && comm->rank() != 0)) std::fprintf(stderr, "qkv: error: %s\n", e.what());
     comm->barrier();
     return 1;
   } catch (const std::exception& e) {
@@ -238,6 +239,8 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
 }
 
 void add_run_flags(CLI::App& app, TrainOptions& o) {
+  app.add_flag("--quiet", o.quiet,
+               "No progress, validation or summary lines on stderr (errors still; metrics.jsonl is written as always)");
   app.add_option("--out", o.out, "Checkpoint directory (synthetic: the checkpoint; corpus: the run, with last/ and best/)");
   app.add_option("--save-every", o.save_every, "Also save the last checkpoint every N steps (0: only at validations and the end)")
       ->check(NonNegative());
