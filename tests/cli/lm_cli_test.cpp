@@ -105,6 +105,33 @@ TEST_F(LmCli, TranslateRefusesALanguageModelNamingBothArchitectures) {
   EXPECT_NE(r.out.find("encoder-decoder model"), std::string::npos) << r.out;
 }
 
+// --preset names the model's sizes for text runs too; size flags given as well override them.
+TEST_F(LmCli, APresetSizesTheModelAndFlagsOverrideIt) {
+  const auto config_of = [&](const std::string& name, const std::string& flags) {
+    const CliRun r = run_qkv("train --arch decoder-only --text " + *text_ + " --out " + *dir_ + "/" + name +
+                             " --spm-vocab 300 --block-size 16 --batch 4 --steps 1 --threads 1 " + flags);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return read_file(*dir_ + "/" + name + "/last/config.json");
+  };
+  const std::string tiny = config_of("tiny", "--preset tiny");
+  for (const std::string field : {"\"d_model\": 64", "\"num_heads\": 4", "\"num_layers\": 2", "\"d_ff\": 256"})
+    EXPECT_NE(tiny.find(field), std::string::npos) << field << " in " << tiny;
+  const std::string wider = config_of("tiny3", "--preset tiny --layers 3");
+  EXPECT_NE(wider.find("\"num_layers\": 3"), std::string::npos) << wider;
+  EXPECT_NE(wider.find("\"d_model\": 64"), std::string::npos) << wider;
+  // seed is the synthetic example's; small, base and big are not synthetic ones.
+  const CliRun seed = run_qkv("train --arch decoder-only --text " + *text_ + " --preset seed --out " + *dir_ + "/s");
+  EXPECT_EQ(seed.code, 2) << seed.out;
+  EXPECT_NE(seed.out.find("--preset seed is for --synthetic"), std::string::npos) << seed.out;
+  const CliRun small = run_qkv("train --synthetic --preset small --steps 1");
+  EXPECT_EQ(small.code, 2) << small.out;
+  EXPECT_NE(small.out.find("--synthetic takes seed or tiny"), std::string::npos) << small.out;
+  const CliRun both = run_qkv("train --arch decoder-only --text " + *text_ + " --preset tiny --config " + *dir_ +
+                              "/tiny/last/config.json --out " + *dir_ + "/c");
+  EXPECT_EQ(both.code, 2) << both.out;
+  EXPECT_NE(both.out.find("drop --preset"), std::string::npos) << both.out;
+}
+
 TEST_F(LmCli, FlagsOfTheWrongFamilyAreRefused) {
   const CliRun no_arch = run_qkv("train --text " + *text_ + " --out " + *dir_ + "/x");
   EXPECT_EQ(no_arch.code, 2) << no_arch.out;  // a usage error

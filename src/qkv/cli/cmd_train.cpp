@@ -254,8 +254,14 @@ void add_run_flags(CLI::App& app, TrainOptions& o) {
 
 void add_synthetic_flags(CLI::App& app, TrainOptions& o) {
   app.add_flag("--synthetic", o.synthetic, "Train on synthetic ids (seed 000's random batch, or --task copy)");
-  app.add_option("--preset", o.preset, "seed: seed 000's example; tiny: a small copy task that learns in seconds")
-      ->capture_default_str()->check(CLI::IsMember({"seed", "tiny"}));
+  app.add_option("--preset", o.preset,
+                 "The model by name. --synthetic: seed (the default: seed 000's example) or tiny (a small copy task "
+                 "that learns in seconds). Text runs (--src/--tgt, --text, --labelled): tiny (d 64, 4 heads, 2 layers), "
+                 "small (d 256, 4 heads, 4 layers, d_ff 1024: the Bible recipe, for a corpus of ~30k pairs), base (the "
+                 "paper's base, d 512, 8 heads, 6 layers, d_ff 2048; decoder- and encoder-only: GPT-2 small's and "
+                 "BERT-base's 768, 12, 12, 3072) or big (the paper's big; GPT-2 medium's, BERT-large's). Without it: "
+                 "the paper's base sizes in every family. --d-model, --heads, --layers, --d-ff override")
+      ->check(CLI::IsMember({"seed", "tiny", "small", "base", "big"}));
   app.add_option("--task", o.task, "random (seed 000: one fixed random batch) or copy")
       ->check(CLI::IsMember({"random", "copy"}));
   app.add_option("--batch", o.batch, "Sequences per batch (synthetic; decoder-only: blocks, default 16; encoder-only: blocks or sentences, default 32)")

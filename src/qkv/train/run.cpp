@@ -135,8 +135,35 @@ std::optional<TrainState> saved_state_if_resuming(const std::string& checkpoint,
 }
 
 // The model the flags describe: --config (or `base`), then each size flag given.
+// A text run's --preset: the model's sizes by name, per family, on top of the family's defaults
+// (`c`); size flags given as well override them.
+//   tiny:  d 64, 4 heads, 2 layers, d_ff 256, for a first run in seconds;
+//   small: d 256, 4 heads, 4 layers, d_ff 1024 (the Bible recipe, bench/translate_bible.sh);
+//   base:  the paper's base (512, 8, 6, 2048), GPT-2 small's (768, 12, 12, 3072), BERT-base's (the same);
+//   big:   the paper's big (1024, 16, 6, 4096, dropout 0.3), GPT-2 medium's and BERT-large's (1024, 16, 24, 4096).
+void apply_text_preset(const std::string& preset, models::TransformerConfig& c) {
+  if (preset.empty()) return;
+  const bool seq2seq = c.encoder_decoder();
+  struct Sizes {
+    int64_t d_model, heads, layers, d_ff;
+  };
+  Sizes s{};
+  if (preset == "tiny") s = {64, 4, 2, 256};
+  else if (preset == "small") s = {256, 4, 4, 1024};
+  else if (preset == "base") s = seq2seq ? Sizes{512, 8, 6, 2048} : Sizes{768, 12, 12, 3072};
+  else if (preset == "big") s = seq2seq ? Sizes{1024, 16, 6, 4096} : Sizes{1024, 16, 24, 4096};
+  else
+    throw InvalidArgumentsError("--preset " + preset + " is for --synthetic; a text run takes tiny, small, base or big");
+  c.d_model = s.d_model;
+  c.num_heads = s.heads;
+  c.num_layers = s.layers;
+  c.d_ff = s.d_ff;
+  if (preset == "big" && seq2seq) c.dropout = 0.3f;  // the paper's big model (Table 3)
+}
+
 models::TransformerConfig model_config(const TrainRequest& o, models::TransformerConfig base) {
   models::TransformerConfig c = o.config_path.empty() ? std::move(base) : models::load_config(o.config_path);
+  apply_text_preset(o.preset, c);
   if (o.d_model) c.d_model = *o.d_model;
   if (o.heads) c.num_heads = *o.heads;
   if (o.layers) c.num_layers = *o.layers;
@@ -270,7 +297,7 @@ struct Plan {
 
 Plan make_plan(const TrainRequest& o) {
   Plan p;
-  if (o.preset == "seed") {
+  if (o.preset.empty() || o.preset == "seed") {
     p = {models::TransformerConfig{}, "random", 100, 64, 100, 1e-4};
   } else if (o.preset == "tiny") {
     models::TransformerConfig c;
@@ -283,7 +310,7 @@ Plan make_plan(const TrainRequest& o) {
     c.dropout = 0.f;
     p = {c, "copy", 400, 32, 10, 1e-3};
   } else {
-    throw Error("unknown --preset '" + o.preset + "' (expected seed or tiny)");
+    throw InvalidArgumentsError("--preset " + o.preset + " sizes a text run's model; --synthetic takes seed or tiny");
   }
   if (!o.config_path.empty()) p.config = models::load_config(o.config_path);
   if (!o.task.empty()) p.task = o.task;
@@ -360,6 +387,14 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
 void check_flag_combinations(const TrainRequest& o) {
   QKV_CHECK_ARGS(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
                  "--resume DIR continues the run in DIR; drop --out or make it the same");
+  // A text run's --preset sizes a new model (a synthetic run's also sets its task and batch).
+  const bool text_preset = !o.synthetic && !o.preset.empty();
+  QKV_CHECK_ARGS(!o.synthetic || o.preset.empty() || o.preset == "seed" || o.preset == "tiny",
+                 "--preset " << o.preset << " sizes a text run's model; --synthetic takes seed or tiny");
+  QKV_CHECK_ARGS(!text_preset || o.preset != "seed",
+                 "--preset seed is for --synthetic; a text run takes tiny, small, base or big");
+  QKV_CHECK_ARGS(!text_preset || o.config_path.empty(), "--config brings its own model; drop --preset");
+  QKV_CHECK_ARGS(!text_preset || o.resume.empty(), "--resume continues the checkpoint's model; drop --preset");
   const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
   const bool resuming = !o.resume.empty();
   if (o.arch == models::kEncoderOnly) {

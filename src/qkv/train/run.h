@@ -21,7 +21,7 @@ namespace qkv::train {
 struct TrainRequest {
   // Synthetic ids (seed 000's example and a copy task).
   bool synthetic = false;
-  std::string preset = "seed", task;
+  std::string preset, task;  // preset "" : synthetic runs take "seed", text runs their family's defaults
   std::optional<int64_t> batch, len, vocab;
   // Model (flags override --config, or the family's defaults).
   std::string config_path;
