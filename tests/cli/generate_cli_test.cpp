@@ -215,6 +215,17 @@ TEST_F(GenerateCli, InputLinesSeedsAndBatches) {
   // stdin works as a file.
   const CliRun piped = qkv::testing::run_shell(sample + "--seed 11 --threads 1 --quiet --input - < " + path("ids.txt"), "2>/dev/null");
   EXPECT_EQ(piped.out, a.out);
+  // -o FILE holds what stdout would, for --input and for a streamed --prompt; nothing goes to stdout.
+  const CliRun to_file = run_qkv_split(sample + "--seed 11 --threads 1 --input " + path("ids.txt") + " -o " + path("gen.txt"));
+  ASSERT_EQ(to_file.code, 0) << to_file.err;
+  EXPECT_EQ(to_file.out, "");
+  EXPECT_EQ(qkv::testing::read_file(path("gen.txt")), a.out);
+  const CliRun streamed = run_qkv_split(sample + "--seed 11 --threads 1 --prompt '2 5 6 7' --output " + path("one.txt"));
+  ASSERT_EQ(streamed.code, 0) << streamed.err;
+  EXPECT_EQ(qkv::testing::read_file(path("one.txt")), single.out);
+  // The input as the output would be emptied before it is read: refused.
+  const CliRun same = run_qkv_split(sample + "--seed 11 --input " + path("ids.txt") + " -o " + path("ids.txt"));
+  EXPECT_EQ(same.code, 2) << same.err;
 }
 
 TEST_F(GenerateCli, TextPromptsAndLines) {

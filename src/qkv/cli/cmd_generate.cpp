@@ -30,6 +30,7 @@
 #include "qkv/cli/commands.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/id_text.h"
+#include "qkv/cli/output_file.h"
 #include "qkv/cli/progress.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
@@ -46,6 +47,7 @@ struct GenerateCliOptions {
   std::string checkpoint, prompt, input;
   bool ids = false, sample = false, truncate_prompt = false, quiet = false;
   std::string attention_out;  // --attention-out DIR
+  std::string output = "-";   // -o/--output
   ComputeTypeOption compute;
   int64_t max_new_tokens = 0, batch_size = 32;
   double temperature = 1.0, top_p = 1.0;
@@ -80,6 +82,8 @@ void check_flags(const GenerateCliOptions& o) {
 int run_generate(const GenerateCliOptions& o) {
   check_flags(o);  // before loading: fail fast
   check_checkpoint_argument(o.checkpoint);
+  check_output_is_no_input(o.output, {{"--input", o.input}});
+  OutputFile out(o.output);  // before the model loads: a path that cannot be written fails at once
   set_num_threads(o.threads);
   const api::Generator generator(o.checkpoint, chosen_compute_type(o.compute), chosen_device(o.compute.device));
   const int64_t V = generator.vocab_size();
@@ -122,23 +126,23 @@ int run_generate(const GenerateCliOptions& o) {
     std::unique_ptr<api::TextStream> stream =
         !o.ids && generator.tokenizer() ? std::make_unique<api::TextStream>(*generator.tokenizer()) : nullptr;
     bool first = true;
-    const auto print = [](const std::string& piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+    const auto print = [&out](const std::string& piece) {
+      out.write(piece);
+      out.flush();
     };
-    const auto out = generator.generate_streaming(prompts[0], go, [&](int32_t token) {
+    const auto produced = generator.generate_streaming(prompts[0], go, [&](int32_t token) {
       if (stream) {
         print(stream->push(token));
       } else {
-        std::printf(first ? "%d" : " %d", token);
-        std::fflush(stdout);
+        out.printf(first ? "%d" : " %d", token);
+        out.flush();
       }
       first = false;
     }, attention ? &weights[0] : nullptr);
     if (stream) print(stream->finish());
-    std::printf("\n");
-    new_tokens = static_cast<int64_t>(out.size());
-    outputs.push_back(out);
+    out.write("\n");
+    new_tokens = static_cast<int64_t>(produced.size());
+    outputs.push_back(produced);
   } else {
     ProgressLine progress("generated", "lines", o.quiet);
     const auto results = generator.generate_ids(
@@ -148,16 +152,16 @@ int run_generate(const GenerateCliOptions& o) {
     progress.finish();
     for (const auto& r : results) {
       new_tokens += static_cast<int64_t>(r.size());
-      std::printf("%s\n", (o.ids ? join_ids(r) : generator.decode(r)).c_str());
+      out.printf("%s\n", (o.ids ? join_ids(r) : generator.decode(r)).c_str());
     }
   }
+  out.close();
   const double t = clock.seconds();
   if (!o.quiet)
     std::fprintf(stderr, "qkv generate: %zu line(s), %lld new tokens in %s (%.0f tokens/s), %s\n", prompts.size(),
                  static_cast<long long>(new_tokens), format_duration(t).c_str(), t > 0 ? new_tokens / t : 0.0,
                  o.sample ? "sampled" : "greedy");
   if (attention) {  // DIR/NNNN.npz per line, then the pictures
-    std::fflush(stdout);
     std::vector<std::string> files;
     for (size_t i = 0; i < prompts.size(); ++i) {
       if (weights[i].decoder_self.empty()) continue;  // nothing generated (no room in the context)
@@ -204,6 +208,7 @@ Runner add_generate_command(CLI::App& app) {
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   add_compute_type_options(app, o->compute);
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
+  add_output_option(app, o->output, "Where the continuations go (--prompt: streamed as they are made)");
   app.add_option("--attention-out", o->attention_out,
                  "Write each line's self-attention weights (DIR/NNNN.npz) and heatmaps of them "
                  "(DIR/NNNN-self-layerL.png; needs python3-matplotlib)");
