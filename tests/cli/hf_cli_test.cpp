@@ -89,11 +89,12 @@ TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   if (hf.empty()) return;
   const std::string dir = temp_dir("hf_bad");
   expect_error(run_qkv("import --from hf " + dir + "/nothing --out " + dir + "/x"), 1, {dir + "/nothing"});
-  fs::create_directories(dir + "/bart");
-  std::ofstream(dir + "/bart/config.json") << R"({"model_type": "bart", "d_model": 64})";
-  std::ofstream(dir + "/bart/model.safetensors") << "";
-  expect_error(run_qkv("import --from hf " + dir + "/bart --out " + dir + "/x"), 1,
-               {dir + "/bart/config.json", "\"model_type\"", "\"bart\"", "\"gpt2\", \"bert\", \"marian\" and \"t5\""});
+  fs::create_directories(dir + "/pegasus");
+  std::ofstream(dir + "/pegasus/config.json") << R"({"model_type": "pegasus", "d_model": 64})";
+  std::ofstream(dir + "/pegasus/model.safetensors") << "";
+  expect_error(run_qkv("import --from hf " + dir + "/pegasus --out " + dir + "/x"), 1,
+               {dir + "/pegasus/config.json", "\"model_type\"", "\"pegasus\"",
+                "\"gpt2\", \"bert\", \"marian\", \"t5\", \"bart\" and \"mbart\""});
   fs::create_directories(dir + "/scaled");
   fs::copy_file(hf + "/model.safetensors", dir + "/scaled/model.safetensors");
   std::string config = read_file(hf + "/config.json");
