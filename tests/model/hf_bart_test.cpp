@@ -156,6 +156,33 @@ TEST(HfBart, BeamSearchStartsWithTheForcedLanguageCode) {
     }
 }
 
+TEST(HfBart, SpecialIdsAreWhatGenerateUses) {
+  // generation_config.json wins over config.json; without a decoder start, generate starts from
+  // bos_token_id (mBART's configs have none).
+  const std::string hf = testing::ref_path("hf_mbart");
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "ids");
+  fs::create_directories(dir);
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return json::parse(in);
+  };
+  json config = read(hf + "/config.json"), generation = read(hf + "/generation_config.json");
+  generation["decoder_start_token_id"] = 5;
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  std::ofstream(dir + "/generation_config.json") << generation.dump(2);
+  std::vector<std::string> notes;
+  EXPECT_EQ(interop::hf_bart_config(dir, &notes).bos_id, 5);
+  EXPECT_EQ(interop::hf_bart_config(dir).forced_bos_id, 199);
+  bool forced_eos_noted = false;
+  for (const std::string& n : notes) forced_eos_noted = forced_eos_noted || n.find("forced_eos_token_id 2") == 0;
+  EXPECT_TRUE(forced_eos_noted);
+  config.erase("decoder_start_token_id");
+  generation.erase("decoder_start_token_id");
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  std::ofstream(dir + "/generation_config.json") << generation.dump(2);
+  EXPECT_EQ(interop::hf_bart_config(dir).bos_id, 0) << "bos_token_id";
+}
+
 // A copy of reference model `model` whose config.json has `from` replaced by `to`.
 std::string with_config(const std::string& model, const std::string& dir, const std::string& name,
                         const std::string& from, const std::string& to) {
