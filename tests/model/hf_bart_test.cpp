@@ -2,7 +2,7 @@
 // MBartForConditionalGeneration models that `transformers` built and saved
 // (tests/python/make_bart_refs.py): per-pair log-probabilities within 1e-4 relative of
 // transformers', greedy output identical to model.generate (BART's decoder starting from its EOS,
-// mBART's forced target-language code), beam search scoring as the teacher-forced forward, the
+// mBART's forced target-language code; from ids, and for BART from text through its tokenizer.json), beam search scoring as the teacher-forced forward, the
 // options surviving config.json, and refusals naming their file and field.
 #include <gtest/gtest.h>
 
@@ -117,6 +117,30 @@ TEST(HfBart, GreedyOutputEqualsGenerate) {
       }
     }
   }
+}
+
+TEST(HfBart, TextTranslationEqualsTokenizerGenerateDecode) {
+  // The imported checkpoint carries BART's tokenizer.json: qkv translate on text gives what
+  // transformers' tokenizer, generate and decode(skip_special_tokens=True) give.
+  const json r = refs()["hf_bart"];
+  ASSERT_TRUE(fs::exists(imported("hf_bart") + "/tokenizer.json"));
+  const api::Translator translator(imported("hf_bart"));
+  api::TranslationOptions o;
+  o.search.beam_size = 1;
+  o.search.max_length_ratio = 0;
+  o.search.max_length_offset = refs()["new_tokens"].get<int64_t>();
+  o.batch_size = 3;
+  const std::vector<std::string> texts = r["texts"].get<std::vector<std::string>>();
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(translator.encode_source(texts[i], o, "line"), r["text_ids"][i].get<std::vector<int32_t>>()) << texts[i];
+  const auto got = translator.translate(texts, o);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> want = r["text_greedy_ids"][i].get<std::vector<int32_t>>();
+    want.pop_back();  // EOS
+    EXPECT_EQ(got[i][0].tokens, want) << texts[i];
+    EXPECT_EQ(got[i][0].text, r["text_greedy"][i].get<std::string>()) << texts[i];
+  }
+  EXPECT_FALSE(fs::exists(imported("hf_mbart") + "/tokenizer.json"));
 }
 
 TEST(HfBart, BeamSearchScoresAsTheTeacherForcedForward) {

@@ -4,7 +4,7 @@
 // checkpoint: GPT-2 into a decoder-only one (interop/hf_gpt2.h), BERT into an encoder-only one
 // (interop/hf_bert.h), with sentence-transformers' pooling when the directory describes it, Marian
 // (OPUS-MT) and T5 into encoder-decoder ones with their tokenizers (interop/hf_marian.h, hf_t5.h),
-// BART and mBART into encoder-decoder ones that take ids (interop/hf_bart.h).
+// BART (with its tokenizer.json) and mBART (ids only) into encoder-decoder ones (interop/hf_bart.h).
 #include <iostream>
 #include <memory>
 
@@ -27,7 +27,7 @@ Runner add_import_command(CLI::App& app) {
       ->required()
       ->check(CLI::IsMember({"hf"}));
   app.add_option("source", o->source, "Hugging Face model directory (config.json, model.safetensors, and its tokenizer: tokenizer.json, "
-                 "or Marian's source.spm, target.spm and vocab.json, or T5's spiece.model)")
+                 "or Marian's source.spm, target.spm and vocab.json, or T5's spiece.model; BART's tokenizer.json)")
       ->required();
   app.add_option("--out", o->out, "Checkpoint directory to write")->required();
   return [o]() {
@@ -43,7 +43,7 @@ Runner add_import_command(CLI::App& app) {
                                   : std::to_string(c.tgt_vocab_size);
     const std::string tokenizer = !info.tokenizer ? ""
                                   : t5        ? ", tokenizer spiece.model"
-                                  : seq2seq   ? ", tokenizer source.spm, target.spm, vocab.json"
+                                  : seq2seq && !bart ? ", tokenizer source.spm, target.spm, vocab.json"
                                               : ", tokenizer.json";
     std::cout << "wrote " << o->out << ": " << family << " from " << o->source << " (" << c.num_layers
               << (seq2seq ? " + " + std::to_string(c.num_layers) : "") << " layers, d_model " << c.d_model << ", "

@@ -8,6 +8,7 @@
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
+#include "qkv/text/tokenizer.h"
 
 namespace qkv::interop {
 
@@ -140,16 +141,39 @@ std::unique_ptr<models::Transformer> load_hf_bart(const std::string& hf_dir, HfC
   return model;
 }
 
+namespace {
+// Whether DIR/tokenizer.json is one qkv's Translator reads (BART's byte-level BPE with
+// RobertaProcessing) and fits the model; otherwise a note says why the checkpoint takes ids only.
+bool usable_tokenizer(const std::string& hf_dir, const TransformerConfig& c, std::vector<std::string>& notes) {
+  const std::string path = hf_dir + "/" + kTokenizerJsonFile;
+  const std::string ids_only = ": the checkpoint translates token ids only (qkv translate --ids; a source line is what "
+                               "the Hugging Face tokenizer gives, ending with EOS " + std::to_string(c.eos_id) + ")";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    notes.push_back("no " + std::string(kTokenizerJsonFile) + " in " + hf_dir + ids_only);
+    return false;
+  }
+  try {
+    const auto t = text::load_tokenizer(path);
+    QKV_CHECK(t->vocab_size() <= c.tgt_vocab_size,
+              path << ": the tokenizer has " << t->vocab_size() << " ids, more than the model's " << c.tgt_vocab_size);
+    QKV_CHECK(t->with_special_tokens({}).size() == 2, path << ": post_processor adds no <s> ... </s> (BART's "
+                                                              "RobertaProcessing)");
+  } catch (const Error& e) {  // mBART's SentencePiece tokenizer, for one
+    notes.push_back(std::string("tokenizer not imported (") + e.what() + ")" + ids_only);
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
 HfConversion import_hf_bart(const std::string& hf_dir, const std::string& out_dir) {
   HfConversion info;
   auto model = load_hf_bart(hf_dir, &info);
-  // BART's byte-level BPE (with RobertaProcessing's <s> ... </s>) and mBART's SentencePiece are not
-  // read by qkv's Translator yet: the checkpoint takes ids.
-  info.notes.push_back("the tokenizer is not imported: the checkpoint translates token ids only (qkv translate --ids; "
-                       "a source line is what the Hugging Face tokenizer gives, ending with EOS " +
-                       std::to_string(info.config.eos_id) + ")");
+  info.tokenizer = usable_tokenizer(hf_dir, info.config, info.notes);
   io::StagedDirectory staged(out_dir);
   models::write_model_files(staged, *model);
+  if (info.tokenizer) staged.copy_from(kTokenizerJsonFile, hf_dir + "/" + kTokenizerJsonFile);
   staged.commit();
   return info;
 }

@@ -20,8 +20,11 @@
 // the layout transformers builds (normalize_before / add_final_layer_norm other than the model
 // type's, normalize_embedding false, static_position_embeddings true, add_bias_logits true),
 // forced_eos_token_id other than the EOS, bad_words_ids other than the pad id.
-// The tokenizer (byte-level BPE with RobertaProcessing, or mBART's SentencePiece) is not imported:
-// the checkpoint translates ids only (`qkv translate --ids`), with a note.
+// BART's tokenizer.json (byte-level BPE with RobertaProcessing: <s> text </s>) is copied into the
+// checkpoint when qkv reads it and it fits the vocabulary; the Translator then takes text and
+// decodes without the added tokens, as transformers' decode(skip_special_tokens=True). mBART's
+// SentencePiece tokenizer is not read: that checkpoint translates ids only (`qkv translate --ids`),
+// with a note.
 //
 // Names (HF, "model." prefix dropped -> qkv, models/transformer.h), besides the layers' and tables'
 // names shared with Marian (hf_seq2seq.h):
