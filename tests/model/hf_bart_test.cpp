@@ -143,6 +143,25 @@ TEST(HfBart, TextTranslationEqualsTokenizerGenerateDecode) {
   EXPECT_FALSE(fs::exists(imported("hf_mbart") + "/tokenizer.json"));
 }
 
+TEST(HfBart, CleanUpTokenizationSpacesIsFollowed) {
+  // tokenizer_config.json's clean_up_tokenization_spaces true: the decoded text gets transformers'
+  // clean_up_tokenization (" ," -> ","); false (the reference's) leaves it as decoded.
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "clean_up");
+  fs::copy(imported("hf_bart"), dir, fs::copy_options::recursive);
+  ASSERT_TRUE(fs::exists(dir + "/tokenizer_config.json"));
+  std::ifstream in(dir + "/tokenizer_config.json");
+  json config = json::parse(in);
+  EXPECT_FALSE(config.value("clean_up_tokenization_spaces", false));
+  config["clean_up_tokenization_spaces"] = true;
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump(2);
+  fs::remove(dir + "/manifest.json");  // it records the file's old size (a checkpoint without one loads)
+  const api::Translator plain(imported("hf_bart")), cleaned(dir);
+  const std::vector<int32_t> ids = plain.encode_source("a , b . c ?", {}, "text");
+  const std::vector<int32_t> inner(ids.begin() + 1, ids.end() - 1);  // without <s> and </s>
+  EXPECT_EQ(plain.decode_target(inner), "a , b . c ?");
+  EXPECT_EQ(cleaned.decode_target(inner), "a, b. c?");
+}
+
 TEST(HfBart, BeamSearchScoresAsTheTeacherForcedForward) {
   // BART's decoder start is its EOS: search must not ban it as it bans a distinct start id.
   const json r = refs();

@@ -173,7 +173,13 @@ HfConversion import_hf_bart(const std::string& hf_dir, const std::string& out_di
   info.tokenizer = usable_tokenizer(hf_dir, info.config, info.notes);
   io::StagedDirectory staged(out_dir);
   models::write_model_files(staged, *model);
-  if (info.tokenizer) staged.copy_from(kTokenizerJsonFile, hf_dir + "/" + kTokenizerJsonFile);
+  if (info.tokenizer) {
+    staged.copy_from(kTokenizerJsonFile, hf_dir + "/" + kTokenizerJsonFile);
+    // Its clean_up_tokenization_spaces decides how the Translator decodes.
+    std::error_code ec;
+    if (fs::exists(hf_dir + "/tokenizer_config.json", ec))
+      staged.copy_from("tokenizer_config.json", hf_dir + "/tokenizer_config.json");
+  }
   staged.commit();
   return info;
 }

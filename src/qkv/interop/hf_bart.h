@@ -21,8 +21,9 @@
 // type's, normalize_embedding false, static_position_embeddings true, add_bias_logits true),
 // forced_eos_token_id other than the EOS, bad_words_ids other than the pad id.
 // BART's tokenizer.json (byte-level BPE with RobertaProcessing: <s> text </s>) is copied into the
-// checkpoint when qkv reads it and it fits the vocabulary; the Translator then takes text and
-// decodes without the added tokens, as transformers' decode(skip_special_tokens=True). mBART's
+// checkpoint (with tokenizer_config.json) when qkv reads it and it fits the vocabulary; the
+// Translator then takes text and decodes without the added tokens, as transformers'
+// decode(skip_special_tokens=True), cleaning up spaces when tokenizer_config.json asks for it. mBART's
 // SentencePiece tokenizer is not read: that checkpoint translates ids only (`qkv translate --ids`),
 // with a note.
 //
