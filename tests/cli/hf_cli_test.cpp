@@ -89,11 +89,12 @@ TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   if (hf.empty()) return;
   const std::string dir = temp_dir("hf_bad");
   expect_error(run_qkv("import --from hf " + dir + "/nothing --out " + dir + "/x"), 1, {dir + "/nothing"});
-  fs::create_directories(dir + "/bart");
-  std::ofstream(dir + "/bart/config.json") << R"({"model_type": "bart", "d_model": 64})";
-  std::ofstream(dir + "/bart/model.safetensors") << "";
-  expect_error(run_qkv("import --from hf " + dir + "/bart --out " + dir + "/x"), 1,
-               {dir + "/bart/config.json", "\"model_type\"", "\"bart\"", "\"gpt2\", \"bert\", \"marian\" and \"t5\""});
+  fs::create_directories(dir + "/pegasus");
+  std::ofstream(dir + "/pegasus/config.json") << R"({"model_type": "pegasus", "d_model": 64})";
+  std::ofstream(dir + "/pegasus/model.safetensors") << "";
+  expect_error(run_qkv("import --from hf " + dir + "/pegasus --out " + dir + "/x"), 1,
+               {dir + "/pegasus/config.json", "\"model_type\"", "\"pegasus\"",
+                "\"gpt2\", \"bert\", \"marian\", \"t5\", \"bart\" and \"mbart\""});
   fs::create_directories(dir + "/scaled");
   fs::copy_file(hf + "/model.safetensors", dir + "/scaled/model.safetensors");
   std::string config = read_file(hf + "/config.json");
@@ -160,6 +161,56 @@ TEST(HfCli, ImportedMarianTranslatesTextAndScoresIds) {
     double got = 0;
     ASSERT_TRUE(lines >> got) << score.out;
     EXPECT_NEAR(got, lp.get<double>(), 1e-4 * std::max(1.0, std::fabs(lp.get<double>())));
+  }
+}
+
+TEST(HfCli, ImportedBartTranslatesAndScoresIds) {
+  // BART and mBART checkpoints take ids: qkv translate --ids gives
+  // generate's greedy ids (mBART's forced language code first), qkv score --per-line its
+  // teacher-forced log-probabilities.
+  if (ref_path("hf_bart").empty()) return;
+  std::ifstream refs_in(ref_path("hf_bart_refs.json"));
+  const nlohmann::json refs = nlohmann::json::parse(refs_in);
+  for (const std::string name : {"hf_bart", "hf_mbart"}) {
+    const nlohmann::json& r = refs[name];
+    const std::string dir = temp_dir(name);
+    CliRun run = run_qkv("import --from hf " + ref_path(name) + " --out " + dir + "/ckpt");
+    ASSERT_EQ(run.code, 0) << run.out;
+    EXPECT_NE(run.out.find(name == "hf_bart" ? "BART from" : "mBART from"), std::string::npos) << run.out;
+    // BART's tokenizer.json comes along; the mBART directory has none (ids only, said in a note).
+    EXPECT_NE(run.out.find(name == "hf_bart" ? ", tokenizer.json)" : "qkv: note: no tokenizer.json"), std::string::npos)
+        << run.out;
+    run = run_qkv("info " + dir + "/ckpt");
+    EXPECT_NE(run.out.find("special ids   pad 1, decoder start (bos) 2, eos 2"), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find("embedding norm"), std::string::npos) << run.out;
+    std::string want;
+    {
+      std::ofstream ids(dir + "/src.ids"), tgt(dir + "/tgt.ids");
+      for (size_t i = 0; i < r["source_ids"].size(); ++i) {
+        for (const auto& id : r["source_ids"][i]) ids << id.get<int>() << " ";
+        ids << "\n";
+        tgt << 2;
+        for (const auto& id : r["target_ids"][i]) tgt << " " << id.get<int>();
+        tgt << "\n";
+        std::vector<int> greedy = r["greedy_ids"][i].get<std::vector<int>>();
+        greedy.pop_back();  // the EOS
+        for (size_t k = 0; k < greedy.size(); ++k) want += (k ? " " : "") + std::to_string(greedy[k]);
+        want += "\n";
+      }
+    }
+    const CliRun out = run_qkv_split("translate --ids --checkpoint " + dir + "/ckpt --input " + dir +
+                                     "/src.ids --beam 1 --max-length-ratio 0 --max-length-offset 40");
+    ASSERT_EQ(out.code, 0) << out.err;
+    EXPECT_EQ(out.out, want) << name;
+    const CliRun score = run_qkv_split("score --checkpoint " + dir + "/ckpt --src " + dir + "/src.ids --tgt " + dir +
+                                       "/tgt.ids --per-line");
+    ASSERT_EQ(score.code, 0) << score.err;
+    std::istringstream lines(score.out);
+    for (const auto& lp : r["log_probs"]) {
+      double got = 0;
+      ASSERT_TRUE(lines >> got) << score.out;
+      EXPECT_NEAR(got, lp.get<double>(), 1e-4 * std::max(1.0, std::fabs(lp.get<double>()))) << name;
+    }
   }
 }
 

@@ -178,7 +178,7 @@ TEST(HfMarian, RefusesWhatQkvCannotComputeNamingTheField) {
       {"nopad", [](json& j) { j.erase("pad_token_id"); }, {"pad_token_id", "missing"}},
       {"padrange", [](json& j) { j["pad_token_id"] = 1000; }, {"pad_token_id", "1000"}},
       {"vocab", [](json& j) { j["decoder_vocab_size"] = 100; }, {"decoder_vocab_size", "share_encoder_decoder_embeddings"}},
-      {"type", [](json& j) { j["model_type"] = "bart"; }, {"model_type", "\"bart\"", "marian"}},
+      {"type", [](json& j) { j["model_type"] = "pegasus"; }, {"model_type", "\"pegasus\"", "marian"}},
   };
   for (const Case& c : cases) {
     const std::string dir = copy_of(std::string("bad_") + c.name);

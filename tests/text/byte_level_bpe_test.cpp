@@ -322,14 +322,18 @@ TEST_F(ByteLevelBpeFileTest, UnsupportedComponentsAreRefusedByName) {
   EXPECT_NE(error_with([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }).find("pre_tokenizer \"Whitespace\""),
             std::string::npos);
   EXPECT_NE(error_with([](json& j) { j["decoder"] = nullptr; }).find("decoder null is not supported"), std::string::npos);
+  // RobertaProcessing (BART's) is read, its [token, id] pairs checked.
+  EXPECT_NE(error_with([](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; })
+                .find("post_processor.cls is not a [token, id] pair"),
+            std::string::npos);
   EXPECT_NE(error_with([](json& j) { j["post_processor"] = {{"type", "TemplateProcessing"}}; }).find("post_processor \"TemplateProcessing\""),
             std::string::npos);
   EXPECT_NE(error_with([](json& j) { j["model"]["dropout"] = 0.1; }).find("model.dropout"), std::string::npos);
   EXPECT_NE(error_with([](json& j) { j["model"]["unk_token"] = "<unk>"; }).find("model.unk_token"), std::string::npos);
   EXPECT_NE(error_with([](json& j) { j["padding"] = json::object(); }).find("padding"), std::string::npos);
   EXPECT_NE(error_with([](json& j) {
-              j["added_tokens"] = json::array({{{"id", 256}, {"content", "<mask>"}, {"lstrip", true}, {"special", true}}});
-            }).find("added_tokens[0] (\"<mask>\"): lstrip true is not supported"),
+              j["added_tokens"] = json::array({{{"id", 256}, {"content", "<mask>"}, {"single_word", true}, {"special", true}}});
+            }).find("added_tokens[0] (\"<mask>\"): single_word true is not supported"),
             std::string::npos);
 }
 

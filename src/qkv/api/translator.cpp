@@ -2,12 +2,65 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "qkv/core/error.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/text/cleanup.h"
 #include "qkv/text/marian_tokenizer.h"
 #include "qkv/text/t5_tokenizer.h"
 
 namespace qkv::api {
+
+namespace {
+// A tokenizer.json of a translation model (BART's) as transformers decodes an output with
+// skip_special_tokens=True: its added tokens (<s>, </s>, <pad>, <unk>, <mask>: all special in BART's
+// file) are left out of the text.
+// With clean_up (tokenizer_config.json's clean_up_tokenization_spaces, false when absent as in
+// transformers 4.47), the decoded text gets transformers' clean_up_tokenization.
+class WithoutAddedTokensInOutput final : public text::Tokenizer {
+ public:
+  WithoutAddedTokensInOutput(std::unique_ptr<text::Tokenizer> inner, bool clean_up)
+      : inner_(std::move(inner)), clean_up_(clean_up) {}
+  std::vector<int32_t> encode(std::string_view text) const override { return inner_->encode(text); }
+  std::string decode(const std::vector<int32_t>& ids) const override {
+    std::vector<int32_t> kept;
+    for (const int32_t id : ids)
+      if (id < 0 || id >= inner_->vocab_size() || inner_->special_token_id(inner_->id_to_token(id)) != id) kept.push_back(id);
+    const std::string text = inner_->decode(kept);
+    return clean_up_ ? text::clean_up_tokenization(text) : text;
+  }
+  int64_t vocab_size() const override { return inner_->vocab_size(); }
+  std::string id_to_token(int32_t id) const override { return inner_->id_to_token(id); }
+  std::vector<int32_t> with_special_tokens(std::vector<int32_t> ids) const override {
+    return inner_->with_special_tokens(std::move(ids));
+  }
+  int32_t special_token_id(std::string_view token) const override { return inner_->special_token_id(token); }
+
+ private:
+  std::unique_ptr<text::Tokenizer> inner_;
+  bool clean_up_;
+};
+
+// tokenizer_config.json's clean_up_tokenization_spaces in `dir` (false without the file or field).
+bool clean_up_tokenization_spaces(const std::string& dir) {
+  const std::string path = dir + "/tokenizer_config.json";
+  if (!std::filesystem::exists(path)) return false;
+  std::ifstream in(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  QKV_CHECK(j.is_object(), path << ": expected a JSON object");
+  if (!j.contains("clean_up_tokenization_spaces") || j["clean_up_tokenization_spaces"].is_null()) return false;
+  QKV_CHECK(j["clean_up_tokenization_spaces"].is_boolean(), path << ": field \"clean_up_tokenization_spaces\" is not "
+                                                                     "true or false");
+  return j["clean_up_tokenization_spaces"].get<bool>();
+}
+}  // namespace
 
 Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType compute_type, Device device)
     : dir_(checkpoint_dir) {
@@ -26,6 +79,10 @@ Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType comput
   } else if (std::filesystem::exists(s) && std::filesystem::exists(t)) {
     src_tok_ = text::load_tokenizer(s);
     tgt_tok_ = text::load_tokenizer(t);
+  } else if (std::filesystem::exists(checkpoint_dir + "/tokenizer.json")) {  // BART's byte-level BPE, both sides
+    src_tok_ = std::make_shared<WithoutAddedTokensInOutput>(text::load_tokenizer(checkpoint_dir + "/tokenizer.json"),
+                                                            clean_up_tokenization_spaces(checkpoint_dir));
+    tgt_tok_ = src_tok_;
   }
 }
 
@@ -34,7 +91,7 @@ Translator::~Translator() = default;
 data::IdLine Translator::encode_source(const std::string& text, const TranslationOptions& options,
                                        const std::string& where, bool* truncated) const {
   QKV_CHECK(src_tok_, dir_ << ": no tokenizer (source.spm.model and target.spm.model, or an imported model's "
-                               "source.spm, target.spm and vocab.json, or spiece.model) for text input; give token ids "
+                               "source.spm, target.spm and vocab.json, or spiece.model, or tokenizer.json) for text input; give token ids "
                                "instead");
   data::IdLine ids = src_tok_->encode(text);
   // The tokenizer's own tokens (a Marian source's EOS) stay at the end of a cut source, as

@@ -125,13 +125,16 @@ void print_text(const json& j) {
   if (positions == "relative")  // T5's bias buckets
     positions = "relative (" + std::to_string(c.value("relative_attention_num_buckets", 32)) + " buckets, max distance " +
                 std::to_string(c.value("relative_attention_max_distance", 128)) + ")";
-  // T5's options, said only where they leave the seed's choice.
-  std::string t5_options;
-  if (!c.value("scale_attention_scores", true)) t5_options += ", unscaled attention scores";
-  if (!c.value("linear_bias", true)) t5_options += ", no biases";
-  if (c.value("gated_feed_forward", false)) t5_options += ", gated feed-forward";
-  if (c.value("scale_decoder_output", false)) t5_options += ", decoder output scaled by d_model^-0.5";
-  if (c.value("head_dim", 0) > 0) t5_options += ", heads of " + std::to_string(c.value("head_dim", 0));
+  // T5's and BART's options, said only where they leave the seed's choice.
+  std::string layout_options;
+  if (!c.value("scale_attention_scores", true)) layout_options += ", unscaled attention scores";
+  if (!c.value("linear_bias", true)) layout_options += ", no biases";
+  if (c.value("gated_feed_forward", false)) layout_options += ", gated feed-forward";
+  if (c.value("scale_decoder_output", false)) layout_options += ", decoder output scaled by d_model^-0.5";
+  if (c.value("head_dim", 0) > 0) layout_options += ", heads of " + std::to_string(c.value("head_dim", 0));
+  if (c.value("embedding_norm", false)) layout_options += ", embedding norm";
+  if (c.value("forced_bos_id", -1) >= 0)
+    layout_options += ", first target token forced to " + std::to_string(c.value("forced_bos_id", -1));
   // Encoder-decoder configs written before share_embeddings existed lack the field (not shared).
   const std::string shared = j["architecture"] == models::kEncoderDecoder
                                  ? std::string(", shared source/target embeddings ") +
@@ -142,7 +145,7 @@ void print_text(const json& j) {
               norm.c_str(), c["layer_norm"].get<std::string>().c_str(), c["layer_norm_eps"].get<double>(),
               c["activation"].get<std::string>().c_str(), positions.c_str(), c["dropout"].get<double>(),
               c["ffn_dropout"].get<double>(), c["tie_output_embedding"].get<bool>() ? "yes" : "no", shared.c_str(),
-              c["scale_embeddings"].get<bool>() ? "yes" : "no", t5_options.c_str());
+              c["scale_embeddings"].get<bool>() ? "yes" : "no", layout_options.c_str());
   const int64_t params = j["parameters"].get<int64_t>();
   std::printf("parameters    %lld (%s as float32)\n", static_cast<long long>(params),
               human_bytes(static_cast<uintmax_t>(params) * 4).c_str());

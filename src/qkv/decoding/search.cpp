@@ -32,7 +32,8 @@ void log_probs_and_top(float* row, float lse, int64_t V, const models::Transform
                        TopTokens& top) {
   QKV_CHECK(!std::isnan(lse), "search: the model's logits contain NaN");
   row[c.pad_id] = -std::numeric_limits<float>::infinity();
-  row[c.bos_id] = -std::numeric_limits<float>::infinity();
+  // BART's decoder starts from its EOS (decoder_start_token_id 2): banning the start would ban EOS.
+  if (c.bos_id != c.eos_id) row[c.bos_id] = -std::numeric_limits<float>::infinity();
   top.log_prob.clear();
   top.token.clear();
   float worst = -std::numeric_limits<float>::infinity();  // what a token must beat to get in
@@ -83,6 +84,18 @@ StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t
   }
   QKV_CHECK(error.empty(), error);
   return s;
+}
+
+// The config's forced_bos_id as the first step's only choice in every row, with log-probability 0
+// (transformers' ForcedBOSTokenLogitsProcessor: every other score -inf, the forced one 0).
+void force_first_token(StepScores& s, int32_t token) {
+  const int64_t N = s.log_probs.size(0), V = s.log_probs.size(1);
+  float* data = s.log_probs.f32();
+  std::fill(data, data + N * V, -std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < N; ++i) {
+    data[i * V + token] = 0.f;
+    s.top[static_cast<size_t>(i)] = TopTokens{{0.f}, {token}};
+  }
 }
 
 // The decoder over N rows (sentences x beam), with or without the key/value cache. Sentences are
@@ -140,7 +153,9 @@ class StepDecoder {
       if (backpointers_.size() < steps_.size()) backpointers_.emplace_back();  // no reorder: rows kept
       steps_.push_back({std::move(self_w), std::move(cross_w)});
     }
-    return score_step(std::move(logits), model_.config(), count);
+    StepScores scores = score_step(std::move(logits), model_.config(), count);
+    if (steps_done_++ == 0 && model_.config().forced_bos_id >= 0) force_first_token(scores, model_.config().forced_bos_id);
+    return scores;
   }
 
   // The weights of the sequence that is row `row` at step `last` (queries 0..last), of a source of
@@ -196,6 +211,7 @@ class StepDecoder {
   const models::Transformer& model_;
   Device device_;  // the model's
   bool use_cache_, attention_;
+  int64_t steps_done_ = 0;  // next_scores calls so far: the first is where forced_bos_id applies
   std::vector<Tensor> encoder_weights_;  // per layer (B, H, S, S)
   struct StepWeights {
     std::vector<Tensor> self, cross;  // per layer (N, H, 1, t + 1) and (N, H, 1, S) at step t

@@ -1,7 +1,8 @@
 // What every Hugging Face conversion shares: reading config.json fields with errors that name
 // them, taking the tensors of model.safetensors one by one (each exactly once, shapes checked,
 // half precision widened), and the checks of a model directory. The families' mappings live in
-// hf_gpt2.* and hf_bert.*; hf_import.h chooses one by config.json's model_type.
+// hf_gpt2.*, hf_bert.*, hf_marian.*, hf_t5.* and hf_bart.* (Marian and BART share hf_seq2seq.*);
+// hf_import.h chooses one by config.json's model_type.
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "qkv/interop/hf_import.h"
 
+#include "qkv/interop/hf_bart.h"
 #include "qkv/interop/hf_bert.h"
 #include "qkv/interop/hf_gpt2.h"
 #include "qkv/interop/hf_marian.h"
@@ -12,13 +13,15 @@ HfConversion import_hf(const std::string& hf_dir, const std::string& out_dir) {
   hf_weights_path(hf_dir);  // the directory's checks first: a missing config.json is named as such
   const std::string config_path = hf_dir + "/" + kHfConfigFile;
   const HfConfigReader r(config_path, parse_hf_config(config_path));
-  QKV_CHECK(r.has("model_type"), config_path << ": field \"model_type\" is missing (qkv imports \"gpt2\", \"bert\", \"marian\" and \"t5\")");
+  QKV_CHECK(r.has("model_type"), config_path << ": field \"model_type\" is missing (qkv imports \"gpt2\", \"bert\", \"marian\", \"t5\", \"bart\" and \"mbart\")");
   const std::string type = r.string("model_type", "");
   if (type == "gpt2") return import_hf_gpt2(hf_dir, out_dir);
   if (type == "bert") return import_hf_bert(hf_dir, out_dir);
   if (type == "marian") return import_hf_marian(hf_dir, out_dir);
   if (type == "t5" || type == "mt5") return import_hf_t5(hf_dir, out_dir);
-  r.fail("model_type", "is \"" + type + "\": not supported (qkv imports model_type \"gpt2\", \"bert\", \"marian\" and \"t5\")");
+  if (type == "bart" || type == "mbart") return import_hf_bart(hf_dir, out_dir);
+  r.fail("model_type", "is \"" + type + "\": not supported (qkv imports model_type \"gpt2\", \"bert\", \"marian\", "
+                       "\"t5\", \"bart\" and \"mbart\")");
 }
 
 HfConversion export_hf(const std::string& checkpoint_dir, const std::string& out_dir) {

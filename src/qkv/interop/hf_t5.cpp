@@ -253,6 +253,8 @@ std::string hf_t5_config_json(const TransformerConfig& c) {
   refuse(c.tie_output_embedding != c.scale_decoder_output,
          "tie_output_embedding and scale_decoder_output differ (T5 scales the decoder output exactly when tied)");
   refuse(c.target_query_mask, "target_query_mask true (transformers' decoder masks future keys only)");
+  refuse(c.embedding_norm, "embedding_norm true (T5 has no norm of its embeddings)");
+  refuse(c.forced_bos_id >= 0, "forced_bos_id " + std::to_string(c.forced_bos_id) + " (T5 forces no first token)");
   refuse(c.gated_feed_forward && c.activation == "gelu", "a gated exact GELU (T5's gated-gelu is GELU's tanh form)");
   json j = json::object();
   j["architectures"] = {"T5ForConditionalGeneration"};

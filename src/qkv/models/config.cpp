@@ -76,7 +76,7 @@ std::vector<SizePart> size_parts(const TransformerConfig& c) {
            (c.tie_output_embedding ? "" : " (embedding and output layer)"),
        tgt_vocab * d * (c.tie_output_embedding ? 1 : 2) + tgt_vocab},
       {layers, static_cast<double>(c.num_layers) * (encoder_layer + decoder_layer)},
-      positions,
+      {positions.source, positions.floats * (c.positions == "learned" ? 2 : 1)},  // learned: a table per stack
   };
 }
 
@@ -165,10 +165,12 @@ void TransformerConfig::validate() const {
     QKV_CHECK(pad_id >= -1 && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be -1 (none) or an id of the vocabulary");
   } else {
-    QKV_CHECK(positions == "sinusoidal" || positions == "sinusoidal_halves" || positions == "relative",
+    QKV_CHECK(positions == "sinusoidal" || positions == "sinusoidal_halves" || positions == "relative" ||
+                  positions == "learned",
               "config: positions \"" << positions
                                      << "\" is not one of an encoder-decoder model's (\"sinusoidal\", "
-                                        "\"sinusoidal_halves\", \"relative\")");
+                                        "\"sinusoidal_halves\", \"relative\", \"learned\")");
+    check_id("forced_bos_id", forced_bos_id, tgt_vocab_size, true);
     validate_relative_positions(*this);
     QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be a valid id of both vocabularies");
@@ -176,6 +178,8 @@ void TransformerConfig::validate() const {
               "config: share_embeddings needs one joint vocabulary, but src_vocab_size is "
                   << src_vocab_size << " and tgt_vocab_size " << tgt_vocab_size);
   }
+  QKV_CHECK(encoder_decoder() || (!embedding_norm && forced_bos_id == -1),
+            "config: embedding_norm and forced_bos_id are for encoder-decoder models (BART's, mBART's)");
   QKV_CHECK(encoder_decoder() || !share_embeddings,
             "config: share_embeddings is for encoder-decoder models (a" << (encoder_only() ? "n " : " ") << architecture
                                                                         << " model has one token embedding)");
@@ -243,6 +247,8 @@ std::string config_to_json(const TransformerConfig& c) {
     if (c.gated_feed_forward) j["gated_feed_forward"] = true;
     if (c.scale_decoder_output) j["scale_decoder_output"] = true;
     if (c.head_dim > 0) j["head_dim"] = c.head_dim;
+    if (c.embedding_norm) j["embedding_norm"] = true;
+    if (c.forced_bos_id >= 0) j["forced_bos_id"] = c.forced_bos_id;
   }
   j["activation"] = c.activation;
   j["layer_norm_eps"] = c.layer_norm_eps;
@@ -386,7 +392,8 @@ std::vector<std::string> foreign_fields(const TransformerConfig& c) {
   if (c.single_vocabulary())
     foreign = {"src_vocab_size", "tgt_vocab_size", "norm", "share_embeddings", "target_query_mask",
                "relative_attention_num_buckets", "relative_attention_max_distance", "scale_attention_scores",
-               "linear_bias", "gated_feed_forward", "scale_decoder_output", "head_dim"};
+               "linear_bias", "gated_feed_forward", "scale_decoder_output", "head_dim", "embedding_norm",
+               "forced_bos_id"};
   else foreign = {"vocab_size"};
   if (c.encoder_only()) foreign.insert(foreign.end(), {"bos_id", "eos_id"});
   else foreign.insert(foreign.end(), kEncoderOnlyFields.begin(), kEncoderOnlyFields.end());
@@ -448,7 +455,8 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
       "attention_dropout", "layer_norm", "ffn_dropout", "format_version", "architecture", "vocab_size", "positions",
       "type_vocab_size", "pooler", "mlm_head", "labels", "cls_id", "sep_id", "mask_id", "share_embeddings",
       "target_query_mask", "relative_attention_num_buckets", "relative_attention_max_distance",
-      "scale_attention_scores", "linear_bias", "gated_feed_forward", "scale_decoder_output", "head_dim"};
+      "scale_attention_scores", "linear_bias", "gated_feed_forward", "scale_decoder_output", "head_dim",
+      "embedding_norm", "forced_bos_id"};
   for (auto it = j.begin(); it != j.end(); ++it)
     QKV_CHECK(known.count(it.key()), src << ": unknown field \"" << it.key() << "\"");
   TransformerConfig c;
@@ -491,6 +499,8 @@ TransformerConfig config_from_json(const std::string& text, const std::string& s
   read_field(j, "gated_feed_forward", c.gated_feed_forward, src);
   read_field(j, "scale_decoder_output", c.scale_decoder_output, src);
   read_integer(j, "head_dim", 0, kMaxWidth, c.head_dim, src);
+  read_field(j, "embedding_norm", c.embedding_norm, src);
+  read_id(j, "forced_bos_id", c.forced_bos_id, src);
   read_field(j, "mask_fill", c.mask_fill, src);
   read_float(j, "attention_dropout", c.attention_dropout, src);
   try {

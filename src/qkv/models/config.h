@@ -65,9 +65,10 @@ struct TransformerConfig {
   bool share_embeddings = false;
   std::string mask_fill = "-1e9";     // value of masked scores: "-1e9" (seed 000) or "-inf"
   float attention_dropout = 0.f;      // dropout on attention weights (the seed has none)
-  // "sinusoidal" (the seed: sin and cos interleaved), "learned" (GPT-2, BERT) or, for encoder-decoder
-  // models, "sinusoidal_halves" (Hugging Face's Marian: the sines in the first half of the width,
-  // the cosines in the second, computed in double precision as its numpy code does).
+  // "sinusoidal" (the seed: sin and cos interleaved), "learned" (GPT-2, BERT; in an encoder-decoder
+  // model, BART: a table of max_seq_length rows for each stack) or, for encoder-decoder models,
+  // "sinusoidal_halves" (Hugging Face's Marian: the sines in the first half of the width, the
+  // cosines in the second, computed in double precision as its numpy code does).
   std::string positions = "sinusoidal";
   // Encoder-decoder only: the seed's generate_mask also hides the target's padding *query rows*.
   // With right-padded targets that changes nothing but the padding rows' own outputs, yet a model
@@ -91,6 +92,15 @@ struct TransformerConfig {
   // attention projects d_model to num_heads x head_dim and back (flan-t5-small: 6 heads of 64 in a
   // width of 512).
   int64_t head_dim = 0;
+
+  // Encoder-decoder only: BART's choices (each off by default).
+  // A LayerNorm of each stack's embeddings (token table + positions) before the first layer:
+  // BART's and mBART's layernorm_embedding (BERT's encoder-only model always has one).
+  bool embedding_norm = false;
+  // The first target token search produces, whatever the scores say (mBART-50's target language
+  // code; transformers' forced_bos_token_id): its log-probability counts as 0, as transformers'
+  // ForcedBOSTokenLogitsProcessor makes it. -1: none.
+  int32_t forced_bos_id = -1;
 
   // Encoder-only (BERT) fields.
   int64_t type_vocab_size = 2;        // token-type (segment) embeddings; 0: none

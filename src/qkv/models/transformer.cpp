@@ -82,6 +82,17 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
     encoder_norm = &register_module("encoder_norm", make_norm(config));
     decoder_norm = &register_module("decoder_norm", make_norm(config));
   }
+  // Registered after the seed's modules, so that models without them keep their parameter order
+  // and their random draws.
+  if (config.positions == "learned") {
+    const auto table = [&] { return std::make_unique<nn::Embedding>(config.max_seq_length, config.d_model, gen_); };
+    encoder_position_embedding = &register_module("encoder_position_embedding", table());
+    decoder_position_embedding = &register_module("decoder_position_embedding", table());
+  }
+  if (config.embedding_norm) {
+    encoder_embedding_norm = &register_module("encoder_embedding_norm", make_norm(config));
+    decoder_embedding_norm = &register_module("decoder_embedding_norm", make_norm(config));
+  }
   if (config.tie_output_embedding) {
     fc.tie_weight(decoder_embedding.weight);  // both (V, D)
     scale_tied_table_for_output();
@@ -102,7 +113,7 @@ void Transformer::scale_tied_table_for_output() {
 }
 
 std::vector<std::pair<std::string, Tensor>> Transformer::named_buffers() const {
-  if (relative_positions()) return {};  // no table is added
+  if (relative_positions() || config_.positions == "learned") return {};  // no sinusoidal table is added
   // The seed registers pe as a persistent buffer of shape (1, max_len, D).
   const Tensor& pe = positional_encoding.pe;
   return {{"positional_encoding.pe", pe.reshape(Dims{1, pe.size(0), pe.size(1)})}};
@@ -126,10 +137,25 @@ Masks Transformer::generate_mask(const Tensor& src, const Tensor& tgt) const {
   return m;
 }
 
-Var Transformer::embed(const nn::Embedding& table, const Tensor& ids) const {
+namespace {
+// Positions (B, T) i32 on `device`: column t of every row is first + t.
+Tensor position_ids(int64_t B, int64_t T, int64_t first, Device device) {
+  std::vector<int32_t> p(static_cast<size_t>(B * T));
+  for (int64_t i = 0; i < B * T; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(first + i % T);
+  return Tensor::from_ids(Dims{B, T}, p).to(device);
+}
+}  // namespace
+
+Var Transformer::embed(const nn::Embedding& table, const nn::Embedding* learned_positions, const nn::LayerNorm* norm,
+                       const Tensor& ids, int64_t first) const {
   Var e = table.forward(ids);  // (B, T, D)
   if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
-  return dropout.forward(relative_positions() ? e : positional_encoding.forward(e));
+  const int64_t B = ids.size(0), T = ids.size(1);
+  if (learned_positions) e = fn::add(e, learned_positions->forward(position_ids(B, T, first, ids.device())));
+  else if (!relative_positions() && first == 0) e = positional_encoding.forward(e);  // checks T against the table
+  else if (!relative_positions()) e = fn::add_positional(e, positional_encoding.pe.narrow(0, first, T));
+  if (norm) e = norm->forward(e);
+  return dropout.forward(e);
 }
 
 Var Transformer::output_logits(const Var& x) const {
@@ -146,7 +172,7 @@ Tensor* slot(std::vector<Tensor>* weights, size_t i) { return weights ? &(*weigh
 }  // namespace
 
 Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, std::vector<Tensor>* self_weights) const {
-  Var x = embed(encoder_embedding, src);
+  Var x = embed(encoder_embedding, encoder_position_embedding, encoder_embedding_norm, src, 0);
   const int64_t S = src.size(1);
   const Var bias = encoder_position_bias ? encoder_position_bias->forward(0, S, S) : Var();
   size_for_layers(self_weights, encoder_layers.size());
@@ -157,7 +183,7 @@ Var Transformer::encode(const Tensor& src, const ops::AttentionMasks& src_mask, 
 
 Var Transformer::decode(const Tensor& tgt, const Var& enc_output, const Masks& masks, std::vector<Tensor>* self_weights,
                         std::vector<Tensor>* cross_weights) const {
-  Var x = embed(decoder_embedding, tgt);
+  Var x = embed(decoder_embedding, decoder_position_embedding, decoder_embedding_norm, tgt, 0);
   const int64_t T = tgt.size(1);
   const Var bias = decoder_position_bias ? decoder_position_bias->forward(0, T, T) : Var();
   size_for_layers(self_weights, decoder_layers.size());
@@ -208,9 +234,7 @@ Var Transformer::decode_step(const Tensor& tokens, DecoderState& st, std::vector
                              std::vector<Tensor>* cross_weights) const {
   QKV_CHECK(st.length < st.max_length, "decode_step: all " << st.max_length << " positions are used");
   const int64_t N = tokens.numel(), pos = st.length;
-  Var e = decoder_embedding.forward(tokens.reshape(Dims{N, 1}));  // (N, 1, D)
-  if (config_.scale_embeddings) e = fn::scale(e, std::sqrt(static_cast<float>(config_.d_model)));
-  Var x = dropout.forward(relative_positions() ? e : fn::add_positional(e, positional_encoding.pe.narrow(0, pos, 1)));
+  Var x = embed(decoder_embedding, decoder_position_embedding, decoder_embedding_norm, tokens.reshape(Dims{N, 1}), pos);
   // The new query at position pos over keys [0, pos] (T5: the last row of the full forward's bias).
   const Var bias = decoder_position_bias ? decoder_position_bias->forward(pos, 1, pos + 1) : Var();
   size_for_layers(self_weights, decoder_layers.size());

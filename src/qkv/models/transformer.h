@@ -126,9 +126,18 @@ class Transformer : public Model {
   // positions "relative" only (T5): each stack's self-attention bias, shared by its layers.
   nn::RelativePositionBias* encoder_position_bias = nullptr;
   nn::RelativePositionBias* decoder_position_bias = nullptr;
+  // positions "learned" only (BART): each stack's table, row p for position p.
+  nn::Embedding* encoder_position_embedding = nullptr;
+  nn::Embedding* decoder_position_embedding = nullptr;
+  // embedding_norm only (BART's layernorm_embedding): each stack's norm of its embeddings.
+  nn::LayerNorm* encoder_embedding_norm = nullptr;
+  nn::LayerNorm* decoder_embedding_norm = nullptr;
 
  private:
-  Var embed(const nn::Embedding& table, const Tensor& ids) const;
+  // Token table (scaled when configured), plus positions from `first` on, through the stack's
+  // embedding norm when there is one, then dropout: the input of a stack's first layer.
+  Var embed(const nn::Embedding& table, const nn::Embedding* learned_positions, const nn::LayerNorm* norm,
+            const Tensor& ids, int64_t first) const;
   // The decoder's last hidden state (after its final norm) -> logits, with T5's output scaling.
   Var output_logits(const Var& x) const;
   bool relative_positions() const { return config_.positions == "relative"; }

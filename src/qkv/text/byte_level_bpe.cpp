@@ -23,6 +23,13 @@ ByteLevelBpe::ByteLevelBpe(ByteLevelBpe&&) noexcept = default;
 ByteLevelBpe& ByteLevelBpe::operator=(ByteLevelBpe&&) noexcept = default;
 ByteLevelBpe::~ByteLevelBpe() = default;
 
+std::vector<int32_t> ByteLevelBpe::with_special_tokens(std::vector<int32_t> ids) const {
+  if (cls_id_ < 0) return ids;
+  ids.insert(ids.begin(), cls_id_);
+  ids.push_back(sep_id_);
+  return ids;
+}
+
 int32_t ByteLevelBpe::token_to_id(std::string_view token) const {
   const auto it = ids_.find(std::string(token));
   return it == ids_.end() ? -1 : it->second;
@@ -63,6 +70,8 @@ std::vector<int32_t> ByteLevelBpe::encode(std::string_view text) const {
 
 namespace {
 
+bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
 // Cuts `tokens` out of the text segments of `in`, leftmost-longest (as the Aho-Corasick matcher of
 // `tokenizers` does): at the first position where any token matches, the longest one wins, and
 // the search goes on after it.
@@ -88,9 +97,14 @@ std::vector<Segment> cut_out(const std::vector<Segment>& in, const std::vector<T
         ++pos;
         continue;
       }
-      if (pos > start) out.push_back({s.substr(start, pos - start), -1});
+      // lstrip / rstrip: the match takes the whitespace beside it (ASCII whitespace here; the
+      // `tokenizers` crate takes Unicode's), which then belongs to no text segment.
+      size_t text_end = pos, after = pos + best->content.size();
+      while (best->lstrip && text_end > start && is_ascii_space(s[text_end - 1])) --text_end;
+      while (best->rstrip && after < s.size() && is_ascii_space(s[after])) ++after;
+      if (text_end > start) out.push_back({s.substr(start, text_end - start), -1});
       out.push_back({s.substr(pos, best->content.size()), best->id});
-      pos += best->content.size();
+      pos = after;
       start = pos;
     }
     if (start < s.size()) out.push_back({s.substr(start), -1});

@@ -3,10 +3,12 @@
 //
 // What is read: model "BPE" (vocab, merges as "a b" strings or [["a","b"]] lists, ignore_merges),
 // pre_tokenizer "ByteLevel" (add_prefix_space, use_regex), decoder "ByteLevel", post_processor
-// null or "ByteLevel" (it adds no tokens), normalizer null, and added_tokens (e.g. <|endoftext|>).
+// null, "ByteLevel" (it adds no tokens) or "RobertaProcessing" (BART's: with_special_tokens adds
+// cls before and sep after), normalizer null, and added_tokens (e.g. <|endoftext|>; BART's <mask>
+// with lstrip: the whitespace before it is part of the match, as rstrip takes the whitespace after).
 // Anything else - another model, normalizer or pre-tokenizer, BPE dropout, an unk token, added
-// tokens with lstrip/rstrip/single_word, padding or truncation - is refused by name. Ids must be
-// 0..N-1, each given once.
+// tokens with single_word, padding or truncation - is refused by name. Ids must be 0..N-1, each
+// given once.
 //
 // Encoding, as `tokenizers` does it:
 //   1. added tokens are cut out of the text first, leftmost-longest, wherever they occur (they are
@@ -49,6 +51,9 @@ class ByteLevelBpe {
   std::vector<int32_t> encode(std::string_view text) const;
   // Throws qkv::Error for an id outside [0, vocab_size()).
   std::string decode(const std::vector<int32_t>& ids) const;
+  // `ids` with the post-processor's tokens for one sequence: RobertaProcessing's cls ids sep;
+  // unchanged for the others.
+  std::vector<int32_t> with_special_tokens(std::vector<int32_t> ids) const;
 
   // Model vocabulary and added tokens together.
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
@@ -64,6 +69,7 @@ class ByteLevelBpe {
   struct AddedToken {
     std::string content;
     int32_t id;
+    bool lstrip = false, rstrip = false;  // the match takes the whitespace before / after it
   };
   struct Merge {
     int32_t rank;    // position in the merges list: lower merges first
@@ -96,6 +102,7 @@ class ByteLevelBpe {
   bool add_prefix_space_ = false;
   bool use_regex_ = true;
   bool ignore_merges_ = false;  // a piece that is a whole vocabulary token is not merged
+  int32_t cls_id_ = -1, sep_id_ = -1;  // RobertaProcessing's, or -1
   std::unique_ptr<WordCache> cache_;
 };
 

@@ -30,6 +30,7 @@ class ByteLevelBpeLoader {
     if (!model.contains("merges")) fail("model.merges is missing");
     read_merges(model["vocab"], model["merges"]);
     bpe_.ignore_merges_ = optional_bool(model, "ignore_merges", "model.ignore_merges").value_or(false);
+    if (has_type(top, "post_processor", "RobertaProcessing")) read_roberta_processing(top["post_processor"]);
     return std::move(bpe_);
   }
 
@@ -70,9 +71,12 @@ class ByteLevelBpeLoader {
       fail("pre_tokenizer " + describe(top.value("pre_tokenizer", json())) + " is not supported (byte-level BPE needs \"ByteLevel\")");
     if (!has_type(top, "decoder", "ByteLevel"))
       fail("decoder " + describe(top.value("decoder", json())) + " is not supported (byte-level BPE needs \"ByteLevel\")");
-    // A ByteLevel post-processor only adjusts offsets; others (TemplateProcessing...) add tokens.
-    if (!is_null_or_absent(top, "post_processor") && !has_type(top, "post_processor", "ByteLevel"))
-      fail("post_processor " + describe(top["post_processor"]) + " is not supported (null or \"ByteLevel\" only)");
+    // A ByteLevel post-processor only adjusts offsets; RobertaProcessing (BART) adds cls and sep
+    // (read_roberta_processing); others (TemplateProcessing...) add tokens qkv does not.
+    if (!is_null_or_absent(top, "post_processor") && !has_type(top, "post_processor", "ByteLevel") &&
+        !has_type(top, "post_processor", "RobertaProcessing"))
+      fail("post_processor " + describe(top["post_processor"]) +
+           " is not supported (null, \"ByteLevel\" or \"RobertaProcessing\" only)");
     for (const char* key : {"truncation", "padding"})
       if (!is_null_or_absent(top, key)) fail(std::string(key) + " is not supported (it must be null)");
   }
@@ -88,6 +92,19 @@ class ByteLevelBpeLoader {
         fail("model." + std::string(key) + " is not supported (it must be null)");
     if (optional_bool(model, "byte_fallback", "model.byte_fallback").value_or(false))
       fail("model.byte_fallback true is not supported (byte-level BPE needs no byte fallback)");
+  }
+
+  // RobertaProcessing's "cls" and "sep": [token, id], the id the vocabulary gives the token.
+  void read_roberta_processing(const json& p) {
+    for (const char* key : {"cls", "sep"}) {
+      const std::string name = std::string("post_processor.") + key;
+      if (!p.contains(key) || !p[key].is_array() || p[key].size() != 2 || !p[key][0].is_string())
+        fail(name + " is not a [token, id] pair");
+      const int32_t id = read_id(p[key][1], name + "[1]");
+      if (bpe_.token_to_id(p[key][0].get<std::string>()) != id)
+        fail(name + ": \"" + p[key][0].get<std::string>() + "\" does not have id " + std::to_string(id));
+      (std::string(key) == "cls" ? bpe_.cls_id_ : bpe_.sep_id_) = id;
+    }
   }
 
   void read_pre_tokenizer(const json& pre) {
@@ -125,7 +142,7 @@ class ByteLevelBpeLoader {
     struct Added {
       std::string content;
       int32_t id;
-      bool normalized;
+      bool normalized, lstrip, rstrip;
     };
     std::vector<Added> added_tokens;
     size_t new_tokens = 0;  // added tokens that are not in the model vocabulary
@@ -136,9 +153,10 @@ class ByteLevelBpeLoader {
         fail(name + " is not an object with \"id\" and \"content\"");
       const std::string content = t["content"].get<std::string>();
       if (content.empty()) fail(name + ".content is empty");
-      for (const char* key : {"lstrip", "rstrip", "single_word"})
-        if (optional_bool(t, key, name + "." + key).value_or(false))
-          fail(name + " (\"" + content + "\"): " + key + " true is not supported");
+      if (optional_bool(t, "single_word", name + ".single_word").value_or(false))
+        fail(name + " (\"" + content + "\"): single_word true is not supported");
+      const bool lstrip = optional_bool(t, "lstrip", name + ".lstrip").value_or(false);
+      const bool rstrip = optional_bool(t, "rstrip", name + ".rstrip").value_or(false);
       const bool special = optional_bool(t, "special", name + ".special").value_or(false);
       // `tokenizers` makes special tokens unnormalized unless told otherwise.
       const bool normalized = optional_bool(t, "normalized", name + ".normalized").value_or(!special);
@@ -151,7 +169,7 @@ class ByteLevelBpeLoader {
       }
       for (const Added& a : added_tokens)
         if (a.content == content) fail(name + ": \"" + content + "\" is an added token twice");
-      added_tokens.push_back({content, id, normalized});
+      added_tokens.push_back({content, id, normalized, lstrip, rstrip});
     }
 
     bpe_.tokens_.assign(vocab.size() + new_tokens, std::string());
@@ -159,7 +177,7 @@ class ByteLevelBpeLoader {
     for (const auto& [token, v] : vocab.items()) place(read_id(v, "model.vocab[\"" + token + "\"]"), token, "model.vocab");
     for (const Added& a : added_tokens) {
       if (!vocab.contains(a.content)) place(a.id, a.content, "added_tokens");
-      (a.normalized ? bpe_.added_normalized_ : bpe_.added_raw_).push_back({a.content, a.id});
+      (a.normalized ? bpe_.added_normalized_ : bpe_.added_raw_).push_back({a.content, a.id, a.lstrip, a.rstrip});
     }
 
     // Single bytes come from the model vocabulary (not from the added tokens), as in `tokenizers`.

@@ -37,6 +37,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override { return bpe_.decode(ids); }
   int64_t vocab_size() const override { return bpe_.vocab_size(); }
   std::string id_to_token(int32_t id) const override { return bpe_.id_to_token(id); }
+  std::vector<int32_t> with_special_tokens(std::vector<int32_t> ids) const override {
+    return bpe_.with_special_tokens(std::move(ids));
+  }
   int32_t special_token_id(std::string_view token) const override { return bpe_.added_token_id(token); }
 
  private:

@@ -1,0 +1,165 @@
+#include "qkv/interop/hf_seq2seq.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "qkv/core/error.h"
+#include "qkv/nn/layers.h"
+
+namespace qkv::interop {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using models::TransformerConfig;
+
+int64_t same_in_both_stacks(const HfConfigReader& r, const char* encoder_key, const char* decoder_key, int64_t fallback,
+                            int64_t max) {
+  const int64_t e = r.integer(encoder_key, fallback, 1, max), d = r.integer(decoder_key, e, 1, max);
+  if (e != d)
+    r.fail(decoder_key, "is " + std::to_string(d) + " but " + encoder_key + " is " + std::to_string(e) +
+                            ": not supported (qkv's encoder and decoder have the same size)");
+  return e;
+}
+
+std::string hf_activation(const HfConfigReader& r) {
+  const std::string act = r.string("activation_function", "gelu");
+  if (act == "swish" || act == "silu") return "silu";
+  if (act == "gelu") return "gelu";
+  if (act == "relu") return "relu";
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") return "gelu_tanh";
+  r.fail("activation_function", "is \"" + act + "\": not supported (qkv has \"swish\"/\"silu\", \"gelu\", \"relu\", "
+                                "\"gelu_new\")");
+}
+
+void read_seq2seq_fields(const HfConfigReader& r, const Seq2SeqDefaults& defaults, TransformerConfig& c,
+                         std::vector<std::string>* notes) {
+  c.src_vocab_size = r.integer("vocab_size", defaults.vocab_size, 1, models::kMaxVocabSize);
+  c.share_embeddings = r.boolean("share_encoder_decoder_embeddings", true);
+  c.tgt_vocab_size = r.integer("decoder_vocab_size", c.src_vocab_size, 1, models::kMaxVocabSize);
+  if (c.share_embeddings && c.tgt_vocab_size != c.src_vocab_size)
+    r.fail("decoder_vocab_size", "is " + std::to_string(c.tgt_vocab_size) + " but vocab_size is " +
+                                     std::to_string(c.src_vocab_size) + " and share_encoder_decoder_embeddings is true");
+  c.d_model = r.integer("d_model", defaults.d_model, 1, models::kMaxWidth);
+  c.num_layers = same_in_both_stacks(r, "encoder_layers", "decoder_layers", defaults.layers, models::kMaxLayers);
+  c.num_heads = same_in_both_stacks(r, "encoder_attention_heads", "decoder_attention_heads", defaults.heads,
+                                    models::kMaxWidth);
+  if (c.d_model % c.num_heads != 0)
+    r.fail("encoder_attention_heads", "is " + std::to_string(c.num_heads) + ", which does not divide d_model " +
+                                          std::to_string(c.d_model));
+  c.d_ff = same_in_both_stacks(r, "encoder_ffn_dim", "decoder_ffn_dim", defaults.ffn_dim, models::kMaxWidth);
+  c.max_seq_length = r.integer("max_position_embeddings", defaults.max_position_embeddings, 1, models::kMaxSeqLength);
+  c.activation = hf_activation(r);
+  c.dropout = static_cast<float>(r.number("dropout", 0.1, 0, 0.999));
+  c.attention_dropout = static_cast<float>(r.number("attention_dropout", 0, 0, 0.999));
+  c.ffn_dropout = static_cast<float>(r.number("activation_dropout", 0, 0, 0.999));
+  c.scale_embeddings = r.boolean("scale_embedding", false);
+  c.tie_output_embedding = r.boolean("tie_word_embeddings", true);
+  c.layer_norm_eps = 1e-5f;  // nn.LayerNorm's default, which both layouts' layers use
+  c.target_query_mask = false;
+  c.mask_fill = "-1e9";
+  if (notes && c.ffn_dropout > 0)
+    notes->push_back("activation_dropout " + std::to_string(c.ffn_dropout) + " is ffn_dropout (training only)");
+}
+
+void check_bad_words(const std::string& hf_dir, const HfConfigReader& r, const TransformerConfig& c,
+                     std::vector<std::string>* notes) {
+  const std::string generation_path = hf_dir + "/generation_config.json";
+  std::error_code ec;
+  json bad = r.has("bad_words_ids") ? r.raw().at("bad_words_ids") : json();
+  std::string where = r.path();
+  if (fs::exists(generation_path, ec)) {
+    const json g = parse_json_object(generation_path, "a generation config");
+    if (g.contains("bad_words_ids") && !g.at("bad_words_ids").is_null()) {
+      bad = g.at("bad_words_ids");
+      where = generation_path;
+    }
+  }
+  if (bad.is_null()) return;
+  const bool only_pad = bad.is_array() && std::all_of(bad.begin(), bad.end(), [&](const json& words) {
+    return words.is_array() && words.size() == 1 && words[0].is_number_integer() &&
+           (words[0].get<int64_t>() == c.pad_id || (words[0].get<int64_t>() == c.bos_id && c.bos_id != c.eos_id));
+  });
+  QKV_CHECK(only_pad, where << ": field \"bad_words_ids\" is " << bad.dump()
+                            << ": not supported (qkv's search never chooses the pad id " << c.pad_id
+                            << "; it has no other banned words)");
+  if (notes) notes->push_back("bad_words_ids " + bad.dump() + ": the pad id, which qkv's search never chooses");
+}
+
+void Seq2SeqWeightReader::linear(const std::string& hf, nn::Linear& l, int64_t out, int64_t in) {
+  copy_into(w_.take(hf + ".weight", {out, in}, "nn.Linear (out, in)"), 0, l.weight.value());
+  copy_into(w_.take(hf + ".bias", {out}, "out features"), 0, l.bias.value());
+}
+
+void Seq2SeqWeightReader::norm(const std::string& hf, nn::LayerNorm& n) {
+  copy_into(w_.take(hf + ".weight", {d_}, "d_model"), 0, n.weight.value());
+  copy_into(w_.take(hf + ".bias", {d_}, "d_model"), 0, n.bias.value());
+}
+
+void Seq2SeqWeightReader::attention(const std::string& hf, nn::MultiHeadAttention& a) {
+  linear(hf + ".q_proj", a.W_q, d_, d_);
+  linear(hf + ".k_proj", a.W_k, d_, d_);
+  linear(hf + ".v_proj", a.W_v, d_, d_);
+  linear(hf + ".out_proj", a.W_o, d_, d_);
+}
+
+void Seq2SeqWeightReader::feed_forward(const std::string& hf, nn::PositionWiseFeedForward& f) {
+  linear(hf + "fc1", f.fc1, c_.d_ff, d_);
+  linear(hf + "fc2", f.fc2, d_, c_.d_ff);
+}
+
+void Seq2SeqWeightReader::same_if_stored(const std::string& name, const std::vector<float>& expected, int64_t rows,
+                                         const std::string& why) {
+  if (!w_.has(name)) return;
+  const std::vector<float> stored = w_.take(name, {rows, d_}, why);
+  QKV_CHECK(stored.size() == expected.size() &&
+                std::memcmp(stored.data(), expected.data(), sizeof(float) * stored.size()) == 0,
+            w_.path() << ": tensor '" << name << "' differs from the table it is tied to (" << why << ")");
+}
+
+void Seq2SeqWeightReader::embeddings(models::Transformer& m) {
+  const int64_t D = c_.d_model, S = c_.src_vocab_size, T = c_.tgt_vocab_size;
+  std::vector<float> decoder_table;
+  if (c_.share_embeddings) {
+    const bool shared = w_.has("shared.weight");
+    const std::string name = shared ? "shared.weight" : "encoder.embed_tokens.weight";
+    decoder_table = w_.take(name, {S, D}, "vocab_size x d_model");
+    copy_into(decoder_table, 0, m.decoder_embedding.weight.value());  // the encoder's is the same tensor
+    same_if_stored("encoder.embed_tokens.weight", decoder_table, S, "share_encoder_decoder_embeddings");
+    same_if_stored("decoder.embed_tokens.weight", decoder_table, S, "share_encoder_decoder_embeddings");
+  } else {
+    copy_into(w_.take("encoder.embed_tokens.weight", {S, D}, "vocab_size x d_model"), 0,
+              m.encoder_embedding.weight.value());
+    decoder_table = w_.take("decoder.embed_tokens.weight", {T, D}, "decoder_vocab_size x d_model");
+    copy_into(decoder_table, 0, m.decoder_embedding.weight.value());
+    if (w_.has("shared.weight")) w_.skip("shared.weight");  // transformers keeps an unused table there
+  }
+  if (c_.tie_output_embedding)
+    same_if_stored("lm_head.weight", decoder_table, T, "tie_word_embeddings");
+  else
+    copy_into(w_.take("lm_head.weight", {T, D}, "decoder_vocab_size x d_model; tie_word_embeddings is false"), 0,
+              m.fc.weight.value());
+  Tensor& bias = m.fc.bias.value();
+  if (w_.has("final_logits_bias")) copy_into(w_.take("final_logits_bias", {1, T}, "1 x decoder_vocab_size"), 0, bias);
+  else bias.zero();
+}
+
+void Seq2SeqWeightReader::layers(models::Transformer& m) {
+  for (int64_t l = 0; l < c_.num_layers; ++l) {
+    const std::string e = "encoder.layers." + std::to_string(l) + ".", d = "decoder.layers." + std::to_string(l) + ".";
+    models::EncoderLayer& enc = *m.encoder_layers[static_cast<size_t>(l)];
+    attention(e + "self_attn", enc.self_attn);
+    norm(e + "self_attn_layer_norm", enc.norm1);
+    feed_forward(e, enc.feed_forward);
+    norm(e + "final_layer_norm", enc.norm2);
+    models::DecoderLayer& dec = *m.decoder_layers[static_cast<size_t>(l)];
+    attention(d + "self_attn", dec.self_attn);
+    norm(d + "self_attn_layer_norm", dec.norm1);
+    attention(d + "encoder_attn", dec.cross_attn);
+    norm(d + "encoder_attn_layer_norm", dec.norm2);
+    feed_forward(d, dec.feed_forward);
+    norm(d + "final_layer_norm", dec.norm3);
+  }
+}
+
+}  // namespace qkv::interop

@@ -1,0 +1,61 @@
+// What the importers of transformers' fairseq-style translation models share (Marian: hf_marian.*,
+// BART and mBART: hf_bart.*): their config.json fields read into one TransformerConfig, and
+// their tensor names, which are the same in both (BartForConditionalGeneration and MarianMTModel
+// come from one code base):
+//   shared.weight, encoder.embed_tokens / decoder.embed_tokens, lm_head.weight, final_logits_bias
+//   {encoder,decoder}.layers.N.self_attn.{q,k,v,out}_proj, self_attn_layer_norm, fc1, fc2,
+//   final_layer_norm; decoder.layers.N.encoder_attn, encoder_attn_layer_norm.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "qkv/interop/hf_common.h"
+#include "qkv/models/transformer.h"
+
+namespace qkv::interop {
+
+// One value for both stacks: qkv's config has one, these configs two (equal in every OPUS-MT and
+// BART model); different ones are refused naming decoder_key.
+int64_t same_in_both_stacks(const HfConfigReader& r, const char* encoder_key, const char* decoder_key, int64_t fallback,
+                            int64_t max);
+// activation_function as qkv names it ("swish"/"silu", "gelu", "relu", "gelu_new"); others refused.
+std::string hf_activation(const HfConfigReader& r);
+// The sizes a config.json leaves out default to its model class's (MarianConfig's, BartConfig's).
+struct Seq2SeqDefaults {
+  int64_t vocab_size, d_model, layers, heads, ffn_dim, max_position_embeddings;
+};
+// The fields both layouts share: vocabularies, sizes, dropouts, activation, scale_embedding, the
+// tying of tables, nn.LayerNorm's eps, target_query_mask false (transformers' decoders mask future
+// keys only) and a -1e9 fill (transformers fills with the dtype's minimum: masked probabilities
+// are 0 either way).
+void read_seq2seq_fields(const HfConfigReader& r, const Seq2SeqDefaults& defaults, models::TransformerConfig& c,
+                         std::vector<std::string>* notes);
+// generation_config.json's bad_words_ids (or config.json's, in files written before the split):
+// only the pad id (or the decoder start) is accepted, which qkv's search never chooses anyway.
+void check_bad_words(const std::string& hf_dir, const HfConfigReader& r, const models::TransformerConfig& c,
+                     std::vector<std::string>* notes);
+
+// Reads the tensors named above into a model built from the config.
+class Seq2SeqWeightReader {
+ public:
+  Seq2SeqWeightReader(HfWeights& w, const models::TransformerConfig& c) : w_(w), c_(c), d_(c.d_model) {}
+
+  void linear(const std::string& hf, nn::Linear& l, int64_t out, int64_t in);
+  void norm(const std::string& hf, nn::LayerNorm& n);
+  void attention(const std::string& hf, nn::MultiHeadAttention& a);
+  void feed_forward(const std::string& hf, nn::PositionWiseFeedForward& f);
+  // A tensor that must equal `expected` when the file stores it (tied tables saved twice).
+  void same_if_stored(const std::string& name, const std::vector<float>& expected, int64_t rows, const std::string& why);
+  // The token tables, the output layer (tied or lm_head) and final_logits_bias (zeros when absent,
+  // as transformers loads it).
+  void embeddings(models::Transformer& m);
+  // Every encoder and decoder layer ("encoder.layers.N.", "decoder.layers.N.").
+  void layers(models::Transformer& m);
+
+ private:
+  HfWeights& w_;
+  const models::TransformerConfig& c_;
+  int64_t d_;
+};
+
+}  // namespace qkv::interop

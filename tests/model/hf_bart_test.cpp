@@ -1,0 +1,284 @@
+// Hugging Face BART and mBART -> qkv (interop/hf_bart.h), against BartForConditionalGeneration and
+// MBartForConditionalGeneration models that `transformers` built and saved
+// (tests/python/make_bart_refs.py): per-pair log-probabilities within 1e-4 relative of
+// transformers', greedy output identical to model.generate (BART's decoder starting from its EOS,
+// mBART's forced target-language code; from ids, and for BART from text through its tokenizer.json), beam search scoring as the teacher-forced forward, the
+// options surviving config.json, and refusals naming their file and field.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "error_message.h"
+#include "model/hf_import_refs.h"
+#include "model/ref_dir.h"
+#include "qkv/api/translator.h"
+#include "qkv/interop/hf_bart.h"
+#include "qkv/interop/hf_import.h"
+#include "qkv/models/checkpoint.h"
+#include "qkv/train/step.h"
+
+namespace qkv {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using qkv::test_support::error_message_of;
+using testing::id_lines;
+
+json refs() { return testing::read_ref_json("hf_bart_refs.json"); }
+
+const std::string& imported(const std::string& name) { return testing::imported_checkpoint(name); }
+
+const char* const kModels[] = {"hf_bart", "hf_mbart"};
+constexpr int32_t kEos = 2;
+
+TEST(HfBart, ConfigTakesBartsChoices) {
+  const models::TransformerConfig bart = interop::hf_bart_config(testing::ref_path("hf_bart"));
+  EXPECT_EQ(bart.norm, models::NormPosition::Post);
+  EXPECT_EQ(bart.positions, "learned");
+  EXPECT_TRUE(bart.embedding_norm && bart.tie_output_embedding && bart.share_embeddings);
+  EXPECT_FALSE(bart.scale_embeddings || bart.target_query_mask);
+  EXPECT_EQ(bart.activation, "gelu");
+  EXPECT_EQ(bart.max_seq_length, 64);
+  EXPECT_EQ(bart.pad_id, 1);
+  EXPECT_EQ(bart.eos_id, 2);
+  EXPECT_EQ(bart.bos_id, 2) << "BART's decoder starts from its EOS";
+  EXPECT_EQ(bart.forced_bos_id, -1);
+  const models::TransformerConfig mbart = interop::hf_bart_config(testing::ref_path("hf_mbart"));
+  EXPECT_EQ(mbart.norm, models::NormPosition::Pre);
+  EXPECT_TRUE(mbart.scale_embeddings && mbart.embedding_norm);
+  EXPECT_EQ(mbart.forced_bos_id, 199) << "from generation_config.json";
+  // The choices survive config.json.
+  const models::TransformerConfig back = models::config_from_json(models::config_to_json(mbart), "config.json");
+  EXPECT_EQ(back.positions, "learned");
+  EXPECT_TRUE(back.embedding_norm);
+  EXPECT_EQ(back.forced_bos_id, 199);
+  EXPECT_EQ(back.norm, models::NormPosition::Pre);
+}
+
+TEST(HfBart, NewOptionsAreWrittenOnlyWhenSetAndRefusedElsewhere) {
+  const std::string seed = models::config_to_json(models::TransformerConfig{});
+  EXPECT_EQ(seed.find("embedding_norm"), std::string::npos);
+  EXPECT_EQ(seed.find("forced_bos_id"), std::string::npos);
+  for (const std::string field : {"\"embedding_norm\": true", "\"forced_bos_id\": 3"}) {
+    const std::string m = error_message_of([&] {
+      models::config_from_json("{\"architecture\": \"decoder-only\", " + field + "}", "config.json");
+    });
+    EXPECT_NE(m.find("does not apply"), std::string::npos) << m;
+  }
+  const std::string m = error_message_of([&] {
+    models::config_from_json(R"({"tgt_vocab_size": 100, "src_vocab_size": 100, "forced_bos_id": 100})", "config.json");
+  });
+  EXPECT_NE(m.find("forced_bos_id"), std::string::npos) << m;
+}
+
+TEST(HfBart, LogProbabilitiesEqualTransformers) {
+  const json r = refs();
+  for (const char* name : kModels) {
+    auto model = models::load_model(imported(name));
+    model->eval();
+    std::vector<data::IdLine> tgt;  // the decoder start, then the target ids (EOS included)
+    for (const json& t : r[name]["target_ids"]) {
+      data::IdLine line{model->config().bos_id};
+      for (const json& id : t) line.push_back(id.get<int32_t>());
+      tgt.push_back(line);
+    }
+    // Batched with padding (pad id 1): positions and masks must leave each row's numbers alone.
+    const train::ScoreResult got = train::score(*model, id_lines(r[name]["source_ids"]), tgt, 4);
+    const std::vector<double> want = r[name]["log_probs"].get<std::vector<double>>();
+    ASSERT_EQ(got.line_log_prob.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(got.line_log_prob[i], want[i], 1e-4 * std::max(1.0, std::fabs(want[i]))) << name << " pair " << i;
+  }
+}
+
+TEST(HfBart, GreedyOutputEqualsGenerate) {
+  const json r = refs();
+  for (const char* name : kModels) {
+    ASSERT_GT(r[name]["min_top2_margin"].get<double>(), 1e-3);
+    const api::Translator translator(imported(name));
+    api::TranslationOptions o;
+    o.search.beam_size = 1;
+    o.search.max_length_ratio = 0;
+    o.search.max_length_offset = r["new_tokens"].get<int64_t>();
+    o.batch_size = 4;
+    for (const bool cache : {true, false}) {
+      o.search.use_cache = cache;
+      const auto got = translator.translate_ids(id_lines(r[name]["source_ids"]), o);
+      ASSERT_EQ(got.size(), r[name]["greedy_ids"].size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        std::vector<int32_t> want = r[name]["greedy_ids"][i].get<std::vector<int32_t>>();
+        ASSERT_EQ(want.back(), kEos);
+        want.pop_back();  // qkv's output ends before EOS
+        EXPECT_EQ(got[i][0].tokens, want) << name << " source " << i << (cache ? "" : " (no cache)");
+      }
+    }
+  }
+}
+
+TEST(HfBart, TextTranslationEqualsTokenizerGenerateDecode) {
+  // The imported checkpoint carries BART's tokenizer.json: qkv translate on text gives what
+  // transformers' tokenizer, generate and decode(skip_special_tokens=True) give.
+  const json r = refs()["hf_bart"];
+  ASSERT_TRUE(fs::exists(imported("hf_bart") + "/tokenizer.json"));
+  const api::Translator translator(imported("hf_bart"));
+  api::TranslationOptions o;
+  o.search.beam_size = 1;
+  o.search.max_length_ratio = 0;
+  o.search.max_length_offset = refs()["new_tokens"].get<int64_t>();
+  o.batch_size = 3;
+  const std::vector<std::string> texts = r["texts"].get<std::vector<std::string>>();
+  for (size_t i = 0; i < texts.size(); ++i)
+    EXPECT_EQ(translator.encode_source(texts[i], o, "line"), r["text_ids"][i].get<std::vector<int32_t>>()) << texts[i];
+  const auto got = translator.translate(texts, o);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    std::vector<int32_t> want = r["text_greedy_ids"][i].get<std::vector<int32_t>>();
+    want.pop_back();  // EOS
+    EXPECT_EQ(got[i][0].tokens, want) << texts[i];
+    EXPECT_EQ(got[i][0].text, r["text_greedy"][i].get<std::string>()) << texts[i];
+  }
+  EXPECT_FALSE(fs::exists(imported("hf_mbart") + "/tokenizer.json"));
+}
+
+TEST(HfBart, CleanUpTokenizationSpacesIsFollowed) {
+  // tokenizer_config.json's clean_up_tokenization_spaces true: the decoded text gets transformers'
+  // clean_up_tokenization (" ," -> ","); false (the reference's) leaves it as decoded.
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "clean_up");
+  fs::copy(imported("hf_bart"), dir, fs::copy_options::recursive);
+  ASSERT_TRUE(fs::exists(dir + "/tokenizer_config.json"));
+  std::ifstream in(dir + "/tokenizer_config.json");
+  json config = json::parse(in);
+  EXPECT_FALSE(config.value("clean_up_tokenization_spaces", false));
+  config["clean_up_tokenization_spaces"] = true;
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump(2);
+  fs::remove(dir + "/manifest.json");  // it records the file's old size (a checkpoint without one loads)
+  const api::Translator plain(imported("hf_bart")), cleaned(dir);
+  const std::vector<int32_t> ids = plain.encode_source("a , b . c ?", {}, "text");
+  const std::vector<int32_t> inner(ids.begin() + 1, ids.end() - 1);  // without <s> and </s>
+  EXPECT_EQ(plain.decode_target(inner), "a , b . c ?");
+  EXPECT_EQ(cleaned.decode_target(inner), "a, b. c?");
+}
+
+TEST(HfBart, BeamSearchScoresAsTheTeacherForcedForward) {
+  // BART's decoder start is its EOS: search must not ban it as it bans a distinct start id.
+  const json r = refs();
+  const api::Translator translator(imported("hf_bart"));
+  api::TranslationOptions o;
+  o.search.beam_size = 4;
+  o.search.length_penalty = 0;
+  o.batch_size = 3;
+  const std::vector<data::IdLine> src = id_lines(r["hf_bart"]["source_ids"]);
+  const auto got = translator.translate_ids(src, o);
+  auto model = models::load_model(imported("hf_bart"));
+  model->eval();
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_FALSE(got[i].empty());
+    data::IdLine tgt{kEos};
+    tgt.insert(tgt.end(), got[i][0].tokens.begin(), got[i][0].tokens.end());
+    tgt.push_back(kEos);
+    const train::ScoreResult forced = train::score(*model, {src[i]}, {tgt}, 1);
+    EXPECT_NEAR(got[i][0].log_prob, forced.line_log_prob[0], 1e-4 * std::max(1.0, std::fabs(forced.line_log_prob[0])))
+        << "source " << i;
+  }
+}
+
+TEST(HfBart, BeamSearchStartsWithTheForcedLanguageCode) {
+  const json r = refs();
+  const api::Translator translator(imported("hf_mbart"));
+  api::TranslationOptions o;
+  o.search.beam_size = 4;
+  o.search.n_best = 2;
+  const auto got = translator.translate_ids(id_lines(r["hf_mbart"]["source_ids"]), o);
+  for (size_t i = 0; i < got.size(); ++i)
+    for (const api::Translation& t : got[i]) {
+      ASSERT_FALSE(t.tokens.empty()) << "source " << i;
+      EXPECT_EQ(t.tokens[0], 199) << "source " << i;
+    }
+}
+
+TEST(HfBart, SpecialIdsAreWhatGenerateUses) {
+  // generation_config.json wins over config.json; without a decoder start, generate starts from
+  // bos_token_id (mBART's configs have none).
+  const std::string hf = testing::ref_path("hf_mbart");
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "ids");
+  fs::create_directories(dir);
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return json::parse(in);
+  };
+  json config = read(hf + "/config.json"), generation = read(hf + "/generation_config.json");
+  generation["decoder_start_token_id"] = 5;
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  std::ofstream(dir + "/generation_config.json") << generation.dump(2);
+  std::vector<std::string> notes;
+  EXPECT_EQ(interop::hf_bart_config(dir, &notes).bos_id, 5);
+  EXPECT_EQ(interop::hf_bart_config(dir).forced_bos_id, 199);
+  bool forced_eos_noted = false;
+  for (const std::string& n : notes) forced_eos_noted = forced_eos_noted || n.find("forced_eos_token_id 2") == 0;
+  EXPECT_TRUE(forced_eos_noted);
+  config.erase("decoder_start_token_id");
+  generation.erase("decoder_start_token_id");
+  std::ofstream(dir + "/config.json") << config.dump(2);
+  std::ofstream(dir + "/generation_config.json") << generation.dump(2);
+  EXPECT_EQ(interop::hf_bart_config(dir).bos_id, 0) << "bos_token_id";
+}
+
+// A copy of reference model `model` whose config.json has `from` replaced by `to`.
+std::string with_config(const std::string& model, const std::string& dir, const std::string& name,
+                        const std::string& from, const std::string& to) {
+  const std::string hf = testing::ref_path(model), out = dir + "/" + name;
+  fs::create_directories(out);
+  fs::copy_file(hf + "/model.safetensors", out + "/model.safetensors");
+  std::ifstream in(hf + "/config.json");
+  std::string config((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(config.find(from), std::string::npos) << from;
+  config.replace(config.find(from), from.size(), to);
+  std::ofstream(out + "/config.json") << config;
+  return out;
+}
+
+TEST(HfBart, RefusesWhatQkvCannotExpress) {
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "bad");
+  const auto expect_refused = [&](const std::string& d, const std::vector<std::string>& parts) {
+    const std::string m = error_message_of([&] { interop::import_hf(d, dir + "/out"); });
+    EXPECT_FALSE(m.empty());
+    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
+    EXPECT_FALSE(fs::exists(dir + "/out"));
+  };
+  const std::string bart = "\"model_type\": \"bart\"", mbart = "\"model_type\": \"mbart\"";
+  expect_refused(with_config("hf_bart", dir, "depth", "\"decoder_layers\": 2", "\"decoder_layers\": 3"),
+                 {"config.json", "\"decoder_layers\"", "not supported"});
+  expect_refused(with_config("hf_bart", dir, "act", "\"activation_function\": \"gelu\"", "\"activation_function\": \"tanh\""),
+                 {"config.json", "\"activation_function\"", "tanh"});
+  expect_refused(with_config("hf_bart", dir, "prenorm", bart, "\"normalize_before\": true, " + bart),
+                 {"config.json", "\"normalize_before\"", "post-LN"});
+  expect_refused(with_config("hf_mbart", dir, "postnorm", mbart, "\"normalize_before\": false, " + mbart),
+                 {"config.json", "\"normalize_before\"", "pre-LN"});
+  expect_refused(with_config("hf_bart", dir, "bias_logits", bart, "\"add_bias_logits\": true, " + bart),
+                 {"config.json", "\"add_bias_logits\""});
+  expect_refused(with_config("hf_bart", dir, "static", bart, "\"static_position_embeddings\": true, " + bart),
+                 {"config.json", "\"static_position_embeddings\""});
+  expect_refused(with_config("hf_bart", dir, "no_embedding_norm", bart, "\"normalize_embedding\": false, " + bart),
+                 {"config.json", "\"normalize_embedding\""});
+  // Weights that do not match the config: the tensor is named.
+  expect_refused(with_config("hf_bart", dir, "positions", "\"max_position_embeddings\": 64",
+                             "\"max_position_embeddings\": 80"),
+                 {"model.safetensors", "embed_positions.weight"});
+  // An mBART directory that claims to be BART: its final norms are left over, and named.
+  expect_refused(with_config("hf_mbart", dir, "claims_bart", mbart, bart), {"model.safetensors", ".layer_norm.", "BART's model"});
+}
+
+TEST(HfBart, RefusesAForcedEosOtherThanTheEos) {
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "eos");
+  const std::string d = with_config("hf_bart", dir, "forced_eos", "\"forced_eos_token_id\": 2", "\"forced_eos_token_id\": 5");
+  fs::remove(d + "/generation_config.json");  // none was copied; config.json's value is the one read
+  const std::string m = error_message_of([&] { interop::import_hf(d, dir + "/out"); });
+  EXPECT_NE(m.find("\"forced_eos_token_id\""), std::string::npos) << m;
+  EXPECT_NE(m.find("config.json"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace qkv
