@@ -194,7 +194,10 @@ TEST(HfCli, ImportedBartTranslatesAndScoresIds) {
         tgt << "\n";
         std::vector<int> greedy = r["greedy_ids"][i].get<std::vector<int>>();
         greedy.pop_back();  // the EOS
-        for (size_t k = 0; k < greedy.size(); ++k) want += (k ? " " : "") + std::to_string(greedy[k]);
+        for (size_t k = 0; k < greedy.size(); ++k) {
+          if (k) want += ' ';  // (not `(k ? " " : "") + ...`: GCC 12 warns -Wrestrict on that, wrongly)
+          want += std::to_string(greedy[k]);
+        }
         want += "\n";
       }
     }
