@@ -96,6 +96,15 @@ class PieceStream {
   std::atomic<bool> cancelled_{false};
   std::thread worker_;
 };
+// A stream of one prompt's continuation (generate(stream=True) and generate_tokens), after the
+// prompt's check; `self` is the Generator, kept alive by the stream.
+py::object piece_stream(py::object self, const std::string& prompt, const api::GenerationOptions& o) {
+  const auto& g = self.cast<const api::Generator&>();
+  std::vector<int32_t> ids = g.encode_prompt(prompt);
+  g.check_prompts({ids}, o, [](size_t) { return std::string("prompt"); }, "truncate_prompt=True keeps its last tokens");
+  return py::cast(new PieceStream(std::move(self), g, std::move(ids), o), py::return_value_policy::take_ownership);
+}
+
 // One prompt's continuation, whatever the options: what generate_batch returns.
 struct GenerationResult {
   std::string text;
@@ -160,10 +169,7 @@ void bind_generator(py::module_& m) {
                 single ? std::vector<std::string>{prompt.cast<std::string>()} : prompt.cast<std::vector<std::string>>();
             if (stream) {
               QKV_CHECK(single, "stream=True takes one prompt (a str)");
-              std::vector<int32_t> ids = g.encode_prompt(prompts[0]);
-              g.check_prompts({ids}, o, [](size_t) { return std::string("prompt"); },
-                              "truncate_prompt=True keeps its last tokens");
-              return py::cast(new PieceStream(self, g, std::move(ids), o), py::return_value_policy::take_ownership);
+              return piece_stream(self, prompts[0], o);
             }
             std::vector<std::string> out;
             {
@@ -211,13 +217,9 @@ void bind_generator(py::module_& m) {
           "generate_tokens",
           [](py::object self, const std::string& prompt, int64_t max_new_tokens, bool do_sample, double temperature,
              int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt) {
-            const auto& g = self.cast<const api::Generator&>();
             const auto o = generation_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
                                               truncate_prompt, 1);
-            std::vector<int32_t> ids = g.encode_prompt(prompt);
-            g.check_prompts({ids}, o, [](size_t) { return std::string("prompt"); },
-                            "truncate_prompt=True keeps its last tokens");
-            return py::cast(new PieceStream(self, g, std::move(ids), o), py::return_value_policy::take_ownership);
+            return piece_stream(self, prompt, o);
           },
           py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false,
           py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0,

@@ -26,6 +26,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using qkv::test_support::error_message_of;
+using testing::decoder_lines;
+using testing::expect_log_probs_match;
 using testing::id_lines;
 
 json refs() { return testing::read_ref_json("hf_bart_refs.json"); }
@@ -80,18 +82,10 @@ TEST(HfBart, LogProbabilitiesEqualTransformers) {
   for (const char* name : kModels) {
     auto model = models::load_model(imported(name));
     model->eval();
-    std::vector<data::IdLine> tgt;  // the decoder start, then the target ids (EOS included)
-    for (const json& t : r[name]["target_ids"]) {
-      data::IdLine line{model->config().bos_id};
-      for (const json& id : t) line.push_back(id.get<int32_t>());
-      tgt.push_back(line);
-    }
+    const std::vector<data::IdLine> tgt = decoder_lines(r[name]["target_ids"], model->config().bos_id);
     // Batched with padding (pad id 1): positions and masks must leave each row's numbers alone.
     const train::ScoreResult got = train::score(*model, id_lines(r[name]["source_ids"]), tgt, 4);
-    const std::vector<double> want = r[name]["log_probs"].get<std::vector<double>>();
-    ASSERT_EQ(got.line_log_prob.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_NEAR(got.line_log_prob[i], want[i], 1e-4 * std::max(1.0, std::fabs(want[i]))) << name << " pair " << i;
+    expect_log_probs_match(got.line_log_prob, r[name]["log_probs"], name);
   }
 }
 

@@ -2,8 +2,12 @@
 // directories, id lists, and the checkpoint `qkv import` writes from a reference directory (once
 // per process).
 #pragma once
+#include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -33,6 +37,27 @@ inline std::vector<data::IdLine> id_lines(const nlohmann::json& lists) {
   std::vector<data::IdLine> out;
   for (const nlohmann::json& l : lists) out.push_back(l.get<std::vector<int32_t>>());
   return out;
+}
+
+// Target lines as the decoder reads them: the decoder start `start`, then each list's ids (EOS
+// included), as transformers' labels.
+inline std::vector<data::IdLine> decoder_lines(const nlohmann::json& lists, int64_t start) {
+  std::vector<data::IdLine> out;
+  for (const nlohmann::json& t : lists) {
+    data::IdLine line{static_cast<int32_t>(start)};
+    for (const nlohmann::json& id : t) line.push_back(id.get<int32_t>());
+    out.push_back(std::move(line));
+  }
+  return out;
+}
+
+// Each pair's log-probability within 1e-4 of transformers' (relative; absolute below 1).
+inline void expect_log_probs_match(const std::vector<double>& got, const nlohmann::json& want_json,
+                                   const std::string& what) {
+  const std::vector<double> want = want_json.get<std::vector<double>>();
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 * std::max(1.0, std::fabs(want[i]))) << what << " pair " << i;
 }
 
 // The checkpoint `qkv import --from hf` writes from the reference directory `name`.

@@ -34,6 +34,8 @@ json refs() { return testing::read_ref_json("hf_marian_refs.json"); }
 
 std::string fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qkv_marian", name); }
 
+using testing::decoder_lines;
+using testing::expect_log_probs_match;
 using testing::id_lines;
 
 const std::string& imported(const std::string& name) { return testing::imported_checkpoint(name); }
@@ -77,18 +79,10 @@ TEST(HfMarian, LogProbabilitiesEqualTransformers) {
                                  {"hf_marian_untied", "untied_log_probs"}}) {
     auto model = models::load_model(imported(dir));
     model->eval();
-    std::vector<data::IdLine> tgt;  // the decoder start, then the target ids (EOS included)
-    for (const json& t : r["target_ids"]) {
-      data::IdLine line{model->config().bos_id};
-      for (const json& id : t) line.push_back(id.get<int32_t>());
-      tgt.push_back(line);
-    }
+    const std::vector<data::IdLine> tgt = decoder_lines(r["target_ids"], model->config().bos_id);
     // Batched with padding (pad = the last id, not 0): what the seed's masks would get wrong.
     const train::ScoreResult got = train::score(*model, src, tgt, 4);
-    const std::vector<double> want = r[key].get<std::vector<double>>();
-    ASSERT_EQ(got.line_log_prob.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_NEAR(got.line_log_prob[i], want[i], 1e-4 * std::max(1.0, std::fabs(want[i]))) << dir << " pair " << i;
+    expect_log_probs_match(got.line_log_prob, r[key], dir);
   }
 }
 
