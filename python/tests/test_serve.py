@@ -350,7 +350,10 @@ def test_classifications_equal_qkv_classify(data_dir, tmp_path):
     finally:
         assert s.stop() == 0
     # Python's typed form gives the CLI's labels and probabilities.
-    results = qkv.Encoder(str(out / "last")).classify_batch(texts[:9], top_k=2)
+    encoder = qkv.Encoder(str(out / "last"))
+    with pytest.raises(ValueError, match="top_k must be at least 1"):
+        encoder.classify_batch(texts[:2], top_k=0)
+    results = encoder.classify_batch(texts[:9], top_k=2)
     for line, r in zip(cli, results):
         fields = line.split("\t")
         assert isinstance(r, qkv.ClassificationResult)
