@@ -190,7 +190,7 @@ def test_encoder_embeddings_equal_qkv_embed(encoder_checkpoint, tmp_path):
 def test_translation_attention_is_returned_labelled_and_drawn(translation_checkpoint, data_dir, tmp_path):
     src = (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[0]
     translator = qkv.Translator(translation_checkpoint)
-    best = translator.translate([src], beam=4, attention=True)[0][0]
+    best = translator.translate_batch([src], beam_size=4, return_attention=True)[0][0]
     assert best.text == translator.translate([src], beam=4)[0]  # asking for weights changes nothing
     layers = translator.model.config["num_layers"]
     source, target = translator.source_pieces(src), translator.target_pieces(best.tokens)
