@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""Load generator for `qkv serve`: closed loop, N concurrent clients each sending one request after
-another, printing requests/s, tokens/s and p50/p95/p99 latency, for the same server with batching
-across requests on (the default) and off (--max-batch-tokens 1), in one run.
+"""Load generator for `qkv serve`: N concurrent clients in a closed loop (each sends one request after
+another), or an open loop at a fixed request rate, printing requests/s, tokens/s, p50/p95/p99
+latency and, for streamed completions, time to first token; for the same server with batching
+across requests on (the default; completions: continuous batching) and off (--max-batch-tokens 1),
+in one run, and for translations CTranslate2 behind a FastAPI server (bench/ct2_server.py) on the
+same weights as a peer.
 
     bench/bench_serve.py [--qkv build/qkv] [--clients 32] [--requests 256] [--route translations|completions]
-                         [--checkpoint DIR] [--threads 2]
+                         [--checkpoint DIR] [--threads 2] [--max-tokens 32] [--stream] [--rate R]
+                         [--no-ct2] [--venv build/bench-venv] [--compute-type float32]
 
 Without --checkpoint it trains a small model of the route's family for a few steps on generated
 text (SentencePiece included), so the bench needs nothing but the qkv binary; the weights are
-nearly random, so a translation runs to its length limit, the same work in both modes. Quote the
-CPU (lscpu) with the figures.
+nearly random, so a translation runs to its length limit, the same work in both modes. Completions
+are sampled (a seed per request) so that their lengths vary as real ones do, and the same requests
+are sent to each server. The CTranslate2 peer needs the bench venv (bench/setup_peers.sh: ctranslate2,
+sentencepiece, fastapi, uvicorn); --no-ct2 leaves it out. Quote the CPU (lscpu) with the figures.
 """
 from __future__ import annotations
 
@@ -56,15 +62,16 @@ def train_model(qkv: str, route: str, work: str, threads: int) -> str:
 
 
 class Server:
-    def __init__(self, qkv: str, checkpoint: str, threads: int, extra: list[str]):
+    """A server on a free port that writes the port to a file: `qkv serve`, or (ct2) bench/ct2_server.py."""
+
+    def __init__(self, command: list[str], what: str):
+        self.what = what
         self.port_file = tempfile.mktemp(prefix="qkv-bench-port-")
-        self.proc = subprocess.Popen([qkv, "serve", "--model", f"m={checkpoint}", "--port", "0", "--port-file",
-                                      self.port_file, "--threads", str(threads), "--max-queue", "4096", *extra],
-                                     stderr=subprocess.DEVNULL)
-        deadline = time.time() + 60
+        self.proc = subprocess.Popen([*command, "--port-file", self.port_file], stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
         while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
             if self.proc.poll() is not None or time.time() > deadline:
-                raise SystemExit("qkv serve did not start")
+                raise SystemExit(f"{what} did not start")
             time.sleep(0.05)
         self.url = f"http://127.0.0.1:{int(open(self.port_file).read())}"
         while True:
@@ -76,10 +83,16 @@ class Server:
                 pass
             time.sleep(0.05)
 
+    @staticmethod
+    def qkv(qkv: str, checkpoint: str, threads: int, extra: list[str]) -> "Server":
+        return Server([qkv, "serve", "--model", f"m={checkpoint}", "--port", "0", "--threads", str(threads),
+                       "--max-queue", "4096", *extra], "qkv serve")
+
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=60)
-        os.unlink(self.port_file)
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
 
 
 def post(url: str, body: dict) -> dict:
@@ -88,11 +101,59 @@ def post(url: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
-def closed_loop(server: Server, route: str, texts: list[str], clients: int, requests: int):
+def streamed(url: str, body: dict) -> float:
+    """Sends a streamed completion; returns the seconds to its first piece of text."""
+    start = time.perf_counter()
+    req = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    first = None
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for line in r:
+            if line.startswith(b"data: {") and first is None and json.loads(line[6:])["choices"][0]["text"]:
+                first = time.perf_counter() - start
+    return first if first is not None else time.perf_counter() - start
+
+
+def request_body(route: str, text: str, i: int, max_tokens: int) -> dict:
+    if route == "translations":
+        return {"model": "m", "input": text, "truncate": True, "beam_size": 4}
+    return {"model": "m", "prompt": text, "max_tokens": max_tokens, "seed": i, "top_k": 20}
+
+
+class Load:
+    """Latencies, time to first token and tokens of the requests answered."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.latencies, self.first_token, self.tokens = [], [], 0
+
+    def one(self, server: Server, route: str, body: dict, stream: bool):
+        start = time.perf_counter()
+        if stream:
+            first, tokens = streamed(f"{server.url}/v1/{route}", body), 0  # (no usage in a stream)
+        else:
+            first, tokens = None, post(f"{server.url}/v1/{route}", body)["usage"]["completion_tokens"]
+        elapsed = time.perf_counter() - start
+        with self.lock:
+            self.latencies.append(elapsed)
+            self.tokens += tokens
+            if first is not None:
+                self.first_token.append(first)
+
+    def summary(self, requests: int, wall: float) -> dict:
+        q = statistics.quantiles(self.latencies, n=100)
+        r = {"requests_per_s": requests / wall, "tokens_per_s": self.tokens / wall, "p50": q[49], "p95": q[94],
+             "p99": q[98], "wall": wall}
+        if len(self.first_token) >= 2:
+            f = statistics.quantiles(self.first_token, n=100)
+            r.update(ttft_p50=f[49], ttft_p95=f[94], ttft_p99=f[98])
+        return r
+
+
+def closed_loop(server: Server, route: str, texts: list[str], clients: int, requests: int, max_tokens: int,
+                stream: bool = False):
     """clients threads, each sending requests one after another until `requests` are answered."""
-    lock = threading.Lock()
-    next_index = [0]
-    latencies, tokens = [], [0]
+    load, lock, next_index = Load(), threading.Lock(), [0]
 
     def client():
         while True:
@@ -101,14 +162,7 @@ def closed_loop(server: Server, route: str, texts: list[str], clients: int, requ
                 next_index[0] += 1
             if i >= requests:
                 return
-            body = {"model": "m", "input": texts[i % len(texts)], "truncate": True} if route == "translations" else \
-                {"model": "m", "prompt": texts[i % len(texts)], "max_tokens": 32, "temperature": 0}
-            start = time.perf_counter()
-            answer = post(f"{server.url}/v1/{route}", body)
-            elapsed = time.perf_counter() - start
-            with lock:
-                latencies.append(elapsed)
-                tokens[0] += answer["usage"]["completion_tokens"]
+            load.one(server, route, request_body(route, texts[i % len(texts)], i, max_tokens), stream)
 
     start = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -116,10 +170,46 @@ def closed_loop(server: Server, route: str, texts: list[str], clients: int, requ
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - start
-    q = statistics.quantiles(latencies, n=100)
-    return {"requests_per_s": requests / wall, "tokens_per_s": tokens[0] / wall, "p50": q[49], "p95": q[94],
-            "p99": q[98], "wall": wall}
+    return load.summary(requests, time.perf_counter() - start)
+
+
+def open_loop(server: Server, route: str, texts: list[str], rate: float, requests: int, max_tokens: int,
+              stream: bool = False):
+    """One request every 1/rate seconds (Poisson arrivals, fixed seed), whatever the answers' pace."""
+    load, rng, threads = Load(), random.Random(3), []
+    start = time.perf_counter()
+    due = start
+    for i in range(requests):
+        due += rng.expovariate(rate)
+        time.sleep(max(0.0, due - time.perf_counter()))
+        body = request_body(route, texts[i % len(texts)], i, max_tokens)
+        t = threading.Thread(target=load.one, args=(server, route, body, stream))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    return load.summary(requests, time.perf_counter() - start)
+
+
+def ct2_server(venv: str, checkpoint: str, threads: int, compute_type: str, work: str) -> Server:
+    """CTranslate2 behind FastAPI on the checkpoint's conversion (bench/ct2_convert.py, once)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    python = os.path.join(venv, "bin", "python")
+    model = os.path.join(work, "ct2-model")
+    if not os.path.isdir(model):
+        subprocess.run([python, os.path.join(here, "ct2_convert.py"), "--checkpoint", checkpoint, "--out", model,
+                        "--force"], check=True, capture_output=True)
+    return Server([python, os.path.join(here, "ct2_server.py"), "--checkpoint", checkpoint, "--model", model,
+                   "--threads", str(threads), "--compute-type", compute_type], "CTranslate2 behind FastAPI")
+
+
+def print_result(name: str, r: dict):
+    tokens = f"{r['tokens_per_s']:9.1f} tokens/s  " if r["tokens_per_s"] else ""
+    line = (f"{name:22s} {r['requests_per_s']:8.2f} requests/s  {tokens}"
+            f"latency p50 {r['p50']:.3f} s  p95 {r['p95']:.3f} s  p99 {r['p99']:.3f} s")
+    if "ttft_p50" in r:
+        line += f"  first token p50 {r['ttft_p50']:.3f} s  p95 {r['ttft_p95']:.3f} s  p99 {r['ttft_p99']:.3f} s"
+    print(line, flush=True)
 
 
 def main() -> int:
@@ -130,27 +220,46 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--max-tokens", type=int, default=32, help="completions: max_tokens of each request")
+    p.add_argument("--stream", action="store_true", help="completions: streamed, timing the first token too")
+    p.add_argument("--rate", type=float, help="an open loop at this many requests/s instead of --clients")
+    p.add_argument("--no-ct2", action="store_true", help="translations: without the CTranslate2 peer")
+    p.add_argument("--venv", default="build/bench-venv", help="the peers' venv (bench/setup_peers.sh)")
+    p.add_argument("--compute-type", default="float32", help="of qkv serve and the CTranslate2 peer")
     a = p.parse_args()
+    if a.stream and a.route != "completions":
+        p.error("--stream is for --route completions")
     with tempfile.TemporaryDirectory() as work:
         checkpoint = a.checkpoint or train_model(a.qkv, a.route, work, a.threads)
         texts = sentences(a.requests, 7)
         texts = [t.upper() for t in texts] if a.route == "translations" else [" ".join(t.split()[:4]) for t in texts]
-        print(f"qkv serve, {a.route}: {a.clients} clients in a closed loop, {a.requests} requests of one "
-              f"{'sentence' if a.route == 'translations' else 'prompt'} each, {a.threads} threads, checkpoint "
-              f"{checkpoint}")
+        loop = f"an open loop at {a.rate} requests/s" if a.rate else f"{a.clients} clients in a closed loop"
+        print(f"qkv serve, {a.route}{' (streamed)' if a.stream else ''}: {loop}, {a.requests} requests of one "
+              f"{'sentence' if a.route == 'translations' else f'prompt, max_tokens {a.max_tokens}'} each, "
+              f"{a.threads} threads, {a.compute_type}, checkpoint {checkpoint}", flush=True)
+        qkv_extra = ["--compute-type", a.compute_type]
+        servers = [("batched" if a.route == "translations" else "continuous batching",
+                    lambda: Server.qkv(a.qkv, checkpoint, a.threads, qkv_extra)),
+                   ("one at a time", lambda: Server.qkv(a.qkv, checkpoint, a.threads, [*qkv_extra, "--max-batch-tokens", "1"]))]
+        if a.route == "translations" and not a.no_ct2:
+            servers.append(("ct2 behind FastAPI", lambda: ct2_server(a.venv, checkpoint, a.threads, a.compute_type, work)))
         results = {}
-        for name, extra in (("batched", []), ("one at a time", ["--max-batch-tokens", "1"])):
-            server = Server(a.qkv, checkpoint, a.threads, extra)
+        for name, start in servers:
+            server = start()
             try:
-                closed_loop(server, a.route, texts[: min(8, len(texts))], min(4, a.clients), min(8, a.requests))  # warm-up
-                r = results[name] = closed_loop(server, a.route, texts, a.clients, a.requests)
+                closed_loop(server, a.route, texts[: min(8, len(texts))], min(4, a.clients), min(8, a.requests),
+                            a.max_tokens, a.stream)  # warm-up
+                r = results[name] = (open_loop(server, a.route, texts, a.rate, a.requests, a.max_tokens, a.stream)
+                                     if a.rate else
+                                     closed_loop(server, a.route, texts, a.clients, a.requests, a.max_tokens, a.stream))
             finally:
                 server.stop()
-            print(f"{name:14s} {r['requests_per_s']:8.2f} requests/s  {r['tokens_per_s']:9.1f} tokens/s  "
-                  f"latency p50 {r['p50']:.3f} s  p95 {r['p95']:.3f} s  p99 {r['p99']:.3f} s")
-        ratio = results["batched"]["requests_per_s"] / results["one at a time"]["requests_per_s"]
-        print(f"ratio          batching across requests gives {ratio:.2f}x the requests/s; p99 latency "
-              f"{results['batched']['p99'] / results['one at a time']['p99']:.2f}x")
+            print_result(name, r)
+        first, names = servers[0][0], [n for n, _ in servers]
+        for other in names[1:]:
+            print(f"ratio {first} / {other}: {results[first]['requests_per_s'] / results[other]['requests_per_s']:.2f}x "
+                  f"the requests/s, {results[first]['tokens_per_s'] / max(results[other]['tokens_per_s'], 1e-9):.2f}x the "
+                  f"tokens/s, p99 latency {results[first]['p99'] / results[other]['p99']:.2f}x")
     return 0
 
 

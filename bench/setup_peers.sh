@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates (once, cached) the virtual environment the benchmarks use for their peers: PyTorch 2.x,
 # transformers, safetensors, numpy (decoder-only benchmarks), sentence-transformers and ctranslate2
-# (bench_embed), ctranslate2 and sentencepiece (bench_translate) from PyPI. Idempotent: a second run
+# (bench_embed), ctranslate2 and sentencepiece (bench_translate), fastapi and uvicorn (CTranslate2
+# behind an HTTP server, as bench_serve's peer) from PyPI. Idempotent: a second run
 # only checks that the packages import at the pinned versions; a venv made before a package was
 # added or a pin moved gets just what differs. Prints the installed versions at the end. Not part of CI.
 #
@@ -10,8 +11,8 @@
 # The peers are pinned to the versions the figures in README.md and docs/performance.md were
 # measured with (torch 2.15.0, transformers 5.23.0, sentence-transformers 6.2.0, CTranslate2 4.8.5);
 # QKV_PEER_TORCH, QKV_PEER_TRANSFORMERS, QKV_PEER_SENTENCE_TRANSFORMERS and QKV_PEER_CTRANSLATE2
-# override a pin (say which versions you measured with). safetensors, numpy and sentencepiece are
-# helpers, not timed, and take what pip resolves.
+# override a pin (say which versions you measured with). safetensors, numpy, sentencepiece, fastapi
+# and uvicorn are helpers, not timed, and take what pip resolves.
 # PyPI's torch for Linux brings CUDA wheels (several GB); set QKV_TORCH_INDEX to use another
 # index, e.g. https://download.pytorch.org/whl/cpu for the CPU-only wheels (torch 2.15.0+cpu).
 set -euo pipefail
@@ -28,14 +29,14 @@ CTRANSLATE2=${QKV_PEER_CTRANSLATE2:-4.8.5}
 check() {
   "$venv/bin/python" - "$TORCH" "$TRANSFORMERS" "$SENTENCE_TRANSFORMERS" "$CTRANSLATE2" <<'PY'
 import sys
-import torch, transformers, safetensors, numpy, sentence_transformers, ctranslate2, sentencepiece
+import torch, transformers, safetensors, numpy, sentence_transformers, ctranslate2, sentencepiece, fastapi, uvicorn
 pins = dict(zip(["torch", "transformers", "sentence-transformers", "ctranslate2"], sys.argv[1:]))
 have = {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__,
         "sentence-transformers": sentence_transformers.__version__, "ctranslate2": ctranslate2.__version__}
 print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
       f"safetensors {safetensors.__version__}, numpy {numpy.__version__}, "
       f"sentence-transformers {sentence_transformers.__version__}, ctranslate2 {ctranslate2.__version__}, "
-      f"sentencepiece {sentencepiece.__version__}")
+      f"sentencepiece {sentencepiece.__version__}, fastapi {fastapi.__version__}, uvicorn {uvicorn.__version__}")
 off = [f"{k} {have[k]} (pinned {v})" for k, v in pins.items() if have[k] != v]
 if off:
     sys.exit("not at the pinned versions: " + ", ".join(off))
@@ -59,6 +60,6 @@ else
 fi
 # torch's pin repeated, so that no dependency of these moves it.
 "$venv/bin/python" -m pip install "transformers==$TRANSFORMERS" safetensors numpy \
-  "sentence-transformers==$SENTENCE_TRANSFORMERS" "ctranslate2==$CTRANSLATE2" sentencepiece "torch==$TORCH"
+  "sentence-transformers==$SENTENCE_TRANSFORMERS" "ctranslate2==$CTRANSLATE2" sentencepiece fastapi uvicorn "torch==$TORCH"
 echo "bench peers ready in $venv:"
 check

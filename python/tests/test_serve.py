@@ -266,6 +266,78 @@ def test_concurrent_clients_get_what_the_cli_gives_and_requests_share_batches(se
     assert batches() - before < len(src), "requests arriving together share batches"
 
 
+def metric(server, name: str, model: str) -> float:
+    text = server.request("GET", "/metrics")[2]
+    return float(next(l for l in text.splitlines() if l.startswith(f'{name}{{model="{model}"}}')).split()[-1])
+
+
+def completion_requests() -> list[dict]:
+    """Greedy and sampled completions of every length the tiny model's context allows, with n > 1,
+    stop strings and streams among them."""
+    prompts = ["the light", "", "God said let there", "and the evening", "waters", "day"]
+    out = []
+    for i in range(24):
+        body = {"model": "lm", "prompt": prompts[i % len(prompts)], "max_tokens": 3 + (5 * i) % 22}
+        if i % 3 == 0:
+            body["temperature"] = 0
+        else:
+            body.update(seed=100 + i, top_k=10 + i % 3)
+        if i % 5 == 1:
+            body["n"] = 2
+        if i % 7 == 2:
+            body["stop"] = ["e", "th"]
+        if i % 4 == 3 and body.get("n", 1) == 1:
+            body["stream"] = True
+        out.append(body)
+    return out
+
+
+def complete(server, body: dict) -> list[tuple[str, str]]:
+    """(text, finish_reason) of each choice; a streamed answer joined from its events."""
+    if not body.get("stream"):
+        status, r = server.post("/v1/completions", body)
+        assert status == 200, r
+        return [(c["text"], c["finish_reason"]) for c in r["choices"]]
+    status, _, text = server.request("POST", "/v1/completions", json.dumps(body).encode("utf-8"),
+                                     {"Content-Type": "application/json"})
+    assert status == 200
+    events = [line[len("data: "):] for line in text.split("\n\n") if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e)["choices"][0] for e in events[:-1]]
+    return [("".join(c["text"] for c in chunks), chunks[-1]["finish_reason"])]
+
+
+def test_completions_join_a_running_batch_and_answer_as_alone(server):
+    requests = completion_requests()
+    alone = [complete(server, body) for body in requests]  # one after another: nothing else runs
+    steps, requests_in_steps = (metric(server, "qkv_batches_total", "lm"),
+                                metric(server, "qkv_batch_requests_sum", "lm"))
+
+    def staggered(i: int):
+        time.sleep(0.002 * (i % 8))  # arrivals spread over the running batch's steps
+        return complete(server, requests[i])
+
+    with ThreadPoolExecutor(24) as pool:
+        together = list(pool.map(staggered, range(len(requests))))
+    for i, (a, t) in enumerate(zip(alone, together)):
+        assert t == a, f"request {i} ({requests[i]}) answered {t} under load, {a} alone"
+    steps = metric(server, "qkv_batches_total", "lm") - steps
+    requests_in_steps = metric(server, "qkv_batch_requests_sum", "lm") - requests_in_steps
+    assert requests_in_steps / steps > 1.5, "concurrent completions share the generation steps"
+
+
+@pytest.mark.parametrize("batching", [[], ["--max-batch-tokens", "1"]], ids=["continuous", "one-at-a-time"])
+def test_completions_one_request_at_a_time_equal_the_batched_ones(lm_checkpoint, tmp_path, batching):
+    s = Server(tmp_path, "--model", f"lm={lm_checkpoint}", "--max-concurrent-sequences", "3", *batching)
+    try:
+        requests = completion_requests()[:12]
+        expected = [complete(s, body) for body in requests]
+        with ThreadPoolExecutor(12) as pool:
+            assert list(pool.map(lambda b: complete(s, b), requests)) == expected
+    finally:
+        assert s.stop() == 0
+
+
 def test_api_key_and_overload(translation_checkpoint, data_dir, tmp_path):
     s = Server(tmp_path, "--model", f"mt={translation_checkpoint}", "--api-key", "sesame", "--max-queue", "2",
                "--max-batch-tokens", "1")
@@ -299,8 +371,9 @@ def test_api_key_and_overload(translation_checkpoint, data_dir, tmp_path):
         assert s.stop() == 0
 
 
-def test_sigterm_finishes_the_requests_in_flight(lm_checkpoint, tmp_path):
-    s = Server(tmp_path, "--model", f"lm={lm_checkpoint}", "--max-batch-tokens", "1")
+@pytest.mark.parametrize("batching", [[], ["--max-batch-tokens", "1"]], ids=["continuous", "one-at-a-time"])
+def test_sigterm_finishes_the_requests_in_flight(lm_checkpoint, tmp_path, batching):
+    s = Server(tmp_path, "--model", f"lm={lm_checkpoint}", *batching)
     results = []
 
     def ask(i: int):

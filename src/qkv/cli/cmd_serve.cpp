@@ -52,6 +52,7 @@ struct ServeCliOptions {
   int64_t max_batch_tokens = 4096;
   double batch_wait_ms = 5;
   int64_t batch_size = 32;
+  int64_t max_concurrent_sequences = 16;
   int http_threads = 32;
   double drain_timeout = 30;
   int threads = 0;
@@ -213,6 +214,7 @@ serve::ServeOptions engine_options(const ServeCliOptions& o) {
   so.max_input_tokens = o.max_input_tokens;
   so.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_timeout * 1000));
   so.batch_size = o.batch_size;
+  so.max_concurrent_sequences = o.max_concurrent_sequences;
   so.compute_type = chosen_compute_type(o.compute);
   so.device = chosen_device(o.compute.device);
   return so;
@@ -336,10 +338,13 @@ Runner add_serve_command(CLI::App& app) {
       ->check(FiniteRange(0, 10000));
   app.add_option("--batch-size", o->batch_size, "Sentences decoded together inside a batch (default 32)")
       ->check(FiniteRange(1, kMaxBatchSentences));
+  app.add_option("--max-concurrent-sequences", o->max_concurrent_sequences,
+                 "Completions generated together: new ones join the running batch at its next step (default 16)")
+      ->check(FiniteRange(1, 4096));
   app.add_option("--http-threads", o->http_threads, "Connections handled at once (default 32)")
       ->check(FiniteRange(1, 4096));
   app.add_option("--drain-timeout", o->drain_timeout,
-                 "Seconds SIGINT/SIGTERM waits for queued requests before exiting (default 30)")
+                 "Seconds SIGINT/SIGTERM waits for queued and running requests before exiting (default 30)")
       ->check(FiniteRange(0, 86400));
   app.add_option("--threads", o->threads, "Compute threads (default: $QKV_THREADS or all cores)")
       ->check(FiniteRange(0, kMaxThreads));

@@ -220,4 +220,60 @@ void CausalLM::reorder(GenerationState& st, const std::vector<int64_t>& rows) co
   st.padding = std::move(padding);
 }
 
+namespace {
+// Copies the cached positions of `from`'s rows into rows [row, row + rows) of `into`, moved right by
+// `shift` columns (left, when negative: columns that only padding used are dropped); the columns
+// left of the copied ones are zeroed, so that no stale value (NaN bits) sits under a padding mask
+// that multiplies it by 0.
+void place_rows(Tensor& into, const Tensor& from, int64_t row, int64_t rows, int64_t from_length, int64_t shift) {
+  const int64_t first = std::max<int64_t>(0, -shift), count = from_length - first, at = first + shift;
+  Tensor dst = into.narrow(0, row, rows);
+  if (at > 0) {
+    Tensor left = dst.narrow(2, 0, at);
+    left.copy_from(Tensor::zeros(left.shape(), DType::F32, into.device()));
+  }
+  if (count > 0) dst.narrow(2, at, count).copy_from(from.narrow(0, 0, rows).narrow(2, first, count));
+}
+}  // namespace
+
+GenerationState CausalLM::join(GenerationState first, GenerationState second, int64_t new_positions) const {
+  QKV_CHECK(new_positions >= 0, "join: " << new_positions << " new positions");
+  std::vector<GenerationState*> parts;
+  for (GenerationState* s : {&first, &second})
+    if (s->rows() > 0) parts.push_back(s);
+  GenerationState out;
+  for (const GenerationState* s : parts)
+    for (int64_t pad : s->padding) out.length = std::max(out.length, s->length - pad);
+  out.capacity = std::max<int64_t>(out.length + new_positions, 1);
+  int64_t N = 0;
+  for (const GenerationState* s : parts) N += s->rows();
+  if (N == 0) return out;
+  Tensor keep = Tensor::zeros(Dims{N, out.capacity}, DType::I32);
+  const int64_t H = config_.num_heads, dk = config_.d_model / H;
+  const Device on = device();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    nn::KVCache c = nn::KVCache::with_capacity(N, H, out.capacity, dk, on);
+    c.length = out.length;
+    out.layers.push_back(std::move(c));
+  }
+  int64_t row = 0;
+  for (GenerationState* s : parts) {
+    // Every row of a state ends at its column `length`, so one shift moves all of them.
+    const int64_t shift = out.length - s->length, n = s->rows();
+    for (size_t l = 0; l < layers.size(); ++l) {
+      nn::KVCache& from = s->layers[l];
+      from.gather_in_place();  // a map moved its rows: put them in sequence order
+      place_rows(out.layers[l].k, from.k, row, n, s->length, shift);
+      place_rows(out.layers[l].v, from.v, row, n, s->length, shift);
+    }
+    for (int64_t i = 0; i < n; ++i, ++row) {
+      const int64_t pad = s->padding[static_cast<size_t>(i)] + shift;
+      out.padding.push_back(pad);
+      std::fill(keep.i32() + row * out.capacity + pad, keep.i32() + (row + 1) * out.capacity, 1);
+    }
+  }
+  out.key_keep = keep.to(on);
+  return out;
+}
+
 }  // namespace qkv::models

@@ -74,6 +74,12 @@ class CausalLM : public Model {
   Var step(const Tensor& tokens, GenerationState& state, std::vector<Tensor>* weights = nullptr) const;
   // Row i of the new state is row rows[i] of the old one (drop finished rows, beam reordering).
   void reorder(GenerationState& state, const std::vector<int64_t>& rows) const;
+  // The rows of `first` followed by the rows of `second` (e.g. a running batch and prompts just
+  // read: continuous batching) in one state. Every row keeps its tokens, keys and positions; only
+  // its left padding changes, so that all rows end at one column again, with as few columns as
+  // the longest row needs (the padding that rows which left had made is given back). The state
+  // holds `new_positions` more positions after that column. Either state may be empty.
+  GenerationState join(GenerationState first, GenerationState second, int64_t new_positions) const;
 
   nn::Embedding& token_embedding;
   nn::Embedding* position_embedding = nullptr;          // learned positions

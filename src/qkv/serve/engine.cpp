@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <future>
 
+#include "qkv/serve/job.h"
+
 #include "qkv/api/encoder.h"
 #include "qkv/api/generator.h"
 #include "qkv/api/translator.h"
@@ -23,22 +25,6 @@ const char* family_name(Family f) {
 }
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-// Thrown inside a streamed generation when its client went away: unwinds the search at once.
-struct ClientGone {};
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-int64_t unix_time() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string completion_id() {
-  static std::atomic<uint64_t> next{1};
-  return "cmpl-" + std::to_string(unix_time()) + "-" + std::to_string(next++);
-}
-
 const char* route_for(Family f) {
   switch (f) {
     case Family::EncoderDecoder: return "it translates: POST /v1/translations";
@@ -54,48 +40,6 @@ HttpError wrong_family(const std::string& model, Family f) {
                    "model", "wrong_model_family");
 }
 
-// The options of decoding::generate for a completion request.
-api::GenerationOptions generation_options(const CompletionRequest& r, int64_t batch_size) {
-  api::GenerationOptions o;
-  o.batch_size = batch_size;
-  o.decode.max_new_tokens = r.max_tokens;
-  o.decode.sample = !r.greedy();
-  o.decode.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
-  o.decode.seed = r.seed;
-  return o;
-}
-}  // namespace
-
-struct ModelSlot::Job {
-  JobKind kind = JobKind::Complete;
-  std::string batch_key;  // jobs with one key can share a batch; "" runs alone
-  std::vector<std::vector<int32_t>> inputs;
-  std::vector<std::vector<int32_t>> sources;  // a score's sources (encoder-decoder models)
-  int64_t tokens = 0;
-  CompletionRequest completion;
-  TranslationRequest translation;
-  ClassificationRequest classification;
-  bool base64 = false;  // embeddings as base64
-  std::string model;
-  std::promise<std::string> answer;
-  std::atomic<bool> cancelled{false};
-  Clock::time_point arrived = Clock::now();
-  // A streamed completion's server-sent events, from the worker to the waiting HTTP thread.
-  std::mutex chunk_mutex;
-  std::condition_variable chunk_ready;
-  std::deque<std::string> chunks;
-  bool finished = false;
-};
-
-namespace {
-// Hands a streamed completion's next server-sent event to its waiting HTTP thread.
-template <class J>
-void push_chunk(J& job, std::string chunk, bool last) {
-  std::lock_guard<std::mutex> lock(job.chunk_mutex);
-  job.chunks.push_back(std::move(chunk));
-  if (last) job.finished = true;
-  job.chunk_ready.notify_all();
-}
 }  // namespace
 
 ModelSlot::ModelSlot(std::string name, const std::string& dir, const ServeOptions& options, Metrics& metrics)
@@ -139,16 +83,20 @@ bool ModelSlot::stop(std::chrono::milliseconds drain) {
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (queue_.empty()) break;
+      // The other families' worker returns once the queue is empty (after its last batch); the
+      // decoder-only one once its generations have ended too.
+      if (worker_done_ || (queue_.empty() && family_ != Family::DecoderOnly)) break;
       if (Clock::now() >= deadline) {
         drained = false;
         fail({queue_.begin(), queue_.end()}, HttpError(503, "server_error", "the server is shutting down", "", "shutting_down"));
         queue_.clear();
+        abandon_ = true;
         break;
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  wake_.notify_all();
   worker_.join();
   return drained;
 }
@@ -245,9 +193,6 @@ std::shared_ptr<ModelSlot::Job> ModelSlot::new_job(Family family, JobKind kind, 
 std::string ModelSlot::complete(const CompletionRequest& r) {
   auto job = new_job(Family::DecoderOnly, JobKind::Complete, r.prompts, "prompt");
   job->completion = r;
-  // Greedy completions of one length share batches; sampled ones run alone (their rows are keyed by
-  // their place in the request).
-  if (r.greedy()) job->batch_key = "complete/" + std::to_string(r.max_tokens);
   return wait(submit(job));
 }
 
@@ -348,11 +293,17 @@ std::string ModelSlot::score(const ScoreRequest& r) {
 // ---- the worker's side: batch, run, answer --------------------------------------------------------
 
 void ModelSlot::worker_loop() {
-  for (;;) {
-    const std::vector<std::shared_ptr<Job>> batch = next_batch();
-    if (batch.empty()) return;
-    run(batch);
+  if (family_ == Family::DecoderOnly) {
+    generation_loop();
+  } else {
+    for (;;) {
+      const std::vector<std::shared_ptr<Job>> batch = next_batch();
+      if (batch.empty()) break;
+      run(batch);
+    }
   }
+  std::lock_guard<std::mutex> lock(mutex_);
+  worker_done_ = true;
 }
 
 std::vector<std::shared_ptr<ModelSlot::Job>> ModelSlot::next_batch() {
@@ -398,9 +349,6 @@ std::vector<std::vector<int32_t>> concatenated(const std::vector<JobPtr>& batch)
   return all;
 }
 
-std::string finish_reason(bool stopped, size_t produced, int64_t allowed) {
-  return stopped || static_cast<int64_t>(produced) < allowed ? "stop" : "length";
-}
 }  // namespace
 
 // Every job of a failed batch gets the error: a streamed one as its last events.
@@ -426,8 +374,8 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
       case JobKind::Embed:
       case JobKind::Classify: run_encoder(batch); break;
       case JobKind::Translate: tokens_out = run_translation(batch); break;
-      case JobKind::Complete: tokens_out = run_completion(batch); break;
-      case JobKind::Stream: tokens_out = run_stream(*batch[0]); break;
+      case JobKind::Complete:
+      case JobKind::Stream: break;  // generation_loop's, never batched here
       case JobKind::Score: run_score(batch); break;
     }
   } catch (const std::exception& e) {
@@ -515,78 +463,6 @@ void ModelSlot::run_score(const std::vector<std::shared_ptr<Job>>& batch) {
     for (const auto& s : j->sources) source_tokens += static_cast<int64_t>(s.size());
     j->answer.set_value(score_body(j->model, scores, {source_tokens + scored, 0}));
   }
-}
-
-int64_t ModelSlot::run_completion(const std::vector<std::shared_ptr<Job>>& batch) {
-  const api::GenerationOptions o = generation_options(batch[0]->completion, options_.batch_size);
-  std::vector<std::vector<int32_t>> prompts;  // each prompt n times (choice c of prompt p: row p n + c)
-  for (const auto& j : batch)
-    for (const auto& p : j->inputs) prompts.insert(prompts.end(), static_cast<size_t>(j->completion.n), p);
-  const auto outs = generator_->generate_ids(prompts, o, {}, 0);
-  int64_t tokens_out = 0;
-  size_t row = 0;
-  for (const auto& j : batch) {
-    std::vector<CompletionChoice> choices;
-    int64_t out_tokens = 0;
-    for (const auto& p : j->inputs)
-      for (int64_t c = 0; c < j->completion.n; ++c, ++row) {
-        std::string text = generator_->decode(outs[row]);
-        const size_t cut = stop_position(text, j->completion.stop);
-        if (cut != std::string::npos) text.resize(cut);
-        const int64_t allowed = decoding::fit_prompt(p, context_, o.decode).new_tokens;
-        choices.push_back({text, finish_reason(cut != std::string::npos, outs[row].size(), allowed)});
-        out_tokens += static_cast<int64_t>(outs[row].size());
-      }
-    tokens_out += out_tokens;
-    j->answer.set_value(completion_body(completion_id(), unix_time(), j->model, choices, {j->tokens, out_tokens}));
-  }
-  return tokens_out;
-}
-
-int64_t ModelSlot::run_stream(Job& j) {
-  const CompletionRequest& r = j.completion;
-  const api::GenerationOptions o = generation_options(r, options_.batch_size);
-  const std::string id = completion_id();
-  const int64_t created = unix_time();
-  // Text is sent as it is made, except the last bytes that could begin a stop string.
-  size_t hold = 0;
-  for (const std::string& s : r.stop) hold = std::max(hold, s.size() - 1);
-  api::TextStream stream(*generator_->tokenizer());
-  std::string text;
-  size_t sent = 0;
-  bool stopped = false;
-  const auto emit = [&](bool final) {
-    const size_t cut = stop_position(text, r.stop);
-    if (cut != std::string::npos) {
-      text.resize(cut);
-      stopped = true;
-    }
-    const size_t ready = stopped || final ? text.size() : sendable_prefix(text, hold);
-    if (ready > sent) {
-      push_chunk(j, completion_chunk(id, created, j.model, 0, text.substr(sent, ready - sent), ""), false);
-      sent = ready;
-    }
-  };
-  int64_t produced = 0;  // counted here: a stop string ends the generation by an exception
-  try {
-    generator_->generate_streaming(j.inputs[0], o, [&](int32_t token) {
-      if (j.cancelled) throw ClientGone{};
-      ++produced;
-      text += stream.push(token);
-      emit(false);
-      if (stopped) throw ClientGone{};  // a stop string ends the generation here
-    });
-  } catch (const ClientGone&) {
-  }
-  if (!j.cancelled) {
-    if (!stopped) text += stream.finish();
-    emit(true);
-    const int64_t allowed = decoding::fit_prompt(j.inputs[0], context_, o.decode).new_tokens;
-    push_chunk(j, completion_chunk(id, created, j.model, 0, "", finish_reason(stopped, static_cast<size_t>(produced), allowed)),
-               false);
-  }
-  push_chunk(j, "data: [DONE]\n\n", true);
-  return produced;
 }
 
 }  // namespace qkv::serve

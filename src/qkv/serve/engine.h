@@ -4,17 +4,22 @@
 // the jobs that arrived together and can share a batch (the same route and options), up to
 // max_batch_tokens tokens after waiting at most batch_wait for more, and runs them as one call.
 //
+// A decoder-only model's worker batches continuously instead (decoding::ContinuousGeneration):
+// the sequences of new completion requests join the running batch at its next step and leave it
+// when they end, streamed or not, greedy or sampled, whatever their options.
+//
 // An answer never depends on what else was in its batch: translations, embeddings and
 // classifications of a sentence are the same in any batch (the CLI's batching gives the same bits),
-// greedy completions likewise, and a sampled completion runs as a batch of its own whose rows draw
-// from the request's seed (row i of a request keyed by i), so the same request gives the same text
-// under any load. No printing, no signals: the CLI owns those.
+// greedy completions likewise, and a sampled completion's rows draw from the request's seed (row i
+// of a request keyed by i), so the same request gives the same text under any load. No printing, no
+// signals: the CLI owns those.
 #pragma once
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +37,11 @@ class Generator;
 class Encoder;
 }  // namespace qkv::api
 
+namespace qkv::decoding {
+class ContinuousGeneration;
+struct SequenceEvent;
+}  // namespace qkv::decoding
+
 namespace qkv::serve {
 
 struct ServeOptions {
@@ -41,6 +51,7 @@ struct ServeOptions {
   int64_t max_input_tokens = 0;                        // tokens of one input at most (413); 0: the model's context
   std::chrono::milliseconds request_timeout{120000};   // a job not answered by then: 504
   int64_t batch_size = 32;                             // sentences decoded together inside a call
+  int64_t max_concurrent_sequences = 16;               // completion rows generated together (continuous batching)
   nn::ComputeType compute_type = nn::ComputeType::Float32;
   Device device = Device::cpu();
 };
@@ -79,8 +90,9 @@ class ModelSlot {
   // source, as `qkv score --per-line` computes them.
   std::string score(const ScoreRequest& r);
 
-  // Refuses new jobs (503) and lets the worker finish the queue; returns when it has, or after
-  // `drain` (then false: jobs still queued get 503).
+  // Refuses new jobs (503) and lets the worker finish the queue and the completions it generates;
+  // returns when it has, or after `drain` (then false: the jobs still queued, and the completions
+  // still being generated, get 503).
   bool stop(std::chrono::milliseconds drain);
 
  private:
@@ -98,10 +110,24 @@ class ModelSlot {
   // Each answers the batch's jobs and returns the tokens written.
   void run_encoder(const std::vector<std::shared_ptr<Job>>& batch);
   int64_t run_translation(const std::vector<std::shared_ptr<Job>>& batch);
-  int64_t run_completion(const std::vector<std::shared_ptr<Job>>& batch);
-  int64_t run_stream(Job& job);
   void run_score(const std::vector<std::shared_ptr<Job>>& batch);
   void fail(const std::vector<std::shared_ptr<Job>>& batch, const HttpError& e);
+
+  // The decoder-only worker (serve/completions.cpp): completions by continuous batching, scores
+  // between its steps.
+  struct Row;
+  using Rows = std::map<uint64_t, Row>;  // by sequence id
+  void generation_loop();
+  // The queued jobs to start now: every score, and completions while the batch has room. Waits for
+  // work while nothing runs; false once stopping with nothing left.
+  bool take_jobs(bool generating, size_t rows_started, std::vector<std::shared_ptr<Job>>& completions,
+                 std::vector<std::shared_ptr<Job>>& scores);
+  void start_completion(decoding::ContinuousGeneration& gen, Rows& rows, const std::shared_ptr<Job>& job);
+  void on_event(decoding::ContinuousGeneration& gen, Rows& rows, const decoding::SequenceEvent& e);
+  void send_ready_text(Row& row, bool final);
+  void finish_row(Row& row);
+  void drop_cancelled(decoding::ContinuousGeneration& gen, Rows& rows);
+  void fail_rows(Rows& rows, const HttpError& e);
   // Tokens one input may have: --max-input-tokens, at most the model's context.
   int64_t input_limit() const;
   // The 413 of `where` (in `field`), `tokens` long where `allowed` may be.
@@ -123,6 +149,8 @@ class ModelSlot {
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Job>> queue_;
   bool stopping_ = false;
+  bool abandon_ = false;      // past the drain timeout: in-flight generations end with 503
+  bool worker_done_ = false;  // the worker has returned
   std::thread worker_;
 };
 

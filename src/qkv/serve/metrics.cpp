@@ -94,14 +94,14 @@ std::string Metrics::render() const {
   os << "# HELP qkv_time_to_first_token_seconds Time from a streamed completion's arrival to its first piece.\n"
         "# TYPE qkv_time_to_first_token_seconds histogram\n";
   for (const auto& [model, h] : first_token_) render_histogram(os, "qkv_time_to_first_token_seconds", "model", model, h);
-  os << "# HELP qkv_batch_requests Requests in each batch the engine ran.\n# TYPE qkv_batch_requests histogram\n";
+  os << "# HELP qkv_batch_requests Requests in each batch the engine ran (a decoder-only model: in each generation step).\n# TYPE qkv_batch_requests histogram\n";
   for (const auto& [model, h] : batch_requests_) render_histogram(os, "qkv_batch_requests", "model", model, h);
   const auto counter = [&](const char* name, const char* help, const std::map<std::string, int64_t>& m) {
     os << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n";
     for (const auto& [model, n] : m) os << name << "{model=\"" << escape(model) << "\"} " << n << "\n";
   };
-  counter("qkv_batches_total", "Batches the engine ran.", batches_);
-  counter("qkv_batch_inputs_total", "Inputs (prompts, sentences) in those batches.", batch_inputs_);
+  counter("qkv_batches_total", "Batches the engine ran (a decoder-only model: generation steps).", batches_);
+  counter("qkv_batch_inputs_total", "Inputs (sentences; completion rows) in those batches.", batch_inputs_);
   counter("qkv_input_tokens_total", "Tokens read: prompts and sentences.", tokens_in_);
   counter("qkv_output_tokens_total", "Tokens written: completions and translations.", tokens_out_);
   for (const Gauge& g : gauges_) {

@@ -1,0 +1,196 @@
+#include "qkv/decoding/continuous_generation.h"
+
+#include <algorithm>
+
+#include "qkv/autograd/graph.h"
+#include "qkv/core/buffer_pool.h"
+#include "qkv/core/error.h"
+
+namespace qkv::decoding {
+
+struct ContinuousGeneration::Sequence {
+  uint64_t id = 0;
+  FittedPrompt prompt;
+  SequenceOptions options;
+  int64_t produced = 0;  // new tokens so far
+  bool cancelled = false;
+  int64_t budget() const { return prompt.new_tokens; }
+};
+
+namespace {
+// The scores come back to the host (from a GPU), where tokens are chosen.
+Tensor on_host(const Var& logits) { return logits.value().contiguous().to(Device::cpu()); }
+}  // namespace
+
+ContinuousGeneration::ContinuousGeneration(const models::CausalLM& model, int64_t max_sequences,
+                                           int64_t max_prefill_tokens)
+    : model_(model), max_sequences_(std::max<int64_t>(1, max_sequences)),
+      max_prefill_tokens_(std::max<int64_t>(1, max_prefill_tokens)) {}
+
+ContinuousGeneration::~ContinuousGeneration() = default;
+
+size_t ContinuousGeneration::running() const { return rows_.size(); }
+size_t ContinuousGeneration::waiting() const { return waiting_.size(); }
+int64_t ContinuousGeneration::cache_length() const { return rows_.empty() ? 0 : state_.length; }
+
+uint64_t ContinuousGeneration::add(const std::vector<int32_t>& prompt, const SequenceOptions& o) {
+  QKV_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got " << o.max_new_tokens);
+  if (o.sample) validate_sampling_options(o.sampling);
+  QKV_CHECK(!prompt.empty(), "generate: an empty prompt (start it with the BOS id)");
+  const int64_t V = model_.output_vocab_size();
+  for (int32_t id : prompt)
+    QKV_CHECK(id >= 0 && id < V, "generate: token " << id << " is not in the vocabulary [0, " << V << ")");
+  GenerateOptions fitting;
+  fitting.max_new_tokens = o.max_new_tokens;
+  fitting.long_prompt = o.long_prompt;
+  auto s = std::make_unique<Sequence>();
+  s->id = next_id_++;
+  s->prompt = fit_prompt(prompt, model_.config().max_seq_length, fitting);
+  s->options = o;
+  waiting_.push_back(std::move(s));
+  return waiting_.back()->id;
+}
+
+void ContinuousGeneration::cancel(uint64_t id) {
+  for (auto* list : {&waiting_, &rows_})
+    for (auto& s : *list)
+      if (s->id == id) s->cancelled = true;
+}
+
+void ContinuousGeneration::clear() {
+  waiting_.clear();
+  rows_.clear();
+  state_ = models::GenerationState{};
+  logits_ = Tensor();
+}
+
+// The waiting sequences that join at this step, first come first: while the batch has room and the
+// prompts read stay within max_prefill_tokens. Cancelled ones leave; ones without a token to make
+// end here (their event goes to `events`).
+std::vector<std::unique_ptr<ContinuousGeneration::Sequence>> ContinuousGeneration::admit(
+    std::vector<SequenceEvent>& events) {
+  std::vector<std::unique_ptr<Sequence>> joined;
+  int64_t tokens = 0;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Sequence& s = **it;
+    const int64_t length = static_cast<int64_t>(s.prompt.tokens.size());
+    if (s.cancelled || s.budget() == 0) {
+      if (!s.cancelled) events.push_back({s.id, -1, SequenceEnd::Length});
+      it = waiting_.erase(it);
+      continue;
+    }
+    if (static_cast<int64_t>(rows_.size() + joined.size()) >= max_sequences_) break;
+    if (!joined.empty() && tokens + length > max_prefill_tokens_) break;
+    tokens += length;
+    joined.push_back(std::move(*it));
+    it = waiting_.erase(it);
+  }
+  return joined;
+}
+
+// Row i of `logits` is rows[i]'s: its token (greedy or the keyed draw, as generate chooses), its
+// event, whether it goes on (`keep`) and what it is fed (`fed`, for the rows kept).
+void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::unique_ptr<Sequence>>& rows,
+                                         std::vector<bool>& keep, std::vector<int32_t>& fed,
+                                         std::vector<SequenceEvent>& events) const {
+  const int64_t V = model_.output_vocab_size();
+  const int32_t eos = model_.config().eos_id;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Sequence& s = *rows[i];
+    if (s.cancelled) {
+      keep.push_back(false);
+      continue;
+    }
+    const float* z = logits.f32() + static_cast<int64_t>(i) * V;
+    const SequenceOptions& o = s.options;
+    const int32_t token = o.sample ? sample_token(z, V, o.sampling, o.seed, o.key, static_cast<uint64_t>(s.produced))
+                                   : argmax_token(z, V);
+    if (o.stop_at_eos && token == eos) {
+      events.push_back({s.id, -1, SequenceEnd::Eos});
+      keep.push_back(false);
+      continue;
+    }
+    ++s.produced;
+    const bool more = s.produced < s.budget();
+    events.push_back({s.id, token, more ? SequenceEnd::None : SequenceEnd::Length});
+    keep.push_back(more);
+    if (more) fed.push_back(token);
+  }
+}
+
+namespace {
+// The indices whose `keep` is set, of [first, first + count).
+std::vector<int64_t> kept_rows(const std::vector<bool>& keep, size_t first, size_t count) {
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < count; ++i)
+    if (keep[first + i]) rows.push_back(static_cast<int64_t>(i));
+  return rows;
+}
+
+// Drops the rows of `state` (and `seqs`) that are not in `rows`.
+template <class Seqs>
+void keep_only(const models::CausalLM& model, models::GenerationState& state, Seqs& seqs,
+               const std::vector<int64_t>& rows) {
+  if (rows.size() == seqs.size()) return;
+  Seqs kept;
+  for (int64_t r : rows) kept.push_back(std::move(seqs[static_cast<size_t>(r)]));
+  seqs = std::move(kept);
+  if (rows.empty())
+    state = models::GenerationState{};
+  else
+    model.reorder(state, rows);
+}
+}  // namespace
+
+// The rows that go on, the joining ones after the running ones, in one state; then one position
+// further with the tokens they were fed.
+void ContinuousGeneration::advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>> joined,
+                                   const std::vector<bool>& keep, std::vector<int32_t> fed) {
+  const size_t running = rows_.size();
+  keep_only(model_, state_, rows_, kept_rows(keep, 0, running));
+  keep_only(model_, joining, joined, kept_rows(keep, running, joined.size()));
+  if (!joined.empty()) {
+    // A row that chose its p-th token feeds budget - p tokens from now on (this one included; the
+    // last token is never fed): the columns it needs after the longest row's.
+    int64_t new_positions = 0;
+    for (const auto* list : {&rows_, &joined})
+      for (const auto& s : *list) new_positions = std::max(new_positions, s->budget() - s->produced);
+    state_ = model_.join(std::move(state_), std::move(joining), new_positions);
+    for (auto& s : joined) rows_.push_back(std::move(s));
+  }
+  if (rows_.empty()) {
+    state_ = models::GenerationState{};
+    logits_ = Tensor();
+    return;
+  }
+  const int64_t n = static_cast<int64_t>(fed.size());
+  logits_ = on_host(model_.step(Tensor::from_ids(Dims{n}, fed), state_));
+}
+
+std::vector<SequenceEvent> ContinuousGeneration::step() {
+  std::vector<SequenceEvent> events;
+  NoGradGuard no_grad;
+  const ScopedCacheLimit step_buffers(kStepBuffersKept);
+  try {
+    std::vector<std::unique_ptr<Sequence>> joined = admit(events);
+    models::GenerationState joining;
+    Tensor joined_logits;
+    if (!joined.empty()) {
+      std::vector<std::vector<int32_t>> prompts;
+      for (const auto& s : joined) prompts.push_back(s->prompt.tokens);
+      // Sized for the prompts alone: join() makes the columns the new tokens need.
+      joined_logits = on_host(model_.prefill(prompts, 0, joining));
+    }
+    std::vector<bool> keep;
+    std::vector<int32_t> fed;
+    choose_tokens(logits_, rows_, keep, fed, events);
+    choose_tokens(joined_logits, joined, keep, fed, events);
+    advance(std::move(joining), std::move(joined), keep, std::move(fed));
+  } catch (...) {
+    clear();
+    throw;
+  }
+  return events;
+}
+
+}  // namespace qkv::decoding

@@ -1,0 +1,91 @@
+// Continuous batching for a decoder-only model (what `qkv serve` runs its completions on): sequences
+// join a running batch at any step and leave it when they end, each with its own options.
+//
+// Each step() first reads the prompts of the sequences that wait (as many as there is room for, in
+// one prefill, left-padded to the longest of them) and joins them to the running batch
+// (models::CausalLM::join: rows keep their keys and positions, the padding is made again), then
+// chooses one token for every running sequence and runs the model one position further. A sequence
+// leaves at EOS, at its token budget or when cancelled; rows that leave cost nothing afterwards.
+//
+// A sequence's tokens are those decoding::generate gives its prompt with the same options: the same
+// prompt fitting (fit_prompt), greedy or the draw keyed by (seed, key, index of the new token), the
+// same EOS rule. What else runs beside it changes only the left padding it is read with (as
+// generate's own batches do), never its random stream.
+//
+// Not thread-safe: one caller (the server's worker for one model) drives it. Runs under
+// NoGradGuard; the model should be in eval mode.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "qkv/decoding/generate.h"
+#include "qkv/models/causal_lm.h"
+
+namespace qkv::decoding {
+
+struct SequenceOptions {
+  int64_t max_new_tokens = 64;  // capped by the context as generate caps it
+  bool sample = false;          // false: greedy
+  SamplingOptions sampling;     // with sample
+  uint64_t seed = 0;            // with sample: the random stream's key
+  uint64_t key = 0;             // with sample: the line key (generate's line_keys)
+  bool stop_at_eos = true;
+  LongPrompt long_prompt = LongPrompt::Refuse;
+};
+
+enum class SequenceEnd { None, Eos, Length };
+
+// What one step did to one sequence: a new token, an end, or both (the token that used up its
+// budget). A sequence that ends at EOS has no token (-1) in its last event.
+struct SequenceEvent {
+  uint64_t id = 0;
+  int32_t token = -1;
+  SequenceEnd end = SequenceEnd::None;
+};
+
+class ContinuousGeneration {
+ public:
+  // max_sequences: sequences decoded together at most (more wait); max_prefill_tokens: prompt
+  // tokens one step reads at most (the first waiting prompt is always read when there is room).
+  ContinuousGeneration(const models::CausalLM& model, int64_t max_sequences, int64_t max_prefill_tokens);
+  ~ContinuousGeneration();
+  ContinuousGeneration(const ContinuousGeneration&) = delete;
+  ContinuousGeneration& operator=(const ContinuousGeneration&) = delete;
+
+  // Queues a sequence, returns its id (ids count up from 1). Checks the prompt (non-empty, ids in
+  // the vocabulary, fitted to the context: a qkv::Error as generate's) and the sampling options.
+  // A prompt that leaves no new token to make ends, with an event, at the next step.
+  uint64_t add(const std::vector<int32_t>& prompt, const SequenceOptions& options);
+  // Drops a waiting or running sequence before the next step; it gets no more events. Unknown or
+  // ended ids are ignored.
+  void cancel(uint64_t id);
+  // One step as described above; the events of every sequence that got a token or ended. Without
+  // sequences: nothing. An exception (out of memory) leaves no sequence: the caller fails them all.
+  std::vector<SequenceEvent> step();
+
+  bool empty() const { return running() == 0 && waiting() == 0; }
+  size_t running() const;
+  size_t waiting() const;
+  // The most positions any running row's keys take (padding included): the cache's width.
+  int64_t cache_length() const;
+
+ private:
+  struct Sequence;
+  std::vector<std::unique_ptr<Sequence>> admit(std::vector<SequenceEvent>& events);
+  void choose_tokens(const Tensor& logits, std::vector<std::unique_ptr<Sequence>>& rows, std::vector<bool>& keep,
+                     std::vector<int32_t>& fed, std::vector<SequenceEvent>& events) const;
+  void advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>> joined,
+               const std::vector<bool>& keep, std::vector<int32_t> fed);
+  void clear();
+
+  const models::CausalLM& model_;
+  int64_t max_sequences_, max_prefill_tokens_;
+  uint64_t next_id_ = 1;
+  std::vector<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> rows_;  // row i of state_
+  models::GenerationState state_;
+  Tensor logits_;  // (rows, V) on the host: each running row's next-token scores
+};
+
+}  // namespace qkv::decoding
