@@ -10,12 +10,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <string>
 
 #include "model/t5_layout_config.h"
 #include "qkv/core/cuda_runtime.h"
 #include "qkv/data/synthetic.h"
+#include "qkv/decoding/continuous_generation.h"
 #include "qkv/decoding/generate.h"
 #include "qkv/decoding/search.h"
 #include "qkv/models/causal_lm.h"
@@ -230,6 +232,35 @@ TEST(ModelsOnGpu, TranslationsGenerationsAndEmbeddingsAreTheCpus) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "embedding element " << i;
   }
+}
+
+// Continuous batching (the server's completions) on the GPU: sequences that join a running batch at
+// different steps (CausalLM::join copies their keys and values on the device) get the CPU's tokens.
+TEST(ModelsOnGpu, ContinuousBatchingJoinsSequencesAsOnTheCpu) {
+  ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
+  const auto [cpu, gpu] = trained_pair<models::CausalLM>(families()[1]);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}, {1, 4}, {1, 11, 12}};
+  const auto run = [&](const models::CausalLM& model) {
+    decoding::ContinuousGeneration gen(model, 3, 4096);
+    std::map<uint64_t, std::vector<int32_t>> out;
+    for (size_t step = 0; step < 64 && (step < prompts.size() || !gen.empty()); ++step) {
+      if (step < prompts.size()) {
+        decoding::SequenceOptions o;
+        o.max_new_tokens = 4 + static_cast<int64_t>(step);
+        o.stop_at_eos = false;
+        o.sample = step % 2 == 1;
+        o.seed = 7;
+        o.key = step;
+        gen.add(prompts[step], o);
+      }
+      for (const auto& e : gen.step())
+        if (e.token >= 0) out[e.id].push_back(e.token);
+    }
+    return out;
+  };
+  const auto a = run(*cpu), b = run(*gpu);
+  ASSERT_EQ(a.size(), prompts.size());
+  EXPECT_EQ(a, b);
 }
 
 TEST(ModelsOnGpu, ACheckpointWrittenFromTheGpuIsTheCpusFile) {

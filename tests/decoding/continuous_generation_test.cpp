@@ -1,8 +1,8 @@
 // Continuous batching (decoding/continuous_generation.h) on small random CausalLMs: sequences that
 // join a running batch at different steps, with different options, get exactly the tokens
 // decoding::generate gives each alone; EOS, budgets and the context end them as generate does;
-// cancelled ones stop at once without touching the others; the batch never exceeds its size and
-// its cache does not grow with the time it has run.
+// cancelled ones stop at once without touching the others; the batch never exceeds its size,
+// joining rows go in place where they fit, and the cache does not grow with the time it has run.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -193,8 +193,11 @@ TEST(ContinuousGeneration, AtMostMaxSequencesRunAndTheCacheStaysBounded) {
   }
   EXPECT_TRUE(gen.empty());
   EXPECT_EQ(most, 3u);
-  // A row holds at most a prompt and its tokens: the context (24), whatever the run's length.
-  EXPECT_LE(widest, small_config().max_seq_length);
+  // Rows joined in place mostly; the state was made again (compacted) when they could not be.
+  EXPECT_GT(gen.appends(), gen.rebuilds());
+  EXPECT_GT(gen.rebuilds(), 1);
+  // The width stays within three contexts (72) whatever the run's length (over 40 steps here).
+  EXPECT_LE(widest, 3 * small_config().max_seq_length);
   ASSERT_EQ(got.size(), 40u);
   for (const auto& [id, tokens] : got) {
     const auto& [prompt, o] = all[order.at(id)];

@@ -12,7 +12,8 @@ struct ContinuousGeneration::Sequence {
   uint64_t id = 0;
   FittedPrompt prompt;
   SequenceOptions options;
-  int64_t produced = 0;  // new tokens so far
+  int64_t produced = 0;    // new tokens so far
+  int32_t last_token = -1;  // the newest, fed at the next step
   bool cancelled = false;
   int64_t budget() const { return prompt.new_tokens; }
 };
@@ -89,10 +90,9 @@ std::vector<std::unique_ptr<ContinuousGeneration::Sequence>> ContinuousGeneratio
 }
 
 // Row i of `logits` is rows[i]'s: its token (greedy or the keyed draw, as generate chooses), its
-// event, whether it goes on (`keep`) and what it is fed (`fed`, for the rows kept).
+// event and whether it goes on (`keep`).
 void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::unique_ptr<Sequence>>& rows,
-                                         std::vector<bool>& keep, std::vector<int32_t>& fed,
-                                         std::vector<SequenceEvent>& events) const {
+                                         std::vector<bool>& keep, std::vector<SequenceEvent>& events) const {
   const int64_t V = model_.output_vocab_size();
   const int32_t eos = model_.config().eos_id;
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -111,19 +111,30 @@ void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::
       continue;
     }
     ++s.produced;
+    s.last_token = token;
     const bool more = s.produced < s.budget();
     events.push_back({s.id, token, more ? SequenceEnd::None : SequenceEnd::Length});
     keep.push_back(more);
-    if (more) fed.push_back(token);
   }
 }
 
 namespace {
-// The indices whose `keep` is set, of [first, first + count).
+// The rows of [first, first + count) whose `keep` is set, in an order that moves few of them: the
+// kept rows stay in place and the last ones fill the holes the others left (one row copied per
+// row dropped, not every row after it).
 std::vector<int64_t> kept_rows(const std::vector<bool>& keep, size_t first, size_t count) {
-  std::vector<int64_t> rows;
-  for (size_t i = 0; i < count; ++i)
-    if (keep[first + i]) rows.push_back(static_cast<int64_t>(i));
+  std::vector<int64_t> rows, holes, movers;
+  size_t kept = 0;
+  for (size_t i = 0; i < count; ++i) kept += keep[first + i] ? 1 : 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (i < kept) {
+      rows.push_back(static_cast<int64_t>(i));
+      if (!keep[first + i]) holes.push_back(static_cast<int64_t>(i));
+    } else if (keep[first + i]) {
+      movers.push_back(static_cast<int64_t>(i));
+    }
+  }
+  for (size_t h = 0; h < holes.size(); ++h) rows[static_cast<size_t>(holes[h])] = movers[h];
   return rows;
 }
 
@@ -138,24 +149,38 @@ void keep_only(const models::CausalLM& model, models::GenerationState& state, Se
   if (rows.empty())
     state = models::GenerationState{};
   else
-    model.reorder(state, rows);
+    model.keep_rows(state, rows);
 }
 }  // namespace
 
 // The rows that go on, the joining ones after the running ones, in one state; then one position
-// further with the tokens they were fed.
+// further with the tokens they were fed. Joining rows go into the running state's reserved rows
+// when they fit there (nothing else moves); else the state is made again, compacted, with room for
+// max_sequences rows and a context's more positions.
 void ContinuousGeneration::advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>> joined,
-                                   const std::vector<bool>& keep, std::vector<int32_t> fed) {
+                                   const std::vector<bool>& keep) {
   const size_t running = rows_.size();
+  std::vector<int32_t> fed;
+  const auto feed = [&](const std::vector<std::unique_ptr<Sequence>>& seqs) {
+    for (const auto& s : seqs) fed.push_back(s->last_token);
+  };
   keep_only(model_, state_, rows_, kept_rows(keep, 0, running));
   keep_only(model_, joining, joined, kept_rows(keep, running, joined.size()));
   if (!joined.empty()) {
     // A row that chose its p-th token feeds budget - p tokens from now on (this one included; the
     // last token is never fed): the columns it needs after the longest row's.
-    int64_t new_positions = 0;
-    for (const auto* list : {&rows_, &joined})
-      for (const auto& s : *list) new_positions = std::max(new_positions, s->budget() - s->produced);
-    state_ = model_.join(std::move(state_), std::move(joining), new_positions);
+    const auto most_needed = [](const std::vector<std::unique_ptr<Sequence>>& seqs) {
+      int64_t n = 0;
+      for (const auto& s : seqs) n = std::max(n, s->budget() - s->produced);
+      return n;
+    };
+    if (rows_.empty() || !model_.append(state_, joining, most_needed(joined))) {
+      state_ = model_.join(std::move(state_), std::move(joining), std::max(most_needed(rows_), most_needed(joined)),
+                           max_sequences_, model_.config().max_seq_length);
+      ++rebuilds_;
+    } else {
+      ++appends_;
+    }
     for (auto& s : joined) rows_.push_back(std::move(s));
   }
   if (rows_.empty()) {
@@ -163,6 +188,7 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
     logits_ = Tensor();
     return;
   }
+  feed(rows_);
   const int64_t n = static_cast<int64_t>(fed.size());
   logits_ = on_host(model_.step(Tensor::from_ids(Dims{n}, fed), state_));
 }
@@ -182,10 +208,9 @@ std::vector<SequenceEvent> ContinuousGeneration::step() {
       joined_logits = on_host(model_.prefill(prompts, 0, joining));
     }
     std::vector<bool> keep;
-    std::vector<int32_t> fed;
-    choose_tokens(logits_, rows_, keep, fed, events);
-    choose_tokens(joined_logits, joined, keep, fed, events);
-    advance(std::move(joining), std::move(joined), keep, std::move(fed));
+    choose_tokens(logits_, rows_, keep, events);
+    choose_tokens(joined_logits, joined, keep, events);
+    advance(std::move(joining), std::move(joined), keep);
   } catch (...) {
     clear();
     throw;

@@ -2,10 +2,17 @@
 // join a running batch at any step and leave it when they end, each with its own options.
 //
 // Each step() first reads the prompts of the sequences that wait (as many as there is room for, in
-// one prefill, left-padded to the longest of them) and joins them to the running batch
-// (models::CausalLM::join: rows keep their keys and positions, the padding is made again), then
+// one prefill, left-padded to the longest of them) and joins them to the running batch, then
 // chooses one token for every running sequence and runs the model one position further. A sequence
 // leaves at EOS, at its token budget or when cancelled; rows that leave cost nothing afterwards.
+//
+// One key/value state holds the running rows, right-aligned (they all end at one column, each left-
+// padded as far as it needs). Joining rows are copied into its reserved rows (CausalLM::append:
+// nothing else moves) when their prompts are no longer than its columns and their budgets fit its
+// capacity; otherwise the state is made again (CausalLM::join), compacted to the longest row, with
+// room for max_sequences rows and a context's more positions. Rows that leave are replaced by the
+// last ones (one row copied each). So a join costs the joining rows' keys, and the state's width
+// stays within three contexts however long it runs.
 //
 // A sequence's tokens are those decoding::generate gives its prompt with the same options: the same
 // prompt fitting (fit_prompt), greedy or the draw keyed by (seed, key, index of the new token), the
@@ -67,21 +74,26 @@ class ContinuousGeneration {
   bool empty() const { return running() == 0 && waiting() == 0; }
   size_t running() const;
   size_t waiting() const;
-  // The most positions any running row's keys take (padding included): the cache's width.
+  // The positions the running rows' keys take (padding included): the cache's width.
   int64_t cache_length() const;
+  // How joining sequences got into the running batch: into its reserved rows in place, or by making
+  // the state again (the running rows copied, compacted).
+  int64_t appends() const { return appends_; }
+  int64_t rebuilds() const { return rebuilds_; }
 
  private:
   struct Sequence;
   std::vector<std::unique_ptr<Sequence>> admit(std::vector<SequenceEvent>& events);
   void choose_tokens(const Tensor& logits, std::vector<std::unique_ptr<Sequence>>& rows, std::vector<bool>& keep,
-                     std::vector<int32_t>& fed, std::vector<SequenceEvent>& events) const;
+                     std::vector<SequenceEvent>& events) const;
   void advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>> joined,
-               const std::vector<bool>& keep, std::vector<int32_t> fed);
+               const std::vector<bool>& keep);
   void clear();
 
   const models::CausalLM& model_;
   int64_t max_sequences_, max_prefill_tokens_;
   uint64_t next_id_ = 1;
+  int64_t appends_ = 0, rebuilds_ = 0;
   std::vector<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> rows_;  // row i of state_
   models::GenerationState state_;

@@ -236,23 +236,38 @@ void place_rows(Tensor& into, const Tensor& from, int64_t row, int64_t rows, int
 }
 }  // namespace
 
-GenerationState CausalLM::join(GenerationState first, GenerationState second, int64_t new_positions) const {
-  QKV_CHECK(new_positions >= 0, "join: " << new_positions << " new positions");
+namespace {
+// 0 on each row's left padding, 1 after: (N, capacity), built on the host.
+Tensor key_keep_of(const std::vector<int64_t>& padding, int64_t capacity, Device on) {
+  const int64_t N = static_cast<int64_t>(padding.size());
+  Tensor keep = Tensor::zeros(Dims{N, capacity}, DType::I32);
+  for (int64_t i = 0; i < N; ++i)
+    std::fill(keep.i32() + i * capacity + padding[static_cast<size_t>(i)], keep.i32() + (i + 1) * capacity, 1);
+  return keep.to(on);
+}
+}  // namespace
+
+GenerationState CausalLM::join(GenerationState first, GenerationState second, int64_t new_positions,
+                               int64_t reserve_rows, int64_t reserve_positions) const {
+  QKV_CHECK(new_positions >= 0 && reserve_positions >= 0, "join: " << new_positions << " new positions, "
+                                                                   << reserve_positions << " reserved");
   std::vector<GenerationState*> parts;
   for (GenerationState* s : {&first, &second})
     if (s->rows() > 0) parts.push_back(s);
   GenerationState out;
   for (const GenerationState* s : parts)
     for (int64_t pad : s->padding) out.length = std::max(out.length, s->length - pad);
-  out.capacity = std::max<int64_t>(out.length + new_positions, 1);
+  out.capacity = std::max<int64_t>(out.length + new_positions + reserve_positions, 1);
   int64_t N = 0;
   for (const GenerationState* s : parts) N += s->rows();
   if (N == 0) return out;
-  Tensor keep = Tensor::zeros(Dims{N, out.capacity}, DType::I32);
   const int64_t H = config_.num_heads, dk = config_.d_model / H;
   const Device on = device();
   for (size_t l = 0; l < layers.size(); ++l) {
-    nn::KVCache c = nn::KVCache::with_capacity(N, H, out.capacity, dk, on);
+    out.reserved.push_back(nn::KVCache::with_capacity(std::max(N, reserve_rows), H, out.capacity, dk, on));
+    nn::KVCache c;
+    c.k = out.reserved.back().k.slice0(0, N);
+    c.v = out.reserved.back().v.slice0(0, N);
     c.length = out.length;
     out.layers.push_back(std::move(c));
   }
@@ -266,14 +281,42 @@ GenerationState CausalLM::join(GenerationState first, GenerationState second, in
       place_rows(out.layers[l].k, from.k, row, n, s->length, shift);
       place_rows(out.layers[l].v, from.v, row, n, s->length, shift);
     }
-    for (int64_t i = 0; i < n; ++i, ++row) {
-      const int64_t pad = s->padding[static_cast<size_t>(i)] + shift;
-      out.padding.push_back(pad);
-      std::fill(keep.i32() + row * out.capacity + pad, keep.i32() + (row + 1) * out.capacity, 1);
-    }
+    for (int64_t pad : s->padding) out.padding.push_back(pad + shift);
+    row += n;
   }
-  out.key_keep = keep.to(on);
+  out.key_keep = key_keep_of(out.padding, out.capacity, on);
   return out;
+}
+
+bool CausalLM::append(GenerationState& into, const GenerationState& more, int64_t new_positions) const {
+  const int64_t n = into.rows(), m = more.rows();
+  if (m == 0) return true;
+  if (into.reserved.empty() || n + m > into.reserved[0].k.size(0) || into.length + new_positions > into.capacity)
+    return false;
+  for (int64_t pad : more.padding)
+    if (more.length - pad > into.length) return false;
+  const int64_t shift = into.length - more.length;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    nn::KVCache& c = into.layers[l];
+    QKV_CHECK(!c.key_rows.defined() && !more.layers[l].key_rows.defined(), "append: a cache whose rows move by a map");
+    c.k = into.reserved[l].k.slice0(0, n + m);
+    c.v = into.reserved[l].v.slice0(0, n + m);
+    // Rows past n held sequences that left: their columns from `length` on were never written, and
+    // place_rows writes (or zeroes) every column before.
+    place_rows(c.k, more.layers[l].k, n, m, more.length, shift);
+    place_rows(c.v, more.layers[l].v, n, m, more.length, shift);
+  }
+  for (int64_t pad : more.padding) into.padding.push_back(pad + shift);
+  into.key_keep = key_keep_of(into.padding, into.capacity, device());
+  return true;
+}
+
+void CausalLM::keep_rows(GenerationState& st, const std::vector<int64_t>& rows) const {
+  for (nn::KVCache& c : st.layers) c.reorder_copying(rows);
+  st.key_keep = ops::gather_rows(st.key_keep, rows);
+  std::vector<int64_t> padding;
+  for (int64_t r : rows) padding.push_back(st.padding[static_cast<size_t>(r)]);
+  st.padding = std::move(padding);
 }
 
 }  // namespace qkv::models

@@ -45,6 +45,9 @@ struct GenerationState {
   std::vector<int64_t> padding;  // per row: left-padding length
   int64_t length = 0;            // cache positions used (padding included)
   int64_t capacity = 0;          // padded prompt length + new tokens, <= max_seq_length
+  // A state made by CausalLM::join with room for more rows: per layer, the whole key and value
+  // storage, whose first rows() rows the caches are views of. CausalLM::append fills the others.
+  std::vector<nn::KVCache> reserved;
   int64_t rows() const { return static_cast<int64_t>(padding.size()); }
 };
 
@@ -74,12 +77,25 @@ class CausalLM : public Model {
   Var step(const Tensor& tokens, GenerationState& state, std::vector<Tensor>* weights = nullptr) const;
   // Row i of the new state is row rows[i] of the old one (drop finished rows, beam reordering).
   void reorder(GenerationState& state, const std::vector<int64_t>& rows) const;
-  // The rows of `first` followed by the rows of `second` (e.g. a running batch and prompts just
-  // read: continuous batching) in one state. Every row keeps its tokens, keys and positions; only
-  // its left padding changes, so that all rows end at one column again, with as few columns as
-  // the longest row needs (the padding that rows which left had made is given back). The state
-  // holds `new_positions` more positions after that column. Either state may be empty.
-  GenerationState join(GenerationState first, GenerationState second, int64_t new_positions) const;
+  // Continuous batching (decoding/continuous_generation.h) keeps one state whose rows come and go:
+  //
+  // join: the rows of `first` followed by the rows of `second` (a running batch and prompts just
+  // read) in a new state. Every row keeps its tokens, keys and positions; only its left padding
+  // changes, so that all rows end at one column again, with as few columns as the longest row needs
+  // (the padding that rows which left had made is given back). The state holds `new_positions` more
+  // positions after that column, and storage for `reserve_rows` rows and `reserve_positions` more
+  // positions in all, for append(). Either state may be empty.
+  GenerationState join(GenerationState first, GenerationState second, int64_t new_positions,
+                       int64_t reserve_rows = 0, int64_t reserve_positions = 0) const;
+  // append: the rows of `more` added to `into` in place (into's reserved storage; nothing else
+  // moves), each right-aligned to into's last column; false (nothing changed) when that cannot be:
+  // no reserved room for the rows, a row longer than into's columns, or `new_positions` more
+  // positions past the capacity.
+  bool append(GenerationState& into, const GenerationState& more, int64_t new_positions) const;
+  // keep_rows: as reorder, but rows move by copying them within the storage (no map; a join()ed
+  // state keeps its reserved rows so). Drop-only orders that fill holes from the end copy one row
+  // per row dropped.
+  void keep_rows(GenerationState& state, const std::vector<int64_t>& rows) const;
 
   nn::Embedding& token_embedding;
   nn::Embedding* position_embedding = nullptr;          // learned positions
