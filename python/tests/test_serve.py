@@ -338,6 +338,31 @@ def test_completions_one_request_at_a_time_equal_the_batched_ones(lm_checkpoint,
         assert s.stop() == 0
 
 
+def test_completions_under_overload_are_answered_or_refused(lm_checkpoint, tmp_path):
+    s = Server(tmp_path, "--model", f"lm={lm_checkpoint}", "--max-queue", "4", "--max-concurrent-sequences", "4")
+    try:
+        requests = [dict(r, stream=False) for r in completion_requests()] * 3  # 72 requests, room for 4 waiting
+        expected = {i: complete(s, body) for i, body in enumerate(requests[:24])}
+
+        def ask(i: int):
+            status, r = s.post("/v1/completions", requests[i])
+            return i, status, r
+
+        with ThreadPoolExecutor(64) as pool:
+            answers = list(pool.map(ask, range(len(requests))))
+        statuses = {status for _, status, _ in answers}
+        assert statuses <= {200, 503} and 503 in statuses, statuses
+        for i, status, r in answers:
+            if status == 200:
+                assert [(c["text"], c["finish_reason"]) for c in r["choices"]] == expected[i % 24]
+            else:
+                assert r["error"]["code"] == "queue_full"
+        assert s.request("GET", "/health")[0] == 200
+        assert complete(s, requests[0]) == expected[0]
+    finally:
+        assert s.stop() == 0
+
+
 def test_api_key_and_overload(translation_checkpoint, data_dir, tmp_path):
     s = Server(tmp_path, "--model", f"mt={translation_checkpoint}", "--api-key", "sesame", "--max-queue", "2",
                "--max-batch-tokens", "1")
