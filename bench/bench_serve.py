@@ -8,11 +8,13 @@ same weights as a peer.
 
     bench/bench_serve.py [--qkv build/qkv] [--clients 32] [--requests 256] [--route translations|completions]
                          [--checkpoint DIR] [--threads 2] [--max-tokens 32] [--stream] [--rate R]
-                         [--no-ct2] [--venv build/bench-venv] [--compute-type float32]
+                         [--no-ct2] [--venv build/bench-venv] [--compute-type float32] [--shape small|tiny]
 
 Without --checkpoint it trains a small model of the route's family for a few steps on generated
-text (SentencePiece included), so the bench needs nothing but the qkv binary; the weights are
-nearly random, so a translation runs to its length limit, the same work in both modes. Completions
+text (SentencePiece included), so the bench needs nothing but the qkv binary: by default one of the
+Bible recipe's shape (--shape small: d 256, 4 + 4 layers, 8,000 pieces), or a smaller one for a quick
+look (--shape tiny); the weights are nearly random, so a translation runs to its length limit, the
+same work in every mode. Completions
 are sampled (a seed per request) so that their lengths vary as real ones do, and the same requests
 are sent to each server. The CTranslate2 peer needs the bench venv (bench/setup_peers.sh: ctranslate2,
 sentencepiece, fastapi, uvicorn); --no-ct2 leaves it out. Quote the CPU (lscpu) with the figures.
@@ -33,18 +35,40 @@ import urllib.request
 
 WORDS = ("the light was good and God divided the waters from the earth heaven day night said let there be made "
          "called morning evening firmament seas grass herb seed fruit tree kind stars signs seasons years").split()
+SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 
 
-def sentences(n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + " ." for _ in range(n)]
+def vocabulary(shape: str) -> list[str]:
+    """The words of the generated text: a few dozen (tiny), or about 9,000 made of syllables (small),
+    so that SentencePiece can make a vocabulary of 8,000 pieces, as a real corpus's."""
+    if shape == "tiny":
+        return WORDS
+    rng = random.Random(11)
+    words = sorted({"".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 4))) for _ in range(12000)})
+    rng.shuffle(words)
+    return words
 
 
-def train_model(qkv: str, route: str, work: str, threads: int) -> str:
-    text = sentences(2000, 1)
-    size = ["--d-model", "256", "--heads", "4", "--layers", "3", "--d-ff", "1024", "--threads", str(threads)]
-    # (a SentencePiece vocabulary as large as the generated text allows)
-    common = ["--spm-vocab", "360" if route == "translations" else "300", "--steps", "150", "--log-every", "150", "--lr", "2e-3", "--valid-every", "0", "--warmup", "5"]
+def sentences(n: int, seed: int, shape: str = "tiny") -> list[str]:
+    rng, words = random.Random(seed), vocabulary(shape)
+    # Zipf-like word frequencies, as text has.
+    weights = [1.0 / (r + 1) for r in range(len(words))]
+    return [" ".join(rng.choices(words, weights, k=rng.randint(4, 12))) + " ." for _ in range(n)]
+
+
+# Model shapes: tiny (quick), small (the Bible recipe's: d 256, 4 heads, 4 + 4 layers, d_ff 1024,
+# 8,000 pieces a side).
+SHAPES = {"tiny": (["--d-model", "256", "--heads", "4", "--layers", "3", "--d-ff", "1024"], 2000, {"translations": 360, "completions": 300}),
+          "small": (["--d-model", "256", "--heads", "4", "--layers", "4", "--d-ff", "1024"], 20000, {"translations": 8000, "completions": 8000})}
+
+
+def train_model(qkv: str, route: str, work: str, threads: int, shape: str = "tiny") -> str:
+    size, lines, vocab = SHAPES[shape]
+    text = sentences(lines, 1, shape)
+    size = [*size, "--threads", str(threads)]
+    steps = "150" if shape == "tiny" else "30"  # (the small shape's steps are slow, and change little)
+    common = ["--spm-vocab", str(vocab[route]), "--steps", steps, "--log-every", steps, "--lr", "2e-3", "--valid-every", "0",
+              "--warmup", "5"]
     if route == "translations":
         with open(os.path.join(work, "src.txt"), "w") as f:
             f.write("\n".join(s.upper() for s in text) + "\n")
@@ -226,12 +250,14 @@ def main() -> int:
     p.add_argument("--no-ct2", action="store_true", help="translations: without the CTranslate2 peer")
     p.add_argument("--venv", default="build/bench-venv", help="the peers' venv (bench/setup_peers.sh)")
     p.add_argument("--compute-type", default="float32", help="of qkv serve and the CTranslate2 peer")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="small",
+                   help="without --checkpoint: the model trained (small: the Bible recipe's shape, 8,000 pieces)")
     a = p.parse_args()
     if a.stream and a.route != "completions":
         p.error("--stream is for --route completions")
     with tempfile.TemporaryDirectory() as work:
-        checkpoint = a.checkpoint or train_model(a.qkv, a.route, work, a.threads)
-        texts = sentences(a.requests, 7)
+        checkpoint = a.checkpoint or train_model(a.qkv, a.route, work, a.threads, a.shape)
+        texts = sentences(a.requests, 7, a.shape)
         texts = [t.upper() for t in texts] if a.route == "translations" else [" ".join(t.split()[:4]) for t in texts]
         loop = f"an open loop at {a.rate} requests/s" if a.rate else f"{a.clients} clients in a closed loop"
         print(f"qkv serve, {a.route}{' (streamed)' if a.stream else ''}: {loop}, {a.requests} requests of one "
