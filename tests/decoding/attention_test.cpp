@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "decoding/small_causal_lm.h"
 #include "qkv/autograd/graph.h"
 #include "qkv/decoding/generate.h"
 #include "qkv/decoding/search.h"
@@ -189,16 +190,7 @@ TEST(DecodingAttention, OffByDefault) {
 }
 
 TEST(DecodingAttention, GenerationWeightsEqualAForwardPassOverTheTokensRead) {
-  models::TransformerConfig c = models::decoder_only_defaults();
-  c.src_vocab_size = c.tgt_vocab_size = 40;
-  c.d_model = 32;
-  c.num_heads = 4;
-  c.num_layers = 2;
-  c.d_ff = 64;
-  c.max_seq_length = 24;
-  c.dropout = 0.f;
-  c.eos_id = 3;
-  models::CausalLM m(c, 5);
+  models::CausalLM m(testing::small_config(3), 5);
   shake(m, 5, 0.6f);
   // Prompts of different lengths share a batch (left-padded); some rows may stop at EOS early.
   const std::vector<Tokens> prompts = {{2, 7, 9, 11}, {2}, {2, 30, 31, 5, 6, 8, 12, 13, 1}, {2, 17, 17}};

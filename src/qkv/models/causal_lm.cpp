@@ -212,12 +212,19 @@ Var CausalLM::step(const Tensor& tokens, GenerationState& st, std::vector<Tensor
   return fn::reshape(logits, Dims{N, config_.tgt_vocab_size});
 }
 
-void CausalLM::reorder(GenerationState& st, const std::vector<int64_t>& rows) const {
-  for (nn::KVCache& c : st.layers) c.reorder(rows);
+namespace {
+// Row i of the state's mask and padding become row rows[i]'s (the caches move on their own).
+void reorder_mask_and_padding(GenerationState& st, const std::vector<int64_t>& rows) {
   st.key_keep = ops::gather_rows(st.key_keep, rows);
   std::vector<int64_t> padding;
   for (int64_t r : rows) padding.push_back(st.padding[static_cast<size_t>(r)]);
   st.padding = std::move(padding);
+}
+}  // namespace
+
+void CausalLM::reorder(GenerationState& st, const std::vector<int64_t>& rows) const {
+  for (nn::KVCache& c : st.layers) c.reorder(rows);
+  reorder_mask_and_padding(st, rows);
 }
 
 namespace {
@@ -313,10 +320,7 @@ bool CausalLM::append(GenerationState& into, const GenerationState& more, int64_
 
 void CausalLM::keep_rows(GenerationState& st, const std::vector<int64_t>& rows) const {
   for (nn::KVCache& c : st.layers) c.reorder_copying(rows);
-  st.key_keep = ops::gather_rows(st.key_keep, rows);
-  std::vector<int64_t> padding;
-  for (int64_t r : rows) padding.push_back(st.padding[static_cast<size_t>(r)]);
-  st.padding = std::move(padding);
+  reorder_mask_and_padding(st, rows);
 }
 
 }  // namespace qkv::models
