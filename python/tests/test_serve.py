@@ -245,6 +245,7 @@ def test_models_and_metrics(server):
     counted = [line for line in text.splitlines() if line.startswith('qkv_requests_total{route="/v1/embeddings",status="200"}')]
     assert counted and int(counted[0].split()[-1]) >= 1
     assert 'qkv_queue_length{model="enc"} 0' in text and "qkv_batch_requests_count" in text
+    assert 'qkv_running_sequences{model="lm"} 0' in text and 'qkv_running_sequences{model="enc"}' not in text
 
 
 def test_concurrent_clients_get_what_the_cli_gives_and_requests_share_batches(server, translation_checkpoint,

@@ -299,6 +299,14 @@ int run_serve(const ServeCliOptions& o) {
     for (const std::string& n : st.order) out.emplace_back(n, static_cast<double>(st.models.at(n)->queue_length()));
     return out;
   });
+  st.metrics.gauge("qkv_running_sequences", "Completion rows each decoder-only model is generating (continuous batching).",
+                   [&st] {
+                     std::vector<std::pair<std::string, double>> out;
+                     for (const std::string& n : st.order)
+                       if (st.models.at(n)->family() == serve::Family::DecoderOnly)
+                         out.emplace_back(n, static_cast<double>(st.models.at(n)->running_sequences()));
+                     return out;
+                   });
   st.ready = true;
   std::fprintf(stderr, "qkv serve: ready: %zu model%s\n", st.order.size(), st.order.size() == 1 ? "" : "s");
   listener.join();  // returns once a signal stopped the server and its HTTP threads finished

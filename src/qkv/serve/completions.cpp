@@ -31,6 +31,7 @@ void ModelSlot::generation_loop() {
   Rows rows;
   for (;;) {
     std::vector<std::shared_ptr<Job>> completions, scores;
+    running_sequences_ = static_cast<int64_t>(rows.size());
     if (!take_jobs(!rows.empty(), rows.size(), completions, scores)) break;
     if (!scores.empty()) run(scores);
     for (const auto& job : completions) start_completion(gen, rows, job);
@@ -50,6 +51,7 @@ void ModelSlot::generation_loop() {
     for (const auto& e : events) on_event(gen, rows, e);
   }
   fail_rows(rows, HttpError(503, "server_error", "the server is shutting down", "", "shutting_down"));
+  running_sequences_ = 0;
 }
 
 bool ModelSlot::take_jobs(bool generating, size_t rows_started, std::vector<std::shared_ptr<Job>>& completions,

@@ -71,6 +71,8 @@ class ModelSlot {
   Family family() const { return family_; }
   bool has_labels() const;
   int64_t queue_length() const;
+  // Completion rows being generated (decoder-only models; 0 for the others).
+  int64_t running_sequences() const { return running_sequences_.load(); }
 
   // Each blocks its caller until the answer (a JSON body) or an HttpError: 400 for an input the
   // model cannot take (naming it), 413 past max_input_tokens, 503 when the queue is full, 504 past
@@ -151,6 +153,7 @@ class ModelSlot {
   bool stopping_ = false;
   bool abandon_ = false;      // past the drain timeout: in-flight generations end with 503
   bool worker_done_ = false;  // the worker has returned
+  std::atomic<int64_t> running_sequences_{0};
   std::thread worker_;
 };
 
