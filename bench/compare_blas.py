@@ -92,12 +92,15 @@ def main():
     flops = {line.split("\t")[0]: 2.0 * int(line.split("\t")[1]) * int(line.split("\t")[2]) * int(line.split("\t")[3])
              for line in shapes.strip().splitlines()}
     venv = os.path.join(ROOT, "build", "bench-venv", "bin", "python")
-    results = {name: [] for name in list(binaries) + (["PyTorch (MKL)"] if os.path.exists(venv) else [])}
+    with_torch = os.path.exists(venv) and subprocess.run([venv, "-c", "import torch"], capture_output=True).returncode == 0
+    if os.path.exists(venv) and not with_torch:
+        print(f"PyTorch: {venv} has no torch (bench/setup_peers.sh installs it), skipped", file=sys.stderr)
+    results = {name: [] for name in list(binaries) + (["PyTorch (MKL)"] if with_torch else [])}
     for rnd in range(a.rounds):
         for name, exe in binaries.items():
             results[name].append(parse(subprocess.run([exe, "--reps", str(a.reps)] + only, env=env,
                                                       capture_output=True, text=True, check=True).stdout))
-        if os.path.exists(venv):
+        if with_torch:
             r = subprocess.run([venv, "-c", TORCH_RUNNER, str(a.threads), str(a.reps)], input=shapes, env=env,
                                capture_output=True, text=True)
             if r.returncode != 0:
