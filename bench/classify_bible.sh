@@ -48,13 +48,13 @@ rm -rf "$OUT/mlm" "$OUT/cls"
 # README.md's commands.
 echo "== masked-LM pretraining (budget $MLM_BUDGET, $THREADS threads, vocabulary $VOCAB${LINES:+, about $LINES verses of each split})"
 "$QKV" train --arch encoder-only --objective mlm --text "$IN/train.txt" --valid-text "$IN/dev.txt" \
-  --out "$OUT/mlm" --spm-vocab "$VOCAB" --d-model 128 --heads 4 --layers 4 --d-ff 512 --block-size 128 --batch 32 \
+  --output-dir "$OUT/mlm" --spm-vocab "$VOCAB" --d-model 128 --heads 4 --layers 4 --d-ff 512 --block-size 128 --batch-size 32 \
   --lr 1e-3 --warmup 300 --valid-every "$VALID_EVERY" --time-budget "$MLM_BUDGET" --threads "$THREADS" 2> "$OUT/mlm.log"
 INIT="$OUT/mlm/best"
 [ -d "$INIT" ] || INIT="$OUT/mlm/last"  # no validation ran
 echo "== fine-tuning from $INIT (budget $CLS_BUDGET)"
 "$QKV" train --arch encoder-only --objective classify --labelled "$IN/train.tsv" \
-  --valid-labelled "$IN/dev.tsv" --init "$INIT" --out "$OUT/cls" --block-size 128 --batch 32 \
+  --valid-labelled "$IN/dev.tsv" --init "$INIT" --output-dir "$OUT/cls" --block-size 128 --batch-size 32 \
   --lr 3e-4 --warmup 100 --valid-every "$VALID_EVERY" --time-budget "$CLS_BUDGET" --threads "$THREADS" 2> "$OUT/cls.log"
 echo "machine after training: $(sgemm_ceiling)"
 MODEL="$OUT/cls/best"

@@ -39,8 +39,8 @@ echo "== training (budget $BUDGET, $THREADS threads, vocabulary $VOCAB${LINES:+,
 rm -rf "$OUT/lm"
 start=$(date +%s)
 # README.md's command.
-"$QKV" train --arch decoder-only --text "$TEXT/train.en" --valid-text "$TEXT/dev.en" --out "$OUT/lm" \
-  --spm-vocab "$VOCAB" --d-model 256 --heads 4 --layers 4 --d-ff 1024 --block-size 128 --batch 16 \
+"$QKV" train --arch decoder-only --text "$TEXT/train.en" --valid-text "$TEXT/dev.en" --output-dir "$OUT/lm" \
+  --spm-vocab "$VOCAB" --d-model 256 --heads 4 --layers 4 --d-ff 1024 --block-size 128 --batch-size 16 \
   --lr 1e-3 --warmup 500 --valid-every "$VALID_EVERY" --time-budget "$BUDGET" --threads "$THREADS" 2> "$OUT/train.log"
 train_seconds=$(( $(date +%s) - start ))
 echo "machine after training: $(sgemm_ceiling)"

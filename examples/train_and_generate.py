@@ -37,8 +37,8 @@ def main() -> int:
     if not args.text:
         made_up_text(text)
 
-    trainer = qkv.Trainer(arch="decoder-only", text=str(text), valid_text=str(text), out=str(out),
-                          steps=args.steps, valid_every=50, log_every=10, spm_vocab=320, block_size=32, batch=8,
+    trainer = qkv.Trainer(arch="decoder-only", text=str(text), valid_text=str(text), output_dir=str(out),
+                          steps=args.steps, valid_every=50, log_every=10, spm_vocab=320, block_size=32, batch_size=8,
                           d_model=32, heads=2, layers=2, d_ff=64, lr=3e-3, warmup=20)
 
     def show(m: dict) -> None:
@@ -53,7 +53,7 @@ def main() -> int:
     generator = qkv.Generator(result["last_checkpoint"])
     print("greedy:  ", generator.generate("in the beginning", max_new_tokens=12))
     print("streamed:", end=" ", flush=True)
-    for piece in generator.generate("the earth", max_new_tokens=12, sample=True, seed=1, stream=True):
+    for piece in generator.generate("the earth", max_new_tokens=12, do_sample=True, seed=1, stream=True):
         print(piece, end="", flush=True)
     print()
 
