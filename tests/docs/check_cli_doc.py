@@ -93,6 +93,7 @@ def main() -> int:
     ap.add_argument("--qkv", required=True)
     ap.add_argument("--doc", required=True)
     a = ap.parse_args()
+    a.qkv = str(Path(a.qkv).resolve())  # a bare name would be looked up on PATH
     doc = Path(a.doc).read_text(encoding="utf-8")
     sections = doc_sections(doc)
     problems = []

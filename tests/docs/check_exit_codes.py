@@ -80,6 +80,7 @@ def main() -> int:
     ap.add_argument("--qkv", required=True)
     ap.add_argument("--doc", required=True)
     a = ap.parse_args()
+    a.qkv = str(Path(a.qkv).resolve())  # a bare name would be looked up on PATH
     doc = Path(a.doc).read_text(encoding="utf-8")
     table = doc.split("## Errors and exit codes", 1)[1].split("\n## ", 1)[0]
     statuses = re.findall(r"^\| (\d+) \|", table, re.M)
@@ -102,6 +103,8 @@ def main() -> int:
         expect(["--help"], 0, "help")
         expect(["--version"], 0, "version")
         expect([], 2, "a bare qkv")
+        expect(["train", "--arch", "decoder-only", "--text", f"{tmp}/bad.json"], 2, "a text run without --output-dir",
+               usage_of="qkv train")
         for c in commands(a.qkv):
             expect([c, "--help"], 0, "help")
             expect([c, "--no-such-flag"], 2, "an unknown flag", usage_of=f"qkv {c}")

@@ -433,10 +433,18 @@ void check_flag_combinations(const TrainRequest& o) {
                  "nothing to train on: give --src FILE --tgt FILE (or --tsv FILE), or --synthetic");
 }
 
+// A text run writes OUTPUT_DIR/last, best/ and metrics.jsonl, so it needs the directory (a resumed
+// run has its own; a synthetic run saves only where asked).
+void check_output_dir(const TrainRequest& o) {
+  QKV_CHECK_ARGS(o.synthetic || !o.out.empty() || !o.resume.empty(),
+                 "give --output-dir DIR: a text run writes its checkpoints (last/, best/) and metrics.jsonl there");
+}
+
 TrainResult dispatch(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
   // The writer holds the checkpoint it writes for the whole run (io/checkpoint_lock.h); a refusal
   // on rank 0 reaches the other ranks as any failure while preparing does (run_training).
   check_flag_combinations(o);
+  check_output_dir(o);
   const std::string last = last_checkpoint_dir(o);
   std::optional<io::CheckpointLock> lock;
   if (!last.empty() && writer(o)) lock.emplace(last);
