@@ -1,7 +1,7 @@
 """Train a small GPT-style language model from Python, watch it learn, generate from it, and draw
 its training curves.
 
-    PYTHONPATH=build/python python3 examples/train_and_generate.py --text corpus.txt --out runs/lm
+    PYTHONPATH=build/python python3 examples/train_and_generate.py --text corpus.txt --output-dir runs/lm
 
 Without --text, a small text is made up here so the example runs anywhere in under a minute.
 """
@@ -27,11 +27,11 @@ def made_up_text(path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--text", help="training text, one sentence a line (default: made up)")
-    parser.add_argument("--out", default="runs/example-lm", help="run directory")
+    parser.add_argument("--output-dir", "--out", dest="output_dir", default="runs/example-lm", help="run directory (--out: the older name)")
     parser.add_argument("--steps", type=int, default=150)
     args = parser.parse_args()
 
-    out = Path(args.out)
+    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = Path(args.text) if args.text else out / "text.txt"
     if not args.text:
