@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The padding figures of README.md's `qkv train` row (and docs/performance.md, "Batches sorted by
+# The padding figures of docs/cli.md's `qkv train` section (and docs/performance.md, "Batches sorted by
 # their longer side"): on the Bible corpus with translate_bible.sh's model and batches of <= 6000
 # tokens, batches sorted by the longer side of each pair (qkv's order) against fairseq's
 # source-then-target order: the share of padding cells on each side (what `qkv train` prints at its

@@ -17,7 +17,7 @@ DATA=data/bible
 QKV=build/qkv
 THREADS=${QKV_THREADS:-$(nproc)}
 AVERAGE=${AVERAGE:-3}  # validation checkpoints averaged into OUT/average
-VOCAB=${VOCAB:-4000}   # joint SentencePiece pieces (README: 4000 costs as little per epoch as 8000, fewer rare pieces)
+VOCAB=${VOCAB:-4000}   # joint SentencePiece pieces (docs/runs.md: 4000 costs as little per epoch as 8000, fewer rare pieces)
 # The learning rate warms up for 800 steps, then falls linearly to 0 at step STEPS, or with STEPS=0
 # (the default) at the step that the pace of the warm-up says fits BUDGET on this machine (qkv train
 # prints it). SCHEDULE=inverse_sqrt LR=8e-4 is the recipe of the earlier runs.
