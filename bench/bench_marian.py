@@ -215,7 +215,7 @@ def main():
         tp.run_child(me + ["--peer", "make"])
     ckpt = os.path.join(a.work, "qkv")
     if not os.path.exists(os.path.join(ckpt, "model.safetensors")):
-        tp.run_child([a.qkv, "import", "--from", "hf", os.path.join(a.work, "hf"), "--out", ckpt])
+        tp.run_child([a.qkv, "import", "--from", "hf", os.path.join(a.work, "hf"), "--output-dir", ckpt])
 
     VOCAB = vocab_size(a)
     PAD = VOCAB - 1
@@ -236,7 +236,7 @@ def main():
     secs = {p: [] for p in peers}
     for r in range(a.runs):
         for p, t in zip(ours, types):
-            run = tp.run_child([a.qkv, "translate", "--checkpoint", ckpt, "--ids", "--input", src, "--beam", str(a.beam),
+            run = tp.run_child([a.qkv, "translate", "--checkpoint", ckpt, "--ids", "--input", src, "--beam-size", str(a.beam),
                                 "--batch-size", str(a.batch_size), "--threads", str(a.threads), "--max-length-ratio",
                                 "0", "--max-length-offset", str(a.limit), "--compute-type", t], out[p])
             secs[p].append(tp.qkv_summary_seconds(run.stderr))

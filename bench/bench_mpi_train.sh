@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel training on the Bible translation model (issue 13): 2 MPI ranks x 1 thread against
-# 1 process x 2 threads and 1 process x 1 thread, same global batch (--max-tokens 6000), same
+# 1 process x 2 threads and 1 process x 1 thread, same global batch (--max-batch-tokens 6000), same
 # model as bench/translate_bible.sh. Prints target tokens/s (steps after the first log window),
 # the scaling efficiency of the 2 ranks (tokens/s over 2x one thread's) and rank 0's all-reduce
 # report (bytes per step, seconds per step spent after backward).
@@ -16,13 +16,13 @@ QKV=build/qkv
 LOG=${LOG:-4}
 [ -x "$QKV" ] || { echo "build qkv first (see README.md)"; exit 1; }
 [ -f "$DATA/train.es" ] || python3 scripts/prepare_bible_corpus.py --out "$DATA"
-MODEL=(--src "$DATA/train.es" --tgt "$DATA/train.en" --spm-vocab 8000 --max-len 160 --d-model 256 --heads 4
+MODEL=(--src "$DATA/train.es" --tgt "$DATA/train.en" --spm-vocab 8000 --max-seq-length 160 --d-model 256 --heads 4
        --layers 4 --d-ff 1024 --dropout 0.1 --schedule inverse_sqrt --lr 8e-4 --warmup 800 --label-smoothing 0.1
-       --clip-norm 1.0 --max-tokens 6000 --valid-every 0 --log-every "$LOG")
+       --clip-norm 1.0 --max-batch-tokens 6000 --valid-every 0 --log-every "$LOG")
 mkdir -p "$OUT"
 # One vocabulary for all runs (a run reuses OUT/spm.model when it exists).
 if [ ! -f "$OUT/spm.model" ]; then
-  "$QKV" train "${MODEL[@]}" --steps 1 --out "$OUT/vocab" --threads 2 2> "$OUT/vocab.log"
+  "$QKV" train "${MODEL[@]}" --steps 1 --output-dir "$OUT/vocab" --threads 2 2> "$OUT/vocab.log"
   cp "$OUT/vocab/spm.model" "$OUT/vocab/spm.vocab" "$OUT/"
 fi
 fresh() { rm -rf "$1"; mkdir -p "$1"; cp "$OUT/spm.model" "$OUT/spm.vocab" "$1/"; }
@@ -39,11 +39,11 @@ print(f"{tok / sec:.0f} {sec / (len(rows) * int(sys.argv[2])):.2f}")
 PY
 }
 
-fresh "$OUT/p1t1"; "$QKV" train "${MODEL[@]}" --out "$OUT/p1t1" --threads 1 2> "$OUT/p1t1.log"
-fresh "$OUT/p1t2"; "$QKV" train "${MODEL[@]}" --out "$OUT/p1t2" --threads 2 2> "$OUT/p1t2.log"
-fresh "$OUT/r2t1"; mpirun --allow-run-as-root --oversubscribe -np 2 "$QKV" train "${MODEL[@]}" --out "$OUT/r2t1" \
+fresh "$OUT/p1t1"; "$QKV" train "${MODEL[@]}" --output-dir "$OUT/p1t1" --threads 1 2> "$OUT/p1t1.log"
+fresh "$OUT/p1t2"; "$QKV" train "${MODEL[@]}" --output-dir "$OUT/p1t2" --threads 2 2> "$OUT/p1t2.log"
+fresh "$OUT/r2t1"; mpirun --allow-run-as-root --oversubscribe -np 2 "$QKV" train "${MODEL[@]}" --output-dir "$OUT/r2t1" \
   --threads 1 2> "$OUT/r2t1.log"
-fresh "$OUT/r2t1n"; mpirun --allow-run-as-root --oversubscribe -np 2 "$QKV" train "${MODEL[@]}" --out "$OUT/r2t1n" \
+fresh "$OUT/r2t1n"; mpirun --allow-run-as-root --oversubscribe -np 2 "$QKV" train "${MODEL[@]}" --output-dir "$OUT/r2t1n" \
   --threads 1 --no-overlap 2> "$OUT/r2t1n.log"
 
 read -r t11 s11 < <(rate "$OUT/p1t1/metrics.jsonl")

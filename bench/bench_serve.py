@@ -74,14 +74,14 @@ def train_model(qkv: str, route: str, work: str, threads: int, shape: str = "tin
             f.write("\n".join(s.upper() for s in text) + "\n")
         with open(os.path.join(work, "tgt.txt"), "w") as f:
             f.write("\n".join(text) + "\n")
-        args = ["train", "--src", f"{work}/src.txt", "--tgt", f"{work}/tgt.txt", "--max-len", "64",
-                "--max-tokens", "2000"]
+        args = ["train", "--src", f"{work}/src.txt", "--tgt", f"{work}/tgt.txt", "--max-seq-length", "64",
+                "--max-batch-tokens", "2000"]
     else:
         with open(os.path.join(work, "text.txt"), "w") as f:
             f.write("\n".join(text) + "\n")
-        args = ["train", "--arch", "decoder-only", "--text", f"{work}/text.txt", "--block-size", "128", "--batch", "8"]
+        args = ["train", "--arch", "decoder-only", "--text", f"{work}/text.txt", "--block-size", "128", "--batch-size", "8"]
     out = os.path.join(work, "run")
-    subprocess.run([qkv, *args, "--out", out, *common, *size], check=True, capture_output=True)
+    subprocess.run([qkv, *args, "--output-dir", out, *common, *size], check=True, capture_output=True)
     return os.path.join(out, "last")
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The encoder-only run of README.md's "Encoder-only: classifying Bible verses by book group": labels
+# The encoder-only run of docs/runs.md's "Encoder-only: classifying Bible verses by book group": labels
 # the KJV verses by book group (scripts/prepare_bible_classes.py), pretrains a small BERT with the
 # masked-LM objective under a wall-clock budget, fine-tunes it as a classifier under another, labels
-# the test verses with `qkv classify`, and prints the figures the README quotes: test accuracy and
+# the test verses with `qkv classify`, and prints the figures docs/runs.md quotes: test accuracy and
 # macro-F1, the F1 of each class, and the score of always answering the largest class.
 #
 # Usage: [LINES=N] [VOCAB=8000] [VALID_EVERY=200] bench/classify_bible.sh [MLM_BUDGET] [CLS_BUDGET] [OUT]
-#        (default: 12m, 10m, runs/bible-classes; README: accuracy 0.639, macro-F1 0.466 with those budgets)
+#        (default: 12m, 10m, runs/bible-classes; docs/runs.md: accuracy 0.639, macro-F1 0.466 with those budgets)
 # LINES=N keeps about N verses of each split (train, dev, test), evenly spaced: with a small VOCAB,
 # VALID_EVERY and budgets it checks the script end to end in a minute, e.g.
 #   LINES=1500 VOCAB=500 VALID_EVERY=10 bench/classify_bible.sh 15s 15s runs/bible-classes-tiny
@@ -45,16 +45,16 @@ sgemm_ceiling() {
 }
 echo "machine before training: $(sgemm_ceiling)"
 rm -rf "$OUT/mlm" "$OUT/cls"
-# README.md's commands.
+# docs/runs.md's commands.
 echo "== masked-LM pretraining (budget $MLM_BUDGET, $THREADS threads, vocabulary $VOCAB${LINES:+, about $LINES verses of each split})"
 "$QKV" train --arch encoder-only --objective mlm --text "$IN/train.txt" --valid-text "$IN/dev.txt" \
-  --out "$OUT/mlm" --spm-vocab "$VOCAB" --d-model 128 --heads 4 --layers 4 --d-ff 512 --block-size 128 --batch 32 \
+  --output-dir "$OUT/mlm" --spm-vocab "$VOCAB" --d-model 128 --heads 4 --layers 4 --d-ff 512 --block-size 128 --batch-size 32 \
   --lr 1e-3 --warmup 300 --valid-every "$VALID_EVERY" --time-budget "$MLM_BUDGET" --threads "$THREADS" 2> "$OUT/mlm.log"
 INIT="$OUT/mlm/best"
 [ -d "$INIT" ] || INIT="$OUT/mlm/last"  # no validation ran
 echo "== fine-tuning from $INIT (budget $CLS_BUDGET)"
 "$QKV" train --arch encoder-only --objective classify --labelled "$IN/train.tsv" \
-  --valid-labelled "$IN/dev.tsv" --init "$INIT" --out "$OUT/cls" --block-size 128 --batch 32 \
+  --valid-labelled "$IN/dev.tsv" --init "$INIT" --output-dir "$OUT/cls" --block-size 128 --batch-size 32 \
   --lr 3e-4 --warmup 100 --valid-every "$VALID_EVERY" --time-budget "$CLS_BUDGET" --threads "$THREADS" 2> "$OUT/cls.log"
 echo "machine after training: $(sgemm_ceiling)"
 MODEL="$OUT/cls/best"

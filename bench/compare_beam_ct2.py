@@ -42,7 +42,7 @@ def lines(rows):
 
 
 def qkv_beam(qkv, ckpt, sources, beam, penalty, limit):
-    out = run([qkv, "translate", "--checkpoint", ckpt, "--ids", "--beam", str(beam), "--length-penalty", str(penalty),
+    out = run([qkv, "translate", "--checkpoint", ckpt, "--ids", "--beam-size", str(beam), "--length-penalty", str(penalty),
                "--max-length-ratio", "0", "--max-length-offset", str(limit), "--quiet"], input=lines(sources))
     return [[int(x) for x in line.split()] for line in out.splitlines()]
 
@@ -63,7 +63,7 @@ def compare(args, name, refs_file, tmp):
     hf = os.path.join(args.refs, name)
     ct2_dir, ckpt = os.path.join(tmp, name + "_ct2"), os.path.join(tmp, name + "_qkv")
     ctranslate2.converters.TransformersConverter(hf).convert(ct2_dir, force=True)
-    run([args.qkv, "import", "--from", "hf", hf, "--out", ckpt])
+    run([args.qkv, "import", "--from", "hf", hf, "--output-dir", ckpt])
     with open(os.path.join(ct2_dir, "shared_vocabulary.json")) as f:
         vocab = json.load(f)
     with open(os.path.join(ckpt, "config.json")) as f:

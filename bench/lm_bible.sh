@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The language model of README.md's "Language model: the Bible's English side": a small GPT trained
+# The language model of docs/runs.md's "Language model: the Bible's English side": a small GPT trained
 # on the English side of the Bible corpus under a wall-clock budget, then its held-out perplexity on
 # John (`qkv score --text`, float32 and --quantize int8) and a greedy continuation. Prints the figures
-# the README quotes: the dev perplexity by validation, the steps done, the test perplexity.
+# docs/runs.md quotes: the dev perplexity by validation, the steps done, the test perplexity.
 #
 # Usage: [LINES=N] [VOCAB=8000] [VALID_EVERY=500] bench/lm_bible.sh [BUDGET] [OUT]
-#        (default: 30m, runs/bible-lm; README: 30m gave test perplexity 69.7, 60m gave 49.7)
+#        (default: 30m, runs/bible-lm; docs/runs.md: 30m gave test perplexity 69.7, 60m gave 49.7)
 # LINES=N trains on the first N training verses and scores the first N of dev and test: with a
 # small VOCAB, VALID_EVERY and BUDGET it checks the script end to end in a minute, e.g.
 #   LINES=2000 VOCAB=500 VALID_EVERY=20 bench/lm_bible.sh 20s runs/bible-lm-tiny
@@ -38,9 +38,9 @@ echo "machine before training: $(sgemm_ceiling)"
 echo "== training (budget $BUDGET, $THREADS threads, vocabulary $VOCAB${LINES:+, the first $LINES lines})"
 rm -rf "$OUT/lm"
 start=$(date +%s)
-# README.md's command.
-"$QKV" train --arch decoder-only --text "$TEXT/train.en" --valid-text "$TEXT/dev.en" --out "$OUT/lm" \
-  --spm-vocab "$VOCAB" --d-model 256 --heads 4 --layers 4 --d-ff 1024 --block-size 128 --batch 16 \
+# docs/runs.md's command.
+"$QKV" train --arch decoder-only --text "$TEXT/train.en" --valid-text "$TEXT/dev.en" --output-dir "$OUT/lm" \
+  --spm-vocab "$VOCAB" --d-model 256 --heads 4 --layers 4 --d-ff 1024 --block-size 128 --batch-size 16 \
   --lr 1e-3 --warmup 500 --valid-every "$VALID_EVERY" --time-budget "$BUDGET" --threads "$THREADS" 2> "$OUT/train.log"
 train_seconds=$(( $(date +%s) - start ))
 echo "machine after training: $(sgemm_ceiling)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The padding figures of README.md's `qkv train` row (and docs/performance.md, "Batches sorted by
+# The padding figures of docs/cli.md's `qkv train` section (and docs/performance.md, "Batches sorted by
 # their longer side"): on the Bible corpus with translate_bible.sh's model and batches of <= 6000
 # tokens, batches sorted by the longer side of each pair (qkv's order) against fairseq's
 # source-then-target order: the share of padding cells on each side (what `qkv train` prints at its
@@ -30,14 +30,14 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 [ -f "$DATA/train.es" ] || python3 scripts/prepare_bible_corpus.py --out "$DATA"
 # translate_bible.sh's model and batches; the schedule does not depend on --steps, so that each
 # resume may go further.
-MODEL=(--src "$DATA/train.es" --tgt "$DATA/train.en" --threads "$THREADS" --spm-vocab 4000 --max-len 160
+MODEL=(--src "$DATA/train.es" --tgt "$DATA/train.en" --threads "$THREADS" --spm-vocab 4000 --max-seq-length 160
        --d-model 256 --heads 4 --layers 4 --d-ff 1024 --dropout 0.1 --schedule inverse_sqrt --lr 1e-3 --warmup 800
-       --label-smoothing 0.1 --clip-norm 1.0 --max-tokens 6000 --valid-every 0 --log-every "$WINDOW")
+       --label-smoothing 0.1 --clip-norm 1.0 --max-batch-tokens 6000 --valid-every 0 --log-every "$WINDOW")
 rm -rf "$OUT"
 mkdir -p "$OUT"
 
 echo "== the common start: $WINDOW steps"
-"$QKV" train "${MODEL[@]}" --steps "$WINDOW" --out "$OUT/start" 2> "$OUT/start.log"
+"$QKV" train "${MODEL[@]}" --steps "$WINDOW" --output-dir "$OUT/start" 2> "$OUT/start.log"
 for arm in longer_side source_then_target; do
   cp -r "$OUT/start" "$OUT/$arm"
   rm -f "$OUT/$arm/metrics.jsonl"
@@ -65,7 +65,7 @@ for w in $(seq 1 "$WINDOWS"); do
   step=$((step + 2 * WINDOW))
   for arm in longer_side source_then_target; do
     echo "== window $w/$WINDOWS: $arm to step $step"
-    "$QKV" train "${MODEL[@]}" --resume "$OUT/$arm" --out "$OUT/$arm" --steps "$step" 2> "$OUT/$arm.$w.log"
+    "$QKV" train "${MODEL[@]}" --resume "$OUT/$arm" --output-dir "$OUT/$arm" --steps "$step" 2> "$OUT/$arm.$w.log"
   done
 done
 

@@ -8,7 +8,7 @@
 #
 #   bench/setup_peers.sh [VENV]        # default: build/bench-venv
 #
-# The peers are pinned to the versions the figures in README.md and docs/performance.md were
+# The peers are pinned to the versions the figures in docs/performance.md, docs/compute.md and docs/runs.md were
 # measured with (torch 2.15.0, transformers 5.23.0, sentence-transformers 6.2.0, CTranslate2 4.8.5);
 # QKV_PEER_TORCH, QKV_PEER_TRANSFORMERS, QKV_PEER_SENTENCE_TRANSFORMERS and QKV_PEER_CTRANSLATE2
 # override a pin (say which versions you measured with). safetensors, numpy, sentencepiece, fastapi

@@ -17,7 +17,7 @@ DATA=data/bible
 QKV=build/qkv
 THREADS=${QKV_THREADS:-$(nproc)}
 AVERAGE=${AVERAGE:-3}  # validation checkpoints averaged into OUT/average
-VOCAB=${VOCAB:-4000}   # joint SentencePiece pieces (README: 4000 costs as little per epoch as 8000, fewer rare pieces)
+VOCAB=${VOCAB:-4000}   # joint SentencePiece pieces (docs/runs.md: 4000 costs as little per epoch as 8000, fewer rare pieces)
 # The learning rate warms up for 800 steps, then falls linearly to 0 at step STEPS, or with STEPS=0
 # (the default) at the step that the pace of the warm-up says fits BUDGET on this machine (qkv train
 # prints it). SCHEDULE=inverse_sqrt LR=8e-4 is the recipe of the earlier runs.
@@ -48,9 +48,9 @@ start=$(date +%s)
 RESUME=()
 [ -f "$OUT/last/train_state.json" ] && RESUME=(--resume "$OUT")
 "$QKV" train --src "$DATA/train.es" --tgt "$DATA/train.en" --valid-src "$DATA/dev.es" --valid-tgt "$DATA/dev.en" \
-  ${RESUME[@]+"${RESUME[@]}"} --out "$OUT" --threads "$THREADS" \
-  --spm-vocab "$VOCAB" --max-len 160 --d-model 256 --heads 4 --layers 4 --d-ff 1024 --dropout 0.1 \
-  --schedule "$SCHEDULE" --lr "$LR" --warmup 800 --steps "$STEPS" --label-smoothing 0.1 --clip-norm 1.0 --max-tokens 6000 \
+  ${RESUME[@]+"${RESUME[@]}"} --output-dir "$OUT" --threads "$THREADS" \
+  --spm-vocab "$VOCAB" --max-seq-length 160 --d-model 256 --heads 4 --layers 4 --d-ff 1024 --dropout 0.1 \
+  --schedule "$SCHEDULE" --lr "$LR" --warmup 800 --steps "$STEPS" --label-smoothing 0.1 --clip-norm 1.0 --max-batch-tokens 6000 \
   --valid-every 300 --valid-bleu-sentences 300 --keep-checkpoints "$AVERAGE" --time-budget "$BUDGET" --log-every 50 \
   ${EXTRA[@]+"${EXTRA[@]}"}
 train_seconds=$(( $(date +%s) - start ))
@@ -61,7 +61,7 @@ echo "machine after training: $(sgemm_ceiling)"
 MODELS=(best)
 mapfile -t kept < <(ls -d "$OUT"/step-* 2>/dev/null | tail -n "$AVERAGE")
 if [ "${#kept[@]}" -gt 0 ]; then
-  "$QKV" average --out "$OUT/average" "${kept[@]}"
+  "$QKV" average --output-dir "$OUT/average" "${kept[@]}"
   MODELS+=(average)
 fi
 
@@ -73,7 +73,7 @@ echo "== choosing on dev ($(wc -l < "$DATA/dev.en") Mark verses, beam 5)"
 chosen=best
 chosen_bleu=-1
 for model in "${MODELS[@]}"; do
-  "$QKV" translate --checkpoint "$OUT/$model" --input "$DATA/dev.es" --beam 5 --length-penalty 1.0 --threads "$THREADS" \
+  "$QKV" translate --checkpoint "$OUT/$model" --input "$DATA/dev.es" --beam-size 5 --length-penalty 1.0 --threads "$THREADS" \
     > "$OUT/dev.$model.en"
   dev_bleu=$(bleu_score "$DATA/dev.en" < "$OUT/dev.$model.en")
   echo "dev BLEU, $model: $dev_bleu"
@@ -83,7 +83,7 @@ echo "chosen: $chosen"
 
 echo "== translating John with $chosen (float32 and int8)"
 for precision in none int8; do
-  "$QKV" translate --checkpoint "$OUT/$chosen" --input "$DATA/test.es" --beam 5 --length-penalty 1.0 --threads "$THREADS" \
+  "$QKV" translate --checkpoint "$OUT/$chosen" --input "$DATA/test.es" --beam-size 5 --length-penalty 1.0 --threads "$THREADS" \
     --quantize "$precision" > "$OUT/test.$chosen.$precision.en"
 done
 apertium -u spa-eng < "$DATA/test.es" > "$OUT/test.apertium.en"

@@ -69,7 +69,7 @@ def convert_once(python, checkpoint, out_dir):
 
 
 def qkv_translate_cmd(qkv, checkpoint, ids_path, beam, batch, threads, length_penalty):
-    return [qkv, "translate", "--checkpoint", checkpoint, "--input", ids_path, "--ids", "--beam", str(beam),
+    return [qkv, "translate", "--checkpoint", checkpoint, "--input", ids_path, "--ids", "--beam-size", str(beam),
             "--batch-size", str(batch), "--threads", str(threads), "--length-penalty", str(length_penalty)]
 
 

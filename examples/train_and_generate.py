@@ -1,7 +1,7 @@
 """Train a small GPT-style language model from Python, watch it learn, generate from it, and draw
 its training curves.
 
-    PYTHONPATH=build/python python3 examples/train_and_generate.py --text corpus.txt --out runs/lm
+    PYTHONPATH=build/python python3 examples/train_and_generate.py --text corpus.txt --output-dir runs/lm
 
 Without --text, a small text is made up here so the example runs anywhere in under a minute.
 """
@@ -27,18 +27,18 @@ def made_up_text(path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--text", help="training text, one sentence a line (default: made up)")
-    parser.add_argument("--out", default="runs/example-lm", help="run directory")
+    parser.add_argument("--output-dir", "--out", dest="output_dir", default="runs/example-lm", help="run directory (--out: the older name)")
     parser.add_argument("--steps", type=int, default=150)
     args = parser.parse_args()
 
-    out = Path(args.out)
+    out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = Path(args.text) if args.text else out / "text.txt"
     if not args.text:
         made_up_text(text)
 
-    trainer = qkv.Trainer(arch="decoder-only", text=str(text), valid_text=str(text), out=str(out),
-                          steps=args.steps, valid_every=50, log_every=10, spm_vocab=320, block_size=32, batch=8,
+    trainer = qkv.Trainer(arch="decoder-only", text=str(text), valid_text=str(text), output_dir=str(out),
+                          steps=args.steps, valid_every=50, log_every=10, spm_vocab=320, block_size=32, batch_size=8,
                           d_model=32, heads=2, layers=2, d_ff=64, lr=3e-3, warmup=20)
 
     def show(m: dict) -> None:
@@ -53,7 +53,7 @@ def main() -> int:
     generator = qkv.Generator(result["last_checkpoint"])
     print("greedy:  ", generator.generate("in the beginning", max_new_tokens=12))
     print("streamed:", end=" ", flush=True)
-    for piece in generator.generate("the earth", max_new_tokens=12, sample=True, seed=1, stream=True):
+    for piece in generator.generate("the earth", max_new_tokens=12, do_sample=True, seed=1, stream=True):
         print(piece, end="", flush=True)
     print()
 

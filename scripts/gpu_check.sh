@@ -22,7 +22,7 @@ timeout 240 "$bundle/qkv_cuda_tests" --gtest_output="json:$out/gpu_tests.json" 2
   grep -E "^\[  (FAILED|PASSED) |^\[==========\]|Failure|error|Expected|Which is|actual|cpu .* gpu" | head -80
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint written from the GPU)"
-"$bundle/qkv" train --synthetic --preset tiny --task copy --steps 60 --device cuda --out "$out/copy-ckpt" 2>&1 | tail -4
+"$bundle/qkv" train --synthetic --preset tiny --task copy --steps 60 --device cuda --output-dir "$out/copy-ckpt" 2>&1 | tail -4
 "$bundle/qkv" info "$out/copy-ckpt" 2>&1 | head -3
 rm -rf "$out/copy-ckpt"
 if command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ]; then

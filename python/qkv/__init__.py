@@ -25,6 +25,7 @@ __all__ = [
     "ClassificationResult",
     "Model",
     "Trainer",
+    "TrainingArguments",
     "load_checkpoint",
     "import_hf",
     "score",
@@ -35,12 +36,15 @@ __all__ = [
     "__version__",
 ]
 
-_CORE_NAMES = frozenset(__all__) - {"plot", "__version__"}
+_PYTHON_NAMES = {"plot": "qkv.plot", "Trainer": "qkv.training", "TrainingArguments": "qkv.training"}
+_CORE_NAMES = frozenset(__all__) - set(_PYTHON_NAMES) - {"__version__"}
 
 
 def __getattr__(name: str) -> Any:
     if name == "plot":
         return importlib.import_module("qkv.plot")
+    if name in _PYTHON_NAMES:
+        return getattr(importlib.import_module(_PYTHON_NAMES[name]), name)
     if name in _CORE_NAMES or name == "__version__":
         core = importlib.import_module("qkv._core")
         return getattr(core, name)

@@ -1,11 +1,11 @@
 from qkv import plot as plot
+from qkv.training import Trainer as Trainer, TrainingArguments as TrainingArguments
 from qkv._core import (
     ClassificationResult as ClassificationResult,
     Encoder as Encoder,
     GenerationResult as GenerationResult,
     Generator as Generator,
     Model as Model,
-    Trainer as Trainer,
     Translation as Translation,
     TranslationResult as TranslationResult,
     Translator as Translator,

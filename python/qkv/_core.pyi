@@ -9,7 +9,7 @@ __version__: str
 def set_num_threads(n: int) -> None: ...
 def num_threads() -> int: ...
 def kernels() -> str: ...
-def import_hf(hf_dir: str, out_dir: str) -> dict[str, Any]: ...
+def import_hf(hf_dir: str, output_dir: str) -> dict[str, Any]: ...
 def load_checkpoint(dir: str) -> Model: ...
 def score(
     model: Model,
@@ -74,8 +74,8 @@ class Translator:
     def translate(
         self,
         texts: Sequence[str],
-        beam: int = 4,
-        n_best: int = 1,
+        beam_size: int = 4,
+        num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         max_length_ratio: float = 2.0,
         max_length_offset: int = 10,
@@ -111,8 +111,8 @@ class Translator:
     def translate_ids(
         self,
         sources: Sequence[Sequence[int]],
-        beam: int = 4,
-        n_best: int = 1,
+        beam_size: int = 4,
+        num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         max_length_ratio: float = 2.0,
         max_length_offset: int = 10,
@@ -147,7 +147,7 @@ class Generator:
         self,
         prompt: str,
         max_new_tokens: int = 64,
-        sample: bool = False,
+        do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int = 0,
         top_p: float = 1.0,
@@ -162,7 +162,7 @@ class Generator:
         self,
         prompt: Sequence[str],
         max_new_tokens: int = 64,
-        sample: bool = False,
+        do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int = 0,
         top_p: float = 1.0,
@@ -199,7 +199,7 @@ class Generator:
         self,
         prompts: Sequence[Sequence[int]],
         max_new_tokens: int = 64,
-        sample: bool = False,
+        do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int = 0,
         top_p: float = 1.0,
@@ -212,7 +212,7 @@ class Generator:
         self,
         prompt: str,
         max_new_tokens: int = 64,
-        sample: bool = False,
+        do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int = 0,
         top_p: float = 1.0,
@@ -234,7 +234,7 @@ class ClassificationResult:
 
 class Encoder:
     def __init__(
-        self, checkpoint: str, max_tokens: int = 0, truncate: bool = True, compute_type: str = "float32",
+        self, checkpoint: str, max_input_length: int = 0, truncate: bool = True, compute_type: str = "float32",
         device: str = "cpu"
     ) -> None: ...
     @property
@@ -257,7 +257,9 @@ class Encoder:
     @property
     def dim(self) -> int: ...
     @property
-    def max_tokens(self) -> int: ...
+    def max_input_length(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...  # the older name of max_input_length
     @property
     def model(self) -> Model: ...
 

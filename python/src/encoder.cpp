@@ -70,9 +70,9 @@ void bind_encoder(py::module_& m) {
              e->set_too_long(truncate ? data::TooLong::Truncate : data::TooLong::Error);
              return e;
            }),
-           py::arg("checkpoint"), py::arg("max_tokens") = 0, py::arg("truncate") = true,
+           py::arg("checkpoint"), py::arg("max_input_length") = 0, py::arg("truncate") = true,
            py::arg("compute_type") = "float32", py::arg("device") = "cpu",
-           "max_tokens: tokens per sentence at most, [CLS] and [SEP] included (0: the checkpoint's); truncate=False "
+           "max_input_length: tokens per sentence at most, [CLS] and [SEP] included (0: the checkpoint's); truncate=False "
            "makes a longer sentence a ValueError. compute_type: how the model computes, chosen once here: 'float32' "
            "(default), 'int8', 'bf16' or 'int8_bf16' (as --compute-type). device: 'cpu' (default), 'cuda' or "
            "'cuda:N' (as --device).")
@@ -145,6 +145,7 @@ void bind_encoder(py::module_& m) {
           "probability) pairs), one per text.")
       .def_property_readonly("labels", &api::Encoder::labels, "The classifier's labels (config.json \"labels\").")
       .def_property_readonly("dim", [](const api::Encoder& e) { return e.model().config().d_model; })
+      .def_property_readonly("max_input_length", [](const api::Encoder& e) { return e.pooling().max_seq_length; })
       .def_property_readonly("max_tokens", [](const api::Encoder& e) { return e.pooling().max_seq_length; })
       .def_property_readonly("model", [](py::object self) {
         return PyModel{&self.cast<api::Encoder&>().model(), nullptr, self};

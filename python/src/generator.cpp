@@ -178,11 +178,11 @@ void bind_generator(py::module_& m) {
             }
             return single ? py::cast(out[0]) : py::cast(out);
           },
-          py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
+          py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
           py::arg("batch_size") = 32, py::arg("stream") = false, py::arg("quantize") = py::none(),
           "Continues `prompt` (a str: returns a str; a list of str: returns a list, batched). The prompt is not "
-          "repeated; EOS ends a continuation. sample=True draws with temperature, top_k, top_p (prompt i keyed by "
+          "repeated; EOS ends a continuation. do_sample=True draws with temperature, top_k, top_p (prompt i keyed by "
           "(seed, i)). stream=True (one prompt): an iterator of text pieces as they are produced. quantize= is "
           "deprecated: choose compute_type= when loading.")
       .def(
@@ -244,7 +244,7 @@ void bind_generator(py::module_& m) {
             }
             return out;
           },
-          py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
+          py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
           py::arg("batch_size") = 32, py::arg("quantize") = py::none(), "generate() on token ids (each prompt starts with its own BOS if it wants one).")
       .def(
@@ -273,7 +273,7 @@ void bind_generator(py::module_& m) {
             d["self_attention"] = layers;
             return d;
           },
-          py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("sample") = false, py::arg("temperature") = 1.0,
+          py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
           "generate() of one prompt that also returns what the model attended to: {'text', 'tokens', 'pieces' (the T "
           "tokens the model read: BOS, the prompt, the new tokens it fed back), 'self_attention': [(H, T, T) per "

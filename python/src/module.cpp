@@ -125,7 +125,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_num_threads", &qkv::set_num_threads, py::arg("n"),
         "Threads for qkv's kernels and BLAS (n <= 0: $QKV_THREADS if set, else all cores).");
   m.def("num_threads", &qkv::num_threads, "The thread count qkv computes with.");
-  m.def("import_hf", &import_hf_checkpoint, py::arg("hf_dir"), py::arg("out_dir"),
+  m.def("import_hf", &import_hf_checkpoint, py::arg("hf_dir"), py::arg("output_dir"),
         "Converts a Hugging Face directory (GPT-2, BERT or a sentence-transformers BERT: config.json, "
         "model.safetensors, tokenizer.json) into a qkv checkpoint, as `qkv import --from hf`. Returns a summary dict.");
   bind_model(m);
@@ -133,4 +133,6 @@ PYBIND11_MODULE(_core, m) {
   bind_generator(m);
   bind_encoder(m);
   bind_trainer(m);
+  // Keywords renamed to docs/cli.md's names keep their old spelling for a release (qkv/_renamed.py).
+  py::module_::import("qkv._renamed").attr("install")(m);
 }

@@ -66,9 +66,9 @@ const std::map<std::string, Setter>& setters() {
   using R = train::TrainRequest;
   static const std::map<std::string, Setter> table = {
       {"synthetic", set(&R::synthetic)}, {"preset", set(&R::preset)}, {"task", set(&R::task)},
-      {"batch", set_optional(&R::batch)}, {"len", set_optional(&R::len)}, {"vocab", set_optional(&R::vocab)},
+      {"batch_size", set_optional(&R::batch)}, {"len", set_optional(&R::len)}, {"vocab", set_optional(&R::vocab)},
       {"config", set(&R::config_path)}, {"d_model", set_optional(&R::d_model)}, {"heads", set_optional(&R::heads)},
-      {"layers", set_optional(&R::layers)}, {"d_ff", set_optional(&R::d_ff)}, {"max_len", set_optional(&R::max_len)},
+      {"layers", set_optional(&R::layers)}, {"d_ff", set_optional(&R::d_ff)}, {"max_seq_length", set_optional(&R::max_len)},
       {"dropout", set_optional(&R::dropout)}, {"steps", set_optional(&R::steps)}, {"warmup", set_optional(&R::warmup)},
       {"micro_batch", set_optional(&R::micro_batch)}, {"label_smoothing", set_optional(&R::label_smoothing)},
       {"lr", set_optional(&R::lr)}, {"clip_norm", set_optional(&R::clip_norm)},
@@ -77,12 +77,12 @@ const std::map<std::string, Setter>& setters() {
       {"precision", set_optional(&R::precision)}, {"max_memory", set_optional(&R::max_memory)},
       {"recompute_ffn", set(&R::recompute_ffn)}, {"share_all_embeddings", set(&R::share_all_embeddings)},
       {"seed", set(&R::seed)},
-      {"out", set(&R::out)}, {"resume", set(&R::resume)}, {"metrics", set(&R::metrics)},
+      {"output_dir", set(&R::out)}, {"resume", set(&R::resume)}, {"metrics", set(&R::metrics)},
       {"save_every", set(&R::save_every)}, {"log_every", set_optional(&R::log_every)}, {"src", set(&R::src)},
       {"tgt", set(&R::tgt)}, {"tsv", set(&R::tsv)}, {"valid_src", set(&R::valid_src)},
       {"valid_tgt", set(&R::valid_tgt)}, {"too_long", set(&R::too_long)}, {"time_budget", set(&R::time_budget)},
-      {"spm_vocab", set(&R::spm_vocab)}, {"valid_beam", set(&R::valid_beam)}, {"spm_sample", set(&R::spm_sample)},
-      {"max_tokens", set(&R::max_tokens)}, {"max_epochs", set(&R::max_epochs)}, {"valid_every", set(&R::valid_every)},
+      {"spm_vocab", set(&R::spm_vocab)}, {"valid_beam_size", set(&R::valid_beam)}, {"spm_sample", set(&R::spm_sample)},
+      {"max_batch_tokens", set(&R::max_tokens)}, {"max_epochs", set(&R::max_epochs)}, {"valid_every", set(&R::valid_every)},
       {"valid_bleu_sentences", set(&R::valid_bleu_sentences)}, {"patience", set(&R::patience)},
       {"keep_checkpoints", set(&R::keep_checkpoints)}, {"arch", set(&R::arch)}, {"text", set(&R::text)},
       {"valid_text", set(&R::valid_text)}, {"block_size", set(&R::block_size)}, {"objective", set(&R::objective)},
@@ -122,11 +122,28 @@ py::dict validation_dict(const train::ValidationReport& v) {
   return d;
 }
 
+// Keywords renamed with their flags (docs/cli.md): the old one still works, with a DeprecationWarning.
+const std::map<std::string, std::string>& renamed_keywords() {
+  static const std::map<std::string, std::string> table = {
+      {"batch", "batch_size"}, {"max_len", "max_seq_length"}, {"out", "output_dir"},
+      {"valid_beam", "valid_beam_size"}, {"max_tokens", "max_batch_tokens"}};
+  return table;
+}
+
+// The keyword as the table of setters knows it; an old one warns.
+std::string current_keyword(const std::string& name) {
+  const auto renamed = renamed_keywords().find(name);
+  if (renamed == renamed_keywords().end()) return name;
+  const std::string message = "Trainer(" + name + "=) is deprecated; use " + renamed->second + "=";
+  if (PyErr_WarnEx(PyExc_DeprecationWarning, message.c_str(), 1) != 0) throw py::error_already_set();
+  return renamed->second;
+}
+
 class PyTrainer {
  public:
   explicit PyTrainer(const py::kwargs& kwargs) {
     for (const auto& [key, value] : kwargs) {
-      const std::string name = key.cast<std::string>();
+      const std::string name = current_keyword(key.cast<std::string>());
       const auto it = setters().find(name);
       if (it == setters().end()) throw py::type_error("Trainer() got an unexpected keyword argument '" + name + "'");
       try {
@@ -197,7 +214,7 @@ class PyTrainer {
 void bind_trainer(py::module_& m) {
   py::class_<PyTrainer>(m, "Trainer",
                         "A training run as `qkv train` describes it: keyword arguments are its flags with underscores "
-                        "(arch='decoder-only', text=..., out=..., steps=..., valid_every=..., threads=...). Errors "
+                        "(arch='decoder-only', text=..., output_dir=..., steps=..., valid_every=..., threads=...). Errors "
                         "name the CLI flag.")
       .def(py::init<const py::kwargs&>())
       .def("fit", &PyTrainer::fit, py::arg("callback") = py::none(), py::arg("on_info") = py::none(),
@@ -207,7 +224,7 @@ void bind_trainer(py::module_& m) {
            "(the last checkpoint is saved) and is re-raised. Ctrl-C saves the last checkpoint and raises "
            "KeyboardInterrupt. Returns {'step', 'elapsed', 'stop_reason', 'interrupted', 'last_checkpoint'}.")
       .def_property_readonly("last_checkpoint", &PyTrainer::last_checkpoint,
-                             "Where the run keeps its last checkpoint (OUT/last for text runs).");
+                             "Where the run keeps its last checkpoint (OUTPUT_DIR/last for text runs).");
 }
 
 }  // namespace qkv::python

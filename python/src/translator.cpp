@@ -184,11 +184,11 @@ void bind_translator(py::module_& m) {
             }
             return results_to_python(r, n_best, false, attention);
           },
-          py::arg("texts"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("texts"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
           py::arg("truncate") = true, py::arg("attention") = false, py::arg("quantize") = py::none(),
-          "Translates each text. n_best 1: a list of strings; n_best > 1 or attention=True: a list of lists of "
-          "Translation, best first (with attention=True each carries its attention weights). beam 1 is greedy "
+          "Translates each text. num_hypotheses 1: a list of strings; num_hypotheses > 1 or attention=True: a list of "
+          "lists of Translation, best first (with attention=True each carries its attention weights). beam_size 1 is greedy "
           "search. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it). "
           "quantize= is deprecated: choose compute_type= when loading.")
       .def(
@@ -207,10 +207,10 @@ void bind_translator(py::module_& m) {
             }
             return results_to_python(r, n_best, true);
           },
-          py::arg("sources"), py::arg("beam") = 4, py::arg("n_best") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("sources"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
           py::arg("quantize") = py::none(),
-          "translate() on token ids: lists of source ids in, lists of target ids out (n_best 1) or Translation lists.")
+          "translate() on token ids: lists of source ids in, lists of target ids out (num_hypotheses 1) or Translation lists.")
       .def(
           "translate_batch",
           [](api::Translator& t, const std::vector<std::string>& texts, int beam_size, int num_hypotheses,

@@ -56,8 +56,8 @@ def data_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def translation_checkpoint(data_dir, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("mt") / "run"
-    run_qkv("train", "--src", str(data_dir / "train.es"), "--tgt", str(data_dir / "train.en"), "--out", str(out),
-            "--spm-vocab", "360", "--max-len", "48", "--max-tokens", "400", "--steps", "40", "--lr", "3e-3",
+    run_qkv("train", "--src", str(data_dir / "train.es"), "--tgt", str(data_dir / "train.en"), "--output-dir", str(out),
+            "--spm-vocab", "360", "--max-seq-length", "48", "--max-batch-tokens", "400", "--steps", "40", "--lr", "3e-3",
             "--warmup", "5", "--log-every", "40", "--valid-every", "0", *TINY_MODEL)
     return str(out / "last")
 
@@ -65,8 +65,8 @@ def translation_checkpoint(data_dir, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def lm_checkpoint(data_dir, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("lm") / "run"
-    run_qkv("train", "--arch", "decoder-only", "--text", str(data_dir / "text.txt"), "--out", str(out),
-            "--spm-vocab", "360", "--block-size", "32", "--batch", "8", "--steps", "40", "--lr", "3e-3",
+    run_qkv("train", "--arch", "decoder-only", "--text", str(data_dir / "text.txt"), "--output-dir", str(out),
+            "--spm-vocab", "360", "--block-size", "32", "--batch-size", "8", "--steps", "40", "--lr", "3e-3",
             "--warmup", "5", "--log-every", "40", "--valid-every", "0", *TINY_MODEL)
     return str(out / "last")
 
@@ -75,6 +75,6 @@ def lm_checkpoint(data_dir, tmp_path_factory) -> str:
 def encoder_checkpoint(data_dir, tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("mlm") / "run"
     run_qkv("train", "--arch", "encoder-only", "--objective", "mlm", "--text", str(data_dir / "text.txt"),
-            "--out", str(out), "--spm-vocab", "360", "--block-size", "32", "--batch", "8", "--steps", "5",
+            "--output-dir", str(out), "--spm-vocab", "360", "--block-size", "32", "--batch-size", "8", "--steps", "5",
             "--log-every", "5", "--valid-every", "0", *TINY_MODEL)
     return str(out / "last")

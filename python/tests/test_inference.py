@@ -13,9 +13,9 @@ def test_translator_equals_qkv_translate(translation_checkpoint, data_dir, tmp_p
     inp = write_lines(tmp_path / "in.es", src)
     translator = qkv.Translator(translation_checkpoint)
     for beam in (1, 4):
-        cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", str(beam),
+        cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam-size", str(beam),
                       "--threads", "1", "--quiet")
-        ours = translator.translate(src, beam=beam, batch_size=5)
+        ours = translator.translate(src, beam_size=beam, batch_size=5)
         assert ours == cli.stdout.split("\n")[:len(src)]
     assert ours[-1] == ""  # an empty source stays empty
 
@@ -25,19 +25,19 @@ def test_int8_translation_equals_the_cli_and_bad_precision_is_refused(translatio
     inp = write_lines(tmp_path / "in.es", src)
     translator = qkv.Translator(translation_checkpoint, compute_type="int8")
     assert translator.compute_type == "int8"
-    cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+    cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam-size", "4",
                   "--threads", "1", "--quiet", "--compute-type", "int8")
     want = cli.stdout.split("\n")[:len(src)]
-    assert translator.translate(src, beam=4) == want
+    assert translator.translate(src, beam_size=4) == want
     # The older spellings give the same: --quantize int8, and quantize= per call (deprecated: it
     # switches a float32 translator to int8, with a warning).
-    old_cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+    old_cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam-size", "4",
                       "--threads", "1", "--quiet", "--quantize", "int8")
     assert old_cli.stdout.split("\n")[:len(src)] == want
     float32 = qkv.Translator(translation_checkpoint)
     assert float32.compute_type == "float32"
     with pytest.warns(DeprecationWarning, match="compute_type"):
-        assert float32.translate(src, beam=4, quantize="int8") == want
+        assert float32.translate(src, beam_size=4, quantize="int8") == want
     assert float32.compute_type == "int8"
     with pytest.raises(ValueError, match="quantize"):
         translator.translate(src, quantize="int4")
@@ -67,19 +67,19 @@ def test_n_best_hypotheses_are_ranked_and_match_the_cli(translation_checkpoint, 
     results = translator.translate_batch(src, beam_size=4, num_hypotheses=3)
     assert len(results) == 3 and all(len(r) == 3 for r in results)
     assert all(isinstance(r, qkv.TranslationResult) for r in results)
-    cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
-                  "--n-best", "3", "--threads", "1", "--quiet").stdout.splitlines()
+    cli = run_qkv("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam-size", "4",
+                  "--num-hypotheses", "3", "--threads", "1", "--quiet").stdout.splitlines()
     for i, hyps in enumerate(results):
         assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
         for j, h in enumerate(hyps):
             index, text, log_prob, score = cli[3 * i + j].split(" ||| ")
             assert (int(index), text) == (i, h.text)
             assert float(log_prob) == pytest.approx(h.log_prob, abs=2e-6)
-    ids = translator.translate_ids([results[0][0].tokens], beam=1)
+    ids = translator.translate_ids([results[0][0].tokens], beam_size=1)
     assert all(isinstance(t, int) for t in ids[0])
     # The old form stays one release, with a deprecation note pointing to translate_batch.
     with pytest.warns(DeprecationWarning, match="translate_batch"):
-        old = translator.translate(src, beam=4, n_best=3)
+        old = translator.translate(src, beam_size=4, num_hypotheses=3)
     assert [[h.text for h in hyps] for hyps in old] == [r.hypotheses for r in results]
 
 
@@ -92,7 +92,7 @@ def test_typed_results_whatever_the_options(translation_checkpoint, lm_checkpoin
         assert [type(r) for r in results] == [qkv.TranslationResult] * len(src)
         assert all(len(r) == k == len(r.hypotheses) == len(r.scores) == len(r.log_probs) for r in results)
         assert all(r.attention is None for r in results)
-        assert [r.hypotheses[0] for r in results] == translator.translate(src, beam=beam)
+        assert [r.hypotheses[0] for r in results] == translator.translate(src, beam_size=beam)
         assert all(list(r.scores) == sorted(r.scores, reverse=True) for r in results)
     best = translator.translate_batch(src[:1], return_attention=True)[0]
     assert best.attention[0]["cross"][-1].shape[0] == 2
@@ -106,7 +106,7 @@ def test_typed_results_whatever_the_options(translation_checkpoint, lm_checkpoin
     generator = qkv.Generator(lm_checkpoint)
     prompts = ["the light", "God said let there"]
     results = generator.generate_batch(prompts, max_new_tokens=12, do_sample=True, seed=5)
-    assert [r.text for r in results] == generator.generate(prompts, max_new_tokens=12, sample=True, seed=5)
+    assert [r.text for r in results] == generator.generate(prompts, max_new_tokens=12, do_sample=True, seed=5)
     for r in results:
         assert isinstance(r, qkv.GenerationResult) and r.finish_reason in ("stop", "length")
         assert (r.finish_reason == "length") == (len(r.tokens) == 12)
@@ -123,17 +123,17 @@ def test_generator_equals_qkv_generate_and_streams_the_same_text(lm_checkpoint, 
     prompts = ["the light", "", "God said let there"]
     inp = write_lines(tmp_path / "prompts.txt", prompts)
     generator = qkv.Generator(lm_checkpoint)
-    for extra in ([], ["--sample", "--seed", "5", "--top-k", "10"]):
+    for extra in ([], ["--do-sample", "--seed", "5", "--top-k", "10"]):
         cli = run_qkv("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
                       "--threads", "1", "--quiet", *extra)
         sample = bool(extra)
-        ours = generator.generate(prompts, max_new_tokens=12, sample=sample, seed=5, top_k=10 if sample else 0)
+        ours = generator.generate(prompts, max_new_tokens=12, do_sample=sample, seed=5, top_k=10 if sample else 0)
         assert ours == cli.stdout.split("\n")[:3]
     # One prompt as a str is line 0 of a list; streamed, its pieces add up to the same text (sampled:
     # the small model's greedy continuation is empty).
-    one = generator.generate("the light", max_new_tokens=12, sample=True, seed=3)
-    assert one == generator.generate(["the light", "x"], max_new_tokens=12, sample=True, seed=3)[0]
-    pieces = list(generator.generate("the light", max_new_tokens=12, sample=True, seed=3, stream=True))
+    one = generator.generate("the light", max_new_tokens=12, do_sample=True, seed=3)
+    assert one == generator.generate(["the light", "x"], max_new_tokens=12, do_sample=True, seed=3)[0]
+    pieces = list(generator.generate("the light", max_new_tokens=12, do_sample=True, seed=3, stream=True))
     assert len(pieces) >= 2 and "".join(pieces) == one
 
 
@@ -142,10 +142,10 @@ def test_int8_generation_equals_the_cli_and_bad_precision_is_refused(lm_checkpoi
     inp = write_lines(tmp_path / "prompts.txt", prompts)
     generator = qkv.Generator(lm_checkpoint, compute_type="int8")
     cli = run_qkv("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
-                  "--sample", "--seed", "5", "--threads", "1", "--quiet", "--compute-type", "int8")
-    ours = generator.generate(prompts, max_new_tokens=12, sample=True, seed=5)
+                  "--do-sample", "--seed", "5", "--threads", "1", "--quiet", "--compute-type", "int8")
+    ours = generator.generate(prompts, max_new_tokens=12, do_sample=True, seed=5)
     assert ours == cli.stdout.split("\n")[:2]
-    assert generator.generate(prompts, max_new_tokens=12, sample=True, seed=5, quantize="int8") == ours
+    assert generator.generate(prompts, max_new_tokens=12, do_sample=True, seed=5, quantize="int8") == ours
     with pytest.raises(ValueError, match="quantize"):
         generator.generate("the", quantize="fp4")
 
@@ -154,21 +154,21 @@ def test_a_stream_dropped_early_stops_cleanly(lm_checkpoint):
     generator = qkv.Generator(lm_checkpoint)
     # Sampled: the small model's greedy continuations are empty, and a stream that has ended tests
     # nothing about dropping one early.
-    full = generator.generate("the light", max_new_tokens=30, sample=True, seed=3)
-    stream = generator.generate("the light", max_new_tokens=30, sample=True, seed=3, stream=True)
+    full = generator.generate("the light", max_new_tokens=30, do_sample=True, seed=3)
+    stream = generator.generate("the light", max_new_tokens=30, do_sample=True, seed=3, stream=True)
     first = next(iter(stream))
     # Dropped with more to come: the first piece is a proper prefix of the whole continuation.
     assert first and full.startswith(first) and len(first) < len(full)
     del stream  # the worker stops at its next token and is joined; nothing hangs or crashes
     # The generator is unharmed: the same request gives the same continuation, streamed or not.
-    assert generator.generate("the light", max_new_tokens=30, sample=True, seed=3) == full
-    assert "".join(generator.generate("the light", max_new_tokens=30, sample=True, seed=3, stream=True)) == full
+    assert generator.generate("the light", max_new_tokens=30, do_sample=True, seed=3) == full
+    assert "".join(generator.generate("the light", max_new_tokens=30, do_sample=True, seed=3, stream=True)) == full
 
 
 def test_generate_errors_are_value_errors(lm_checkpoint):
     generator = qkv.Generator(lm_checkpoint)
     with pytest.raises(ValueError, match="temperature"):
-        generator.generate("the", sample=True, temperature=-1.0)
+        generator.generate("the", do_sample=True, temperature=-1.0)
     with pytest.raises(ValueError, match="one prompt"):
         generator.generate(["a", "b"], stream=True)
 
@@ -176,7 +176,7 @@ def test_generate_errors_are_value_errors(lm_checkpoint):
 def test_encoder_embeddings_equal_qkv_embed(encoder_checkpoint, tmp_path):
     texts = sentences(7, 9) + [""]
     inp = write_lines(tmp_path / "sentences.txt", texts)
-    run_qkv("embed", "--checkpoint", encoder_checkpoint, "--input", str(inp), "--out", str(tmp_path / "e.npy"),
+    run_qkv("embed", "--checkpoint", encoder_checkpoint, "--input", str(inp), "-o", str(tmp_path / "e.npy"),
             "--threads", "1")
     encoder = qkv.Encoder(encoder_checkpoint)
     ours = encoder.embed(texts, batch_size=3)
@@ -191,7 +191,7 @@ def test_translation_attention_is_returned_labelled_and_drawn(translation_checkp
     src = (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[0]
     translator = qkv.Translator(translation_checkpoint)
     best = translator.translate_batch([src], beam_size=4, return_attention=True)[0][0]
-    assert best.text == translator.translate([src], beam=4)[0]  # asking for weights changes nothing
+    assert best.text == translator.translate([src], beam_size=4)[0]  # asking for weights changes nothing
     layers = translator.model.config["num_layers"]
     source, target = translator.source_pieces(src), translator.target_pieces(best.tokens)
     cross = best.attention["cross"]
@@ -205,8 +205,8 @@ def test_translation_attention_is_returned_labelled_and_drawn(translation_checkp
 
 def test_generation_attention_covers_the_tokens_read(lm_checkpoint, tmp_path):
     generator = qkv.Generator(lm_checkpoint)
-    r = generator.generate_with_attention("the light", max_new_tokens=6, sample=True, seed=3)
-    assert r["text"] == generator.generate("the light", max_new_tokens=6, sample=True, seed=3)
+    r = generator.generate_with_attention("the light", max_new_tokens=6, do_sample=True, seed=3)
+    assert r["text"] == generator.generate("the light", max_new_tokens=6, do_sample=True, seed=3)
     w = r["self_attention"][-1]
     T = len(r["pieces"])
     assert w.shape == (2, T, T)

@@ -72,7 +72,7 @@ def test_completions_equal_qkv_generate(server, lm_checkpoint, tmp_path):
     inp = write_lines(tmp_path / "prompts.txt", prompts)
     greedy = cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12", n=3)
     sampled = cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
-                        "--sample", "--seed", "5", "--top-k", "10", n=3)
+                        "--do-sample", "--seed", "5", "--top-k", "10", n=3)
     status, r = server.post("/v1/completions", {"model": "lm", "prompt": prompts, "max_tokens": 12, "temperature": 0})
     assert status == 200 and [c["text"] for c in r["choices"]] == greedy
     assert r["object"] == "text_completion" and r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + \
@@ -89,7 +89,7 @@ def test_completions_equal_qkv_generate(server, lm_checkpoint, tmp_path):
                                                 "max_tokens": 12, "seed": 5, "top_k": 10, "stop": stop})
     # (one prompt is line 0 of its own request: compare with that prompt's line-0 text)
     alone = cli_lines("generate", "--checkpoint", lm_checkpoint, "--prompt", prompts[sampled.index(text)],
-                      "--max-new-tokens", "12", "--sample", "--seed", "5", "--top-k", "10", n=1)[0]
+                      "--max-new-tokens", "12", "--do-sample", "--seed", "5", "--top-k", "10", n=1)[0]
     cut = alone.find(stop)
     assert r["choices"][0]["text"] == (alone[:cut] if cut >= 0 else alone)
     assert r["choices"][0]["finish_reason"] == ("stop" if cut >= 0 else r["choices"][0]["finish_reason"])
@@ -114,7 +114,7 @@ def test_translations_equal_qkv_translate(server, translation_checkpoint, data_d
     src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:12]] + [""]
     inp = write_lines(tmp_path / "in.es", src)
     for beam in (1, 4):
-        cli = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", str(beam),
+        cli = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam-size", str(beam),
                         n=len(src))
         status, r = server.post("/v1/translations", {"model": "mt", "input": src, "beam_size": beam, "truncate": True})
         assert status == 200 and [d["translation"] for d in r["data"]] == cli
@@ -179,7 +179,7 @@ def test_score_equals_qkv_score(server, translation_checkpoint, lm_checkpoint, t
 def test_embeddings_equal_qkv_embed(server, encoder_checkpoint, tmp_path):
     texts = sentences(7, 9) + [""]
     inp = write_lines(tmp_path / "sentences.txt", texts)
-    run_qkv("embed", "--checkpoint", encoder_checkpoint, "--input", str(inp), "--out", str(tmp_path / "e.npy"),
+    run_qkv("embed", "--checkpoint", encoder_checkpoint, "--input", str(inp), "-o", str(tmp_path / "e.npy"),
             "--threads", "1")
     # Past the context: 413 unless the request asks for the cut `qkv embed` makes.
     expect_error(server.post("/v1/embeddings", {"model": "enc", "input": texts}), 413, "input", "input_too_long")
@@ -252,7 +252,7 @@ def test_concurrent_clients_get_what_the_cli_gives_and_requests_share_batches(se
                                                                               data_dir, tmp_path):
     src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:32]]
     inp = write_lines(tmp_path / "in.es", src)
-    expected = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+    expected = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam-size", "4",
                          n=len(src))
 
     def batches() -> int:
@@ -374,7 +374,7 @@ def test_api_key_and_overload(translation_checkpoint, data_dir, tmp_path):
         key = {"Authorization": "Bearer sesame"}
         src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:48]]
         inp = write_lines(tmp_path / "in.es", src)
-        expected = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam", "4",
+        expected = cli_lines("translate", "--checkpoint", translation_checkpoint, "--input", str(inp), "--beam-size", "4",
                              n=len(src))
 
         def ask(i: int):
@@ -431,11 +431,11 @@ def test_classifications_equal_qkv_classify(data_dir, tmp_path):
     texts = sentences(40, 11)
     labelled = write_lines(tmp_path / "labelled.tsv", [("long" if len(t) > 40 else "short") + "\t" + t for t in texts])
     out = tmp_path / "clf"
-    run_qkv("train", "--arch", "encoder-only", "--objective", "classify", "--labelled", str(labelled), "--out", str(out),
-            "--spm-vocab", "300", "--block-size", "48", "--batch", "8", "--steps", "5", "--log-every", "5",
+    run_qkv("train", "--arch", "encoder-only", "--objective", "classify", "--labelled", str(labelled), "--output-dir", str(out),
+            "--spm-vocab", "300", "--block-size", "48", "--batch-size", "8", "--steps", "5", "--log-every", "5",
             "--valid-every", "0", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--threads", "1")
     inp = write_lines(tmp_path / "in.txt", texts[:9])
-    cli = run_qkv("classify", "--checkpoint", str(out / "last"), "--input", str(inp), "--top", "2",
+    cli = run_qkv("classify", "--checkpoint", str(out / "last"), "--input", str(inp), "--top-k", "2",
                   "--threads", "1").stdout.split("\n")[:9]
     s = Server(tmp_path, "--model", f"clf={out / 'last'}")
     try:

@@ -12,7 +12,7 @@ import pytest
 import qkv
 from conftest import TINY_MODEL, run_qkv
 
-FLAGS = {"arch": "decoder-only", "spm_vocab": 360, "block_size": 32, "batch": 8, "lr": 3e-3, "warmup": 5,
+FLAGS = {"arch": "decoder-only", "spm_vocab": 360, "block_size": 32, "batch_size": 8, "lr": 3e-3, "warmup": 5,
          "valid_every": 10, "d_model": 16, "heads": 2, "layers": 1, "d_ff": 32, "threads": 1}
 
 
@@ -27,10 +27,10 @@ def cli_args(flags: dict) -> list[str]:
 
 def test_twenty_steps_from_python_equal_the_cli_bit_for_bit(data_dir, tmp_path):
     text = str(data_dir / "text.txt")
-    run_qkv("train", "--text", text, "--valid-text", text, "--out", str(tmp_path / "cli"), "--steps", "20",
+    run_qkv("train", "--text", text, "--valid-text", text, "--output-dir", str(tmp_path / "cli"), "--steps", "20",
             "--log-every", "1", *cli_args(FLAGS))
     seen = []
-    trainer = qkv.Trainer(text=text, valid_text=text, out=str(tmp_path / "py"), steps=20, log_every=1, **FLAGS)
+    trainer = qkv.Trainer(text=text, valid_text=text, output_dir=str(tmp_path / "py"), steps=20, log_every=1, **FLAGS)
     result = trainer.fit(callback=seen.append)
     assert result["step"] == 20 and not result["interrupted"]
     assert result["last_checkpoint"] == str(tmp_path / "py" / "last")
@@ -52,7 +52,7 @@ def test_ctrl_c_saves_the_last_checkpoint_and_raises_keyboard_interrupt(data_dir
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signals reach the main thread only")
     out = tmp_path / "run"
-    trainer = qkv.Trainer(text=str(data_dir / "text.txt"), out=str(out), steps=1000, log_every=1, **FLAGS)
+    trainer = qkv.Trainer(text=str(data_dir / "text.txt"), output_dir=str(out), steps=1000, log_every=1, **FLAGS)
 
     def interrupt_at_step_3(metrics):
         if metrics["event"] == "step" and metrics["step"] == 3:
@@ -77,7 +77,7 @@ def test_ctrl_c_saves_the_last_checkpoint_and_raises_keyboard_interrupt(data_dir
 
 
 def test_an_exception_in_the_callback_stops_training_and_is_raised(data_dir, tmp_path):
-    trainer = qkv.Trainer(text=str(data_dir / "text.txt"), out=str(tmp_path / "run"), steps=50, log_every=1, **FLAGS)
+    trainer = qkv.Trainer(text=str(data_dir / "text.txt"), output_dir=str(tmp_path / "run"), steps=50, log_every=1, **FLAGS)
 
     def fail(metrics):
         if metrics["step"] == 2:
@@ -103,7 +103,7 @@ def test_the_gil_is_released_while_training(data_dir, tmp_path):
     try:
         # No callback: if fit held the GIL, the counting thread could not run until it returned.
         before = ticks
-        qkv.Trainer(text=str(data_dir / "text.txt"), out=str(tmp_path / "run"), steps=15, log_every=1000,
+        qkv.Trainer(text=str(data_dir / "text.txt"), output_dir=str(tmp_path / "run"), steps=15, log_every=1000,
                     **FLAGS).fit()
         during = ticks - before
     finally:
@@ -114,18 +114,18 @@ def test_the_gil_is_released_while_training(data_dir, tmp_path):
 
 def test_bad_flags_are_errors_naming_the_flag(data_dir, tmp_path):
     with pytest.raises(ValueError, match="learning rate must be positive"):
-        qkv.Trainer(text=str(data_dir / "text.txt"), out=str(tmp_path / "r"), steps=1, **{**FLAGS, "lr": -1.0}).fit()
+        qkv.Trainer(text=str(data_dir / "text.txt"), output_dir=str(tmp_path / "r"), steps=1, **{**FLAGS, "lr": -1.0}).fit()
     with pytest.raises(FileNotFoundError):
-        qkv.Trainer(text=str(tmp_path / "missing.txt"), out=str(tmp_path / "r2"), steps=1, **FLAGS).fit()
+        qkv.Trainer(text=str(tmp_path / "missing.txt"), output_dir=str(tmp_path / "r2"), steps=1, **FLAGS).fit()
 
 
 def test_bf16_precision_from_python_equals_the_cli_is_recorded_and_kept_on_resume(data_dir, tmp_path):
     text = str(data_dir / "text.txt")
     flags = dict(FLAGS, valid_every=0)
-    run_qkv("train", "--text", text, "--out", str(tmp_path / "cli"), "--steps", "6", "--precision", "bf16",
+    run_qkv("train", "--text", text, "--output-dir", str(tmp_path / "cli"), "--steps", "6", "--precision", "bf16",
             *cli_args(flags))
-    qkv.Trainer(text=text, out=str(tmp_path / "py"), steps=6, precision="bf16", **flags).fit()
-    qkv.Trainer(text=text, out=str(tmp_path / "f32"), steps=6, **flags).fit()
+    qkv.Trainer(text=text, output_dir=str(tmp_path / "py"), steps=6, precision="bf16", **flags).fit()
+    qkv.Trainer(text=text, output_dir=str(tmp_path / "f32"), steps=6, **flags).fit()
     weights = {d: (tmp_path / d / "last" / "model.safetensors").read_bytes() for d in ("cli", "py", "f32")}
     assert weights["cli"] == weights["py"]
     assert weights["py"] != weights["f32"]  # the bf16 products ran
@@ -136,4 +136,4 @@ def test_bf16_precision_from_python_equals_the_cli_is_recorded_and_kept_on_resum
     state = json.loads((tmp_path / "py" / "last" / "train_state.json").read_text())
     assert state["step"] == 8 and state["hyper"]["precision"] == "bf16"
     with pytest.raises(ValueError, match="precision"):
-        qkv.Trainer(text=text, out=str(tmp_path / "bad"), steps=1, precision="fp16", **flags).fit()
+        qkv.Trainer(text=text, output_dir=str(tmp_path / "bad"), steps=1, precision="fp16", **flags).fit()

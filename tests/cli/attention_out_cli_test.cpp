@@ -133,7 +133,7 @@ class AttentionOut : public ::testing::Test {
 std::string* AttentionOut::dir_ = nullptr;
 
 TEST_F(AttentionOut, TranslateWritesWeightsAndPicturesPerSentence) {
-  const std::string flags = "translate --checkpoint " + path("mt") + " --input " + path("in.txt") + " --threads 1 --beam 3";
+  const std::string flags = "translate --checkpoint " + path("mt") + " --input " + path("in.txt") + " --threads 1 --beam-size 3";
   const CliRun plain = run_env("-u QKV_PYTHON", flags);
   ASSERT_EQ(plain.code, 0) << plain.err;
   const std::string out = path("mt_att");
@@ -149,7 +149,7 @@ TEST_F(AttentionOut, TranslateWritesWeightsAndPicturesPerSentence) {
   EXPECT_EQ(check(out + "/0003.npz", "translation").rfind("ok ", 0), 0u) << check(out + "/0003.npz", "translation");
   // Greedy (beam 1) too.
   const CliRun g = run_env("-u QKV_PYTHON", "translate --checkpoint " + path("mt") + " --input " + path("in.txt") +
-                                                " --threads 1 --beam 1 --attention-out " + path("mt_greedy"));
+                                                " --threads 1 --beam-size 1 --attention-out " + path("mt_greedy"));
   ASSERT_EQ(g.code, 0) << g.err;
   EXPECT_EQ(check(path("mt_greedy") + "/0001.npz", "translation").rfind("ok 6 ", 0), 0u);
 }

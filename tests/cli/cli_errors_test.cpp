@@ -26,7 +26,7 @@ class CliErrors : public ::testing::Test {
     dir_ = new std::string(qkv::testing::temp_dir("errors"));
     std::ofstream(path("config.json")) << R"({"src_vocab_size": 16, "tgt_vocab_size": 16, "d_model": 16,
         "num_heads": 2, "num_layers": 1, "d_ff": 32, "max_seq_length": 16})";
-    const CliRun r = run_qkv_split("init --config " + path("config.json") + " --out " + path("ckpt"));
+    const CliRun r = run_qkv_split("init --config " + path("config.json") + " --output-dir " + path("ckpt"));
     ASSERT_EQ(r.code, 0) << r.err;
     std::ofstream(path("ids.txt")) << "4 5 6\n7 8 9 10\n";
     std::ofstream(path("pairs.txt")) << "2 4 5 3\n2 7 8 3\n";
@@ -72,10 +72,10 @@ TEST_F(CliErrors, UnknownFlagsAndCommandsAreUsageErrors) {
 }
 
 TEST_F(CliErrors, AnUnknownFlagIsNamedFirstWithTheNearestKnownOne) {
-  // CLI11 alone said "--checkpoint is required" here, and "not expected: 4 --beam-size" below.
+  // CLI11 alone said "--checkpoint is required" here, and "not expected: 4 --beam-sizes" below.
   expect_error("translate --chekpoint " + path("ckpt"), kUsage,
                {"unknown flag --chekpoint for qkv translate (did you mean --checkpoint?)"}, "qkv translate");
-  expect_error(translate("--beam-size 4"), kUsage, {"unknown flag --beam-size for qkv translate (did you mean --beam?)"},
+  expect_error(translate("--beam-sizes 4"), kUsage, {"unknown flag --beam-sizes for qkv translate (did you mean --beam-size?)"},
                "qkv translate");
   expect_error(translate("--lenght-penalty=0.5"), kUsage, {"unknown flag --lenght-penalty", "--length-penalty?"},
                "qkv translate");
@@ -89,12 +89,12 @@ TEST_F(CliErrors, AnUnknownFlagIsNamedFirstWithTheNearestKnownOne) {
 
 // Flags that cannot go together, found by the library (train::run): usage errors, as CLI11's own.
 TEST_F(CliErrors, TrainFlagsThatDoNotGoTogetherAreUsageErrors) {
-  expect_error("train --text " + path("ref.txt") + " --out " + path("lm"), kUsage,
+  expect_error("train --text " + path("ref.txt") + " --output-dir " + path("lm"), kUsage,
                {"--text trains a language model: add --arch decoder-only"}, "qkv train");
   expect_error("train --synthetic --src " + path("ids.txt") + " --tgt " + path("ids.txt"), kUsage,
                {"--synthetic and corpus files"}, "qkv train");
   expect_error("train --arch encoder-only --text " + path("ref.txt"), kUsage, {"--objective mlm"}, "qkv train");
-  expect_error("train --out " + path("lm"), kUsage, {"nothing to train on"}, "qkv train");
+  expect_error("train --output-dir " + path("lm"), kUsage, {"nothing to train on"}, "qkv train");
   EXPECT_FALSE(fs::exists(path("lm"))) << "a refused run leaves no directory";
 }
 
@@ -110,7 +110,7 @@ TEST_F(CliErrors, MissingRequiredFlagsAndValuesAreUsageErrors) {
   expect_error("translate", kUsage, {"--checkpoint is required"}, "qkv translate");
   expect_error("score --checkpoint " + path("ckpt") + " --tgt " + path("pairs.txt"), kUsage, {"--src"}, "qkv score");
   expect_error("bleu", kUsage, {"refs"}, "qkv bleu");
-  expect_error("average " + path("ckpt"), kUsage, {"--out"}, "qkv average");
+  expect_error("average " + path("ckpt"), kUsage, {"--output-dir"}, "qkv average");
   expect_error("translate --checkpoint", kUsage, {"--checkpoint"}, "qkv translate");
 }
 
@@ -121,27 +121,27 @@ TEST_F(CliErrors, IntegerFlagsRefuseFloatsHexAndOverflow) {
   expect_error("train --synthetic --preset tiny --steps 99999999999999999999", kUsage, {"--steps", "99999999999999999999"},
                "qkv train");
   expect_error(translate("--max-length-offset 99999999999999999999"), kUsage, {"--max-length-offset"}, "qkv translate");
-  expect_error(translate("--beam 0x4"), kUsage, {"--beam", "0x4"}, "qkv translate");
+  expect_error(translate("--beam-size 0x4"), kUsage, {"--beam-size", "0x4"}, "qkv translate");
   expect_error(translate("--batch-size ' 8'"), kUsage, {"--batch-size"}, "qkv translate");
 }
 
 TEST_F(CliErrors, AFlagGivenTwiceIsAUsageError) {
-  expect_error(translate("--beam 2 --beam 3"), kUsage, {"--beam", "given 2 times"}, "qkv translate");
+  expect_error(translate("--beam-size 2 --beam-size 3"), kUsage, {"--beam-size", "given 2 times"}, "qkv translate");
   expect_error("train --synthetic --preset tiny --steps 3 --steps 4", kUsage, {"--steps", "given 2 times"}, "qkv train");
   expect_error("bleu " + path("ref.txt") + " -w 2 --width 3", kUsage, {"--width"}, "qkv bleu");
 }
 
 TEST_F(CliErrors, AMissingConfigFileIsAnError) {
-  expect_error("init --config " + path("nope.json") + " --out " + path("out"), kUsage, {"--config", "nope.json"},
+  expect_error("init --config " + path("nope.json") + " --output-dir " + path("out"), kUsage, {"--config", "nope.json"},
                "qkv init");
 }
 
 TEST_F(CliErrors, NegativeSeedsAndThreadsAreRefused) {
   // CLI11 reads -1 into an unsigned seed as 2^64 - 1.
-  expect_error("init --config " + path("config.json") + " --out " + path("out") + " --seed -1", kUsage, {"--seed", "-1"},
+  expect_error("init --config " + path("config.json") + " --output-dir " + path("out") + " --seed -1", kUsage, {"--seed", "-1"},
                "qkv init");
   expect_error("train --synthetic --preset tiny --seed -1", kUsage, {"--seed", "-1"}, "qkv train");
-  expect_error("init --config " + path("config.json") + " --out " + path("out") + " --seed 1.5", kUsage, {"--seed"},
+  expect_error("init --config " + path("config.json") + " --output-dir " + path("out") + " --seed 1.5", kUsage, {"--seed"},
                "qkv init");
   expect_error(translate("--threads -3"), kUsage, {"--threads", "-3"}, "qkv translate");
   expect_error(score("--threads -3"), kUsage, {"--threads", "-3"}, "qkv score");
@@ -161,11 +161,11 @@ TEST_F(CliErrors, TranslateBatchSizeZeroReturnsPromptly) {
 TEST_F(CliErrors, TranslateRefusesNonsenseValuesNamingTheFlag) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--batch-size -1", "--batch-size: must be in [1, 1048576], got -1"},
-      {"--beam 0", "--beam: must be in [1, 1024], got 0"},
-      {"--beam 100000", "--beam: must be in [1, 1024], got 100000"},
-      {"--beam 20", "--beam 20 exceeds the checkpoint's target vocabulary size 16"},
-      {"--n-best 0", "--n-best: must be in [1, 1024], got 0"},
-      {"--beam 4 --n-best 5", "--n-best 5 exceeds --beam 4"},
+      {"--beam-size 0", "--beam-size: must be in [1, 1024], got 0"},
+      {"--beam-size 100000", "--beam-size: must be in [1, 1024], got 100000"},
+      {"--beam-size 20", "--beam-size 20 exceeds the checkpoint's target vocabulary size 16"},
+      {"--num-hypotheses 0", "--num-hypotheses: must be in [1, 1024], got 0"},
+      {"--beam-size 4 --num-hypotheses 5", "--num-hypotheses 5 exceeds --beam-size 4"},
       {"--length-penalty nan", "--length-penalty: must be a finite number, got 'nan'"},
       {"--length-penalty inf", "--length-penalty: must be a finite number, got 'inf'"},
       {"--length-penalty -1", "--length-penalty: must be in [0, 10], got -1"},
@@ -176,7 +176,7 @@ TEST_F(CliErrors, TranslateRefusesNonsenseValuesNamingTheFlag) {
   };
   for (const auto& [flags, message] : cases) expect_error(translate(flags), kUsage, {message}, "qkv translate");
   // The largest beam the vocabulary allows runs.
-  const CliRun ok = run_qkv_split(translate("--beam 16 --n-best 16"));
+  const CliRun ok = run_qkv_split(translate("--beam-size 16 --num-hypotheses 16"));
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
@@ -231,18 +231,18 @@ TEST_F(CliErrors, ACheckpointThatIsAFileIsNamedAsNotADirectory) {
   expect_error("translate --ids --checkpoint " + file + " --input " + path("ids.txt"), kBadInput, {message});
   expect_error("score --checkpoint " + file + " --src " + path("ids.txt") + " --tgt " + path("pairs.txt"), kBadInput,
                {message});
-  expect_error("average --out " + path("avg") + " " + path("ckpt") + " " + file, kBadInput, {message});
+  expect_error("average --output-dir " + path("avg") + " " + path("ckpt") + " " + file, kBadInput, {message});
 }
 
 TEST_F(CliErrors, BadConfigFieldsAreBadInputNamingTheField) {
   std::ofstream(path("fraction.json")) << R"({"d_model": 32.5})";
-  expect_error("init --config " + path("fraction.json") + " --out " + path("out"), kBadInput,
+  expect_error("init --config " + path("fraction.json") + " --output-dir " + path("out"), kBadInput,
                {"fraction.json", "\"d_model\" must be an integer, got 32.5"});
   std::ofstream(path("twice.json")) << R"({"num_layers": 1, "num_layers": 2})";
-  expect_error("init --config " + path("twice.json") + " --out " + path("out"), kBadInput,
+  expect_error("init --config " + path("twice.json") + " --output-dir " + path("out"), kBadInput,
                {"twice.json", "\"num_layers\" is given more than once"});
   std::ofstream(path("huge.json")) << R"({"src_vocab_size": 9223372036854775808})";
-  expect_error("init --config " + path("huge.json") + " --out " + path("out"), kBadInput,
+  expect_error("init --config " + path("huge.json") + " --output-dir " + path("out"), kBadInput,
                {"\"src_vocab_size\" must be in [1, 16777216], got 9223372036854775808"});
 }
 
@@ -264,7 +264,7 @@ TEST(CliIsa, QkvIsaIsCheckedAndVersionShowsTheKernels) {
   for (const char* line : {"CPU:", "kernels:", "float32 linears:", "int8 linears:", "bf16 linears:"})
     EXPECT_NE(version.out.find(line), std::string::npos) << line << " in\n" << version.out;
   setenv("QKV_ISA", "avx9", 1);
-  const CliRun bad = run_qkv_split("train --synthetic --steps 1 --out " + ::testing::TempDir() + "/isa_never");
+  const CliRun bad = run_qkv_split("train --synthetic --steps 1 --output-dir " + ::testing::TempDir() + "/isa_never");
   setenv("QKV_ISA", "avx2", 1);
   const CliRun low = run_qkv_split("--version");
   unsetenv("QKV_ISA");
@@ -283,7 +283,7 @@ TEST(CliIsa, Bf16ComputeTypeWithoutItsKernelSaysSoOnce) {
   std::ofstream(dir + "/config.json")
       << R"({"architecture": "decoder-only", "vocab_size": 20, "d_model": 16, "num_heads": 2, "num_layers": 1,
             "d_ff": 32, "max_seq_length": 16, "bos_id": 1, "eos_id": 2, "pad_id": -1})";
-  ASSERT_EQ(run_qkv_split("init --config " + dir + "/config.json --out " + dir + "/ckpt").code, 0);
+  ASSERT_EQ(run_qkv_split("init --config " + dir + "/config.json --output-dir " + dir + "/ckpt").code, 0);
   const std::string generate = "generate --checkpoint " + dir + "/ckpt --ids --prompt '1 2 3' --max-new-tokens 2 --compute-type bf16";
   setenv("QKV_ISA", "avx2", 1);
   const CliRun slow = run_qkv_split(generate);

@@ -84,7 +84,7 @@ TEST(Cli, BadInputNamesFileAndLineAndExitsNonZero) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("missing: checkpoint directory does not exist"), std::string::npos) << r.out;
   std::ofstream(d + "/config.json") << "{\"d_model\": 30, \"num_heads\": 4}";
-  r = qkv("init --config " + d + "/config.json --out " + d + "/ckpt");
+  r = qkv("init --config " + d + "/config.json --output-dir " + d + "/ckpt");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.out.find("d_model 30 must be divisible by num_heads 4"), std::string::npos) << r.out;
   r = qkv("train");
@@ -95,21 +95,21 @@ TEST(Cli, BadInputNamesFileAndLineAndExitsNonZero) {
 
 TEST(Cli, TrainThenTranslateIds) {
   const std::string d = temp_dir("roundtrip");
-  CliRun r = qkv("train --synthetic --preset tiny --steps 300 --threads 1 --log-every 100 --out " + d + "/ckpt");
+  CliRun r = qkv("train --synthetic --preset tiny --steps 300 --threads 1 --log-every 100 --output-dir " + d + "/ckpt");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step 300/300"), std::string::npos) << r.out;
   // --quiet: the same run says nothing, and still writes its checkpoint.
-  const CliRun quiet = qkv::testing::run_qkv_split("train --synthetic --preset tiny --steps 3 --threads 1 --quiet --out " +
+  const CliRun quiet = qkv::testing::run_qkv_split("train --synthetic --preset tiny --steps 3 --threads 1 --quiet --output-dir " +
                                                    d + "/quiet");
   EXPECT_EQ(quiet.code, 0) << quiet.err;
   EXPECT_EQ(quiet.err, "");
   EXPECT_EQ(quiet.out, "");
   EXPECT_TRUE(fs::exists(d + "/quiet/config.json"));
   std::ofstream(d + "/in.txt") << "5 6 7 8 9\n\n10 11 12 13 14 15\n";
-  r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam 3 --threads 1 --input " + d + "/in.txt --quiet");
+  r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam-size 3 --threads 1 --input " + d + "/in.txt --quiet");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "5 6 7 8 9\n\n10 11 12 13 14 15\n");  // the copy task, empty line kept
-  r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam 3 --n-best 2 --threads 1 --input " + d + "/in.txt --quiet");
+  r = qkv("translate --checkpoint " + d + "/ckpt --ids --beam-size 3 --num-hypotheses 2 --threads 1 --input " + d + "/in.txt --quiet");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("0 ||| 5 6 7 8 9 ||| "), std::string::npos) << r.out;
   std::string long_line;
@@ -137,9 +137,9 @@ TEST(Cli, CorpusTrainInterruptedResumedThenTranslatesText) {
   const std::string d = temp_dir("corpus");
   qkv::testing::write_toy_corpus(d + "/data", 300, 5);
   const std::string base = "train --src " + d + "/data/train.es --tgt " + d + "/data/train.en --valid-src " + d +
-                            "/data/dev.es --valid-tgt " + d + "/data/dev.en --out " + d +
-                            "/run --spm-vocab 300 --heads 4 --layers 1 --d-ff 64 --max-len 64"
-                            " --max-tokens 400 --warmup 5 --lr 1e-3 --threads 1 --log-every 1 --valid-every 25"
+                            "/data/dev.es --valid-tgt " + d + "/data/dev.en --output-dir " + d +
+                            "/run --spm-vocab 300 --heads 4 --layers 1 --d-ff 64 --max-seq-length 64"
+                            " --max-batch-tokens 400 --warmup 5 --lr 1e-3 --threads 1 --log-every 1 --valid-every 25"
                             " --valid-bleu-sentences 5";
   const std::string flags = base + " --d-model 32 --time-budget 1h5m";
   const int status = qkv::testing::interrupt_at_step(flags + " --steps 1000000", d + "/log", 3);
@@ -167,11 +167,11 @@ TEST(Cli, CorpusTrainInterruptedResumedThenTranslatesText) {
   for (int i = 0; i < 3 && std::getline(dev, line); ++i) input += line + "\n";
   input += "\nla me\n";  // an empty line, then a short one
   std::ofstream(d + "/in.es") << input;
-  r = qkv("translate --checkpoint " + d + "/run/last --beam 2 --threads 1 --input " + d + "/in.es --quiet");
+  r = qkv("translate --checkpoint " + d + "/run/last --beam-size 2 --threads 1 --input " + d + "/in.es --quiet");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(count_lines(r.out), 5) << r.out;
   EXPECT_NE(r.out.find("\n\n"), std::string::npos) << r.out;  // the empty input line
-  r = qkv("translate --checkpoint " + d + "/run/last --beam 2 --threads 1 --input " + d + "/in.es");
+  r = qkv("translate --checkpoint " + d + "/run/last --beam-size 2 --threads 1 --input " + d + "/in.es");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("qkv translate: 4 sentences"), std::string::npos) << r.out;
 

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 std::string imported_bert(const std::string& dir) {
   const std::string hf = ref_path("hf_bert_cls");
   if (hf.empty()) return "";
-  const CliRun r = run_qkv("import --from hf " + hf + " --out " + dir + "/ckpt");
+  const CliRun r = run_qkv("import --from hf " + hf + " --output-dir " + dir + "/ckpt");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("BERT"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("classifier over 3 labels"), std::string::npos) << r.out;
@@ -51,12 +51,12 @@ TEST(EncoderCli, ImportInfoAndEmbedAsJsonLinesAndNpy) {
     EXPECT_NEAR(sq, 1.0, 1e-5) << "normalised by default";
   }
   EXPECT_EQ(n, 3) << "one embedding per line, the empty one included";
-  r = run_qkv_split("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt --out " + dir + "/e.npy");
+  r = run_qkv_split("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt -o " + dir + "/e.npy");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("qkv: wrote "), std::string::npos) << r.err;
   const Tensor e = io::read_npy(dir + "/e.npy");
   EXPECT_EQ(e.shape(), (Dims{3, 64}));
-  r = run_qkv_split("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt --out " + dir + "/q.npy --quiet");
+  r = run_qkv_split("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt -o " + dir + "/q.npy --quiet");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err, "") << "--quiet: no summary";
   EXPECT_EQ(io::read_npy(dir + "/q.npy").to_vector(), e.to_vector());
@@ -70,12 +70,12 @@ TEST(EncoderCli, LongLinesAreTruncatedOrRefusedWithTheirLine) {
   for (int i = 0; i < 40; ++i) long_line += std::to_string(3 + i) + " ";
   write(dir + "/in.txt", "4 5\n" + long_line + "\n");
   // The position table has 32 rows: truncated by default, refused with --too-long error.
-  CliRun r = run_qkv("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt --out " + dir + "/e.npy");
+  CliRun r = run_qkv("embed --checkpoint " + ckpt + " --ids --input " + dir + "/in.txt -o " + dir + "/e.npy");
   EXPECT_EQ(r.code, 0) << r.out;
   r = run_qkv("embed --checkpoint " + ckpt + " --ids --too-long error --input " + dir + "/in.txt");
   expect_error(r, 1, {dir + "/in.txt:2", "42 tokens", "32"});
-  r = run_qkv("embed --checkpoint " + ckpt + " --ids --max-tokens 100 --input " + dir + "/in.txt");
-  expect_error(r, 2, {"--max-tokens 100", "32 positions"});
+  r = run_qkv("embed --checkpoint " + ckpt + " --ids --max-input-length 100 --input " + dir + "/in.txt");
+  expect_error(r, 2, {"--max-input-length 100", "32 positions"});
   write(dir + "/bad.txt", "4 5\n4 x 5\n");
   r = run_qkv("embed --checkpoint " + ckpt + " --ids --input " + dir + "/bad.txt");
   expect_error(r, 1, {dir + "/bad.txt:2", "'x'"});
@@ -86,7 +86,7 @@ TEST(EncoderCli, SimilarFindsTheLineItselfAndReusesItsCache) {
   const std::string ckpt = imported_bert(dir);
   if (ckpt.empty()) return;
   write(dir + "/corpus.txt", "10 11 12\n50 60 70 80\n100 120\n");
-  const std::string cmd = "similar --checkpoint " + ckpt + " --ids --corpus " + dir + "/corpus.txt --query '50 60 70 80' --top 2";
+  const std::string cmd = "similar --checkpoint " + ckpt + " --ids --corpus " + dir + "/corpus.txt --query '50 60 70 80' --top-k 2";
   CliRun r = run_qkv_split(cmd);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "# 50 60 70 80");
@@ -111,14 +111,14 @@ TEST(EncoderCli, WrongFamilyMissingTokenizerAndBadImportsAreNamed) {
   expect_error(run_qkv("embed --checkpoint " + ckpt + " --input " + dir + "/in.txt"), 1, {"no tokenizer", "--ids"});
   // A tokenizer put into the checkpoint by hand that does not fit the embedding.
   fs::copy(ref_path("hf_bert_cls"), dir + "/with_tok");
-  ASSERT_EQ(run_qkv("import --from hf " + dir + "/with_tok --out " + dir + "/ckpt_tok").code, 0);
+  ASSERT_EQ(run_qkv("import --from hf " + dir + "/with_tok --output-dir " + dir + "/ckpt_tok").code, 0);
   fs::copy_file(ref_path("minilm/all-MiniLM-L6-v2/tokenizer.json"), dir + "/ckpt_tok/tokenizer.json");
   expect_error(run_qkv("embed --checkpoint " + dir + "/ckpt_tok --input " + dir + "/in.txt"), 1,
                {"tokenizer.json", "30522 tokens", "200 rows"});
   expect_error(run_qkv("score --checkpoint " + ckpt + " --tgt " + dir + "/in.txt"), 1, {"encoder-only", "qkv embed"});
   const std::string gpt = ref_path("hf_gpt2");
   if (!gpt.empty()) {
-    ASSERT_EQ(run_qkv("import --from hf " + gpt + " --out " + dir + "/gpt").code, 0);
+    ASSERT_EQ(run_qkv("import --from hf " + gpt + " --output-dir " + dir + "/gpt").code, 0);
     expect_error(run_qkv("embed --checkpoint " + dir + "/gpt --ids --input " + dir + "/in.txt"), 1,
                  {"decoder-only checkpoint", "embedding needs an encoder-only model"});
   }
@@ -127,13 +127,13 @@ TEST(EncoderCli, WrongFamilyMissingTokenizerAndBadImportsAreNamed) {
   fs::copy(ref_path("hf_bert_cls"), hf);
   write(hf + "/tokenizer.json",
         R"({"model": {"type": "WordPiece", "vocab": {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2, "a": 3}}})");
-  expect_error(run_qkv("import --from hf " + hf + " --out " + dir + "/x"), 1, {"4 tokens", "200 rows"});
+  expect_error(run_qkv("import --from hf " + hf + " --output-dir " + dir + "/x"), 1, {"4 tokens", "200 rows"});
   fs::remove(hf + "/tokenizer.json");
   std::ifstream in(hf + "/config.json");
   nlohmann::json config = nlohmann::json::parse(in);
   config["position_embedding_type"] = "relative_key";
   write(hf + "/config.json", config.dump());
-  expect_error(run_qkv("import --from hf " + hf + " --out " + dir + "/x"), 1,
+  expect_error(run_qkv("import --from hf " + hf + " --output-dir " + dir + "/x"), 1,
                {hf + "/config.json", "\"position_embedding_type\"", "relative_key"});
   EXPECT_FALSE(fs::exists(dir + "/x")) << "nothing is written when the import fails";
 }

@@ -45,11 +45,11 @@ class EncoderTrainCli : public ::testing::Test {
     write_labelled(*dir_ + "/dev.tsv", 12);
     const std::string model = " --spm-vocab 300 --d-model 16 --heads 2 --layers 1 --d-ff 32 --threads 1";
     mlm_ = new CliRun(run_qkv("train --arch encoder-only --objective mlm --text " + text + " --valid-text " + text +
-                              " --out " + *dir_ + "/mlm --block-size 16 --batch 4 --steps 4 --valid-every 2 --log-every 2" +
+                              " --output-dir " + *dir_ + "/mlm --block-size 16 --batch-size 4 --steps 4 --valid-every 2 --log-every 2" +
                               model));
     cls_ = new CliRun(run_qkv("train --arch encoder-only --objective classify --labelled " + labelled +
-                              " --valid-labelled " + *dir_ + "/dev.tsv --init " + *dir_ + "/mlm/last --out " + *dir_ +
-                              "/cls --block-size 16 --batch 4 --steps 4 --valid-every 2 --log-every 2 --lr 1e-3 --threads 1"));
+                              " --valid-labelled " + *dir_ + "/dev.tsv --init " + *dir_ + "/mlm/last --output-dir " + *dir_ +
+                              "/cls --block-size 16 --batch-size 4 --steps 4 --valid-every 2 --log-every 2 --lr 1e-3 --threads 1"));
   }
   static std::string* dir_;
   static CliRun* mlm_;
@@ -114,7 +114,7 @@ TEST_F(EncoderTrainCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {
   ASSERT_EQ(to_file.code, 0) << to_file.err;
   EXPECT_EQ(to_file.out + to_file.err, "");
   EXPECT_EQ(qkv::testing::read_file(*dir_ + "/classes.txt"), r.out);
-  const CliRun top = run_qkv_split("classify --checkpoint " + *dir_ + "/cls/best --input " + input + " --top 2");
+  const CliRun top = run_qkv_split("classify --checkpoint " + *dir_ + "/cls/best --input " + input + " --top-k 2");
   ASSERT_EQ(top.code, 0) << top.err;
   const std::string first = top.out.substr(0, top.out.find('\n'));
   EXPECT_EQ(std::count(first.begin(), first.end(), '\t'), 3) << first;  // label p label p
@@ -122,7 +122,7 @@ TEST_F(EncoderTrainCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {
   EXPECT_EQ(no_head.code, 1) << no_head.out;
   EXPECT_NE(no_head.out.find("no classification head"), std::string::npos) << no_head.out;
   const CliRun too_long = run_qkv("classify --checkpoint " + *dir_ + "/cls/best --input " + input +
-                                  " --too-long error --max-tokens 4");
+                                  " --too-long error --max-input-length 4");
   EXPECT_EQ(too_long.code, 1) << too_long.out;
   EXPECT_NE(too_long.out.find("input.txt:1:"), std::string::npos) << too_long.out;
 }
@@ -130,7 +130,7 @@ TEST_F(EncoderTrainCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {
 TEST_F(EncoderTrainCli, BadLabelledInputIsRefusedNamingFileAndLine) {
   const std::string train = *dir_ + "/train.tsv";
   const auto classify = [&](const std::string& extra) {
-    return run_qkv("train --arch encoder-only --objective classify --labelled " + train + " --out " + *dir_ +
+    return run_qkv("train --arch encoder-only --objective classify --labelled " + train + " --output-dir " + *dir_ +
                    "/bad --spm-vocab 300 --d-model 16 --heads 2 --layers 1 --d-ff 32 --block-size 16 --steps 1 "
                    "--threads 1" + extra);
   };
@@ -143,17 +143,17 @@ TEST_F(EncoderTrainCli, BadLabelledInputIsRefusedNamingFileAndLine) {
   EXPECT_EQ(notab.code, 1) << notab.out;
   EXPECT_NE(notab.out.find("notab.tsv:2: no TAB"), std::string::npos) << notab.out;
   std::ofstream(*dir_ + "/one.tsv") << "low\tthe light\nlow\tthe earth\n";
-  const CliRun one = run_qkv("train --arch encoder-only --objective classify --labelled " + *dir_ + "/one.tsv --out " +
+  const CliRun one = run_qkv("train --arch encoder-only --objective classify --labelled " + *dir_ + "/one.tsv --output-dir " +
                              *dir_ + "/bad1 --steps 1");
   EXPECT_EQ(one.code, 1) << one.out;
   EXPECT_NE(one.out.find("a classifier needs at least two labels"), std::string::npos) << one.out;
   // A decoder-only checkpoint cannot start a classifier.
-  const CliRun lm = run_qkv("train --arch decoder-only --text " + *dir_ + "/text.txt --out " + *dir_ +
+  const CliRun lm = run_qkv("train --arch decoder-only --text " + *dir_ + "/text.txt --output-dir " + *dir_ +
                             "/gpt --spm-vocab 300 --d-model 8 --heads 2 --layers 1 --d-ff 16 --block-size 8 --steps 1 "
                             "--threads 1");
   ASSERT_EQ(lm.code, 0) << lm.out;
   const CliRun gpt = run_qkv("train --arch encoder-only --objective classify --labelled " + train + " --init " + *dir_ +
-                             "/gpt/last --out " + *dir_ + "/bad2 --steps 1");
+                             "/gpt/last --output-dir " + *dir_ + "/bad2 --steps 1");
   EXPECT_EQ(gpt.code, 1) << gpt.out;
   EXPECT_NE(gpt.out.find("decoder-only checkpoint"), std::string::npos) << gpt.out;
   EXPECT_NE(gpt.out.find("encoder-only model"), std::string::npos) << gpt.out;
@@ -165,14 +165,14 @@ TEST_F(EncoderTrainCli, BadLabelledInputIsRefusedNamingFileAndLine) {
 
 TEST_F(EncoderTrainCli, FlagsOfTheWrongObjectiveAreRefused) {
   const std::string train = *dir_ + "/train.tsv";
-  const CliRun no_objective = run_qkv("train --arch encoder-only --text " + train + " --out " + *dir_ + "/x");
+  const CliRun no_objective = run_qkv("train --arch encoder-only --text " + train + " --output-dir " + *dir_ + "/x");
   EXPECT_EQ(no_objective.code, 2) << no_objective.out;
   EXPECT_NE(no_objective.out.find("needs --objective mlm"), std::string::npos) << no_objective.out;
-  const CliRun labelled_lm = run_qkv("train --labelled " + train + " --out " + *dir_ + "/x");
+  const CliRun labelled_lm = run_qkv("train --labelled " + train + " --output-dir " + *dir_ + "/x");
   EXPECT_EQ(labelled_lm.code, 2) << labelled_lm.out;
   EXPECT_NE(labelled_lm.out.find("add --arch encoder-only --objective classify"), std::string::npos) << labelled_lm.out;
   const CliRun mixed = run_qkv("train --arch encoder-only --objective mlm --text " + train + " --labelled " + train +
-                               " --out " + *dir_ + "/x");
+                               " --output-dir " + *dir_ + "/x");
   EXPECT_EQ(mixed.code, 2) << mixed.out;
   const CliRun bad = run_qkv("train --arch encoder-only --objective nsp --text " + train);
   EXPECT_EQ(bad.code, 2) << bad.out;

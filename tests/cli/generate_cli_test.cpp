@@ -58,7 +58,7 @@ class GenerateCli : public ::testing::Test {
     qkv::text::train_sentencepiece({path("text.txt")}, path("text_lm") + "/spm", so);
     std::ofstream(path("ed.json")) << R"({"src_vocab_size": 16, "tgt_vocab_size": 16, "d_model": 16,
         "num_heads": 2, "num_layers": 1, "d_ff": 32, "max_seq_length": 16})";
-    const CliRun r = run_qkv_split("init --config " + path("ed.json") + " --out " + path("seq2seq"));
+    const CliRun r = run_qkv_split("init --config " + path("ed.json") + " --output-dir " + path("seq2seq"));
     ASSERT_EQ(r.code, 0) << r.err;
   }
   static void TearDownTestSuite() {
@@ -87,7 +87,7 @@ TEST_F(GenerateCli, InitWritesACheckpointOfTheFamilyTheConfigNames) {
   std::ofstream(path("bert.json")) << R"({"architecture": "encoder-only", "vocab_size": 20, "d_model": 16,
       "num_heads": 2, "num_layers": 1, "d_ff": 32, "max_seq_length": 16})";
   for (const std::string family : {"gpt", "bert"}) {
-    const CliRun init = run_qkv_split("init --config " + path(family + ".json") + " --out " + path("init_" + family));
+    const CliRun init = run_qkv_split("init --config " + path(family + ".json") + " --output-dir " + path("init_" + family));
     ASSERT_EQ(init.code, 0) << init.err;
     const CliRun info = run_qkv_split("info " + path("init_" + family));
     ASSERT_EQ(info.code, 0) << info.err;
@@ -118,17 +118,17 @@ void expect_error(const CliRun& r, int code, const std::string& needle) {
 
 TEST_F(GenerateCli, BadFlagsAreUsageErrors) {
   const std::string p = lm() + "--ids --prompt 2 --max-new-tokens 3 ";
-  expect_error(run_qkv_split(p + "--sample --temperature 0"), kUsage, "--temperature");
-  expect_error(run_qkv_split(p + "--sample --temperature -0.5"), kUsage, "--temperature");
-  expect_error(run_qkv_split(p + "--sample --top-p 0"), kUsage, "--top-p");
-  expect_error(run_qkv_split(p + "--sample --top-p 1.5"), kUsage, "--top-p");
-  expect_error(run_qkv_split(p + "--sample --top-p nan"), kUsage, "--top-p");
-  expect_error(run_qkv_split(p + "--sample --top-k -1"), kUsage, "--top-k");
-  expect_error(run_qkv_split(p + "--sample --top-k 2.5"), kUsage, "--top-k");
-  expect_error(run_qkv_split(p + "--top-k 5"), kUsage, "--top-k applies only with --sample");
-  expect_error(run_qkv_split(p + "--top-p 0.9"), kUsage, "--top-p applies only with --sample");
-  expect_error(run_qkv_split(p + "--temperature 0.7"), kUsage, "--temperature applies only with --sample");
-  expect_error(run_qkv_split(p + "--seed 3"), kUsage, "--seed applies only with --sample");
+  expect_error(run_qkv_split(p + "--do-sample --temperature 0"), kUsage, "--temperature");
+  expect_error(run_qkv_split(p + "--do-sample --temperature -0.5"), kUsage, "--temperature");
+  expect_error(run_qkv_split(p + "--do-sample --top-p 0"), kUsage, "--top-p");
+  expect_error(run_qkv_split(p + "--do-sample --top-p 1.5"), kUsage, "--top-p");
+  expect_error(run_qkv_split(p + "--do-sample --top-p nan"), kUsage, "--top-p");
+  expect_error(run_qkv_split(p + "--do-sample --top-k -1"), kUsage, "--top-k");
+  expect_error(run_qkv_split(p + "--do-sample --top-k 2.5"), kUsage, "--top-k");
+  expect_error(run_qkv_split(p + "--top-k 5"), kUsage, "--top-k applies only with --do-sample");
+  expect_error(run_qkv_split(p + "--top-p 0.9"), kUsage, "--top-p applies only with --do-sample");
+  expect_error(run_qkv_split(p + "--temperature 0.7"), kUsage, "--temperature applies only with --do-sample");
+  expect_error(run_qkv_split(p + "--seed 3"), kUsage, "--seed applies only with --do-sample");
   expect_error(run_qkv_split(p + "--input " + path("ids.txt")), kUsage, "--prompt and --input");
   expect_error(run_qkv_split(lm() + "--ids --max-new-tokens 3"), kUsage, "--prompt TEXT or --input FILE");
   expect_error(run_qkv_split(lm() + "--ids --prompt 2 --max-new-tokens 0"), kUsage, "--max-new-tokens");
@@ -198,7 +198,7 @@ TEST_F(GenerateCli, IdsRoundTrip) {
 TEST_F(GenerateCli, InputLinesSeedsAndBatches) {
   std::ofstream(path("ids.txt")) << "2 5 6 7\n\n2 30 31 32 33 34 35 36 37\n";
   const std::string sample = "generate --checkpoint " + path("lm") +
-                             " --ids --max-new-tokens 10 --sample --temperature 2 --top-k 30 --top-p 0.95 ";
+                             " --ids --max-new-tokens 10 --do-sample --temperature 2 --top-k 30 --top-p 0.95 ";
   const CliRun a = run_qkv_split(sample + "--seed 11 --threads 1 --input " + path("ids.txt"));
   ASSERT_EQ(a.code, 0) << a.err;
   EXPECT_EQ(lines_of(a.out).size(), 3u) << a.out;

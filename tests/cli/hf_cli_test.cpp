@@ -19,7 +19,7 @@ TEST(HfCli, ImportsExportsAndImportsAgain) {
   const std::string hf = ref_path("hf_gpt2");
   if (hf.empty()) return;
   const std::string dir = temp_dir("hf_roundtrip");
-  CliRun r = run_qkv("import --from hf " + hf + " --out " + dir + "/ckpt");
+  CliRun r = run_qkv("import --from hf " + hf + " --output-dir " + dir + "/ckpt");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("wrote " + dir + "/ckpt: GPT-2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
@@ -27,14 +27,14 @@ TEST(HfCli, ImportsExportsAndImportsAgain) {
     EXPECT_TRUE(fs::exists(dir + "/ckpt/" + f)) << f;
   r = run_qkv("info " + dir + "/ckpt");
   EXPECT_EQ(r.code, 0) << r.out;
-  r = run_qkv("export --to hf " + dir + "/ckpt --out " + dir + "/hf");
+  r = run_qkv("export --to hf " + dir + "/ckpt --output-dir " + dir + "/hf");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("GPT2LMHeadModel"), std::string::npos) << r.out;
-  r = run_qkv("import --from hf " + dir + "/hf --out " + dir + "/ckpt2");
+  r = run_qkv("import --from hf " + dir + "/hf --output-dir " + dir + "/ckpt2");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(read_file(dir + "/ckpt/model.safetensors"), read_file(dir + "/ckpt2/model.safetensors"));
   // F16 weights are widened and say so.
-  r = run_qkv("import --from hf " + ref_path("hf_gpt2_f16") + " --out " + dir + "/ckpt16");
+  r = run_qkv("import --from hf " + ref_path("hf_gpt2_f16") + " --output-dir " + dir + "/ckpt16");
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("F16 widened to F32"), std::string::npos) << r.out;
 }
@@ -45,7 +45,7 @@ TEST(HfCli, ImportedModelGeneratesFromTextWithItsTokenizer) {
   const std::string hf = ref_path("hf_gpt2");
   if (hf.empty()) return;
   const std::string dir = temp_dir("hf_generate");
-  ASSERT_EQ(run_qkv("import --from hf " + hf + " --out " + dir + "/ckpt").code, 0);
+  ASSERT_EQ(run_qkv("import --from hf " + hf + " --output-dir " + dir + "/ckpt").code, 0);
   const text::ByteLevelBpe bpe = text::ByteLevelBpe::load(dir + "/ckpt/tokenizer.json");
   const std::string prompt = "In the beginning God created";
   std::string ids = "50";  // placeholder, replaced by BOS below
@@ -70,29 +70,29 @@ TEST(HfCli, ImportedModelGeneratesFromTextWithItsTokenizer) {
 
 TEST(HfCli, UsageErrorsExitTwo) {
   const std::string dir = temp_dir("hf_usage");
-  CliRun r = run_qkv("import --from onnx " + dir + " --out " + dir + "/x");
+  CliRun r = run_qkv("import --from onnx " + dir + " --output-dir " + dir + "/x");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--from"), std::string::npos) << r.out;
-  r = run_qkv("import " + dir + " --out " + dir + "/x");
+  r = run_qkv("import " + dir + " --output-dir " + dir + "/x");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--from"), std::string::npos) << r.out;
-  r = run_qkv("export --to gguf " + dir + " --out " + dir + "/x");
+  r = run_qkv("export --to gguf " + dir + " --output-dir " + dir + "/x");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--to"), std::string::npos) << r.out;
   r = run_qkv("export --to hf " + dir);
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("--out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--output-dir"), std::string::npos) << r.out;
 }
 
 TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   const std::string hf = ref_path("hf_gpt2");
   if (hf.empty()) return;
   const std::string dir = temp_dir("hf_bad");
-  expect_error(run_qkv("import --from hf " + dir + "/nothing --out " + dir + "/x"), 1, {dir + "/nothing"});
+  expect_error(run_qkv("import --from hf " + dir + "/nothing --output-dir " + dir + "/x"), 1, {dir + "/nothing"});
   fs::create_directories(dir + "/pegasus");
   std::ofstream(dir + "/pegasus/config.json") << R"({"model_type": "pegasus", "d_model": 64})";
   std::ofstream(dir + "/pegasus/model.safetensors") << "";
-  expect_error(run_qkv("import --from hf " + dir + "/pegasus --out " + dir + "/x"), 1,
+  expect_error(run_qkv("import --from hf " + dir + "/pegasus --output-dir " + dir + "/x"), 1,
                {dir + "/pegasus/config.json", "\"model_type\"", "\"pegasus\"",
                 "\"gpt2\", \"bert\", \"marian\", \"t5\", \"bart\" and \"mbart\""});
   fs::create_directories(dir + "/scaled");
@@ -102,17 +102,17 @@ TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   ASSERT_NE(config.find(off), std::string::npos);
   config.replace(config.find(off), off.size(), "\"scale_attn_by_inverse_layer_idx\": true");
   std::ofstream(dir + "/scaled/config.json") << config;
-  expect_error(run_qkv("import --from hf " + dir + "/scaled --out " + dir + "/x"), 1,
+  expect_error(run_qkv("import --from hf " + dir + "/scaled --output-dir " + dir + "/x"), 1,
                {dir + "/scaled/config.json", "\"scale_attn_by_inverse_layer_idx\"", "not supported"});
   EXPECT_FALSE(fs::exists(dir + "/x"));
   // The seed's encoder-decoder model exports as Marian only where Marian can express it: its
   // interleaved positional table is refused by name.
-  const CliRun init = run_qkv("init --config " + ref_path("model_small/config.json") + " --out " + dir + "/seq2seq");
+  const CliRun init = run_qkv("init --config " + ref_path("model_small/config.json") + " --output-dir " + dir + "/seq2seq");
   ASSERT_EQ(init.code, 0) << init.out;
-  expect_error(run_qkv("export --to hf " + dir + "/seq2seq --out " + dir + "/y"), 1,
+  expect_error(run_qkv("export --to hf " + dir + "/seq2seq --output-dir " + dir + "/y"), 1,
                {"positions \"sinusoidal\"", "Marian cannot express it"});
   EXPECT_FALSE(fs::exists(dir + "/y"));
-  expect_error(run_qkv("export --to hf " + dir + "/missing --out " + dir + "/y"), 1, {dir + "/missing"});
+  expect_error(run_qkv("export --to hf " + dir + "/missing --output-dir " + dir + "/y"), 1, {dir + "/missing"});
 }
 
 // An imported Marian model translates text as transformers does (tests/python/make_marian_refs.py)
@@ -123,7 +123,7 @@ TEST(HfCli, ImportedMarianTranslatesTextAndScoresIds) {
   std::ifstream refs_in(ref_path("hf_marian_refs.json"));
   const nlohmann::json refs = nlohmann::json::parse(refs_in);
   const std::string dir = temp_dir("hf_marian");
-  CliRun r = run_qkv("import --from hf " + hf + " --out " + dir + "/ckpt");
+  CliRun r = run_qkv("import --from hf " + hf + " --output-dir " + dir + "/ckpt");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("Marian from"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("qkv: note: bad_words_ids"), std::string::npos) << r.out;
@@ -146,7 +146,7 @@ TEST(HfCli, ImportedMarianTranslatesTextAndScoresIds) {
       tgt << "\n";
     }
   }
-  const std::string limit = " --beam 1 --max-length-ratio 0 --max-length-offset " +
+  const std::string limit = " --beam-size 1 --max-length-ratio 0 --max-length-offset " +
                             std::to_string(refs["new_tokens"].get<int>() - 1);
   const CliRun text = run_qkv_split("translate --checkpoint " + dir + "/ckpt --input " + dir + "/src.txt" + limit);
   ASSERT_EQ(text.code, 0) << text.err;
@@ -174,7 +174,7 @@ TEST(HfCli, ImportedBartTranslatesAndScoresIds) {
   for (const std::string name : {"hf_bart", "hf_mbart"}) {
     const nlohmann::json& r = refs[name];
     const std::string dir = temp_dir(name);
-    CliRun run = run_qkv("import --from hf " + ref_path(name) + " --out " + dir + "/ckpt");
+    CliRun run = run_qkv("import --from hf " + ref_path(name) + " --output-dir " + dir + "/ckpt");
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_NE(run.out.find(name == "hf_bart" ? "BART from" : "mBART from"), std::string::npos) << run.out;
     // BART's tokenizer.json comes along; the mBART directory has none (ids only, said in a note).
@@ -202,7 +202,7 @@ TEST(HfCli, ImportedBartTranslatesAndScoresIds) {
       }
     }
     const CliRun out = run_qkv_split("translate --ids --checkpoint " + dir + "/ckpt --input " + dir +
-                                     "/src.ids --beam 1 --max-length-ratio 0 --max-length-offset 40");
+                                     "/src.ids --beam-size 1 --max-length-ratio 0 --max-length-offset 40");
     ASSERT_EQ(out.code, 0) << out.err;
     EXPECT_EQ(out.out, want) << name;
     const CliRun score = run_qkv_split("score --checkpoint " + dir + "/ckpt --src " + dir + "/src.ids --tgt " + dir +

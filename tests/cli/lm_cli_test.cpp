@@ -28,9 +28,9 @@ class LmCli : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(temp_dir("lm_cli"));
     text_ = new std::string(write_text(*dir_));
-    run_ = new CliRun(run_qkv("train --arch decoder-only --text " + *text_ + " --valid-text " + *text_ + " --out " +
+    run_ = new CliRun(run_qkv("train --arch decoder-only --text " + *text_ + " --valid-text " + *text_ + " --output-dir " +
                               *dir_ + "/run --spm-vocab 300 --d-model 16 --heads 2 --layers 1 --d-ff 32 --block-size 16 "
-                                      "--batch 4 --steps 6 --valid-every 3 --log-every 3 --threads 1"));
+                                      "--batch-size 4 --steps 6 --valid-every 3 --log-every 3 --threads 1"));
   }
   static std::string* dir_;
   static std::string* text_;
@@ -108,8 +108,8 @@ TEST_F(LmCli, TranslateRefusesALanguageModelNamingBothArchitectures) {
 // --preset names the model's sizes for text runs too; size flags given as well override them.
 TEST_F(LmCli, APresetSizesTheModelAndFlagsOverrideIt) {
   const auto config_of = [&](const std::string& name, const std::string& flags) {
-    const CliRun r = run_qkv("train --arch decoder-only --text " + *text_ + " --out " + *dir_ + "/" + name +
-                             " --spm-vocab 300 --block-size 16 --batch 4 --steps 1 --threads 1 " + flags);
+    const CliRun r = run_qkv("train --arch decoder-only --text " + *text_ + " --output-dir " + *dir_ + "/" + name +
+                             " --spm-vocab 300 --block-size 16 --batch-size 4 --steps 1 --threads 1 " + flags);
     EXPECT_EQ(r.code, 0) << r.out;
     return read_file(*dir_ + "/" + name + "/last/config.json");
   };
@@ -120,25 +120,25 @@ TEST_F(LmCli, APresetSizesTheModelAndFlagsOverrideIt) {
   EXPECT_NE(wider.find("\"num_layers\": 3"), std::string::npos) << wider;
   EXPECT_NE(wider.find("\"d_model\": 64"), std::string::npos) << wider;
   // seed is the synthetic example's; small, base and big are not synthetic ones.
-  const CliRun seed = run_qkv("train --arch decoder-only --text " + *text_ + " --preset seed --out " + *dir_ + "/s");
+  const CliRun seed = run_qkv("train --arch decoder-only --text " + *text_ + " --preset seed --output-dir " + *dir_ + "/s");
   EXPECT_EQ(seed.code, 2) << seed.out;
   EXPECT_NE(seed.out.find("--preset seed is for --synthetic"), std::string::npos) << seed.out;
   const CliRun small = run_qkv("train --synthetic --preset small --steps 1");
   EXPECT_EQ(small.code, 2) << small.out;
   EXPECT_NE(small.out.find("--synthetic takes seed or tiny"), std::string::npos) << small.out;
   const CliRun both = run_qkv("train --arch decoder-only --text " + *text_ + " --preset tiny --config " + *dir_ +
-                              "/tiny/last/config.json --out " + *dir_ + "/c");
+                              "/tiny/last/config.json --output-dir " + *dir_ + "/c");
   EXPECT_EQ(both.code, 2) << both.out;
   EXPECT_NE(both.out.find("drop --preset"), std::string::npos) << both.out;
 }
 
 TEST_F(LmCli, FlagsOfTheWrongFamilyAreRefused) {
-  const CliRun no_arch = run_qkv("train --text " + *text_ + " --out " + *dir_ + "/x");
+  const CliRun no_arch = run_qkv("train --text " + *text_ + " --output-dir " + *dir_ + "/x");
   EXPECT_EQ(no_arch.code, 2) << no_arch.out;  // a usage error
   EXPECT_NE(no_arch.out.find("add --arch decoder-only"), std::string::npos) << no_arch.out;
-  const CliRun mixed = run_qkv("train --arch decoder-only --text " + *text_ + " --src " + *text_ + " --out " + *dir_ + "/x");
+  const CliRun mixed = run_qkv("train --arch decoder-only --text " + *text_ + " --src " + *text_ + " --output-dir " + *dir_ + "/x");
   EXPECT_NE(mixed.code, 0) << mixed.out;
-  const CliRun decay = run_qkv("train --arch decoder-only --text " + *text_ + " --out " + *dir_ +
+  const CliRun decay = run_qkv("train --arch decoder-only --text " + *text_ + " --output-dir " + *dir_ +
                                "/x --optimizer adam --weight-decay 0.1 --steps 1");
   EXPECT_EQ(decay.code, 1) << decay.out;
   EXPECT_NE(decay.out.find("--weight-decay needs --optimizer adamw"), std::string::npos) << decay.out;

@@ -40,7 +40,7 @@ class TranslateOutput : public ::testing::Test {
     dir_ = new std::string(qkv::testing::temp_dir("output"));
     std::ofstream(path("config.json")) << R"({"src_vocab_size": 16, "tgt_vocab_size": 16, "d_model": 16,
         "num_heads": 2, "num_layers": 1, "d_ff": 32, "max_seq_length": 16})";
-    const CliRun r = run_qkv_split("init --config " + path("config.json") + " --out " + path("ckpt") + " --seed 5");
+    const CliRun r = run_qkv_split("init --config " + path("config.json") + " --output-dir " + path("ckpt") + " --seed 5");
     ASSERT_EQ(r.code, 0) << r.err;
     std::ofstream ids(path("ids.txt"));
     for (int i = 0; i < 20; ++i) {
@@ -62,11 +62,11 @@ class TranslateOutput : public ::testing::Test {
 std::string* TranslateOutput::dir_ = nullptr;
 
 TEST_F(TranslateOutput, OutputFileHoldsWhatStdoutShows) {
-  for (const std::string flags : {"--beam 2", "--beam 3 --n-best 2", "--beam 1 --batch-size 3"}) {
+  for (const std::string flags : {"--beam-size 2", "--beam-size 3 --num-hypotheses 2", "--beam-size 1 --batch-size 3"}) {
     SCOPED_TRACE(flags);
     const CliRun to_stdout = run_qkv_split(translate(path("ids.txt"), flags + " --quiet"));
     ASSERT_EQ(to_stdout.code, 0) << to_stdout.err;
-    const int per_line = flags.find("--n-best 2") != std::string::npos ? 2 : 1;
+    const int per_line = flags.find("--num-hypotheses 2") != std::string::npos ? 2 : 1;
     EXPECT_EQ(lines_of(to_stdout.out).size(), 19u * per_line + 1) << "20 lines, one empty:\n" << to_stdout.out;
     fs::remove(path("out.txt"));
     for (const std::string option : {"-o ", "--output "}) {
@@ -140,7 +140,7 @@ TEST_F(TranslateOutput, AnInterruptedJobKeepsTheLinesItWrote) {
   for (int i = 0; i < 2500; ++i)  // 50,000 lines: many seconds at --batch-size 1
     for (const std::string& line : input) big << line << "\n";
   big.close();
-  const int status = interrupt_after_lines(translate(path("big.txt"), "--batch-size 1 --beam 4 -o " + path("big.out")),
+  const int status = interrupt_after_lines(translate(path("big.txt"), "--batch-size 1 --beam-size 4 -o " + path("big.out")),
                                            path("big.out"), 16);
   ASSERT_NE(status, -1) << "no output before the job ended: lines should come as batches finish";
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
@@ -149,7 +149,7 @@ TEST_F(TranslateOutput, AnInterruptedJobKeepsTheLinesItWrote) {
   EXPECT_EQ(kept.back(), '\n') << "whole lines only";
   const std::vector<std::string> kept_lines = lines_of(kept);
   EXPECT_LT(kept_lines.size(), 50000u);
-  const CliRun first = run_qkv_split(translate(path("ids.txt"), "--batch-size 1 --beam 4 --quiet"));
+  const CliRun first = run_qkv_split(translate(path("ids.txt"), "--batch-size 1 --beam-size 4 --quiet"));
   ASSERT_EQ(first.code, 0) << first.err;
   const std::vector<std::string> want = lines_of(first.out);
   ASSERT_EQ(want.size(), input.size());

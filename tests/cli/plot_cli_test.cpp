@@ -71,31 +71,31 @@ class PlotCli : public ::testing::Test {
 
 TEST_F(PlotCli, DrawsSeveralRunsOverEachOther) {
   fs::copy(run_, dir_ + "/other", fs::copy_options::recursive);
-  const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " " + dir_ + "/other --out " + dir_ + "/both.png");
+  const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " " + dir_ + "/other -o " + dir_ + "/both.png");
   ASSERT_EQ(r.code, 0) << r.out;
   expect_png(dir_ + "/both.png");
-  // Several runs need --out: there is no one run directory to write into.
+  // Several runs need --output-dir: there is no one run directory to write into.
   const CliRun no_out = run_with_env("-u QKV_PYTHON", "plot " + run_ + " " + dir_ + "/other");
   EXPECT_EQ(no_out.code, kUsage) << no_out.out;
-  EXPECT_NE(no_out.out.find("qkv: error: several runs: say where the picture goes with --out"), std::string::npos)
+  EXPECT_NE(no_out.out.find("qkv: error: several runs: say where the picture goes with -o"), std::string::npos)
       << no_out.out;
 }
 
 TEST_F(PlotCli, DrawsTheCurvesOfARun) {
-  const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " --out " + dir_ + "/curves.png");
+  const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " -o " + dir_ + "/curves.png");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out, "wrote " + dir_ + "/curves.png\n");
   expect_png(dir_ + "/curves.png");
   // Default: RUN_DIR/curves.png; the metrics file itself is accepted too.
   ASSERT_EQ(run_with_env("-u QKV_PYTHON", "plot " + run_).code, 0);
   expect_png(run_ + "/curves.png");
-  ASSERT_EQ(run_with_env("-u QKV_PYTHON", "plot " + run_ + "/metrics.jsonl --out " + dir_ + "/m.png --title 'A run'").code, 0);
+  ASSERT_EQ(run_with_env("-u QKV_PYTHON", "plot " + run_ + "/metrics.jsonl -o " + dir_ + "/m.png --title 'A run'").code, 0);
   expect_png(dir_ + "/m.png");
 }
 
 TEST_F(PlotCli, ABadRecordIsOneErrorLineNamingFileAndLine) {
   std::ofstream(run_ + "/metrics.jsonl", std::ios::app) << "{\"event\": \"step\", \"step\": 61, \"loss\": \"high\"}\n";
-  const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " --out " + dir_ + "/c.png");
+  const CliRun r = run_with_env("-u QKV_PYTHON", "plot " + run_ + " -o " + dir_ + "/c.png");
   qkv::testing::expect_error(r, kBadInput, {run_ + "/metrics.jsonl:64: \"loss\" must be a number, got \"high\""});
   EXPECT_EQ(r.out.find("plot.py"), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
@@ -118,7 +118,7 @@ TEST_F(PlotCli, APythonWithoutMatplotlibIsNamedWithHowToInstallIt) {
 
 TEST_F(PlotCli, FallsBackToTheSystemPythonWhenTheOneOnPathCannotDraw) {
   python_without_matplotlib();
-  const CliRun r = run_with_env("-u QKV_PYTHON PATH=" + dir_ + "/bin:/usr/bin:/bin", "plot " + run_ + " --out " + dir_ + "/c.png");
+  const CliRun r = run_with_env("-u QKV_PYTHON PATH=" + dir_ + "/bin:/usr/bin:/bin", "plot " + run_ + " -o " + dir_ + "/c.png");
   ASSERT_EQ(r.code, 0) << r.out;
   expect_png(dir_ + "/c.png");
 }

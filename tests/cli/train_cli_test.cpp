@@ -30,7 +30,7 @@ const std::string kTiny = "--synthetic --preset tiny --d-model 32 --heads 2 --la
 
 TEST(TrainCli, CtrlCSavesAndResumeContinues) {
   const std::string d = temp_dir("sigint");
-  const int status = qkv::testing::interrupt_at_step("train " + kTiny + "--steps 1000000 --out " + d + "/ckpt",
+  const int status = qkv::testing::interrupt_at_step("train " + kTiny + "--steps 1000000 --output-dir " + d + "/ckpt",
                                                     d + "/log", 3);
   ASSERT_NE(status, -1) << read_file(d + "/log");
   const std::string log = read_file(d + "/log");
@@ -47,8 +47,8 @@ TEST(TrainCli, CtrlCSavesAndResumeContinues) {
 
 TEST(TrainCli, ResumeKeepsTheSavedLearningRate) {
   const std::string d = temp_dir("lr");
-  ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 10 --out " + d + "/full").code, 0);
-  ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 5 --out " + d + "/split").code, 0);
+  ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 10 --output-dir " + d + "/full").code, 0);
+  ASSERT_EQ(qkv_train(kTiny + "--lr 5e-3 --steps 5 --output-dir " + d + "/split").code, 0);
   const CliRun r = qkv_train(kTiny + "--steps 10 --resume " + d + "/split");  // no --lr: the saved one
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(read_file(d + "/full/model.safetensors"), read_file(d + "/split/model.safetensors"));
@@ -58,8 +58,8 @@ TEST(TrainCli, ResumeKeepsTheSavedLearningRate) {
 
 TEST(TrainCli, InfoDescribesAndChecksACheckpoint) {
   const std::string d = temp_dir("info");
-  ASSERT_EQ(qkv_train(kTiny + "--steps 4 --out " + d + "/a").code, 0);
-  ASSERT_EQ(qkv_train(kTiny + "--steps 5 --out " + d + "/b").code, 0);
+  ASSERT_EQ(qkv_train(kTiny + "--steps 4 --output-dir " + d + "/a").code, 0);
+  ASSERT_EQ(qkv_train(kTiny + "--steps 5 --output-dir " + d + "/b").code, 0);
   CliRun info = run_qkv("info " + d + "/a");
   const std::string& out = info.out;
   EXPECT_EQ(info.code, 0) << out;
@@ -83,14 +83,14 @@ TEST(TrainCli, InfoDescribesAndChecksACheckpoint) {
 
 TEST(TrainCli, LinearScheduleFallsToZeroAtStepsAndInfoShowsIt) {
   const std::string d = temp_dir("linear");
-  const CliRun r = qkv_train(kTiny + "--schedule linear --lr 1e-3 --warmup 2 --steps 6 --out " + d + "/a");
+  const CliRun r = qkv_train(kTiny + "--schedule linear --lr 1e-3 --warmup 2 --steps 6 --output-dir " + d + "/a");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step 2/6 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lr 1.00e-03"), std::string::npos) << r.out;  // the peak, after warm-up
   EXPECT_NE(r.out.find("lr 2.00e-04"), std::string::npos) << r.out;  // step 6: 1e-3 * 1 / 5
   const CliRun info = run_qkv("info " + d + "/a");
   EXPECT_NE(info.out.find("linear lr 0.001 warmup 2 to 0 at step 6"), std::string::npos) << info.out;
-  const CliRun no_steps = run_qkv("train --src " + d + "/x --tgt " + d + "/y --out " + d + "/b --schedule cosine");
+  const CliRun no_steps = run_qkv("train --src " + d + "/x --tgt " + d + "/y --output-dir " + d + "/b --schedule cosine");
   EXPECT_EQ(no_steps.code, 1) << no_steps.out;
   EXPECT_NE(no_steps.out.find("give --steps, or --time-budget"), std::string::npos) << no_steps.out;
   fs::remove_all(d);
@@ -100,14 +100,14 @@ TEST(TrainCli, LinearScheduleFallsToZeroAtStepsAndInfoShowsIt) {
 // asks for it on a checkpoint without it, and a decoder-only run with it, are refused by name.
 TEST(TrainCli, ShareAllEmbeddingsTiesTheThreeTablesAndInfoShowsIt) {
   const std::string d = temp_dir("share");
-  CliRun r = qkv_train(kTiny + "--share-all-embeddings --steps 3 --out " + d + "/a");
+  CliRun r = qkv_train(kTiny + "--share-all-embeddings --steps 3 --output-dir " + d + "/a");
   ASSERT_EQ(r.code, 0) << r.out;
   const nlohmann::json config = nlohmann::json::parse(read_file(d + "/a/config.json"));
   EXPECT_TRUE(config["share_embeddings"].get<bool>());
   EXPECT_TRUE(config["tie_output_embedding"].get<bool>());
   CliRun info = run_qkv("info " + d + "/a");
   EXPECT_NE(info.out.find("tied output yes, shared source/target embeddings yes"), std::string::npos) << info.out;
-  ASSERT_EQ(qkv_train(kTiny + "--steps 3 --out " + d + "/b").code, 0);
+  ASSERT_EQ(qkv_train(kTiny + "--steps 3 --output-dir " + d + "/b").code, 0);
   info = run_qkv("info " + d + "/b");
   EXPECT_NE(info.out.find("tied output no, shared source/target embeddings no"), std::string::npos) << info.out;
   r = qkv_train(kTiny + "--share-all-embeddings --steps 4 --resume " + d + "/b");
@@ -115,7 +115,7 @@ TEST(TrainCli, ShareAllEmbeddingsTiesTheThreeTablesAndInfoShowsIt) {
   EXPECT_NE(r.out.find("--resume: --share-all-embeddings, but the checkpoint's embeddings are not all shared"),
             std::string::npos)
       << r.out;
-  r = qkv_train("--arch decoder-only --text " + d + "/none.txt --share-all-embeddings --out " + d + "/lm");
+  r = qkv_train("--arch decoder-only --text " + d + "/none.txt --share-all-embeddings --output-dir " + d + "/lm");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("--share-all-embeddings: a decoder-only model has one token embedding already"),
             std::string::npos)
@@ -125,7 +125,7 @@ TEST(TrainCli, ShareAllEmbeddingsTiesTheThreeTablesAndInfoShowsIt) {
 
 TEST(TrainCli, DivergenceStopsNamingTheStepAndSavesNothing) {
   const std::string d = temp_dir("nan");
-  const CliRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --out " + d + "/ckpt");
+  const CliRun r = qkv_train(kTiny + "--lr 1e38 --steps 50 --output-dir " + d + "/ckpt");
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("qkv: error: step "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("training stopped without saving"), std::string::npos) << r.out;
@@ -137,10 +137,10 @@ TEST(TrainCli, NonsenseFlagsAreUsageErrorsNamingTheFlag) {
   const std::string d = temp_dir("flags");
   for (const std::string flag : {"--lr nan", "--lr inf", "--lr -1", "--lr 0", "--log-every 0", "--log-every -1",
                                  "--clip-norm nan", "--clip-norm -1", "--micro-batch -1", "--save-every -1",
-                                 "--threads -3", "--steps -1", "--max-len 0", "--dropout 1", "--label-smoothing nan",
-                                 "--warmup 0", "--batch 0", "--len 1", "--max-memory 2X", "--max-memory lots",
+                                 "--threads -3", "--steps -1", "--max-seq-length 0", "--dropout 1", "--label-smoothing nan",
+                                 "--warmup 0", "--batch-size 0", "--len 1", "--max-memory 2X", "--max-memory lots",
                                  "--max-memory -1G", "--max-memory 12"}) {
-    const CliRun r = qkv_train(kTiny + flag + " --out " + d + "/ckpt");
+    const CliRun r = qkv_train(kTiny + flag + " --output-dir " + d + "/ckpt");
     EXPECT_EQ(r.code, 2) << flag << ": " << r.out;
     EXPECT_EQ(r.out.rfind("qkv: error:", 0), 0u) << flag << ": " << r.out;
     EXPECT_NE(r.out.find(flag.substr(0, flag.find(' '))), std::string::npos) << flag << ": " << r.out;

@@ -80,7 +80,7 @@ TEST(CheckpointLock, AHolderKilledWithSigkillLeavesItFree) {
 
 TEST(CheckpointLock, QkvTrainIntoAHeldCheckpointStopsNamingIt) {
   const std::string root = fresh_dir("cli"), out = root + "/tiny";
-  const std::string args = "train --synthetic --preset tiny --steps 2 --threads 1 --out " + out;
+  const std::string args = "train --synthetic --preset tiny --steps 2 --threads 1 --output-dir " + out;
   {
     const CheckpointLock held(out);
     const testing::CliRun r = testing::run_qkv_split(args);

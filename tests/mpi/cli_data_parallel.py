@@ -120,10 +120,10 @@ def main():
 
     # 1a. encoder-decoder on synthetic ids: 8 rows, 4 a rank.
     seed = [args.qkv, "train", "--synthetic", "--preset", "seed", "--task", "copy", "--vocab", "40", "--d-model", "32",
-            "--heads", "4", "--layers", "2", "--d-ff", "64", "--batch", "8", "--len", "12", "--dropout", "0.1",
+            "--heads", "4", "--layers", "2", "--d-ff", "64", "--batch-size", "8", "--len", "12", "--dropout", "0.1",
             "--steps", "10", "--lr", "1e-3", "--clip-norm", "1.0", "--threads", "1", "--log-every", "5"]
-    r2 = run(mpirun + ["-np", "2"] + seed + ["--out", f"{tmp}/s2", "--allreduce-bucket-mb", "0.01"], env=env)
-    r1 = run(seed + ["--out", f"{tmp}/s1", "--micro-batch", "4"], env=env)
+    r2 = run(mpirun + ["-np", "2"] + seed + ["--output-dir", f"{tmp}/s2", "--allreduce-bucket-mb", "0.01"], env=env)
+    r1 = run(seed + ["--output-dir", f"{tmp}/s1", "--micro-batch", "4"], env=env)
     check(r2.returncode == 0 and r1.returncode == 0, f"synthetic runs finish ({r2.stderr[-400:]}{r1.stderr[-400:]})")
     for f in ("model.safetensors", "optimizer.safetensors"):
         check(r2.returncode == 0 and same(f"{tmp}/s2/{f}", f"{tmp}/s1/{f}"), f"encoder-decoder: {f} of 2 ranks == 1 process --micro-batch 4")
@@ -135,18 +135,18 @@ def main():
         for i in range(400):
             f.write(" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(5 + i % 9)) + f" number {i}.\n")
     lm = [args.qkv, "train", "--arch", "decoder-only", "--text", f"{tmp}/text.txt", "--spm-vocab", "300",
-          "--block-size", "16", "--batch", "6", "--d-model", "32", "--heads", "4", "--layers", "2", "--d-ff", "64",
+          "--block-size", "16", "--batch-size", "6", "--d-model", "32", "--heads", "4", "--layers", "2", "--d-ff", "64",
           "--dropout", "0.1", "--steps", "10", "--warmup", "3", "--lr", "3e-3", "--valid-every", "5", "--threads", "1",
           "--log-every", "5"]
-    r2 = run(mpirun + ["-np", "2"] + lm + ["--out", f"{tmp}/l2"], env=env)
-    r1 = run(lm + ["--out", f"{tmp}/l1", "--micro-batch", "3"], env=env)
+    r2 = run(mpirun + ["-np", "2"] + lm + ["--output-dir", f"{tmp}/l2"], env=env)
+    r1 = run(lm + ["--output-dir", f"{tmp}/l1", "--micro-batch", "3"], env=env)
     check(r2.returncode == 0 and r1.returncode == 0, f"language-model runs finish ({r2.stderr[-400:]}{r1.stderr[-400:]})")
     for f in ("spm.model", "last/model.safetensors", "last/optimizer.safetensors"):
         check(r2.returncode == 0 and same(f"{tmp}/l2/{f}", f"{tmp}/l1/{f}"), f"decoder-only: {f} of 2 ranks == 1 process --micro-batch 3")
 
     # 2. rank 1 cannot read its data.
     bad = [a if a != f"{tmp}/text.txt" else f"{tmp}/missing.txt" for a in lm]
-    r = run(mpirun + ["-np", "1"] + lm + ["--out", f"{tmp}/bad", ":", "-np", "1"] + bad + ["--out", f"{tmp}/bad"],
+    r = run(mpirun + ["-np", "1"] + lm + ["--output-dir", f"{tmp}/bad", ":", "-np", "1"] + bad + ["--output-dir", f"{tmp}/bad"],
             env=env, timeout=120)
     check(r.returncode == 1 and "rank 1:" in r.stderr and "missing.txt" in r.stderr,
           f"a rank that cannot read its data stops both, named (exit {r.returncode}: {r.stderr.strip()[-300:]})")
@@ -154,7 +154,7 @@ def main():
     # 3. rank 1 hangs after a few steps: rank 0 stops within the timeout naming it.
     hang = seed[:]
     hang[hang.index("--steps") + 1] = "100000"
-    p = subprocess.Popen(mpirun + ["-np", "2"] + hang + ["--out", f"{tmp}/h", "--save-every", "2", "--dist-timeout", "3"],
+    p = subprocess.Popen(mpirun + ["-np", "2"] + hang + ["--output-dir", f"{tmp}/h", "--save-every", "2", "--dist-timeout", "3"],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
     rank1 = rank_pid(1, f"{tmp}/h", deadline)
@@ -182,9 +182,9 @@ def main():
     long = seed[:]
     long_steps = 5000  # 2 ranks take about 3 s on a fast machine: time for the signals below to land
     long[long.index("--steps") + 1] = str(long_steps)
-    ref = run(long + ["--out", f"{tmp}/ref", "--micro-batch", "4"], env=env)
+    ref = run(long + ["--output-dir", f"{tmp}/ref", "--micro-batch", "4"], env=env)
     check(ref.returncode == 0, f"the uninterrupted {long_steps}-step reference finishes ({ref.stderr[-300:]})")
-    p = subprocess.Popen(mpirun + ["-np", "2"] + long + ["--out", f"{tmp}/k", "--save-every", "2"], env=env,
+    p = subprocess.Popen(mpirun + ["-np", "2"] + long + ["--output-dir", f"{tmp}/k", "--save-every", "2"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
     rank1 = rank_pid(1, f"{tmp}/k", deadline)
@@ -211,7 +211,7 @@ def main():
     # 5. SIGINT to mpirun, as Ctrl-C; 2 ranks resume.
     # The signal goes out once rank 0 has logged its first step: a fixed sleep after start-up
     # landed after the end of the run on a fast machine. mpirun forwards it within about a second.
-    p = subprocess.Popen(mpirun + ["-np", "2"] + long + ["--out", f"{tmp}/c"], env=env,
+    p = subprocess.Popen(mpirun + ["-np", "2"] + long + ["--output-dir", f"{tmp}/c"], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
     if rank_pid(1, f"{tmp}/c", deadline) is not None:
@@ -233,9 +233,9 @@ def main():
 
     # 6. 3 ranks of 4 rows against one process with micro-batches of 4.
     three = seed[:]
-    three[three.index("--batch") + 1] = "12"
-    r3 = run(mpirun + ["-np", "3"] + three + ["--out", f"{tmp}/t3"], env=env)
-    r1 = run(three + ["--out", f"{tmp}/t1", "--micro-batch", "4"], env=env)
+    three[three.index("--batch-size") + 1] = "12"
+    r3 = run(mpirun + ["-np", "3"] + three + ["--output-dir", f"{tmp}/t3"], env=env)
+    r1 = run(three + ["--output-dir", f"{tmp}/t1", "--micro-batch", "4"], env=env)
     check(r3.returncode == 0 and r1.returncode == 0, f"3-rank runs finish ({r3.stderr[-400:]}{r1.stderr[-400:]})")
     if r3.returncode == 0 and r1.returncode == 0:
         a, b = float_tensors(f"{tmp}/t3/model.safetensors"), float_tensors(f"{tmp}/t1/model.safetensors")

@@ -42,8 +42,8 @@ def main():
         refs = json.load(f)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt, out = os.path.join(tmp, "ckpt"), os.path.join(tmp, "hf")
-        run([qkv, "import", "--from", "hf", os.path.join(refs_dir, "hf_marian"), "--out", ckpt])
-        run([qkv, "export", "--to", "hf", ckpt, "--out", out])
+        run([qkv, "import", "--from", "hf", os.path.join(refs_dir, "hf_marian"), "--output-dir", ckpt])
+        run([qkv, "export", "--to", "hf", ckpt, "--output-dir", out])
         model, info = MarianMTModel.from_pretrained(out, output_loading_info=True)
         bad = {k: v for k, v in info.items() if v}
         if bad:

@@ -34,8 +34,8 @@ def run(cmd):
 
 def check(qkv, refs_dir, refs, name, tmp):
     ckpt, out = os.path.join(tmp, name + "_ckpt"), os.path.join(tmp, name + "_hf")
-    run([qkv, "import", "--from", "hf", os.path.join(refs_dir, name), "--out", ckpt])
-    run([qkv, "export", "--to", "hf", ckpt, "--out", out])
+    run([qkv, "import", "--from", "hf", os.path.join(refs_dir, name), "--output-dir", ckpt])
+    run([qkv, "export", "--to", "hf", ckpt, "--output-dir", out])
     model, info = T5ForConditionalGeneration.from_pretrained(out, output_loading_info=True)
     bad = {k: v for k, v in info.items() if v}
     if bad:

@@ -44,7 +44,7 @@ CORPUS_STEPS = 12
 def corpus_flags(data):
     return ["train", "--src", data + "/train.src", "--tgt", data + "/train.tgt", "--valid-src", data + "/dev.src",
             "--valid-tgt", data + "/dev.tgt", "--spm-vocab", "300", "--d-model", "16", "--heads", "2", "--layers", "1",
-            "--d-ff", "32", "--max-len", "32", "--max-tokens", "240", "--warmup", "3", "--lr", "1e-3",
+            "--d-ff", "32", "--max-seq-length", "32", "--max-batch-tokens", "240", "--warmup", "3", "--lr", "1e-3",
             "--dropout", "0.1", "--threads", "1", "--log-every", "1000", "--valid-every", "1",
             "--valid-bleu-sentences", "3", "--steps", str(CORPUS_STEPS), "--keep-checkpoints", "2"]
 
@@ -77,7 +77,7 @@ def leftovers(work, name):
 
 
 def checkpoint_of(out, corpus):
-    """The directory --resume continues from: the run's last/ (corpus) or the --out directory itself."""
+    """The directory --resume continues from: the run's last/ (corpus) or the --output-dir directory itself."""
     return os.path.join(out, "last") if corpus else out
 
 
@@ -100,9 +100,9 @@ def one_kill(qkv, flags, corpus, work, trial, delay, aim, reference):
     name = "run%02d" % trial
     out = os.path.join(work, name)
     ckpt = checkpoint_of(out, corpus)
-    proc = subprocess.Popen([qkv] + flags + ["--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([qkv] + flags + ["--output-dir", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(delay)
-    if aim:  # the synthetic run's saves stage next to --out, the corpus run's inside it
+    if aim:  # the synthetic run's saves stage next to --output-dir, the corpus run's inside it
         while proc.poll() is None and not staging_of(proc.pid, [work, out]):
             time.sleep(0.0002)
     killed = proc.poll() is None
@@ -117,7 +117,7 @@ def check_after_kill(qkv, flags, corpus, out, ckpt, killed, reference):
     """Returns (ok, description)."""
     if not os.path.exists(ckpt):
         state = "killed before the first save"
-        r = run(qkv, flags + ["--out", out])
+        r = run(qkv, flags + ["--output-dir", out])
     else:
         if not os.path.exists(os.path.join(ckpt, "manifest.json")):
             return False, "%s exists without manifest.json: a partial checkpoint" % ckpt
@@ -165,7 +165,7 @@ def main():
     ref_dir = os.path.join(work, "reference")
     shutil.rmtree(ref_dir, ignore_errors=True)
     t0 = time.time()
-    r = run(a.qkv, flags + ["--out", ref_dir])
+    r = run(a.qkv, flags + ["--output-dir", ref_dir])
     duration = time.time() - t0
     if r.returncode != 0:
         print(r.stdout)

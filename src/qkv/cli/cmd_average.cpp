@@ -1,4 +1,4 @@
-// qkv average --out DIR CHECKPOINT...
+// qkv average --output-dir DIR --checkpoint CKPT [--checkpoint CKPT ...] (or the checkpoints positional)
 //
 // Writes the checkpoint whose weights are the mean of the given checkpoints' weights (the last few
 // checkpoints of one run, kept with `qkv train --keep-checkpoints N`). The SentencePiece models of
@@ -33,7 +33,7 @@ int run_average(const AverageOptions& o) {
   for (const std::string& dir : o.checkpoints) check_checkpoint_argument(dir);
   for (const std::string& dir : o.checkpoints)
     QKV_CHECK(fs::weakly_canonical(dir) != fs::weakly_canonical(o.out),
-              "average: --out " << o.out << " is one of the inputs; write the average elsewhere");
+              "average: --output-dir " << o.out << " is one of the inputs; write the average elsewhere");
   const auto model = models::average_checkpoints(o.checkpoints);
   // The tokenizer files travel with the weights: qkv's SentencePiece models, or an imported Marian
   // model's.
@@ -59,8 +59,10 @@ int run_average(const AverageOptions& o) {
 
 Runner add_average_command(CLI::App& app) {
   auto o = std::make_shared<AverageOptions>();
-  app.add_option("checkpoints", o->checkpoints, "Checkpoint directories of one model")->required();
-  app.add_option("--out", o->out, "Checkpoint directory to write")->required();
+  app.add_option("checkpoints,--checkpoint", o->checkpoints,
+                 "Checkpoint directories of one model (--checkpoint DIR, repeated, or positional)")
+      ->required();
+  app.add_option("--output-dir", o->out, "Checkpoint directory to write")->required();
   return [o]() { return run_average(*o); };
 }
 

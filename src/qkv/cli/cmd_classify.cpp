@@ -1,8 +1,8 @@
-// qkv classify --checkpoint DIR [--input FILE] [-o FILE] [--batch-size N] [--top K] [--too-long truncate|error] [--ids]
+// qkv classify --checkpoint DIR [--input FILE] [-o FILE] [--batch-size N] [--top-k K] [--too-long truncate|error] [--ids]
 //
 // The label of each input line under an encoder-only checkpoint with a classification head (one
 // trained by `qkv train --arch encoder-only --objective classify`): one output line per input
-// line, in order, "label<TAB>probability", or with --top K the K most probable labels as
+// line, in order, "label<TAB>probability", or with --top-k K the K most probable labels as
 // "label<TAB>probability" pairs on one line, most probable first (equal probabilities: the label
 // listed first in config.json). Sentences are read as `qkv embed` reads them ([CLS] tokens [SEP],
 // cut at the model's positions or refused with --too-long error). Lines go to stdout or -o FILE
@@ -83,7 +83,7 @@ int run_classify(const ClassifyCliOptions& o) {
 Runner add_classify_command(CLI::App& app) {
   auto o = std::make_shared<ClassifyCliOptions>();
   add_encoder_text_options(app, o->text, "Sentences, one a line ('-' = stdin)");
-  app.add_option("--top", o->top, "Print the K most probable labels of each line (label<TAB>probability pairs)")
+  app.add_option("--top-k", o->top, "Print the K most probable labels of each line (label<TAB>probability pairs)")
       ->capture_default_str()
       ->check(FiniteRange(1, 100000));
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));

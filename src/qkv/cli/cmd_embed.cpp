@@ -1,9 +1,9 @@
-// qkv embed --checkpoint DIR [--input FILE] [--out FILE.npy] [--batch-size N] [--ids]
+// qkv embed --checkpoint DIR [--input FILE] [-o FILE.npy] [--batch-size N] [--ids]
 //
 // One sentence embedding per input line from an encoder-only model, as sentence-transformers
 // computes it (models/sentence_embedding.h): [CLS] tokens [SEP], cut at the checkpoint's
 // max_seq_length, pooled and normalised as its sentence_embedding.json says. Output: one JSON array
-// per line on stdout, or a float32 (lines, d_model) .npy file with --out. An empty line is embedded
+// per line on stdout, or a float32 (lines, d_model) .npy file with -o/--output. An empty line is embedded
 // too ([CLS] [SEP]), so output row i is always input line i.
 #include <chrono>
 #include <cstdio>
@@ -45,7 +45,7 @@ void print_json_lines(const Tensor& e) {
 Runner add_embed_command(CLI::App& app) {
   auto o = std::make_shared<EmbedCliOptions>();
   add_encoder_text_options(app, o->text, "Sentences, one a line ('-' = stdin)");
-  app.add_option("--out", o->out, "Write a float32 .npy matrix (lines, d_model) instead of JSON lines on stdout");
+  app.add_option("-o,--output", o->out, "Write a float32 .npy matrix (lines, d_model) instead of JSON lines on stdout ('-')");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   app.add_flag("--quiet", o->quiet, "No summary line on stderr");
   return [o]() {
@@ -55,7 +55,7 @@ Runner add_embed_command(CLI::App& app) {
     const EncoderSession& session = *session_ptr;
     const std::vector<std::vector<int32_t>> ids = read_encoder_lines(session, o->text);
     const Tensor e = session.embed_ids(ids, o->text.batch_size);
-    if (o->out.empty()) {
+    if (o->out.empty() || o->out == "-") {
       print_json_lines(e);
       return 0;
     }

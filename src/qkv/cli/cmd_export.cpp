@@ -1,4 +1,4 @@
-// qkv export --to hf CKPT --out DIR
+// qkv export --to hf --checkpoint CKPT --output-dir DIR (the checkpoint may be positional)
 //
 // Writes a decoder-only checkpoint as a Hugging Face GPT-2 directory that transformers loads with
 // GPT2LMHeadModel.from_pretrained (interop/hf_gpt2.h says what is refused), and an encoder-decoder
@@ -24,8 +24,9 @@ Runner add_export_command(CLI::App& app) {
   app.add_option("--to", o->to, "Format to write: hf (a Hugging Face GPT-2 or Marian directory)")
       ->required()
       ->check(CLI::IsMember({"hf"}));
-  app.add_option("checkpoint", o->checkpoint, "qkv checkpoint directory (decoder-only or encoder-decoder)")->required();
-  app.add_option("--out", o->out, "Directory to write (config.json, model.safetensors and the tokenizer)")->required();
+  app.add_option("checkpoint,--checkpoint", o->checkpoint,
+                 "qkv checkpoint directory (decoder-only or encoder-decoder; --checkpoint DIR or positional)")->required();
+  app.add_option("--output-dir", o->out, "Directory to write (config.json, model.safetensors and the tokenizer)")->required();
   return [o]() {
     check_checkpoint_argument(o->checkpoint);
     const interop::HfConversion info = interop::export_hf(o->checkpoint, o->out);

@@ -1,8 +1,8 @@
 // qkv generate --checkpoint DIR (--prompt TEXT | --input FILE) --max-new-tokens N [--ids]
-//              [--sample [--temperature T] [--top-k K] [--top-p P] [--seed S]] [--batch-size N]
+//              [--do-sample [--temperature T] [--top-k K] [--top-p P] [--seed S]] [--batch-size N]
 //              [--truncate-prompt] [--threads N] [--quiet]
 //
-// Continues text with a decoder-only checkpoint. Greedy by default; --sample draws (decoding/
+// Continues text with a decoder-only checkpoint. Greedy by default; --do-sample draws (decoding/
 // sampling.h: temperature, then top-k, then top-p, as Hugging Face's generate). The prompt is not
 // echoed: the output is the new tokens only, EOS not included.
 //   --prompt TEXT  one prompt; its continuation streams to stdout as it is produced (flushed per
@@ -67,7 +67,7 @@ void check_flags(const GenerateCliOptions& o) {
   if (!o.sample)
     for (const CLI::Option* opt : {o.temperature_opt, o.top_k_opt, o.top_p_opt, o.seed_opt})
       if (opt->count() > 0)
-        throw UsageError(opt->get_name() + " applies only with --sample (without it, generation is greedy)");
+        throw UsageError(opt->get_name() + " applies only with --do-sample (without it, generation is greedy)");
   decoding::SamplingOptions s;
   s.temperature = o.temperature;
   s.top_k = o.top_k;
@@ -189,17 +189,17 @@ Runner add_generate_command(CLI::App& app) {
   app.add_option("--max-new-tokens", o->max_new_tokens, "New tokens per prompt at most (fewer when the context is full)")
       ->required()
       ->check(FiniteRange(1, kMaxNewTokens));
-  app.add_flag("--sample", o->sample, "Sample the next token (default: greedy, the most probable)");
-  o->temperature_opt = app.add_option("--temperature", o->temperature, "With --sample: logits / T")
+  app.add_flag("--do-sample", o->sample, "Sample the next token (default: greedy, the most probable)");
+  o->temperature_opt = app.add_option("--temperature", o->temperature, "With --do-sample: logits / T")
                            ->capture_default_str()
                            ->check(Positive());
-  o->top_k_opt = app.add_option("--top-k", o->top_k, "With --sample: keep the K most probable tokens (0 = all)")
+  o->top_k_opt = app.add_option("--top-k", o->top_k, "With --do-sample: keep the K most probable tokens (0 = all)")
                      ->capture_default_str()
                      ->check(NonNegative());
-  o->top_p_opt = app.add_option("--top-p", o->top_p, "With --sample: keep the most probable tokens up to mass P (1 = all)")
+  o->top_p_opt = app.add_option("--top-p", o->top_p, "With --do-sample: keep the most probable tokens up to mass P (1 = all)")
                      ->capture_default_str()
                      ->check(FiniteRange(std::numeric_limits<double>::min(), 1, "in (0, 1]"));
-  o->seed_opt = app.add_option("--seed", o->seed, "With --sample: the random stream")->capture_default_str();
+  o->seed_opt = app.add_option("--seed", o->seed, "With --do-sample: the random stream")->capture_default_str();
   app.add_option("--batch-size", o->batch_size, "Prompts generated together (--input)")
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));

@@ -1,4 +1,4 @@
-// qkv import --from hf DIR --out CKPT
+// qkv import --from hf DIR --output-dir CKPT
 //
 // Converts a Hugging Face directory (config.json + model.safetensors [+ tokenizer.json]) into a qkv
 // checkpoint: GPT-2 into a decoder-only one (interop/hf_gpt2.h), BERT into an encoder-only one
@@ -29,7 +29,7 @@ Runner add_import_command(CLI::App& app) {
   app.add_option("source", o->source, "Hugging Face model directory (config.json, model.safetensors, and its tokenizer: tokenizer.json, "
                  "or Marian's source.spm, target.spm and vocab.json, or T5's spiece.model; BART's tokenizer.json)")
       ->required();
-  app.add_option("--out", o->out, "Checkpoint directory to write")->required();
+  app.add_option("--output-dir", o->out, "Checkpoint directory to write")->required();
   return [o]() {
     const interop::HfConversion info = interop::import_hf(o->source, o->out);
     for (const std::string& note : info.notes) std::cerr << "qkv: note: " << note << "\n";

@@ -184,7 +184,7 @@ void print_text(const json& j) {
 Runner add_info_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
-  app.add_option("checkpoint", *dir, "Checkpoint directory")->required();
+  app.add_option("checkpoint,--checkpoint", *dir, "Checkpoint directory (--checkpoint DIR or positional)")->required();
   app.add_flag("--json", *as_json, "Print one JSON object instead of text");
   return [dir, as_json]() {
     const json j = describe(*dir);

@@ -1,4 +1,4 @@
-// qkv init --config FILE --out DIR [--seed N]: a freshly initialised checkpoint of any family
+// qkv init --config FILE --output-dir DIR [--seed N]: a freshly initialised checkpoint of any family
 #include <iostream>
 #include <memory>
 
@@ -10,7 +10,7 @@ namespace qkv::cli {
 Runner add_init_command(CLI::App& app) {
   auto opts = std::make_shared<std::tuple<std::string, std::string, uint64_t>>("", "", 0);
   app.add_option("--config", std::get<0>(*opts), "Model config (JSON)")->required()->check(CLI::ExistingFile);
-  app.add_option("--out", std::get<1>(*opts), "Checkpoint directory to write")->required();
+  app.add_option("--output-dir", std::get<1>(*opts), "Checkpoint directory to write")->required();
   app.add_option("--seed", std::get<2>(*opts), "Initialisation seed")->capture_default_str();
   return [opts]() {
     const auto& [config_path, out, seed] = *opts;

@@ -1,4 +1,4 @@
-// qkv plot RUN_DIR [RUN_DIR ...] [--out curves.png] [--title TEXT]
+// qkv plot RUN_DIR [RUN_DIR ...] [-o curves.png] [--title TEXT]
 //
 // Draws training runs' curves (loss and dev score against step and training time, learning rate,
 // gradient norm and throughput by step; several runs over each other) from their metrics.jsonl
@@ -26,11 +26,11 @@ Runner add_plot_command(CLI::App& app) {
                  "Training run directories (holding metrics.jsonl), or metrics.jsonl files; several are drawn over "
                  "each other, one colour each")
       ->required();
-  app.add_option("--out", o->out, "Picture to write (PNG; default: RUN_DIR/curves.png; required for several runs)");
+  app.add_option("-o,--output", o->out, "Picture to write (PNG; default: RUN_DIR/curves.png; required for several runs)");
   app.add_option("--title", o->title, "Title of the picture (default: the run's name and step count, or the runs' names)");
   return [o]() {
     if (o->runs.size() > 1 && o->out.empty())
-      throw UsageError("several runs: say where the picture goes with --out FILE.png");
+      throw UsageError("several runs: say where the picture goes with -o FILE.png");
     std::vector<std::string> args{"curves"};
     if (!o->out.empty()) args.insert(args.end(), {"--out", o->out});
     if (!o->title.empty()) args.insert(args.end(), {"--title", o->title});

@@ -1,4 +1,4 @@
-// qkv similar --checkpoint DIR --corpus FILE --query TEXT [--query TEXT ...] [--top K]
+// qkv similar --checkpoint DIR --corpus FILE --query TEXT [--query TEXT ...] [--top-k K]
 //
 // Semantic search: the corpus lines most similar to each query by the cosine of their sentence
 // embeddings (`qkv embed`'s). The corpus embeddings are cached next to the corpus, in
@@ -114,7 +114,7 @@ Runner add_similar_command(CLI::App& app) {
   add_encoder_text_options(app, o->text, "");
   app.add_option("--corpus", o->corpus, "Text file, one candidate a line")->required()->check(CLI::ExistingFile);
   app.add_option("--query", o->queries, "A query (repeat for several)")->required();
-  app.add_option("--top", o->top, "Matches per query")->capture_default_str()->check(FiniteRange(1, 1e9));
+  app.add_option("--top-k", o->top, "Matches per query")->capture_default_str()->check(FiniteRange(1, 1e9));
   app.add_flag("--no-cache", o->no_cache, "Embed the corpus again and write no cache");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   return [o]() {

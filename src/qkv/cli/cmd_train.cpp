@@ -1,8 +1,8 @@
-// qkv train --synthetic [--preset seed|tiny] [--task random|copy] [--steps N] [--batch B] [--len L] ...
-// qkv train --src FILE --tgt FILE --out DIR [--valid-src F --valid-tgt F] ...
-// qkv train --arch decoder-only --text FILE --out DIR [--valid-text F] [--block-size N] ...
-// qkv train --arch encoder-only --objective mlm --text FILE --out DIR [--valid-text F] ...
-// qkv train --arch encoder-only --objective classify --labelled FILE --out DIR [--valid-labelled F] [--init CKPT]
+// qkv train --synthetic [--preset seed|tiny] [--task random|copy] [--steps N] [--batch-size B] [--len L] ...
+// qkv train --src FILE --tgt FILE --output-dir DIR [--valid-src F --valid-tgt F] ...
+// qkv train --arch decoder-only --text FILE --output-dir DIR [--valid-text F] [--block-size N] ...
+// qkv train --arch encoder-only --objective mlm --text FILE --output-dir DIR [--valid-text F] ...
+// qkv train --arch encoder-only --objective classify --labelled FILE --output-dir DIR [--valid-labelled F] [--init CKPT]
 //
 // --preset seed (default) is seed 000's example: vocab 5000, d_model 512, 8 heads, 6 layers,
 // d_ff 2048, max length 100, dropout 0.1, one random 64 x 100 batch, Adam(1e-4, (0.9, 0.98), 1e-9).
@@ -152,7 +152,7 @@ void add_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--layers", o.layers, "Encoder and decoder layers")->check(FiniteRange(1, 1024));
   app.add_option("--d-ff", o.d_ff, "Feed-forward width")->check(FiniteRange(1, 65536));
   app.add_option("--dropout", o.dropout, "Dropout probability")->check(DropoutProbability());
-  app.add_option("--max-len", o.max_len, "Model max_seq_length (tokens)")->check(FiniteRange(1, 1 << 20));
+  app.add_option("--max-seq-length", o.max_len, "Model max_seq_length (tokens)")->check(FiniteRange(1, 1 << 20));
 }
 
 // "translation X, language model Y, masked LM Z, classifier W": a setting's default in each mode,
@@ -241,12 +241,12 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
 void add_run_flags(CLI::App& app, TrainOptions& o) {
   app.add_flag("--quiet", o.quiet,
                "No progress, validation or summary lines on stderr (errors still; metrics.jsonl is written as always)");
-  app.add_option("--out", o.out, "Checkpoint directory (synthetic: the checkpoint; corpus: the run, with last/ and best/)");
+  app.add_option("--output-dir", o.out, "Checkpoint directory (synthetic: the checkpoint; corpus: the run, with last/ and best/)");
   app.add_option("--save-every", o.save_every, "Also save the last checkpoint every N steps (0: only at validations and the end)")
       ->check(NonNegative());
   app.add_option("--resume", o.resume, "Continue the run saved in DIR exactly where it stopped");
   app.add_option("--metrics", o.metrics,
-                 "Append every progress line and validation to this JSON-lines file (default: OUT/metrics.jsonl for "
+                 "Append every progress line and validation to this JSON-lines file (default: OUTPUT_DIR/metrics.jsonl for "
                  "text runs; synthetic runs write one only when asked)");
   app.add_option("--log-every", o.log_every, "Print a progress line every N steps (default 1; corpus: 100)")
       ->check(FiniteRange(1, 1e18, "a positive number of steps"));
@@ -264,7 +264,7 @@ void add_synthetic_flags(CLI::App& app, TrainOptions& o) {
       ->check(CLI::IsMember({"seed", "tiny", "small", "base", "big"}));
   app.add_option("--task", o.task, "random (seed 000: one fixed random batch) or copy")
       ->check(CLI::IsMember({"random", "copy"}));
-  app.add_option("--batch", o.batch, "Sequences per batch (synthetic; decoder-only: blocks, default 16; encoder-only: blocks or sentences, default 32)")
+  app.add_option("--batch-size", o.batch, "Sequences per batch (synthetic; decoder-only: blocks, default 16; encoder-only: blocks or sentences, default 32)")
       ->check(FiniteRange(1, 1 << 20));
   app.add_option("--len", o.len, "Sequence length")->check(FiniteRange(2, 1 << 20));
 }
@@ -310,9 +310,9 @@ void add_corpus_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(FiniteRange(8, 1 << 20))->group(g);
   app.add_option("--spm-sample", o.spm_sample, "Lines sampled to train SentencePiece (0: all)")
       ->check(NonNegative())->group(g);
-  app.add_option("--too-long", o.too_long, "Training pairs longer than --max-len: drop or truncate")
+  app.add_option("--too-long", o.too_long, "Training pairs longer than --max-seq-length: drop or truncate")
       ->capture_default_str()->check(CLI::IsMember({"drop", "truncate"}))->group(g);
-  app.add_option("--max-tokens", o.max_tokens, "Tokens per batch (padded)")
+  app.add_option("--max-batch-tokens", o.max_tokens, "Tokens per batch (padded)")
       ->capture_default_str()->check(FiniteRange(1, 1e12))->group(g);
   app.add_option("--max-epochs", o.max_epochs, "Stop after N epochs (0: no limit)")->check(NonNegative())->group(g);
   app.add_option("--time-budget", o.time_budget, "Stop after this much training time (2h, 90m, 1h55m, 45s)")->group(g);
@@ -320,7 +320,7 @@ void add_corpus_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()->check(NonNegative())->group(g);
   app.add_option("--valid-bleu-sentences", o.valid_bleu_sentences, "Dev sentences translated for BLEU (0: all)")
       ->capture_default_str()->check(NonNegative())->group(g);
-  app.add_option("--valid-beam", o.valid_beam, "Beam size for dev BLEU")
+  app.add_option("--valid-beam-size", o.valid_beam, "Beam size for dev BLEU")
       ->capture_default_str()->check(FiniteRange(1, 1024))->group(g);
   app.add_option("--keep-checkpoints", o.keep_checkpoints,
                  "Also keep the weights of the last N validations as DIR/step-N (for qkv average)")

@@ -1,4 +1,4 @@
-// qkv translate --checkpoint DIR [--input FILE] [--beam N] [--n-best N] ...
+// qkv translate --checkpoint DIR [--input FILE] [-o FILE] [--beam-size N] [--num-hypotheses N] ...
 //
 // Reads one source sentence a line (stdin by default) and writes one translation a line to stdout
 // or -o FILE, in input order, as batches finish. Text is encoded with the checkpoint's tokenizers (its SentencePiece models
@@ -75,14 +75,14 @@ std::vector<data::IdLine> read_sources(const TranslateOptions& o, const api::Tra
   return sources;
 }
 
-// The checks of flags against each other and against the checkpoint: --n-best <= --beam <= the
+// The checks of flags against each other and against the checkpoint: --num-hypotheses <= --beam-size <= the
 // target vocabulary size. Usage errors, like a flag out of its range.
 void check_search_flags(const TranslateOptions& o, int64_t tgt_vocab_size) {
   if (o.n_best > o.beam)
-    throw UsageError("--n-best " + std::to_string(o.n_best) + " exceeds --beam " + std::to_string(o.beam) +
-                     " (a beam keeps at most --beam hypotheses)");
+    throw UsageError("--num-hypotheses " + std::to_string(o.n_best) + " exceeds --beam-size " + std::to_string(o.beam) +
+                     " (a beam keeps at most --beam-size hypotheses)");
   if (o.beam > tgt_vocab_size)
-    throw UsageError("--beam " + std::to_string(o.beam) + " exceeds the checkpoint's target vocabulary size " +
+    throw UsageError("--beam-size " + std::to_string(o.beam) + " exceeds the checkpoint's target vocabulary size " +
                      std::to_string(tgt_vocab_size));
 }
 
@@ -145,7 +145,7 @@ class InOrderWriter {
   int64_t output_tokens() const { return output_tokens_; }
 
  private:
-  // One line, or with --n-best N lines "index ||| hypothesis ||| log-probability ||| normalised
+  // One line, or with --num-hypotheses N lines "index ||| hypothesis ||| log-probability ||| normalised
   // score"; an empty source gives one empty line either way.
   void write_sentence(size_t index, const std::vector<api::Translation>& translations) {
     if (translations.empty()) out_.write("\n");
@@ -231,12 +231,12 @@ Runner add_translate_command(CLI::App& app) {
   auto o = std::make_shared<TranslateOptions>();
   app.add_option("--checkpoint", o->checkpoint, "Checkpoint directory")->required();
   app.add_option("--input", o->input, "Source text, one sentence a line ('-' = stdin)")->capture_default_str();
-  add_output_option(app, o->output, "Translations, one a line in input order (--n-best: N lines each)");
+  add_output_option(app, o->output, "Translations, one a line in input order (--num-hypotheses N: N lines each)");
   app.add_flag("--ids", o->ids, "Input and output are space-separated token ids (no tokenizer; a source line is taken as given)");
-  app.add_option("--beam", o->beam, "Beam size (1 = greedy; at most the target vocabulary size)")
+  app.add_option("--beam-size", o->beam, "Beam size (1 = greedy; at most the target vocabulary size)")
       ->capture_default_str()
       ->check(FiniteRange(1, decoding::kMaxBeamSize));
-  app.add_option("--n-best", o->n_best, "Hypotheses per sentence (<= --beam): 'index ||| text ||| log-prob ||| score'")
+  app.add_option("--num-hypotheses", o->n_best, "Hypotheses per sentence (<= --beam-size): 'index ||| text ||| log-prob ||| score'")
       ->capture_default_str()
       ->check(FiniteRange(1, decoding::kMaxBeamSize));
   app.add_option("--length-penalty", o->length_penalty, "alpha in log-prob / length^alpha")

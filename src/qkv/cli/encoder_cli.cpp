@@ -16,11 +16,11 @@ void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::s
   app.add_option("--batch-size", o.batch_size, "Sentences run together")
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));
-  app.add_option("--max-tokens", o.max_tokens,
+  app.add_option("--max-input-length", o.max_tokens,
                  "Tokens per sentence at most, [CLS] and [SEP] included (default: a sentence-embedding "
                  "checkpoint's sentence_embedding.json max_seq_length, else the model's position table)")
       ->check(FiniteRange(2, 1 << 20));
-  app.add_option("--too-long", o.too_long, "A sentence over --max-tokens: truncate it, or error naming its line")
+  app.add_option("--too-long", o.too_long, "A sentence over --max-input-length: truncate it, or error naming its line")
       ->capture_default_str()
       ->check(CLI::IsMember({"truncate", "error"}));
   app.add_flag("--ids", o.ids, "Lines are space-separated token ids (the checkpoint's tokenizer is not used)");
@@ -33,7 +33,7 @@ std::unique_ptr<EncoderSession> open_encoder(const EncoderTextOptions& o, const 
                                            chosen_device(o.compute.device));
   const int64_t positions = s->model().config().max_seq_length;
   if (o.max_tokens > positions)
-    throw UsageError("--max-tokens " + std::to_string(o.max_tokens) + ": the model has " + std::to_string(positions) +
+    throw UsageError("--max-input-length " + std::to_string(o.max_tokens) + ": the model has " + std::to_string(positions) +
                      " positions");
   if (o.max_tokens > 0) s->set_max_tokens(o.max_tokens);
   s->set_too_long(o.too_long == "error" ? data::TooLong::Error : data::TooLong::Truncate);

@@ -23,7 +23,7 @@ struct EncoderTextOptions {
 
 using EncoderSession = api::Encoder;
 
-// --checkpoint, --input (when input_help is not empty), --batch-size, --max-tokens, --too-long, --ids,
+// --checkpoint, --input (when input_help is not empty), --batch-size, --max-input-length, --too-long, --ids,
 // --compute-type.
 void add_encoder_text_options(CLI::App& app, EncoderTextOptions& o, const std::string& input_help);
 // Loads the encoder-only checkpoint (another family is refused naming `use`) and its tokenizer.

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/flag_aliases.h"
 #include "qkv/cli/omp_wait.h"
 #include "qkv/cli/unknown_flags.h"
 #include "qkv/core/cpu_features.h"
@@ -95,12 +96,17 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", version_text);
   app.require_subcommand(0, 1);
   qkv::cli::register_commands(app);
+  // Renamed flags keep their old spelling for one release (cli/flag_aliases.h).
+  std::vector<std::string> notes;
+  const std::vector<std::string> args =
+      qkv::cli::rename_deprecated_flags(std::vector<std::string>(argv + 1, argv + argc), notes);
+  for (const std::string& note : notes) std::cerr << note << "\n";
+  app.name(argv[0]);  // as parse(argc, argv) would: the help's "Usage:" line
   try {
-    app.parse(argc, argv);
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
-    const std::optional<std::string> unknown =
-        qkv::cli::unknown_flag_message(app, std::vector<std::string>(argv + 1, argv + argc));
+    const std::optional<std::string> unknown = qkv::cli::unknown_flag_message(app, args);
     return usage_error(unknown ? *unknown : usage_message(e), app);
   }
   if (app.get_subcommands().empty()) {  // a bare `qkv`: what there is to run, as a usage error

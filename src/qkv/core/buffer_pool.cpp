@@ -203,7 +203,7 @@ void check_allocated(const void* data, Device device, size_t bytes) {
     const cuda::MemoryInfo m = cuda::memory_info(device);
     QKV_CHECK(false, "out of memory on " << device.name() << ": asked for " << bytes / kMiB << " MiB with "
                                          << m.free / kMiB << " MiB free of " << m.total / kMiB
-                                         << " MiB (a smaller batch, or --max-tokens, needs less)");
+                                         << " MiB (a smaller batch, or --max-batch-tokens, needs less)");
   }
   QKV_CHECK(false, "out of memory allocating " << bytes / kMiB << " MiB for a tensor on " << device.name());
 }

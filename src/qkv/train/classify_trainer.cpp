@@ -21,10 +21,10 @@ struct Classifier {
 };
 
 void check_options(const ClassifyTrainOptions& o) {
-  QKV_CHECK(!o.out.empty(), "classification training needs --out DIR");
+  QKV_CHECK(!o.out.empty(), "classification training needs --output-dir DIR");
   QKV_CHECK(!o.labelled.empty(), "classification training needs --labelled FILE");
   QKV_CHECK(o.max_tokens >= 2, "--block-size must be at least 2 ([CLS] and [SEP]), got " << o.max_tokens);
-  QKV_CHECK(o.batch_size >= 1, "--batch must be positive, got " << o.batch_size);
+  QKV_CHECK(o.batch_size >= 1, "--batch-size must be positive, got " << o.batch_size);
   QKV_CHECK(o.model.encoder_only(), "classification training needs an encoder-only model config");
   check_hyper(o.hyper);
   o.model.validate();

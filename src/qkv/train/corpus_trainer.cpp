@@ -114,12 +114,12 @@ std::string batches_summary(const data::Batcher& batcher, int64_t max_tokens) {
 }
 
 void check_options(const CorpusTrainOptions& o) {
-  QKV_CHECK(!o.out.empty(), "corpus training needs --out DIR");
+  QKV_CHECK(!o.out.empty(), "corpus training needs --output-dir DIR");
   QKV_CHECK(!o.tsv.empty() || (!o.src.empty() && !o.tgt.empty()), "corpus training needs --src and --tgt, or --tsv");
   QKV_CHECK(o.keep_checkpoints >= 0, "--keep-checkpoints must be >= 0, got " << o.keep_checkpoints);
   QKV_CHECK(o.too_long == "drop" || o.too_long == "truncate", "--too-long must be drop or truncate, got '" << o.too_long << "'");
-  QKV_CHECK(o.max_tokens > 0, "--max-tokens must be positive, got " << o.max_tokens);
-  QKV_CHECK(o.valid_beam >= 1, "--valid-beam must be >= 1, got " << o.valid_beam);
+  QKV_CHECK(o.max_tokens > 0, "--max-batch-tokens must be positive, got " << o.max_tokens);
+  QKV_CHECK(o.valid_beam >= 1, "--valid-beam-size must be >= 1, got " << o.valid_beam);
   check_hyper(o.hyper);
   o.model.validate();
 }

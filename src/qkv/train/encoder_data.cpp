@@ -47,7 +47,7 @@ Tensor pad_rows(const std::vector<const data::IdLine*>& rows, int32_t pad) {
 
 EpochPlan::EpochPlan(int64_t items, int64_t batch_size, uint64_t seed)
     : items_(items), batch_size_(batch_size), seed_(seed) {
-  QKV_CHECK(batch_size >= 1, "--batch must be positive, got " << batch_size);
+  QKV_CHECK(batch_size >= 1, "--batch-size must be positive, got " << batch_size);
   shuffle();
 }
 
@@ -78,7 +78,7 @@ void EpochPlan::restore(const nlohmann::json& s, const char* what) {
   const int64_t items = s.at("items").get<int64_t>(), batch = s.at("batch_size").get<int64_t>();
   QKV_CHECK(items == items_, "the saved run had " << items << " " << what << "; this data gives " << items_
                                                   << " (a different text, vocabulary or --block-size cannot resume the run)");
-  QKV_CHECK(batch == batch_size_, "the saved run used --batch " << batch << ", not " << batch_size_);
+  QKV_CHECK(batch == batch_size_, "the saved run used --batch-size " << batch << ", not " << batch_size_);
   seed_ = s.at("seed").get<uint64_t>();
   epoch_ = s.at("epoch").get<int64_t>();
   index_ = s.at("index").get<int64_t>();

@@ -48,10 +48,10 @@ Masker make_masker(const models::TransformerConfig& c, const text::SentencePiece
 }
 
 void check_mlm_options(const MlmTrainOptions& o) {
-  QKV_CHECK(!o.out.empty(), "masked-LM training needs --out DIR");
+  QKV_CHECK(!o.out.empty(), "masked-LM training needs --output-dir DIR");
   QKV_CHECK(!o.text.empty(), "masked-LM training needs --text FILE");
   QKV_CHECK(o.block_size >= 3, "--block-size must be at least 3 ([CLS], a token, [SEP]), got " << o.block_size);
-  QKV_CHECK(o.batch_size >= 1, "--batch must be positive, got " << o.batch_size);
+  QKV_CHECK(o.batch_size >= 1, "--batch-size must be positive, got " << o.batch_size);
   QKV_CHECK(o.model.encoder_only(), "masked-LM training needs an encoder-only model config");
   check_hyper(o.hyper);
   o.model.validate();

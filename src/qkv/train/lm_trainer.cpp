@@ -31,7 +31,7 @@ double language_model_loss(const models::Model& model, const std::vector<data::I
 
 namespace {
 void check_options(const LmTrainOptions& o) {
-  QKV_CHECK(!o.out.empty(), "language-model training needs --out DIR");
+  QKV_CHECK(!o.out.empty(), "language-model training needs --output-dir DIR");
   QKV_CHECK(!o.text.empty(), "language-model training needs --text FILE");
   QKV_CHECK(o.block_size >= 1, "--block-size must be positive, got " << o.block_size);
   QKV_CHECK(o.batch_size >= 1, "--batch-size must be positive, got " << o.batch_size);

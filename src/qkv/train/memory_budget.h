@@ -16,7 +16,7 @@
 //                buffer); plus one layer's gradients alive at once during backward.
 //   overhead     what the process holds besides tensors (code, BLAS buffers, allocator slack): a
 //                constant, kProcessOverheadBytes.
-// It is meant to be within ~15% of the measured peak RSS (README.md's table compares it for a few
+// It is meant to be within ~15% of the measured peak RSS (docs/performance.md, "Memory budget", compares it for a few
 // shapes); the counts follow the autograd functions of autograd/functions.cpp, which save outputs
 // rather than inputs wherever they can (ReLU, LayerNorm), so the estimate must follow them if they change.
 //

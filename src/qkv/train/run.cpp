@@ -58,7 +58,7 @@ void check_resume_model_flags(const TrainRequest& o, const std::string& config_p
   check("--layers", o.layers, c.num_layers);
   check("--d-ff", o.d_ff, c.d_ff);
   check("--dropout", o.dropout, c.dropout);
-  check("--max-len", o.max_len, c.max_seq_length);
+  check("--max-seq-length", o.max_len, c.max_seq_length);
   check("--vocab", o.vocab, c.src_vocab_size);
   QKV_CHECK(!o.share_all_embeddings || (c.share_embeddings && c.tie_output_embedding),
             "--resume: --share-all-embeddings, but the checkpoint's embeddings are not all shared (" << config_path
@@ -328,7 +328,7 @@ Plan make_plan(const TrainRequest& o) {
   apply_share_all_embeddings(o, p.config);
   p.config.validate();
   QKV_CHECK(p.steps >= 1, "--steps must be at least 1 for --synthetic, got " << p.steps);
-  QKV_CHECK(p.batch > 0 && p.len >= 2, "--batch must be positive and --len at least 2");
+  QKV_CHECK(p.batch > 0 && p.len >= 2, "--batch-size must be positive and --len at least 2");
   const int64_t tgt_len = p.task == "copy" ? p.len + 2 : p.len;  // copy adds BOS and EOS
   QKV_CHECK(p.len <= p.config.max_seq_length && tgt_len - 1 <= p.config.max_seq_length,
             "--len " << p.len << " exceeds the model's max_seq_length " << p.config.max_seq_length);
@@ -376,7 +376,7 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
   Trainer trainer(*model, data, t);
   if (saved) trainer.resume(o.resume, *saved);
   print_synthetic_summary(*model, data, trainer.step(), plan.steps, events);
-  std::optional<MetricsLog> log;  // synthetic runs log only where asked (--out is the checkpoint itself)
+  std::optional<MetricsLog> log;  // synthetic runs log only where asked (--output-dir is the checkpoint itself)
   if (!o.metrics.empty() && writer(o)) log.emplace(o.metrics, saved ? saved->step : -1);
   const TrainResult r = trainer.run(log ? log->wrap(events) : events);
   return r;
@@ -386,7 +386,7 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
 // anything is written (the run directory, its lock), and reported as usage errors.
 void check_flag_combinations(const TrainRequest& o) {
   QKV_CHECK_ARGS(o.resume.empty() || o.out.empty() || fs::path(o.resume) == fs::path(o.out),
-                 "--resume DIR continues the run in DIR; drop --out or make it the same");
+                 "--resume DIR continues the run in DIR; drop --output-dir or make it the same");
   // A text run's --preset sizes a new model (a synthetic run's also sets its task and batch).
   const bool text_preset = !o.synthetic && !o.preset.empty();
   QKV_CHECK_ARGS(!o.synthetic || o.preset.empty() || o.preset == "seed" || o.preset == "tiny",
@@ -406,12 +406,12 @@ void check_flag_combinations(const TrainRequest& o) {
       QKV_CHECK_ARGS(o.labelled.empty() && o.valid_labelled.empty() && o.init.empty(),
                      "--objective mlm pretrains on --text FILE; --labelled, --valid-labelled and --init are for "
                      "--objective classify");
-      QKV_CHECK_ARGS(!o.text.empty() || resuming, "--objective mlm needs --text FILE (and --out DIR)");
+      QKV_CHECK_ARGS(!o.text.empty() || resuming, "--objective mlm needs --text FILE (and --output-dir DIR)");
       return;
     }
     QKV_CHECK_ARGS(o.text.empty() && o.valid_text.empty(),
                    "--objective classify trains on --labelled FILE (label<TAB>text lines), not on --text/--valid-text");
-    QKV_CHECK_ARGS(!o.labelled.empty() || resuming, "--objective classify needs --labelled FILE (and --out DIR)");
+    QKV_CHECK_ARGS(!o.labelled.empty() || resuming, "--objective classify needs --labelled FILE (and --output-dir DIR)");
     QKV_CHECK_ARGS(o.init.empty() || (o.config_path.empty() && !o.d_model && !o.heads && !o.layers && !o.d_ff),
                    "--init CKPT brings its own model; drop --config and the size flags");
     return;
@@ -424,7 +424,7 @@ void check_flag_combinations(const TrainRequest& o) {
     QKV_CHECK_ARGS(lm, "--text trains a language model: add --arch decoder-only");
     QKV_CHECK_ARGS(!corpus && !o.synthetic,
                    "--arch decoder-only trains on --text FILE, not on --src/--tgt/--tsv or --synthetic");
-    QKV_CHECK_ARGS(!o.text.empty() || resuming, "--arch decoder-only needs --text FILE (and --out DIR)");
+    QKV_CHECK_ARGS(!o.text.empty() || resuming, "--arch decoder-only needs --text FILE (and --output-dir DIR)");
     return;
   }
   QKV_CHECK_ARGS(o.valid_text.empty(), "--valid-text is for language models (--arch decoder-only --text FILE)");
@@ -433,10 +433,18 @@ void check_flag_combinations(const TrainRequest& o) {
                  "nothing to train on: give --src FILE --tgt FILE (or --tsv FILE), or --synthetic");
 }
 
+// A text run writes OUTPUT_DIR/last, best/ and metrics.jsonl, so it needs the directory (a resumed
+// run has its own; a synthetic run saves only where asked).
+void check_output_dir(const TrainRequest& o) {
+  QKV_CHECK_ARGS(o.synthetic || !o.out.empty() || !o.resume.empty(),
+                 "give --output-dir DIR: a text run writes its checkpoints (last/, best/) and metrics.jsonl there");
+}
+
 TrainResult dispatch(const TrainRequest& o, const TrainerEvents& events, const std::atomic<bool>* stop) {
   // The writer holds the checkpoint it writes for the whole run (io/checkpoint_lock.h); a refusal
   // on rank 0 reaches the other ranks as any failure while preparing does (run_training).
   check_flag_combinations(o);
+  check_output_dir(o);
   const std::string last = last_checkpoint_dir(o);
   std::optional<io::CheckpointLock> lock;
   if (!last.empty() && writer(o)) lock.emplace(last);

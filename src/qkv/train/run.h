@@ -73,7 +73,7 @@ struct TrainRequest {
 TrainResult run_training(const TrainRequest& request, const TrainerEvents& events = {},
                          const std::atomic<bool>* stop = nullptr);
 
-// Where the run keeps its last checkpoint: OUT/last for text runs, the --out checkpoint itself for
+// Where the run keeps its last checkpoint: OUT/last for text runs, the --output-dir checkpoint itself for
 // synthetic ones ("" when a synthetic run saves nothing).
 std::string last_checkpoint_dir(const TrainRequest& request);
 

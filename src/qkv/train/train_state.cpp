@@ -153,7 +153,7 @@ std::string train_state_to_json(const TrainState& s) {
 
 TrainState read_train_state(const std::string& path) {
   std::ifstream in(path);
-  QKV_CHECK(in, path << ": missing (not a training checkpoint; was it written by qkv train --out?)");
+  QKV_CHECK(in, path << ": missing (not a training checkpoint; was it written by qkv train --output-dir?)");
   try {
     const json j = json::parse(in);
     QKV_CHECK(j.is_object(), path << ": expected a JSON object");
