@@ -58,6 +58,15 @@ TEST(HfM2M100, ConfigTakesM2M100sChoices) {
   EXPECT_EQ(c.forced_bos_id, -1) << "the target language is chosen per call";
   const models::TransformerConfig back = models::config_from_json(models::config_to_json(c), "config.json");
   EXPECT_EQ(back.positions, "sinusoidal_fairseq");
+  // The option is the encoder-decoder's, and its frequencies need d_model / 2 - 1 > 0.
+  std::string m = error_message_of([&] {
+    models::config_from_json(R"({"architecture": "decoder-only", "positions": "sinusoidal_fairseq"})", "config.json");
+  });
+  EXPECT_NE(m.find("positions"), std::string::npos) << m;
+  m = error_message_of([&] {
+    models::config_from_json(R"({"d_model": 2, "num_heads": 1, "positions": "sinusoidal_fairseq"})", "config.json");
+  });
+  EXPECT_NE(m.find("d_model >= 4"), std::string::npos) << m;
 }
 
 TEST(HfM2M100, SinusoidalTableIsM2M100s) {
