@@ -111,8 +111,10 @@ data::IdLine Translator::encode_source(const std::string& text, const Translatio
     ids.resize(static_cast<size_t>(std::max<int64_t>(0, max_len - extra)));
     if (truncated) *truncated = true;
   }
-  if (languages_ && !options.source_lang.empty())
-    return languages_->with_language(std::move(ids), language_id(options.source_lang, "source language"));
+  if (!options.source_lang.empty()) {  // refused by language_id unless the tokenizer has languages
+    const int32_t language = language_id(options.source_lang, "source language");
+    return languages_->with_language(std::move(ids), language);
+  }
   return src_tok_->with_special_tokens(std::move(ids));
 }
 
