@@ -152,6 +152,25 @@ TEST(HfM2M100, TargetLanguageComesFromTheOptionsOrTheConfig) {
   EXPECT_NE(m.find("__af__"), std::string::npos) << m;
 }
 
+TEST(HfM2M100, AnMBartTokenizerModelTranslatesIntoItsDecoderStartLanguageOnly) {
+  // mbart-large-cc25's layout (MBartTokenizer): sources X </s> en_XX, and the decoder starts from
+  // the target language's code (decoder_start_token_id), so no other target language can be forced.
+  const json r = refs();
+  const std::string dir = testing::fresh_temp_dir("qkv_m2m100", "cc25");
+  fs::copy(imported("hf_mbart50"), dir, fs::copy_options::recursive);
+  fs::remove(dir + "/manifest.json");  // it records the files' old sizes (a checkpoint without one loads)
+  fs::copy_file(testing::ref_path("tok_mbart") + "/tokenizer_config.json", dir + "/tokenizer_config.json",
+                fs::copy_options::overwrite_existing);
+  const api::Translator translator(dir);
+  api::TranslationOptions o = options(r, 1);
+  const std::vector<int32_t> ids = translator.encode_source("Hello", o, "line");
+  EXPECT_EQ(ids.back(), r["tok_mbart"]["lang_ids"]["en_XX"].get<int32_t>()) << "X </s> en_XX";
+  o.target_lang = "fr_XX";
+  const std::string m = error_message_of([&] { translator.translate({"Hello"}, o); });
+  EXPECT_NE(m.find("MBartTokenizer"), std::string::npos) << m;
+  EXPECT_NE(m.find("decoder_start_token_id"), std::string::npos) << m;
+}
+
 TEST(HfM2M100, ScoringATargetTextStartsWithItsLanguage) {
   // encode_target lays a target out as transformers' labels after the decoder start.
   const json r = refs()["hf_nllb"];
