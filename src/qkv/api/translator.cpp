@@ -95,8 +95,8 @@ Translator::~Translator() = default;
 data::IdLine Translator::encode_source(const std::string& text, const TranslationOptions& options,
                                        const std::string& where, bool* truncated) const {
   QKV_CHECK(src_tok_, dir_ << ": no tokenizer (source.spm.model and target.spm.model, or an imported model's "
-                               "source.spm, target.spm and vocab.json, or spiece.model, or sentencepiece.bpe.model, or tokenizer.json) for "
-                               "text input; give token ids instead");
+                               "source.spm, target.spm and vocab.json, or spiece.model, or sentencepiece.bpe.model, "
+                               "or tokenizer.json) for text input; give token ids instead");
   data::IdLine ids = src_tok_->encode(text);
   // The tokenizer's own tokens (a Marian source's EOS) stay at the end of a cut source, as
   // transformers truncates before adding them.
@@ -120,8 +120,8 @@ data::IdLine Translator::encode_source(const std::string& text, const Translatio
 
 int32_t Translator::language_id(const std::string& language, const std::string& flag) const {
   QKV_CHECK(languages_, dir_ << ": " << flag << " \"" << language
-                             << "\" given, but the checkpoint's tokenizer has no language codes (an imported M2M100, NLLB "
-                                "or mBART model's has)");
+                             << "\" given, but the checkpoint's tokenizer has no language codes (an imported "
+                                "M2M100, NLLB or mBART model's has)");
   const int32_t id = languages_->language_id(language);
   QKV_CHECK(id >= 0, dir_ << ": " << flag << " \"" << language << "\" is not a language of the tokenizer ("
                           << languages_->some_languages() << ")");
@@ -138,9 +138,9 @@ int32_t Translator::forced_first_token(const std::string& target_lang) const {
   const int32_t id = language_id(target_lang, "target language");
   if (languages_->kind() == text::MultilingualTokenizer::Kind::MBart) {
     QKV_CHECK(id == model_->config().bos_id && model_->config().forced_bos_id < 0,
-              dir_ << ": target language \"" << target_lang << "\": this mBART model (MBartTokenizer) starts its decoder "
-                   << "from the target language's code, id " << model_->config().bos_id << " (its decoder_start_token_id); "
-                   << "it translates into that language only");
+              dir_ << ": target language \"" << target_lang
+                   << "\": this mBART model (MBartTokenizer) starts its decoder from the target language's code, id "
+                   << model_->config().bos_id << " (its decoder_start_token_id); it translates into that language only");
     return -1;
   }
   return id;

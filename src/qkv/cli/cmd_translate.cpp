@@ -102,8 +102,9 @@ void check_languages(const TranslateOptions& o, const api::Translator& translato
   }
   if (translator.multilingual() && translator.config().forced_bos_id < 0 &&
       translator.config().bos_id == translator.config().eos_id)
-    throw UsageError("--target-lang is needed: " + o.checkpoint + " is a multilingual model without a forced_bos_token_id "
-                     "of its own (give its tokenizer's code, such as fr, fra_Latn or fr_XX)");
+    throw UsageError("--target-lang is needed: " + o.checkpoint +
+                     " is a multilingual model without a forced_bos_token_id of its own (give its tokenizer's code, "
+                     "such as fr, fra_Latn or fr_XX)");
 }
 
 // Sentences sorted by length together: 16 batches, as CTranslate2's file translation reads them.
@@ -278,8 +279,8 @@ Runner add_translate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"truncate", "error"}));
   app.add_option("--source-lang", o->source_lang,
-                 "Multilingual models (M2M100, NLLB, mBART): the sources' language as the tokenizer names it (en, eng_Latn, "
-                 "en_XX; default: its src_lang)");
+                 "Multilingual models (M2M100, NLLB, mBART): the sources' language as the tokenizer names it "
+                 "(en, eng_Latn, en_XX; default: its src_lang)");
   app.add_option("--target-lang", o->target_lang,
                  "Multilingual models: the language to translate into, whose code search makes the first target token "
                  "(fr, fra_Latn, fr_XX; default: the model's forced_bos_token_id)");

@@ -265,8 +265,8 @@ void validate_search_options(const SearchOptions& o, int64_t tgt_vocab_size) {
   QKV_CHECK(o.max_length_offset >= 0 && o.max_length_offset <= kMaxLengthOffset,
             "search: max_length_offset " << o.max_length_offset << " must be in [0, " << kMaxLengthOffset << "]");
   QKV_CHECK(o.forced_bos_id >= -1 && o.forced_bos_id < tgt_vocab_size,
-            "search: forced_bos_id " << o.forced_bos_id << " must be -1 (the model's) or an id of the target vocabulary of "
-                                     << tgt_vocab_size);
+            "search: forced_bos_id " << o.forced_bos_id
+                                     << " must be -1 (the model's) or an id of the target vocabulary of " << tgt_vocab_size);
 }
 
 namespace {

@@ -129,10 +129,12 @@ bool usable_tokenizer_json(const std::string& hf_dir, const TransformerConfig& c
 void check_mbart_tokenizer(const std::string& hf_dir, const TransformerConfig& c) {
   const auto t = text::MultilingualTokenizer::load(hf_dir);
   const std::string config_path = hf_dir + "/" + text::kMultilingualTokenizerConfig;
-  QKV_CHECK(t->kind() == text::MultilingualTokenizer::Kind::MBart || t->kind() == text::MultilingualTokenizer::Kind::MBart50,
+  using Kind = text::MultilingualTokenizer::Kind;
+  QKV_CHECK(t->kind() == Kind::MBart || t->kind() == Kind::MBart50,
             config_path << ": field \"tokenizer_class\" is not mBART's (MBartTokenizer or MBart50Tokenizer)");
   QKV_CHECK(t->vocab_size() <= c.tgt_vocab_size, config_path << ": the tokenizer has " << t->vocab_size()
-                                                             << " ids, more than the model's vocab_size " << c.tgt_vocab_size);
+                                                             << " ids, more than the model's vocab_size "
+                                                             << c.tgt_vocab_size);
 }
 
 // The tokenizer files the checkpoint gets: mBART's SentencePiece files when there, else a readable
