@@ -41,7 +41,9 @@ Writes DIR/<name>/ and DIR/hf_m2m100_refs.json:
   <tokenizer>.lines, .ids, .decoded   tokenizer(line).input_ids and decode(ids,
                          skip_special_tokens=True) of varied lines; .other_lang, .other_ids: the
                          same lines with another source language; .vocab_size len(tokenizer);
-                         .lang_ids {code: id} for a few codes
+                         .lang_ids {code: id} for a few codes; .fast_ids, .fast_decoded: what the fast
+                         class (NllbTokenizerFast, MBart50TokenizerFast, MBartTokenizerFast; M2M100 has none)
+                         loaded from the same directory gives, or .fast_error when it cannot be built
 """
 
 import argparse
@@ -61,7 +63,8 @@ try:
     import sentencepiece as spm
     import transformers
     from transformers import (M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer, MBart50Tokenizer,
-                              MBartConfig, MBartForConditionalGeneration, MBartTokenizer, NllbTokenizer)
+                              MBart50TokenizerFast, MBartConfig, MBartForConditionalGeneration, MBartTokenizer,
+                              MBartTokenizerFast, NllbTokenizer, NllbTokenizerFast)
     from transformers.models.m2m_100.tokenization_m2m_100 import FAIRSEQ_LANGUAGE_CODES
     from transformers.utils import logging as hf_logging
     from transformers.models.m2m_100 import modeling_m2m_100
@@ -173,6 +176,21 @@ def tokenizer_refs(tokenizer, name):
     return out
 
 
+FAST = {"hf_nllb": NllbTokenizerFast, "hf_mbart50": MBart50TokenizerFast, "tok_mbart": MBartTokenizerFast,
+        "tok_nllb_legacy": NllbTokenizerFast}
+
+
+def fast_refs(name, directory):
+    """What AutoTokenizer would load by default (the fast class, converted from the SentencePiece
+    model): its ids and decoded text for LINES, for comparison with the slow class qkv follows."""
+    try:
+        fast = FAST[name].from_pretrained(directory)
+    except Exception as e:  # converting needs the protobuf package
+        return {"fast_error": f"{type(e).__name__}: {e}"}
+    ids = [fast(line).input_ids for line in LINES]
+    return {"fast_ids": ids, "fast_decoded": [fast.decode(i, skip_special_tokens=True) for i in ids]}
+
+
 def train(model, tokenizer, pairs, seed):
     batch = tokenizer([s for s, _ in pairs], text_target=[t for _, t in pairs], padding=True, return_tensors="pt")
     labels = batch["labels"].masked_fill(batch["labels"] == PAD, -100)
@@ -265,6 +283,8 @@ def main():
         tokenizers = make_tokenizers(spm_path, tmp, args.out)
     for name, tokenizer in tokenizers.items():
         refs[name] = tokenizer_refs(tokenizer, name)
+        if name in FAST:
+            refs[name].update(fast_refs(name, os.path.join(args.out, name)))
     for name, seed in (("hf_m2m100", 90), ("hf_nllb", 100), ("hf_mbart50", 110)):
         refs[name].update(model_refs(name, tokenizers[name], args.out, seed))
     with open(os.path.join(args.out, "hf_m2m100_refs.json"), "w", encoding="utf-8") as f:

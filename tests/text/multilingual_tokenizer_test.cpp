@@ -1,9 +1,11 @@
 // qkv's reading of the multilingual tokenizers (text/multilingual_tokenizer.h) against
 // transformers' M2M100Tokenizer, NllbTokenizer (current and legacy layouts), MBart50Tokenizer and
 // MBartTokenizer built over one SentencePiece BPE model (tests/python/make_m2m100_refs.py): the
-// ids of varied lines with the default and another source language, and their decoded text.
+// ids of varied lines with the default and another source language, and their decoded text; and
+// the fast classes' ids.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "model/hf_import_refs.h"
@@ -36,6 +38,28 @@ TEST(MultilingualTokenizer, IdsAndTextEqualTransformers) {
           << name << ": '" << line << "'";
     }
     for (const auto& [code, id] : r["lang_ids"].items()) EXPECT_EQ(t->language_id(code), id.get<int32_t>()) << code;
+  }
+}
+
+TEST(MultilingualTokenizer, IdsEqualTheFastTokenizersToo) {
+  // AutoTokenizer loads the fast classes (NllbTokenizerFast, MBart50TokenizerFast...) by default:
+  // their ids are the slow classes' (qkv's) on every line. Their decoded text may differ in
+  // whitespace at the ends (the slow classes strip it; qkv follows them), which is only reported.
+  const json all = testing::read_ref_json("hf_m2m100_refs.json");
+  for (const char* name : {"hf_nllb", "hf_mbart50", "tok_mbart", "tok_nllb_legacy"}) {
+    const json& r = all[name];
+    if (r.contains("fast_error")) {
+      std::cout << name << ": no fast tokenizer (" << r["fast_error"].get<std::string>() << ")\n";
+      continue;
+    }
+    const auto t = MultilingualTokenizer::load(testing::ref_path(name));
+    for (size_t i = 0; i < r["lines"].size(); ++i) {
+      const std::vector<int32_t> fast = r["fast_ids"][i].get<std::vector<int32_t>>();
+      EXPECT_EQ(t->with_special_tokens(t->encode(r["lines"][i].get<std::string>())), fast) << name << " line " << i;
+      const std::string ours = t->decode(fast), theirs = r["fast_decoded"][i].get<std::string>();
+      if (ours != theirs)
+        std::cout << name << " line " << i << ": fast decodes '" << theirs << "', qkv (slow) '" << ours << "'\n";
+    }
   }
 }
 
