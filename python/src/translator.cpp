@@ -7,8 +7,11 @@ namespace qkv::python {
 namespace {
 api::TranslationOptions translation_options(int beam, int n_best, float length_penalty, float max_length_ratio,
                                             int64_t max_length_offset, int64_t batch_size, bool truncate,
-                                            bool attention = false) {
+                                            bool attention = false, const std::string& source_lang = "",
+                                            const std::string& target_lang = "") {
   api::TranslationOptions o;
+  o.source_lang = source_lang;
+  o.target_lang = target_lang;
   o.search.attention = attention;
   o.search.beam_size = beam;
   o.search.n_best = n_best;
@@ -172,9 +175,9 @@ void bind_translator(py::module_& m) {
           "translate",
           [](api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,
              float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate, bool attention,
-             const py::object& quantize) {
+             const py::object& quantize, const std::string& source_lang, const std::string& target_lang) {
             const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, truncate, attention);
+                                               batch_size, truncate, attention, source_lang, target_lang);
             warn_untyped_results(n_best, attention);
             apply_quantize_argument(t.model(), quantize);
             std::vector<std::vector<api::Translation>> r;
@@ -187,9 +190,12 @@ void bind_translator(py::module_& m) {
           py::arg("texts"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
           py::arg("truncate") = true, py::arg("attention") = false, py::arg("quantize") = py::none(),
+          py::arg("source_lang") = "", py::arg("target_lang") = "",
           "Translates each text. num_hypotheses 1: a list of strings; num_hypotheses > 1 or attention=True: a list of "
           "lists of Translation, best first (with attention=True each carries its attention weights). beam_size 1 is greedy "
           "search. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it). "
+          "source_lang / target_lang: a multilingual model's languages as its tokenizer names them (M2M100 'fr', "
+          "NLLB 'fra_Latn', mBART 'fr_XX'; as --source-lang / --target-lang). "
           "quantize= is deprecated: choose compute_type= when loading.")
       .def(
           "translate_ids",
@@ -215,9 +221,10 @@ void bind_translator(py::module_& m) {
           "translate_batch",
           [](api::Translator& t, const std::vector<std::string>& texts, int beam_size, int num_hypotheses,
              float length_penalty, float max_length_ratio, int64_t max_length_offset, int64_t max_batch_size,
-             bool truncate, bool return_attention) {
+             bool truncate, bool return_attention, const std::string& source_lang, const std::string& target_lang) {
             const auto o = translation_options(beam_size, num_hypotheses, length_penalty, max_length_ratio,
-                                               max_length_offset, max_batch_size, truncate, return_attention);
+                                               max_length_offset, max_batch_size, truncate, return_attention,
+                                               source_lang, target_lang);
             std::vector<std::vector<api::Translation>> r;
             {
               py::gil_scoped_release release;
@@ -227,10 +234,12 @@ void bind_translator(py::module_& m) {
           },
           py::arg("texts"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("max_batch_size") = 32,
-          py::arg("truncate") = true, py::arg("return_attention") = false,
+          py::arg("truncate") = true, py::arg("return_attention") = false, py::arg("source_lang") = "",
+          py::arg("target_lang") = "",
           "Translates each text: a list of TranslationResult (hypotheses, tokens, scores, log_probs, attention), one "
           "per text, whatever the options (CTranslate2's names). beam_size 1 is greedy search; num_hypotheses <= "
-          "beam_size. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it).")
+          "beam_size. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it). "
+          "source_lang / target_lang: a multilingual model's languages (as translate()).")
       .def(
           "translate_ids_batch",
           [](api::Translator& t, const py::object& sources, int beam_size, int num_hypotheses, float length_penalty,

@@ -20,6 +20,18 @@ def test_translator_equals_qkv_translate(translation_checkpoint, data_dir, tmp_p
     assert ours[-1] == ""  # an empty source stays empty
 
 
+def test_languages_are_for_multilingual_models(translation_checkpoint):
+    # source_lang / target_lang choose an M2M100, NLLB or mBART model's languages (checked against
+    # transformers in tests/model/hf_m2m100_test.cpp); a model whose tokenizer has no language
+    # codes refuses them by name.
+    translator = qkv.Translator(translation_checkpoint)
+    for kwargs in ({"target_lang": "fr"}, {"source_lang": "en"}):
+        with pytest.raises(ValueError, match="language"):
+            translator.translate(["hola"], beam=1, **kwargs)
+        with pytest.raises(ValueError, match="language codes"):
+            translator.translate_batch(["hola"], beam_size=1, **kwargs)
+
+
 def test_int8_translation_equals_the_cli_and_bad_precision_is_refused(translation_checkpoint, data_dir, tmp_path):
     src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:8]]
     inp = write_lines(tmp_path / "in.es", src)

@@ -94,7 +94,7 @@ TEST(HfCli, BadInputExitsOneNamingFileAndField) {
   std::ofstream(dir + "/pegasus/model.safetensors") << "";
   expect_error(run_qkv("import --from hf " + dir + "/pegasus --output-dir " + dir + "/x"), 1,
                {dir + "/pegasus/config.json", "\"model_type\"", "\"pegasus\"",
-                "\"gpt2\", \"bert\", \"marian\", \"t5\", \"bart\" and \"mbart\""});
+                "\"gpt2\", \"bert\", \"marian\", \"t5\", \"bart\", \"mbart\" and \"m2m_100\""});
   fs::create_directories(dir + "/scaled");
   fs::copy_file(hf + "/model.safetensors", dir + "/scaled/model.safetensors");
   std::string config = read_file(hf + "/config.json");
@@ -177,8 +177,9 @@ TEST(HfCli, ImportedBartTranslatesAndScoresIds) {
     CliRun run = run_qkv("import --from hf " + ref_path(name) + " --output-dir " + dir + "/ckpt");
     ASSERT_EQ(run.code, 0) << run.out;
     EXPECT_NE(run.out.find(name == "hf_bart" ? "BART from" : "mBART from"), std::string::npos) << run.out;
-    // BART's tokenizer.json comes along; the mBART directory has none (ids only, said in a note).
-    EXPECT_NE(run.out.find(name == "hf_bart" ? ", tokenizer.json)" : "qkv: note: no tokenizer.json"), std::string::npos)
+    // BART's tokenizer.json comes along; the mBART directory has no tokenizer (ids only, said in a note).
+    EXPECT_NE(run.out.find(name == "hf_bart" ? ", tokenizer.json)" : "qkv: note: no sentencepiece.bpe.model"),
+              std::string::npos)
         << run.out;
     run = run_qkv("info " + dir + "/ckpt");
     EXPECT_NE(run.out.find("special ids   pad 1, decoder start (bos) 2, eos 2"), std::string::npos) << run.out;
@@ -214,6 +215,56 @@ TEST(HfCli, ImportedBartTranslatesAndScoresIds) {
       ASSERT_TRUE(lines >> got) << score.out;
       EXPECT_NEAR(got, lp.get<double>(), 1e-4 * std::max(1.0, std::fabs(lp.get<double>()))) << name;
     }
+  }
+}
+
+// M2M100 and NLLB checkpoints translate text into the language --target-lang names (their configs
+// force none, as the released ones): qkv translate gives what the tokenizer, generate with
+// forced_bos_token_id and decode give, greedy and beam 4; qkv score --per-line the teacher-forced
+// log-probabilities. Without --target-lang, or with a code the tokenizer lacks, it stops naming it.
+TEST(HfCli, ImportedM2M100TranslatesTextIntoTheTargetLanguage) {
+  if (ref_path("hf_m2m100").empty()) return;
+  std::ifstream refs_in(ref_path("hf_m2m100_refs.json"));
+  const nlohmann::json refs = nlohmann::json::parse(refs_in);
+  for (const std::string name : {"hf_m2m100", "hf_nllb"}) {
+    const nlohmann::json& r = refs[name];
+    const std::string dir = temp_dir(name);
+    CliRun run = run_qkv("import --from hf " + ref_path(name) + " --out " + dir + "/ckpt");
+    ASSERT_EQ(run.code, 0) << run.out;
+    EXPECT_NE(run.out.find("M2M100 from"), std::string::npos) << run.out;
+    EXPECT_NE(run.out.find(", tokenizer sentencepiece.bpe.model)"), std::string::npos) << run.out;
+    {
+      std::ofstream src(dir + "/src.txt"), ids(dir + "/src.ids"), tgt(dir + "/tgt.ids");
+      for (const auto& line : r["texts"]) src << line.get<std::string>() << "\n";
+      for (size_t i = 0; i < r["source_ids"].size(); ++i) {
+        for (const auto& id : r["source_ids"][i]) ids << id.get<int>() << " ";
+        ids << "\n";
+        tgt << 2;
+        for (const auto& id : r["target_ids"][i]) tgt << " " << id.get<int>();
+        tgt << "\n";
+      }
+    }
+    const std::string translate = "translate --checkpoint " + dir + "/ckpt --input " + dir + "/src.txt --length-penalty 0 "
+                                  "--max-length-ratio 0 --max-length-offset 40 --target-lang " + r["tgt_lang"].get<std::string>();
+    for (const std::string beam : {"1", "4"}) {
+      const CliRun text = run_qkv_split(translate + " --beam " + beam);
+      ASSERT_EQ(text.code, 0) << text.err;
+      std::string want;
+      for (const auto& line : r[beam == "1" ? "greedy_text" : "beam_text"]) want += line.get<std::string>() + "\n";
+      EXPECT_EQ(text.out, want) << name << " beam " << beam;
+    }
+    const CliRun score = run_qkv_split("score --checkpoint " + dir + "/ckpt --src " + dir + "/src.ids --tgt " + dir +
+                                       "/tgt.ids --per-line");
+    ASSERT_EQ(score.code, 0) << score.err;
+    std::istringstream lines(score.out);
+    for (const auto& lp : r["log_probs"]) {
+      double got = 0;
+      ASSERT_TRUE(lines >> got) << score.out;
+      EXPECT_NEAR(got, lp.get<double>(), 1e-4 * std::max(1.0, std::fabs(lp.get<double>()))) << name;
+    }
+    expect_error(run_qkv("translate --checkpoint " + dir + "/ckpt --input " + dir + "/src.txt"), 2, {"--target-lang"});
+    expect_error(run_qkv("translate --checkpoint " + dir + "/ckpt --input " + dir + "/src.txt --target-lang xx_Fake"), 1,
+                 {"--target-lang \"xx_Fake\"", "not a language of the tokenizer"});
   }
 }
 

@@ -167,7 +167,7 @@ TEST(Config, DecoderOnlyHasGpt2DefaultsAndRefusesTheOtherFamilysFields) {
   EXPECT_EQ(error_of(R"({"vocab_size": 50})"), "config.json: field \"vocab_size\" does not apply to an encoder-decoder model");
   EXPECT_EQ(error_of(R"({"positions": "rotary"})"),
             "config.json: config: positions \"rotary\" is not one of an encoder-decoder model's (\"sinusoidal\", "
-            "\"sinusoidal_halves\", \"relative\", \"learned\")");
+            "\"sinusoidal_halves\", \"sinusoidal_fairseq\", \"relative\", \"learned\")");
   EXPECT_TRUE(contains(error_of(R"({"pad_id": -1})"), "\"pad_id\" must be in [0,")) << error_of(R"({"pad_id": -1})");
   EXPECT_TRUE(contains(error_of(R"({"architecture": "decoder-only", "positions": "rotary"})"),
                        "positions must be \"sinusoidal\" or \"learned\""));

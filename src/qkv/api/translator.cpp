@@ -73,6 +73,10 @@ Translator::Translator(const std::string& checkpoint_dir, nn::ComputeType comput
   if (text::MarianTokenizer::present(checkpoint_dir)) {
     src_tok_ = text::MarianTokenizer::load(checkpoint_dir, false);
     tgt_tok_ = text::MarianTokenizer::load(checkpoint_dir, true);
+  } else if (text::MultilingualTokenizer::present(checkpoint_dir)) {  // M2M100, NLLB, mBART: both sides
+    languages_ = text::MultilingualTokenizer::load(checkpoint_dir);
+    src_tok_ = languages_;
+    tgt_tok_ = languages_;
   } else if (text::T5Tokenizer::present(checkpoint_dir)) {  // one tokenizer for both sides
     src_tok_ = text::T5Tokenizer::load(checkpoint_dir);
     tgt_tok_ = src_tok_;
@@ -91,8 +95,8 @@ Translator::~Translator() = default;
 data::IdLine Translator::encode_source(const std::string& text, const TranslationOptions& options,
                                        const std::string& where, bool* truncated) const {
   QKV_CHECK(src_tok_, dir_ << ": no tokenizer (source.spm.model and target.spm.model, or an imported model's "
-                               "source.spm, target.spm and vocab.json, or spiece.model, or tokenizer.json) for text input; give token ids "
-                               "instead");
+                               "source.spm, target.spm and vocab.json, or spiece.model, or sentencepiece.bpe.model, "
+                               "or tokenizer.json) for text input; give token ids instead");
   data::IdLine ids = src_tok_->encode(text);
   // The tokenizer's own tokens (a Marian source's EOS) stay at the end of a cut source, as
   // transformers truncates before adding them.
@@ -107,14 +111,46 @@ data::IdLine Translator::encode_source(const std::string& text, const Translatio
     ids.resize(static_cast<size_t>(std::max<int64_t>(0, max_len - extra)));
     if (truncated) *truncated = true;
   }
-  ids = src_tok_->with_special_tokens(std::move(ids));
-  return ids;
+  if (!options.source_lang.empty()) {  // refused by language_id unless the tokenizer has languages
+    const int32_t language = language_id(options.source_lang, "source language");
+    return languages_->with_language(std::move(ids), language);
+  }
+  return src_tok_->with_special_tokens(std::move(ids));
 }
 
-data::IdLine Translator::encode_target(const std::string& text) const {
+int32_t Translator::language_id(const std::string& language, const std::string& flag) const {
+  QKV_CHECK(languages_, dir_ << ": " << flag << " \"" << language
+                             << "\" given, but the checkpoint's tokenizer has no language codes (an imported "
+                                "M2M100, NLLB or mBART model's has)");
+  const int32_t id = languages_->language_id(language);
+  QKV_CHECK(id >= 0, dir_ << ": " << flag << " \"" << language << "\" is not a language of the tokenizer ("
+                          << languages_->some_languages() << ")");
+  QKV_CHECK(id < model_->config().tgt_vocab_size, dir_ << ": " << flag << " \"" << language << "\" is id " << id
+                                                       << ", outside the model's vocabulary");
+  return id;
+}
+
+// The first target token a translation starts with: the options' target language, else the
+// model's forced_bos_id (-1: none). mBART-cc25-style models start the decoder from the language
+// code instead (no forced token): there the one target language is the decoder start, fixed at import.
+int32_t Translator::forced_first_token(const std::string& target_lang) const {
+  if (target_lang.empty()) return model_->config().forced_bos_id;
+  const int32_t id = language_id(target_lang, "target language");
+  if (languages_->kind() == text::MultilingualTokenizer::Kind::MBart) {
+    QKV_CHECK(id == model_->config().bos_id && model_->config().forced_bos_id < 0,
+              dir_ << ": target language \"" << target_lang
+                   << "\": this mBART model (MBartTokenizer) starts its decoder from the target language's code, id "
+                   << model_->config().bos_id << " (its decoder_start_token_id); it translates into that language only");
+    return -1;
+  }
+  return id;
+}
+
+data::IdLine Translator::encode_target(const std::string& text, const std::string& target_lang) const {
   QKV_CHECK(tgt_tok_, dir_ << ": no target tokenizer to encode with");
   const auto& c = model_->config();
   data::IdLine ids{c.bos_id};
+  if (const int32_t forced = forced_first_token(target_lang); forced >= 0) ids.push_back(forced);
   for (const int32_t id : tgt_tok_->encode(text)) ids.push_back(id);
   ids.push_back(c.eos_id);
   return ids;
@@ -135,8 +171,10 @@ std::string Translator::target_piece(int32_t id) const {
 
 void Translator::translate_ids_each(const std::vector<data::IdLine>& sources, const TranslationOptions& options,
                                     const TranslationCallback& on_translated, const ProgressCallback& progress) const {
+  decoding::SearchOptions search = options.search;
+  if (!options.target_lang.empty()) search.forced_bos_id = forced_first_token(options.target_lang);
   // Batches of similar length sharing the key/value storage; each sentence handed on as found.
-  decoding::search_each(*model_, sources, options.search, options.batch_size, options.sort_window,
+  decoding::search_each(*model_, sources, search, options.batch_size, options.sort_window,
                         [&](size_t index, std::vector<decoding::Hypothesis>&& found) {
                           std::vector<Translation> translations;
                           translations.reserve(found.size());

@@ -2,7 +2,9 @@
 // sequence-to-sequence checkpoint with its tokenizers, text in, text out, batched. The tokenizers
 // are qkv's SentencePiece models (source.spm.model, target.spm.model: their ids are the model's) or
 // an imported Marian model's (source.spm, target.spm, vocab.json: text/marian_tokenizer.h, whose
-// sources end with its EOS).
+// sources end with its EOS), or a multilingual model's (M2M100, NLLB, mBART:
+// text/multilingual_tokenizer.h), whose sources carry a language code and whose targets start with
+// one (TranslationOptions::source_lang, target_lang).
 //
 // Sentences are decoded in batches of similar length (sorted by length, so little is spent on
 // padding) and the results are put back in input order, or handed to a callback as each batch
@@ -18,6 +20,7 @@
 #include "qkv/data/id_lines.h"
 #include "qkv/decoding/search.h"
 #include "qkv/models/transformer.h"
+#include "qkv/text/multilingual_tokenizer.h"
 #include "qkv/text/tokenizer.h"
 
 namespace qkv::api {
@@ -35,6 +38,11 @@ struct TranslationOptions {
   // caller writing in input order can write a window as soon as it is done. `qkv translate` reads
   // 16 batches at a time, as CTranslate2's file translation does.
   int64_t sort_window = 0;
+  // A multilingual model's languages (an imported M2M100, NLLB or mBART checkpoint with its
+  // tokenizer: text/multilingual_tokenizer.h), as its tokenizer names them ("fr" or "__fr__",
+  // "fra_Latn", "fr_XX"). source_lang: the code put around each text source ("": the tokenizer's
+  // src_lang); target_lang: the first target token search forces ("": the model's forced_bos_id).
+  std::string source_lang, target_lang;
 };
 
 struct Translation {
@@ -76,9 +84,14 @@ class Translator {
   data::IdLine encode_source(const std::string& text, const TranslationOptions& options, const std::string& where,
                              bool* truncated = nullptr) const;
   std::string decode_target(const std::vector<int32_t>& tokens) const;
-  // A target text as scoring reads it: BOS (the decoder start), its ids, EOS (the caller checks the
+  // A target text as scoring reads it: BOS (the decoder start), the target language's code where
+  // the model forces one (target_lang, else its forced_bos_id), its ids, EOS (the caller checks the
   // length: the positions scored are all but the first).
-  data::IdLine encode_target(const std::string& text) const;
+  data::IdLine encode_target(const std::string& text, const std::string& target_lang = "") const;
+  // Whether the tokenizer names languages (M2M100, NLLB, mBART), and the id of one of them; errors
+  // name `flag` and the checkpoint, with some of the codes it has.
+  bool multilingual() const { return languages_ != nullptr; }
+  int32_t language_id(const std::string& language, const std::string& flag) const;
   // The piece of a source / target id ("▁the"), or the id as text without the tokenizers: labels
   // for pictures of attention.
   std::string source_piece(int32_t id) const;
@@ -101,8 +114,11 @@ class Translator {
                                                   const ProgressCallback& progress = {}) const;
 
  private:
+  int32_t forced_first_token(const std::string& target_lang) const;
+
   std::unique_ptr<models::Transformer> model_;
   std::shared_ptr<const text::Tokenizer> src_tok_, tgt_tok_;  // one object for both sides of a T5
+  std::shared_ptr<const text::MultilingualTokenizer> languages_;  // src_tok_ of a multilingual model
   std::string dir_;
 };
 

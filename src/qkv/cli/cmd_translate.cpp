@@ -3,7 +3,8 @@
 // Reads one source sentence a line (stdin by default) and writes one translation a line to stdout
 // or -o FILE, in input order, as batches finish. Text is encoded with the checkpoint's tokenizers (its SentencePiece models
 // source.spm.model and target.spm.model, or an imported Marian model's source.spm, target.spm and
-// vocab.json); with --ids, lines are space-separated token ids in and out (a source line as given:
+// vocab.json, or a multilingual model's: --source-lang and --target-lang choose its languages); with
+// --ids, lines are space-separated token ids in and out (a source line as given:
 // an imported model's sources end with their EOS, as its tokenizer writes them). Sentences are
 // batched, sorted by length within windows of 16 batches (less padding, and the first lines of a
 // long input come after its first window, not at the end); progress and a summary go to stderr.
@@ -42,6 +43,7 @@ struct TranslateOptions {
   ComputeTypeOption compute;
   bool quiet = false;
   std::string attention_out;  // --attention-out DIR
+  std::string source_lang, target_lang;  // a multilingual model's languages ("": its defaults)
 };
 
 // The input's lines as token ids (empty for an empty line), cut to max_seq_length or refused as
@@ -84,6 +86,25 @@ void check_search_flags(const TranslateOptions& o, int64_t tgt_vocab_size) {
   if (o.beam > tgt_vocab_size)
     throw UsageError("--beam-size " + std::to_string(o.beam) + " exceeds the checkpoint's target vocabulary size " +
                      std::to_string(tgt_vocab_size));
+}
+
+// A multilingual model (M2M100, NLLB, mBART-50) translates into the language whose code it is
+// made to write first: without --target-lang and a forced_bos_id of its own it would write any.
+// The flags are checked here, before any input is read.
+void check_languages(const TranslateOptions& o, const api::Translator& translator) {
+  if (!o.source_lang.empty() && o.ids)
+    throw UsageError("--source-lang applies to text input: with --ids a source line is taken as given (its language "
+                     "code included)");
+  if (!o.source_lang.empty()) translator.language_id(o.source_lang, "--source-lang");
+  if (!o.target_lang.empty()) {
+    translator.language_id(o.target_lang, "--target-lang");
+    return;
+  }
+  if (translator.multilingual() && translator.config().forced_bos_id < 0 &&
+      translator.config().bos_id == translator.config().eos_id)
+    throw UsageError("--target-lang is needed: " + o.checkpoint +
+                     " is a multilingual model without a forced_bos_token_id of its own (give its tokenizer's code, "
+                     "such as fr, fra_Latn or fr_XX)");
 }
 
 // Sentences sorted by length together: 16 batches, as CTranslate2's file translation reads them.
@@ -179,6 +200,8 @@ api::TranslationOptions translation_options(const TranslateOptions& o) {
   to.batch_size = o.batch_size;
   to.sort_window = o.batch_size * kBatchesPerSortWindow;
   to.truncate = o.too_long == "truncate";
+  to.source_lang = o.source_lang;
+  to.target_lang = o.target_lang;
   return to;
 }
 
@@ -196,6 +219,7 @@ int run_translate(const TranslateOptions& o) {
             o.checkpoint << ": no tokenizer (source.spm.model / target.spm.model, or an imported model's "
                              "source.spm, target.spm and vocab.json) for text input; use --ids for token ids");
   const api::TranslationOptions to = translation_options(o);
+  check_languages(o, translator);
   const std::vector<data::IdLine> sources = read_sources(o, translator, to);
 
   std::unique_ptr<AttentionFiles> attention =
@@ -254,6 +278,12 @@ Runner add_translate_command(CLI::App& app) {
   app.add_option("--too-long", o->too_long, "Sources longer than max_seq_length: truncate (with a warning) or error")
       ->capture_default_str()
       ->check(CLI::IsMember({"truncate", "error"}));
+  app.add_option("--source-lang", o->source_lang,
+                 "Multilingual models (M2M100, NLLB, mBART): the sources' language as the tokenizer names it "
+                 "(en, eng_Latn, en_XX; default: its src_lang)");
+  app.add_option("--target-lang", o->target_lang,
+                 "Multilingual models: the language to translate into, whose code search makes the first target token "
+                 "(fr, fra_Latn, fr_XX; default: the model's forced_bos_token_id)");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   add_compute_type_options(app, o->compute);
   app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");

@@ -109,7 +109,11 @@ class StepDecoder {
   // to the host, where the search runs.
   StepDecoder(const models::Transformer& model, const Tensor& host_src, int64_t rows_per_source, int64_t max_length,
               const SearchOptions& o)
-      : model_(model), device_(model.device()), use_cache_(o.use_cache), attention_(o.attention) {
+      : model_(model),
+        device_(model.device()),
+        use_cache_(o.use_cache),
+        attention_(o.attention),
+        forced_bos_id_(o.forced_bos_id >= 0 ? o.forced_bos_id : model.config().forced_bos_id) {
     const Tensor src = host_src.to(device_);
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
     for (Tensor& w : encoder_weights_) w = w.to(Device::cpu());
@@ -154,7 +158,7 @@ class StepDecoder {
       steps_.push_back({std::move(self_w), std::move(cross_w)});
     }
     StepScores scores = score_step(std::move(logits), model_.config(), count);
-    if (steps_done_++ == 0 && model_.config().forced_bos_id >= 0) force_first_token(scores, model_.config().forced_bos_id);
+    if (steps_done_++ == 0 && forced_bos_id_ >= 0) force_first_token(scores, forced_bos_id_);
     return scores;
   }
 
@@ -211,6 +215,7 @@ class StepDecoder {
   const models::Transformer& model_;
   Device device_;  // the model's
   bool use_cache_, attention_;
+  int32_t forced_bos_id_;   // the options' or the config's; -1: none
   int64_t steps_done_ = 0;  // next_scores calls so far: the first is where forced_bos_id applies
   std::vector<Tensor> encoder_weights_;  // per layer (B, H, S, S)
   struct StepWeights {
@@ -259,6 +264,9 @@ void validate_search_options(const SearchOptions& o, int64_t tgt_vocab_size) {
             "search: max_length_ratio " << o.max_length_ratio << " must be in [0, " << kMaxLengthRatio << "]");
   QKV_CHECK(o.max_length_offset >= 0 && o.max_length_offset <= kMaxLengthOffset,
             "search: max_length_offset " << o.max_length_offset << " must be in [0, " << kMaxLengthOffset << "]");
+  QKV_CHECK(o.forced_bos_id >= -1 && o.forced_bos_id < tgt_vocab_size,
+            "search: forced_bos_id " << o.forced_bos_id
+                                     << " must be -1 (the model's) or an id of the target vocabulary of " << tgt_vocab_size);
 }
 
 namespace {

@@ -31,6 +31,9 @@ struct SearchOptions {
   int64_t max_length_offset = 10;  // [0, kMaxLengthRatio], offset in [0, kMaxLengthOffset];
                                    // capped by the model's max_seq_length - 1
   bool use_cache = true;
+  // >= 0: the first target token, with log-probability 0, instead of the model config's
+  // forced_bos_id (a multilingual model's target language, chosen per call); -1: the config's.
+  int32_t forced_bos_id = -1;
   // Keep each returned hypothesis' attention weights (Hypothesis::attention; see attention.h).
   // Off by default: then nothing is kept or computed. On, the search keeps every step's weights of
   // every row until the end (about layers x heads x steps x (steps / 2 + source length) floats per

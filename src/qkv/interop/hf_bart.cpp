@@ -1,13 +1,13 @@
 #include "qkv/interop/hf_bart.h"
 
 #include <filesystem>
-#include <optional>
 
 #include "qkv/core/error.h"
 #include "qkv/interop/hf_seq2seq.h"
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
+#include "qkv/text/multilingual_tokenizer.h"
 #include "qkv/text/tokenizer.h"
 
 namespace qkv::interop {
@@ -33,51 +33,6 @@ void refuse_other_layouts(const HfConfigReader& r, bool mbart) {
   r.require("static_position_embeddings", false, false, "BART's and mBART's positions are learned");
   r.require("add_bias_logits", false, false, "qkv's output layer adds final_logits_bias only");
   r.require("is_encoder_decoder", true, true, "BART is an encoder-decoder");
-}
-
-// The generation settings that decide which ids come out: generation_config.json's when it has
-// them (generate reads that file), else config.json's.
-class GenerationFields {
- public:
-  GenerationFields(const std::string& hf_dir, const HfConfigReader& config) : config_(config) {
-    const std::string path = hf_dir + "/generation_config.json";
-    std::error_code ec;
-    if (fs::exists(path, ec)) generation_.emplace(path, parse_json_object(path, "a generation config"));
-  }
-  const HfConfigReader& source(const char* key) const {
-    return generation_ && generation_->has(key) ? *generation_ : config_;
-  }
-  bool has(const char* key) const { return source(key).has(key); }
-  int64_t id(const char* key, int64_t fallback, int64_t vocab) const { return source(key).integer(key, fallback, 0, vocab - 1); }
-
- private:
-  const HfConfigReader& config_;
-  std::optional<HfConfigReader> generation_;
-};
-
-void read_special_ids(const std::string& hf_dir, const HfConfigReader& r, TransformerConfig& c,
-                      std::vector<std::string>* notes) {
-  const GenerationFields g(hf_dir, r);
-  const int64_t V = c.tgt_vocab_size;
-  c.pad_id = static_cast<int32_t>(r.integer("pad_token_id", 1, 0, V - 1));
-  c.eos_id = static_cast<int32_t>(g.id("eos_token_id", 2, V));
-  // generate starts from decoder_start_token_id, or from bos_token_id when there is none (mBART).
-  c.bos_id = static_cast<int32_t>(g.has("decoder_start_token_id") ? g.id("decoder_start_token_id", 2, V)
-                                                                   : g.id("bos_token_id", 0, V));
-  if (g.has("forced_bos_token_id")) c.forced_bos_id = static_cast<int32_t>(g.id("forced_bos_token_id", 0, V));
-  if (g.has("forced_eos_token_id")) {
-    const int64_t forced_eos = g.id("forced_eos_token_id", c.eos_id, V);
-    if (forced_eos != c.eos_id)
-      g.source("forced_eos_token_id")
-          .fail("forced_eos_token_id", "is " + std::to_string(forced_eos) + " but the EOS is " + std::to_string(c.eos_id) +
-                                           ": not supported (qkv's search ends a hypothesis at its length limit with EOS)");
-    if (notes) notes->push_back("forced_eos_token_id " + std::to_string(forced_eos) +
-                                ": qkv's search ends every hypothesis at its length limit with EOS");
-  }
-  for (const char* key : {"no_repeat_ngram_size", "min_length", "repetition_penalty", "num_beams", "length_penalty"})
-    if (g.has(key) && notes)
-      notes->push_back(std::string(key) + " " + g.source(key).raw().at(key).dump() +
-                       " is a generation default of the model, not applied (give qkv translate's options instead)");
 }
 
 }  // namespace
@@ -142,15 +97,18 @@ std::unique_ptr<models::Transformer> load_hf_bart(const std::string& hf_dir, HfC
 }
 
 namespace {
+std::string ids_only(const TransformerConfig& c) {
+  return ": the checkpoint translates token ids only (qkv translate --ids; a source line is what the Hugging Face "
+         "tokenizer gives, ending with EOS " + std::to_string(c.eos_id) + ")";
+}
+
 // Whether DIR/tokenizer.json is one qkv's Translator reads (BART's byte-level BPE with
 // RobertaProcessing) and fits the model; otherwise a note says why the checkpoint takes ids only.
-bool usable_tokenizer(const std::string& hf_dir, const TransformerConfig& c, std::vector<std::string>& notes) {
+bool usable_tokenizer_json(const std::string& hf_dir, const TransformerConfig& c, std::vector<std::string>& notes) {
   const std::string path = hf_dir + "/" + kTokenizerJsonFile;
-  const std::string ids_only = ": the checkpoint translates token ids only (qkv translate --ids; a source line is what "
-                               "the Hugging Face tokenizer gives, ending with EOS " + std::to_string(c.eos_id) + ")";
   std::error_code ec;
   if (!fs::exists(path, ec)) {
-    notes.push_back("no " + std::string(kTokenizerJsonFile) + " in " + hf_dir + ids_only);
+    notes.push_back("no " + std::string(kTokenizerJsonFile) + " in " + hf_dir + ids_only(c));
     return false;
   }
   try {
@@ -159,27 +117,56 @@ bool usable_tokenizer(const std::string& hf_dir, const TransformerConfig& c, std
               path << ": the tokenizer has " << t->vocab_size() << " ids, more than the model's " << c.tgt_vocab_size);
     QKV_CHECK(t->with_special_tokens({}).size() == 2, path << ": post_processor adds no <s> ... </s> (BART's "
                                                               "RobertaProcessing)");
-  } catch (const Error& e) {  // mBART's SentencePiece tokenizer, for one
-    notes.push_back(std::string("tokenizer not imported (") + e.what() + ")" + ids_only);
+  } catch (const Error& e) {
+    notes.push_back(std::string("tokenizer not imported (") + e.what() + ")" + ids_only(c));
     return false;
   }
   return true;
+}
+
+// mBART's SentencePiece tokenizer (MBartTokenizer or MBart50Tokenizer: sentencepiece.bpe.model with
+// tokenizer_config.json), which must load and fit the model once its model file is there.
+void check_mbart_tokenizer(const std::string& hf_dir, const TransformerConfig& c) {
+  const auto t = text::MultilingualTokenizer::load(hf_dir);
+  const std::string config_path = hf_dir + "/" + text::kMultilingualTokenizerConfig;
+  using Kind = text::MultilingualTokenizer::Kind;
+  QKV_CHECK(t->kind() == Kind::MBart || t->kind() == Kind::MBart50,
+            config_path << ": field \"tokenizer_class\" is not mBART's (MBartTokenizer or MBart50Tokenizer)");
+  QKV_CHECK(t->vocab_size() <= c.tgt_vocab_size, config_path << ": the tokenizer has " << t->vocab_size()
+                                                             << " ids, more than the model's vocab_size "
+                                                             << c.tgt_vocab_size);
+}
+
+// The tokenizer files the checkpoint gets: mBART's SentencePiece files when there, else a readable
+// BART tokenizer.json (with its tokenizer_config.json, whose clean_up_tokenization_spaces decides
+// how the Translator decodes); none, with a note, otherwise.
+std::vector<std::string> tokenizer_files(const std::string& hf_dir, const TransformerConfig& c, bool mbart,
+                                         std::vector<std::string>& notes) {
+  if (mbart && text::MultilingualTokenizer::present(hf_dir)) {
+    check_mbart_tokenizer(hf_dir, c);
+    return text::MultilingualTokenizer::files(hf_dir);
+  }
+  if (mbart) {
+    notes.push_back("no " + std::string(text::kFairseqSpm) + " in " + hf_dir + ids_only(c));
+    return {};
+  }
+  if (!usable_tokenizer_json(hf_dir, c, notes)) return {};
+  std::vector<std::string> files{kTokenizerJsonFile};
+  std::error_code ec;
+  if (fs::exists(hf_dir + "/tokenizer_config.json", ec)) files.emplace_back("tokenizer_config.json");
+  return files;
 }
 }  // namespace
 
 HfConversion import_hf_bart(const std::string& hf_dir, const std::string& out_dir) {
   HfConversion info;
   auto model = load_hf_bart(hf_dir, &info);
-  info.tokenizer = usable_tokenizer(hf_dir, info.config, info.notes);
+  const std::vector<std::string> files =
+      tokenizer_files(hf_dir, info.config, info.config.norm == models::NormPosition::Pre, info.notes);
+  info.tokenizer = !files.empty();
   io::StagedDirectory staged(out_dir);
   models::write_model_files(staged, *model);
-  if (info.tokenizer) {
-    staged.copy_from(kTokenizerJsonFile, hf_dir + "/" + kTokenizerJsonFile);
-    // Its clean_up_tokenization_spaces decides how the Translator decodes.
-    std::error_code ec;
-    if (fs::exists(hf_dir + "/tokenizer_config.json", ec))
-      staged.copy_from("tokenizer_config.json", hf_dir + "/tokenizer_config.json");
-  }
+  for (const std::string& name : files) staged.copy_from(name, hf_dir + "/" + name);
   staged.commit();
   return info;
 }

@@ -23,9 +23,10 @@
 // BART's tokenizer.json (byte-level BPE with RobertaProcessing: <s> text </s>) is copied into the
 // checkpoint (with tokenizer_config.json) when qkv reads it and it fits the vocabulary; the
 // Translator then takes text and decodes without the added tokens, as transformers'
-// decode(skip_special_tokens=True), cleaning up spaces when tokenizer_config.json asks for it. mBART's
-// SentencePiece tokenizer is not read: that checkpoint translates ids only (`qkv translate --ids`),
-// with a note.
+// decode(skip_special_tokens=True), cleaning up spaces when tokenizer_config.json asks for it.
+// mBART's SentencePiece tokenizer (sentencepiece.bpe.model with tokenizer_config.json:
+// MBartTokenizer or MBart50Tokenizer, text/multilingual_tokenizer.h) is copied when it is there and
+// fits; without it an mBART checkpoint translates ids only (`qkv translate --ids`), with a note.
 //
 // Names (HF, "model." prefix dropped -> qkv, models/transformer.h), besides the layers' and tables'
 // names shared with Marian (hf_seq2seq.h):

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "qkv/core/error.h"
 #include "qkv/nn/layers.h"
@@ -12,6 +13,55 @@ namespace qkv::interop {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using models::TransformerConfig;
+
+namespace {
+// The generation settings that decide which ids come out: generation_config.json's when it has
+// them (generate reads that file), else config.json's.
+class GenerationFields {
+ public:
+  GenerationFields(const std::string& hf_dir, const HfConfigReader& config) : config_(config) {
+    const std::string path = hf_dir + "/generation_config.json";
+    std::error_code ec;
+    if (fs::exists(path, ec)) generation_.emplace(path, parse_json_object(path, "a generation config"));
+  }
+  const HfConfigReader& source(const char* key) const {
+    return generation_ && generation_->has(key) ? *generation_ : config_;
+  }
+  bool has(const char* key) const { return source(key).has(key); }
+  int64_t id(const char* key, int64_t fallback, int64_t vocab) const { return source(key).integer(key, fallback, 0, vocab - 1); }
+
+ private:
+  const HfConfigReader& config_;
+  std::optional<HfConfigReader> generation_;
+};
+
+}  // namespace
+
+void read_special_ids(const std::string& hf_dir, const HfConfigReader& r, TransformerConfig& c,
+                      std::vector<std::string>* notes) {
+  const GenerationFields g(hf_dir, r);
+  const int64_t V = c.tgt_vocab_size;
+  c.pad_id = static_cast<int32_t>(r.integer("pad_token_id", 1, 0, V - 1));
+  c.eos_id = static_cast<int32_t>(g.id("eos_token_id", 2, V));
+  // generate starts from decoder_start_token_id, or from bos_token_id when there is none (mBART).
+  c.bos_id = static_cast<int32_t>(g.has("decoder_start_token_id") ? g.id("decoder_start_token_id", 2, V)
+                                                                   : g.id("bos_token_id", 0, V));
+  if (g.has("forced_bos_token_id")) c.forced_bos_id = static_cast<int32_t>(g.id("forced_bos_token_id", 0, V));
+  if (g.has("forced_eos_token_id")) {
+    const int64_t forced_eos = g.id("forced_eos_token_id", c.eos_id, V);
+    if (forced_eos != c.eos_id)
+      g.source("forced_eos_token_id")
+          .fail("forced_eos_token_id", "is " + std::to_string(forced_eos) + " but the EOS is " + std::to_string(c.eos_id) +
+                                           ": not supported (qkv's search ends a hypothesis at its length limit with EOS)");
+    if (notes) notes->push_back("forced_eos_token_id " + std::to_string(forced_eos) +
+                                ": qkv's search ends every hypothesis at its length limit with EOS");
+  }
+  for (const char* key : {"no_repeat_ngram_size", "min_length", "repetition_penalty", "num_beams", "length_penalty"})
+    if (g.has(key) && notes)
+      notes->push_back(std::string(key) + " " + g.source(key).raw().at(key).dump() +
+                       " is a generation default of the model, not applied (give qkv translate's options instead)");
+}
+
 
 int64_t same_in_both_stacks(const HfConfigReader& r, const char* encoder_key, const char* decoder_key, int64_t fallback,
                             int64_t max) {

@@ -35,6 +35,14 @@ void read_seq2seq_fields(const HfConfigReader& r, const Seq2SeqDefaults& default
 void check_bad_words(const std::string& hf_dir, const HfConfigReader& r, const models::TransformerConfig& c,
                      std::vector<std::string>* notes);
 
+// The special ids of BART's family (BART, mBART, M2M100, NLLB): pad_token_id (default 1), EOS
+// (default 2), decoder_start_token_id (or bos_token_id without one, as generate falls back) as
+// bos_id, forced_bos_token_id as forced_bos_id; generation_config.json's values win over
+// config.json's, as in generate. forced_eos_token_id other than the EOS is refused; generation
+// defaults qkv does not apply (num_beams, length_penalty ...) are noted.
+void read_special_ids(const std::string& hf_dir, const HfConfigReader& r, models::TransformerConfig& c,
+                      std::vector<std::string>* notes);
+
 // Reads the tensors named above into a model built from the config.
 class Seq2SeqWeightReader {
  public:

@@ -28,4 +28,19 @@ void sinusoidal_table_halves(float* pe, int64_t max_len, int64_t D) {
   }
 }
 
+void sinusoidal_table_fairseq(float* pe, int64_t max_len, int64_t D, int64_t first_position) {
+  const int64_t H = D / 2;
+  // torch: math.log(10000) / (half_dim - 1) in double, then arange(half_dim).float() * -emb in float32.
+  const float step = static_cast<float>(-(std::log(10000.0) / static_cast<double>(H - 1)));
+  for (int64_t pos = 0; pos < max_len; ++pos) {
+    const float p = static_cast<float>(pos + first_position);
+    for (int64_t i = 0; i < H; ++i) {
+      const float angle = p * std::exp(static_cast<float>(i) * step);
+      pe[pos * D + i] = std::sin(angle);
+      pe[pos * D + H + i] = std::cos(angle);
+    }
+    if (D % 2 == 1) pe[pos * D + D - 1] = 0.f;
+  }
+}
+
 }  // namespace qkv::kernels

@@ -165,11 +165,14 @@ void TransformerConfig::validate() const {
     QKV_CHECK(pad_id >= -1 && pad_id < tgt_vocab_size,
               "config: pad_id " << pad_id << " must be -1 (none) or an id of the vocabulary");
   } else {
-    QKV_CHECK(positions == "sinusoidal" || positions == "sinusoidal_halves" || positions == "relative" ||
-                  positions == "learned",
+    QKV_CHECK(positions == "sinusoidal" || positions == "sinusoidal_halves" || positions == "sinusoidal_fairseq" ||
+                  positions == "relative" || positions == "learned",
               "config: positions \"" << positions
                                      << "\" is not one of an encoder-decoder model's (\"sinusoidal\", "
-                                        "\"sinusoidal_halves\", \"relative\", \"learned\")");
+                                        "\"sinusoidal_halves\", \"sinusoidal_fairseq\", \"relative\", \"learned\")");
+    QKV_CHECK(positions != "sinusoidal_fairseq" || d_model >= 4,
+              "config: positions \"sinusoidal_fairseq\" needs d_model >= 4 (its frequencies divide by d_model / 2 - 1), "
+              "got " << d_model);
     check_id("forced_bos_id", forced_bos_id, tgt_vocab_size, true);
     validate_relative_positions(*this);
     QKV_CHECK(pad_id >= 0 && pad_id < src_vocab_size && pad_id < tgt_vocab_size,
@@ -184,7 +187,8 @@ void TransformerConfig::validate() const {
             "config: share_embeddings is for encoder-decoder models (a" << (encoder_only() ? "n " : " ") << architecture
                                                                         << " model has one token embedding)");
   QKV_CHECK(positions == "sinusoidal" || positions == "learned" ||
-                (encoder_decoder() && (positions == "sinusoidal_halves" || positions == "relative")),
+                (encoder_decoder() && (positions == "sinusoidal_halves" || positions == "sinusoidal_fairseq" ||
+                                       positions == "relative")),
             "config: positions must be \"sinusoidal\" or \"learned\", got \"" << positions << "\"");
   QKV_CHECK(encoder_only() || (bos_id >= 0 && bos_id < tgt_vocab_size && eos_id >= 0 && eos_id < tgt_vocab_size),
             "config: bos_id " << bos_id << " and eos_id " << eos_id << " must be ids of the target vocabulary");

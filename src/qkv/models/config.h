@@ -68,7 +68,10 @@ struct TransformerConfig {
   // "sinusoidal" (the seed: sin and cos interleaved), "learned" (GPT-2, BERT; in an encoder-decoder
   // model, BART: a table of max_seq_length rows for each stack) or, for encoder-decoder models,
   // "sinusoidal_halves" (Hugging Face's Marian: the sines in the first half of the width, the
-  // cosines in the second, computed in double precision as its numpy code does).
+  // cosines in the second, computed in double precision as its numpy code does) or
+  // "sinusoidal_fairseq" (Hugging Face's M2M100 / NLLB: tensor2tensor's frequencies, sines then
+  // cosines, and qkv's position p read at fairseq's row p + pad_id + 1, as fairseq counts positions
+  // from padding_idx + 1).
   std::string positions = "sinusoidal";
   // Encoder-decoder only: the seed's generate_mask also hides the target's padding *query rows*.
   // With right-padded targets that changes nothing but the padding rows' own outputs, yet a model

@@ -9,6 +9,15 @@
 
 namespace qkv::models {
 
+namespace {
+// The sinusoidal table config.positions names (unused with "relative" and "learned" positions).
+std::unique_ptr<nn::PositionalEncoding> make_positional_encoding(const TransformerConfig& c) {
+  // fairseq (M2M100, NLLB) numbers positions from padding_idx + 1: qkv's position 0 is its pad_id + 1.
+  if (c.positions == "sinusoidal_fairseq")
+    return std::make_unique<nn::PositionalEncoding>(ops::sinusoidal_table_fairseq(c.max_seq_length, c.d_model, c.pad_id + 1));
+  return std::make_unique<nn::PositionalEncoding>(c.d_model, c.max_seq_length, c.positions == "sinusoidal_halves");
+}
+}  // namespace
 
 DecoderLayer::DecoderLayer(const TransformerConfig& c, Generator& gen)
     : self_attn(register_module("self_attn", make_attention(c, gen))),
@@ -55,9 +64,7 @@ Transformer::Transformer(const TransformerConfig& config, uint64_t seed)
                                         std::make_unique<nn::Embedding>(config.src_vocab_size, config.d_model, gen_))),
       decoder_embedding(register_module("decoder_embedding",
                                         std::make_unique<nn::Embedding>(config.tgt_vocab_size, config.d_model, gen_))),
-      positional_encoding(register_module(
-          "positional_encoding", std::make_unique<nn::PositionalEncoding>(config.d_model, config.max_seq_length,
-                                                                          config.positions == "sinusoidal_halves"))),
+      positional_encoding(register_module("positional_encoding", make_positional_encoding(config))),
       fc(register_module("fc", std::make_unique<nn::Linear>(config.d_model, config.tgt_vocab_size, gen_,
                                                             config.linear_bias))),
       dropout(register_module("dropout", std::make_unique<nn::Dropout>(config.dropout, gen_))) {

@@ -109,6 +109,8 @@ class PositionalEncoding : public Module {
  public:
   // halves: Marian's layout (ops::sinusoidal_table_halves) instead of the seed's interleaved one.
   PositionalEncoding(int64_t d_model, int64_t max_seq_length, bool halves = false);
+  // Another table (max_seq_length, d_model), such as M2M100's (ops::sinusoidal_table_fairseq).
+  explicit PositionalEncoding(Tensor table) : pe(std::move(table)) {}
   Var forward(const Var& x) const { return fn::add_positional(x, pe); }
   Tensor pe;
 

@@ -55,4 +55,12 @@ Tensor sinusoidal_table_halves(int64_t max_len, int64_t d_model) {
   return pe;
 }
 
+Tensor sinusoidal_table_fairseq(int64_t max_len, int64_t d_model, int64_t first_position) {
+  QKV_CHECK(max_len > 0 && d_model >= 4 && first_position >= 0,
+            "sinusoidal_table_fairseq: bad sizes " << max_len << ", " << d_model << ", " << first_position);
+  Tensor pe = Tensor::empty(Dims{max_len, d_model});
+  kernels::sinusoidal_table_fairseq(pe.f32(), max_len, d_model, first_position);
+  return pe;
+}
+
 }  // namespace qkv::ops

@@ -247,6 +247,8 @@ Tensor add_positional_forward(const Tensor& x, const Tensor& table);
 Tensor sinusoidal_table(int64_t max_len, int64_t d_model);
 // Marian's layout (sines, then cosines): kernels/positional.h.
 Tensor sinusoidal_table_halves(int64_t max_len, int64_t d_model);
+// M2M100's / fairseq's layout, row p for fairseq position p + first_position: kernels/positional.h.
+Tensor sinusoidal_table_fairseq(int64_t max_len, int64_t d_model, int64_t first_position);
 
 // ---- loss ------------------------------------------------------------------------------------
 struct CrossEntropyOut {
