@@ -7,16 +7,16 @@ in one run, and for translations CTranslate2 behind a FastAPI server (bench/ct2_
 same weights as a peer.
 
     bench/bench_serve.py [--qkv build/qkv] [--clients 32] [--requests 256] [--route translations|completions]
-                         [--checkpoint DIR] [--threads 2] [--max-tokens 32] [--stream] [--rate R]
+                         [--checkpoint DIR] [--threads 2] [--max-tokens 32] [--stream] [--stop-at-eos] [--rate R]
                          [--no-ct2] [--venv build/bench-venv] [--compute-type float32] [--shape small|tiny]
 
 Without --checkpoint it trains a small model of the route's family for a few steps on generated
 text (SentencePiece included), so the bench needs nothing but the qkv binary: by default one of the
 Bible recipe's shape (--shape small: d 256, 4 + 4 layers, 8,000 pieces), or a smaller one for a quick
 look (--shape tiny); the weights are nearly random, so a translation runs to its length limit, the
-same work in every mode. Completions
-are sampled (a seed per request) so that their lengths vary as real ones do, and the same requests
-are sent to each server. The CTranslate2 peer needs the bench venv (bench/setup_peers.sh: ctranslate2,
+same work in every mode. Completions are sampled (a seed per request) with `ignore_eos`, each one
+max_tokens long as in vLLM's serving benchmark (--stop-at-eos lets them end at EOS), and the same
+requests go to each server. The CTranslate2 peer needs the bench venv (bench/setup_peers.sh: ctranslate2,
 sentencepiece, fastapi, uvicorn); --no-ct2 leaves it out. Quote the CPU (lscpu) with the figures.
 """
 from __future__ import annotations
@@ -138,10 +138,13 @@ def streamed(url: str, body: dict) -> float:
     return first if first is not None else time.perf_counter() - start
 
 
+IGNORE_EOS = [True]  # completions: every request generates max_tokens (--stop-at-eos: they end at EOS)
+
+
 def request_body(route: str, text: str, i: int, max_tokens: int) -> dict:
     if route == "translations":
         return {"model": "m", "input": text, "truncate": True, "beam_size": 4}
-    return {"model": "m", "prompt": text, "max_tokens": max_tokens, "seed": i, "top_k": 20}
+    return {"model": "m", "prompt": text, "max_tokens": max_tokens, "seed": i, "top_k": 20, "ignore_eos": IGNORE_EOS[0]}
 
 
 class Load:
@@ -246,6 +249,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=32, help="completions: max_tokens of each request")
     p.add_argument("--stream", action="store_true", help="completions: streamed, timing the first token too")
+    p.add_argument("--stop-at-eos", action="store_true",
+                   help="completions end at EOS (default: ignore_eos, every one max_tokens long, as vLLM's benchmarks)")
     p.add_argument("--rate", type=float, help="an open loop at this many requests/s instead of --clients")
     p.add_argument("--no-ct2", action="store_true", help="translations: without the CTranslate2 peer")
     p.add_argument("--venv", default="build/bench-venv", help="the peers' venv (bench/setup_peers.sh)")
@@ -255,6 +260,7 @@ def main() -> int:
     a = p.parse_args()
     if a.stream and a.route != "completions":
         p.error("--stream is for --route completions")
+    IGNORE_EOS[0] = not a.stop_at_eos
     with tempfile.TemporaryDirectory() as work:
         checkpoint = a.checkpoint or train_model(a.qkv, a.route, work, a.threads, a.shape)
         texts = sentences(a.requests, 7, a.shape)
@@ -283,9 +289,10 @@ def main() -> int:
             print_result(name, r)
         first, names = servers[0][0], [n for n, _ in servers]
         for other in names[1:]:
+            tokens = (f"{results[first]['tokens_per_s'] / results[other]['tokens_per_s']:.2f}x the tokens/s, "
+                      if results[other]["tokens_per_s"] else "")
             print(f"ratio {first} / {other}: {results[first]['requests_per_s'] / results[other]['requests_per_s']:.2f}x "
-                  f"the requests/s, {results[first]['tokens_per_s'] / max(results[other]['tokens_per_s'], 1e-9):.2f}x the "
-                  f"tokens/s, p99 latency {results[first]['p99'] / results[other]['p99']:.2f}x")
+                  f"the requests/s, {tokens}p99 latency {results[first]['p99'] / results[other]['p99']:.2f}x")
     return 0
 
 

@@ -95,6 +95,17 @@ def test_completions_equal_qkv_generate(server, lm_checkpoint, tmp_path):
     assert r["choices"][0]["finish_reason"] == ("stop" if cut >= 0 else r["choices"][0]["finish_reason"])
 
 
+def test_ignore_eos_gives_every_choice_max_tokens_as_qkv_generate_does(server, lm_checkpoint, tmp_path):
+    prompts = ["the light", "", "God said let there"]
+    inp = write_lines(tmp_path / "prompts.txt", prompts)
+    expected = cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
+                         "--ignore-eos", n=3)
+    status, r = server.post("/v1/completions", {"model": "lm", "prompt": prompts, "max_tokens": 12, "temperature": 0,
+                                                "ignore_eos": True})
+    assert status == 200 and [c["text"] for c in r["choices"]] == expected
+    assert r["usage"]["completion_tokens"] == 3 * 12 and all(c["finish_reason"] == "length" for c in r["choices"])
+
+
 def test_streamed_completion_joins_to_the_whole(server):
     body = {"model": "lm", "prompt": "the light", "max_tokens": 12, "seed": 3}
     _, whole = server.post("/v1/completions", body)

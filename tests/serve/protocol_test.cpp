@@ -22,10 +22,12 @@ TEST(ServeProtocol, ACompletionReadsEveryFieldAndItsDefaults) {
   EXPECT_EQ(d.temperature, 1.0);
   EXPECT_EQ(d.n, 1);
   EXPECT_FALSE(d.stream);
+  EXPECT_FALSE(d.ignore_eos);
   EXPECT_FALSE(d.greedy());
   const CompletionRequest r = parse_completion(
       R"({"model": "lm", "prompt": ["a", "b"], "max_tokens": 8.0, "temperature": 0, "top_p": 0.5, "top_k": 7,
-          "seed": 42, "stop": ["x", "yz"], "n": 3, "user": "ignored", "echo": false, "logprobs": null})");
+          "seed": 42, "stop": ["x", "yz"], "n": 3, "user": "ignored", "echo": false, "logprobs": null,
+          "ignore_eos": true})");
   EXPECT_EQ(r.prompts, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(r.max_tokens, 8);
   EXPECT_TRUE(r.greedy());
@@ -34,6 +36,7 @@ TEST(ServeProtocol, ACompletionReadsEveryFieldAndItsDefaults) {
   EXPECT_EQ(r.seed, 42u);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "yz"}));
   EXPECT_EQ(r.n, 3);
+  EXPECT_TRUE(r.ignore_eos);
 }
 
 // Each bad body: its status and the field the error names.

@@ -45,7 +45,7 @@ inline constexpr double kMaxNewTokens = 1 << 20;
 
 struct GenerateCliOptions {
   std::string checkpoint, prompt, input;
-  bool ids = false, sample = false, truncate_prompt = false, quiet = false;
+  bool ids = false, sample = false, truncate_prompt = false, quiet = false, ignore_eos = false;
   std::string attention_out;  // --attention-out DIR
   std::string output = "-";   // -o/--output
   ComputeTypeOption compute;
@@ -96,6 +96,7 @@ int run_generate(const GenerateCliOptions& o) {
   go.decode.sampling.top_k = o.top_k;
   go.decode.sampling.top_p = o.top_p;
   go.decode.seed = o.seed;
+  go.decode.stop_at_eos = !o.ignore_eos;
   go.decode.long_prompt = o.truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
   go.batch_size = o.batch_size;
 
@@ -190,6 +191,8 @@ Runner add_generate_command(CLI::App& app) {
       ->required()
       ->check(FiniteRange(1, kMaxNewTokens));
   app.add_flag("--do-sample", o->sample, "Sample the next token (default: greedy, the most probable)");
+  app.add_flag("--ignore-eos", o->ignore_eos,
+               "EOS does not end a prompt's continuation: every one gets --max-new-tokens (benchmarks; as vLLM's ignore_eos)");
   o->temperature_opt = app.add_option("--temperature", o->temperature, "With --do-sample: logits / T")
                            ->capture_default_str()
                            ->check(Positive());

@@ -108,6 +108,7 @@ void ModelSlot::start_completion(decoding::ContinuousGeneration& gen, Rows& rows
   o.sample = !r.greedy();
   o.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
   o.seed = r.seed;
+  o.stop_at_eos = !r.ignore_eos;
   decoding::GenerateOptions fitting;
   fitting.max_new_tokens = r.max_tokens;
   const bool needs_text = job->kind == JobKind::Stream || !r.stop.empty();

@@ -176,6 +176,7 @@ CompletionRequest parse_completion(const std::string& body, const RequestLimits&
   r.seed = static_cast<uint64_t>(integer(j, "seed", 0, 0, std::numeric_limits<int64_t>::max()));
   r.n = integer(j, "n", r.n, 1, 16);
   r.stream = boolean(j, "stream", false);
+  r.ignore_eos = boolean(j, "ignore_eos", false);
   if (const json* v = find(j, "stop")) {
     if (v->is_string()) {
       r.stop.push_back(v->get<std::string>());

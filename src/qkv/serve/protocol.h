@@ -47,6 +47,7 @@ struct CompletionRequest {
   std::vector<std::string> stop;     // the text ends before the first of these
   int64_t n = 1;                     // completions per prompt
   bool stream = false;
+  bool ignore_eos = false;           // vLLM's and llama.cpp's extension: EOS is a token, not an end (benchmarks)
   bool greedy() const { return temperature == 0.0; }
 };
 
