@@ -151,6 +151,14 @@ TEST(ServeProtocol, TranslationsAndClassifications) {
   EXPECT_TRUE(t.truncate);
   EXPECT_FALSE(parse_translation(R"({"model": "mt", "input": "x"})").max_length.has_value());
   EXPECT_THROW((void)parse_translation(R"({"model": "mt", "input": "x", "beam_size": 2, "n_best": 3})"), HttpError);
+  // The naming scheme's num_hypotheses is the same field; both at once is an error naming it.
+  EXPECT_EQ(parse_translation(R"({"model": "mt", "input": "x", "num_hypotheses": 3})").n_best, 3);
+  try {
+    (void)parse_translation(R"({"model": "mt", "input": "x", "num_hypotheses": 2, "n_best": 2})");
+    ADD_FAILURE() << "both names were accepted";
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.param, "num_hypotheses");
+  }
   EXPECT_THROW((void)parse_translation(R"({"model": "mt", "input": "x", "beam_size": 0})"), HttpError);
   EXPECT_EQ(parse_classification(R"({"model": "c", "input": "x", "top_k": 3})").top_k, 3);
   EXPECT_THROW((void)parse_classification(R"({"model": "c", "input": "x", "top_k": 0})"), HttpError);

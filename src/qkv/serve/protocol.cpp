@@ -218,10 +218,15 @@ TranslationRequest parse_translation(const std::string& body, const RequestLimit
   const json j = parse_object(body);
   auto r = inputs_request<TranslationRequest>(j, limits);
   r.beam_size = static_cast<int>(integer(j, "beam_size", r.beam_size, 1, 64));
-  r.n_best = static_cast<int>(integer(j, "n_best", r.n_best, 1, 64));
+  // num_hypotheses: the naming scheme's word (docs/cli.md, CTranslate2's); n_best: the same, as it
+  // was first spelled here.
+  if (find(j, "num_hypotheses") && find(j, "n_best"))
+    throw bad_field("num_hypotheses", "give 'num_hypotheses' or its older name 'n_best', not both");
+  const char* hypotheses = find(j, "n_best") ? "n_best" : "num_hypotheses";
+  r.n_best = static_cast<int>(integer(j, hypotheses, r.n_best, 1, 64));
   if (r.n_best > r.beam_size)
-    throw bad_field("n_best", "'n_best' is " + std::to_string(r.n_best) + "; at most beam_size (" +
-                                  std::to_string(r.beam_size) + ")");
+    throw bad_field(hypotheses, std::string("'") + hypotheses + "' is " + std::to_string(r.n_best) +
+                                    "; at most beam_size (" + std::to_string(r.beam_size) + ")");
   r.length_penalty = number(j, "length_penalty", r.length_penalty, 0.0, 10.0);
   if (find(j, "max_length")) r.max_length = integer(j, "max_length", 0, 1, 1 << 20);
   r.truncate = boolean(j, "truncate", false);
