@@ -27,7 +27,7 @@ def test_languages_are_for_multilingual_models(translation_checkpoint):
     translator = qkv.Translator(translation_checkpoint)
     for kwargs in ({"target_lang": "fr"}, {"source_lang": "en"}):
         with pytest.raises(ValueError, match="language"):
-            translator.translate(["hola"], beam=1, **kwargs)
+            translator.translate(["hola"], beam_size=1, **kwargs)
         with pytest.raises(ValueError, match="language codes"):
             translator.translate_batch(["hola"], beam_size=1, **kwargs)
 
