@@ -160,10 +160,6 @@ void keep_only(const models::CausalLM& model, models::GenerationState& state, Se
 void ContinuousGeneration::advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>> joined,
                                    const std::vector<bool>& keep) {
   const size_t running = rows_.size();
-  std::vector<int32_t> fed;
-  const auto feed = [&](const std::vector<std::unique_ptr<Sequence>>& seqs) {
-    for (const auto& s : seqs) fed.push_back(s->last_token);
-  };
   keep_only(model_, state_, rows_, kept_rows(keep, 0, running));
   keep_only(model_, joining, joined, kept_rows(keep, running, joined.size()));
   if (!joined.empty()) {
@@ -188,7 +184,8 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
     logits_ = Tensor();
     return;
   }
-  feed(rows_);
+  std::vector<int32_t> fed;
+  for (const auto& s : rows_) fed.push_back(s->last_token);
   const int64_t n = static_cast<int64_t>(fed.size());
   logits_ = on_host(model_.step(Tensor::from_ids(Dims{n}, fed), state_));
 }

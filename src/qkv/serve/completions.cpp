@@ -25,6 +25,16 @@ struct ModelSlot::Row {
   int64_t allowed = 0;   // new tokens the context leaves ("length" against "stop")
 };
 
+namespace {
+// Cuts `text` before its earliest stop string; whether there was one.
+bool cut_at_stop(std::string& text, const std::vector<std::string>& stop) {
+  const size_t cut = stop_position(text, stop);
+  if (cut == std::string::npos) return false;
+  text.resize(cut);
+  return true;
+}
+}  // namespace
+
 void ModelSlot::generation_loop() {
   decoding::ContinuousGeneration gen(generator_->model(), options_.max_concurrent_sequences,
                                      options_.max_batch_tokens);
@@ -143,11 +153,7 @@ void ModelSlot::on_event(decoding::ContinuousGeneration& gen, Rows& rows, const 
     row.tokens.push_back(e.token);
     if (row.stream) {
       row.text += row.stream->push(e.token);
-      const size_t cut = stop_position(row.text, row.job->completion.stop);
-      if (cut != std::string::npos) {
-        row.text.resize(cut);
-        row.stopped = true;
-      }
+      row.stopped = cut_at_stop(row.text, row.job->completion.stop);
       if (row.job->kind == JobKind::Stream) send_ready_text(row, false);
     }
   }
@@ -177,11 +183,7 @@ void ModelSlot::finish_row(Row& row) {
   if (j.kind == JobKind::Stream) {
     if (!row.stopped) {
       row.text += row.stream->finish();
-      const size_t cut = stop_position(row.text, r.stop);
-      if (cut != std::string::npos) {
-        row.text.resize(cut);
-        row.stopped = true;
-      }
+      row.stopped = cut_at_stop(row.text, r.stop);
     }
     send_ready_text(row, true);
     push_chunk(j, completion_chunk(j.id, j.created, j.model, 0, "", finish_reason(row.stopped, row.tokens.size(), row.allowed)),
@@ -190,9 +192,8 @@ void ModelSlot::finish_row(Row& row) {
   } else {
     // The whole text decoded at once, as `qkv generate` decodes it, then cut at a stop string.
     std::string text = generator_->decode(row.tokens);
-    const size_t cut = stop_position(text, r.stop);
-    if (cut != std::string::npos) text.resize(cut);
-    j.choices[row.choice] = {text, finish_reason(cut != std::string::npos, row.tokens.size(), row.allowed)};
+    const bool stopped = cut_at_stop(text, r.stop);
+    j.choices[row.choice] = {text, finish_reason(stopped, row.tokens.size(), row.allowed)};
   }
   j.tokens_out += static_cast<int64_t>(row.tokens.size());
   if (--j.rows_left > 0) return;
