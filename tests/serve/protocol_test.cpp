@@ -54,6 +54,7 @@ TEST(ServeProtocol, BadFieldsAreRefusedByName) {
       {R"({"model": "lm", "prompt": [1, 2]})", 400, "prompt"},
       {R"({"model": "lm", "prompt": "x", "max_tokens": -1})", 400, "max_tokens"},
       {R"({"model": "lm", "prompt": "x", "max_tokens": 2.5})", 400, "max_tokens"},
+      {R"({"model": "lm", "prompt": "x", "ignore_eos": "yes"})", 400, "ignore_eos"},
       {R"({"model": "lm", "prompt": "x", "max_tokens": "8"})", 400, "max_tokens"},
       {R"({"model": "lm", "prompt": "x", "temperature": -0.1})", 400, "temperature"},
       {R"({"model": "lm", "prompt": "x", "top_p": 0})", 400, "top_p"},
