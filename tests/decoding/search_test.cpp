@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <limits>
 #include <random>
 #include <string>
@@ -29,7 +30,7 @@ void expect_identical(const std::vector<decoding::Hypothesis>& got, const std::v
 
 class SearchTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static models::TransformerConfig config() {
     models::TransformerConfig c;
     c.src_vocab_size = c.tgt_vocab_size = 16;
     c.d_model = 64;
@@ -38,33 +39,39 @@ class SearchTest : public ::testing::Test {
     c.d_ff = 128;
     c.max_seq_length = 28;
     c.dropout = 0.f;
-    model_ = new models::Transformer(c, 0);
-    model_->train();
-    train::Adam opt(model_->named_parameters(), train::AdamOptions{2e-3, 0.9, 0.98, 1e-9, 0.0});
-    // 600 steps at 2e-3, then 400 at 3e-4: the annealing makes the copy (and where to stop) exact
-    // regardless of the build's float summation order.
-    for (int step = 0; step < 1000; ++step) {
-      if (step == 600) opt.set_lr(3e-4);
-      const data::SyntheticBatch b = data::synthetic_batch("copy", 32, 10, 16, 0, step);
-      train::train_step(*model_, opt, b.src, b.tgt);
-    }
-    model_->eval();
+    return c;
   }
-  static void TearDownTestSuite() { delete model_; }
+  // Trained on first use only: ctest runs each test in its own process, and the 1000 steps are most
+  // of a test's time (half a minute under the sanitizers), so tests that need no trained model skip them.
+  static const models::Transformer& trained() {
+    static const std::unique_ptr<models::Transformer> model = [] {
+      auto m = std::make_unique<models::Transformer>(config(), 0);
+      m->train();
+      train::Adam opt(m->named_parameters(), train::AdamOptions{2e-3, 0.9, 0.98, 1e-9, 0.0});
+      // 600 steps at 2e-3, then 400 at 3e-4: the annealing makes the copy (and where to stop) exact
+      // regardless of the build's float summation order.
+      for (int step = 0; step < 1000; ++step) {
+        if (step == 600) opt.set_lr(3e-4);
+        const data::SyntheticBatch b = data::synthetic_batch("copy", 32, 10, 16, 0, step);
+        train::train_step(*m, opt, b.src, b.tgt);
+      }
+      m->eval();
+      return m;
+    }();
+    return *model;
+  }
 
   static std::vector<data::IdLine> sources() {
     return {{4, 5, 6, 7, 8}, {9, 10, 11, 12, 13, 14, 15, 4}, {15, 14, 13, 12, 11}, {7, 7, 9, 9, 11, 11}};
   }
-  static models::Transformer* model_;
 };
-models::Transformer* SearchTest::model_ = nullptr;
 
 TEST_F(SearchTest, GreedyAndBeamCopyTheSource) {
   const auto src = sources();
-  const auto greedy = decoding::greedy_search(*model_, src, {});
+  const auto greedy = decoding::greedy_search(trained(), src, {});
   decoding::SearchOptions beam;
   beam.beam_size = 4;
-  const auto beamed = decoding::beam_search(*model_, src, beam);
+  const auto beamed = decoding::beam_search(trained(), src, beam);
   for (size_t i = 0; i < src.size(); ++i) {
     EXPECT_EQ(greedy[i].tokens, src[i]) << "sentence " << i;
     EXPECT_TRUE(greedy[i].finished);
@@ -75,10 +82,10 @@ TEST_F(SearchTest, GreedyAndBeamCopyTheSource) {
 
 TEST_F(SearchTest, BeamOfOneEqualsGreedy) {
   // Also on an untrained model, whose outputs are long and arbitrary: a stronger check.
-  models::TransformerConfig c = model_->config();
+  models::TransformerConfig c = config();
   models::Transformer untrained(c, 42);
   untrained.eval();
-  for (const models::Transformer* m : {static_cast<const models::Transformer*>(model_), static_cast<const models::Transformer*>(&untrained)}) {
+  for (const models::Transformer* m : {&trained(), static_cast<const models::Transformer*>(&untrained)}) {
     decoding::SearchOptions o;
     o.beam_size = 1;
     const auto greedy = decoding::greedy_search(*m, sources(), o);
@@ -91,9 +98,9 @@ TEST_F(SearchTest, BeamOfOneEqualsGreedy) {
 }
 
 TEST_F(SearchTest, CacheDoesNotChangeTheResult) {
-  models::Transformer untrained(model_->config(), 7);
+  models::Transformer untrained(config(), 7);
   untrained.eval();
-  for (const models::Transformer* m : {static_cast<const models::Transformer*>(model_), static_cast<const models::Transformer*>(&untrained)}) {
+  for (const models::Transformer* m : {&trained(), static_cast<const models::Transformer*>(&untrained)}) {
     for (int beam : {1, 3}) {
       decoding::SearchOptions with, without;
       with.beam_size = without.beam_size = beam;
@@ -116,7 +123,7 @@ TEST_F(SearchTest, CacheDoesNotChangeTheResult) {
 // to the same hypotheses and scores, bit for bit; a scoped compute type leaves none behind; and
 // int8 really changes the products (its scores differ).
 TEST_F(SearchTest, TheComputeTypeIsPreparedOnceAndServesEverySearch) {
-  models::Transformer untrained(model_->config(), 9);
+  models::Transformer untrained(config(), 9);
   untrained.eval();
   decoding::SearchOptions o;
   o.beam_size = 3;
@@ -146,7 +153,7 @@ TEST_F(SearchTest, TheComputeTypeIsPreparedOnceAndServesEverySearch) {
 // written over the last batch's, so nothing of an earlier batch may show through, whether the
 // next batch has fewer rows, longer limits or more rows (the storage then grows).
 TEST_F(SearchTest, KeyValueStorageKeptAcrossBatchesGivesTheSameResults) {
-  models::Transformer untrained(model_->config(), 11);  // untrained: outputs of every length
+  models::Transformer untrained(config(), 11);  // untrained: outputs of every length
   untrained.eval();
   std::vector<data::IdLine> all = sources();
   all.push_back({3, 4, 5});
@@ -175,7 +182,7 @@ TEST_F(SearchTest, KeyValueStorageKeptAcrossBatchesGivesTheSameResults) {
 // What api::Translator and training's validation run: sentences sorted by length into batches,
 // results back in input order, each equal to searching its batch alone.
 TEST_F(SearchTest, SearchInBatchesReturnsInputOrderAndSkipsEmptySources) {
-  models::Transformer untrained(model_->config(), 13);
+  models::Transformer untrained(config(), 13);
   untrained.eval();
   const std::vector<data::IdLine> sources = {
       {4, 5, 6, 7, 8, 9, 10, 11}, {}, {3, 4}, {9, 10, 11, 12, 13}, {7}, {15, 14, 13, 12, 11, 10, 9}, {6, 6, 6}};
@@ -203,7 +210,7 @@ TEST_F(SearchTest, SearchInBatchesReturnsInputOrderAndSkipsEmptySources) {
 // input order, each sorted by length into batches; every source of a window is handed over before
 // any of the next (its empty ones first), each once, each equal to searching its batch alone.
 TEST_F(SearchTest, SearchEachHandsOverWindowByWindow) {
-  models::Transformer untrained(model_->config(), 13);
+  models::Transformer untrained(config(), 13);
   untrained.eval();
   const std::vector<data::IdLine> sources = {
       {4, 5, 6, 7, 8, 9, 10, 11}, {}, {3, 4}, {9, 10, 11, 12, 13}, {7}, {15, 14, 13, 12, 11, 10, 9}, {6, 6, 6}};
@@ -237,9 +244,9 @@ TEST_F(SearchTest, SearchEachHandsOverWindowByWindow) {
 }
 
 TEST_F(SearchTest, NBestScoresEqualTeacherForcedScores) {
-  models::Transformer untrained(model_->config(), 3);
+  models::Transformer untrained(config(), 3);
   untrained.eval();
-  for (const models::Transformer* m : {static_cast<const models::Transformer*>(model_), static_cast<const models::Transformer*>(&untrained)}) {
+  for (const models::Transformer* m : {&trained(), static_cast<const models::Transformer*>(&untrained)}) {
     decoding::SearchOptions o;
     o.beam_size = 4;
     o.n_best = 4;
@@ -266,20 +273,24 @@ TEST_F(SearchTest, NBestScoresEqualTeacherForcedScores) {
 }
 
 TEST_F(SearchTest, BadOptionsAndSourcesAreRefused) {
+  models::Transformer model(config(), 5);
+  model.eval();
   decoding::SearchOptions o;
   o.n_best = 5;
   o.beam_size = 2;
-  EXPECT_THROW(decoding::beam_search(*model_, sources(), o), Error);
-  EXPECT_THROW(decoding::greedy_search(*model_, {data::IdLine{}}, {}), Error);
-  EXPECT_THROW(decoding::greedy_search(*model_, {data::IdLine(30, 5)}, {}), Error);  // longer than max_seq_length
+  EXPECT_THROW(decoding::beam_search(model, sources(), o), Error);
+  EXPECT_THROW(decoding::greedy_search(model, {data::IdLine{}}, {}), Error);
+  EXPECT_THROW(decoding::greedy_search(model, {data::IdLine(30, 5)}, {}), Error);  // longer than max_seq_length
 }
 
 // Each option out of its range is refused naming it, before any decoding (a beam of 100000 used
 // to run for minutes on one sentence).
 TEST_F(SearchTest, OptionsOutOfRangeAreRefusedNamingTheOption) {
+  models::Transformer model(config(), 5);
+  model.eval();
   const auto error_of = [&](const decoding::SearchOptions& o) -> std::string {
     try {
-      decoding::beam_search(*model_, sources(), o);
+      decoding::beam_search(model, sources(), o);
     } catch (const Error& e) {
       return e.what();
     }
@@ -314,7 +325,7 @@ TEST_F(SearchTest, OptionsOutOfRangeAreRefusedNamingTheOption) {
     EXPECT_EQ(e.rfind(c.message, 0), 0u) << e;
   }
   // Greedy search checks the options it uses.
-  EXPECT_THROW(decoding::greedy_search(*model_, sources(), with([nan](auto& o) { o.max_length_ratio = nan; })), Error);
+  EXPECT_THROW(decoding::greedy_search(model, sources(), with([nan](auto& o) { o.max_length_ratio = nan; })), Error);
   // The largest beam the vocabulary allows works.
   EXPECT_EQ(error_of(with([](auto& o) { o.beam_size = o.n_best = 16; })), "<accepted>");
 }
@@ -393,7 +404,7 @@ std::vector<ReferenceHypothesis> reference_beam_search(const models::Transformer
 // the old rule (finish an EOS ranked anywhere in the top 2K) returns a worse best hypothesis for
 // some of them: it stops once K hypotheses finished, while better beams were still alive.
 TEST_F(SearchTest, BeamSearchFollowsTheTopKEosRuleOfFairseqAndCTranslate2) {
-  models::Transformer untrained(model_->config(), 11);
+  models::Transformer untrained(config(), 11);
   untrained.eval();
   std::vector<data::IdLine> src;
   std::mt19937 gen(5);
