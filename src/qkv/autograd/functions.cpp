@@ -16,12 +16,15 @@ void accumulate_grad(const std::shared_ptr<GradCell>& cell, const Tensor& dy) {
   ops::accumulate(dy, &cell->grad);
 }
 
-Var linear(const Var& x, const Var& w, const Var& b) {
+Var linear(const Var& x, const Var& w, const Var& b, InputUse use) {
   const ops::Precision precision = ops::product_precision();  // the backward multiplies as the forward did
   Tensor y = ops::linear_forward(x.value(), w.value(), b.defined() ? b.value() : Tensor(), precision);
   const bool rg = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
+  // Only dw reads x: without a weight gradient the node keeps x as it is (nothing is converted).
+  const bool convert = use == InputUse::LastUse && rg && grad_enabled() && w.requires_grad();
+  Tensor kept = convert ? ops::saved_for_backward(x.value(), precision) : x.value();
   return record_op(std::move(y), rg,
-                   [xv = x.value(), wv = w.value(), xc = x.cell(), wc = w.cell(),
+                   [xv = std::move(kept), wv = w.value(), xc = x.cell(), wc = w.cell(),
                     bc = b.defined() ? b.cell() : Cell(), precision](const Tensor& dy) {
                      ops::linear_backward(dy, xv, wv, slot(xc), slot(wc), slot(bc), precision);
                    });
@@ -78,19 +81,28 @@ Var tanh(const Var& x) {
   return record_op(y, x.requires_grad(), [y, xc = x.cell()](const Tensor& dy) { ops::tanh_backward(dy, y, slot(xc)); });
 }
 
+namespace {
+// What an activation's backward keeps of its input: bf16 in bf16 precision (ops::saved_for_backward).
+// The input is a linear layer's fresh output that only the activation reads.
+Tensor kept_input(const Var& x) {
+  if (!x.requires_grad() || !grad_enabled()) return x.value();
+  return ops::saved_for_backward(x.value(), ops::product_precision());
+}
+}  // namespace
+
 Var gelu(const Var& x) {
   return record_op(ops::gelu_forward(x.value()), x.requires_grad(),
-                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::gelu_backward(dy, xv, slot(xc)); });
+                   [xv = kept_input(x), xc = x.cell()](const Tensor& dy) { ops::gelu_backward(dy, xv, slot(xc)); });
 }
 
 Var gelu_tanh(const Var& x) {
   return record_op(ops::gelu_tanh_forward(x.value()), x.requires_grad(),
-                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::gelu_tanh_backward(dy, xv, slot(xc)); });
+                   [xv = kept_input(x), xc = x.cell()](const Tensor& dy) { ops::gelu_tanh_backward(dy, xv, slot(xc)); });
 }
 
 Var silu(const Var& x) {
   return record_op(ops::silu_forward(x.value()), x.requires_grad(),
-                   [xv = x.value(), xc = x.cell()](const Tensor& dy) { ops::silu_backward(dy, xv, slot(xc)); });
+                   [xv = kept_input(x), xc = x.cell()](const Tensor& dy) { ops::silu_backward(dy, xv, slot(xc)); });
 }
 
 Var dropout(const Var& x, float p, uint64_t seed, uint64_t offset) {

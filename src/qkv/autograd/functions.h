@@ -16,7 +16,15 @@ namespace qkv::fn {
 // into theirs in place.
 void accumulate_grad(const std::shared_ptr<GradCell>& cell, const Tensor& dy);
 
-Var linear(const Var& x, const Var& weight, const Var& bias);  // bias may be an undefined Var
+// Whether a linear layer's caller keeps using its input. LastUse: nothing else keeps x (a dropout's
+// or an activation's fresh output), so backward may keep it in the form its product reads
+// (ops::saved_for_backward: bf16 in bf16 precision, half the memory, the same gradient).
+// Shared (the default): x is kept as it is, since another node or the caller holds it anyway (a
+// LayerNorm output that its own backward reads, the input of three projections).
+enum class InputUse { Shared, LastUse };
+
+Var linear(const Var& x, const Var& weight, const Var& bias,  // bias may be an undefined Var
+           InputUse use = InputUse::Shared);
 Var matmul(const Var& a, const Var& b, bool transpose_b = false);
 Var embedding(const Var& table, const Tensor& ids, int32_t padding_idx = -1);  // padding_idx: no gradient
 Var add(const Var& a, const Var& b);

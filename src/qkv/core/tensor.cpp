@@ -452,6 +452,22 @@ Tensor Tensor::to(DType dtype) const {
   const void* from = c.base();
   void* into = t.base();
   const int64_t n = numel();
+  // float32 <-> bf16 in plain loops the compiler vectorizes: what mixed precision converts at every
+  // step (activations kept for backward), where the generic per-element switch below costs more.
+  if (dtype_ == DType::F32 && dtype == DType::BF16) {
+    const float* x = static_cast<const float*>(from);
+    uint16_t* y = static_cast<uint16_t*>(into);
+#pragma omp parallel for if (n >= kParallelCopyMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = bf16_bits_of(float_bits(x[i]));
+    return t;
+  }
+  if (dtype_ == DType::BF16 && dtype == DType::F32) {
+    const uint16_t* x = static_cast<const uint16_t*>(from);
+    float* y = static_cast<float*>(into);
+#pragma omp parallel for if (n >= kParallelCopyMin)
+    for (int64_t i = 0; i < n; ++i) y[i] = bits_float(static_cast<uint32_t>(x[i]) << 16);
+    return t;
+  }
   // Float to float is exact (bf16 and f16 widen exactly; i32 beyond 2^24 rounds like a static_cast).
   if (n >= kParallelCopyMin) {
 #pragma omp parallel for

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "qkv/core/dtype.h"
 #include "qkv/kernels/attention_tiles.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/dropout.h"
@@ -263,8 +264,18 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
   }
 }
 
+int64_t attention_backward_scratch(const AttentionDims& d, const SavedProbs& probs) {
+  return (probs.bf16 ? 3 : 2) * d.Tq * d.Tk;  // dS and Pd, and the widened P
+}
+
+// n bf16 values (their bits) widened into `into`, exactly; returns into.
+static const float* widen_bf16(const uint16_t* bits, int64_t n, float* into) {
+  for (int64_t i = 0; i < n; ++i) into[i] = bits_float(static_cast<uint32_t>(bits[i]) << 16);
+  return into;
+}
+
 void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
-                        const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
+                        const float* k, HeadsView ks, const float* v, HeadsView vs, const SavedProbs& probs,
                         const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
                         float* dk_, HeadsView dks, float* dv, HeadsView dvs, bool accumulate, float* scratch,
                         int scratch_slots, float* dbias) {
@@ -276,13 +287,13 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
   for (int64_t bh = 0; bh < heads; ++bh) {
     const int64_t b = bh / d.H, h = bh % d.H;
     const int slot = omp_get_thread_num() % scratch_slots;
-    float* ds = scratch + static_cast<int64_t>(slot) * 2 * area;  // dPd, then dP, then dS
+    float* ds = scratch + static_cast<int64_t>(slot) * attention_backward_scratch(d, probs);  // dPd, dP, dS
     float* pd = ds + area;
     const float* doh = dout + b * dos.b + h * dos.h;
     const float* qh = q + b * qs.b + h * qs.h;
     const float* kh = k + b * ks.b + h * ks.h;
     const float* vh = v + b * vs.b + h * vs.h;
-    const float* ph = probs + bh * area;
+    const float* ph = probs.f32 ? probs.f32 + bh * area : widen_bf16(probs.bf16 + bh * area, area, pd + area);
 
     const float* weights = ph;
     if (drop.p > 0.f) {

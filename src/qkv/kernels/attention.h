@@ -66,9 +66,18 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
 // dq, dk_, dv are written, or added to when accumulate is set.
 // dbias, unless null: (B, H, Tq, Tk), written with each head's dS (the bias's gradient before the
 // sum over batch rows, which attention_bias_grad takes).
-// scratch: scratch_slots * 2 * Tq * Tk floats.
+// The softmax P the forward kept, (B, H, Tq, Tk): float32, or the bits of its bf16 rounding (bf16
+// precision keeps it so, at half the memory; each head is widened into scratch as it is read).
+struct SavedProbs {
+  SavedProbs(const float* f32) : f32(f32) {}  // NOLINT: a float32 softmax is the usual case
+  explicit SavedProbs(const uint16_t* bf16) : bf16(bf16) {}
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+};
+// scratch: scratch_slots * attention_backward_scratch(d, probs) floats.
+int64_t attention_backward_scratch(const AttentionDims& d, const SavedProbs& probs);
 void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
-                        const float* k, HeadsView ks, const float* v, HeadsView vs, const float* probs,
+                        const float* k, HeadsView ks, const float* v, HeadsView vs, const SavedProbs& probs,
                         const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
                         float* dk_, HeadsView dks, float* dv, HeadsView dvs, bool accumulate, float* scratch,
                         int scratch_slots, float* dbias = nullptr);

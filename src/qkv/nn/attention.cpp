@@ -28,7 +28,10 @@ Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const 
   // q (B, Tq, D), k v (B, Tk, D); the fused op reads them as heads and writes (B, Tq, D).
   const Var q = W_q.forward(Q), k = W_k.forward(K), v = W_v.forward(V);
   const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(1), k.size(1));
-  return W_o.forward(fn::multi_head_attention(q, k, v, num_heads_, masks, drop, weights, position_bias));
+  // The fused op's output is kept by no node (its backward reads the softmax or the row statistics;
+  // a GPU's flash backward keeps it, but the bf16 form is CPU-only): the projection may keep it in bf16.
+  return W_o.forward(fn::multi_head_attention(q, k, v, num_heads_, masks, drop, weights, position_bias),
+                     fn::InputUse::LastUse);
 }
 
 Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const ops::AttentionMasks& masks,

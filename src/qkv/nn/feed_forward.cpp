@@ -23,7 +23,9 @@ Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) co
     case Activation::SiLU: a = fn::silu(h); break;
   }
   if (fc_up) a = fn::mul(a, fc_up->forward(x));
-  return fc2.forward(dropout.apply(a, mask));
+  // fc2's input is used by nothing else, except ReLU's output without dropout: relu's backward keeps it.
+  const bool kept_by_relu = activation_ == Activation::ReLU && !fc_up && !mask.active;
+  return fc2.forward(dropout.apply(a, mask), kept_by_relu ? fn::InputUse::Shared : fn::InputUse::LastUse);
 }
 
 Var PositionWiseFeedForward::forward(const Var& x) const {

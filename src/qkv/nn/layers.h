@@ -33,7 +33,8 @@ bool random_init_skipped();
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
-  Var forward(const Var& x) const;
+  // use: fn::InputUse::LastUse when nothing else keeps x (see fn::InputUse).
+  Var forward(const Var& x, fn::InputUse use = fn::InputUse::Shared) const;
   // Shares `w` as this layer's weight (tied embeddings); the old weight is dropped, and any
   // inference form of it.
   void tie_weight(const Var& w);

@@ -150,6 +150,11 @@ void forward_saving_into(const kernels::AttentionDims& d, const Tensor& q, const
     saved->out = out_heads;
   } else {
     forward_into(d, q, k, v, masks, dropout, &saved->probs, false, out_heads);
+    // bf16 precision on the CPU keeps the softmax rounded to bf16, half the memory of what the
+    // backward reads; as the GPU's bf16 flash kernels, its dV product then reads P rounded so
+    // (here the softmax backward does too). A softmax the caller asked for stays float32.
+    if (!keep_weights && !on_cuda(q) && product_precision() == Precision::BF16)
+      saved->probs = saved->probs.to(DType::BF16);
   }
 }
 
@@ -249,11 +254,14 @@ void backward_on_cpu(const kernels::AttentionDims& d, const Tensor& dout, const 
                      const AttentionDropoutSpec& dropout, Tensor& hq, Tensor& hk, Tensor& hv, bool accumulate_into,
                      Tensor* dbias) {
   QKV_CHECK(probs.defined(), "attention backward: the CPU's backward reads the softmax");
+  const kernels::SavedProbs saved = probs.dtype() == DType::BF16
+                                        ? kernels::SavedProbs(reinterpret_cast<const uint16_t*>(probs.data<bfloat16>()))
+                                        : kernels::SavedProbs(probs.f32());
   const int slots = omp_get_max_threads();
-  Tensor scratch = Tensor::empty(Dims{slots * 2 * d.Tq * d.Tk});
+  Tensor scratch = Tensor::empty(Dims{slots * kernels::attention_backward_scratch(d, saved)});
   Tensor ds = bias_grad_rows(d, q, dbias);
   kernels::attention_backward(d, dout.f32(), heads_view(dout), q.f32(), heads_view(q), k.f32(), heads_view(k),
-                              v.f32(), heads_view(v), probs.f32(), km, kernel_dropout(dropout), hq.f32(),
+                              v.f32(), heads_view(v), saved, km, kernel_dropout(dropout), hq.f32(),
                               heads_view(hq), hk.f32(), heads_view(hk), hv.f32(), heads_view(hv), accumulate_into,
                               scratch.f32(), slots, dbias ? ds.f32() : nullptr);
   sum_bias_grad(d, ds, dbias);

@@ -1,12 +1,39 @@
 #include "qkv/kernels/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "qkv/ops/dispatch.h"
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::ops {
+
+namespace {
+// An activation's backward that reads its input x: a float32 x through `kernel` on x's device, or a
+// bf16 x (saved_for_backward in bf16 precision; CPU only) widened a chunk at a time into a small
+// buffer, so that no float32 copy of the whole input comes back.
+template <class Kernel>
+void activation_backward(const Tensor& dy, const Tensor& x, Tensor* dx, bool acc, Kernel kernel) {
+  if (x.dtype() != DType::BF16) return kernel(dx->f32(), dy.f32(), x.f32(), x.numel(), acc);
+  QKV_CHECK(!on_cuda(x), "activation backward: a bf16 input is kept on the CPU only");
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t n = x.numel();
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(x.data<bfloat16>());
+  std::vector<float> wide(static_cast<size_t>(std::min(n, kChunk)));
+  for (int64_t at = 0; at < n; at += kChunk) {
+    const int64_t len = std::min(kChunk, n - at);
+    for (int64_t i = 0; i < len; ++i) wide[i] = bits_float(static_cast<uint32_t>(bits[at + i]) << 16);
+    kernel(dx->f32() + at, dy.f32() + at, wide.data(), len, acc);
+  }
+}
+}  // namespace
+
+Tensor saved_for_backward(const Tensor& x, Precision precision) {
+  if (precision != Precision::BF16 || on_cuda(x) || x.dtype() != DType::F32) return x;
+  return x.to(DType::BF16);
+}
 
 void accumulate(const Tensor& dy_in, Tensor* dx) {
   const Tensor dy = dy_in.contiguous();
@@ -127,7 +154,9 @@ void gelu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   check_same_device("gelu backward", {&dy_in, &x_in});
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   const bool acc = prepare_slot(dx, x.shape(), x.device());
-  QKV_KERNEL(x, gelu_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc));
+  activation_backward(dy, x, dx, acc, [&](float* d, const float* g, const float* in, int64_t n, bool a) {
+    QKV_KERNEL(x, gelu_backward(d, g, in, n, a));
+  });
 }
 
 Tensor silu_forward(const Tensor& x_in) {
@@ -142,7 +171,9 @@ void silu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   check_same_device("silu backward", {&dy_in, &x_in});
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   const bool acc = prepare_slot(dx, x.shape(), x.device());
-  QKV_KERNEL(x, silu_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc));
+  activation_backward(dy, x, dx, acc, [&](float* d, const float* g, const float* in, int64_t n, bool a) {
+    QKV_KERNEL(x, silu_backward(d, g, in, n, a));
+  });
 }
 
 Tensor gelu_tanh_forward(const Tensor& x_in) {
@@ -158,7 +189,9 @@ void gelu_tanh_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   check_same_device("gelu_tanh backward", {&dy_in, &x_in});
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   const bool acc = prepare_slot(dx, x.shape(), x.device());
-  QKV_KERNEL(x, gelu_tanh_backward(dx->f32(), dy.f32(), x.f32(), x.numel(), acc));
+  activation_backward(dy, x, dx, acc, [&](float* d, const float* g, const float* in, int64_t n, bool a) {
+    QKV_KERNEL(x, gelu_tanh_backward(d, g, in, n, a));
+  });
 }
 
 Tensor dropout_forward(const Tensor& x_in, float p, uint64_t seed, uint64_t offset) {

@@ -125,7 +125,9 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
 void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
                      Precision precision) {
   check_same_device("linear backward", {&dy_in, &x_in, &w});
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), wc = w.contiguous();
+  // A bf16 x (saved_for_backward) widens exactly; only dw reads it.
+  const Tensor x = x_in.dtype() == DType::BF16 && dw ? x_in.to(DType::F32) : x_in.contiguous();
+  const Tensor dy = dy_in.contiguous(), wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
   QKV_CHECK(dy.numel() == M * N, "linear backward: grad " << dy.shape() << " vs input " << x.shape());
   const Device device = x.device();

@@ -27,9 +27,18 @@ namespace qkv::ops {
 // `precision` (ops/precision.h): float32 products, or bf16 operands with float32 sums (CPU only).
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Precision precision = product_precision());
 // dx = dy @ w;  dw += dy^T @ x (over all leading dims);  db += sum of dy over leading dims. The
-// products in `precision` (pass the forward's).
+// products in `precision` (pass the forward's). x may be the bf16 form saved_for_backward
+// kept: it is widened for the product, which in bf16 precision rounds it to the same bits.
 void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
                      Precision precision = product_precision());
+// What a backward keeps of an activation x that nothing else keeps: in bf16 precision on the CPU, x
+// rounded to bf16 (half the memory), otherwise x itself. (Not yet on a GPU: no GPU has run it.)
+// - A linear layer's input (fn::InputUse::LastUse): the bf16 product of dw rounds x so anyway, so
+//   the gradients are the bits of keeping x in float32.
+// - GELU's, GELU-tanh's and SiLU's input: their derivative is then taken at the rounded input, as
+//   under PyTorch's autocast, where the linear layer before them gives a bf16 tensor.
+// linear_backward and those activations' backwards read either form.
+Tensor saved_for_backward(const Tensor& x, Precision precision);
 
 // A linear layer's weight in the form inference multiplies with, chosen once when a model's compute
 // type is set (nn::Linear::set_compute_type):

@@ -1,0 +1,121 @@
+// What bf16 precision keeps for the backward, at half the memory of float32 (ops/precision.h):
+//
+// - A linear layer's input that nothing else keeps (fn::InputUse::LastUse), rounded to bf16. The
+//   weight gradient's bf16 product rounds that input to bf16 anyway, and widening is exact, so the
+//   gradients are the very bits of keeping it in float32. Float32 precision keeps it as it is.
+// - The fused attention's softmax, rounded to bf16: its backward then equals the float32 backward
+//   given that rounded softmax, bit for bit. A softmax the caller asked for stays float32, and float32
+//   precision changes nothing.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "ops/gradcheck.h"
+#include "qkv/autograd/functions.h"
+#include "qkv/autograd/graph.h"
+#include "qkv/ops/ops.h"
+#include "qkv/ops/precision.h"
+
+namespace qkv {
+namespace {
+
+using test::randn;
+
+::testing::AssertionResult same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
+  if (!a.defined() || !b.defined()) return ::testing::AssertionFailure() << what << ": undefined";
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  if (x.size() != y.size()) return ::testing::AssertionFailure() << what << ": sizes differ";
+  for (size_t i = 0; i < x.size(); ++i)
+    if (float_bits(x[i]) != float_bits(y[i]))
+      return ::testing::AssertionFailure() << what << " differs at " << i << ": " << x[i] << " vs " << y[i];
+  return ::testing::AssertionSuccess();
+}
+
+struct LinearGrads {
+  Tensor y, dx, dw, db;
+};
+
+LinearGrads linear_grads(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& g, fn::InputUse use) {
+  Var x(x0.clone(), true), w(w0.clone(), true), b(b0.clone(), true);
+  Var y = fn::linear(x, w, b, use);
+  backward(y, g);
+  return {y.value(), x.grad(), w.grad(), b.grad()};
+}
+
+TEST(Bf16SavedActivations, ALinearsLastUsedInputKeptInBf16GivesTheSameGradientBits) {
+  std::mt19937_64 rng(3);
+  // Rows and columns off the kernels' tiles; inputs of mixed magnitude so the roundings matter.
+  const Tensor x = randn({3, 7, 45}, rng, 3.f), w = randn({29, 45}, rng, 0.2f), b = randn({29}, rng);
+  const Tensor g = randn({3, 7, 29}, rng);
+  for (const ops::Precision p : {ops::Precision::BF16, ops::Precision::Float32}) {
+    const ops::ProductPrecisionScope scope(p);
+    const LinearGrads shared = linear_grads(x, w, b, g, fn::InputUse::Shared);
+    const LinearGrads last = linear_grads(x, w, b, g, fn::InputUse::LastUse);
+    const std::string what = ops::precision_name(p);
+    EXPECT_TRUE(same_bits(last.y, shared.y, what + " y"));
+    EXPECT_TRUE(same_bits(last.dx, shared.dx, what + " dx"));
+    EXPECT_TRUE(same_bits(last.dw, shared.dw, what + " dw"));
+    EXPECT_TRUE(same_bits(last.db, shared.db, what + " db"));
+  }
+}
+
+TEST(Bf16SavedActivations, OnlyBf16PrecisionKeepsALinearInputInBf16) {
+  std::mt19937_64 rng(5);
+  const Tensor x = randn({4, 16}, rng);
+  const Tensor kept = ops::saved_for_backward(x, ops::Precision::BF16);
+  EXPECT_EQ(kept.dtype(), DType::BF16);
+  EXPECT_EQ(kept.shape(), x.shape());
+  EXPECT_TRUE(same_bits(kept, x.to(DType::BF16), "the rounding"));
+  EXPECT_EQ(ops::saved_for_backward(x, ops::Precision::Float32).data<float>(), x.data<float>());  // x itself
+}
+
+struct AttentionCase {
+  int64_t B, H, Tq, Tk, dk;
+  bool causal;
+  float dropout;
+};
+
+TEST(Bf16SavedActivations, AttentionKeepsTheSoftmaxInBf16AndItsBackwardReadsItSo) {
+  std::mt19937_64 rng(7);
+  for (const AttentionCase c : {AttentionCase{2, 3, 5, 5, 8, true, 0.f}, AttentionCase{1, 2, 17, 9, 16, false, 0.f},
+                                AttentionCase{2, 2, 12, 12, 8, true, 0.25f}}) {
+    const Tensor q = randn({c.B, c.H, c.Tq, c.dk}, rng, 2.f), k = randn({c.B, c.H, c.Tk, c.dk}, rng, 2.f);
+    const Tensor v = randn({c.B, c.H, c.Tk, c.dk}, rng), dout = randn({c.B, c.H, c.Tq, c.dk}, rng);
+    ops::AttentionMasks masks;
+    masks.causal = c.causal;
+    const ops::AttentionDropoutSpec drop{c.dropout, 11, 0};
+    std::string what = "Tq ";  // (built by appends: GCC 12's -Wrestrict misfires on "B" + std::string)
+    what += std::to_string(c.Tq);
+    what += c.dropout > 0.f ? " with dropout" : "";
+
+    ops::AttentionSaved bf16_saved, f32_saved, asked;
+    Tensor out_bf16, out_f32;
+    {
+      const ops::ProductPrecisionScope bf16(ops::Precision::BF16);
+      out_bf16 = ops::attention_forward_saving(q, k, v, masks, drop, &bf16_saved, false);
+      ops::attention_forward_saving(q, k, v, masks, drop, &asked, true);
+    }
+    out_f32 = ops::attention_forward_saving(q, k, v, masks, drop, &f32_saved, false);
+    ASSERT_EQ(bf16_saved.probs.dtype(), DType::BF16) << what;
+    EXPECT_EQ(asked.probs.dtype(), DType::F32) << what << ": a softmax the caller reads stays float32";
+    EXPECT_EQ(f32_saved.probs.dtype(), DType::F32) << what;
+    EXPECT_TRUE(same_bits(out_bf16, out_f32, what + " output (float32 products either way)"));
+    EXPECT_TRUE(same_bits(bf16_saved.probs, f32_saved.probs.to(DType::BF16), what + " the kept softmax"));
+
+    // The backward from the bf16 softmax = the float32 backward given the rounded softmax.
+    Tensor dq, dk, dv, rq, rk, rv;
+    ops::attention_backward(dout, q, k, v, bf16_saved, masks, drop, &dq, &dk, &dv);
+    const Tensor rounded = f32_saved.probs.to(DType::BF16).to(DType::F32);
+    ops::attention_backward(dout, q, k, v, rounded, masks, drop, &rq, &rk, &rv);
+    EXPECT_TRUE(same_bits(dq, rq, what + " dq"));
+    EXPECT_TRUE(same_bits(dk, rk, what + " dk"));
+    EXPECT_TRUE(same_bits(dv, rv, what + " dv"));
+    // And it is a different arithmetic from the float32 softmax's (the rounding ran).
+    Tensor fq, fk, fv;
+    ops::attention_backward(dout, q, k, v, f32_saved, masks, drop, &fq, &fk, &fv);
+    EXPECT_FALSE(same_bits(dq, fq, what + " dq against float32"));
+  }
+}
+
+}  // namespace
+}  // namespace qkv
