@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/encoder_cli.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
@@ -47,7 +48,7 @@ Runner add_embed_command(CLI::App& app) {
   add_encoder_text_options(app, o->text, "Sentences, one a line ('-' = stdin)");
   app.add_option("-o,--output", o->out, "Write a float32 .npy matrix (lines, d_model) instead of JSON lines on stdout ('-')");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
-  app.add_flag("--quiet", o->quiet, "No summary line on stderr");
+  add_quiet_flag(app, o->quiet, "No summary line or notes on stderr (errors still)");
   return [o]() {
     set_num_threads(o->threads);
     const auto start = std::chrono::steady_clock::now();
