@@ -207,14 +207,15 @@ def test_translation_attention_is_returned_labelled_and_drawn(translation_checkp
     layers = translator.model.config["num_layers"]
     source, target = translator.source_pieces(src), translator.target_pieces(best.tokens)
     # The keys are the names of --attention-out's .npz arrays; the old ones index it for a release.
-    assert sorted(best.attention) == ["cross_attention", "decoder_self_attention", "encoder_self_attention"]
-    cross = best.attention["cross_attention"]
+    attention = best.attention  # each read of the property converts the weights afresh
+    assert sorted(attention) == ["cross_attention", "decoder_self_attention", "encoder_self_attention"]
+    cross = attention["cross_attention"]
     for old, new in (("cross", "cross_attention"), ("decoder_self", "decoder_self_attention"),
                      ("encoder_self", "encoder_self_attention")):
         with pytest.warns(DeprecationWarning, match=f"attention\\['{old}'\\] is deprecated; use attention\\['{new}'\\]"):
-            assert best.attention[old] is best.attention[new]
+            assert attention[old] is attention[new]
     with pytest.raises(KeyError):
-        best.attention["self_attention"]
+        attention["self_attention"]
     assert len(cross) == layers
     assert cross[-1].shape == (2, len(target), len(source))
     np.testing.assert_allclose(cross[-1].sum(axis=-1), 1.0, rtol=1e-5)

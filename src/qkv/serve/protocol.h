@@ -127,7 +127,8 @@ struct TranslationHypothesis {
   double score = 0, log_prob = 0;
 };
 // Each input's best translation and score, and "hypotheses": all of them, best first, with score
-// and log_prob (num_hypotheses of them, 1 included). With old_n_best_name and more than one
+// and log_prob (num_hypotheses of them, 1 included; none for an empty input, whose translation is
+// "" and score null). With old_n_best_name and more than one
 // hypothesis, the list again under "n_best" (deprecated).
 std::string translation_body(const std::string& model,
                              const std::vector<std::vector<TranslationHypothesis>>& hypotheses, bool old_n_best_name,
