@@ -39,7 +39,7 @@ void parse(uint8_t route, const std::string& body) {
     case 2: {
       const TranslationRequest r = parse_translation(body, limits);
       check_texts(r.inputs, limits);
-      QKV_FUZZ_REQUIRE(r.beam_size >= 1 && r.n_best >= 1 && r.n_best <= r.beam_size && r.length_penalty >= 0);
+      QKV_FUZZ_REQUIRE(r.beam_size >= 1 && r.num_hypotheses >= 1 && r.num_hypotheses <= r.beam_size && r.length_penalty >= 0);
       QKV_FUZZ_REQUIRE(!r.max_length || *r.max_length >= 1);
       break;
     }

@@ -8,6 +8,7 @@ Library use::
 
     from qkv import plot
     plot.curves("runs/de-en", out="curves.png")              # loss and dev score vs step and time
+                                                             # (a classifier's: its confusion matrix too)
     plot.attention(w, src_pieces, tgt_pieces, out="a.png")   # w: (heads, T, S) or (T, S)
 
 Script use (what the CLI runs)::
@@ -44,7 +45,7 @@ except ImportError as _missing:
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-__all__ = ["Metrics", "read_metrics", "curves", "attention", "attention_file", "main"]
+__all__ = ["Metrics", "Confusion", "read_metrics", "curves", "attention", "attention_file", "main"]
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -61,6 +62,53 @@ _NUMERIC = frozenset(("step", "epoch", "time", "loss", "lr", "grad_norm", "token
 
 
 @dataclass
+class Confusion:
+    """A classifier's dev counts at one validation (metrics.jsonl's ``labels`` and ``confusion``).
+
+    ``counts[g, p]`` is the number of dev lines whose gold label is ``labels[g]`` and whose
+    predicted label is ``labels[p]``.
+    """
+
+    step: int
+    labels: list[str]
+    counts: np.ndarray
+
+    def per_label(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each label's precision, recall and F1 = 2 TP / (predicted + gold).
+
+        Precision (recall) is 0 for a label never predicted (never gold); F1 is nan for a label
+        neither gold nor predicted, which says nothing (the run's macro-F1 is the mean of the
+        others, :meth:`macro_f1`).
+        """
+        c = np.asarray(self.counts, dtype=float)
+        tp, predicted, gold = np.diag(c), c.sum(axis=0), c.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            precision = np.where(predicted > 0, tp / predicted, 0.0)
+            recall = np.where(gold > 0, tp / gold, 0.0)
+            f1 = np.where(predicted + gold > 0, 2 * tp / (predicted + gold), math.nan)
+        return precision, recall, f1
+
+    def macro_f1(self) -> float:
+        """The mean F1 over the labels that are gold or predicted (what the run logs as macro_f1)."""
+        f1 = self.per_label()[2]
+        return float(np.nanmean(f1)) if np.isfinite(f1).any() else math.nan
+
+
+def _confusion(record: dict[str, Any], where: str) -> Confusion:
+    """The labels and confusion counts of a validation record, checked."""
+    labels, counts = record.get("labels"), record["confusion"]
+    if not isinstance(labels, list) or not labels or not all(isinstance(l, str) for l in labels):
+        raise ValueError(f"{where}: \"confusion\" needs \"labels\", a list of label names")
+    n = len(labels)
+    if (not isinstance(counts, list) or len(counts) != n
+            or not all(isinstance(row, list) and len(row) == n for row in counts)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for row in counts for x in row)):
+        raise ValueError(f"{where}: \"confusion\" must be {n} rows of {n} counts (one per label), got "
+                         f"{json.dumps(counts)[:80]}")
+    return Confusion(int(_number(record, "step", where)), list(labels), np.asarray(counts, dtype=np.int64))
+
+
+@dataclass
 class Metrics:
     """The records of one run's ``metrics.jsonl``, column by column.
 
@@ -73,6 +121,19 @@ class Metrics:
     path: str
     steps: dict[str, list[float]] = field(default_factory=dict)
     validations: dict[str, list[float]] = field(default_factory=dict)
+    # A classifier's dev confusion counts, by validation step (absent for other runs).
+    confusions: dict[int, Confusion] = field(default_factory=dict)
+
+    def best_confusion(self) -> Confusion | None:
+        """The confusion counts of the best validation (the last one that was best so far, the
+        checkpoint in best/), else of the last validation that has them; None when none does."""
+        if not self.confusions:
+            return None
+        steps, best = self.column("validation", "step"), self.column("validation", "best")
+        for step in reversed(steps[best == 1.0]):
+            if int(step) in self.confusions:
+                return self.confusions[int(step)]
+        return self.confusions[max(self.confusions)]
 
     def column(self, kind: str, name: str) -> np.ndarray:
         """One field of the step (``kind="step"``) or validation records as floats (nan = absent)."""
@@ -117,6 +178,7 @@ def read_metrics(run: PathLike) -> Metrics:
     """
     path = _metrics_path(run)
     rows: dict[str, list[dict[str, float]]] = {"step": [], "validation": []}
+    confusions: dict[int, Confusion] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.readlines()
     for lineno, line in enumerate(lines, start=1):
@@ -152,7 +214,12 @@ def read_metrics(run: PathLike) -> Metrics:
         while table and table[-1]["step"] >= values["step"]:
             table.pop()
         table.append(values)
-    metrics = Metrics(path)
+        if event == "validation":
+            for stale in [s for s in confusions if s >= values["step"]]:
+                del confusions[stale]
+            if "confusion" in record:
+                confusions[int(values["step"])] = _confusion(record, where)
+    metrics = Metrics(path, confusions=confusions)
     for event, table in rows.items():
         keys: list[str] = []
         for r in table:
@@ -399,15 +466,65 @@ def _draw_throughput(ax: Any, runs: Sequence[Metrics], names: Sequence[str]) -> 
     ax.legend(loc="best", fontsize=9)
 
 
+def _draw_confusion(fig: Figure, ax: Any, c: Confusion) -> None:
+    """The confusion matrix: rows gold, columns predicted, each cell's count written in it and
+    coloured by its share of the row (so that a rare label's errors show as plainly as a common
+    one's)."""
+    n = len(c.labels)
+    gold = c.counts.sum(axis=1, keepdims=True)
+    share = np.divide(c.counts, gold, out=np.zeros(c.counts.shape), where=gold > 0)
+    im = ax.imshow(share, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    fig.colorbar(im, ax=ax, label="share of the gold label's dev lines")
+    step = _tick_step(n)
+    ticks = list(range(0, n, step))
+    ax.set_xticks(ticks, [c.labels[i] for i in ticks], rotation=45 if max(map(len, c.labels)) > 4 else 0,
+                  ha="right" if max(map(len, c.labels)) > 4 else "center")
+    ax.set_yticks(ticks, [c.labels[i] for i in ticks])
+    if n <= 20:
+        for g in range(n):
+            for p in range(n):
+                ax.text(p, g, str(int(c.counts[g, p])), ha="center", va="center", fontsize=9,
+                        color="white" if share[g, p] > 0.6 else "black")
+    ax.set_xlabel("predicted label")
+    ax.set_ylabel("gold label")
+    ax.set_title(f"Dev confusion matrix at step {c.step}")
+
+
+def _draw_per_label_f1(ax: Any, c: Confusion) -> None:
+    """Each label's F1 as a bar, with its precision, recall and dev count; the macro-F1 dashed."""
+    precision, recall, f1 = c.per_label()
+    gold = c.counts.sum(axis=1)
+    y = np.arange(len(c.labels))
+    ax.barh(y, np.nan_to_num(f1), color="C1")
+    for i in range(len(c.labels)):
+        text = "absent" if not np.isfinite(f1[i]) else \
+            f"{f1[i]:.3f} (P {precision[i]:.2f}, R {recall[i]:.2f}, {int(gold[i])} dev)"
+        ax.text(np.nan_to_num(f1[i]) + 0.01, i, text, va="center", fontsize=8)
+    macro = c.macro_f1()
+    if np.isfinite(macro):
+        ax.axvline(macro, color="k", ls="--", lw=1, label=f"macro-F1 {macro:.3f}")
+        ax.legend(loc="lower right", fontsize=9)
+    step = _tick_step(len(c.labels))
+    ax.set_yticks(y[::step], [c.labels[i] for i in y[::step]])
+    ax.set_ylim(len(c.labels) - 0.5, -0.5)  # the first label on top, as in the matrix
+    ax.set_xlim(0, 1.45)  # room for the numbers right of a bar of 1
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.set_xlabel("F1")
+    ax.set_title(f"Per-label F1 at step {c.step}")
+    ax.grid(True, axis="x", alpha=0.3)
+
+
 def curves(run: PathLike | Sequence[PathLike], out: PathLike | None = None, *, title: str | None = None) -> Figure:
-    """Draws training runs' curves: a 3 x 2 grid.
+    """Draws training runs' curves: a 3 x 2 grid (4 x 2 for a classifier).
 
     Top row: training loss (every logged step, faint, with a moving average when there are many)
     and dev loss, against step (left) and training time (right). Middle row: the dev scores the runs
     computed: BLEU, accuracy and macro-F1 on the left axis, perplexity on a logarithmic right-hand
     axis (or alone), against step and time. Bottom row: learning rate and gradient norm by step,
     and training throughput (tokens per second). A star marks each validation that was the best so
-    far. A run with no validation yet says so in the middle panels.
+    far. A run with no validation yet says so in the middle panels. A classifier's run (one run whose
+    validations logged ``confusion``) gets a fourth row: the dev confusion matrix of its best
+    validation, and each label's F1 with its precision and recall (:class:`Confusion`).
 
     Several runs are drawn over each other, one colour each, named by their directories (so that
     two settings can be compared at a glance); one run keeps a colour per series.
@@ -428,8 +545,10 @@ def curves(run: PathLike | Sequence[PathLike], out: PathLike | None = None, *, t
     """
     runs = _load_runs(run)
     names = _run_names(runs)
-    fig = Figure(figsize=(12, 11.5), dpi=100, layout="constrained")
-    axes = fig.subplots(3, 2)
+    confusion = runs[0].best_confusion() if len(runs) == 1 else None  # several runs' matrices do not overlay
+    extra = 0.0 if confusion is None else 4.0 + 0.15 * max(0, len(confusion.labels) - 10)
+    fig = Figure(figsize=(12, 11.5 + extra), dpi=100, layout="constrained")
+    axes = fig.subplots(3 if confusion is None else 4, 2)
     times = np.concatenate([np.concatenate([m.column("step", "time"), m.column("validation", "time")]) for m in runs])
     times = times[np.isfinite(times)]
     scale, unit = _time_unit(float(times.max()) if times.size else 0.0)
@@ -438,6 +557,9 @@ def curves(run: PathLike | Sequence[PathLike], out: PathLike | None = None, *, t
         _draw_scores(axes[1, col], runs, names, x)
     _draw_optimiser(axes[2, 0], runs, names)
     _draw_throughput(axes[2, 1], runs, names)
+    if confusion is not None:
+        _draw_confusion(fig, axes[3, 0], confusion)
+        _draw_per_label_f1(axes[3, 1], confusion)
     if title is None:
         title = _default_title(runs, names)
     fig.suptitle(title, fontsize=14)
@@ -697,7 +819,8 @@ def _draw_attention_files(args: argparse.Namespace) -> list[str]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="plot.py", description="Pictures of qkv training runs and attention weights.")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("curves", help="loss, dev score, learning rate, gradient norm and throughput of runs")
+    c = sub.add_parser("curves", help="loss, dev score, learning rate, gradient norm and throughput of runs "
+                                      "(a classifier's: its dev confusion matrix and per-label F1 too)")
     c.add_argument("run", nargs="+", help="run directories (holding metrics.jsonl) or metrics.jsonl files; several "
                                           "are drawn over each other")
     c.add_argument("--out", help="picture to write (default: RUN/curves.png; required for several runs)")

@@ -194,7 +194,8 @@ class Trainer:
             on_info: Optional[Callable[[str], Any]] = None) -> dict[str, Any]:
         """Trains. callback(metrics: dict) hears every progress report ({'event': 'step', 'step', 'epoch',
         'loss', 'lr', 'grad_norm', 'tokens_per_second', 'time', ...}) and validation ({'event': 'validation',
-        'loss', 'perplexity', 'bleu'/'accuracy'/'macro_f1' when computed, 'best'}); an exception in it stops
+        'loss', 'perplexity', 'bleu'/'accuracy'/'macro_f1' when computed, a classifier's 'labels' and
+        'confusion' (dev counts, rows gold, columns predicted), 'best'}); an exception in it stops
         training (the last checkpoint is saved) and is re-raised. Ctrl-C saves the last checkpoint and raises
         KeyboardInterrupt. Returns {'step', 'elapsed', 'stop_reason', 'interrupted', 'last_checkpoint'}. qkv's
         errors name the CLI flag and the Trainer keyword."""

@@ -119,6 +119,10 @@ py::dict validation_dict(const train::ValidationReport& v) {
   if (v.result.bleu >= 0) d["bleu"] = v.result.bleu;
   if (v.result.accuracy >= 0) d["accuracy"] = v.result.accuracy;
   if (v.result.macro_f1 >= 0) d["macro_f1"] = v.result.macro_f1;
+  if (!v.result.confusion.empty()) {  // as metrics.jsonl has them
+    d["labels"] = v.result.labels;
+    d["confusion"] = v.result.confusion;
+  }
   return d;
 }
 
@@ -220,7 +224,8 @@ void bind_trainer(py::module_& m) {
       .def("fit", &PyTrainer::fit, py::arg("callback") = py::none(), py::arg("on_info") = py::none(),
            "Trains. callback(metrics: dict) hears every progress report ({'event': 'step', 'step', 'epoch', 'loss', "
            "'lr', 'grad_norm', 'tokens_per_second', 'time', ...}) and validation ({'event': 'validation', 'loss', "
-           "'perplexity', 'bleu'/'accuracy'/'macro_f1' when computed, 'best'}); an exception in it stops training "
+           "'perplexity', 'bleu'/'accuracy'/'macro_f1' when computed, a classifier's 'labels' and 'confusion' "
+           "(dev counts, rows gold, columns predicted), 'best'}); an exception in it stops training "
            "(the last checkpoint is saved) and is re-raised. Ctrl-C saves the last checkpoint and raises "
            "KeyboardInterrupt. Returns {'step', 'elapsed', 'stop_reason', 'interrupted', 'last_checkpoint'}.")
       .def_property_readonly("last_checkpoint", &PyTrainer::last_checkpoint,

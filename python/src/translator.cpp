@@ -51,14 +51,16 @@ struct TranslationResult {
   std::vector<api::Translation> translations;
 };
 
-// A hypothesis' attention weights as Python sees them, or None when none were asked for.
+// A hypothesis' attention weights as Python sees them, or None when none were asked for: the keys
+// are the .npz arrays' of --attention-out (cli/attention_out.h), so one name serves both; the
+// dict (qkv._renamed.AttentionWeights) still answers the old keys for one release.
 py::object attention_of(const api::Translation& t) {
   if (t.attention.empty()) return py::none();
   py::dict d;
-  d["encoder_self"] = tensors_to_numpy(t.attention.encoder_self);
-  d["decoder_self"] = tensors_to_numpy(t.attention.decoder_self);
-  d["cross"] = tensors_to_numpy(t.attention.cross);
-  return d;
+  d["encoder_self_attention"] = tensors_to_numpy(t.attention.encoder_self);
+  d["decoder_self_attention"] = tensors_to_numpy(t.attention.decoder_self);
+  d["cross_attention"] = tensors_to_numpy(t.attention.cross);
+  return py::module_::import("qkv._renamed").attr("AttentionWeights")(d);
 }
 
 template <class Field>
@@ -147,8 +149,10 @@ void bind_translator(py::module_& m) {
       .def_readonly("score", &api::Translation::score, "log_prob / length^length_penalty (the ranking).")
       .def_property_readonly(
           "attention", &attention_of,
-          "With translate(..., attention=True): {'encoder_self': [(H, S, S) per layer], 'decoder_self': [(H, T, T)], "
-          "'cross': [(H, T, S)]} as float32 arrays; T = len(tokens) + 1 (the positions that chose the tokens and "
+          "With translate(..., attention=True): {'encoder_self_attention': [(H, S, S) per layer], "
+          "'decoder_self_attention': [(H, T, T)], 'cross_attention': [(H, T, S)]} as float32 arrays (the names of "
+          "--attention-out's .npz arrays; the old keys 'cross', 'decoder_self', 'encoder_self' still index it, "
+          "deprecated); T = len(tokens) + 1 (the positions that chose the tokens and "
           "EOS). Label them with Translator.source_pieces and target_pieces; draw with qkv.plot.attention.")
       .def("__repr__", [](const api::Translation& t) {
         return "Translation(text=" + py::repr(py::str(t.text)).cast<std::string>() +

@@ -107,7 +107,7 @@ def test_typed_results_whatever_the_options(translation_checkpoint, lm_checkpoin
         assert [r.hypotheses[0] for r in results] == translator.translate(src, beam_size=beam)
         assert all(list(r.scores) == sorted(r.scores, reverse=True) for r in results)
     best = translator.translate_batch(src[:1], return_attention=True)[0]
-    assert best.attention[0]["cross"][-1].shape[0] == 2
+    assert best.attention[0]["cross_attention"][-1].shape[0] == 2
     assert best[0].text == best.hypotheses[0] and best[-1].tokens == best.tokens[-1]
     with pytest.raises(IndexError):
         best[5]
@@ -206,7 +206,16 @@ def test_translation_attention_is_returned_labelled_and_drawn(translation_checkp
     assert best.text == translator.translate([src], beam_size=4)[0]  # asking for weights changes nothing
     layers = translator.model.config["num_layers"]
     source, target = translator.source_pieces(src), translator.target_pieces(best.tokens)
-    cross = best.attention["cross"]
+    # The keys are the names of --attention-out's .npz arrays; the old ones index it for a release.
+    attention = best.attention  # each read of the property converts the weights afresh
+    assert sorted(attention) == ["cross_attention", "decoder_self_attention", "encoder_self_attention"]
+    cross = attention["cross_attention"]
+    for old, new in (("cross", "cross_attention"), ("decoder_self", "decoder_self_attention"),
+                     ("encoder_self", "encoder_self_attention")):
+        with pytest.warns(DeprecationWarning, match=f"attention\\['{old}'\\] is deprecated; use attention\\['{new}'\\]"):
+            assert attention[old] is attention[new]
+    with pytest.raises(KeyError):
+        attention["self_attention"]
     assert len(cross) == layers
     assert cross[-1].shape == (2, len(target), len(source))
     np.testing.assert_allclose(cross[-1].sum(axis=-1), 1.0, rtol=1e-5)

@@ -177,6 +177,70 @@ def test_classification_scores_and_language_model_perplexity(tmp_path: Path) -> 
     assert "dev perplexity" in words and "perplexity" in words
 
 
+# gold x x y z, predicted x y y y (tests/train/encoder_training_test.cpp's case): label x has
+# P 1/1, R 1/2, F1 2/3; y P 1/3, R 1/1, F1 1/2; z P 0, R 0, F1 0; macro-F1 (2/3 + 1/2 + 0) / 3.
+HAND_CONFUSION = [[1, 1, 0], [0, 1, 0], [0, 1, 0]]
+
+
+def classifier_run(run: Path) -> Path:
+    return write_metrics(run, [
+        {"event": "step", "step": 1, "time": 1.0, "loss": 2.0},
+        {"event": "validation", "step": 1, "time": 2.0, "loss": 1.9, "accuracy": 0.5, "macro_f1": 7 / 18,
+         "best": True, "labels": ["x", "y", "z"], "confusion": HAND_CONFUSION},
+        {"event": "step", "step": 2, "time": 3.0, "loss": 1.5},
+        # worse than step 1: the picture shows the best validation's matrix, step 1's
+        {"event": "validation", "step": 2, "time": 4.0, "loss": 1.7, "accuracy": 0.25, "macro_f1": 0.1,
+         "best": False, "labels": ["x", "y", "z"], "confusion": [[0, 2, 0], [0, 1, 0], [0, 1, 0]]},
+    ])
+
+
+def test_per_label_scores_of_a_hand_computed_confusion_matrix() -> None:
+    c = plot.Confusion(1, ["x", "y", "z"], np.array(HAND_CONFUSION))
+    precision, recall, f1 = c.per_label()
+    np.testing.assert_allclose(precision, [1.0, 1 / 3, 0.0])
+    np.testing.assert_allclose(recall, [0.5, 1.0, 0.0])
+    np.testing.assert_allclose(f1, [2 / 3, 0.5, 0.0])
+    assert c.macro_f1() == pytest.approx(7 / 18)
+    # A label neither gold nor predicted says nothing: nan, left out of the macro-F1 (as qkv train).
+    absent = plot.Confusion(1, ["x", "y", "w"], np.array([[2, 0, 0], [1, 1, 0], [0, 0, 0]]))
+    assert np.isnan(absent.per_label()[2][2])
+    assert absent.macro_f1() == pytest.approx((0.8 + 2 / 3) / 2)
+
+
+def test_a_classifier_run_gets_its_confusion_matrix_and_per_label_f1(tmp_path: Path) -> None:
+    classifier_run(tmp_path / "cls")
+    m = plot.read_metrics(tmp_path / "cls")
+    assert sorted(m.confusions) == [1, 2] and m.best_confusion().step == 1
+    fig = rendered(plot.curves(tmp_path / "cls", out=tmp_path / "cls.png"))
+    assert len([ax for ax in fig.axes if ax.get_title()]) == 8  # 4 x 2 panels (twin axes and the colour bar: untitled)
+    words = texts(fig)
+    assert "Dev confusion matrix at step 1" in words and "Per-label F1 at step 1" in words
+    assert "predicted label" in words and "gold label" in words and {"x", "y", "z"} <= set(words)
+    assert "0.667 (P 1.00, R 0.50, 2 dev)" in words
+    assert "0.500 (P 0.33, R 1.00, 1 dev)" in words
+    assert "0.000 (P 0.00, R 0.00, 1 dev)" in words
+    assert "macro-F1 0.389" in words
+    matrix = next(ax for ax in fig.axes if ax.get_title().startswith("Dev confusion"))
+    assert [t.get_text() for t in matrix.texts] == ["1", "1", "0", "0", "1", "0", "0", "1", "0"]
+    width, height, spread = png_stats(tmp_path / "cls.png")
+    assert (width, height) == (1200, 1550) and spread > 0.05
+    # Several runs are compared by their curves: no matrix.
+    classifier_run(tmp_path / "other")
+    fig = rendered(plot.curves([tmp_path / "cls", tmp_path / "other"]))
+    assert not any(ax.get_title().startswith("Dev confusion") for ax in fig.axes)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ('"confusion": [[1, 0], [0, 1]]', '"confusion" needs "labels"'),
+    ('"labels": ["a", "b"], "confusion": [[1, 0]]', '"confusion" must be 2 rows of 2 counts'),
+    ('"labels": ["a", "b"], "confusion": [[1, -1], [0, 1]]', '"confusion" must be 2 rows of 2 counts'),
+])
+def test_a_bad_confusion_matrix_is_named_with_file_and_line(tmp_path: Path, fields: str, message: str) -> None:
+    (tmp_path / "metrics.jsonl").write_text('{"event": "validation", "step": 1, "loss": 1.0, ' + fields + "}\n")
+    with pytest.raises(ValueError, match=f"metrics.jsonl:1: {message}"):
+        plot.read_metrics(tmp_path)
+
+
 def test_a_resumed_run_keeps_the_records_written_after_the_resume(tmp_path: Path) -> None:
     write_metrics(tmp_path / "run", [
         {"event": "step", "step": 1, "time": 1.0, "loss": 5.0},

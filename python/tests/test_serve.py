@@ -129,9 +129,18 @@ def test_translations_equal_qkv_translate(server, translation_checkpoint, data_d
                         n=len(src))
         status, r = server.post("/v1/translations", {"model": "mt", "input": src, "beam_size": beam, "truncate": True})
         assert status == 200 and [d["translation"] for d in r["data"]] == cli
-    status, r = server.post("/v1/translations", {"model": "mt", "input": src[:3], "beam_size": 4, "n_best": 3})
-    assert status == 200 and all(len(d["n_best"]) == 3 for d in r["data"])
-    assert all(d["n_best"][0]["translation"] == d["translation"] for d in r["data"])
+        assert all(len(d["hypotheses"]) == 1 and d["hypotheses"][0]["translation"] == d["translation"]
+                   for d in r["data"][:-1])
+        assert r["data"][-1]["hypotheses"] == [] and r["data"][-1]["score"] is None  # the empty input
+    status, r = server.post("/v1/translations", {"model": "mt", "input": src[:3], "beam_size": 4, "num_hypotheses": 3})
+    assert status == 200 and all(len(d["hypotheses"]) == 3 for d in r["data"])
+    assert all(d["hypotheses"][0]["translation"] == d["translation"] for d in r["data"])
+    assert all(d["hypotheses"][0]["score"] == d["score"] for d in r["data"])
+    assert all("n_best" not in d for d in r["data"])
+    # The request's old name n_best still works, and its answer keeps the old key too (one release).
+    status, old = server.post("/v1/translations", {"model": "mt", "input": src[:3], "beam_size": 4, "n_best": 3})
+    assert status == 200 and all(d["n_best"] == d["hypotheses"] for d in old["data"])
+    assert [d["hypotheses"] for d in old["data"]] == [d["hypotheses"] for d in r["data"]]
 
 
 def score_lines(checkpoint: str, tgt: list[list[int]], src: list[list[int]] | None, tmp_path) -> list[float]:

@@ -48,8 +48,10 @@ TEST(Cli, VersionAndHelp) {
 TEST(Cli, ScoreMatchesPyTorchOnTheLastLine) {
   const std::string dir = qkv::testing::ref_path("model_small_score"), model = qkv::testing::ref_path("model_small");
   if (dir.empty() || model.empty()) return;
-  const CliRun r = qkv("score --checkpoint " + model + " --src " + dir + "/src.txt --tgt " + dir + "/tgt.txt --per-line");
-  ASSERT_EQ(r.code, 0) << r.out;
+  // stdout alone: the progress line goes to stderr
+  const CliRun r = qkv::testing::run_qkv_split("score --checkpoint " + model + " --src " + dir + "/src.txt --tgt " + dir +
+                                               "/tgt.txt --per-line");
+  ASSERT_EQ(r.code, 0) << r.err;
   std::ifstream in(dir + "/expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
   const std::string last = last_line(r.out);

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/cli_util.h"
 
@@ -85,6 +87,52 @@ TEST_F(EncoderTrainCli, FineTuningFromInitReportsAccuracyAndMacroF1) {
   EXPECT_TRUE(std::ifstream(*dir_ + "/cls/best/spm.model").good());
   const CliRun info = run_qkv("info " + *dir_ + "/cls/last");
   EXPECT_NE(info.out.find("classification, step 4"), std::string::npos) << info.out;
+}
+
+// The PNG's height in pixels (its IHDR chunk), or -1 when the file is not a PNG.
+int64_t png_height(const std::string& path) {
+  const std::string bytes = read_file(path);
+  if (bytes.size() < 24 || bytes.substr(1, 3) != "PNG") return -1;
+  int64_t h = 0;
+  for (int i = 20; i < 24; ++i) h = h * 256 + static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  return h;
+}
+
+TEST_F(EncoderTrainCli, FineTuningLogsTheDevConfusionCountsThatQkvPlotDraws) {
+  ASSERT_EQ(cls_->code, 0) << cls_->out;
+  int64_t low = 0;  // dev.tsv: 12 lines, "low" where (i * 7) % 10 < 5 (write_labelled)
+  for (int i = 0; i < 12; ++i) low += (i * 7) % 10 < 5;
+  std::ifstream metrics(*dir_ + "/cls/metrics.jsonl");
+  int validations = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j["event"] != "validation") continue;
+    ++validations;
+    ASSERT_EQ(j["labels"], nlohmann::json({"high", "low"})) << line;
+    const auto c = j["confusion"].get<std::vector<std::vector<int64_t>>>();  // [gold][predicted]
+    ASSERT_EQ(c.size(), 2u) << line;
+    EXPECT_EQ(c[0][0] + c[0][1], 12 - low) << line;
+    EXPECT_EQ(c[1][0] + c[1][1], low) << line;
+    // The logged scores are the counts': accuracy the diagonal, macro-F1 the mean of 2 TP / (predicted + gold).
+    double f1 = 0;
+    int present = 0;
+    for (size_t l = 0; l < 2; ++l) {
+      const int64_t predicted = c[0][l] + c[1][l], gold = c[l][0] + c[l][1];
+      if (predicted + gold == 0) continue;
+      ++present;
+      f1 += 2.0 * static_cast<double>(c[l][l]) / static_cast<double>(predicted + gold);
+    }
+    EXPECT_NEAR(j["accuracy"].get<double>(), static_cast<double>(c[0][0] + c[1][1]) / 12, 1e-12) << line;
+    EXPECT_NEAR(j["macro_f1"].get<double>(), f1 / present, 1e-12) << line;
+  }
+  EXPECT_EQ(validations, 2);  // steps 2 and 4
+  // `qkv plot` adds the confusion matrix and per-label F1 below the curves: a 4-row picture.
+  const CliRun plot = run_qkv("plot " + *dir_ + "/cls -o " + *dir_ + "/cls.png");
+  ASSERT_EQ(plot.code, 0) << plot.out;
+  EXPECT_EQ(png_height(*dir_ + "/cls.png"), 1550) << plot.out;
+  const CliRun mlm_plot = run_qkv("plot " + *dir_ + "/mlm -o " + *dir_ + "/mlm.png");
+  ASSERT_EQ(mlm_plot.code, 0) << mlm_plot.out;
+  EXPECT_EQ(png_height(*dir_ + "/mlm.png"), 1150) << "no classifier, no matrix";
 }
 
 TEST_F(EncoderTrainCli, ClassifyPrintsALabelAndItsProbabilityPerLine) {

@@ -146,14 +146,17 @@ TEST(ServeProtocol, TranslationsAndClassifications) {
       R"({"model": "mt", "input": ["hola"], "beam_size": 5, "n_best": 2, "length_penalty": 0.6, "max_length": 20,
           "truncate": true})");
   EXPECT_EQ(t.beam_size, 5);
-  EXPECT_EQ(t.n_best, 2);
+  EXPECT_EQ(t.num_hypotheses, 2);
+  EXPECT_TRUE(t.old_n_best_name);  // so the answer repeats the hypotheses under "n_best" too
   EXPECT_EQ(t.length_penalty, 0.6);
   EXPECT_EQ(t.max_length, 20);
   EXPECT_TRUE(t.truncate);
   EXPECT_FALSE(parse_translation(R"({"model": "mt", "input": "x"})").max_length.has_value());
   EXPECT_THROW((void)parse_translation(R"({"model": "mt", "input": "x", "beam_size": 2, "n_best": 3})"), HttpError);
   // The naming scheme's num_hypotheses is the same field; both at once is an error naming it.
-  EXPECT_EQ(parse_translation(R"({"model": "mt", "input": "x", "num_hypotheses": 3})").n_best, 3);
+  const TranslationRequest named = parse_translation(R"({"model": "mt", "input": "x", "num_hypotheses": 3})");
+  EXPECT_EQ(named.num_hypotheses, 3);
+  EXPECT_FALSE(named.old_n_best_name);
   try {
     (void)parse_translation(R"({"model": "mt", "input": "x", "num_hypotheses": 2, "n_best": 2})");
     ADD_FAILURE() << "both names were accepted";
@@ -211,10 +214,19 @@ TEST(ServeProtocol, AnswersAndErrorsHaveOpenAisShapes) {
   const json e = json::parse(embedding_body("enc", {{1.f, 2.f}, {3.f, 4.f}}, 5));
   EXPECT_EQ(e["data"][1]["embedding"][0], 3.0);
   EXPECT_EQ(e["usage"]["prompt_tokens"], 5);
-  const json t = json::parse(translation_body("mt", {{{"hello", -0.5, -1.0}}, {}}, true, {4, 2}));
+  // Every item has its hypotheses, one included (the 1-best's log_prob is there).
+  const json t = json::parse(translation_body("mt", {{{"hello", -0.5, -1.0}}, {}}, false, {4, 2}));
   EXPECT_EQ(t["data"][0]["translation"], "hello");
-  EXPECT_EQ(t["data"][0]["n_best"][0]["log_prob"], -1.0);
+  EXPECT_EQ(t["data"][0]["score"], -0.5);
+  EXPECT_EQ(t["data"][0]["hypotheses"].size(), 1u);
+  EXPECT_EQ(t["data"][0]["hypotheses"][0]["log_prob"], -1.0);
+  EXPECT_FALSE(t["data"][0].contains("n_best"));
   EXPECT_EQ(t["data"][1]["translation"], "");
+  EXPECT_TRUE(t["data"][1]["hypotheses"].empty());
+  // A request that said "n_best" gets the list under that name too, for one release.
+  const json old = json::parse(translation_body("mt", {{{"hello", -0.5, -1.0}, {"hi", -0.7, -1.4}}}, true, {4, 2}));
+  EXPECT_EQ(old["data"][0]["n_best"], old["data"][0]["hypotheses"]);
+  EXPECT_EQ(old["data"][0]["hypotheses"][1]["translation"], "hi");
   EXPECT_EQ(stop_position("one two three", {"three", "two"}), 4u);
   EXPECT_EQ(stop_position("one", {"x"}), std::string::npos);
 }

@@ -233,6 +233,8 @@ TEST(ClassificationScore, AccuracyAndMacroF1) {
   const ClassificationScore s = classification_score(p, {0, 0, 1, 2});
   EXPECT_DOUBLE_EQ(s.accuracy, 0.5);
   EXPECT_NEAR(s.macro_f1, (2.0 / 3 + 0.5 + 0) / 3, 1e-12);
+  // Rows gold, columns predicted: what metrics.jsonl logs and `qkv plot` draws with these F1s.
+  EXPECT_EQ(s.confusion, (std::vector<std::vector<int64_t>>{{1, 1, 0}, {0, 1, 0}, {0, 1, 0}}));
 }
 
 TrainResult train_encoder(const std::string& dir, bool classify, int64_t steps, bool resume) {

@@ -54,6 +54,22 @@ TEST(MetricsLogFile, ANewRunStartsAfreshAtItsFirstLineAndLogsValidations) {
   EXPECT_NE(text.find("\"bleu\":12.5"), std::string::npos) << text;
   EXPECT_NE(text.find("\"time\":1.5"), std::string::npos) << text;
   EXPECT_EQ(text.find("accuracy"), std::string::npos) << "fields not computed are left out: " << text;
+  EXPECT_EQ(text.find("confusion"), std::string::npos) << text;
+}
+
+TEST(MetricsLogFile, AClassifiersValidationLogsItsLabelsAndConfusionCounts) {
+  const std::string path = temp_path("classifier.jsonl");
+  MetricsLog log(path, -1);
+  ValidationReport v;
+  v.step = 4;
+  v.result.accuracy = 0.5;
+  v.result.macro_f1 = 0.25;
+  v.result.labels = {"neg", "pos"};
+  v.result.confusion = {{1, 1}, {1, 1}};
+  log.validation(v);
+  const std::string text = read_all(path);
+  EXPECT_NE(text.find("\"labels\":[\"neg\",\"pos\"]"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"confusion\":[[1,1],[1,1]]"), std::string::npos) << text;
 }
 
 TEST(MetricsLogFile, AResumedRunDropsLinesAfterItsStepAndATornLastLine) {

@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/encoder_cli.h"
 #include "qkv/cli/output_file.h"
 #include "qkv/cli/progress.h"
@@ -88,7 +89,7 @@ Runner add_classify_command(CLI::App& app) {
       ->check(FiniteRange(1, 100000));
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   add_output_option(app, o->output, "Predictions, one line per input line");
-  app.add_flag("--quiet", o->quiet, "No progress on stderr");
+  add_quiet_flag(app, o->quiet, "No progress or notes on stderr (errors still)");
   return [o]() { return run_classify(*o); };
 }
 

@@ -11,6 +11,8 @@
 #include <memory>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/progress.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/encoder_cli.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
@@ -47,14 +49,17 @@ Runner add_embed_command(CLI::App& app) {
   add_encoder_text_options(app, o->text, "Sentences, one a line ('-' = stdin)");
   app.add_option("-o,--output", o->out, "Write a float32 .npy matrix (lines, d_model) instead of JSON lines on stdout ('-')");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
-  app.add_flag("--quiet", o->quiet, "No summary line on stderr");
+  add_quiet_flag(app, o->quiet, "No progress, summary or notes on stderr (errors still)");
   return [o]() {
     set_num_threads(o->threads);
     const auto start = std::chrono::steady_clock::now();
     const auto session_ptr = open_encoder(o->text, "embedding");
     const EncoderSession& session = *session_ptr;
     const std::vector<std::vector<int32_t>> ids = read_encoder_lines(session, o->text);
-    const Tensor e = session.embed_ids(ids, o->text.batch_size);
+    ProgressLine progress("embedded", "sentences", o->quiet);
+    const auto total = static_cast<int64_t>(ids.size());
+    const Tensor e = session.embed_ids(ids, o->text.batch_size, [&](int64_t done) { progress.update(done, total); });
+    progress.finish();
     if (o->out.empty() || o->out == "-") {
       print_json_lines(e);
       return 0;

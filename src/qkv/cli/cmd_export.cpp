@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/interop/hf_import.h"
 
 namespace qkv::cli {
@@ -30,7 +31,7 @@ Runner add_export_command(CLI::App& app) {
   return [o]() {
     check_checkpoint_argument(o->checkpoint);
     const interop::HfConversion info = interop::export_hf(o->checkpoint, o->out);
-    for (const std::string& note : info.notes) std::cerr << "qkv: note: " << note << "\n";
+    for (const std::string& note : info.notes) print_note(note);
     const bool marian = info.model_type == "marian";
     std::cout << "wrote " << o->out << ": " << (marian ? "MarianMTModel" : "GPT2LMHeadModel") << " ("
               << info.parameters << " parameters"

@@ -27,6 +27,7 @@
 
 #include "qkv/api/generator.h"
 #include "qkv/cli/attention_out.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/commands.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/id_text.h"
@@ -210,7 +211,7 @@ Runner add_generate_command(CLI::App& app) {
                "Cut long prompts from the left to leave room for --max-new-tokens (default: refuse a prompt that fills the context)");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   add_compute_type_options(app, o->compute);
-  app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
+  add_quiet_flag(app, o->quiet, "No progress, summary or notes on stderr (errors still)");
   add_output_option(app, o->output, "Where the continuations go (--prompt: streamed as they are made)");
   app.add_option("--attention-out", o->attention_out,
                  "Write each line's self-attention weights (DIR/NNNN.npz) and heatmaps of them "

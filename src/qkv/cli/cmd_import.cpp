@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/interop/hf_import.h"
 
 namespace qkv::cli {
@@ -34,7 +35,7 @@ Runner add_import_command(CLI::App& app) {
   app.add_option("--output-dir", o->out, "Checkpoint directory to write")->required();
   return [o]() {
     const interop::HfConversion info = interop::import_hf(o->source, o->out);
-    for (const std::string& note : info.notes) std::cerr << "qkv: note: " << note << "\n";
+    for (const std::string& note : info.notes) print_note(note);
     const models::TransformerConfig& c = info.config;
     const bool bert = info.model_type == "bert", t5 = info.model_type == "t5";
     const bool bart = info.model_type == "bart", mbart = info.model_type == "mbart";

@@ -6,6 +6,7 @@
 // checkpoint's tokenizer, packed with EOS between them, cut into blocks of the model's context,
 // every token scored once.
 // Results go to stdout or -o FILE.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -14,6 +15,8 @@
 #include "qkv/cli/commands.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/output_file.h"
+#include "qkv/cli/progress.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
@@ -30,8 +33,23 @@ struct ScoreOptions {
   bool per_line = false;
   int64_t batch_size = 32;
   int threads = 0;
+  bool quiet = false;
   ComputeTypeOption compute;
 };
+
+// train::score with a progress line on stderr ("scored 64/1000 lines, ..."), one update a batch.
+train::ScoreResult score_with_progress(const models::Model& model, const std::vector<data::IdLine>& src,
+                                       const std::vector<data::IdLine>& tgt, const ScoreOptions& o, const char* unit) {
+  ProgressLine progress("scored", unit, o.quiet);
+  const auto total = static_cast<int64_t>(tgt.size());
+  int64_t done = 0;
+  const train::ScoreResult r = train::score(model, src, tgt, o.batch_size, [&] {
+    done = std::min(total, done + o.batch_size);
+    progress.update(done, total);
+  });
+  progress.finish();
+  return r;
+}
 
 void check_lengths(const std::vector<data::IdLine>& lines, const std::string& path, int64_t max_len, int64_t min_len,
                    int64_t extra) {
@@ -62,7 +80,7 @@ int score_text(const models::Model& model, const ScoreOptions& o, OutputFile& ou
   const auto& c = model.config();
   const std::vector<data::IdLine> blocks =
       train::cut_blocks(train::pack_lines(lines, c.bos_id, c.eos_id), c.max_seq_length, true);
-  const train::ScoreResult r = train::score(model, {}, blocks, o.batch_size);
+  const train::ScoreResult r = score_with_progress(model, {}, blocks, o, "blocks");
   out.printf("tokens %lld\nloss %.7f\nperplexity %.4f\n", static_cast<long long>(r.tokens), r.mean_loss(),
              std::exp(r.mean_loss()));
   out.close();
@@ -84,6 +102,7 @@ Runner add_score_command(CLI::App& app) {
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   add_compute_type_options(app, o->compute);
   add_output_option(app, o->output, "Where the per-line sums and the loss go");
+  add_quiet_flag(app, o->quiet, "No progress or notes on stderr (errors still)");
   return [o]() {
     check_checkpoint_argument(o->checkpoint);
     check_output_is_no_input(o->output, {{"--src", o->src}, {"--tgt", o->tgt}, {"--text", o->text}});
@@ -109,7 +128,7 @@ Runner add_score_command(CLI::App& app) {
               o->src << " has " << src.size() << " lines but " << o->tgt << " has " << tgt.size());
     if (!c.decoder_only()) check_lengths(src, o->src, c.max_seq_length, 1, 0);
     check_lengths(tgt, o->tgt, c.max_seq_length, 2, 1);
-    const train::ScoreResult r = train::score(*model, src, tgt, o->batch_size);
+    const train::ScoreResult r = score_with_progress(*model, src, tgt, *o, "lines");
     if (o->per_line)
       for (double lp : r.line_log_prob) out.printf("%.6f\n", lp);
     out.printf("loss %.7f\n", r.mean_loss());

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/error.h"
@@ -56,6 +57,7 @@ struct ServeCliOptions {
   int http_threads = 32;
   double drain_timeout = 30;
   int threads = 0;
+  bool quiet = false;  // no log lines (listening, loaded, ready, stopped); errors still
   ComputeTypeOption compute;
 };
 
@@ -263,7 +265,7 @@ int run_serve(const ServeCliOptions& o) {
     int sig = 0;
     sigwait(&signals, &sig);
     if (stop_requested.exchange(true)) return;  // stop() below woke us
-    std::fprintf(stderr, "qkv serve: %s: no new connections; finishing the requests in flight (at most %.0f s)\n",
+    if (!o.quiet) std::fprintf(stderr, "qkv serve: %s: no new connections; finishing the requests in flight (at most %.0f s)\n",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT", o.drain_timeout);
     stop_server();
   });
@@ -273,14 +275,14 @@ int run_serve(const ServeCliOptions& o) {
       drained = st.models.at(n)->stop(std::chrono::milliseconds(static_cast<int64_t>(o.drain_timeout * 1000))) && drained;
     return drained;
   };
-  std::fprintf(stderr, "qkv serve: listening on http://%s:%d (GET /health answers 503 until the models are loaded)\n",
+  if (!o.quiet) std::fprintf(stderr, "qkv serve: listening on http://%s:%d (GET /health answers 503 until the models are loaded)\n",
                o.host.c_str(), port);
   if (!o.port_file.empty()) std::ofstream(o.port_file) << port << "\n";
   try {
     for (const auto& [name, dir] : specs) {
       const auto start = Clock::now();
       auto slot = std::make_unique<serve::ModelSlot>(name, dir, so, st.metrics);
-      std::fprintf(stderr, "qkv serve: model '%s': %s (%s) loaded in %.1f s\n", name.c_str(), dir.c_str(),
+      if (!o.quiet) std::fprintf(stderr, "qkv serve: model '%s': %s (%s) loaded in %.1f s\n", name.c_str(), dir.c_str(),
                    serve::family_name(slot->family()), std::chrono::duration<double>(Clock::now() - start).count());
       st.models.emplace(name, std::move(slot));
       st.order.push_back(name);
@@ -308,11 +310,11 @@ int run_serve(const ServeCliOptions& o) {
                      return out;
                    });
   st.ready = true;
-  std::fprintf(stderr, "qkv serve: ready: %zu model%s\n", st.order.size(), st.order.size() == 1 ? "" : "s");
+  if (!o.quiet) std::fprintf(stderr, "qkv serve: ready: %zu model%s\n", st.order.size(), st.order.size() == 1 ? "" : "s");
   listener.join();  // returns once a signal stopped the server and its HTTP threads finished
   signal_waiter.join();
   const bool drained = stop_models();
-  std::fprintf(stderr, "qkv serve: stopped%s\n", drained ? "" : " (--drain-timeout passed; queued requests got 503)");
+  if (!o.quiet) std::fprintf(stderr, "qkv serve: stopped%s\n", drained ? "" : " (--drain-timeout passed; queued requests got 503)");
   return 0;
 }
 
@@ -356,6 +358,8 @@ Runner add_serve_command(CLI::App& app) {
       ->check(FiniteRange(0, 86400));
   app.add_option("--threads", o->threads, "Compute threads (default: $QKV_THREADS or all cores)")
       ->check(FiniteRange(0, kMaxThreads));
+  add_quiet_flag(app, o->quiet,
+                 "No log lines on stderr (listening, models loaded, ready, stopped; errors still; the port: --port-file)");
   add_compute_type_options(app, o->compute);
   return [o]() { return run_serve(*o); };
 }

@@ -18,6 +18,8 @@
 
 #include "qkv/cli/commands.h"
 #include "qkv/cli/encoder_cli.h"
+#include "qkv/cli/progress.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/io/atomic_file.h"
@@ -38,6 +40,7 @@ struct SimilarCliOptions {
   int64_t top = 5;
   bool no_cache = false;
   int threads = 0;
+  bool quiet = false;
 };
 
 // What the cached embeddings were computed from; a cache whose key differs is recomputed.
@@ -69,7 +72,11 @@ Tensor corpus_embeddings(const SimilarCliOptions& o, const EncoderSession& s, in
       // A damaged cache is recomputed, never trusted.
     }
   }
-  const Tensor e = s.embed_ids(read_encoder_lines(s, o.text, o.corpus), o.text.batch_size);
+  const std::vector<std::vector<int32_t>> ids = read_encoder_lines(s, o.text, o.corpus);
+  ProgressLine progress("embedded", "corpus lines", o.quiet);  // a large corpus takes a while, once
+  const Tensor e = s.embed_ids(ids, o.text.batch_size,
+                               [&](int64_t done) { progress.update(done, static_cast<int64_t>(ids.size())); });
+  progress.finish();
   if (!o.no_cache) {
     // The embeddings first, then the key that vouches for them: a crash in between leaves a key
     // that does not match, never a key over stale embeddings.
@@ -117,6 +124,7 @@ Runner add_similar_command(CLI::App& app) {
   app.add_option("--top-k", o->top, "Matches per query")->capture_default_str()->check(FiniteRange(1, 1e9));
   app.add_flag("--no-cache", o->no_cache, "Embed the corpus again and write no cache");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
+  add_quiet_flag(app, o->quiet, "No progress or notes on stderr (errors still)");
   return [o]() {
     set_num_threads(o->threads);
     const auto session_ptr = open_encoder(o->text, "semantic search");

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "qkv/cli/commands.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/train_progress.h"
 #include "qkv/core/cuda_runtime.h"
@@ -239,8 +240,8 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
 }
 
 void add_run_flags(CLI::App& app, TrainOptions& o) {
-  app.add_flag("--quiet", o.quiet,
-               "No progress, validation or summary lines on stderr (errors still; metrics.jsonl is written as always)");
+  add_quiet_flag(app, o.quiet,
+                 "No progress, validation, summary or note lines on stderr (errors still; metrics.jsonl is written as always)");
   app.add_option("--output-dir", o.out, "Checkpoint directory (synthetic: the checkpoint; corpus: the run, with last/ and best/)");
   app.add_option("--save-every", o.save_every, "Also save the last checkpoint every N steps (0: only at validations and the end)")
       ->check(NonNegative());

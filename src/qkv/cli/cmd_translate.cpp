@@ -21,6 +21,7 @@
 
 #include "qkv/api/translator.h"
 #include "qkv/cli/attention_out.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/commands.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/id_text.h"
@@ -71,7 +72,7 @@ std::vector<data::IdLine> read_sources(const TranslateOptions& o, const api::Tra
       ++truncated;
     }
   }
-  if (truncated)
+  if (truncated && !quiet_requested())
     std::fprintf(stderr, "qkv translate: warning: %lld sentence(s) longer than %lld tokens were truncated\n",
                  static_cast<long long>(truncated), static_cast<long long>(c.max_seq_length));
   return sources;
@@ -286,7 +287,7 @@ Runner add_translate_command(CLI::App& app) {
                  "(fr, fra_Latn, fr_XX; default: the model's forced_bos_token_id)");
   app.add_option("--threads", o->threads, "Threads (default: $QKV_THREADS or all cores)")->check(FiniteRange(0, kMaxThreads));
   add_compute_type_options(app, o->compute);
-  app.add_flag("--quiet", o->quiet, "No progress or summary on stderr");
+  add_quiet_flag(app, o->quiet, "No progress, summary, warnings or notes on stderr (errors still)");
   app.add_option("--attention-out", o->attention_out,
                  "Write each sentence's attention weights (DIR/NNNN.npz, the best hypothesis) and heatmaps of its "
                  "cross-attention (DIR/NNNN-cross-layerL.png; needs python3-matplotlib)");

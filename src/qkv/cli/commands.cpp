@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qkv/cli/quiet.h"
 #include "qkv/core/error.h"
 
 namespace qkv::cli {
@@ -102,7 +103,8 @@ void register_commands(CLI::App& app) {
       add_classify_command);
   add("chrf", "Corpus chrF of stdin against reference files (sacreBLEU 2.x defaults)", add_chrf_command);
   add("tokenize", "Token ids (or --pieces) of text, one line per line, special tokens added", add_tokenize_command);
-  add("plot", "Draw training runs' loss, dev score, learning rate and throughput (PNG; needs python3-matplotlib)",
+  add("plot", "Draw training runs' loss, dev score, learning rate and throughput, a classifier's confusion matrix "
+      "and per-label F1 (PNG; needs python3-matplotlib)",
       add_plot_command);
 #ifdef QKV_SERVE
   add("serve", "Serve models over HTTP (OpenAI-style completions and embeddings, translations, classifications)",
@@ -116,6 +118,7 @@ void register_commands(CLI::App& app) {
     };
   });
 #endif
+  add_missing_quiet_flags(app);
   guard_numeric_options(app);
 }
 

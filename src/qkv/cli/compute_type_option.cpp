@@ -1,4 +1,5 @@
 #include "qkv/cli/compute_type_option.h"
+#include "qkv/cli/quiet.h"
 
 #include "qkv/core/cuda_runtime.h"
 #include "qkv/core/error.h"
@@ -61,9 +62,9 @@ nn::ComputeType chosen_compute_type(const ComputeTypeOption& o) {
   if (o.quantize == "int8") return nn::ComputeType::Int8;
   const nn::ComputeType type = nn::parse_compute_type(o.compute_type, "--compute-type");
   if (o.device == "cpu" && ops::linear_kernel_is_reference(nn::linear_dtype(type)))
-    std::cerr << "qkv: note: --compute-type " << o.compute_type
-              << " runs its reference path here, slower than float32 (this CPU lacks AVX512_BF16, or QKV_ISA chose "
-                 "a lower level: qkv --version)\n";
+    print_note("--compute-type " + o.compute_type +
+               " runs its reference path here, slower than float32 (this CPU lacks AVX512_BF16, or QKV_ISA chose "
+               "a lower level: qkv --version)");
   return type;
 }
 

@@ -19,6 +19,7 @@
 #include "qkv/cli/commands.h"
 #include "qkv/cli/flag_aliases.h"
 #include "qkv/cli/omp_wait.h"
+#include "qkv/cli/quiet.h"
 #include "qkv/cli/unknown_flags.h"
 #include "qkv/core/cpu_features.h"
 #include "qkv/core/invalid_arguments.h"
@@ -100,11 +101,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> notes;
   const std::vector<std::string> args =
       qkv::cli::rename_deprecated_flags(std::vector<std::string>(argv + 1, argv + argc), notes);
-  for (const std::string& note : notes) std::cerr << note << "\n";
+  const auto print_notes = [&notes] {
+    for (const std::string& note : notes) std::cerr << note << "\n";
+  };
   app.name(argv[0]);  // as parse(argc, argv) would: the help's "Usage:" line
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
   } catch (const CLI::ParseError& e) {
+    print_notes();  // a failed parse may be about the renamed flag: say it was renamed, --quiet or not
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
     const std::optional<std::string> unknown = qkv::cli::unknown_flag_message(app, args);
     return usage_error(unknown ? *unknown : usage_message(e), app);
@@ -113,6 +117,8 @@ int main(int argc, char** argv) {
     std::cerr << app.help();
     return kExitUsage;
   }
+  qkv::cli::set_quiet_requested(app.get_subcommands().front()->get_option("--quiet")->count() > 0);
+  if (!qkv::cli::quiet_requested()) print_notes();
   try {
     qkv::ops::check_cpu_kernel_level();  // a QKV_ISA this CPU cannot run is an error before any work
     return qkv::cli::run_selected(app);

@@ -1,4 +1,5 @@
 #include "qkv/cli/python_plot.h"
+#include "qkv/cli/quiet.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -173,7 +174,7 @@ void run_plot_script(const std::vector<std::string>& args) {
       continue;
     }
     if (o.exit_code == 0) {
-      std::fputs(o.err.c_str(), stderr);  // warnings, e.g. matplotlib building its font cache
+      if (!quiet_requested()) std::fputs(o.err.c_str(), stderr);  // warnings, e.g. matplotlib building its font cache
       return;
     }
     forward_other_lines(o.err);

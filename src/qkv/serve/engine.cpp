@@ -255,7 +255,7 @@ std::string ModelSlot::translate(const TranslationRequest& r) {
                                      std::to_string(translator_->config().tgt_vocab_size) + ")");
   auto job = new_job(Family::EncoderDecoder, JobKind::Translate, r.inputs, "input", r.truncate);
   job->translation = r;
-  job->batch_key = "translate/" + std::to_string(r.beam_size) + "/" + std::to_string(r.n_best) + "/" +
+  job->batch_key = "translate/" + std::to_string(r.beam_size) + "/" + std::to_string(r.num_hypotheses) + "/" +
                    std::to_string(r.length_penalty) + "/" + (r.max_length ? std::to_string(*r.max_length) : "-");
   return wait(submit(job));
 }
@@ -418,7 +418,7 @@ int64_t ModelSlot::run_translation(const std::vector<std::shared_ptr<Job>>& batc
   api::TranslationOptions o;
   o.batch_size = options_.batch_size;
   o.search.beam_size = r.beam_size;
-  o.search.n_best = r.n_best;
+  o.search.n_best = r.num_hypotheses;
   o.search.length_penalty = static_cast<float>(r.length_penalty);
   if (r.max_length) {
     o.search.max_length_ratio = 0;
@@ -440,7 +440,7 @@ int64_t ModelSlot::run_translation(const std::vector<std::shared_ptr<Job>>& batc
       hs.push_back(std::move(h));
     }
     tokens_out += out_tokens;
-    j->answer.set_value(translation_body(j->model, hs, r.n_best > 1, {j->tokens, out_tokens}));
+    j->answer.set_value(translation_body(j->model, hs, j->translation.old_n_best_name, {j->tokens, out_tokens}));
   }
   return tokens_out;
 }

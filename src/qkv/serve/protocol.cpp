@@ -222,10 +222,11 @@ TranslationRequest parse_translation(const std::string& body, const RequestLimit
   // was first spelled here.
   if (find(j, "num_hypotheses") && find(j, "n_best"))
     throw bad_field("num_hypotheses", "give 'num_hypotheses' or its older name 'n_best', not both");
-  const char* hypotheses = find(j, "n_best") ? "n_best" : "num_hypotheses";
-  r.n_best = static_cast<int>(integer(j, hypotheses, r.n_best, 1, 64));
-  if (r.n_best > r.beam_size)
-    throw bad_field(hypotheses, std::string("'") + hypotheses + "' is " + std::to_string(r.n_best) +
+  r.old_n_best_name = find(j, "n_best") != nullptr;
+  const char* hypotheses = r.old_n_best_name ? "n_best" : "num_hypotheses";
+  r.num_hypotheses = static_cast<int>(integer(j, hypotheses, r.num_hypotheses, 1, 64));
+  if (r.num_hypotheses > r.beam_size)
+    throw bad_field(hypotheses, std::string("'") + hypotheses + "' is " + std::to_string(r.num_hypotheses) +
                                     "; at most beam_size (" + std::to_string(r.beam_size) + ")");
   r.length_penalty = number(j, "length_penalty", r.length_penalty, 0.0, 10.0);
   if (find(j, "max_length")) r.max_length = integer(j, "max_length", 0, 1, 1 << 20);
@@ -313,19 +314,18 @@ std::string embedding_body(const std::string& model, const std::vector<std::vect
 }
 
 std::string translation_body(const std::string& model,
-                             const std::vector<std::vector<TranslationHypothesis>>& hypotheses, bool with_n_best,
+                             const std::vector<std::vector<TranslationHypothesis>>& hypotheses, bool old_n_best_name,
                              const Usage& usage) {
   json data = json::array();
   for (size_t i = 0; i < hypotheses.size(); ++i) {
     const auto& hs = hypotheses[i];
     json item = {{"index", i}, {"translation", hs.empty() ? "" : hs[0].text}};
     item["score"] = hs.empty() ? json(nullptr) : json(hs[0].score);
-    if (with_n_best) {
-      json all = json::array();
-      for (const TranslationHypothesis& h : hs)
-        all.push_back({{"translation", h.text}, {"score", h.score}, {"log_prob", h.log_prob}});
-      item["n_best"] = all;
-    }
+    json all = json::array();
+    for (const TranslationHypothesis& h : hs)
+      all.push_back({{"translation", h.text}, {"score", h.score}, {"log_prob", h.log_prob}});
+    if (old_n_best_name && hs.size() > 1) item["n_best"] = all;  // the old shape, for one release
+    item["hypotheses"] = std::move(all);
     data.push_back(item);
   }
   return json{{"object", "list"}, {"model", model}, {"data", data}, {"usage", usage_json(usage)}}.dump(-1, ' ', false, json::error_handler_t::replace);

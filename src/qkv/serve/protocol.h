@@ -64,7 +64,10 @@ struct TranslationRequest {
   std::string model;
   std::vector<std::string> inputs;
   int beam_size = 4;
-  int n_best = 1;
+  int num_hypotheses = 1;
+  // The request spelled num_hypotheses 'n_best' (its first name here): the answer repeats the
+  // hypotheses under "n_best" too, as it used to, for one release (docs/cli.md, renamed names).
+  bool old_n_best_name = false;
   double length_penalty = 1.0;
   std::optional<int64_t> max_length;  // target tokens at most; absent: the model's rule
   bool truncate = false;              // a source past the context: cut (as `qkv translate` does), else 413
@@ -123,8 +126,12 @@ struct TranslationHypothesis {
   std::string text;
   double score = 0, log_prob = 0;
 };
+// Each input's best translation and score, and "hypotheses": all of them, best first, with score
+// and log_prob (num_hypotheses of them, 1 included; none for an empty input, whose translation is
+// "" and score null). With old_n_best_name and more than one
+// hypothesis, the list again under "n_best" (deprecated).
 std::string translation_body(const std::string& model,
-                             const std::vector<std::vector<TranslationHypothesis>>& hypotheses, bool with_n_best,
+                             const std::vector<std::vector<TranslationHypothesis>>& hypotheses, bool old_n_best_name,
                              const Usage& usage);
 
 struct LabelProbability {

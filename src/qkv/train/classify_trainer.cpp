@@ -138,6 +138,8 @@ TrainResult train_classifier(const ClassifyTrainOptions& o, const TrainerEvents&
       v.loss = s.loss;
       v.accuracy = s.accuracy;
       v.macro_f1 = s.macro_f1;
+      v.labels = labels;
+      v.confusion = s.confusion;
       return v;
     };
   const std::string file = fs::path(k.tokenizer_path).filename().string();

@@ -86,6 +86,7 @@ ClassificationScore classification_score(const Tensor& probabilities, const std:
             "classification_score: " << N << " predictions for " << gold.size() << " gold labels");
   std::vector<int64_t> tp(static_cast<size_t>(L)), predicted(static_cast<size_t>(L)), actual(static_cast<size_t>(L));
   ClassificationScore s;
+  s.confusion.assign(static_cast<size_t>(L), std::vector<int64_t>(static_cast<size_t>(L), 0));
   for (int64_t n = 0; n < N; ++n) {
     const float* p = probabilities.f32() + n * L;
     const int32_t g = gold[static_cast<size_t>(n)], y = argmax_row(p, L);
@@ -93,6 +94,7 @@ ClassificationScore classification_score(const Tensor& probabilities, const std:
     ++predicted[static_cast<size_t>(y)];
     ++actual[static_cast<size_t>(g)];
     tp[static_cast<size_t>(g)] += y == g;
+    ++s.confusion[static_cast<size_t>(g)][static_cast<size_t>(y)];
   }
   double f1 = 0, correct = 0;
   int64_t present = 0;

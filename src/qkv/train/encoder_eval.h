@@ -30,6 +30,9 @@ struct ClassificationScore {
   double loss = 0;  // mean cross-entropy of the gold labels
   double accuracy = 0;
   double macro_f1 = 0;  // mean over the labels that occur in gold or predictions of F1 = 2PR / (P + R)
+  // confusion[g][p]: rows whose gold label is g and predicted label p (labels x labels), from which
+  // every per-label precision, recall and F1 follows (`qkv plot` draws them).
+  std::vector<std::vector<int64_t>> confusion;
 };
 // Predictions are the most probable label (the lowest index among ties).
 ClassificationScore classification_score(const Tensor& probabilities, const std::vector<int32_t>& gold);

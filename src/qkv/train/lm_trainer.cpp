@@ -97,7 +97,9 @@ TrainResult train_language_model(const LmTrainOptions& o, const TrainerEvents& e
   Validator validator;
   if (!dev_blocks.empty())
     validator = [&](const models::Model& m, const AfterBatch& after_batch) {
-      return ValidationResult{language_model_loss(m, dev_blocks, 16, after_batch)};
+      ValidationResult v;
+      v.loss = language_model_loss(m, dev_blocks, 16, after_batch);
+      return v;
     };
   Trainer trainer(*model, data, run_trainer_options(o, c.d_model, {{models::kLmSpmFile, spm_path}}, stop), validator);
   if (o.resume) trainer.resume(last, read_train_state(last + "/train_state.json"));

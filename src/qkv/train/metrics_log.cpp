@@ -85,6 +85,10 @@ void MetricsLog::validation(const ValidationReport& v) {
   if (v.result.bleu >= 0) j["bleu"] = v.result.bleu;
   if (v.result.accuracy >= 0) j["accuracy"] = v.result.accuracy;
   if (v.result.macro_f1 >= 0) j["macro_f1"] = v.result.macro_f1;
+  if (!v.result.confusion.empty()) {
+    j["labels"] = v.result.labels;
+    j["confusion"] = v.result.confusion;
+  }
   append(j.dump() + "\n");
 }
 

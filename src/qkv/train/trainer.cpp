@@ -358,7 +358,11 @@ void Trainer::validate(const TrainerEvents& events) {
   if (comm_->size() > 1) {  // rank 0's result, however long validation takes while it signals
     double r[4] = {v.loss, v.bleu, v.accuracy, v.macro_f1};
     comm_->broadcast_from_busy(r, sizeof r, 0, "validation at step " + std::to_string(state_.step));
-    v = ValidationResult{r[0], r[1], r[2], r[3]};
+    // Only the scores travel: rank 0, the one that logs, keeps its labels and confusion counts.
+    v.loss = r[0];
+    v.bleu = r[1];
+    v.accuracy = r[2];
+    v.macro_f1 = r[3];
   }
   last_validated_ = state_.step;
   const bool better = v.score() > state_.best;

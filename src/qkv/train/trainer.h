@@ -68,6 +68,11 @@ struct ValidationResult {
   double bleu = -1;      // -1: not computed
   double accuracy = -1;  // masked LM (of the chosen positions) and classification; -1: not computed
   double macro_f1 = -1;  // classification: the mean F1 over the labels; -1: not computed
+  // Classification: the labels and the dev confusion counts (confusion[gold][predicted], labels x
+  // labels), logged in metrics.jsonl for `qkv plot`; empty otherwise. Rank 0's alone in a
+  // multi-rank run (the one that logs).
+  std::vector<std::string> labels;
+  std::vector<std::vector<int64_t>> confusion;
   // What `best` maximises: BLEU when computed, else macro-F1 when computed, else -loss.
   double score() const { return bleu >= 0 ? bleu : macro_f1 >= 0 ? macro_f1 : -loss; }
   double perplexity() const { return std::exp(loss); }  // loss is the mean per-token cross-entropy
