@@ -14,7 +14,8 @@
 namespace qkv::decoding {
 namespace {
 
-// The decoder over N rows (sentences x beam), with or without the key/value cache. Sentences are
+// The decoder over N rows (sentences x beam), with or without the key/value cache, as the searches
+// see a decoder (DecoderSteps, beam.h). Sentences are
 // encoded once (not once per beam); with the cache, the beams of a sentence share its encoder keys
 // and values (DecoderState::rows_per_source), without it the encoder output is copied to each row. With `attention` it keeps the
 // weights of every step and the reorderings between steps, so that any row's history can be traced
