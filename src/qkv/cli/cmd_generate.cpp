@@ -125,7 +125,7 @@ int64_t write_beam_results(const GenerateCliOptions& o, const api::Generator& ge
       if (o.num_hypotheses > 1)
         out.printf("%zu ||| %s ||| %.6f ||| %.6f\n", i, text.c_str(), h.log_prob, h.score);
       else
-        out.printf("%s\n", text.c_str());
+        out.write(text + "\n");  // whole: a drawn token may decode to a NUL byte
     }
   }
   return new_tokens;
@@ -205,7 +205,7 @@ int run_generate(const GenerateCliOptions& o) {
     progress.finish();
     for (const auto& r : results) {
       new_tokens += static_cast<int64_t>(r.size());
-      out.printf("%s\n", (o.ids ? join_ids(r) : generator.decode(r)).c_str());
+      out.write((o.ids ? join_ids(r) : generator.decode(r)) + "\n");
     }
   }
   out.close();

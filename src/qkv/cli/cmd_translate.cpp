@@ -207,7 +207,7 @@ class InOrderWriter {
       if (o_.n_best > 1)
         out_.printf("%zu ||| %s ||| %.6f ||| %.6f\n", index, text.c_str(), h.log_prob, h.score);
       else
-        out_.printf("%s\n", text.c_str());
+        out_.write(text + "\n");  // whole: a drawn token may decode to a NUL byte
     }
     if (attention_ && !translations.empty()) attention_->add(index, translations[0]);
   }

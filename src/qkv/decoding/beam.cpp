@@ -195,12 +195,12 @@ class Beams {
     finished_[b].push_back({std::move(h), step, row});
   }
 
-  // A hypothesis that ends with EOS joins sentence b's K finished ones, or, once there are K, takes
-  // the place of the worst of them if it scores better (transformers' BeamHypotheses.add: several
-  // may end in the step that completes the K).
+  // A hypothesis that ends with EOS joins sentence b's finished ones while they are fewer than K;
+  // after that (several may end in the step that completes the K) see better_replaces_worst.
   void offer(int64_t b, const std::vector<int32_t>& tokens, double log_prob, int64_t step, int64_t row) {
     std::vector<FoundHypothesis>& f = finished_[b];
     if (static_cast<int64_t>(f.size()) < K_) return finish(b, tokens, log_prob, true, step, row);
+    if (!s_.better_replaces_worst) return;
     const auto worst = std::min_element(f.begin(), f.end(), [](const FoundHypothesis& x, const FoundHypothesis& y) {
       return x.hypothesis.score < y.hypothesis.score;
     });

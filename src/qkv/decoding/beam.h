@@ -60,6 +60,10 @@ struct BeamSettings {
   int n_best = 1;     // hypotheses returned per sentence, <= K
   float length_penalty = 1.0f;
   BeamLimit at_limit = BeamLimit::EndWithEos;
+  // Once K hypotheses have finished, an EOS in the same step that scores better than the worst of
+  // them takes its place (transformers' BeamHypotheses.add); false: the first K to finish are kept
+  // (fairseq, CTranslate2). Only the n-best past the first can differ.
+  bool better_replaces_worst = false;
   StepRules rules;
 };
 

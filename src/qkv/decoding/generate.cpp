@@ -223,7 +223,8 @@ void beam_batch(const models::CausalLM& model, const std::vector<FittedPrompt>& 
     for (int k = 0; k < o.beam_size; ++k) rows.push_back(fitted[i].tokens);
   }
   CausalSteps decoder(model, std::move(rows), new_tokens, o.kv_storage.get());
-  const BeamSettings settings{o.beam_size, o.num_hypotheses, o.length_penalty, BeamLimit::Cut, step_rules(model, o)};
+  // As transformers' generate(num_beams=K, early_stopping=True) ends and keeps hypotheses.
+  const BeamSettings settings{o.beam_size, o.num_hypotheses, o.length_penalty, BeamLimit::Cut, true, step_rules(model, o)};
   const std::vector<int64_t> limits(group.size(), new_tokens);
   std::vector<std::vector<FoundHypothesis>> found = beam_search_steps(decoder, contexts, limits, settings);
   for (size_t j = 0; j < group.size(); ++j)

@@ -229,7 +229,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   int64_t max_limit = 0;
   const std::vector<int64_t> limits = output_limits(model, sources, o, max_limit);
   StepDecoder dec(model, data::pad_batch(sources, c.pad_id), o.beam_size, max_limit + 1, o);
-  BeamSettings settings{o.beam_size, o.n_best, o.length_penalty, BeamLimit::EndWithEos, step_rules(c, o)};
+  // As fairseq and CTranslate2 end and keep hypotheses.
+  BeamSettings settings{o.beam_size, o.n_best, o.length_penalty, BeamLimit::EndWithEos, false, step_rules(c, o)};
   const std::vector<std::vector<int32_t>> contexts(sources.size(), {static_cast<int32_t>(c.bos_id)});
   std::vector<std::vector<FoundHypothesis>> found = beam_search_steps(dec, contexts, limits, settings);
   std::vector<std::vector<Hypothesis>> out(sources.size());
