@@ -74,7 +74,7 @@ class Translator:
     def translate(
         self,
         texts: Sequence[str],
-        beam_size: int = 4,
+        beam_size: Optional[int] = None,
         num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         max_length_ratio: float = 2.0,
@@ -83,6 +83,16 @@ class Translator:
         truncate: bool = True,
         attention: bool = False,
         quantize: Optional[str] = None,
+        source_lang: str = "",
+        target_lang: str = "",
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        min_length: int = 0,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ) -> Union[list[str], list[list[Translation]]]: ...
     def translate_batch(
         self,
@@ -111,13 +121,21 @@ class Translator:
     def translate_ids(
         self,
         sources: Sequence[Sequence[int]],
-        beam_size: int = 4,
+        beam_size: Optional[int] = None,
         num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         max_length_ratio: float = 2.0,
         max_length_offset: int = 10,
         batch_size: int = 32,
         quantize: Optional[str] = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        min_length: int = 0,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ) -> Union[list[list[int]], list[list[Translation]]]: ...
     @property
     def model(self) -> Model: ...
@@ -156,6 +174,11 @@ class Generator:
         batch_size: int = 32,
         stream: bool = False,
         quantize: Optional[str] = None,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        min_new_tokens: int = 0,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ) -> Union[str, PieceStream]: ...
     @overload
     def generate(
@@ -171,6 +194,11 @@ class Generator:
         batch_size: int = 32,
         stream: bool = False,
         quantize: Optional[str] = None,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        min_new_tokens: int = 0,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ) -> list[str]: ...
     def generate_batch(
         self,
@@ -183,6 +211,11 @@ class Generator:
         seed: int = 0,
         truncate_prompt: bool = False,
         max_batch_size: int = 32,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        min_new_tokens: int = 0,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ) -> list[GenerationResult]: ...
     def generate_tokens(
         self,
@@ -207,6 +240,11 @@ class Generator:
         truncate_prompt: bool = False,
         batch_size: int = 32,
         quantize: Optional[str] = None,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        min_new_tokens: int = 0,
+        repetition_penalty: float = 1.0,
+        no_repeat_ngram_size: int = 0,
     ) -> list[list[int]]: ...
     def generate_with_attention(
         self,

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -26,6 +27,25 @@ api::GenerationOptions generation_options(int64_t max_new_tokens, bool sample, d
   o.batch_size = batch_size;
   QKV_CHECK(max_new_tokens >= 1, "max_new_tokens must be at least 1, got " << max_new_tokens);
   decoding::validate_sampling_options(o.decode.sampling);
+  return o;
+}
+
+// The search's keywords beyond sampling (transformers' names): beam search and the token rules.
+struct SearchExtras {
+  int beam_size = 1;
+  float length_penalty = 1.0f;
+  int64_t min_new_tokens = 0;
+  float repetition_penalty = 1.0f;
+  int64_t no_repeat_ngram_size = 0;
+};
+
+api::GenerationOptions with_extras(api::GenerationOptions o, const SearchExtras& e) {
+  o.decode.beam_size = e.beam_size;
+  o.decode.length_penalty = e.length_penalty;
+  o.decode.min_new_tokens = e.min_new_tokens;
+  o.decode.constraints.repetition_penalty = e.repetition_penalty;
+  o.decode.constraints.no_repeat_ngram_size = e.no_repeat_ngram_size;
+  decoding::validate_generate_options(o.decode, std::numeric_limits<int64_t>::max());
   return o;
 }
 
@@ -159,11 +179,12 @@ void bind_generator(py::module_& m) {
           "generate",
           [](py::object self, const py::object& prompt, int64_t max_new_tokens, bool sample, double temperature,
              int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size,
-             bool stream, const py::object& quantize) -> py::object {
+             bool stream, const py::object& quantize, int beam_size, float length_penalty, int64_t min_new_tokens, float repetition_penalty, int64_t no_repeat_ngram_size) -> py::object {
             apply_quantize_argument(self.cast<api::Generator&>().model(), quantize);
             const auto& g = self.cast<const api::Generator&>();
-            const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt,
-                                              batch_size);
+            const auto o = with_extras(generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed,
+                                                          truncate_prompt, batch_size),
+                                       SearchExtras{beam_size, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
             const bool single = py::isinstance<py::str>(prompt);
             const std::vector<std::string> prompts =
                 single ? std::vector<std::string>{prompt.cast<std::string>()} : prompt.cast<std::vector<std::string>>();
@@ -181,17 +202,22 @@ void bind_generator(py::module_& m) {
           py::arg("prompt"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
           py::arg("batch_size") = 32, py::arg("stream") = false, py::arg("quantize") = py::none(),
+          py::arg("beam_size") = 1, py::arg("length_penalty") = 1.0f, py::arg("min_new_tokens") = 0,
+          py::arg("repetition_penalty") = 1.0f, py::arg("no_repeat_ngram_size") = 0,
           "Continues `prompt` (a str: returns a str; a list of str: returns a list, batched). The prompt is not "
           "repeated; EOS ends a continuation. do_sample=True draws with temperature, top_k, top_p (prompt i keyed by "
-          "(seed, i)). stream=True (one prompt): an iterator of text pieces as they are produced. quantize= is "
+          "(seed, i)). beam_size K > 1: beam search (the one Translator uses), ranked by log-prob / "
+          "length^length_penalty. min_new_tokens, repetition_penalty, no_repeat_ngram_size: transformers' token "
+          "rules (as --min-new-tokens ...). stream=True (one prompt): an iterator of text pieces as they are produced. quantize= is "
           "deprecated: choose compute_type= when loading.")
       .def(
           "generate_batch",
           [](const api::Generator& g, const std::vector<std::string>& prompts, int64_t max_new_tokens, bool do_sample,
              double temperature, int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt,
-             int64_t max_batch_size) {
-            const auto o = generation_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
-                                              truncate_prompt, max_batch_size);
+             int64_t max_batch_size, int beam_size, float length_penalty, int64_t min_new_tokens, float repetition_penalty, int64_t no_repeat_ngram_size) {
+            const auto o = with_extras(generation_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
+                                                          truncate_prompt, max_batch_size),
+                                       SearchExtras{beam_size, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
             std::vector<std::vector<int32_t>> ids;
             for (const std::string& p : prompts) ids.push_back(g.encode_prompt(p));
             g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
@@ -210,9 +236,12 @@ void bind_generator(py::module_& m) {
           py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false,
           py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0,
           py::arg("truncate_prompt") = false, py::arg("max_batch_size") = 32,
+          py::arg("beam_size") = 1, py::arg("length_penalty") = 1.0f, py::arg("min_new_tokens") = 0,
+          py::arg("repetition_penalty") = 1.0f, py::arg("no_repeat_ngram_size") = 0,
           "Continues each prompt: a list of GenerationResult (text, tokens, finish_reason), one per prompt, batched "
           "(Hugging Face's and CTranslate2's names: do_sample, max_batch_size). do_sample=True draws with "
-          "temperature, top_k, top_p (prompt i keyed by (seed, i)); else greedy.")
+          "temperature, top_k, top_p (prompt i keyed by (seed, i)); beam_size K > 1 searches K beams; else greedy. "
+          "The token rules as generate().")
       .def(
           "generate_tokens",
           [](py::object self, const std::string& prompt, int64_t max_new_tokens, bool do_sample, double temperature,
@@ -230,10 +259,11 @@ void bind_generator(py::module_& m) {
           "generate_ids",
           [](api::Generator& g, const py::object& prompts, int64_t max_new_tokens, bool sample, double temperature,
              int64_t top_k, double top_p, uint64_t seed, bool truncate_prompt, int64_t batch_size,
-             const py::object& quantize) {
+             const py::object& quantize, int beam_size, float length_penalty, int64_t min_new_tokens, float repetition_penalty, int64_t no_repeat_ngram_size) {
             apply_quantize_argument(g.model(), quantize);
-            const auto o = generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed, truncate_prompt,
-                                              batch_size);
+            const auto o = with_extras(generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed,
+                                                          truncate_prompt, batch_size),
+                                       SearchExtras{beam_size, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
             const auto ids = to_id_lines(prompts, "prompt");
             g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
                             "truncate_prompt=True keeps its last tokens");
@@ -246,7 +276,10 @@ void bind_generator(py::module_& m) {
           },
           py::arg("prompts"), py::arg("max_new_tokens") = 64, py::arg("do_sample") = false, py::arg("temperature") = 1.0,
           py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("seed") = 0, py::arg("truncate_prompt") = false,
-          py::arg("batch_size") = 32, py::arg("quantize") = py::none(), "generate() on token ids (each prompt starts with its own BOS if it wants one).")
+          py::arg("batch_size") = 32, py::arg("quantize") = py::none(),
+          py::arg("beam_size") = 1, py::arg("length_penalty") = 1.0f, py::arg("min_new_tokens") = 0,
+          py::arg("repetition_penalty") = 1.0f, py::arg("no_repeat_ngram_size") = 0,
+          "generate() on token ids (each prompt starts with its own BOS if it wants one).")
       .def(
           "generate_with_attention",
           [](const api::Generator& g, const std::string& prompt, int64_t max_new_tokens, bool sample, double temperature,

@@ -1,10 +1,38 @@
 // qkv.Translator over api::Translator.
+#include <optional>
+
 #include "model.h"
 #include "qkv/api/translator.h"
 
 namespace qkv::python {
 
 namespace {
+// The search's keywords beyond the beam (transformers' names): sampling and the token rules.
+struct SearchExtras {
+  bool do_sample = false;
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int64_t min_length = 0;
+  float repetition_penalty = 1.0f;
+  int64_t no_repeat_ngram_size = 0;
+};
+
+// beam_size None: 4, or 1 with do_sample (which draws one translation a sentence).
+int beam_or_default(const std::optional<int>& beam, bool do_sample) { return beam ? *beam : do_sample ? 1 : 4; }
+
+void apply_extras(const SearchExtras& e, decoding::SearchOptions& o) {
+  o.do_sample = e.do_sample;
+  o.sampling.temperature = e.temperature;
+  o.sampling.top_k = e.top_k;
+  o.sampling.top_p = e.top_p;
+  o.seed = e.seed;
+  o.min_length = e.min_length;
+  o.constraints.repetition_penalty = e.repetition_penalty;
+  o.constraints.no_repeat_ngram_size = e.no_repeat_ngram_size;
+}
+
 api::TranslationOptions translation_options(int beam, int n_best, float length_penalty, float max_length_ratio,
                                             int64_t max_length_offset, int64_t batch_size, bool truncate,
                                             bool attention = false, const std::string& source_lang = "",
@@ -177,11 +205,12 @@ void bind_translator(py::module_& m) {
       .def_property_readonly("device", [](const api::Translator& t) { return t.device().name(); })
       .def(
           "translate",
-          [](api::Translator& t, const std::vector<std::string>& texts, int beam, int n_best, float length_penalty,
+          [](api::Translator& t, const std::vector<std::string>& texts, std::optional<int> beam, int n_best, float length_penalty,
              float max_length_ratio, int64_t max_length_offset, int64_t batch_size, bool truncate, bool attention,
-             const py::object& quantize, const std::string& source_lang, const std::string& target_lang) {
-            const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, truncate, attention, source_lang, target_lang);
+             const py::object& quantize, const std::string& source_lang, const std::string& target_lang, bool do_sample, double temperature, int64_t top_k, double top_p, uint64_t seed, int64_t min_length, float repetition_penalty, int64_t no_repeat_ngram_size) {
+            auto o = translation_options(beam_or_default(beam, do_sample), n_best, length_penalty, max_length_ratio,
+                                         max_length_offset, batch_size, truncate, attention, source_lang, target_lang);
+            apply_extras(SearchExtras{do_sample, temperature, top_k, top_p, seed, min_length, repetition_penalty, no_repeat_ngram_size}, o.search);
             warn_untyped_results(n_best, attention);
             apply_quantize_argument(t.model(), quantize);
             std::vector<std::vector<api::Translation>> r;
@@ -191,22 +220,29 @@ void bind_translator(py::module_& m) {
             }
             return results_to_python(r, n_best, false, attention);
           },
-          py::arg("texts"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("texts"), py::arg("beam_size") = py::none(), py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
           py::arg("truncate") = true, py::arg("attention") = false, py::arg("quantize") = py::none(),
           py::arg("source_lang") = "", py::arg("target_lang") = "",
+          py::arg("do_sample") = false, py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0,
+          py::arg("seed") = 0, py::arg("min_length") = 0, py::arg("repetition_penalty") = 1.0f,
+          py::arg("no_repeat_ngram_size") = 0,
           "Translates each text. num_hypotheses 1: a list of strings; num_hypotheses > 1 or attention=True: a list of "
           "lists of Translation, best first (with attention=True each carries its attention weights). beam_size 1 is greedy "
-          "search. A source over the model's max_seq_length is cut (truncate=False: ValueError naming it). "
+          "search (beam_size None: 4, or 1 with do_sample). do_sample=True draws each token as Generator.generate "
+          "does (temperature, top_k, top_p; text i keyed by (seed, i)). min_length, repetition_penalty, "
+          "no_repeat_ngram_size: transformers' token rules (as --min-length ...). "
+          "A source over the model's max_seq_length is cut (truncate=False: ValueError naming it). "
           "source_lang / target_lang: a multilingual model's languages as its tokenizer names them (M2M100 'fr', "
           "NLLB 'fra_Latn', mBART 'fr_XX'; as --source-lang / --target-lang). "
           "quantize= is deprecated: choose compute_type= when loading.")
       .def(
           "translate_ids",
-          [](api::Translator& t, const py::object& sources, int beam, int n_best, float length_penalty,
-             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, const py::object& quantize) {
-            const auto o = translation_options(beam, n_best, length_penalty, max_length_ratio, max_length_offset,
-                                               batch_size, true, false);
+          [](api::Translator& t, const py::object& sources, std::optional<int> beam, int n_best, float length_penalty,
+             float max_length_ratio, int64_t max_length_offset, int64_t batch_size, const py::object& quantize, bool do_sample, double temperature, int64_t top_k, double top_p, uint64_t seed, int64_t min_length, float repetition_penalty, int64_t no_repeat_ngram_size) {
+            auto o = translation_options(beam_or_default(beam, do_sample), n_best, length_penalty, max_length_ratio,
+                                         max_length_offset, batch_size, true, false);
+            apply_extras(SearchExtras{do_sample, temperature, top_k, top_p, seed, min_length, repetition_penalty, no_repeat_ngram_size}, o.search);
             warn_untyped_results(n_best, false);
             apply_quantize_argument(t.model(), quantize);
             const auto ids = to_id_lines(sources, "source");
@@ -217,9 +253,12 @@ void bind_translator(py::module_& m) {
             }
             return results_to_python(r, n_best, true);
           },
-          py::arg("sources"), py::arg("beam_size") = 4, py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
+          py::arg("sources"), py::arg("beam_size") = py::none(), py::arg("num_hypotheses") = 1, py::arg("length_penalty") = 1.0f,
           py::arg("max_length_ratio") = 2.0f, py::arg("max_length_offset") = 10, py::arg("batch_size") = 32,
           py::arg("quantize") = py::none(),
+          py::arg("do_sample") = false, py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0,
+          py::arg("seed") = 0, py::arg("min_length") = 0, py::arg("repetition_penalty") = 1.0f,
+          py::arg("no_repeat_ngram_size") = 0,
           "translate() on token ids: lists of source ids in, lists of target ids out (num_hypotheses 1) or Translation lists.")
       .def(
           "translate_batch",

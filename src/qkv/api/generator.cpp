@@ -1,6 +1,7 @@
 #include "qkv/api/generator.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "qkv/models/checkpoint.h"
 
@@ -59,37 +60,62 @@ int64_t Generator::check_prompts(const std::vector<std::vector<int32_t>>& prompt
   return truncated;
 }
 
-std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std::vector<int32_t>>& prompts,
-                                                          const GenerationOptions& options,
-                                                          const GenerateProgress& progress, uint64_t first_key,
-                                                          std::vector<decoding::AttentionWeights>* attention) const {
+namespace {
+// Calls run(indices, decode) on batches of prompts of similar length (less padding), `batch_size`
+// at a time, then progress. Several batches share one key/value storage.
+void in_batches(const std::vector<std::vector<int32_t>>& prompts, const GenerationOptions& options,
+                const GenerateProgress& progress,
+                const std::function<void(const std::vector<size_t>&, const decoding::GenerateOptions&)>& run) {
   QKV_CHECK(options.batch_size >= 1, "batch_size must be at least 1, got " << options.batch_size);
-  // Batches of similar length (less padding); each prompt keeps its own random stream.
   std::vector<size_t> order(prompts.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
-  std::vector<std::vector<int32_t>> results(prompts.size());
-  if (attention) attention->assign(prompts.size(), decoding::AttentionWeights{});
   const auto batch_size = static_cast<size_t>(options.batch_size);
-  // Several batches: one key/value storage for all of them.
   decoding::GenerateOptions decode = options.decode;
   if (order.size() > batch_size && !decode.kv_storage) decode.kv_storage = std::make_shared<nn::KVCacheStorage>();
   for (size_t begin = 0; begin < order.size(); begin += batch_size) {
     const size_t end = std::min(order.size(), begin + batch_size);
-    std::vector<std::vector<int32_t>> batch;
-    std::vector<uint64_t> keys;
-    for (size_t i = begin; i < end; ++i) {
-      batch.push_back(prompts[order[i]]);
-      keys.push_back(first_key + order[i]);
-    }
-    std::vector<decoding::AttentionWeights> weights;
-    auto out = decoding::generate(*model_, batch, keys, decode, {}, attention ? &weights : nullptr);
-    for (size_t i = begin; i < end; ++i) {
-      results[order[i]] = std::move(out[i - begin]);
-      if (attention) (*attention)[order[i]] = std::move(weights[i - begin]);
-    }
+    run(std::vector<size_t>(order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(end)),
+        decode);
     if (progress) progress(static_cast<int64_t>(end), static_cast<int64_t>(order.size()));
   }
+}
+
+std::vector<std::vector<int32_t>> prompts_of(const std::vector<std::vector<int32_t>>& prompts, const std::vector<size_t>& indices) {
+  std::vector<std::vector<int32_t>> batch;
+  for (size_t i : indices) batch.push_back(prompts[i]);
+  return batch;
+}
+}  // namespace
+
+std::vector<std::vector<int32_t>> Generator::generate_ids(const std::vector<std::vector<int32_t>>& prompts,
+                                                          const GenerationOptions& options,
+                                                          const GenerateProgress& progress, uint64_t first_key,
+                                                          std::vector<decoding::AttentionWeights>* attention) const {
+  std::vector<std::vector<int32_t>> results(prompts.size());
+  if (attention) attention->assign(prompts.size(), decoding::AttentionWeights{});
+  // Each prompt keeps its own random stream, keyed by its index.
+  in_batches(prompts, options, progress, [&](const std::vector<size_t>& indices, const decoding::GenerateOptions& decode) {
+    std::vector<uint64_t> keys;
+    for (size_t i : indices) keys.push_back(first_key + i);
+    std::vector<decoding::AttentionWeights> weights;
+    auto out = decoding::generate(*model_, prompts_of(prompts, indices), keys, decode, {}, attention ? &weights : nullptr);
+    for (size_t j = 0; j < indices.size(); ++j) {
+      results[indices[j]] = std::move(out[j]);
+      if (attention) (*attention)[indices[j]] = std::move(weights[j]);
+    }
+  });
+  return results;
+}
+
+std::vector<std::vector<decoding::Hypothesis>> Generator::generate_hypotheses_ids(
+    const std::vector<std::vector<int32_t>>& prompts, const GenerationOptions& options,
+    const GenerateProgress& progress) const {
+  std::vector<std::vector<decoding::Hypothesis>> results(prompts.size());
+  in_batches(prompts, options, progress, [&](const std::vector<size_t>& indices, const decoding::GenerateOptions& decode) {
+    auto out = decoding::generate_hypotheses(*model_, prompts_of(prompts, indices), decode);
+    for (size_t j = 0; j < indices.size(); ++j) results[indices[j]] = std::move(out[j]);
+  });
   return results;
 }
 

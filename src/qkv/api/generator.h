@@ -62,6 +62,11 @@ class Generator {
                                                  const GenerationOptions& options,
                                                  const GenerateProgress& progress = {}, uint64_t first_key = 0,
                                                  std::vector<decoding::AttentionWeights>* attention = nullptr) const;
+  // Beam search (decoding::generate_hypotheses): each prompt's options.decode.num_hypotheses best
+  // continuations, best first, in input order, batched by length.
+  std::vector<std::vector<decoding::Hypothesis>> generate_hypotheses_ids(const std::vector<std::vector<int32_t>>& prompts,
+                                                                         const GenerationOptions& options,
+                                                                         const GenerateProgress& progress = {}) const;
   std::vector<std::string> generate(const std::vector<std::string>& prompts, const GenerationOptions& options,
                                     const GenerateProgress& progress = {}) const;
   // One prompt; `on_token` hears each new token as soon as it is chosen. Returns all of them.

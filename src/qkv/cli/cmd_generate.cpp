@@ -1,10 +1,14 @@
 // qkv generate --checkpoint DIR (--prompt TEXT | --input FILE) --max-new-tokens N [--ids]
-//              [--do-sample [--temperature T] [--top-k K] [--top-p P] [--seed S]] [--batch-size N]
-//              [--truncate-prompt] [--threads N] [--quiet]
+//              [--do-sample [--temperature T] [--top-k K] [--top-p P] [--seed S]]
+//              [--beam-size K [--num-hypotheses N] [--length-penalty A]]
+//              [--min-new-tokens N] [--repetition-penalty P] [--no-repeat-ngram-size N]
+//              [--batch-size N] [--truncate-prompt] [--threads N] [--quiet]
 //
 // Continues text with a decoder-only checkpoint. Greedy by default; --do-sample draws (decoding/
-// sampling.h: temperature, then top-k, then top-p, as Hugging Face's generate). The prompt is not
-// echoed: the output is the new tokens only, EOS not included.
+// sampling.h: temperature, then top-k, then top-p, as Hugging Face's generate); --beam-size K > 1
+// runs the beam search translation uses (decoding/beam.h). The token rules (decoding/constraints.h)
+// apply to all three. The prompt is not echoed: the output is the new tokens only, EOS not
+// included; with --num-hypotheses N > 1, N lines a prompt, "index ||| text ||| log-prob ||| score".
 //   --prompt TEXT  one prompt; its continuation streams to stdout as it is produced (flushed per
 //                  token), then a newline.
 //   --input FILE   one prompt a line ('-' = stdin), batched; one output line per input line, in order.
@@ -55,10 +59,34 @@ struct GenerateCliOptions {
   int64_t top_k = 0;
   uint64_t seed = 0;
   int threads = 0;
+  int beam_size = 1, num_hypotheses = 1;
+  float length_penalty = 1.0f, repetition_penalty = 1.0f;
+  int64_t min_new_tokens = 0, no_repeat_ngram_size = 0;
   // Given on the command line (checked against each other before anything is loaded).
   const CLI::Option *prompt_opt = nullptr, *input_opt = nullptr, *temperature_opt = nullptr, *top_k_opt = nullptr,
-                    *top_p_opt = nullptr, *seed_opt = nullptr;
+                    *top_p_opt = nullptr, *seed_opt = nullptr, *attention_opt = nullptr;
 };
+
+decoding::GenerateOptions decode_options(const GenerateCliOptions& o) {
+  decoding::GenerateOptions d;
+  d.max_new_tokens = o.max_new_tokens;
+  d.sample = o.sample;
+  d.sampling.temperature = o.temperature;
+  d.sampling.top_k = o.top_k;
+  d.sampling.top_p = o.top_p;
+  d.seed = o.seed;
+  d.stop_at_eos = !o.ignore_eos;
+  d.long_prompt = o.truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
+  d.min_new_tokens = o.min_new_tokens;
+  d.constraints.repetition_penalty = o.repetition_penalty;
+  d.constraints.no_repeat_ngram_size = o.no_repeat_ngram_size;
+  d.beam_size = o.beam_size;
+  d.num_hypotheses = o.num_hypotheses;
+  d.length_penalty = o.length_penalty;
+  return d;
+}
+
+bool beam_search(const GenerateCliOptions& o) { return o.beam_size > 1 || o.num_hypotheses > 1; }
 
 // Usage errors found by looking at the flags alone.
 void check_flags(const GenerateCliOptions& o) {
@@ -69,15 +97,39 @@ void check_flags(const GenerateCliOptions& o) {
     for (const CLI::Option* opt : {o.temperature_opt, o.top_k_opt, o.top_p_opt, o.seed_opt})
       if (opt->count() > 0)
         throw UsageError(opt->get_name() + " applies only with --do-sample (without it, generation is greedy)");
-  decoding::SamplingOptions s;
-  s.temperature = o.temperature;
-  s.top_k = o.top_k;
-  s.top_p = o.top_p;
-  try {
-    decoding::validate_sampling_options(s);
+  if (beam_search(o) && o.attention_opt->count() > 0)
+    throw UsageError("--attention-out keeps the weights of greedy and sampled generation, not of beam search (--beam-size " +
+                     std::to_string(o.beam_size) + ")");
+  try {  // the vocabulary is not known yet: --beam-size is checked against it once the model is loaded
+    decoding::validate_generate_options(decode_options(o), std::numeric_limits<int64_t>::max());
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+}
+
+// Beam search of every prompt (not streamed: a beam's best is known at its end), written in input
+// order: the best continuation a line, or with --num-hypotheses N > 1 N lines "index ||| text |||
+// log-prob ||| score" (as `qkv translate`). Returns the number of new tokens written.
+int64_t write_beam_results(const GenerateCliOptions& o, const api::Generator& generator,
+                           const std::vector<std::vector<int32_t>>& prompts, const api::GenerationOptions& go,
+                           OutputFile& out) {
+  ProgressLine progress("generated", "lines", o.quiet || prompts.size() == 1);
+  const auto results =
+      generator.generate_hypotheses_ids(prompts, go, [&](int64_t done, int64_t total) { progress.update(done, total); });
+  progress.finish();
+  int64_t new_tokens = 0;
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (results[i].empty()) out.write("\n");  // no room in the context for a new token
+    for (const decoding::Hypothesis& h : results[i]) {
+      new_tokens += static_cast<int64_t>(h.tokens.size());
+      const std::string text = o.ids ? join_ids(h.tokens) : generator.decode(h.tokens);
+      if (o.num_hypotheses > 1)
+        out.printf("%zu ||| %s ||| %.6f ||| %.6f\n", i, text.c_str(), h.log_prob, h.score);
+      else
+        out.write(text + "\n");  // whole: a drawn token may decode to a NUL byte
+    }
+  }
+  return new_tokens;
 }
 
 int run_generate(const GenerateCliOptions& o) {
@@ -91,15 +143,13 @@ int run_generate(const GenerateCliOptions& o) {
   QKV_CHECK(o.ids || generator.tokenizer(), o.checkpoint << ": no " << models::kLmSpmFile << " or " << models::kLmBpeFile
                                                          << " for text prompts; use --ids for token ids");
   api::GenerationOptions go;
-  go.decode.max_new_tokens = o.max_new_tokens;
-  go.decode.sample = o.sample;
-  go.decode.sampling.temperature = o.temperature;
-  go.decode.sampling.top_k = o.top_k;
-  go.decode.sampling.top_p = o.top_p;
-  go.decode.seed = o.seed;
-  go.decode.stop_at_eos = !o.ignore_eos;
-  go.decode.long_prompt = o.truncate_prompt ? decoding::LongPrompt::TruncateLeft : decoding::LongPrompt::Refuse;
+  go.decode = decode_options(o);
   go.batch_size = o.batch_size;
+  try {
+    decoding::validate_generate_options(go.decode, V);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
 
   // Prompts as ids, BOS first for text; `where` names each in messages.
   const bool single = o.prompt_opt->count() > 0;
@@ -124,7 +174,9 @@ int run_generate(const GenerateCliOptions& o) {
   std::vector<std::vector<int32_t>> outputs;
   Stopwatch clock;
   int64_t new_tokens = 0;
-  if (single) {
+  if (beam_search(o)) {
+    new_tokens = write_beam_results(o, generator, prompts, go, out);
+  } else if (single) {
     std::unique_ptr<api::TextStream> stream =
         !o.ids && generator.tokenizer() ? std::make_unique<api::TextStream>(*generator.tokenizer()) : nullptr;
     bool first = true;
@@ -154,7 +206,7 @@ int run_generate(const GenerateCliOptions& o) {
     progress.finish();
     for (const auto& r : results) {
       new_tokens += static_cast<int64_t>(r.size());
-      out.printf("%s\n", (o.ids ? join_ids(r) : generator.decode(r)).c_str());
+      out.write((o.ids ? join_ids(r) : generator.decode(r)) + "\n");
     }
   }
   out.close();
@@ -162,7 +214,7 @@ int run_generate(const GenerateCliOptions& o) {
   if (!o.quiet)
     std::fprintf(stderr, "qkv generate: %zu line(s), %lld new tokens in %s (%.0f tokens/s), %s\n", prompts.size(),
                  static_cast<long long>(new_tokens), format_duration(t).c_str(), t > 0 ? new_tokens / t : 0.0,
-                 o.sample ? "sampled" : "greedy");
+                 o.sample ? "sampled" : beam_search(o) ? ("beam " + std::to_string(o.beam_size)).c_str() : "greedy");
   if (attention) {  // DIR/NNNN.npz per line, then the pictures
     std::vector<std::string> files;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -204,6 +256,26 @@ Runner add_generate_command(CLI::App& app) {
                      ->capture_default_str()
                      ->check(FiniteRange(std::numeric_limits<double>::min(), 1, "in (0, 1]"));
   o->seed_opt = app.add_option("--seed", o->seed, "With --do-sample: the random stream")->capture_default_str();
+  app.add_option("--beam-size", o->beam_size, "Beam search with K beams (1 = greedy; not with --do-sample)")
+      ->capture_default_str()
+      ->check(FiniteRange(1, decoding::kMaxBeamSize));
+  app.add_option("--num-hypotheses", o->num_hypotheses,
+                 "Continuations per prompt (<= --beam-size): 'index ||| text ||| log-prob ||| score'")
+      ->capture_default_str()
+      ->check(FiniteRange(1, decoding::kMaxBeamSize));
+  app.add_option("--length-penalty", o->length_penalty, "With --beam-size: rank by log-prob / length^alpha")
+      ->capture_default_str()
+      ->check(FiniteRange(0, decoding::kMaxLengthPenalty));
+  app.add_option("--min-new-tokens", o->min_new_tokens, "EOS is refused before this many new tokens")
+      ->capture_default_str()
+      ->check(FiniteRange(0, kMaxNewTokens));
+  app.add_option("--repetition-penalty", o->repetition_penalty,
+                 "Scores of tokens already in the prompt or output divided (positive) or multiplied (negative) by P (1 = off)")
+      ->capture_default_str()
+      ->check(FiniteRange(std::numeric_limits<double>::min(), decoding::kMaxRepetitionPenalty, "in (0, 1000]"));
+  app.add_option("--no-repeat-ngram-size", o->no_repeat_ngram_size, "No n-gram of this size occurs twice (0 = off)")
+      ->capture_default_str()
+      ->check(FiniteRange(0, decoding::kMaxNoRepeatNgramSize));
   app.add_option("--batch-size", o->batch_size, "Prompts generated together (--input)")
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));
@@ -213,7 +285,7 @@ Runner add_generate_command(CLI::App& app) {
   add_compute_type_options(app, o->compute);
   add_quiet_flag(app, o->quiet, "No progress, summary or notes on stderr (errors still)");
   add_output_option(app, o->output, "Where the continuations go (--prompt: streamed as they are made)");
-  app.add_option("--attention-out", o->attention_out,
+  o->attention_opt = app.add_option("--attention-out", o->attention_out,
                  "Write each line's self-attention weights (DIR/NNNN.npz) and heatmaps of them "
                  "(DIR/NNNN-self-layerL.png; needs python3-matplotlib)");
   return [o]() { return run_generate(*o); };

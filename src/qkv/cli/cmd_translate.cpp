@@ -1,4 +1,10 @@
 // qkv translate --checkpoint DIR [--input FILE] [-o FILE] [--beam-size N] [--num-hypotheses N] ...
+//               [--do-sample [--temperature T] [--top-k K] [--top-p P] [--seed S]]
+//               [--min-length N] [--repetition-penalty P] [--no-repeat-ngram-size N]
+//
+// Beam search by default (4 beams; decoding/beam.h, the search every family shares); --beam-size 1
+// is greedy, --do-sample draws each token as `qkv generate --do-sample` does (decoding/sampling.h;
+// sentence i keyed by (--seed, i)). The token rules (decoding/constraints.h) apply to all three.
 //
 // Reads one source sentence a line (stdin by default) and writes one translation a line to stdout
 // or -o FILE, in input order, as batches finish. Text is encoded with the checkpoint's tokenizers (its SentencePiece models
@@ -45,7 +51,18 @@ struct TranslateOptions {
   bool quiet = false;
   std::string attention_out;  // --attention-out DIR
   std::string source_lang, target_lang;  // a multilingual model's languages ("": its defaults)
+  bool sample = false;
+  double temperature = 1.0, top_p = 1.0;
+  int64_t top_k = 0, min_length = 0, no_repeat_ngram_size = 0;
+  uint64_t seed = 0;
+  float repetition_penalty = 1.0f;
+  // Given on the command line (checked against each other before anything is loaded).
+  const CLI::Option *beam_opt = nullptr, *temperature_opt = nullptr, *top_k_opt = nullptr, *top_p_opt = nullptr,
+                    *seed_opt = nullptr;
 };
+
+// --do-sample draws one translation a sentence: without --beam-size it means beam 1.
+int beam_size(const TranslateOptions& o) { return o.sample && o.beam_opt->count() == 0 ? 1 : o.beam; }
 
 // The input's lines as token ids (empty for an empty line), cut to max_seq_length or refused as
 // --too-long says.
@@ -78,15 +95,29 @@ std::vector<data::IdLine> read_sources(const TranslateOptions& o, const api::Tra
   return sources;
 }
 
+api::TranslationOptions translation_options(const TranslateOptions& o);
+
 // The checks of flags against each other and against the checkpoint: --num-hypotheses <= --beam-size <= the
 // target vocabulary size. Usage errors, like a flag out of its range.
 void check_search_flags(const TranslateOptions& o, int64_t tgt_vocab_size) {
+  if (!o.sample)
+    for (const CLI::Option* opt : {o.temperature_opt, o.top_k_opt, o.top_p_opt, o.seed_opt})
+      if (opt->count() > 0)
+        throw UsageError(opt->get_name() + " applies only with --do-sample (without it, translation is a beam search)");
+  if (o.sample && (beam_size(o) > 1 || o.n_best > 1))
+    throw UsageError("--do-sample draws one translation a sentence: it does not go with --beam-size " +
+                     std::to_string(beam_size(o)) + " or --num-hypotheses " + std::to_string(o.n_best));
   if (o.n_best > o.beam)
     throw UsageError("--num-hypotheses " + std::to_string(o.n_best) + " exceeds --beam-size " + std::to_string(o.beam) +
                      " (a beam keeps at most --beam-size hypotheses)");
   if (o.beam > tgt_vocab_size)
     throw UsageError("--beam-size " + std::to_string(o.beam) + " exceeds the checkpoint's target vocabulary size " +
                      std::to_string(tgt_vocab_size));
+  try {
+    decoding::validate_search_options(translation_options(o).search, tgt_vocab_size);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 // A multilingual model (M2M100, NLLB, mBART-50) translates into the language whose code it is
@@ -177,7 +208,7 @@ class InOrderWriter {
       if (o_.n_best > 1)
         out_.printf("%zu ||| %s ||| %.6f ||| %.6f\n", index, text.c_str(), h.log_prob, h.score);
       else
-        out_.printf("%s\n", text.c_str());
+        out_.write(text + "\n");  // whole: a drawn token may decode to a NUL byte
     }
     if (attention_ && !translations.empty()) attention_->add(index, translations[0]);
   }
@@ -192,8 +223,16 @@ class InOrderWriter {
 
 api::TranslationOptions translation_options(const TranslateOptions& o) {
   api::TranslationOptions to;
-  to.search.beam_size = o.beam;
+  to.search.beam_size = beam_size(o);
   to.search.n_best = o.n_best;
+  to.search.do_sample = o.sample;
+  to.search.sampling.temperature = o.temperature;
+  to.search.sampling.top_k = o.top_k;
+  to.search.sampling.top_p = o.top_p;
+  to.search.seed = o.seed;
+  to.search.min_length = o.min_length;
+  to.search.constraints.repetition_penalty = o.repetition_penalty;
+  to.search.constraints.no_repeat_ngram_size = o.no_repeat_ngram_size;
   to.search.length_penalty = o.length_penalty;
   to.search.max_length_ratio = o.max_length_ratio;
   to.search.max_length_offset = o.max_length_offset;
@@ -246,7 +285,7 @@ int run_translate(const TranslateOptions& o) {
   if (!o.quiet)
     std::fprintf(stderr, "qkv translate: %lld sentences, %lld output tokens in %s (%.1f sentences/s, %.0f tokens/s), beam %d\n",
                  static_cast<long long>(done), static_cast<long long>(out_tokens), format_duration(t).c_str(), done / t,
-                 out_tokens / t, o.beam);
+                 out_tokens / t, beam_size(o));
   if (attention) attention->draw();
   return 0;
 }
@@ -258,9 +297,9 @@ Runner add_translate_command(CLI::App& app) {
   app.add_option("--input", o->input, "Source text, one sentence a line ('-' = stdin)")->capture_default_str();
   add_output_option(app, o->output, "Translations, one a line in input order (--num-hypotheses N: N lines each)");
   app.add_flag("--ids", o->ids, "Input and output are space-separated token ids (no tokenizer; a source line is taken as given)");
-  app.add_option("--beam-size", o->beam, "Beam size (1 = greedy; at most the target vocabulary size)")
-      ->capture_default_str()
-      ->check(FiniteRange(1, decoding::kMaxBeamSize));
+  o->beam_opt = app.add_option("--beam-size", o->beam, "Beam size (1 = greedy; at most the target vocabulary size)")
+                    ->capture_default_str()
+                    ->check(FiniteRange(1, decoding::kMaxBeamSize));
   app.add_option("--num-hypotheses", o->n_best, "Hypotheses per sentence (<= --beam-size): 'index ||| text ||| log-prob ||| score'")
       ->capture_default_str()
       ->check(FiniteRange(1, decoding::kMaxBeamSize));
@@ -273,6 +312,29 @@ Runner add_translate_command(CLI::App& app) {
   app.add_option("--max-length-offset", o->max_length_offset, "See --max-length-ratio")
       ->capture_default_str()
       ->check(FiniteRange(0, decoding::kMaxLengthOffset));
+  app.add_flag("--do-sample", o->sample, "Sample each token (one translation a sentence; beam 1) instead of beam search");
+  o->temperature_opt = app.add_option("--temperature", o->temperature, "With --do-sample: logits / T")
+                           ->capture_default_str()
+                           ->check(Positive());
+  o->top_k_opt = app.add_option("--top-k", o->top_k, "With --do-sample: keep the K most probable tokens (0 = all)")
+                     ->capture_default_str()
+                     ->check(NonNegative());
+  o->top_p_opt = app.add_option("--top-p", o->top_p, "With --do-sample: keep the most probable tokens up to mass P (1 = all)")
+                     ->capture_default_str()
+                     ->check(FiniteRange(std::numeric_limits<double>::min(), 1, "in (0, 1]"));
+  o->seed_opt = app.add_option("--seed", o->seed, "With --do-sample: the random stream (sentence i keyed by (seed, i))")
+                    ->capture_default_str();
+  app.add_option("--min-length", o->min_length,
+                 "EOS is refused while the output, its decoder start counted, is shorter (transformers' min_length)")
+      ->capture_default_str()
+      ->check(FiniteRange(0, decoding::kMaxLengthOffset));
+  app.add_option("--repetition-penalty", o->repetition_penalty,
+                 "Scores of tokens already in the output divided (positive) or multiplied (negative) by P (1 = off)")
+      ->capture_default_str()
+      ->check(FiniteRange(std::numeric_limits<double>::min(), decoding::kMaxRepetitionPenalty, "in (0, 1000]"));
+  app.add_option("--no-repeat-ngram-size", o->no_repeat_ngram_size, "No n-gram of this size occurs twice in an output (0 = off)")
+      ->capture_default_str()
+      ->check(FiniteRange(0, decoding::kMaxNoRepeatNgramSize));
   app.add_option("--batch-size", o->batch_size, "Sentences decoded together")
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "qkv/decoding/attention.h"
+#include "qkv/decoding/beam.h"
+#include "qkv/decoding/constraints.h"
 #include "qkv/decoding/sampling.h"
 #include "qkv/models/causal_lm.h"
 
@@ -33,6 +35,15 @@ struct GenerateOptions {
   SamplingOptions sampling;     // with sample: temperature, top-k, top-p
   uint64_t seed = 0;            // with sample: the random stream's key
   bool stop_at_eos = true;      // a row ends at EOS (not included in the output); false: EOS is a token
+  // transformers' min_new_tokens: EOS is refused before this many new tokens. >= 0; 0 = off.
+  int64_t min_new_tokens = 0;
+  TokenConstraints constraints;  // repetition_penalty, no_repeat_ngram_size
+  // Beam search (not with sample, stop_at_eos or attention weights): beam_size K in [1, the vocabulary
+  // size and kMaxBeamSize], num_hypotheses <= K kept per prompt, ranked by log_prob /
+  // length^length_penalty (length: new tokens, EOS included when there is one).
+  int beam_size = 1;
+  int num_hypotheses = 1;
+  float length_penalty = 1.0f;
   LongPrompt long_prompt = LongPrompt::Refuse;
   // (The products run in the model's compute type: models::Model::set_compute_type.)
   // For a caller that generates many batches (api::Generator, per call): key/value storage the
@@ -55,6 +66,9 @@ FittedPrompt fit_prompt(const std::vector<int32_t>& prompt, int64_t max_seq_leng
 // is chosen; not for the EOS that ends a row.
 using TokenCallback = std::function<void(size_t row, int32_t token)>;
 
+// Throws qkv::Error naming the CLI flag of an option out of its range or not allowed with another.
+void validate_generate_options(const GenerateOptions& options, int64_t vocab_size);
+
 // The new tokens of every prompt (the prompt not repeated, EOS not included). Prompts must be
 // non-empty (start one with the BOS id to generate from nothing) and hold ids in [0, vocab size);
 // `line_keys` (one per prompt; empty: 0, 1, ...) key each row's random stream: give the input line
@@ -67,5 +81,11 @@ std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const 
                                            const std::vector<uint64_t>& line_keys, const GenerateOptions& options,
                                            const TokenCallback& on_token = {},
                                            std::vector<AttentionWeights>* attention = nullptr);
+
+// Beam search over every prompt (options.beam_size rows each, any beam_size >= 1): each prompt's
+// options.num_hypotheses best hypotheses, best first (tokens: the new ones, EOS not included).
+std::vector<std::vector<Hypothesis>> generate_hypotheses(const models::CausalLM& model,
+                                                         const std::vector<std::vector<int32_t>>& prompts,
+                                                         const GenerateOptions& options);
 
 }  // namespace qkv::decoding

@@ -1,7 +1,5 @@
 #include "qkv/decoding/search.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,100 +8,19 @@
 #include <string>
 
 #include "qkv/core/buffer_pool.h"
+#include "qkv/decoding/search_steps.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::decoding {
 namespace {
 
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-// A row's most likely next tokens: log-probability and token id, best first.
-struct TopTokens {
-  std::vector<float> log_prob;
-  std::vector<int32_t> token;
-};
-
-// Turns one row of logits into log-probabilities, in place, and finds its `count` most likely
-// tokens, best first, ties to the smaller id (the order of a sort by (log-prob, -id)). Pad and BOS
-// get -inf and are never chosen: a pad inside a hypothesis would be read as padding when the pair
-// is scored. Tokens at -inf are never chosen either, so fewer than `count` may come back.
-// `row` holds log-probabilities already (ops::log_softmax_rows_inplace), `lse` their normaliser.
-void log_probs_and_top(float* row, float lse, int64_t V, const models::TransformerConfig& c, int64_t count,
-                       TopTokens& top) {
-  QKV_CHECK(!std::isnan(lse), "search: the model's logits contain NaN");
-  row[c.pad_id] = -std::numeric_limits<float>::infinity();
-  // BART's decoder starts from its EOS (decoder_start_token_id 2): banning the start would ban EOS.
-  if (c.bos_id != c.eos_id) row[c.bos_id] = -std::numeric_limits<float>::infinity();
-  top.log_prob.clear();
-  top.token.clear();
-  float worst = -std::numeric_limits<float>::infinity();  // what a token must beat to get in
-  const auto consider = [&](int64_t v) {
-    const float x = row[v];
-    if (!(x > worst)) return;  // an equal one has a smaller id: it stays ahead
-    size_t at = top.log_prob.size();
-    while (at > 0 && top.log_prob[at - 1] < x) --at;
-    top.log_prob.insert(top.log_prob.begin() + static_cast<std::ptrdiff_t>(at), x);
-    top.token.insert(top.token.begin() + static_cast<std::ptrdiff_t>(at), static_cast<int32_t>(v));
-    if (static_cast<int64_t>(top.log_prob.size()) > count) {
-      top.log_prob.pop_back();
-      top.token.pop_back();
-    }
-    if (static_cast<int64_t>(top.log_prob.size()) == count) worst = top.log_prob.back();
-  };
-  int64_t v = 0;
-  for (; v + 8 <= V; v += 8) {  // most blocks of 8 hold no candidate: one comparison skips them
-    int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(row + v), _mm256_set1_ps(worst), _CMP_GT_OQ));
-    for (; mask != 0; mask &= mask - 1) consider(v + __builtin_ctz(static_cast<unsigned>(mask)));
-  }
-  for (; v < V; ++v) consider(v);
-}
-
-// One decoding step's scores: log-probabilities (N, V) row-major (logits turned in place) and each
-// row's top tokens.
-struct StepScores {
-  Tensor log_probs;
-  std::vector<TopTokens> top;
-  const float* row(int64_t i) const { return log_probs.f32() + i * log_probs.size(1); }
-};
-
-StepScores score_step(Tensor logits, const models::TransformerConfig& c, int64_t count) {
-  StepScores s{logits.contiguous(), {}};
-  const int64_t N = s.log_probs.size(0), V = s.log_probs.size(1);
-  s.top.resize(static_cast<size_t>(N));
-  const Tensor lse = ops::log_softmax_rows_inplace(s.log_probs);
-  float* data = s.log_probs.f32();
-  std::string error;
-#pragma omp parallel for schedule(static) if (N * V > 65536)
-  for (int64_t i = 0; i < N; ++i) {
-    try {
-      log_probs_and_top(data + i * V, lse.f32()[i], V, c, count, s.top[static_cast<size_t>(i)]);
-    } catch (const Error& e) {
-#pragma omp critical
-      error = e.what();
-    }
-  }
-  QKV_CHECK(error.empty(), error);
-  return s;
-}
-
-// The config's forced_bos_id as the first step's only choice in every row, with log-probability 0
-// (transformers' ForcedBOSTokenLogitsProcessor: every other score -inf, the forced one 0).
-void force_first_token(StepScores& s, int32_t token) {
-  const int64_t N = s.log_probs.size(0), V = s.log_probs.size(1);
-  float* data = s.log_probs.f32();
-  std::fill(data, data + N * V, -std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < N; ++i) {
-    data[i * V + token] = 0.f;
-    s.top[static_cast<size_t>(i)] = TopTokens{{0.f}, {token}};
-  }
-}
-
-// The decoder over N rows (sentences x beam), with or without the key/value cache. Sentences are
+// The decoder over N rows (sentences x beam), with or without the key/value cache, as the searches
+// see a decoder (DecoderSteps, beam.h). Sentences are
 // encoded once (not once per beam); with the cache, the beams of a sentence share its encoder keys
 // and values (DecoderState::rows_per_source), without it the encoder output is copied to each row. With `attention` it keeps the
 // weights of every step and the reorderings between steps, so that any row's history can be traced
 // back at the end (attention_of).
-class StepDecoder {
+class StepDecoder : public DecoderSteps {
  public:
   // The model may be on a GPU: the ids go there, and the scores (and attention weights) come back
   // to the host, where the search runs.
@@ -113,7 +30,7 @@ class StepDecoder {
         device_(model.device()),
         use_cache_(o.use_cache),
         attention_(o.attention),
-        forced_bos_id_(o.forced_bos_id >= 0 ? o.forced_bos_id : model.config().forced_bos_id) {
+        bos_rows_(static_cast<size_t>(host_src.size(0) * rows_per_source), static_cast<int32_t>(model.config().bos_id)) {
     const Tensor src = host_src.to(device_);
     const Var enc = model.encode(src, model.generate_mask(src, src).src, attention_ ? &encoder_weights_ : nullptr);
     for (Tensor& w : encoder_weights_) w = w.to(Device::cpu());
@@ -129,8 +46,11 @@ class StepDecoder {
     }
   }
 
-  // Appends tokens (one per row) and returns the next token's scores with `count` top tokens a row.
-  StepScores next_scores(const std::vector<int32_t>& tokens, int64_t count) {
+  // Every row starts from the decoder start (BOS).
+  Tensor first_logits() override { return next_logits(bos_rows_); }
+
+  // Appends tokens (one per row) and returns the next token's logits.
+  Tensor next_logits(const std::vector<int32_t>& tokens) override {
     const int64_t N = static_cast<int64_t>(tokens.size()), V = model_.config().tgt_vocab_size;
     Tensor logits;
     std::vector<Tensor> self_w, cross_w;
@@ -157,9 +77,7 @@ class StepDecoder {
       if (backpointers_.size() < steps_.size()) backpointers_.emplace_back();  // no reorder: rows kept
       steps_.push_back({std::move(self_w), std::move(cross_w)});
     }
-    StepScores scores = score_step(std::move(logits), model_.config(), count);
-    if (steps_done_++ == 0 && forced_bos_id_ >= 0) force_first_token(scores, forced_bos_id_);
-    return scores;
+    return logits.contiguous();
   }
 
   // The weights of the sequence that is row `row` at step `last` (queries 0..last), of a source of
@@ -197,8 +115,7 @@ class StepDecoder {
     return a;
   }
 
-  // Row i continues old row rows[i]; rows may be fewer than before (finished sentences dropped).
-  void reorder(const std::vector<int64_t>& rows) {
+  void reorder(const std::vector<int64_t>& rows) override {
     if (attention_) backpointers_.push_back(rows);
     if (use_cache_) {
       model_.reorder(state_, rows);
@@ -215,8 +132,7 @@ class StepDecoder {
   const models::Transformer& model_;
   Device device_;  // the model's
   bool use_cache_, attention_;
-  int32_t forced_bos_id_;   // the options' or the config's; -1: none
-  int64_t steps_done_ = 0;  // next_scores calls so far: the first is where forced_bos_id applies
+  std::vector<int32_t> bos_rows_;         // the first step's tokens
   std::vector<Tensor> encoder_weights_;  // per layer (B, H, S, S)
   struct StepWeights {
     std::vector<Tensor> self, cross;  // per layer (N, H, 1, t + 1) and (N, H, 1, S) at step t
@@ -233,10 +149,6 @@ int64_t output_limit(const models::Transformer& model, size_t src_len, const Sea
   const int64_t by_ratio = static_cast<int64_t>(std::ceil(o.max_length_ratio * static_cast<double>(src_len))) + o.max_length_offset;
   // Positions hold BOS + tokens; the last position predicts EOS.
   return std::max<int64_t>(1, std::min<int64_t>(by_ratio, model.config().max_seq_length - 1));
-}
-
-double normalised(double log_prob, size_t length, float alpha) {
-  return alpha == 0.f ? log_prob : log_prob / std::pow(static_cast<double>(length), alpha);
 }
 
 void check_sources(const models::Transformer& model, const std::vector<data::IdLine>& sources, const SearchOptions& o) {
@@ -267,81 +179,46 @@ void validate_search_options(const SearchOptions& o, int64_t tgt_vocab_size) {
   QKV_CHECK(o.forced_bos_id >= -1 && o.forced_bos_id < tgt_vocab_size,
             "search: forced_bos_id " << o.forced_bos_id
                                      << " must be -1 (the model's) or an id of the target vocabulary of " << tgt_vocab_size);
+  QKV_CHECK(o.min_length >= 0 && o.min_length <= kMaxLengthOffset,
+            "--min-length: must be in [0, " << kMaxLengthOffset << "] (0 = off), got " << o.min_length);
+  validate_token_constraints(o.constraints);
+  if (!o.do_sample) return;
+  QKV_CHECK(o.beam_size == 1 && o.n_best == 1, "--do-sample draws one translation a sentence: it takes --beam-size 1 and "
+                                               "--num-hypotheses 1, got "
+                                                   << o.beam_size << " and " << o.n_best);
+  validate_sampling_options(o.sampling);
 }
 
 namespace {
 
-// A candidate continuation of one sentence: beam `beam` extended by `token`, with the sum of
-// log-probabilities it would have.
-struct Candidate {
-  double log_prob;
-  int64_t beam;
-  int32_t token;
-};
-
-// The `count` best continuations of a sentence's live beams (rows first_row .. + K), best first,
-// ties to the smaller (beam, token), the order of a sort over every (beam, token) pair. A row's own
-// top `count` tokens are enough: cum + log_prob is monotonic in log_prob within a row.
-std::vector<Candidate> best_candidates(const StepScores& s, const std::vector<double>& cum, int64_t first_row,
-                                       int64_t K, int64_t count) {
-  std::vector<Candidate> cand;
-  for (int64_t k = 0; k < K; ++k) {
-    if (cum[first_row + k] == kNegInf) continue;
-    const TopTokens& top = s.top[static_cast<size_t>(first_row + k)];
-    for (size_t i = 0; i < top.token.size(); ++i) cand.push_back({cum[first_row + k] + top.log_prob[i], k, top.token[i]});
-  }
-  const size_t take = std::min<size_t>(cand.size(), static_cast<size_t>(count));
-  std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(take), cand.end(),
-                    [](const Candidate& x, const Candidate& y) {
-                      if (x.log_prob != y.log_prob) return x.log_prob > y.log_prob;
-                      return x.beam != y.beam ? x.beam < y.beam : x.token < y.token;
-                    });
-  cand.resize(take);
-  return cand;
+// The rules every search of this model applies (constraints.h): pad and the decoder start are never
+// chosen (a pad inside a hypothesis would be read as padding when the pair is scored), the minimum
+// length, the forced first token (the options' or the config's), the repetition rules.
+StepRules step_rules(const models::TransformerConfig& c, const SearchOptions& o) {
+  StepRules r;
+  r.constraints = o.constraints;
+  r.never.push_back(static_cast<int32_t>(c.pad_id));
+  // BART's decoder starts from its EOS (decoder_start_token_id 2): banning the start would ban EOS.
+  if (c.bos_id != c.eos_id && c.bos_id != c.pad_id) r.never.push_back(static_cast<int32_t>(c.bos_id));
+  r.eos_id = static_cast<int32_t>(c.eos_id);
+  r.min_new_tokens = std::max<int64_t>(0, o.min_length - 1);  // the decoder start counts as one
+  r.forced_first = o.forced_bos_id >= 0 ? o.forced_bos_id : static_cast<int32_t>(c.forced_bos_id);
+  return r;
 }
 
-// A sentence that goes on to the next step: its rows (K of them, in beam search) continue the old
-// rows `rows` with these scores and tokens. `block` is where its rows were: j in rows [j K, j K + K).
-struct Continuing {
-  int64_t sentence, block;
-  std::vector<int64_t> rows;
-  std::vector<double> cum;
-  std::vector<int32_t> token;
-};
-
-// The sentences that go on, in their order in the next step's batch. A sentence keeps its place
-// when that place is still inside the smaller batch; the others move into the places finished
-// sentences left. Compacting in order would instead shift every sentence after a finished one, and
-// each shift copies its rows' key/value caches (see Transformer::reorder).
-std::vector<Continuing> in_new_places(std::vector<Continuing> going_on) {
-  const size_t count = going_on.size();
-  std::vector<Continuing> placed(count);
-  std::vector<char> taken(count, 0);
-  std::vector<Continuing*> movers;
-  for (Continuing& go : going_on) {
-    if (static_cast<size_t>(go.block) < count) {
-      taken[static_cast<size_t>(go.block)] = 1;
-      placed[static_cast<size_t>(go.block)] = std::move(go);
-    } else {
-      movers.push_back(&go);
-    }
-  }
-  size_t free_place = 0;
-  for (Continuing* go : movers) {
-    while (taken[free_place]) ++free_place;
-    taken[free_place] = 1;
-    placed[free_place] = std::move(*go);
-  }
-  return placed;
+// Each sentence's limit of new tokens, and the largest.
+std::vector<int64_t> output_limits(const models::Transformer& model, const std::vector<data::IdLine>& sources,
+                                   const SearchOptions& o, int64_t& max_limit) {
+  std::vector<int64_t> limit(sources.size());
+  max_limit = 0;
+  for (size_t b = 0; b < sources.size(); ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
+  return limit;
 }
 
 }  // namespace
 
-// Beam search as fairseq and CTranslate2 do it. Each step takes the 2K best continuations of a
-// sentence's K beams; an EOS among the first K of them finishes a hypothesis, an EOS ranked lower is
-// dropped (it was not good enough to be a beam), and the first K others are the next beams. A
-// sentence is done once K hypotheses have finished, or at its length limit, where every live beam
-// ends with EOS. Done sentences leave the batch, so the decoder only runs on sentences in progress.
+// Beam search (beam.h) with the decoder as DecoderSteps: the rules read each sentence's decoder
+// start and its tokens, and at the length limit every live beam ends with EOS.
 std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& model,
                                                  const std::vector<data::IdLine>& sources, const SearchOptions& o) {
   check_sources(model, sources, o);
@@ -349,125 +226,80 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   NoGradGuard no_grad;
   const ScopedCacheLimit step_buffers(kStepBuffersKept);
   const auto& c = model.config();
-  const int64_t B = static_cast<int64_t>(sources.size()), K = o.beam_size;
-  std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
-  for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), K, max_limit + 1, o);
-
-  // Row j*K + k holds beam k of sentence active[j]. Only beam 0 is live at the start (the others
-  // are copies of it with -inf score) so the first step does not pick K copies of one token.
-  std::vector<int64_t> active(B);
-  std::iota(active.begin(), active.end(), int64_t{0});
-  std::vector<double> cum(B * K, kNegInf);
-  for (int64_t b = 0; b < B; ++b) cum[b * K] = 0;
-  std::vector<std::vector<int32_t>> tokens(B * K);
-  std::vector<std::vector<Hypothesis>> finished(B);
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> ended_at(B);  // (step, row) of each finished one
-  std::vector<int32_t> next(B * K, c.bos_id);
-
-  const auto finish = [&](int64_t b, const std::vector<int32_t>& prefix, double log_prob, int64_t step, int64_t row) {
-    finished[b].push_back({prefix, log_prob, normalised(log_prob, prefix.size() + 1, o.length_penalty), true, {}});
-    ended_at[b].emplace_back(step, row);
-  };
-  for (int64_t t = 0; t <= max_limit && !active.empty(); ++t) {
-    const StepScores s = dec.next_scores(next, 2 * K);
-    std::vector<Continuing> going_on;
-    for (size_t j = 0; j < active.size(); ++j) {
-      const int64_t b = active[j], first = static_cast<int64_t>(j) * K;
-      if (t == limit[b]) {  // length limit: every live beam ends here with EOS
-        for (int64_t k = 0; k < K; ++k)
-          if (cum[first + k] != kNegInf) finish(b, tokens[first + k], cum[first + k] + s.row(first + k)[c.eos_id], t, first + k);
-        continue;
-      }
-      Continuing go{b, static_cast<int64_t>(j), {}, {}, {}};
-      const std::vector<Candidate> cand = best_candidates(s, cum, first, K, 2 * K);
-      for (size_t i = 0; i < cand.size() && static_cast<int64_t>(go.rows.size()) < K; ++i) {
-        const int64_t row = first + cand[i].beam;
-        if (cand[i].token == c.eos_id) {
-          if (static_cast<int64_t>(i) < K && static_cast<int64_t>(finished[b].size()) < K) finish(b, tokens[row], cand[i].log_prob, t, row);
-          continue;
-        }
-        go.rows.push_back(row);
-        go.cum.push_back(cand[i].log_prob);
-        go.token.push_back(cand[i].token);
-      }
-      if (static_cast<int64_t>(finished[b].size()) >= K || go.rows.empty()) continue;  // done: it leaves the batch
-      while (static_cast<int64_t>(go.rows.size()) < K) {  // fewer than K continuations (tiny vocabularies)
-        go.rows.push_back(first);
-        go.cum.push_back(kNegInf);
-        go.token.push_back(c.eos_id);
-      }
-      going_on.push_back(std::move(go));
+  const std::vector<int64_t> limits = output_limits(model, sources, o, max_limit);
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), o.beam_size, max_limit + 1, o);
+  // As fairseq and CTranslate2 end and keep hypotheses.
+  BeamSettings settings{o.beam_size, o.n_best, o.length_penalty, BeamLimit::EndWithEos, false, step_rules(c, o)};
+  const std::vector<std::vector<int32_t>> contexts(sources.size(), {static_cast<int32_t>(c.bos_id)});
+  std::vector<std::vector<FoundHypothesis>> found = beam_search_steps(dec, contexts, limits, settings);
+  std::vector<std::vector<Hypothesis>> out(sources.size());
+  for (size_t b = 0; b < sources.size(); ++b)
+    for (FoundHypothesis& f : found[b]) {
+      out[b].push_back(std::move(f.hypothesis));
+      if (o.attention)
+        out[b].back().attention =
+            dec.attention_of(f.row, f.step, static_cast<int64_t>(sources[b].size()), static_cast<int64_t>(b));
     }
-    if (going_on.empty()) break;
-    std::vector<int64_t> rows;
-    std::vector<double> new_cum;
-    std::vector<std::vector<int32_t>> new_tokens;
-    next.clear();
-    active.clear();
-    for (const Continuing& go : in_new_places(std::move(going_on))) {
-      active.push_back(go.sentence);
-      for (size_t k = 0; k < go.rows.size(); ++k) {
-        rows.push_back(go.rows[k]);
-        new_cum.push_back(go.cum[k]);
-        new_tokens.push_back(go.cum[k] == kNegInf ? std::vector<int32_t>{} : tokens[go.rows[k]]);
-        if (go.cum[k] != kNegInf) new_tokens.back().push_back(go.token[k]);
-        next.push_back(go.token[k]);
-      }
-    }
-    cum = std::move(new_cum);
-    tokens = std::move(new_tokens);
-    dec.reorder(rows);
-  }
-  std::vector<std::vector<Hypothesis>> out(B);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& f = finished[b];
-    std::vector<size_t> order(f.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return f[x].score > f[y].score; });
-    if (static_cast<int64_t>(order.size()) > o.n_best) order.resize(o.n_best);
-    for (size_t i : order) {
-      out[b].push_back(f[i]);
-      if (o.attention) {
-        const auto [step, row] = ended_at[b][i];
-        out[b].back().attention = dec.attention_of(row, step, static_cast<int64_t>(sources[b].size()), b);
-      }
-    }
-  }
   return out;
 }
 
+namespace {
+
+// Greedy and sampled search's choice for one row: the argmax of the log-probabilities after the
+// rules, or, when the rules or a draw need the logits (`logits` non-null), the argmax of / a draw
+// from the logits after the rules, as transformers' greedy search and sampling choose.
+int32_t choose_token(const StepScores& s, const float* logits, int64_t row, const RowView& view, const StepRules& rules,
+                     const SearchOptions& o, uint64_t line_key) {
+  if (!logits) return s.top[static_cast<size_t>(row)].token.empty() ? rules.eos_id : s.top[static_cast<size_t>(row)].token[0];
+  const int64_t V = s.log_probs.size(1);
+  std::vector<float> z(logits + row * V, logits + (row + 1) * V);
+  apply_step_rules(z.data(), V, view.history, rules, view.at_limit);
+  const auto step = static_cast<uint64_t>(view.history.generated.size());
+  return o.do_sample ? sample_token(z.data(), V, o.sampling, o.seed, line_key, step) : argmax_token(z.data(), V);
+}
+
+}  // namespace
+
 std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
-                                      const SearchOptions& o) {
+                                      const SearchOptions& o, const std::vector<uint64_t>& line_keys) {
   SearchOptions greedy = o;
   greedy.beam_size = greedy.n_best = 1;
   check_sources(model, sources, greedy);
+  QKV_CHECK(line_keys.empty() || line_keys.size() == sources.size(),
+            "search: " << line_keys.size() << " line keys for " << sources.size() << " sources");
   if (sources.empty()) return {};
   NoGradGuard no_grad;
   const ScopedCacheLimit step_buffers(kStepBuffersKept);
   const auto& c = model.config();
   const int64_t B = static_cast<int64_t>(sources.size());
-  std::vector<int64_t> limit(B);
   int64_t max_limit = 0;
-  for (int64_t b = 0; b < B; ++b) max_limit = std::max(max_limit, limit[b] = output_limit(model, sources[b].size(), o));
+  const std::vector<int64_t> limit = output_limits(model, sources, o, max_limit);
+  const StepRules rules = step_rules(c, o);
+  const std::vector<int32_t> context{static_cast<int32_t>(c.bos_id)};
+  const bool need_logits = o.do_sample || rules.constraints.repetition_penalty != 1.0f;
   StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o);
   std::vector<Hypothesis> hyps(B);
   std::vector<int64_t> active(B);  // row i decodes sentence active[i]
   std::iota(active.begin(), active.end(), int64_t{0});
   std::vector<int64_t> ended_row(B), ended_step(B);
-  std::vector<int32_t> next(B, c.bos_id);
-  for (int64_t t = 0; t <= max_limit && !active.empty(); ++t) {
-    const StepScores s = dec.next_scores(next, 1);
+  Tensor logits = dec.first_logits();
+  for (int64_t t = 0;; ++t) {
+    const auto view_of = [&](int64_t row) {
+      const int64_t b = active[static_cast<size_t>(row)];
+      return RowView{{context, hyps[b].tokens}, t == limit[b]};
+    };
+    const Tensor raw = need_logits ? logits.clone() : Tensor();
+    const StepScores s = score_step(std::move(logits), rules, 1, view_of);
     std::vector<Continuing> going_on;
     for (size_t i = 0; i < active.size(); ++i) {
       const int64_t b = active[i], row = static_cast<int64_t>(i);
       Hypothesis& h = hyps[b];
-      const TopTokens& top = s.top[i];
+      const uint64_t key = line_keys.empty() ? static_cast<uint64_t>(b) : line_keys[b];
       // At the limit only EOS may follow, as in beam search.
-      const int32_t v = t == limit[b] || top.token.empty() ? c.eos_id : top.token[0];
+      const int32_t v = t == limit[b] ? rules.eos_id : choose_token(s, need_logits ? raw.f32() : nullptr, row, view_of(row), rules, o, key);
       h.log_prob += s.row(row)[v];
-      if (v == c.eos_id) {
+      if (v == rules.eos_id) {
         h.finished = true;
         ended_row[b] = row;
         ended_step[b] = t;
@@ -479,7 +311,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
     if (going_on.empty()) break;
     const bool some_ended = going_on.size() < active.size();
     std::vector<int64_t> rows;
-    next.clear();
+    std::vector<int32_t> next;
     active.clear();
     for (const Continuing& go : in_new_places(std::move(going_on))) {
       active.push_back(go.sentence);
@@ -487,6 +319,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
       next.push_back(go.token[0]);
     }
     if (some_ended) dec.reorder(rows);
+    logits = dec.next_logits(next);
   }
   for (int64_t b = 0; b < B; ++b) {
     Hypothesis& h = hyps[b];
@@ -516,7 +349,8 @@ void search_batch(const models::Transformer& model, const std::vector<data::IdLi
   rows.reserve(batch.size());
   for (size_t i : batch) rows.push_back(sources[i]);
   if (o.beam_size == 1 && o.n_best == 1) {
-    std::vector<Hypothesis> found = greedy_search(model, rows, o);
+    const std::vector<uint64_t> keys(batch.begin(), batch.end());
+    std::vector<Hypothesis> found = greedy_search(model, rows, o, keys);
     for (size_t k = 0; k < batch.size(); ++k) {
       std::vector<Hypothesis> one;
       one.push_back(std::move(found[k]));

@@ -1,11 +1,14 @@
-// Translation search over a Transformer: greedy and beam search, batched over sentences.
+// Translation search over a Transformer: greedy, sampling and beam search, batched over sentences.
+// Beam search is the one of every family (beam.h), the token rules those of constraints.h and the
+// draws those of sampling.h, which a causal LM's generation (generate.h) uses too.
 //
-// Both run the decoder incrementally: the encoder output is projected to cross-attention keys and
+// All run the decoder incrementally: the encoder output is projected to cross-attention keys and
 // values once, and self-attention keys/values of decoded positions are cached (use_cache = false
 // re-runs the whole decoder on the prefix each step instead; it exists to test the cache).
 //
 // Scores: a hypothesis' log_prob is the sum of log p(token) over its tokens and its EOS, exactly
-// what `qkv score` computes for the pair (source, [BOS] hyp [EOS]); its score for ranking is
+// what `qkv score` computes for the pair (source, [BOS] hyp [EOS]) (with a repetition penalty or
+// n-gram rule: the scores after them, as transformers ranks beams); its score for ranking is
 // log_prob / length^length_penalty with length = tokens + 1 (fairseq's normalisation).
 #pragma once
 #include <functional>
@@ -13,13 +16,14 @@
 
 #include "qkv/data/id_lines.h"
 #include "qkv/decoding/attention.h"
+#include "qkv/decoding/beam.h"
+#include "qkv/decoding/constraints.h"
+#include "qkv/decoding/sampling.h"
 #include "qkv/models/transformer.h"
 
 namespace qkv::decoding {
 
-// Bounds of the options. A beam wider than kMaxBeamSize costs minutes a sentence for no gain.
-inline constexpr int kMaxBeamSize = 1024;
-inline constexpr float kMaxLengthPenalty = 10.f;
+// Bounds of the options (and kMaxBeamSize, kMaxLengthPenalty: beam.h).
 inline constexpr float kMaxLengthRatio = 1000.f;
 inline constexpr int64_t kMaxLengthOffset = int64_t{1} << 20;
 
@@ -31,6 +35,16 @@ struct SearchOptions {
   int64_t max_length_offset = 10;  // [0, kMaxLengthRatio], offset in [0, kMaxLengthOffset];
                                    // capped by the model's max_seq_length - 1
   bool use_cache = true;
+  // transformers' min_length: EOS is refused while the decoder's tokens (its start token counted,
+  // as transformers counts it) are fewer, so a hypothesis has at least min_length - 1 tokens before
+  // its EOS, unless the length limit comes first. In [0, kMaxLengthOffset]; 0 = off.
+  int64_t min_length = 0;
+  TokenConstraints constraints;  // repetition_penalty, no_repeat_ngram_size (constraints.h)
+  // Sampling instead of the argmax (beam_size and n_best 1): sampling.h's draws, sentence i of the
+  // input keyed by (seed, i), so a sentence's output does not depend on its batch.
+  bool do_sample = false;
+  SamplingOptions sampling;
+  uint64_t seed = 0;
   // >= 0: the first target token, with log-probability 0, instead of the model config's
   // forced_bos_id (a multilingual model's target language, chosen per call); -1: the config's.
   int32_t forced_bos_id = -1;
@@ -50,26 +64,21 @@ struct SearchOptions {
 // call it; it is public so callers can check options before loading a model.
 void validate_search_options(const SearchOptions& options, int64_t tgt_vocab_size);
 
-struct Hypothesis {
-  std::vector<int32_t> tokens;  // without BOS and EOS
-  double log_prob = 0;          // includes EOS when the hypothesis finished with it
-  double score = 0;             // log_prob / length^length_penalty
-  bool finished = false;        // ended with EOS (false: cut at the length limit)
-  AttentionWeights attention;   // with SearchOptions::attention
-};
-
 // Results per sentence, best first (n_best each). Sources must fit max_seq_length.
 std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& model,
                                                  const std::vector<data::IdLine>& sources, const SearchOptions& options);
-// Greedy decoding: the argmax token each step (beam_search with beam_size 1 gives the same tokens).
+// Greedy decoding: the argmax token each step (beam_search with beam_size 1 gives the same tokens,
+// unless a repetition penalty applies: see constraints.h), or with do_sample a draw. `line_keys`
+// (one per source; empty: 0, 1, ...) key each sentence's random stream.
 std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
-                                      const SearchOptions& options);
+                                      const SearchOptions& options, const std::vector<uint64_t>& line_keys = {});
 
 // Called after each batch of search_in_batches / search_each with the sentences done so far and in
 // all (empty sources are not counted).
 using BatchProgress = std::function<void(int64_t done, int64_t total)>;
 // Any number of sentences, `batch_size` at a time: sorted by length so that a batch's sentences
-// end at about the same step, greedy when beam_size and n_best are 1, beam search otherwise.
+// end at about the same step, greedy (or sampling) when beam_size and n_best are 1, beam search
+// otherwise. Sampled sentences are keyed by their index in `sources`.
 // Several batches share one key/value storage (unless the options bring
 // their own). Results in input order; an empty source gets no hypothesis.
 std::vector<std::vector<Hypothesis>> search_in_batches(const models::Transformer& model,

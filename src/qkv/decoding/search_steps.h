@@ -1,0 +1,55 @@
+// The pieces the searches (beam.h, search.h) share: one step's scores (logits turned into
+// log-probabilities, the step rules of constraints.h applied, each row's most likely tokens), and
+// the placing of the sentences that go on in the next step's smaller batch.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "qkv/core/tensor.h"
+#include "qkv/decoding/constraints.h"
+
+namespace qkv::decoding {
+
+// A row's most likely next tokens: log-probability and token id, best first.
+struct TopTokens {
+  std::vector<float> log_prob;
+  std::vector<int32_t> token;
+};
+
+// Log-probabilities (N, V) row-major, after the rules, and each row's top tokens.
+struct StepScores {
+  Tensor log_probs;
+  std::vector<TopTokens> top;
+  const float* row(int64_t i) const { return log_probs.f32() + i * log_probs.size(1); }
+};
+
+// What the rules need of row i at this step.
+struct RowView {
+  RowHistory history;
+  bool at_limit = false;  // the row must end here: the minimum length gives way
+};
+using RowViewOf = std::function<RowView(int64_t row)>;
+
+// Turns logits (N, V) into log-probabilities in place (not normalised again after the rules, as
+// transformers' beam search), applies the rules to each row and finds its `count` most likely
+// tokens, best first, ties to the smaller id. Tokens at -inf are never chosen, so fewer than
+// `count` may come back. NaN logits are a qkv::Error.
+StepScores score_step(Tensor logits, const StepRules& rules, int64_t count, const RowViewOf& view_of);
+
+// A sentence that goes on to the next step: its rows (K of them, in beam search) continue the old
+// rows `rows` with these scores and tokens. `block` is where its rows were: j in rows [j K, j K + K).
+struct Continuing {
+  int64_t sentence, block;
+  std::vector<int64_t> rows;
+  std::vector<double> cum;
+  std::vector<int32_t> token;
+};
+
+// The sentences that go on, in their order in the next step's batch. A sentence keeps its place
+// when that place is still inside the smaller batch; the others move into the places finished
+// sentences left. Compacting in order would instead shift every sentence after a finished one, and
+// each shift copies its rows' key/value caches (see Transformer::reorder).
+std::vector<Continuing> in_new_places(std::vector<Continuing> going_on);
+
+}  // namespace qkv::decoding
