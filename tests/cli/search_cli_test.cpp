@@ -52,7 +52,10 @@ std::string* SearchCli::dir_ = nullptr;
 
 std::string ids_line(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 

@@ -273,7 +273,9 @@ TEST(CausalBeamSearch, WidthOneIsGreedyAndHypothesesAreRanked) {
     std::set<std::vector<int32_t>> distinct;
     for (size_t h = 0; h < found.size(); ++h) {
       distinct.insert(found[h].tokens);
-      if (h > 0) EXPECT_GE(found[h - 1].score, found[h].score);
+      if (h > 0) {
+        EXPECT_GE(found[h - 1].score, found[h].score);
+      }
       EXPECT_LE(found[h].tokens.size(), 8u);
     }
     EXPECT_EQ(distinct.size(), 5u);
