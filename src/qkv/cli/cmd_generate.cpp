@@ -37,6 +37,7 @@
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/output_file.h"
 #include "qkv/cli/progress.h"
+#include "qkv/cli/search_flags.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
@@ -246,16 +247,7 @@ Runner add_generate_command(CLI::App& app) {
   app.add_flag("--do-sample", o->sample, "Sample the next token (default: greedy, the most probable)");
   app.add_flag("--ignore-eos", o->ignore_eos,
                "EOS does not end a prompt's continuation: every one gets --max-new-tokens (benchmarks; as vLLM's ignore_eos)");
-  o->temperature_opt = app.add_option("--temperature", o->temperature, "With --do-sample: logits / T")
-                           ->capture_default_str()
-                           ->check(Positive());
-  o->top_k_opt = app.add_option("--top-k", o->top_k, "With --do-sample: keep the K most probable tokens (0 = all)")
-                     ->capture_default_str()
-                     ->check(NonNegative());
-  o->top_p_opt = app.add_option("--top-p", o->top_p, "With --do-sample: keep the most probable tokens up to mass P (1 = all)")
-                     ->capture_default_str()
-                     ->check(FiniteRange(std::numeric_limits<double>::min(), 1, "in (0, 1]"));
-  o->seed_opt = app.add_option("--seed", o->seed, "With --do-sample: the random stream")->capture_default_str();
+  add_sampling_flags(app, o.get(), "With --do-sample: the random stream");
   app.add_option("--beam-size", o->beam_size, "Beam search with K beams (1 = greedy; not with --do-sample)")
       ->capture_default_str()
       ->check(FiniteRange(1, decoding::kMaxBeamSize));
@@ -269,13 +261,7 @@ Runner add_generate_command(CLI::App& app) {
   app.add_option("--min-new-tokens", o->min_new_tokens, "EOS is refused before this many new tokens")
       ->capture_default_str()
       ->check(FiniteRange(0, kMaxNewTokens));
-  app.add_option("--repetition-penalty", o->repetition_penalty,
-                 "Scores of tokens already in the prompt or output divided (positive) or multiplied (negative) by P (1 = off)")
-      ->capture_default_str()
-      ->check(FiniteRange(std::numeric_limits<double>::min(), decoding::kMaxRepetitionPenalty, "in (0, 1000]"));
-  app.add_option("--no-repeat-ngram-size", o->no_repeat_ngram_size, "No n-gram of this size occurs twice (0 = off)")
-      ->capture_default_str()
-      ->check(FiniteRange(0, decoding::kMaxNoRepeatNgramSize));
+  add_repetition_flags(app, o.get(), "the prompt or output");
   app.add_option("--batch-size", o->batch_size, "Prompts generated together (--input)")
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));

@@ -33,6 +33,7 @@
 #include "qkv/cli/id_text.h"
 #include "qkv/cli/output_file.h"
 #include "qkv/cli/progress.h"
+#include "qkv/cli/search_flags.h"
 #include "qkv/cli/validators.h"
 #include "qkv/core/threads.h"
 #include "qkv/text/utf8.h"
@@ -313,28 +314,12 @@ Runner add_translate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(FiniteRange(0, decoding::kMaxLengthOffset));
   app.add_flag("--do-sample", o->sample, "Sample each token (one translation a sentence; beam 1) instead of beam search");
-  o->temperature_opt = app.add_option("--temperature", o->temperature, "With --do-sample: logits / T")
-                           ->capture_default_str()
-                           ->check(Positive());
-  o->top_k_opt = app.add_option("--top-k", o->top_k, "With --do-sample: keep the K most probable tokens (0 = all)")
-                     ->capture_default_str()
-                     ->check(NonNegative());
-  o->top_p_opt = app.add_option("--top-p", o->top_p, "With --do-sample: keep the most probable tokens up to mass P (1 = all)")
-                     ->capture_default_str()
-                     ->check(FiniteRange(std::numeric_limits<double>::min(), 1, "in (0, 1]"));
-  o->seed_opt = app.add_option("--seed", o->seed, "With --do-sample: the random stream (sentence i keyed by (seed, i))")
-                    ->capture_default_str();
+  add_sampling_flags(app, o.get(), "With --do-sample: the random stream (sentence i keyed by (seed, i))");
   app.add_option("--min-length", o->min_length,
                  "EOS is refused while the output, its decoder start counted, is shorter (transformers' min_length)")
       ->capture_default_str()
       ->check(FiniteRange(0, decoding::kMaxLengthOffset));
-  app.add_option("--repetition-penalty", o->repetition_penalty,
-                 "Scores of tokens already in the output divided (positive) or multiplied (negative) by P (1 = off)")
-      ->capture_default_str()
-      ->check(FiniteRange(std::numeric_limits<double>::min(), decoding::kMaxRepetitionPenalty, "in (0, 1000]"));
-  app.add_option("--no-repeat-ngram-size", o->no_repeat_ngram_size, "No n-gram of this size occurs twice in an output (0 = off)")
-      ->capture_default_str()
-      ->check(FiniteRange(0, decoding::kMaxNoRepeatNgramSize));
+  add_repetition_flags(app, o.get(), "the output");
   app.add_option("--batch-size", o->batch_size, "Sentences decoded together")
       ->capture_default_str()
       ->check(FiniteRange(1, kMaxBatchSentences));
