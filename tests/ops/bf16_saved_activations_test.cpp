@@ -69,6 +69,32 @@ TEST(Bf16SavedActivations, OnlyBf16PrecisionKeepsALinearInputInBf16) {
   EXPECT_EQ(ops::saved_for_backward(x, ops::Precision::Float32).data<float>(), x.data<float>());  // x itself
 }
 
+// The activations' backward from a bf16 input (widened a chunk of 65,536 at a time) = the float32
+// backward at the rounded input, across chunk boundaries; accumulating adds to what dx held.
+TEST(Bf16SavedActivations, ActivationBackwardsReadABf16InputAsItsRoundedValues) {
+  std::mt19937_64 rng(9);
+  const int64_t n = 65536 * 2 + 77;
+  const Tensor x = randn({n}, rng, 3.f), dy = randn({n}, rng), start = randn({n}, rng);
+  const Tensor kept = ops::saved_for_backward(x, ops::Precision::BF16);
+  ASSERT_EQ(kept.dtype(), DType::BF16);
+  const Tensor rounded = kept.to(DType::F32);
+  using Backward = void (*)(const Tensor&, const Tensor&, Tensor*);
+  for (const auto& [name, backward] : {std::pair<const char*, Backward>{"gelu", ops::gelu_backward},
+                                       {"gelu_tanh", ops::gelu_tanh_backward}, {"silu", ops::silu_backward}}) {
+    Tensor from_bf16, from_rounded;
+    backward(dy, kept, &from_bf16);
+    backward(dy, rounded, &from_rounded);
+    EXPECT_TRUE(same_bits(from_bf16, from_rounded, std::string(name) + " written"));
+    Tensor add_bf16 = start.clone(), add_rounded = start.clone();
+    backward(dy, kept, &add_bf16);
+    backward(dy, rounded, &add_rounded);
+    EXPECT_TRUE(same_bits(add_bf16, add_rounded, std::string(name) + " accumulated"));
+    Tensor exact;
+    backward(dy, x, &exact);
+    EXPECT_FALSE(same_bits(from_bf16, exact, std::string(name) + " against the unrounded input"));
+  }
+}
+
 struct AttentionCase {
   int64_t B, H, Tq, Tk, dk;
   bool causal;
