@@ -63,6 +63,10 @@ inline float bits_float(uint32_t u) {
 }
 
 inline float bf16_to_f32(bfloat16 h) { return bits_float(static_cast<uint32_t>(h.bits) << 16); }
+// n bf16 values, given as their bits, widened into `into` (exact); a plain loop the compiler vectorizes.
+inline void widen_bf16(const uint16_t* bits, int64_t n, float* into) {
+  for (int64_t i = 0; i < n; ++i) into[i] = bits_float(static_cast<uint32_t>(bits[i]) << 16);
+}
 // The bf16 bits of float32 bits u, rounded to nearest even on the 16 bits dropped: adding 0x7fff
 // plus the kept lowest bit carries into the kept bits exactly when the dropped part is above half,
 // or half with an odd kept part. A NaN stays a (quiet) NaN. One rule for the CPU and the GPU

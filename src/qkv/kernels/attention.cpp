@@ -268,12 +268,6 @@ int64_t attention_backward_scratch(const AttentionDims& d, const SavedProbs& pro
   return (probs.bf16 ? 3 : 2) * d.Tq * d.Tk;  // dS and Pd, and the widened P
 }
 
-// n bf16 values (their bits) widened into `into`, exactly; returns into.
-static const float* widen_bf16(const uint16_t* bits, int64_t n, float* into) {
-  for (int64_t i = 0; i < n; ++i) into[i] = bits_float(static_cast<uint32_t>(bits[i]) << 16);
-  return into;
-}
-
 void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                         const float* k, HeadsView ks, const float* v, HeadsView vs, const SavedProbs& probs,
                         const AttentionMask& mask, const AttentionDropout& drop, float* dq, HeadsView dqs,
@@ -293,7 +287,9 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
     const float* qh = q + b * qs.b + h * qs.h;
     const float* kh = k + b * ks.b + h * ks.h;
     const float* vh = v + b * vs.b + h * vs.h;
-    const float* ph = probs.f32 ? probs.f32 + bh * area : widen_bf16(probs.bf16 + bh * area, area, pd + area);
+    const float* ph = pd + area;  // a bf16 softmax is widened into the slot's third area
+    if (probs.bf16) widen_bf16(probs.bf16 + bh * area, area, pd + area);
+    else ph = probs.f32 + bh * area;
 
     const float* weights = ph;
     if (drop.p > 0.f) {

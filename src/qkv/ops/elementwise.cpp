@@ -24,7 +24,7 @@ void activation_backward(const Tensor& dy, const Tensor& x, Tensor* dx, bool acc
   std::vector<float> wide(static_cast<size_t>(std::min(n, kChunk)));
   for (int64_t at = 0; at < n; at += kChunk) {
     const int64_t len = std::min(kChunk, n - at);
-    for (int64_t i = 0; i < len; ++i) wide[i] = bits_float(static_cast<uint32_t>(bits[at + i]) << 16);
+    widen_bf16(bits + at, len, wide.data());
     kernel(dx->f32() + at, dy.f32() + at, wide.data(), len, acc);
   }
 }
