@@ -121,6 +121,15 @@ void linear_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows
       Tensor dx, dw, db;
       ops::linear_backward(dy, x, w, &dx, &dw, s.bias ? &db : nullptr);
     });
+    if (precision == ops::Precision::BF16 && s.out % 4 != 0) {
+      // Rows of C not 16-byte aligned: kernels/cuda/gemm.cu writes them to aligned scratch and copies
+      // them; timed beside the product written in place (QKV_CUDA_ALIGN_C=0), on the same GPU.
+      ::setenv("QKV_CUDA_ALIGN_C", "0", 1);
+      const double fwd_in_place = gpu_seconds(a.reps, [&] { (void)ops::linear_forward(x, w, b); });
+      ::unsetenv("QKV_CUDA_ALIGN_C");
+      std::printf("%s fwd%s, %lld columns: %.3f ms through aligned scratch (the default), %.3f ms written in place\n",
+                  s.name, tag.c_str(), static_cast<long long>(s.out), fwd * 1e3, fwd_in_place * 1e3);
+    }
     char line[160];
     std::snprintf(line, sizeof line, "%s fwd%s (%.0f TFLOP/s)", s.name, tag.c_str(), flops / fwd * 1e-12);
     rows->push_back({line, fwd, s.per_step});

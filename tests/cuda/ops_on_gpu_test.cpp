@@ -515,20 +515,25 @@ TEST_F(OpsOnGpu, FlashMultiHeadAttentionOnSplitHeads) {
 // differ from both by the rounding (checked to be well above that, so the test would see a GPU that
 // ignored the precision).
 TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
-  const Tensor x = random_tensor(Dims{3, 17, 96}, 400), w = random_tensor(Dims{40, 96}, 401);
-  const Tensor b = random_tensor(Dims{40}, 402), dy = random_tensor(Dims{3, 17, 40}, 403);
-  const Tensor y_bf16 = linear_forward(x, w, b, Precision::BF16);
-  const Tensor y_gpu = linear_forward(gpu(x), gpu(w), gpu(b), Precision::BF16);
-  expect_close(y_bf16, y_gpu, "bf16 linear");
-  double apart = 0;
-  const std::vector<float> f32 = linear_forward(x, w, b, Precision::Float32).to_vector(), g = y_gpu.to_vector();
-  for (size_t i = 0; i < g.size(); ++i) apart = std::max(apart, static_cast<double>(std::fabs(f32[i] - g[i])));
-  EXPECT_GT(apart, 1e-3) << "bf16 products on the GPU look like float32 ones";
-  for (int which = 0; which < 2; ++which)
-    expect_backward_close(which == 0 ? x.shape() : w.shape(), [&](Device d, Tensor* s) {
-      linear_backward(dy.to(d), x.to(d), w.to(d), which == 0 ? s : nullptr, which == 1 ? s : nullptr, nullptr,
-                      Precision::BF16);
-    }, std::string("bf16 linear backward d") + "xw"[which]);
+  // 40 outputs: rows of C 16-byte aligned; 43: written to aligned scratch and copied (gemm.cu's
+  // AlignedOutput), the bias and the gradient held before the product copied in.
+  for (const int64_t out : {int64_t{40}, int64_t{43}}) {
+    const std::string shape = " (" + std::to_string(out) + " outputs)";
+    const Tensor x = random_tensor(Dims{3, 17, 96}, 400), w = random_tensor(Dims{out, 96}, 401);
+    const Tensor b = random_tensor(Dims{out}, 402), dy = random_tensor(Dims{3, 17, out}, 403);
+    const Tensor y_bf16 = linear_forward(x, w, b, Precision::BF16);
+    const Tensor y_gpu = linear_forward(gpu(x), gpu(w), gpu(b), Precision::BF16);
+    expect_close(y_bf16, y_gpu, "bf16 linear" + shape);
+    double apart = 0;
+    const std::vector<float> f32 = linear_forward(x, w, b, Precision::Float32).to_vector(), g = y_gpu.to_vector();
+    for (size_t i = 0; i < g.size(); ++i) apart = std::max(apart, static_cast<double>(std::fabs(f32[i] - g[i])));
+    EXPECT_GT(apart, 1e-3) << "bf16 products on the GPU look like float32 ones" << shape;
+    for (int which = 0; which < 2; ++which)
+      expect_backward_close(which == 0 ? x.shape() : w.shape(), [&](Device d, Tensor* s) {
+        linear_backward(dy.to(d), x.to(d), w.to(d), which == 0 ? s : nullptr, which == 1 ? s : nullptr, nullptr,
+                        Precision::BF16);
+      }, std::string("bf16 linear backward d") + "xw"[which] + shape);
+  }
   const Tensor a = random_tensor(Dims{2, 3, 9, 24}, 404), c = random_tensor(Dims{2, 3, 11, 24}, 405);
   const Tensor dc = random_tensor(Dims{2, 3, 9, 11}, 406);
   expect_close(matmul_forward(a, c, true, Precision::BF16), matmul_forward(gpu(a), gpu(c), true, Precision::BF16),

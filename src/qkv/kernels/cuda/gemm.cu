@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 
 #include "qkv/core/cuda_check.h"
 #include "qkv/core/device.h"
@@ -59,45 +60,128 @@ cublasHandle_t handle() {
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 int i32(int64_t v) { return static_cast<int>(v); }
 
+// The row kernels below give each row of a matrix to blockDim.x threads (blockDim.y rows a block,
+// grid-stride over them), so that a row's place costs one division, not one per element (a
+// 64-bit division is dozens of instructions on a GPU), and the columns are read coalesced.
+struct RowGrid {
+  dim3 grid, block;
+};
+RowGrid row_grid(int64_t total_rows, int64_t cols) {
+  unsigned x = 32;  // threads along a row: up to 128, fewer for narrow rows (an attention head's 64)
+  while (x < 128 && 2 * int64_t{x} < cols) x *= 2;
+  const unsigned y = 256 / x;
+  const int64_t blocks = (total_rows + y - 1) / y;
+  return {dim3(static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 20))), dim3(x, y)};
+}
+
+// C's rows (M x N, leading dimension ldc) = bias.
 __global__ void broadcast_bias_kernel(float* C, const float* bias, int64_t M, int64_t N, int64_t ldc) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < M * N; i += int64_t{gridDim.x} * blockDim.x)
-    C[i / N * ldc + i % N] = bias[i % N];
+  for (int64_t r = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; r < M; r += int64_t{gridDim.x} * blockDim.y)
+    for (int64_t c = threadIdx.x; c < N; c += blockDim.x) C[r * ldc + c] = bias[c];
 }
 
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + 255) / 256;
-  return static_cast<unsigned>(b < 65535 ? b : 65535);
+void broadcast_bias(float* C, const float* bias, int64_t M, int64_t N, int64_t ldc, cudaStream_t stream) {
+  const RowGrid g = row_grid(M, N);
+  broadcast_bias_kernel<<<g.grid, g.block, 0, stream>>>(C, bias, M, N, ldc);
+  QKV_CUDA_CHECK_LAUNCH("broadcast_bias");
 }
 
-// dst (batch, rows, dst_ld) = src's matrices (rows, cols; leading dimension ld, matrix i at src + i *
-// stride) rounded to bf16 bits by core/dtype.h's rule (bf16_bits_of). Columns past cols are
-// padding, left as they are.
+// dst (batch * rows, dst_ld) = src's matrices (rows x cols; leading dimension ld, matrix i at src + i *
+// stride) rounded to bf16 bits by core/dtype.h's rule (bf16_bits_of), two columns a thread written
+// as one 32-bit word (dst_ld is even). A padding column that completes the last pair is written 0.
 __global__ void round_to_bf16_kernel(uint16_t* dst, int64_t dst_ld, const float* src, int64_t rows, int64_t cols,
-                                     int64_t ld, int64_t stride, int64_t batch) {
-  const int64_t area = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < batch * area; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t m = i / area, r = i % area / cols, c = i % cols;
-    dst[(m * rows + r) * dst_ld + c] = bf16_bits_of(__float_as_uint(src[m * stride + r * ld + c]));
+                                     int64_t ld, int64_t stride, int64_t total_rows) {
+  for (int64_t row = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; row < total_rows;
+       row += int64_t{gridDim.x} * blockDim.y) {
+    const float* s = src + row / rows * stride + row % rows * ld;
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + row * dst_ld);
+    for (int64_t c = 2 * int64_t{threadIdx.x}; c < cols; c += 2 * int64_t{blockDim.x}) {
+      const uint32_t lo = bf16_bits_of(__float_as_uint(s[c]));
+      const uint32_t hi = c + 1 < cols ? bf16_bits_of(__float_as_uint(s[c + 1])) : 0u;
+      d[c / 2] = lo | hi << 16;
+    }
   }
 }
 
+// dst's matrices (rows x cols, leading dimension dst_ld, matrix i at dst + i * dst_stride) = src's
+// (src_ld, src_stride).
+__global__ void copy_matrices_kernel(float* dst, int64_t dst_ld, int64_t dst_stride, const float* src, int64_t src_ld,
+                                     int64_t src_stride, int64_t rows, int64_t cols, int64_t total_rows) {
+  for (int64_t row = blockIdx.x * int64_t{blockDim.y} + threadIdx.y; row < total_rows;
+       row += int64_t{gridDim.x} * blockDim.y) {
+    const int64_t m = row / rows, r = row % rows;
+    const float* s = src + m * src_stride + r * src_ld;
+    float* d = dst + m * dst_stride + r * dst_ld;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) d[c] = s[c];
+  }
+}
+
+void copy_matrices(float* dst, int64_t dst_ld, int64_t dst_stride, const float* src, int64_t src_ld,
+                   int64_t src_stride, int64_t rows, int64_t cols, int64_t batch, cudaStream_t stream) {
+  const RowGrid g = row_grid(batch * rows, cols);
+  copy_matrices_kernel<<<g.grid, g.block, 0, stream>>>(dst, dst_ld, dst_stride, src, src_ld, src_stride, rows, cols,
+                                                       batch * rows);
+  QKV_CUDA_CHECK_LAUNCH("copy_matrices");
+}
+
+// Leading dimensions padded to a multiple of 8 elements (16 bytes of bf16, 32 of float32): what
+// cuBLAS's fastest kernels (on Hopper, those that load and store through the tensor memory
+// accelerator) ask of every operand. A vocabulary of 50257 columns would otherwise fall to slower ones.
+int64_t padded_ld(int64_t cols) { return (cols + 7) / 8 * 8; }
+
 // The stored matrices of an operand, rounded into scratch: rows x cols each (op(X) is `trans`'s),
-// rows padded to a multiple of 8 elements (16 bytes), which cuBLAS's fastest kernels ask of a leading
-// dimension (a vocabulary of 50257 columns would otherwise fall to slower ones).
+// rows padded to padded_ld.
 struct RoundedOperand {
   RoundedOperand(const float* src, int64_t rows, int64_t cols, int64_t src_ld, int64_t stride, int64_t batch,
                  cudaStream_t stream)
-      : ld((cols + 7) / 8 * 8),
-        area(rows * ((cols + 7) / 8 * 8)),
-        memory(static_cast<size_t>(std::max<int64_t>(1, batch * rows * ((cols + 7) / 8 * 8))) * 2, stream) {
+      : ld(padded_ld(cols)),
+        area(rows * padded_ld(cols)),
+        memory(static_cast<size_t>(std::max<int64_t>(1, batch * rows * padded_ld(cols))) * 2, stream) {
     if (batch * rows * cols > 0) {
-      round_to_bf16_kernel<<<blocks_for(batch * rows * cols), 256, 0, stream>>>(memory.as<uint16_t>(), ld, src, rows,
-                                                                                 cols, src_ld, stride, batch);
+      const RowGrid g = row_grid(batch * rows, (cols + 1) / 2 * 2);
+      round_to_bf16_kernel<<<g.grid, g.block, 0, stream>>>(memory.as<uint16_t>(), ld, src, rows, cols, src_ld, stride,
+                                                           batch * rows);
       QKV_CUDA_CHECK_LAUNCH("round_to_bf16");
     }
   }
   int64_t ld, area;
   detail::Scratch memory;
+};
+
+// A product's output C as cuBLAS is given it: C itself where its rows are 16-byte aligned, else
+// scratch with padded rows that finish() copies into C (what C held is copied in first where the
+// product adds to it). Copying 4 bytes an element twice costs less than the slower kernels: the
+// output layer's forward at a vocabulary of 50257 (docs/gpu.md). QKV_CUDA_ALIGN_C=0 turns it off
+// (bench_gpu_ops times both).
+class AlignedOutput {
+ public:
+  AlignedOutput(float* C, int64_t M, int64_t N, int64_t ldc, int64_t stride_c, int64_t batch, bool keep_contents,
+                cudaStream_t stream)
+      : data(C), ld(ldc), stride(stride_c), C_(C), M_(M), N_(N), ldc_(ldc), stride_c_(stride_c), batch_(batch),
+        stream_(stream) {
+    const bool aligned = ldc % 4 == 0 && (batch == 1 || stride_c % 4 == 0) &&
+                         reinterpret_cast<uintptr_t>(C) % 16 == 0;
+    const char* env = std::getenv("QKV_CUDA_ALIGN_C");
+    if (aligned || (env && env[0] == '0')) return;
+    ld = padded_ld(N);
+    stride = M * ld;
+    scratch_.emplace(static_cast<size_t>(batch * stride) * sizeof(float), stream);
+    data = scratch_->as<float>();
+    if (keep_contents) copy_matrices(data, ld, stride, C, ldc, stride_c, M, N, batch, stream);
+  }
+  void finish() {
+    if (!scratch_) return;
+    copy_matrices(C_, ldc_, stride_c_, data, ld, stride, M_, N_, batch_, stream_);
+    scratch_->release();
+  }
+  float* data;  // what cuBLAS writes
+  int64_t ld, stride;
+
+ private:
+  float* C_;
+  int64_t M_, N_, ldc_, stride_c_, batch_;
+  cudaStream_t stream_;
+  std::optional<detail::Scratch> scratch_;
 };
 
 }  // namespace
@@ -113,8 +197,7 @@ void sgemm_plus_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                      int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (bias) {  // C = bias, then C += op(A) op(B): the CPU's order for the BLAS path
-    broadcast_bias_kernel<<<blocks_for(M * N), 256, 0, qkv::cuda::current_stream()>>>(C, bias, M, N, ldc);
-    QKV_CUDA_CHECK_LAUNCH("broadcast_bias");
+    broadcast_bias(C, bias, M, N, ldc, qkv::cuda::current_stream());
   }
   sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, bias ? 1.f : 0.f, C, ldc);
 }
@@ -135,16 +218,17 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
   cudaStream_t stream = qkv::cuda::current_stream();
   RoundedOperand a(A, trans_a ? K : M, trans_a ? M : K, lda, stride_a, batch, stream);
   RoundedOperand b(B, trans_b ? N : K, trans_b ? K : N, ldb, stride_b, batch, stream);
+  AlignedOutput c(C, M, N, ldc, stride_c, batch, beta != 0.f, stream);
   if (bias) {  // C = bias, then C += op(A) op(B): the CPU's order
     QKV_CHECK(batch == 1 && beta == 0.f, "gemm_bf16: a bias is added to one product written afresh");
-    broadcast_bias_kernel<<<blocks_for(M * N), 256, 0, stream>>>(C, bias, M, N, ldc);
-    QKV_CUDA_CHECK_LAUNCH("broadcast_bias");
+    broadcast_bias(c.data, bias, M, N, c.ld, stream);
     beta = 1.f;
   }
   QKV_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, b.memory.as<uint16_t>(), CUDA_R_16BF,
-      i32(b.ld), b.area, a.memory.as<uint16_t>(), CUDA_R_16BF, i32(a.ld), a.area, &beta, C, CUDA_R_32F, i32(ldc),
-      stride_c, i32(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      i32(b.ld), b.area, a.memory.as<uint16_t>(), CUDA_R_16BF, i32(a.ld), a.area, &beta, c.data, CUDA_R_32F,
+      i32(c.ld), c.stride, i32(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  c.finish();
   a.memory.release();
   b.memory.release();
 }
@@ -152,15 +236,15 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 void gemm_bf16_nt(int64_t M, int64_t N, int64_t K, const bfloat16* X, const bfloat16* W, const float* bias,
                   float* C) {
   if (M == 0 || N == 0) return;
-  if (bias) {
-    broadcast_bias_kernel<<<blocks_for(M * N), 256, 0, qkv::cuda::current_stream()>>>(C, bias, M, N, N);
-    QKV_CUDA_CHECK_LAUNCH("broadcast_bias");
-  }
+  cudaStream_t stream = qkv::cuda::current_stream();
+  AlignedOutput c(C, M, N, N, 0, 1, false, stream);
+  if (bias) broadcast_bias(c.data, bias, M, N, c.ld, stream);
   const float alpha = 1.f, beta = bias ? 1.f : 0.f;
   // Column-major C^T (N, M) = W (N, K) @ X^T: W's rows are columns of the (K, N) column-major W^T.
   QKV_CUBLAS_CHECK(cublasGemmEx(handle(), CUBLAS_OP_T, CUBLAS_OP_N, i32(N), i32(M), i32(K), &alpha, W, CUDA_R_16BF,
-                                i32(K), X, CUDA_R_16BF, i32(K), &beta, C, CUDA_R_32F, i32(N), CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
+                                i32(K), X, CUDA_R_16BF, i32(K), &beta, c.data, CUDA_R_32F, i32(c.ld),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  c.finish();
 }
 
 }  // namespace qkv::kernels::cuda
