@@ -113,29 +113,67 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&lo)[4], con
   a[3] = pack_bf16(hi[2], hi[3]);
 }
 
-// dst[r][c] = bf16(x[first + r][c]) of head (b, h) for 64 rows and D columns, zeros past `count` rows
-// or dk columns (flash_attention_bf16.cu's load_tile).
+// Tiles reach shared memory in two steps: cp.async copies an operand's 64 rows of float32 into a
+// staging tile (64 x D floats, zeros past the rows or columns there are), which the block then
+// rounds into its bf16 tile. The copies of the next tile run while the block multiplies the current
+// one (the inputs are float32, which cp.async cannot convert on the way).
+struct Rows {  // one operand of head (b, h)
+  const float* x;
+  HeadsView xs;
+  bool vec4;  // 16-byte copies (TileLoads)
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int src_bytes) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// Starts copying rows [first, first + 64) of x into stage (64 x D floats): zeros past `count` rows or
+// dk columns. All threads of the block call it.
 template <int D>
-__device__ void load_rows(bf16* dst, const float* x, HeadsView xs, int64_t b, int64_t h, int64_t first, int64_t count,
-                          int64_t dk, bool vec4) {
-  const float* head = x + b * xs.b + h * xs.h + first * xs.t;
-  if (vec4) {
+__device__ __forceinline__ void stage_rows(float* stage, const Rows& x, int64_t b, int64_t h, int64_t first,
+                                          int64_t count, int64_t dk) {
+  const float* head = x.x + b * x.xs.b + h * x.xs.h + first * x.xs.t;
+  if (x.vec4) {
+#pragma unroll 4
     for (int idx = threadIdx.x; idx < 64 * D / 4; idx += kThreads) {
       const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
-      const float4 f = r < count && c < dk ? *reinterpret_cast<const float4*>(head + r * xs.t + c)
-                                           : make_float4(0.f, 0.f, 0.f, 0.f);
-      uint2 packed;
-      packed.x = pack_bf16(f.x, f.y);
-      packed.y = pack_bf16(f.z, f.w);
-      *reinterpret_cast<uint2*>(dst + r * ld<D>() + c) = packed;
+      const bool in = r < count && c < dk;
+      cp_async16(stage + r * D + c, in ? head + r * x.xs.t + c : head, in ? 16 : 0);
     }
     return;
   }
+#pragma unroll 4
   for (int idx = threadIdx.x; idx < 64 * D; idx += kThreads) {
     const int r = idx / D, c = idx % D;
-    const float value = r < count && c < dk ? head[r * xs.t + c] : 0.f;
-    dst[r * ld<D>() + c] = __float2bfloat16_rn(value);
+    const bool in = r < count && c < dk;
+    cp_async4(stage + r * D + c, in ? head + r * x.xs.t + c : head, in ? 4 : 0);
   }
+}
+
+// dst (a bf16 tile, ld<D>() to a row) = the staged floats rounded to bf16.
+template <int D>
+__device__ __forceinline__ void convert_rows(bf16* dst, const float* stage) {
+#pragma unroll 4
+  for (int idx = threadIdx.x; idx < 64 * D / 4; idx += kThreads) {
+    const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
+    const float4 f = *reinterpret_cast<const float4*>(stage + r * D + c);
+    uint2 packed;
+    packed.x = pack_bf16(f.x, f.y);
+    packed.y = pack_bf16(f.z, f.w);
+    *reinterpret_cast<uint2*>(dst + r * ld<D>() + c) = packed;
+  }
+}
+
+template <int D>
+constexpr size_t stage_bytes() {
+  return size_t{64} * D * sizeof(float);
 }
 
 // flash_attention_bf16.cu's score_bf16: q.k times 1 / divisor, plus T5's bias where given.
@@ -188,6 +226,9 @@ __global__ void __launch_bounds__(kThreads)
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Ks = reinterpret_cast<bf16*>(smem + tile_bytes<D>());
   bf16* Vs = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
+  float* stage_k = reinterpret_cast<float*>(smem + 3 * tile_bytes<D>());  // also Q's, at first
+  float* stage_v = reinterpret_cast<float*>(smem + 3 * tile_bytes<D>() + stage_bytes<D>());
+  const Rows qr{q, qs, vec4.q}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
   const AttentionDims& d = a.d;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tq + kFlashRows - 1) / kFlashRows;
@@ -197,8 +238,15 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t rows[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
     const int64_t j_end = keys_end(a, min64(i0 + kFlashRows, d.Tq) - 1);
     __syncthreads();  // the previous block's readers are done
-    load_rows<D>(Qs, q, qs, b, h, i0, d.Tq - i0, d.dk, vec4.q);
+    stage_rows<D>(stage_k, qr, b, h, i0, d.Tq - i0, d.dk);
+    cp_async_commit();
+    cp_async_wait_all();
     __syncthreads();
+    convert_rows<D>(Qs, stage_k);
+    __syncthreads();  // Q in place, the staging free
+    stage_rows<D>(stage_k, kr, b, h, 0, min64(kCols, j_end), d.dk);
+    stage_rows<D>(stage_v, vr, b, h, 0, min64(kCols, j_end), d.dk);
+    cp_async_commit();
     uint32_t qf[D / 16][4];
 #pragma unroll
     for (int kc = 0; kc < D / 16; ++kc) load_a<D>(qf[kc], Qs, warp * 16, 16 * kc);
@@ -208,10 +256,16 @@ __global__ void __launch_bounds__(kThreads)
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
       const int64_t count = min64(kCols, j_end - j0);
-      __syncthreads();  // the previous tile's readers are done
-      load_rows<D>(Ks, k, ks, b, h, j0, count, d.dk, vec4.k);
-      load_rows<D>(Vs, v, vs, b, h, j0, count, d.dk, vec4.v);
+      cp_async_wait_all();
+      __syncthreads();  // this tile staged; the previous tile's readers are done
+      convert_rows<D>(Ks, stage_k);
+      convert_rows<D>(Vs, stage_v);
       __syncthreads();
+      if (j0 + kCols < j_end) {  // the next tile's copies run under this one's products
+        stage_rows<D>(stage_k, kr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        stage_rows<D>(stage_v, vr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        cp_async_commit();
+      }
       float s[kCols / 8][4];
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -299,6 +353,9 @@ __global__ void __launch_bounds__(kThreads)
   bf16* Gs = reinterpret_cast<bf16*>(smem + tile_bytes<D>());  // dO
   bf16* Ks = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
   bf16* Vs = reinterpret_cast<bf16*>(smem + 3 * tile_bytes<D>());
+  float* stage_a = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());  // Q, then K
+  float* stage_b = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>() + stage_bytes<D>());  // dO, then V
+  const Rows qr{q, qs, vec4.q}, gr{dout, dos, vec4.dout}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
   const AttentionDims& d = a.d;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tq + kFlashRows - 1) / kFlashRows;
@@ -316,17 +373,32 @@ __global__ void __launch_bounds__(kThreads)
       Di[r] = in ? rowdot[bh * d.Tq + rows[r]] : 0.f;
     }
     __syncthreads();
-    load_rows<D>(Qs, q, qs, b, h, i0, d.Tq - i0, d.dk, vec4.q);
-    load_rows<D>(Gs, dout, dos, b, h, i0, d.Tq - i0, d.dk, vec4.dout);
+    stage_rows<D>(stage_a, qr, b, h, i0, d.Tq - i0, d.dk);
+    stage_rows<D>(stage_b, gr, b, h, i0, d.Tq - i0, d.dk);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    convert_rows<D>(Qs, stage_a);
+    convert_rows<D>(Gs, stage_b);
+    __syncthreads();  // Q and dO in place, the staging free
+    stage_rows<D>(stage_a, kr, b, h, 0, min64(kCols, j_end), d.dk);
+    stage_rows<D>(stage_b, vr, b, h, 0, min64(kCols, j_end), d.dk);
+    cp_async_commit();
     float acc[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
     for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
       const int64_t count = min64(kCols, j_end - j0);
+      cp_async_wait_all();
+      __syncthreads();  // this tile staged; the previous tile's readers are done
+      convert_rows<D>(Ks, stage_a);
+      convert_rows<D>(Vs, stage_b);
       __syncthreads();
-      load_rows<D>(Ks, k, ks, b, h, j0, count, d.dk, vec4.k);
-      load_rows<D>(Vs, v, vs, b, h, j0, count, d.dk, vec4.v);
-      __syncthreads();
+      if (j0 + kCols < j_end) {  // the next tile's copies run under this one's products
+        stage_rows<D>(stage_a, kr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        stage_rows<D>(stage_b, vr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        cp_async_commit();
+      }
       const bool masks = tile_has_masks(a, i0, j0, count, true);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
         float s[kN][4], dp[kN][4];
@@ -387,6 +459,11 @@ __global__ void __launch_bounds__(kThreads)
   float* mt = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());
   float* invt = mt + kCols;
   float* dt = invt + kCols;
+  float* stage_st = dt + kCols;        // the staged tile's statistics (m, 1 / l pairs)
+  float* stage_rd = stage_st + 2 * kCols;  // and D_i
+  float* stage_a = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>() + 6 * kCols * sizeof(float));  // K, then Q
+  float* stage_b = stage_a + 64 * D;                                                                   // V, then dO
+  const Rows qr{q, qs, vec4.q}, gr{dout, dos, vec4.dout}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
   const AttentionDims& d = a.d;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tk + kFlashRows - 1) / kFlashRows;
@@ -397,8 +474,29 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t keys[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
     const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) : 0;
     __syncthreads();
-    load_rows<D>(Ks, k, ks, b, h, j0, d.Tk - j0, d.dk, vec4.k);
-    load_rows<D>(Vs, v, vs, b, h, j0, d.Tk - j0, d.dk, vec4.v);
+    stage_rows<D>(stage_a, kr, b, h, j0, d.Tk - j0, d.dk);
+    stage_rows<D>(stage_b, vr, b, h, j0, d.Tk - j0, d.dk);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    convert_rows<D>(Ks, stage_a);
+    convert_rows<D>(Vs, stage_b);
+    __syncthreads();  // K and V in place, the staging free
+    // Starts copying the query tile from `first`: Q, dO, their statistics and D_i.
+    const auto stage_queries = [&](int64_t first) {
+      const int64_t n = min64(kCols, d.Tq - first);
+      stage_rows<D>(stage_a, qr, b, h, first, n, d.dk);
+      stage_rows<D>(stage_b, gr, b, h, first, n, d.dk);
+      if (threadIdx.x < kCols) {
+        const bool in = threadIdx.x < n;
+        const int64_t row = bh * d.Tq + (in ? first + threadIdx.x : 0);
+        cp_async4(stage_st + 2 * threadIdx.x, stats + 2 * row, in ? 4 : 0);
+        cp_async4(stage_st + 2 * threadIdx.x + 1, stats + 2 * row + 1, in ? 4 : 0);
+        cp_async4(stage_rd + threadIdx.x, rowdot + row, in ? 4 : 0);
+      }
+      cp_async_commit();
+    };
+    if (i_begin < d.Tq) stage_queries(i_begin);
     float acc_k[D / 8][4], acc_v[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
@@ -406,16 +504,17 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) acc_k[n][e] = acc_v[n][e] = 0.f;
     for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kCols) {
       const int64_t count = min64(kCols, d.Tq - i0);
-      __syncthreads();
-      load_rows<D>(Qs, q, qs, b, h, i0, count, d.dk, vec4.q);
-      load_rows<D>(Gs, dout, dos, b, h, i0, count, d.dk, vec4.dout);
-      if (threadIdx.x < count) {
-        const int64_t row = bh * d.Tq + i0 + threadIdx.x;
-        mt[threadIdx.x] = stats[2 * row];
-        invt[threadIdx.x] = stats[2 * row + 1];
-        dt[threadIdx.x] = rowdot[row];
+      cp_async_wait_all();
+      __syncthreads();  // this tile staged; the previous tile's readers are done
+      convert_rows<D>(Qs, stage_a);
+      convert_rows<D>(Gs, stage_b);
+      if (threadIdx.x < kCols) {
+        mt[threadIdx.x] = stage_st[2 * threadIdx.x];
+        invt[threadIdx.x] = stage_st[2 * threadIdx.x + 1];
+        dt[threadIdx.x] = stage_rd[threadIdx.x];
       }
       __syncthreads();
+      if (i0 + kCols < d.Tq) stage_queries(i0 + kCols);  // runs under this tile's products
       const bool masks = tile_has_masks(a, j0, i0, count, false);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
         float s[kN][4], dp[kN][4];
@@ -479,7 +578,7 @@ void flash_forward_mma(const FlashArgs& a, const float* q, HeadsView qs, const f
   const int64_t blocks = d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows);
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t bytes = allow_shared_bytes(flash_forward_mma_kernel<D>, 3 * tile_bytes<D>());
+    const size_t bytes = allow_shared_bytes(flash_forward_mma_kernel<D>, 3 * tile_bytes<D>() + 2 * stage_bytes<D>());
     flash_forward_mma_kernel<D><<<grid_for(blocks), kThreads, bytes, stream>>>(a, q, qs, k, ks, v, vs, out, os, stats,
                                                                               vec4);
   });
@@ -492,13 +591,15 @@ void flash_backward_mma(const FlashArgs& a, const float* dout, HeadsView dos, co
   const AttentionDims& d = a.d;
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t dq_bytes = allow_shared_bytes(flash_backward_dq_mma_kernel<D>, 4 * tile_bytes<D>());
+    const size_t dq_bytes =
+        allow_shared_bytes(flash_backward_dq_mma_kernel<D>, 4 * tile_bytes<D>() + 2 * stage_bytes<D>());
     flash_backward_dq_mma_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows)), kThreads, dq_bytes, stream>>>(
             a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot, dq, dqs, accumulate, vec4);
     QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync dQ)");
     const size_t dkv_bytes =
-        allow_shared_bytes(flash_backward_dkv_mma_kernel<D>, 4 * tile_bytes<D>() + 3 * kCols * sizeof(float));
+        allow_shared_bytes(flash_backward_dkv_mma_kernel<D>,
+                           4 * tile_bytes<D>() + 6 * kCols * sizeof(float) + 2 * stage_bytes<D>());
     flash_backward_dkv_mma_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tk + kFlashRows - 1) / kFlashRows)), kThreads, dkv_bytes, stream>>>(
             a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot, dk, dks, dv, dvs, accumulate, vec4);
