@@ -141,11 +141,17 @@ __device__ __forceinline__ void stage_rows(float* stage, const Rows& x, int64_t 
                                           int64_t count, int64_t dk) {
   const float* head = x.x + b * x.xs.b + h * x.xs.h + first * x.xs.t;
   if (x.vec4) {
-#pragma unroll 4
-    for (int idx = threadIdx.x; idx < 64 * D / 4; idx += kThreads) {
-      const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
-      const bool in = r < count && c < dk;
-      cp_async16(stage + r * D + c, in ? head + r * x.xs.t + c : head, in ? 16 : 0);
+    // Thread k copies columns c..c+3 of rows r0, r0 + kStep, ...: one pointer, one stride.
+    constexpr int kStep = kThreads / (D / 4);
+    const int r0 = threadIdx.x / (D / 4), c = 4 * (threadIdx.x % (D / 4));
+    const float* src = head + r0 * x.xs.t + c;
+    const int64_t stride = kStep * x.xs.t;
+    float* dst = stage + r0 * D + c;
+    const bool col_in = c < dk;
+#pragma unroll
+    for (int u = 0; u < 64 / kStep; ++u) {
+      const bool in = col_in && r0 + u * kStep < count;
+      cp_async16(dst + u * kStep * D, in ? src + u * stride : head, in ? 16 : 0);
     }
     return;
   }
@@ -160,7 +166,7 @@ __device__ __forceinline__ void stage_rows(float* stage, const Rows& x, int64_t 
 // dst (a bf16 tile, ld<D>() to a row) = the staged floats rounded to bf16.
 template <int D>
 __device__ __forceinline__ void convert_rows(bf16* dst, const float* stage) {
-#pragma unroll 4
+#pragma unroll
   for (int idx = threadIdx.x; idx < 64 * D / 4; idx += kThreads) {
     const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
     const float4 f = *reinterpret_cast<const float4*>(stage + r * D + c);
@@ -180,6 +186,16 @@ constexpr size_t stage_bytes() {
 __device__ __forceinline__ float score_of(const FlashArgs& a, float qk, int64_t h, int64_t i, int64_t j, bool inside) {
   const float s = qk * a.inv_divisor;
   return a.mask.bias && inside ? s + a.mask.bias[(i * a.d.Tk + j) * a.d.H + h] : s;
+}
+
+// e^(s - m) as 2^((s - m) log2 e) through the SFU's ex2: within a few float32 ulps of expf, far
+// inside bf16's rounding of P; -inf gives 0 (and -inf - -inf NaN, as expf). The difference comes
+// first, as in expf(s - m): with masked scores at -1e9, s log2 e - m log2 e would cancel to garbage.
+constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float exp_of(float s, float m) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"((s - m) * kLog2e));
+  return y;
 }
 
 __device__ __forceinline__ float quad_max(float x) {
@@ -218,7 +234,7 @@ __device__ void store_rows(float* x, HeadsView xs, int64_t b, int64_t h, int64_t
 // The forward: 64 query rows a block; its Q fragments in registers for the whole row of key tiles.
 // Shared memory: Q, K, V tiles (3 x 64 x (D + 8) bf16).
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     flash_forward_mma_kernel(FlashArgs a, const float* q, HeadsView qs, const float* k, HeadsView ks, const float* v,
                              HeadsView vs, float* out, HeadsView os, float* stats, TileLoads vec4) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -236,6 +252,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t bh = blk / blocks_per_head, b = bh / d.H, h = bh % d.H;
     const int64_t i0 = (blk % blocks_per_head) * kFlashRows;
     const int64_t rows[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+    const bool row_in[2] = {rows[0] < d.Tq, rows[1] < d.Tq};
     const int64_t j_end = keys_end(a, min64(i0 + kFlashRows, d.Tq) - 1);
     __syncthreads();  // the previous block's readers are done
     stage_rows<D>(stage_k, qr, b, h, i0, d.Tq - i0, d.dk);
@@ -272,17 +289,30 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int kc = 0; kc < D / 16; ++kc) mma_rows<D, kCols / 8>(s, qf[kc], Ks, 0, 16 * kc);
       const bool masks = tile_has_masks(a, i0, j0, count, true);
+      // A whole tile without masks or bias (most of them): no test per score.
+      const bool plain = !masks && count == kCols && !a.mask.bias;
       float tile_max[2] = {-INFINITY, -INFINITY};
+      if (plain) {
 #pragma unroll
-      for (int n = 0; n < kCols / 8; ++n)
+        for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int c = 8 * n + 2 * t + (e & 1);
-          const int64_t i = rows[e >> 1];
-          const bool inside = i < d.Tq && c < count;
-          s[n][e] = masks && inside && masked_at(a, b, i, j0 + c) ? a.mask.fill : score_of(a, s[n][e], h, i, j0 + c, inside);
-          if (c < count) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
-        }
+          for (int e = 0; e < 4; ++e) {
+            s[n][e] *= a.inv_divisor;
+            tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
+          }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kCols / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = 8 * n + 2 * t + (e & 1);
+            const int64_t i = rows[e >> 1];
+            const bool inside = row_in[e >> 1] && c < count;
+            s[n][e] = masks && inside && masked_at(a, b, i, j0 + c) ? a.mask.fill
+                                                                    : score_of(a, s[n][e], h, i, j0 + c, inside);
+            if (c < count) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
+          }
+      }
       float m_new[2], rescale[2], sum[2] = {0.f, 0.f};
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -294,13 +324,20 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = 8 * n + 2 * t + (e & 1);
-          const int64_t i = rows[e >> 1];
-          const float ex = c < count ? expf(s[n][e] - m_new[e >> 1]) : 0.f;
+          const float ex = plain || c < count ? exp_of(s[n][e], m_new[e >> 1]) : 0.f;
           sum[e >> 1] += ex;
-          s[n][e] = a.drop.p > 0.f && i < d.Tq && c < count
-                        ? (dropout_kept(a, bh, i, j0 + c) ? ex * a.keep_scale : 0.f)
-                        : ex;
+          s[n][e] = ex;
         }
+      if (a.drop.p > 0.f) {
+#pragma unroll
+        for (int n = 0; n < kCols / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int c = 8 * n + 2 * t + (e & 1);
+            if (row_in[e >> 1] && c < count)
+              s[n][e] = dropout_kept(a, bh, rows[e >> 1], j0 + c) ? s[n][e] * a.keep_scale : 0.f;
+          }
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         l[r] = l[r] * rescale[r] + quad_sum(sum[r]);
@@ -342,7 +379,7 @@ constexpr int sub_cols() {
 // dQ for a block of 64 query rows; keys pass by in tiles of 64, taken sub_cols at a time.
 // Shared memory: Q, dO, K, V tiles.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     flash_backward_dq_mma_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                                  const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
                                  const float* rowdot, float* dq, HeadsView dqs, bool accumulate, TileLoads vec4) {
@@ -364,13 +401,13 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t i0 = (blk % blocks_per_head) * kFlashRows;
     const int64_t rows[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
     const int64_t j_end = keys_end(a, min64(i0 + kFlashRows, d.Tq) - 1);
-    float m[2], inv[2], Di[2];
+    const bool row_in[2] = {rows[0] < d.Tq, rows[1] < d.Tq};
+    float m[2], inv[2], Di[2];  // the row's max, 1 / l, D_i
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const bool in = rows[r] < d.Tq;
-      m[r] = in ? stats[2 * (bh * d.Tq + rows[r])] : 0.f;
-      inv[r] = in ? stats[2 * (bh * d.Tq + rows[r]) + 1] : 0.f;
-      Di[r] = in ? rowdot[bh * d.Tq + rows[r]] : 0.f;
+      m[r] = row_in[r] ? stats[2 * (bh * d.Tq + rows[r])] : 0.f;
+      inv[r] = row_in[r] ? stats[2 * (bh * d.Tq + rows[r]) + 1] : 0.f;
+      Di[r] = row_in[r] ? rowdot[bh * d.Tq + rows[r]] : 0.f;
     }
     __syncthreads();
     stage_rows<D>(stage_a, qr, b, h, i0, d.Tq - i0, d.dk);
@@ -400,6 +437,7 @@ __global__ void __launch_bounds__(kThreads)
         cp_async_commit();
       }
       const bool masks = tile_has_masks(a, i0, j0, count, true);
+      const bool plain = !masks && count == kCols && !a.mask.bias && !a.dbias_rows && !(a.drop.p > 0.f);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
         float s[kN][4], dp[kN][4];
 #pragma unroll
@@ -412,21 +450,32 @@ __global__ void __launch_bounds__(kThreads)
           load_a<D>(fa, Gs, warp * 16, 16 * kc);
           mma_rows<D, kN>(dp, fa, Vs, c0, 16 * kc);
         }
+        if (plain) {  // no masks, bias, dropout or bias gradient, every key of the tile there
 #pragma unroll
-        for (int n = 0; n < kN; ++n)
+          for (int n = 0; n < kN; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = c0 + 8 * n + 2 * t + (e & 1), r = e >> 1;
-            const int64_t i = rows[r], j = j0 + c;
-            const bool inside = i < d.Tq && c < count;
-            const bool live = inside && !(masks && masked_at(a, b, i, j));
-            const float p = expf(score_of(a, s[n][e], h, i, j, inside) - m[r]) * inv[r];
-            float gr = dp[n][e];
-            if (a.drop.p > 0.f) gr = live && dropout_kept(a, bh, i, j) ? gr * a.keep_scale : 0.f;
-            const float dbias = live ? p * (gr - Di[r]) : 0.f;  // the CPU's order: (P (dP - D)) / divisor
-            if (a.dbias_rows && inside) a.dbias_rows[(bh * d.Tq + i) * d.Tk + j] = dbias;
-            s[n][e] = dbias * a.inv_divisor;
-          }
+            for (int e = 0; e < 4; ++e) {
+              const int r = e >> 1;
+              const float p = exp_of(s[n][e] * a.inv_divisor, m[r]) * inv[r];
+              s[n][e] = row_in[r] ? p * (dp[n][e] - Di[r]) * a.inv_divisor : 0.f;
+            }
+        } else {
+#pragma unroll
+          for (int n = 0; n < kN; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int c = c0 + 8 * n + 2 * t + (e & 1), r = e >> 1;
+              const int64_t i = rows[r], j = j0 + c;
+              const bool inside = row_in[r] && c < count;
+              const bool live = inside && !(masks && masked_at(a, b, i, j));
+              const float p = exp_of(score_of(a, s[n][e], h, i, j, inside), m[r]) * inv[r];
+              float gr = dp[n][e];
+              if (a.drop.p > 0.f) gr = live && dropout_kept(a, bh, i, j) ? gr * a.keep_scale : 0.f;
+              const float dbias = live ? p * (gr - Di[r]) : 0.f;  // the CPU's order: (P (dP - D)) / divisor
+              if (a.dbias_rows && inside) a.dbias_rows[(bh * d.Tq + i) * d.Tk + j] = dbias;
+              s[n][e] = dbias * a.inv_divisor;
+            }
+        }
 #pragma unroll
         for (int kc = 0; kc < kSub / 16; ++kc) {
           uint32_t fa[4];
@@ -444,7 +493,7 @@ __global__ void __launch_bounds__(kThreads)
 // taken sub_cols at a time. A warp's products are transposed: rows its 16 keys, columns queries.
 // Shared memory: K, V, Q, dO tiles, then the query tile's m, 1 / l and D_i.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     flash_backward_dkv_mma_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
                                   const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
                                   const float* rowdot, float* dk, HeadsView dks, float* dv, HeadsView dvs,
@@ -456,7 +505,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16* Vs = reinterpret_cast<bf16*>(smem + tile_bytes<D>());
   bf16* Qs = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
   bf16* Gs = reinterpret_cast<bf16*>(smem + 3 * tile_bytes<D>());  // dO
-  float* mt = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());
+  float* mt = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());  // the tile's m
   float* invt = mt + kCols;
   float* dt = invt + kCols;
   float* stage_st = dt + kCols;        // the staged tile's statistics (m, 1 / l pairs)
@@ -473,6 +522,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j0 = (blk % blocks_per_head) * kFlashRows;
     const int64_t keys[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
     const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) : 0;
+    const bool keys_full = j0 + kFlashRows <= d.Tk;
     __syncthreads();
     stage_rows<D>(stage_a, kr, b, h, j0, d.Tk - j0, d.dk);
     stage_rows<D>(stage_b, vr, b, h, j0, d.Tk - j0, d.dk);
@@ -516,6 +566,7 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
       if (i0 + kCols < d.Tq) stage_queries(i0 + kCols);  // runs under this tile's products
       const bool masks = tile_has_masks(a, j0, i0, count, false);
+      const bool plain = !masks && count == kCols && keys_full && !a.mask.bias && !(a.drop.p > 0.f);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
         float s[kN][4], dp[kN][4];
 #pragma unroll
@@ -529,6 +580,17 @@ __global__ void __launch_bounds__(kThreads)
           mma_rows<D, kN>(dp, fa, Gs, c0, 16 * kc);  // dP^T = V dO^T
         }
         float pd[kN][4];
+        if (plain) {  // no masks, bias or dropout, every query and key of the tile there
+#pragma unroll
+          for (int n = 0; n < kN; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int c = c0 + 8 * n + 2 * t + (e & 1);
+              const float p = exp_of(s[n][e] * a.inv_divisor, mt[c]) * invt[c];
+              pd[n][e] = p;
+              s[n][e] = p * (dp[n][e] - dt[c]) * a.inv_divisor;  // dS^T
+            }
+        } else {
 #pragma unroll
         for (int n = 0; n < kN; ++n)
 #pragma unroll
@@ -538,7 +600,7 @@ __global__ void __launch_bounds__(kThreads)
             const bool present = c < count && j < d.Tk;
             const bool masked = !present || (masks && masked_at(a, b, i, j));
             const float sc = masked ? a.mask.fill : score_of(a, s[n][e], h, i, j, true);
-            const float p = present ? expf(sc - mt[c]) * invt[c] : 0.f;
+            const float p = present ? exp_of(sc, mt[c]) * invt[c] : 0.f;
             float gr = dp[n][e], pk = p;
             if (a.drop.p > 0.f) {
               const bool keep = present && dropout_kept(a, bh, i, j);
@@ -548,6 +610,7 @@ __global__ void __launch_bounds__(kThreads)
             pd[n][e] = pk;
             s[n][e] = masked ? 0.f : p * (gr - (present ? dt[c] : 0.f)) * a.inv_divisor;  // dS^T
           }
+        }
 #pragma unroll
         for (int kc = 0; kc < kSub / 16; ++kc) {
           uint32_t fa[4];
