@@ -16,6 +16,12 @@
 // b1 = (k 2t + 8.., n g); C c0, c1 = (g, 2t..2t+1), c2, c3 = (g + 8, 2t..). A row-major tile X[n][k]
 // gives B = X^T directly (two bf16 of a row, one 32-bit load); B = X (k along rows) comes from
 // ldmatrix .trans. Two adjacent n8 accumulator tiles are one k16 A fragment of the next product.
+//
+// ptxas (sm_90, CUDA 13), registers / dynamic shared memory a block, no spills anywhere: forward
+// 156 / 31.7 KB (D 32), 168 / 60.4 KB (D 64), 255 / 117.8 KB (D 128); dQ 162 / 36.9 KB, 168 / 69.6 KB,
+// 206 / 135.2 KB; dK dV 168 / 38.4 KB, 167 / 71.2 KB, 246 / 136.7 KB. Widths <= 64 are held to 168
+// registers (__launch_bounds__ 3 blocks an SM). H200, a GPT-2 small layer (B16 T1024 H12 dk64
+// causal, bench_gpu_ops): forward 0.625 ms (WMMA 1.133), backward 1.259 ms (WMMA 2.656).
 #include <cuda_bf16.h>
 
 #include <cstdlib>
