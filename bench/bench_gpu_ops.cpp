@@ -168,6 +168,30 @@ void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* r
     std::printf("attention forward, one layer: %.3f ms loading tiles as needed (the default), %.3f ms with the next "
                 "tile prefetched\n", fwd * 1e3, fwd_prefetch * 1e3);
   }
+  if (precision == ops::Precision::BF16) {
+    // The register-level form (kernels/cuda/flash_attention_mma.cu: mma.sync, the scores in registers),
+    // chosen by QKV_FLASH_MMA, timed beside the WMMA kernels on the same GPU; its rows count for
+    // nothing in the step (x0), which the WMMA rows make up.
+    ::setenv("QKV_FLASH_MMA", "1", 1);
+    const double fwd_mma = gpu_seconds(a.reps, [&] {
+      (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
+    });
+    const double bwd_mma = gpu_seconds(a.reps, [&] {
+      Tensor dq, dkk, dv;
+      ops::multi_head_attention_backward(dy, q, k, v, H, saved, masks, {}, &dq, &dkk, &dv);
+    });
+    ::unsetenv("QKV_FLASH_MMA");
+    // The saved statistics are the mma form's now: the same format, but time the WMMA pair afresh.
+    (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
+    std::printf("attention, one layer, bf16: forward %.3f ms (wmma) %.3f ms (mma.sync), backward %.3f ms (wmma) "
+                "%.3f ms (mma.sync)\n", fwd * 1e3, fwd_mma * 1e3, bwd * 1e3, bwd_mma * 1e3);
+    char mma_line[160];
+    std::snprintf(mma_line, sizeof mma_line, "attention fwd, flash bf16 mma.sync (%.1f TFLOP/s)", flops / fwd_mma * 1e-12);
+    rows->push_back({mma_line, fwd_mma, 0});
+    std::snprintf(mma_line, sizeof mma_line, "attention bwd, flash bf16 mma.sync (%.1f TFLOP/s of 2x fwd)",
+                  2 * flops / bwd_mma * 1e-12);
+    rows->push_back({mma_line, bwd_mma, 0});
+  }
   const char* form = precision == ops::Precision::BF16 ? "bf16 tensor cores" : "f32";
   char line[160];
   std::snprintf(line, sizeof line, "attention fwd, flash %s (%.1f TFLOP/s)", form, flops / fwd * 1e-12);

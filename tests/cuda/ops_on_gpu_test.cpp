@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -550,6 +551,21 @@ TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
 // of the bf16-rounded q, k, v and dO: within 1e-2 of the largest value (bf16 keeps 8 bits; an index or
 // fragment-layout error is off by the values themselves), and apart from the float32 kernels' result.
 // Every mask, dropout, T5's bias with unscaled scores, each compiled head width, rows past one block.
+// max |x - y| over two tensors of one shape, or that over max(1, max |x|) when relative.
+double max_apart(const Tensor& x, const Tensor& y, bool relative = false) {
+  const std::vector<float> a = x.to_vector(), b = y.to_vector();
+  double apart = 0, scale = 1;
+  for (size_t i = 0; i < a.size(); ++i) {
+    apart = std::max(apart, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+  }
+  return relative ? apart / scale : apart;
+}
+
+// Each bf16 form of the flash kernels (kernels/cuda/flash_common.cuh's QKV_FLASH_MMA: the WMMA
+// kernels, the mma.sync ones, and the mma.sync forward before the WMMA backward, which reads its
+// statistics) against the CPU's float32 attention of the rounded inputs, and the mma.sync form
+// against the WMMA one.
 TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
   if (!kernels::cuda::flash_bf16_supported()) GTEST_SKIP() << "this GPU has no bf16 tensor cores";
   constexpr double kBf16Tol = 1e-2;
@@ -564,15 +580,19 @@ TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
       {1, 2, 40, 100, 64, true, false, false, false, 0.1f}, {2, 2, 65, 33, 40, false, true, false, false, 0.f},
       {1, 3, 35, 35, 80, true, false, true, false, 0.f},    {1, 1, 70, 47, 128, false, true, false, false, 0.3f},
       {2, 2, 20, 30, 3, false, false, false, false, 0.f},   {2, 4, 40, 33, 40, false, true, false, true, 0.1f},
-      {2, 2, 70, 70, 64, true, false, false, true, 0.f},
+      {2, 2, 70, 70, 64, true, false, false, true, 0.f},    {2, 2, 300, 300, 64, true, false, false, false, 0.1f},
+      {1, 2, 257, 257, 128, false, true, false, false, 0.f},
   };
   const auto rounded = [](const Tensor& t) { return t.to(DType::BF16).to(DType::F32); };
+  const char* forms[] = {"0", "1", "fwd"};
+  const char* form_names[] = {"wmma", "mma.sync", "mma.sync forward, wmma backward"};
   uint32_t seed = 500;
   for (const Case& c : cases) {
-    const std::string what = "bf16 flash attention B" + std::to_string(c.B) + " H" + std::to_string(c.H) + " Tq" +
-                             std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) + " dk" + std::to_string(c.dk) +
-                             (c.causal ? " causal" : "") + (c.key_mask ? " key-mask" : "") +
-                             (c.query_mask ? " query-mask" : "") + (c.bias ? " bias" : "") + (c.p > 0 ? " dropout" : "");
+    const std::string shape_name = "bf16 flash attention B" + std::to_string(c.B) + " H" + std::to_string(c.H) +
+                                   " Tq" + std::to_string(c.Tq) + " Tk" + std::to_string(c.Tk) + " dk" +
+                                   std::to_string(c.dk) + (c.causal ? " causal" : "") +
+                                   (c.key_mask ? " key-mask" : "") + (c.query_mask ? " query-mask" : "") +
+                                   (c.bias ? " bias" : "") + (c.p > 0 ? " dropout" : "");
     const Tensor q = random_tensor(Dims{c.B, c.H, c.Tq, c.dk}, seed++, 1.f);
     const Tensor k = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++, 1.f);
     const Tensor v = random_tensor(Dims{c.B, c.H, c.Tk, c.dk}, seed++);
@@ -587,35 +607,57 @@ TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
     const Tensor qr = rounded(q), kr = rounded(k), vr = rounded(v), dr = rounded(dout);
     Tensor probs_c;
     const Tensor out_c = attention_forward(qr, kr, vr, cpu_masks, drop, &probs_c);
-    AttentionSaved saved, saved_f32;
-    Tensor out_g;
-    {
-      const ProductPrecisionScope bf16(Precision::BF16);
-      out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved, false);
-    }
+    AttentionSaved saved_f32;
     const Tensor out_f32 = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved_f32, false);
-    EXPECT_TRUE(saved.bf16 && !saved_f32.bf16) << what;
-    expect_close(out_c, out_g, what, kBf16Tol);
-    double apart = 0;
-    const std::vector<float> a = out_f32.to_vector(), g = out_g.to_vector();
-    for (size_t i = 0; i < a.size(); ++i) apart = std::max(apart, static_cast<double>(std::fabs(a[i] - g[i])));
-    EXPECT_GT(apart, 1e-5) << what << ": the bf16 result looks like the float32 kernels'";
-    for (int which = 0; which < (c.bias ? 4 : 3); ++which) {
-      const Dims shape = which == 0 ? q.shape() : which == 3 ? Dims{c.Tq, c.Tk, c.H} : k.shape();
-      expect_backward_close(shape, [&](Device d, Tensor* s) {
-        Tensor* slots[4] = {nullptr, nullptr, nullptr, nullptr};
-        slots[which] = s;
-        if (d == kGpu)
-          attention_backward(gpu(dout), gpu(q), gpu(k), gpu(v), saved, gpu_masks, drop, slots[0], slots[1], slots[2],
-                             slots[3]);
-        else
-          attention_backward(dr, qr, kr, vr, probs_c, cpu_masks, drop, slots[0], slots[1], slots[2], slots[3]);
-      }, what + " d" + (which == 3 ? std::string("bias") : std::string(1, "qkv"[which])), kBf16Tol);
+    EXPECT_FALSE(saved_f32.bf16) << shape_name;
+    Tensor outs[3], grads[3][4];  // per form: the output, and dq, dk, dv, dbias written into fresh slots
+    for (int f = 0; f < 3; ++f) {
+      ::setenv("QKV_FLASH_MMA", forms[f], 1);
+      const std::string what = shape_name + " (" + form_names[f] + ")";
+      AttentionSaved saved;
+      Tensor out_g;
+      {
+        const ProductPrecisionScope bf16(Precision::BF16);
+        out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved, false);
+      }
+      EXPECT_TRUE(saved.bf16) << what;
+      expect_close(out_c, out_g, what, kBf16Tol);
+      EXPECT_GT(max_apart(out_f32, out_g), 1e-5) << what << ": the bf16 result looks like the float32 kernels'";
+      outs[f] = out_g;
+      for (int which = 0; which < (c.bias ? 4 : 3); ++which) {
+        const Dims shape = which == 0 ? q.shape() : which == 3 ? Dims{c.Tq, c.Tk, c.H} : k.shape();
+        const auto backward = [&](Device d, Tensor* s) {
+          Tensor* slots[4] = {nullptr, nullptr, nullptr, nullptr};
+          slots[which] = s;
+          if (d == kGpu)
+            attention_backward(gpu(dout), gpu(q), gpu(k), gpu(v), saved, gpu_masks, drop, slots[0], slots[1],
+                               slots[2], slots[3]);
+          else
+            attention_backward(dr, qr, kr, vr, probs_c, cpu_masks, drop, slots[0], slots[1], slots[2], slots[3]);
+        };
+        expect_backward_close(shape, backward, what + " d" + (which == 3 ? std::string("bias") : std::string(1, "qkv"[which])),
+                              kBf16Tol);
+        backward(kGpu, &grads[f][which]);
+      }
+      if (c.p == 0.f && c.Tq >= 16) {
+        const ProductPrecisionScope bf16(Precision::BF16);
+        expect_close(out_c, attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, {}, nullptr, true),
+                     what + " inference", kBf16Tol);
+      }
     }
-    if (c.p == 0.f && c.Tq >= 16) {
-      const ProductPrecisionScope bf16(Precision::BF16);
-      expect_close(out_c, attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, {}, nullptr, true), what + " inference",
-                   kBf16Tol);
+    ::unsetenv("QKV_FLASH_MMA");
+    // The mma.sync form against the WMMA one: the same roundings, sums in another order.
+    for (int f = 1; f < 3; ++f) {
+      const std::string what = shape_name + " (" + form_names[f] + " against wmma)";
+      double apart = max_apart(outs[0], outs[f], true);
+      std::printf("%s, max |difference| / max(1, max |wmma|): out %.3g", what.c_str(), apart);
+      EXPECT_LE(apart, kBf16Tol) << what << " out";
+      for (int which = 0; which < (c.bias ? 4 : 3); ++which) {
+        apart = max_apart(grads[0][which], grads[f][which], true);
+        std::printf(", d%s %.3g", which == 3 ? "bias" : std::string(1, "qkv"[which]).c_str(), apart);
+        EXPECT_LE(apart, kBf16Tol) << what << " d" << which;
+      }
+      std::printf("\n");
     }
   }
 }

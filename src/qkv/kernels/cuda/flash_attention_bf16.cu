@@ -105,15 +105,6 @@ __device__ void load_tile(bf16* dst, const float* x, HeadsView xs, int64_t b, in
   }
 }
 
-// Whether each operand's tile loads may read float4s (load_tile's vec4): 16-byte aligned rows.
-struct TileLoads {
-  bool q, k, v, dout;
-};
-
-bool rows_of_16_bytes(const float* x, HeadsView xs, int64_t dk) {
-  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && xs.b % 4 == 0 && xs.h % 4 == 0 && xs.t % 4 == 0 && dk % 4 == 0;
-}
-
 // The score before masking in this form: q.k times 1 / divisor (a rounding from the float32 kernels'
 // division, well inside bf16's), plus T5's bias where given (`inside` guards its read).
 __device__ __forceinline__ float score_bf16(const FlashArgs& a, float qk, int64_t h, int64_t i, int64_t j,
@@ -447,6 +438,11 @@ void flash_attention_forward_bf16(const AttentionDims& d, const float* q, HeadsV
   const FlashArgs a = flash_args(d, mask, drop);
   const TileLoads vec4{rows_of_16_bytes(q, qs, d.dk), rows_of_16_bytes(k, ks, d.dk), rows_of_16_bytes(v, vs, d.dk),
                        false};
+  if (flash_mma_form() != MmaForm::Off) {
+    flash_forward_mma(a, q, qs, k, ks, v, vs, out, os, stats, vec4, qkv::cuda::current_stream());
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_forward_bf16 (mma.sync)");
+    return;
+  }
   const int64_t blocks = d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows);
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
@@ -473,6 +469,13 @@ void flash_attention_backward_bf16(const AttentionDims& d, const float* dout, He
     QKV_CUDA_CHECK(cudaMemsetAsync(dbias_rows, 0, static_cast<size_t>(d.B * d.H * d.Tq * d.Tk) * sizeof(float), stream));
   detail::Scratch rowdot(static_cast<size_t>(d.B * d.H * d.Tq) * sizeof(float), stream);
   launch_rowdot(d, dout, dos, out, os, rowdot.as<float>(), stream);
+  if (flash_mma_form() == MmaForm::Both) {
+    flash_backward_mma(a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot.as<float>(), dq, dqs, dk, dks, dv, dvs,
+                       accumulate, vec4, stream);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync)");
+    rowdot.release();
+    return;
+  }
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
     const size_t dq_bytes = allow_shared_bytes(flash_backward_dq_bf16_kernel<D>, Shared<D>::bytes(4, 0));

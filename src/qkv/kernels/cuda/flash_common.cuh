@@ -89,6 +89,29 @@ inline FlashArgs flash_args(const AttentionDims& d, const AttentionMask& mask, c
   return a;
 }
 
+// Whether each operand's tile loads may read float4s (16-byte aligned rows, dk a multiple of 4).
+struct TileLoads {
+  bool q, k, v, dout;
+};
+
+inline bool rows_of_16_bytes(const float* x, HeadsView xs, int64_t dk) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && xs.b % 4 == 0 && xs.h % 4 == 0 && xs.t % 4 == 0 && dk % 4 == 0;
+}
+
+// The bf16 kernels' register-level form (flash_attention_mma.cu: mma.sync m16n8k16 with the scores
+// and probabilities in registers), chosen by the environment at each call: QKV_FLASH_MMA unset or 0,
+// the WMMA kernels; "fwd", the forward only; any other value, forward and backward. Both forms
+// write and read the same statistics (max, 1 / sum), so either backward follows either forward.
+enum class MmaForm { Off, Forward, Both };
+MmaForm flash_mma_form();
+void flash_forward_mma(const FlashArgs& a, const float* q, HeadsView qs, const float* k, HeadsView ks, const float* v,
+                       HeadsView vs, float* out, HeadsView os, float* stats, TileLoads vec4, cudaStream_t stream);
+// dq, dk, dv from rowdot (launch_rowdot's D_i); a.dbias_rows (if any) already zeroed.
+void flash_backward_mma(const FlashArgs& a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
+                        const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
+                        const float* rowdot, float* dq, HeadsView dqs, float* dk, HeadsView dks, float* dv,
+                        HeadsView dvs, bool accumulate, TileLoads vec4, cudaStream_t stream);
+
 inline unsigned grid_for(int64_t blocks) { return static_cast<unsigned>(std::min<int64_t>(blocks, int64_t{1} << 30)); }
 
 // Calls f(std::integral_constant<int, D>) for the head width that holds dk.
