@@ -237,21 +237,61 @@ __device__ void store_rows(float* x, HeadsView xs, int64_t b, int64_t h, int64_t
   }
 }
 
+// The forward reads its operands rounded beforehand: round_heads_kernel writes each head's rows
+// as bf16, D to a row (zeros past dk) and a multiple of 64 rows (zeros past T), so that the tiles
+// come by cp.async straight into shared memory, the next under the current one's products.
+constexpr int64_t padded_rows(int64_t T) { return (T + 63) / 64 * 64; }
+
+template <int D>
+__global__ void round_heads_kernel(const float* x, HeadsView xs, int64_t H, int64_t T, int64_t dk, bool vec4,
+                                   bf16* out, int64_t quads) {
+  const int64_t T_pad = padded_rows(T);
+  for (int64_t q4 = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q4 < quads;
+       q4 += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = 4 * q4, row = e / D, r = row % T_pad, bh = row / T_pad;
+    const int c = static_cast<int>(e % D);
+    float f[4] = {0.f, 0.f, 0.f, 0.f};
+    if (r < T && c < dk) {
+      const float* src = x + (bh / H) * xs.b + (bh % H) * xs.h + r * xs.t + c;
+      if (vec4) {  // dk a multiple of 4: the 4 columns are all there
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+      } else {
+        for (int k = 0; k < 4 && c + k < dk; ++k) f[k] = src[k];
+      }
+    }
+    uint2 packed;
+    packed.x = pack_bf16(f[0], f[1]);
+    packed.y = pack_bf16(f[2], f[3]);
+    *reinterpret_cast<uint2*>(out + e) = packed;
+  }
+}
+
+// Starts copying 64 rounded rows (D bf16 each, contiguous) into a shared tile.
+template <int D>
+__device__ __forceinline__ void copy_tile(bf16* dst, const bf16* src) {
+#pragma unroll
+  for (int u = 0; u < 64 * D / 8 / kThreads; ++u) {
+    const int idx = threadIdx.x + u * kThreads, r = idx / (D / 8), c = 8 * (idx % (D / 8));
+    cp_async16(dst + r * ld<D>() + c, src + r * D + c, 16);
+  }
+}
+
 // The forward: 64 query rows a block; its Q fragments in registers for the whole row of key tiles.
-// Shared memory: Q, K, V tiles (3 x 64 x (D + 8) bf16).
+// Shared memory: the Q tile and two K and V tiles (5 x 64 x (D + 8) bf16), the next tile's copies
+// running under the current tile's products. qb, kb, vb: round_heads_kernel's.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
-    flash_forward_mma_kernel(FlashArgs a, const float* q, HeadsView qs, const float* k, HeadsView ks, const float* v,
-                             HeadsView vs, float* out, HeadsView os, float* stats, TileLoads vec4) {
+    flash_forward_mma_kernel(FlashArgs a, const bf16* qb, const bf16* kb, const bf16* vb, float* out, HeadsView os,
+                             float* stats) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = reinterpret_cast<bf16*>(smem + tile_bytes<D>());
-  bf16* Vs = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
-  float* stage_k = reinterpret_cast<float*>(smem + 3 * tile_bytes<D>());  // also Q's, at first
-  float* stage_v = reinterpret_cast<float*>(smem + 3 * tile_bytes<D>() + stage_bytes<D>());
-  const Rows qr{q, qs, vec4.q}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
+  // K tile of buffer i at 1 + i, V tile at 3 + i (tiles from smem).
+  const auto k_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (1 + i) * tile_bytes<D>()); };
+  const auto v_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (3 + i) * tile_bytes<D>()); };
   const AttentionDims& d = a.d;
+  const int64_t tq_pad = padded_rows(d.Tq), tk_pad = padded_rows(d.Tk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tq + kFlashRows - 1) / kFlashRows;
   for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
@@ -260,35 +300,33 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     const int64_t rows[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
     const bool row_in[2] = {rows[0] < d.Tq, rows[1] < d.Tq};
     const int64_t j_end = keys_end(a, min64(i0 + kFlashRows, d.Tq) - 1);
+    const bf16* k_head = kb + bh * tk_pad * D;
+    const bf16* v_head = vb + bh * tk_pad * D;
     __syncthreads();  // the previous block's readers are done
-    stage_rows<D>(stage_k, qr, b, h, i0, d.Tq - i0, d.dk);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-    convert_rows<D>(Qs, stage_k);
-    __syncthreads();  // Q in place, the staging free
-    stage_rows<D>(stage_k, kr, b, h, 0, min64(kCols, j_end), d.dk);
-    stage_rows<D>(stage_v, vr, b, h, 0, min64(kCols, j_end), d.dk);
+    copy_tile<D>(Qs, qb + (bh * tq_pad + i0) * D);
+    copy_tile<D>(k_tile(0), k_head);
+    copy_tile<D>(v_tile(0), v_head);
     cp_async_commit();
     uint32_t qf[D / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) load_a<D>(qf[kc], Qs, warp * 16, 16 * kc);
     float o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+    int buf = 0;
+    for (int64_t j0 = 0; j0 < j_end; j0 += kCols, buf ^= 1) {
       const int64_t count = min64(kCols, j_end - j0);
       cp_async_wait_all();
-      __syncthreads();  // this tile staged; the previous tile's readers are done
-      convert_rows<D>(Ks, stage_k);
-      convert_rows<D>(Vs, stage_v);
-      __syncthreads();
+      __syncthreads();  // this tile in place; the previous tile's readers (of the other buffers) are done
       if (j0 + kCols < j_end) {  // the next tile's copies run under this one's products
-        stage_rows<D>(stage_k, kr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
-        stage_rows<D>(stage_v, vr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        copy_tile<D>(k_tile(buf ^ 1), k_head + (j0 + kCols) * D);
+        copy_tile<D>(v_tile(buf ^ 1), v_head + (j0 + kCols) * D);
         cp_async_commit();
       }
+      if (j0 == 0)
+#pragma unroll
+        for (int kc = 0; kc < D / 16; ++kc) load_a<D>(qf[kc], Qs, warp * 16, 16 * kc);
+      const bf16* Ks = k_tile(buf);
+      const bf16* Vs = v_tile(buf);
       float s[kCols / 8][4];
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -647,9 +685,22 @@ void flash_forward_mma(const FlashArgs& a, const float* q, HeadsView qs, const f
   const int64_t blocks = d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows);
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t bytes = allow_shared_bytes(flash_forward_mma_kernel<D>, 3 * tile_bytes<D>() + 2 * stage_bytes<D>());
-    flash_forward_mma_kernel<D><<<grid_for(blocks), kThreads, bytes, stream>>>(a, q, qs, k, ks, v, vs, out, os, stats,
-                                                                              vec4);
+    const int64_t q_quads = d.B * d.H * padded_rows(d.Tq) * D / 4, k_quads = d.B * d.H * padded_rows(d.Tk) * D / 4;
+    detail::Scratch rounded(static_cast<size_t>(4 * (q_quads + 2 * k_quads)) * sizeof(bf16), stream);
+    bf16* qb = rounded.as<bf16>();
+    bf16* kb = qb + 4 * q_quads;
+    bf16* vb = kb + 4 * k_quads;
+    const auto round = [&](const float* x, HeadsView xs, int64_t T, bool vec4x, bf16* dst, int64_t quads) {
+      round_heads_kernel<D><<<grid_for((quads + 255) / 256), 256, 0, stream>>>(x, xs, d.H, T, d.dk, vec4x, dst, quads);
+    };
+    round(q, qs, d.Tq, vec4.q, qb, q_quads);
+    round(k, ks, d.Tk, vec4.k, kb, k_quads);
+    round(v, vs, d.Tk, vec4.v, vb, k_quads);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_forward_bf16 (mma.sync: rounding)");
+    const size_t bytes = allow_shared_bytes(flash_forward_mma_kernel<D>, 5 * tile_bytes<D>());
+    flash_forward_mma_kernel<D><<<grid_for(blocks), kThreads, bytes, stream>>>(a, qb, kb, vb, out, os, stats);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_forward_bf16 (mma.sync)");
+    rounded.release();
   });
 }
 
