@@ -421,23 +421,21 @@ constexpr int sub_cols() {
 }
 
 // dQ for a block of 64 query rows; keys pass by in tiles of 64, taken sub_cols at a time.
-// Shared memory: Q, dO, K, V tiles.
+// Shared memory: Q, dO tiles, two K and two V tiles (the next tile's copies under the current
+// one's products). qb, gb (dO), kb, vb: round_heads_kernel's.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
-    flash_backward_dq_mma_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
-                                 const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
-                                 const float* rowdot, float* dq, HeadsView dqs, bool accumulate, TileLoads vec4) {
+    flash_backward_dq_mma_kernel(FlashArgs a, const bf16* qb, const bf16* gb, const bf16* kb, const bf16* vb,
+                                 const float* stats, const float* rowdot, float* dq, HeadsView dqs, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kSub = sub_cols<D>(), kN = kSub / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Gs = reinterpret_cast<bf16*>(smem + tile_bytes<D>());  // dO
-  bf16* Ks = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
-  bf16* Vs = reinterpret_cast<bf16*>(smem + 3 * tile_bytes<D>());
-  float* stage_a = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());  // Q, then K
-  float* stage_b = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>() + stage_bytes<D>());  // dO, then V
-  const Rows qr{q, qs, vec4.q}, gr{dout, dos, vec4.dout}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
+  const auto k_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (2 + i) * tile_bytes<D>()); };
+  const auto v_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (4 + i) * tile_bytes<D>()); };
   const AttentionDims& d = a.d;
+  const int64_t tq_pad = padded_rows(d.Tq), tk_pad = padded_rows(d.Tk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tq + kFlashRows - 1) / kFlashRows;
   for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
@@ -453,33 +451,29 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
       inv[r] = row_in[r] ? stats[2 * (bh * d.Tq + rows[r]) + 1] : 0.f;
       Di[r] = row_in[r] ? rowdot[bh * d.Tq + rows[r]] : 0.f;
     }
-    __syncthreads();
-    stage_rows<D>(stage_a, qr, b, h, i0, d.Tq - i0, d.dk);
-    stage_rows<D>(stage_b, gr, b, h, i0, d.Tq - i0, d.dk);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-    convert_rows<D>(Qs, stage_a);
-    convert_rows<D>(Gs, stage_b);
-    __syncthreads();  // Q and dO in place, the staging free
-    stage_rows<D>(stage_a, kr, b, h, 0, min64(kCols, j_end), d.dk);
-    stage_rows<D>(stage_b, vr, b, h, 0, min64(kCols, j_end), d.dk);
+    const bf16* k_head = kb + bh * tk_pad * D;
+    const bf16* v_head = vb + bh * tk_pad * D;
+    __syncthreads();  // the previous block's readers are done
+    copy_tile<D>(Qs, qb + (bh * tq_pad + i0) * D);
+    copy_tile<D>(Gs, gb + (bh * tq_pad + i0) * D);
+    copy_tile<D>(k_tile(0), k_head);
+    copy_tile<D>(v_tile(0), v_head);
     cp_async_commit();
     float acc[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+    int buf = 0;
+    for (int64_t j0 = 0; j0 < j_end; j0 += kCols, buf ^= 1) {
       const int64_t count = min64(kCols, j_end - j0);
       cp_async_wait_all();
-      __syncthreads();  // this tile staged; the previous tile's readers are done
-      convert_rows<D>(Ks, stage_a);
-      convert_rows<D>(Vs, stage_b);
-      __syncthreads();
+      __syncthreads();  // this tile in place; the previous tile's readers (of the other buffers) are done
       if (j0 + kCols < j_end) {  // the next tile's copies run under this one's products
-        stage_rows<D>(stage_a, kr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
-        stage_rows<D>(stage_b, vr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        copy_tile<D>(k_tile(buf ^ 1), k_head + (j0 + kCols) * D);
+        copy_tile<D>(v_tile(buf ^ 1), v_head + (j0 + kCols) * D);
         cp_async_commit();
       }
+      const bf16* Ks = k_tile(buf);
+      const bf16* Vs = v_tile(buf);
       const bool masks = tile_has_masks(a, i0, j0, count, true);
       const bool plain = !masks && count == kCols && !a.mask.bias && !a.dbias_rows && !(a.drop.p > 0.f);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
@@ -535,29 +529,25 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
 
 // dK and dV for a block of 64 key rows; queries, dO and their statistics pass by in tiles of 64,
 // taken sub_cols at a time. A warp's products are transposed: rows its 16 keys, columns queries.
-// Shared memory: K, V, Q, dO tiles, then the query tile's m, 1 / l and D_i.
+// Shared memory: K, V tiles, two Q and two dO tiles, and two of the query tiles' statistics (m,
+// 1 / l pairs, then D_i: 3 x 64 floats): the next query tile's copies run under the current one's
+// products. qb, gb (dO), kb, vb: round_heads_kernel's (qb and gb with 64 rows of zeros past their
+// last head, for query tiles that start off a multiple of 64).
 template <int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
-    flash_backward_dkv_mma_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
-                                  const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
-                                  const float* rowdot, float* dk, HeadsView dks, float* dv, HeadsView dvs,
-                                  bool accumulate, TileLoads vec4) {
+    flash_backward_dkv_mma_kernel(FlashArgs a, const bf16* qb, const bf16* gb, const bf16* kb, const bf16* vb,
+                                  const float* stats, const float* rowdot, float* dk, HeadsView dks, float* dv,
+                                  HeadsView dvs, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kSub = sub_cols<D>(), kN = kSub / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Ks = reinterpret_cast<bf16*>(smem);
   bf16* Vs = reinterpret_cast<bf16*>(smem + tile_bytes<D>());
-  bf16* Qs = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
-  bf16* Gs = reinterpret_cast<bf16*>(smem + 3 * tile_bytes<D>());  // dO
-  float* mt = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());  // the tile's m
-  float* invt = mt + kCols;
-  float* dt = invt + kCols;
-  float* stage_st = dt + kCols;        // the staged tile's statistics (m, 1 / l pairs)
-  float* stage_rd = stage_st + 2 * kCols;  // and D_i
-  float* stage_a = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>() + 6 * kCols * sizeof(float));  // K, then Q
-  float* stage_b = stage_a + 64 * D;                                                                   // V, then dO
-  const Rows qr{q, qs, vec4.q}, gr{dout, dos, vec4.dout}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
+  const auto q_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (2 + i) * tile_bytes<D>()); };
+  const auto g_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (4 + i) * tile_bytes<D>()); };
+  const auto st_tile = [&](int i) { return reinterpret_cast<float*>(smem + 6 * tile_bytes<D>()) + i * 3 * kCols; };
   const AttentionDims& d = a.d;
+  const int64_t tq_pad = padded_rows(d.Tq), tk_pad = padded_rows(d.Tk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tk + kFlashRows - 1) / kFlashRows;
   const int64_t offset = d.Tk - d.Tq;
@@ -567,48 +557,43 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     const int64_t keys[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
     const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) : 0;
     const bool keys_full = j0 + kFlashRows <= d.Tk;
-    __syncthreads();
-    stage_rows<D>(stage_a, kr, b, h, j0, d.Tk - j0, d.dk);
-    stage_rows<D>(stage_b, vr, b, h, j0, d.Tk - j0, d.dk);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-    convert_rows<D>(Ks, stage_a);
-    convert_rows<D>(Vs, stage_b);
-    __syncthreads();  // K and V in place, the staging free
-    // Starts copying the query tile from `first`: Q, dO, their statistics and D_i.
-    const auto stage_queries = [&](int64_t first) {
+    __syncthreads();  // the previous block's readers are done
+    copy_tile<D>(Ks, kb + (bh * tk_pad + j0) * D);
+    copy_tile<D>(Vs, vb + (bh * tk_pad + j0) * D);
+    // Starts copying the query tile from `first` into buffer i: Q, dO, their statistics and D_i.
+    const auto stage_queries = [&](int64_t first, int i) {
       const int64_t n = min64(kCols, d.Tq - first);
-      stage_rows<D>(stage_a, qr, b, h, first, n, d.dk);
-      stage_rows<D>(stage_b, gr, b, h, first, n, d.dk);
+      copy_tile<D>(q_tile(i), qb + (bh * tq_pad + first) * D);
+      copy_tile<D>(g_tile(i), gb + (bh * tq_pad + first) * D);
       if (threadIdx.x < kCols) {
         const bool in = threadIdx.x < n;
         const int64_t row = bh * d.Tq + (in ? first + threadIdx.x : 0);
-        cp_async4(stage_st + 2 * threadIdx.x, stats + 2 * row, in ? 4 : 0);
-        cp_async4(stage_st + 2 * threadIdx.x + 1, stats + 2 * row + 1, in ? 4 : 0);
-        cp_async4(stage_rd + threadIdx.x, rowdot + row, in ? 4 : 0);
+        float* st = st_tile(i);
+        cp_async4(st + 2 * threadIdx.x, stats + 2 * row, in ? 4 : 0);
+        cp_async4(st + 2 * threadIdx.x + 1, stats + 2 * row + 1, in ? 4 : 0);
+        cp_async4(st + 2 * kCols + threadIdx.x, rowdot + row, in ? 4 : 0);
       }
-      cp_async_commit();
     };
-    if (i_begin < d.Tq) stage_queries(i_begin);
+    if (i_begin < d.Tq) stage_queries(i_begin, 0);
+    cp_async_commit();
     float acc_k[D / 8][4], acc_v[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_k[n][e] = acc_v[n][e] = 0.f;
-    for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kCols) {
+    int buf = 0;
+    if (i_begin >= d.Tq) cp_async_wait_all();  // K and V alone were copied
+    for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kCols, buf ^= 1) {
       const int64_t count = min64(kCols, d.Tq - i0);
       cp_async_wait_all();
-      __syncthreads();  // this tile staged; the previous tile's readers are done
-      convert_rows<D>(Qs, stage_a);
-      convert_rows<D>(Gs, stage_b);
-      if (threadIdx.x < kCols) {
-        mt[threadIdx.x] = stage_st[2 * threadIdx.x];
-        invt[threadIdx.x] = stage_st[2 * threadIdx.x + 1];
-        dt[threadIdx.x] = stage_rd[threadIdx.x];
+      __syncthreads();  // this tile in place; the previous tile's readers (of the other buffers) are done
+      if (i0 + kCols < d.Tq) {  // the next tile's copies run under this one's products
+        stage_queries(i0 + kCols, buf ^ 1);
+        cp_async_commit();
       }
-      __syncthreads();
-      if (i0 + kCols < d.Tq) stage_queries(i0 + kCols);  // runs under this tile's products
+      const bf16* Qs = q_tile(buf);
+      const bf16* Gs = g_tile(buf);
+      const float* st = st_tile(buf);  // m, 1 / l pairs, then D_i
       const bool masks = tile_has_masks(a, j0, i0, count, false);
       const bool plain = !masks && count == kCols && keys_full && !a.mask.bias && !(a.drop.p > 0.f);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
@@ -630,9 +615,9 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int c = c0 + 8 * n + 2 * t + (e & 1);
-              const float p = exp_of(s[n][e] * a.inv_divisor, mt[c]) * invt[c];
+              const float p = exp_of(s[n][e] * a.inv_divisor, st[2 * c]) * st[2 * c + 1];
               pd[n][e] = p;
-              s[n][e] = p * (dp[n][e] - dt[c]) * a.inv_divisor;  // dS^T
+              s[n][e] = p * (dp[n][e] - st[2 * kCols + c]) * a.inv_divisor;  // dS^T
             }
         } else {
 #pragma unroll
@@ -644,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
             const bool present = c < count && j < d.Tk;
             const bool masked = !present || (masks && masked_at(a, b, i, j));
             const float sc = masked ? a.mask.fill : score_of(a, s[n][e], h, i, j, true);
-            const float p = present ? exp_of(sc, mt[c]) * invt[c] : 0.f;
+            const float p = present ? exp_of(sc, st[2 * c]) * st[2 * c + 1] : 0.f;
             float gr = dp[n][e], pk = p;
             if (a.drop.p > 0.f) {
               const bool keep = present && dropout_kept(a, bh, i, j);
@@ -652,7 +637,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
               gr = keep ? gr * a.keep_scale : 0.f;
             }
             pd[n][e] = pk;
-            s[n][e] = masked ? 0.f : p * (gr - (present ? dt[c] : 0.f)) * a.inv_divisor;  // dS^T
+            s[n][e] = masked ? 0.f : p * (gr - st[2 * kCols + c]) * a.inv_divisor;  // dS^T
           }
         }
 #pragma unroll
@@ -711,18 +696,37 @@ void flash_backward_mma(const FlashArgs& a, const float* dout, HeadsView dos, co
   const AttentionDims& d = a.d;
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t dq_bytes =
-        allow_shared_bytes(flash_backward_dq_mma_kernel<D>, 4 * tile_bytes<D>() + 2 * stage_bytes<D>());
+    // Q and dO with 64 rows of zeros past their last head (the dK dV kernel's query tiles may start
+    // off a multiple of 64), K and V.
+    const int64_t q_elems = d.B * d.H * padded_rows(d.Tq) * D + 64 * D, k_elems = d.B * d.H * padded_rows(d.Tk) * D;
+    detail::Scratch rounded(static_cast<size_t>(2 * q_elems + 2 * k_elems) * sizeof(bf16), stream);
+    bf16* qb = rounded.as<bf16>();
+    bf16* gb = qb + q_elems;
+    bf16* kb = gb + q_elems;
+    bf16* vb = kb + k_elems;
+    const auto round = [&](const float* x, HeadsView xs, int64_t T, bool vec4x, bf16* dst, int64_t elems) {
+      const int64_t quads = d.B * d.H * padded_rows(T) * D / 4;
+      round_heads_kernel<D><<<grid_for((quads + 255) / 256), 256, 0, stream>>>(x, xs, d.H, T, d.dk, vec4x, dst, quads);
+      if (elems > 4 * quads)
+        QKV_CUDA_CHECK(cudaMemsetAsync(dst + 4 * quads, 0, static_cast<size_t>(elems - 4 * quads) * sizeof(bf16), stream));
+    };
+    round(q, qs, d.Tq, vec4.q, qb, q_elems);
+    round(dout, dos, d.Tq, vec4.dout, gb, q_elems);
+    round(k, ks, d.Tk, vec4.k, kb, k_elems);
+    round(v, vs, d.Tk, vec4.v, vb, k_elems);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync: rounding)");
+    const size_t dq_bytes = allow_shared_bytes(flash_backward_dq_mma_kernel<D>, 6 * tile_bytes<D>());
     flash_backward_dq_mma_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows)), kThreads, dq_bytes, stream>>>(
-            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot, dq, dqs, accumulate, vec4);
+            a, qb, gb, kb, vb, stats, rowdot, dq, dqs, accumulate);
     QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync dQ)");
     const size_t dkv_bytes =
-        allow_shared_bytes(flash_backward_dkv_mma_kernel<D>,
-                           4 * tile_bytes<D>() + 6 * kCols * sizeof(float) + 2 * stage_bytes<D>());
+        allow_shared_bytes(flash_backward_dkv_mma_kernel<D>, 6 * tile_bytes<D>() + 2 * 3 * kCols * sizeof(float));
     flash_backward_dkv_mma_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tk + kFlashRows - 1) / kFlashRows)), kThreads, dkv_bytes, stream>>>(
-            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot, dk, dks, dv, dvs, accumulate, vec4);
+            a, qb, gb, kb, vb, stats, rowdot, dk, dks, dv, dvs, accumulate);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync dK dV)");
+    rounded.release();
   });
 }
 
