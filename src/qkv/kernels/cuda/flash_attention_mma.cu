@@ -4,24 +4,31 @@
 // operand of dS K, dS^T Q in the backward); no score tile passes through shared memory. Opt-in
 // (QKV_FLASH_MMA, flash_common.cuh's flash_mma_form) until a GPU run has validated it everywhere.
 //
-// Same roundings as the WMMA kernels: Q, K, V, dO rounded to bf16 as loaded (from float32: no
-// cp.async, which cannot convert), P after dropout rounded before P V, dS rounded before dS K and
-// dS^T Q; scores, the online softmax, its statistics (m, 1 / l, the same (B, H, Tq, 2) buffer) and
-// every sum float32. Masks, dropout counters, T5's bias and its gradient rows: flash_common.cuh's.
+// Same roundings as the WMMA kernels: Q, K, V, dO rounded to bf16 once, by a pre-pass
+// (round_heads_kernel: each head's rows D wide, zeros past dk, a multiple of 64 rows, zeros past T;
+// the same nearest-even rounding the WMMA kernels apply as they load), P after dropout rounded before
+// P V, dS rounded before dS K and dS^T Q; scores, the online softmax, its statistics (m, 1 / l, the
+// same (B, H, Tq, 2) buffer, so either form's backward reads either form's forward) and every sum
+// float32. e^x goes through ex2.approx of (s - m) log2 e (a few float32 ulps from expf). Masks,
+// dropout counters, T5's bias and its gradient rows: flash_common.cuh's.
 //
 // Layout: a block of 4 warps owns 64 rows (queries; keys in the dK/dV kernel), a warp 16 of them
-// (one m16 fragment); the other side passes by in tiles of 64 held in shared memory as row-major bf16
-// (D + 8 to a row, against bank conflicts). Fragments (lane = 4 g + t): A (16 x 16) a0 = (g, 2t..2t+1),
-// a1 = (g + 8, 2t..), a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..); B (16 x 8) b0 = (k 2t..2t+1, n g),
-// b1 = (k 2t + 8.., n g); C c0, c1 = (g, 2t..2t+1), c2, c3 = (g + 8, 2t..). A row-major tile X[n][k]
-// gives B = X^T directly (two bf16 of a row, one 32-bit load); B = X (k along rows) comes from
-// ldmatrix .trans. Two adjacent n8 accumulator tiles are one k16 A fragment of the next product.
+// (one m16 fragment); the other side passes by in tiles of 64, copied by cp.async from the rounded
+// rows into shared memory as row-major bf16 (D + 8 to a row, against bank conflicts), two buffers,
+// the next tile's copies running under the current tile's products, one barrier a tile. Tiles
+// without masks, bias or dropout take a path with no test per score. Fragments (lane = 4 g + t):
+// A (16 x 16) a0 = (g, 2t..2t+1), a1 = (g + 8, 2t..), a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..);
+// B (16 x 8) b0 = (k 2t..2t+1, n g), b1 = (k 2t + 8.., n g); C c0, c1 = (g, 2t..2t+1), c2, c3 =
+// (g + 8, 2t..). A row-major tile X[n][k] gives B = X^T directly (two bf16 of a row, one 32-bit
+// load); B = X (k along rows) comes from ldmatrix .trans. Two adjacent n8 accumulator tiles are one
+// k16 A fragment of the next product.
 //
-// ptxas (sm_90, CUDA 13), registers / dynamic shared memory a block, no spills anywhere: forward
-// 156 / 31.7 KB (D 32), 168 / 60.4 KB (D 64), 255 / 117.8 KB (D 128); dQ 162 / 36.9 KB, 168 / 69.6 KB,
-// 206 / 135.2 KB; dK dV 168 / 38.4 KB, 167 / 71.2 KB, 246 / 136.7 KB. Widths <= 64 are held to 168
-// registers (__launch_bounds__ 3 blocks an SM). H200, a GPT-2 small layer (B16 T1024 H12 dk64
-// causal, bench_gpu_ops): forward 0.625 ms (WMMA 1.133), backward 1.259 ms (WMMA 2.656).
+// ptxas (sm_90, CUDA 13), registers / dynamic shared memory a block at D = 32, 64, 128: forward
+// 164 / 25.6 KB, 168 / 46.1 KB, 253 / 87.0 KB; dQ 153 / 30.7 KB, 168 / 55.3 KB (8 bytes spilled),
+// 226 / 104.4 KB; dK dV 166 / 32.3 KB, 168 / 56.8 KB, 251 / 106.0 KB; no other spills. Widths <= 64
+// are held to 168 registers (__launch_bounds__: 3 blocks an SM). H200, a GPT-2 small layer (B16
+// T1024 H12 dk64 causal, bench_gpu_ops, the pre-pass included): forward 0.568 ms (WMMA 1.114),
+// backward 1.019 ms (WMMA 2.630); PyTorch's SDPA bf16 0.14 / 0.62 ms.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
@@ -119,16 +126,6 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&lo)[4], con
   a[3] = pack_bf16(hi[2], hi[3]);
 }
 
-// Tiles reach shared memory in two steps: cp.async copies an operand's 64 rows of float32 into a
-// staging tile (64 x D floats, zeros past the rows or columns there are), which the block then
-// rounds into its bf16 tile. The copies of the next tile run while the block multiplies the current
-// one (the inputs are float32, which cp.async cannot convert on the way).
-struct Rows {  // one operand of head (b, h)
-  const float* x;
-  HeadsView xs;
-  bool vec4;  // 16-byte copies (TileLoads)
-};
-
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
@@ -139,54 +136,6 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int src_
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-// Starts copying rows [first, first + 64) of x into stage (64 x D floats): zeros past `count` rows or
-// dk columns. All threads of the block call it.
-template <int D>
-__device__ __forceinline__ void stage_rows(float* stage, const Rows& x, int64_t b, int64_t h, int64_t first,
-                                          int64_t count, int64_t dk) {
-  const float* head = x.x + b * x.xs.b + h * x.xs.h + first * x.xs.t;
-  if (x.vec4) {
-    // Thread k copies columns c..c+3 of rows r0, r0 + kStep, ...: one pointer, one stride.
-    constexpr int kStep = kThreads / (D / 4);
-    const int r0 = threadIdx.x / (D / 4), c = 4 * (threadIdx.x % (D / 4));
-    const float* src = head + r0 * x.xs.t + c;
-    const int64_t stride = kStep * x.xs.t;
-    float* dst = stage + r0 * D + c;
-    const bool col_in = c < dk;
-#pragma unroll
-    for (int u = 0; u < 64 / kStep; ++u) {
-      const bool in = col_in && r0 + u * kStep < count;
-      cp_async16(dst + u * kStep * D, in ? src + u * stride : head, in ? 16 : 0);
-    }
-    return;
-  }
-#pragma unroll 4
-  for (int idx = threadIdx.x; idx < 64 * D; idx += kThreads) {
-    const int r = idx / D, c = idx % D;
-    const bool in = r < count && c < dk;
-    cp_async4(stage + r * D + c, in ? head + r * x.xs.t + c : head, in ? 4 : 0);
-  }
-}
-
-// dst (a bf16 tile, ld<D>() to a row) = the staged floats rounded to bf16.
-template <int D>
-__device__ __forceinline__ void convert_rows(bf16* dst, const float* stage) {
-#pragma unroll
-  for (int idx = threadIdx.x; idx < 64 * D / 4; idx += kThreads) {
-    const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
-    const float4 f = *reinterpret_cast<const float4*>(stage + r * D + c);
-    uint2 packed;
-    packed.x = pack_bf16(f.x, f.y);
-    packed.y = pack_bf16(f.z, f.w);
-    *reinterpret_cast<uint2*>(dst + r * ld<D>() + c) = packed;
-  }
-}
-
-template <int D>
-constexpr size_t stage_bytes() {
-  return size_t{64} * D * sizeof(float);
-}
 
 // flash_attention_bf16.cu's score_bf16: q.k times 1 / divisor, plus T5's bias where given.
 __device__ __forceinline__ float score_of(const FlashArgs& a, float qk, int64_t h, int64_t i, int64_t j, bool inside) {
