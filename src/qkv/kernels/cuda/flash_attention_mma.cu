@@ -4,24 +4,31 @@
 // operand of dS K, dS^T Q in the backward); no score tile passes through shared memory. Opt-in
 // (QKV_FLASH_MMA, flash_common.cuh's flash_mma_form) until a GPU run has validated it everywhere.
 //
-// Same roundings as the WMMA kernels: Q, K, V, dO rounded to bf16 as loaded (from float32: no
-// cp.async, which cannot convert), P after dropout rounded before P V, dS rounded before dS K and
-// dS^T Q; scores, the online softmax, its statistics (m, 1 / l, the same (B, H, Tq, 2) buffer) and
-// every sum float32. Masks, dropout counters, T5's bias and its gradient rows: flash_common.cuh's.
+// Same roundings as the WMMA kernels: Q, K, V, dO rounded to bf16 once, by a pre-pass
+// (round_heads_kernel: each head's rows D wide, zeros past dk, a multiple of 64 rows, zeros past T;
+// the same nearest-even rounding the WMMA kernels apply as they load), P after dropout rounded before
+// P V, dS rounded before dS K and dS^T Q; scores, the online softmax, its statistics (m, 1 / l, the
+// same (B, H, Tq, 2) buffer, so either form's backward reads either form's forward) and every sum
+// float32. e^x goes through ex2.approx of (s - m) log2 e (a few float32 ulps from expf). Masks,
+// dropout counters, T5's bias and its gradient rows: flash_common.cuh's.
 //
 // Layout: a block of 4 warps owns 64 rows (queries; keys in the dK/dV kernel), a warp 16 of them
-// (one m16 fragment); the other side passes by in tiles of 64 held in shared memory as row-major bf16
-// (D + 8 to a row, against bank conflicts). Fragments (lane = 4 g + t): A (16 x 16) a0 = (g, 2t..2t+1),
-// a1 = (g + 8, 2t..), a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..); B (16 x 8) b0 = (k 2t..2t+1, n g),
-// b1 = (k 2t + 8.., n g); C c0, c1 = (g, 2t..2t+1), c2, c3 = (g + 8, 2t..). A row-major tile X[n][k]
-// gives B = X^T directly (two bf16 of a row, one 32-bit load); B = X (k along rows) comes from
-// ldmatrix .trans. Two adjacent n8 accumulator tiles are one k16 A fragment of the next product.
+// (one m16 fragment); the other side passes by in tiles of 64, copied by cp.async from the rounded
+// rows into shared memory as row-major bf16 (D + 8 to a row, against bank conflicts), two buffers,
+// the next tile's copies running under the current tile's products, one barrier a tile. Tiles
+// without masks, bias or dropout take a path with no test per score. Fragments (lane = 4 g + t):
+// A (16 x 16) a0 = (g, 2t..2t+1), a1 = (g + 8, 2t..), a2 = (g, 2t + 8..), a3 = (g + 8, 2t + 8..);
+// B (16 x 8) b0 = (k 2t..2t+1, n g), b1 = (k 2t + 8.., n g); C c0, c1 = (g, 2t..2t+1), c2, c3 =
+// (g + 8, 2t..). A row-major tile X[n][k] gives B = X^T directly (two bf16 of a row, one 32-bit
+// load); B = X (k along rows) comes from ldmatrix .trans. Two adjacent n8 accumulator tiles are one
+// k16 A fragment of the next product.
 //
-// ptxas (sm_90, CUDA 13), registers / dynamic shared memory a block, no spills anywhere: forward
-// 156 / 31.7 KB (D 32), 168 / 60.4 KB (D 64), 255 / 117.8 KB (D 128); dQ 162 / 36.9 KB, 168 / 69.6 KB,
-// 206 / 135.2 KB; dK dV 168 / 38.4 KB, 167 / 71.2 KB, 246 / 136.7 KB. Widths <= 64 are held to 168
-// registers (__launch_bounds__ 3 blocks an SM). H200, a GPT-2 small layer (B16 T1024 H12 dk64
-// causal, bench_gpu_ops): forward 0.625 ms (WMMA 1.133), backward 1.259 ms (WMMA 2.656).
+// ptxas (sm_90, CUDA 13), registers / dynamic shared memory a block at D = 32, 64, 128: forward
+// 164 / 25.6 KB, 168 / 46.1 KB, 253 / 87.0 KB; dQ 153 / 30.7 KB, 168 / 55.3 KB (8 bytes spilled),
+// 226 / 104.4 KB; dK dV 166 / 32.3 KB, 168 / 56.8 KB, 251 / 106.0 KB; no other spills. Widths <= 64
+// are held to 168 registers (__launch_bounds__: 3 blocks an SM). H200, a GPT-2 small layer (B16
+// T1024 H12 dk64 causal, bench_gpu_ops, the pre-pass included): forward 0.568 ms (WMMA 1.114),
+// backward 1.019 ms (WMMA 2.630); PyTorch's SDPA bf16 0.14 / 0.62 ms.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
@@ -119,16 +126,6 @@ __device__ __forceinline__ void to_a(uint32_t (&a)[4], const float (&lo)[4], con
   a[3] = pack_bf16(hi[2], hi[3]);
 }
 
-// Tiles reach shared memory in two steps: cp.async copies an operand's 64 rows of float32 into a
-// staging tile (64 x D floats, zeros past the rows or columns there are), which the block then
-// rounds into its bf16 tile. The copies of the next tile run while the block multiplies the current
-// one (the inputs are float32, which cp.async cannot convert on the way).
-struct Rows {  // one operand of head (b, h)
-  const float* x;
-  HeadsView xs;
-  bool vec4;  // 16-byte copies (TileLoads)
-};
-
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes) : "memory");
@@ -139,54 +136,6 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int src_
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-// Starts copying rows [first, first + 64) of x into stage (64 x D floats): zeros past `count` rows or
-// dk columns. All threads of the block call it.
-template <int D>
-__device__ __forceinline__ void stage_rows(float* stage, const Rows& x, int64_t b, int64_t h, int64_t first,
-                                          int64_t count, int64_t dk) {
-  const float* head = x.x + b * x.xs.b + h * x.xs.h + first * x.xs.t;
-  if (x.vec4) {
-    // Thread k copies columns c..c+3 of rows r0, r0 + kStep, ...: one pointer, one stride.
-    constexpr int kStep = kThreads / (D / 4);
-    const int r0 = threadIdx.x / (D / 4), c = 4 * (threadIdx.x % (D / 4));
-    const float* src = head + r0 * x.xs.t + c;
-    const int64_t stride = kStep * x.xs.t;
-    float* dst = stage + r0 * D + c;
-    const bool col_in = c < dk;
-#pragma unroll
-    for (int u = 0; u < 64 / kStep; ++u) {
-      const bool in = col_in && r0 + u * kStep < count;
-      cp_async16(dst + u * kStep * D, in ? src + u * stride : head, in ? 16 : 0);
-    }
-    return;
-  }
-#pragma unroll 4
-  for (int idx = threadIdx.x; idx < 64 * D; idx += kThreads) {
-    const int r = idx / D, c = idx % D;
-    const bool in = r < count && c < dk;
-    cp_async4(stage + r * D + c, in ? head + r * x.xs.t + c : head, in ? 4 : 0);
-  }
-}
-
-// dst (a bf16 tile, ld<D>() to a row) = the staged floats rounded to bf16.
-template <int D>
-__device__ __forceinline__ void convert_rows(bf16* dst, const float* stage) {
-#pragma unroll
-  for (int idx = threadIdx.x; idx < 64 * D / 4; idx += kThreads) {
-    const int r = idx / (D / 4), c = 4 * (idx % (D / 4));
-    const float4 f = *reinterpret_cast<const float4*>(stage + r * D + c);
-    uint2 packed;
-    packed.x = pack_bf16(f.x, f.y);
-    packed.y = pack_bf16(f.z, f.w);
-    *reinterpret_cast<uint2*>(dst + r * ld<D>() + c) = packed;
-  }
-}
-
-template <int D>
-constexpr size_t stage_bytes() {
-  return size_t{64} * D * sizeof(float);
-}
 
 // flash_attention_bf16.cu's score_bf16: q.k times 1 / divisor, plus T5's bias where given.
 __device__ __forceinline__ float score_of(const FlashArgs& a, float qk, int64_t h, int64_t i, int64_t j, bool inside) {
@@ -237,21 +186,61 @@ __device__ void store_rows(float* x, HeadsView xs, int64_t b, int64_t h, int64_t
   }
 }
 
+// The forward reads its operands rounded beforehand: round_heads_kernel writes each head's rows
+// as bf16, D to a row (zeros past dk) and a multiple of 64 rows (zeros past T), so that the tiles
+// come by cp.async straight into shared memory, the next under the current one's products.
+constexpr int64_t padded_rows(int64_t T) { return (T + 63) / 64 * 64; }
+
+template <int D>
+__global__ void round_heads_kernel(const float* x, HeadsView xs, int64_t H, int64_t T, int64_t dk, bool vec4,
+                                   bf16* out, int64_t quads) {
+  const int64_t T_pad = padded_rows(T);
+  for (int64_t q4 = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q4 < quads;
+       q4 += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t e = 4 * q4, row = e / D, r = row % T_pad, bh = row / T_pad;
+    const int c = static_cast<int>(e % D);
+    float f[4] = {0.f, 0.f, 0.f, 0.f};
+    if (r < T && c < dk) {
+      const float* src = x + (bh / H) * xs.b + (bh % H) * xs.h + r * xs.t + c;
+      if (vec4) {  // dk a multiple of 4: the 4 columns are all there
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+      } else {
+        for (int k = 0; k < 4 && c + k < dk; ++k) f[k] = src[k];
+      }
+    }
+    uint2 packed;
+    packed.x = pack_bf16(f[0], f[1]);
+    packed.y = pack_bf16(f[2], f[3]);
+    *reinterpret_cast<uint2*>(out + e) = packed;
+  }
+}
+
+// Starts copying 64 rounded rows (D bf16 each, contiguous) into a shared tile.
+template <int D>
+__device__ __forceinline__ void copy_tile(bf16* dst, const bf16* src) {
+#pragma unroll
+  for (int u = 0; u < 64 * D / 8 / kThreads; ++u) {
+    const int idx = threadIdx.x + u * kThreads, r = idx / (D / 8), c = 8 * (idx % (D / 8));
+    cp_async16(dst + r * ld<D>() + c, src + r * D + c, 16);
+  }
+}
+
 // The forward: 64 query rows a block; its Q fragments in registers for the whole row of key tiles.
-// Shared memory: Q, K, V tiles (3 x 64 x (D + 8) bf16).
+// Shared memory: the Q tile and two K and V tiles (5 x 64 x (D + 8) bf16), the next tile's copies
+// running under the current tile's products. qb, kb, vb: round_heads_kernel's.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
-    flash_forward_mma_kernel(FlashArgs a, const float* q, HeadsView qs, const float* k, HeadsView ks, const float* v,
-                             HeadsView vs, float* out, HeadsView os, float* stats, TileLoads vec4) {
+    flash_forward_mma_kernel(FlashArgs a, const bf16* qb, const bf16* kb, const bf16* vb, float* out, HeadsView os,
+                             float* stats) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = reinterpret_cast<bf16*>(smem + tile_bytes<D>());
-  bf16* Vs = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
-  float* stage_k = reinterpret_cast<float*>(smem + 3 * tile_bytes<D>());  // also Q's, at first
-  float* stage_v = reinterpret_cast<float*>(smem + 3 * tile_bytes<D>() + stage_bytes<D>());
-  const Rows qr{q, qs, vec4.q}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
+  // K tile of buffer i at 1 + i, V tile at 3 + i (tiles from smem).
+  const auto k_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (1 + i) * tile_bytes<D>()); };
+  const auto v_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (3 + i) * tile_bytes<D>()); };
   const AttentionDims& d = a.d;
+  const int64_t tq_pad = padded_rows(d.Tq), tk_pad = padded_rows(d.Tk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tq + kFlashRows - 1) / kFlashRows;
   for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
@@ -260,35 +249,33 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     const int64_t rows[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
     const bool row_in[2] = {rows[0] < d.Tq, rows[1] < d.Tq};
     const int64_t j_end = keys_end(a, min64(i0 + kFlashRows, d.Tq) - 1);
+    const bf16* k_head = kb + bh * tk_pad * D;
+    const bf16* v_head = vb + bh * tk_pad * D;
     __syncthreads();  // the previous block's readers are done
-    stage_rows<D>(stage_k, qr, b, h, i0, d.Tq - i0, d.dk);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-    convert_rows<D>(Qs, stage_k);
-    __syncthreads();  // Q in place, the staging free
-    stage_rows<D>(stage_k, kr, b, h, 0, min64(kCols, j_end), d.dk);
-    stage_rows<D>(stage_v, vr, b, h, 0, min64(kCols, j_end), d.dk);
+    copy_tile<D>(Qs, qb + (bh * tq_pad + i0) * D);
+    copy_tile<D>(k_tile(0), k_head);
+    copy_tile<D>(v_tile(0), v_head);
     cp_async_commit();
     uint32_t qf[D / 16][4];
-#pragma unroll
-    for (int kc = 0; kc < D / 16; ++kc) load_a<D>(qf[kc], Qs, warp * 16, 16 * kc);
     float o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+    int buf = 0;
+    for (int64_t j0 = 0; j0 < j_end; j0 += kCols, buf ^= 1) {
       const int64_t count = min64(kCols, j_end - j0);
       cp_async_wait_all();
-      __syncthreads();  // this tile staged; the previous tile's readers are done
-      convert_rows<D>(Ks, stage_k);
-      convert_rows<D>(Vs, stage_v);
-      __syncthreads();
+      __syncthreads();  // this tile in place; the previous tile's readers (of the other buffers) are done
       if (j0 + kCols < j_end) {  // the next tile's copies run under this one's products
-        stage_rows<D>(stage_k, kr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
-        stage_rows<D>(stage_v, vr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        copy_tile<D>(k_tile(buf ^ 1), k_head + (j0 + kCols) * D);
+        copy_tile<D>(v_tile(buf ^ 1), v_head + (j0 + kCols) * D);
         cp_async_commit();
       }
+      if (j0 == 0)
+#pragma unroll
+        for (int kc = 0; kc < D / 16; ++kc) load_a<D>(qf[kc], Qs, warp * 16, 16 * kc);
+      const bf16* Ks = k_tile(buf);
+      const bf16* Vs = v_tile(buf);
       float s[kCols / 8][4];
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -383,23 +370,21 @@ constexpr int sub_cols() {
 }
 
 // dQ for a block of 64 query rows; keys pass by in tiles of 64, taken sub_cols at a time.
-// Shared memory: Q, dO, K, V tiles.
+// Shared memory: Q, dO tiles, two K and two V tiles (the next tile's copies under the current
+// one's products). qb, gb (dO), kb, vb: round_heads_kernel's.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
-    flash_backward_dq_mma_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
-                                 const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
-                                 const float* rowdot, float* dq, HeadsView dqs, bool accumulate, TileLoads vec4) {
+    flash_backward_dq_mma_kernel(FlashArgs a, const bf16* qb, const bf16* gb, const bf16* kb, const bf16* vb,
+                                 const float* stats, const float* rowdot, float* dq, HeadsView dqs, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kSub = sub_cols<D>(), kN = kSub / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* Gs = reinterpret_cast<bf16*>(smem + tile_bytes<D>());  // dO
-  bf16* Ks = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
-  bf16* Vs = reinterpret_cast<bf16*>(smem + 3 * tile_bytes<D>());
-  float* stage_a = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());  // Q, then K
-  float* stage_b = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>() + stage_bytes<D>());  // dO, then V
-  const Rows qr{q, qs, vec4.q}, gr{dout, dos, vec4.dout}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
+  const auto k_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (2 + i) * tile_bytes<D>()); };
+  const auto v_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (4 + i) * tile_bytes<D>()); };
   const AttentionDims& d = a.d;
+  const int64_t tq_pad = padded_rows(d.Tq), tk_pad = padded_rows(d.Tk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tq + kFlashRows - 1) / kFlashRows;
   for (int64_t blk = blockIdx.x; blk < d.B * d.H * blocks_per_head; blk += gridDim.x) {
@@ -415,33 +400,29 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
       inv[r] = row_in[r] ? stats[2 * (bh * d.Tq + rows[r]) + 1] : 0.f;
       Di[r] = row_in[r] ? rowdot[bh * d.Tq + rows[r]] : 0.f;
     }
-    __syncthreads();
-    stage_rows<D>(stage_a, qr, b, h, i0, d.Tq - i0, d.dk);
-    stage_rows<D>(stage_b, gr, b, h, i0, d.Tq - i0, d.dk);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-    convert_rows<D>(Qs, stage_a);
-    convert_rows<D>(Gs, stage_b);
-    __syncthreads();  // Q and dO in place, the staging free
-    stage_rows<D>(stage_a, kr, b, h, 0, min64(kCols, j_end), d.dk);
-    stage_rows<D>(stage_b, vr, b, h, 0, min64(kCols, j_end), d.dk);
+    const bf16* k_head = kb + bh * tk_pad * D;
+    const bf16* v_head = vb + bh * tk_pad * D;
+    __syncthreads();  // the previous block's readers are done
+    copy_tile<D>(Qs, qb + (bh * tq_pad + i0) * D);
+    copy_tile<D>(Gs, gb + (bh * tq_pad + i0) * D);
+    copy_tile<D>(k_tile(0), k_head);
+    copy_tile<D>(v_tile(0), v_head);
     cp_async_commit();
     float acc[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    for (int64_t j0 = 0; j0 < j_end; j0 += kCols) {
+    int buf = 0;
+    for (int64_t j0 = 0; j0 < j_end; j0 += kCols, buf ^= 1) {
       const int64_t count = min64(kCols, j_end - j0);
       cp_async_wait_all();
-      __syncthreads();  // this tile staged; the previous tile's readers are done
-      convert_rows<D>(Ks, stage_a);
-      convert_rows<D>(Vs, stage_b);
-      __syncthreads();
+      __syncthreads();  // this tile in place; the previous tile's readers (of the other buffers) are done
       if (j0 + kCols < j_end) {  // the next tile's copies run under this one's products
-        stage_rows<D>(stage_a, kr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
-        stage_rows<D>(stage_b, vr, b, h, j0 + kCols, min64(kCols, j_end - j0 - kCols), d.dk);
+        copy_tile<D>(k_tile(buf ^ 1), k_head + (j0 + kCols) * D);
+        copy_tile<D>(v_tile(buf ^ 1), v_head + (j0 + kCols) * D);
         cp_async_commit();
       }
+      const bf16* Ks = k_tile(buf);
+      const bf16* Vs = v_tile(buf);
       const bool masks = tile_has_masks(a, i0, j0, count, true);
       const bool plain = !masks && count == kCols && !a.mask.bias && !a.dbias_rows && !(a.drop.p > 0.f);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
@@ -497,29 +478,25 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
 
 // dK and dV for a block of 64 key rows; queries, dO and their statistics pass by in tiles of 64,
 // taken sub_cols at a time. A warp's products are transposed: rows its 16 keys, columns queries.
-// Shared memory: K, V, Q, dO tiles, then the query tile's m, 1 / l and D_i.
+// Shared memory: K, V tiles, two Q and two dO tiles, and two of the query tiles' statistics (m,
+// 1 / l pairs, then D_i: 3 x 64 floats): the next query tile's copies run under the current one's
+// products. qb, gb (dO), kb, vb: round_heads_kernel's (qb and gb with 64 rows of zeros past their
+// last head, for query tiles that start off a multiple of 64).
 template <int D>
 __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
-    flash_backward_dkv_mma_kernel(FlashArgs a, const float* dout, HeadsView dos, const float* q, HeadsView qs,
-                                  const float* k, HeadsView ks, const float* v, HeadsView vs, const float* stats,
-                                  const float* rowdot, float* dk, HeadsView dks, float* dv, HeadsView dvs,
-                                  bool accumulate, TileLoads vec4) {
+    flash_backward_dkv_mma_kernel(FlashArgs a, const bf16* qb, const bf16* gb, const bf16* kb, const bf16* vb,
+                                  const float* stats, const float* rowdot, float* dk, HeadsView dks, float* dv,
+                                  HeadsView dvs, bool accumulate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kSub = sub_cols<D>(), kN = kSub / 8;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16* Ks = reinterpret_cast<bf16*>(smem);
   bf16* Vs = reinterpret_cast<bf16*>(smem + tile_bytes<D>());
-  bf16* Qs = reinterpret_cast<bf16*>(smem + 2 * tile_bytes<D>());
-  bf16* Gs = reinterpret_cast<bf16*>(smem + 3 * tile_bytes<D>());  // dO
-  float* mt = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>());  // the tile's m
-  float* invt = mt + kCols;
-  float* dt = invt + kCols;
-  float* stage_st = dt + kCols;        // the staged tile's statistics (m, 1 / l pairs)
-  float* stage_rd = stage_st + 2 * kCols;  // and D_i
-  float* stage_a = reinterpret_cast<float*>(smem + 4 * tile_bytes<D>() + 6 * kCols * sizeof(float));  // K, then Q
-  float* stage_b = stage_a + 64 * D;                                                                   // V, then dO
-  const Rows qr{q, qs, vec4.q}, gr{dout, dos, vec4.dout}, kr{k, ks, vec4.k}, vr{v, vs, vec4.v};
+  const auto q_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (2 + i) * tile_bytes<D>()); };
+  const auto g_tile = [&](int i) { return reinterpret_cast<bf16*>(smem + (4 + i) * tile_bytes<D>()); };
+  const auto st_tile = [&](int i) { return reinterpret_cast<float*>(smem + 6 * tile_bytes<D>()) + i * 3 * kCols; };
   const AttentionDims& d = a.d;
+  const int64_t tq_pad = padded_rows(d.Tq), tk_pad = padded_rows(d.Tk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
   const int64_t blocks_per_head = (d.Tk + kFlashRows - 1) / kFlashRows;
   const int64_t offset = d.Tk - d.Tq;
@@ -529,48 +506,43 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     const int64_t keys[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
     const int64_t i_begin = a.skip_causal ? max64(0, j0 - offset) : 0;
     const bool keys_full = j0 + kFlashRows <= d.Tk;
-    __syncthreads();
-    stage_rows<D>(stage_a, kr, b, h, j0, d.Tk - j0, d.dk);
-    stage_rows<D>(stage_b, vr, b, h, j0, d.Tk - j0, d.dk);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-    convert_rows<D>(Ks, stage_a);
-    convert_rows<D>(Vs, stage_b);
-    __syncthreads();  // K and V in place, the staging free
-    // Starts copying the query tile from `first`: Q, dO, their statistics and D_i.
-    const auto stage_queries = [&](int64_t first) {
+    __syncthreads();  // the previous block's readers are done
+    copy_tile<D>(Ks, kb + (bh * tk_pad + j0) * D);
+    copy_tile<D>(Vs, vb + (bh * tk_pad + j0) * D);
+    // Starts copying the query tile from `first` into buffer i: Q, dO, their statistics and D_i.
+    const auto stage_queries = [&](int64_t first, int i) {
       const int64_t n = min64(kCols, d.Tq - first);
-      stage_rows<D>(stage_a, qr, b, h, first, n, d.dk);
-      stage_rows<D>(stage_b, gr, b, h, first, n, d.dk);
+      copy_tile<D>(q_tile(i), qb + (bh * tq_pad + first) * D);
+      copy_tile<D>(g_tile(i), gb + (bh * tq_pad + first) * D);
       if (threadIdx.x < kCols) {
         const bool in = threadIdx.x < n;
         const int64_t row = bh * d.Tq + (in ? first + threadIdx.x : 0);
-        cp_async4(stage_st + 2 * threadIdx.x, stats + 2 * row, in ? 4 : 0);
-        cp_async4(stage_st + 2 * threadIdx.x + 1, stats + 2 * row + 1, in ? 4 : 0);
-        cp_async4(stage_rd + threadIdx.x, rowdot + row, in ? 4 : 0);
+        float* st = st_tile(i);
+        cp_async4(st + 2 * threadIdx.x, stats + 2 * row, in ? 4 : 0);
+        cp_async4(st + 2 * threadIdx.x + 1, stats + 2 * row + 1, in ? 4 : 0);
+        cp_async4(st + 2 * kCols + threadIdx.x, rowdot + row, in ? 4 : 0);
       }
-      cp_async_commit();
     };
-    if (i_begin < d.Tq) stage_queries(i_begin);
+    if (i_begin < d.Tq) stage_queries(i_begin, 0);
+    cp_async_commit();
     float acc_k[D / 8][4], acc_v[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc_k[n][e] = acc_v[n][e] = 0.f;
-    for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kCols) {
+    int buf = 0;
+    if (i_begin >= d.Tq) cp_async_wait_all();  // K and V alone were copied
+    for (int64_t i0 = i_begin; i0 < d.Tq; i0 += kCols, buf ^= 1) {
       const int64_t count = min64(kCols, d.Tq - i0);
       cp_async_wait_all();
-      __syncthreads();  // this tile staged; the previous tile's readers are done
-      convert_rows<D>(Qs, stage_a);
-      convert_rows<D>(Gs, stage_b);
-      if (threadIdx.x < kCols) {
-        mt[threadIdx.x] = stage_st[2 * threadIdx.x];
-        invt[threadIdx.x] = stage_st[2 * threadIdx.x + 1];
-        dt[threadIdx.x] = stage_rd[threadIdx.x];
+      __syncthreads();  // this tile in place; the previous tile's readers (of the other buffers) are done
+      if (i0 + kCols < d.Tq) {  // the next tile's copies run under this one's products
+        stage_queries(i0 + kCols, buf ^ 1);
+        cp_async_commit();
       }
-      __syncthreads();
-      if (i0 + kCols < d.Tq) stage_queries(i0 + kCols);  // runs under this tile's products
+      const bf16* Qs = q_tile(buf);
+      const bf16* Gs = g_tile(buf);
+      const float* st = st_tile(buf);  // m, 1 / l pairs, then D_i
       const bool masks = tile_has_masks(a, j0, i0, count, false);
       const bool plain = !masks && count == kCols && keys_full && !a.mask.bias && !(a.drop.p > 0.f);
       for (int c0 = 0; c0 < kCols && c0 < count; c0 += kSub) {
@@ -592,9 +564,9 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int c = c0 + 8 * n + 2 * t + (e & 1);
-              const float p = exp_of(s[n][e] * a.inv_divisor, mt[c]) * invt[c];
+              const float p = exp_of(s[n][e] * a.inv_divisor, st[2 * c]) * st[2 * c + 1];
               pd[n][e] = p;
-              s[n][e] = p * (dp[n][e] - dt[c]) * a.inv_divisor;  // dS^T
+              s[n][e] = p * (dp[n][e] - st[2 * kCols + c]) * a.inv_divisor;  // dS^T
             }
         } else {
 #pragma unroll
@@ -606,7 +578,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
             const bool present = c < count && j < d.Tk;
             const bool masked = !present || (masks && masked_at(a, b, i, j));
             const float sc = masked ? a.mask.fill : score_of(a, s[n][e], h, i, j, true);
-            const float p = present ? exp_of(sc, mt[c]) * invt[c] : 0.f;
+            const float p = present ? exp_of(sc, st[2 * c]) * st[2 * c + 1] : 0.f;
             float gr = dp[n][e], pk = p;
             if (a.drop.p > 0.f) {
               const bool keep = present && dropout_kept(a, bh, i, j);
@@ -614,7 +586,7 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
               gr = keep ? gr * a.keep_scale : 0.f;
             }
             pd[n][e] = pk;
-            s[n][e] = masked ? 0.f : p * (gr - (present ? dt[c] : 0.f)) * a.inv_divisor;  // dS^T
+            s[n][e] = masked ? 0.f : p * (gr - st[2 * kCols + c]) * a.inv_divisor;  // dS^T
           }
         }
 #pragma unroll
@@ -647,9 +619,22 @@ void flash_forward_mma(const FlashArgs& a, const float* q, HeadsView qs, const f
   const int64_t blocks = d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows);
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t bytes = allow_shared_bytes(flash_forward_mma_kernel<D>, 3 * tile_bytes<D>() + 2 * stage_bytes<D>());
-    flash_forward_mma_kernel<D><<<grid_for(blocks), kThreads, bytes, stream>>>(a, q, qs, k, ks, v, vs, out, os, stats,
-                                                                              vec4);
+    const int64_t q_quads = d.B * d.H * padded_rows(d.Tq) * D / 4, k_quads = d.B * d.H * padded_rows(d.Tk) * D / 4;
+    detail::Scratch rounded(static_cast<size_t>(4 * (q_quads + 2 * k_quads)) * sizeof(bf16), stream);
+    bf16* qb = rounded.as<bf16>();
+    bf16* kb = qb + 4 * q_quads;
+    bf16* vb = kb + 4 * k_quads;
+    const auto round = [&](const float* x, HeadsView xs, int64_t T, bool vec4x, bf16* dst, int64_t quads) {
+      round_heads_kernel<D><<<grid_for((quads + 255) / 256), 256, 0, stream>>>(x, xs, d.H, T, d.dk, vec4x, dst, quads);
+    };
+    round(q, qs, d.Tq, vec4.q, qb, q_quads);
+    round(k, ks, d.Tk, vec4.k, kb, k_quads);
+    round(v, vs, d.Tk, vec4.v, vb, k_quads);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_forward_bf16 (mma.sync: rounding)");
+    const size_t bytes = allow_shared_bytes(flash_forward_mma_kernel<D>, 5 * tile_bytes<D>());
+    flash_forward_mma_kernel<D><<<grid_for(blocks), kThreads, bytes, stream>>>(a, qb, kb, vb, out, os, stats);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_forward_bf16 (mma.sync)");
+    rounded.release();
   });
 }
 
@@ -660,18 +645,37 @@ void flash_backward_mma(const FlashArgs& a, const float* dout, HeadsView dos, co
   const AttentionDims& d = a.d;
   with_width(d.dk, [&](auto width) {
     constexpr int D = decltype(width)::value;
-    const size_t dq_bytes =
-        allow_shared_bytes(flash_backward_dq_mma_kernel<D>, 4 * tile_bytes<D>() + 2 * stage_bytes<D>());
+    // Q and dO with 64 rows of zeros past their last head (the dK dV kernel's query tiles may start
+    // off a multiple of 64), K and V.
+    const int64_t q_elems = d.B * d.H * padded_rows(d.Tq) * D + 64 * D, k_elems = d.B * d.H * padded_rows(d.Tk) * D;
+    detail::Scratch rounded(static_cast<size_t>(2 * q_elems + 2 * k_elems) * sizeof(bf16), stream);
+    bf16* qb = rounded.as<bf16>();
+    bf16* gb = qb + q_elems;
+    bf16* kb = gb + q_elems;
+    bf16* vb = kb + k_elems;
+    const auto round = [&](const float* x, HeadsView xs, int64_t T, bool vec4x, bf16* dst, int64_t elems) {
+      const int64_t quads = d.B * d.H * padded_rows(T) * D / 4;
+      round_heads_kernel<D><<<grid_for((quads + 255) / 256), 256, 0, stream>>>(x, xs, d.H, T, d.dk, vec4x, dst, quads);
+      if (elems > 4 * quads)
+        QKV_CUDA_CHECK(cudaMemsetAsync(dst + 4 * quads, 0, static_cast<size_t>(elems - 4 * quads) * sizeof(bf16), stream));
+    };
+    round(q, qs, d.Tq, vec4.q, qb, q_elems);
+    round(dout, dos, d.Tq, vec4.dout, gb, q_elems);
+    round(k, ks, d.Tk, vec4.k, kb, k_elems);
+    round(v, vs, d.Tk, vec4.v, vb, k_elems);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync: rounding)");
+    const size_t dq_bytes = allow_shared_bytes(flash_backward_dq_mma_kernel<D>, 6 * tile_bytes<D>());
     flash_backward_dq_mma_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tq + kFlashRows - 1) / kFlashRows)), kThreads, dq_bytes, stream>>>(
-            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot, dq, dqs, accumulate, vec4);
+            a, qb, gb, kb, vb, stats, rowdot, dq, dqs, accumulate);
     QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync dQ)");
     const size_t dkv_bytes =
-        allow_shared_bytes(flash_backward_dkv_mma_kernel<D>,
-                           4 * tile_bytes<D>() + 6 * kCols * sizeof(float) + 2 * stage_bytes<D>());
+        allow_shared_bytes(flash_backward_dkv_mma_kernel<D>, 6 * tile_bytes<D>() + 2 * 3 * kCols * sizeof(float));
     flash_backward_dkv_mma_kernel<D>
         <<<grid_for(d.B * d.H * ((d.Tk + kFlashRows - 1) / kFlashRows)), kThreads, dkv_bytes, stream>>>(
-            a, dout, dos, q, qs, k, ks, v, vs, stats, rowdot, dk, dks, dv, dvs, accumulate, vec4);
+            a, qb, gb, kb, vb, stats, rowdot, dk, dks, dv, dvs, accumulate);
+    QKV_CUDA_CHECK_LAUNCH("flash_attention_backward_bf16 (mma.sync dK dV)");
+    rounded.release();
   });
 }
 
