@@ -10,14 +10,19 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "qkv/core/cpu_features.h"
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/isa.h"
+#include "qkv/ops/precision.h"
 
 namespace qkv::bench {
 
@@ -76,6 +81,61 @@ inline double qkv_bf16_gemm_ceiling_gflops(int64_t M = 2048, int64_t N = 2048, i
     kernels::gemm_bf16(false, true, M, N, K, 1.f, a.data(), K, b.data(), K, 0.f, c.data(), N);
   });
   return 2.0 * static_cast<double>(M * N * K) / t * 1e-9;
+}
+
+// The training benchmarks' shared parts (bench_train_step, bench_lm_train): where the peers'
+// scripts are, the device both sides train on (--device), the peer's flags for it and for
+// --precision, and the lines that differ between the CPU and a GPU.
+#ifdef QKV_BENCH_DIR
+// bench/ of the source tree ($QKV_BENCH_DIR when the binary runs from another copy, as on a GPU machine).
+inline std::string bench_dir() {
+  const char* dir = std::getenv("QKV_BENCH_DIR");
+  return dir && *dir ? dir : QKV_BENCH_DIR;
+}
+#endif
+
+// "CPU: <model>; kernels: <ISA>[; bf16 products: <kernel>]", the training benchmarks' first line.
+inline void print_cpu_line(bool bf16) {
+  std::printf("CPU: %s; kernels: %s%s\n", cpu_features().model.c_str(), kernels::isa_description().c_str(),
+              bf16 ? ("; bf16 products: " + ops::bf16_product_kernel()).c_str() : "");
+}
+
+// --device's value; a GPU is checked here, before any model is built, so that a machine without one
+// stops with qkv's message ("no CUDA GPU is visible ...").
+inline Device training_device(const std::string& name) {
+  const Device device = parse_device(name);
+  if (device.is_cuda()) cuda::check_available(device);
+  return device;
+}
+
+// The peer script's flags for qkv's device and precision: " --device cpu|cuda[ --autocast bf16]"
+// (bf16: torch.autocast on that device).
+inline std::string peer_device_flags(Device device, bool bf16) {
+  return std::string(" --device ") + (device.is_cuda() ? "cuda" : "cpu") + (bf16 ? " --autocast bf16" : "");
+}
+
+// qkv's matmul rate: on a GPU beside the device and its tensor pool's peak; on the CPU against the
+// SGEMM ceiling and qkv's own GEMM (float32 or bf16) at M x N x K, measured now.
+inline void print_qkv_rate(double gflops, Device device, double pool_peak_bytes, bool bf16, int64_t M = 2048,
+                           int64_t N = 2048, int64_t K = 512) {
+  if (device.is_cuda()) {
+    std::printf("qkv     %.0f GFLOP/s of matmul work on %s (%s); GPU tensor pool peak %.2f GB\n", gflops,
+                device.name().c_str(), cuda::describe(device).c_str(), pool_peak_bytes / 1e9);
+    return;
+  }
+  const double ceiling = sgemm_ceiling_gflops(M, N, K);
+  const double own_ceiling = bf16 ? qkv_bf16_gemm_ceiling_gflops(M, N, K) : qkv_gemm_ceiling_gflops(M, N, K);
+  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
+              "%.2f of qkv's own %s GEMM at that shape (%.0f GFLOP/s)\n",
+              gflops, gflops / ceiling, ceiling, gflops / own_ceiling, bf16 ? "bf16" : "float32", own_ceiling);
+}
+
+// On a GPU, both sides' peaks there: qkv's tensor pool and PyTorch's allocator (the peer's
+// "gpu_peak_bytes", torch.cuda.max_memory_allocated).
+inline void print_gpu_memory(Device device, double pool_peak_bytes, const nlohmann::json& peer) {
+  if (device.is_cuda() && peer.contains("gpu_peak_bytes"))
+    std::printf("memory  GPU peak: qkv's tensor pool %.2f GB, PyTorch's allocator %.2f GB\n", pool_peak_bytes / 1e9,
+                peer["gpu_peak_bytes"].get<double>() / 1e9);
 }
 
 // A pause between one side's step and the other's: a runtime's idle threads keep spinning on the

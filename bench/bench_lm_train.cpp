@@ -14,8 +14,8 @@
 // PYTHON defaults to build/bench-venv/bin/python (bench/setup_peers.sh creates it).
 // --device cuda: both train on the GPU (scripts/gpu_check.sh runs it there; docs/gpu.md).
 // --precision bf16: qkv's products in bf16 (ops/precision.h), PyTorch under
-// torch.autocast("cpu", dtype=torch.bfloat16) (its mixed precision; use --attention sdpa for its
-// fastest CPU mode).
+// torch.autocast("cpu" or "cuda", dtype=torch.bfloat16) (its mixed precision; use --attention sdpa
+// for its fastest mode).
 #include <cblas.h>
 
 #include <cstdio>
@@ -60,12 +60,6 @@ double step_flops(const Args& a) {
 
 }  // namespace
 
-// bench/ of the source tree ($QKV_BENCH_DIR when the binary runs from another copy, as on a GPU machine).
-std::string bench_dir() {
-  const char* dir = std::getenv("QKV_BENCH_DIR");
-  return dir && *dir ? dir : QKV_BENCH_DIR;
-}
-
 int main(int argc, char** argv) try {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -94,8 +88,8 @@ int main(int argc, char** argv) try {
   set_num_threads(a.threads);
   const ops::ProductPrecisionScope precision(ops::parse_precision(a.precision));
   const bool bf16 = ops::product_precision() == ops::Precision::BF16;
-  std::printf("CPU: %s; kernels: %s%s\n", cpu_features().model.c_str(), kernels::isa_description().c_str(),
-              bf16 ? ("; bf16 products: " + ops::bf16_product_kernel()).c_str() : "");
+  bench::print_cpu_line(bf16);
+  const Device device = bench::training_device(a.device);
 
   models::TransformerConfig config = models::decoder_only_defaults();
   config.tgt_vocab_size = config.src_vocab_size = a.vocab;
@@ -109,7 +103,6 @@ int main(int argc, char** argv) try {
   models::CausalLM model(config, 0);
   model.train();
   model.set_recompute_ffn(a.recompute_ffn);
-  const Device device = parse_device(a.device);
   model.to(device);  // the optimizer's moments follow the parameters
   train::AdamOptions adam;
   adam.lr = 3e-4;
@@ -139,12 +132,12 @@ int main(int argc, char** argv) try {
   std::unique_ptr<bench::PeerProcess> torch;
   if (a.torch)
     torch = std::make_unique<bench::PeerProcess>(
-        a.python + " " + bench_dir() + "/lm_train_torch.py --serve --steps " + std::to_string(a.steps) + " --threads " +
+        a.python + " " + bench::bench_dir() + "/lm_train_torch.py --serve --steps " + std::to_string(a.steps) + " --threads " +
         std::to_string(a.threads) + " --batch " + std::to_string(a.batch) + " --block " + std::to_string(a.block) +
         " --layers " + std::to_string(a.layers) + " --d-model " + std::to_string(a.d_model) + " --heads " +
         std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
         " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention +
-        " --device " + (device.is_cuda() ? "cuda" : "cpu") + (bf16 ? " --autocast bf16" : ""));
+        bench::peer_device_flags(device, bf16));
   const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
   const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
@@ -162,16 +155,7 @@ int main(int argc, char** argv) try {
                   : "");
   std::printf("qkv     step %.3f s (median of %d)  %.0f tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB)  loss %.3f\n",
               t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, loss);
-  if (device.is_cuda()) {
-    std::printf("qkv     %.0f GFLOP/s of matmul work on %s (%s); GPU tensor pool peak %.2f GB\n", gflops,
-                device.name().c_str(), cuda::describe(device).c_str(), pool.bytes_peak / 1e9);
-  } else {
-    const double ceiling = bench::sgemm_ceiling_gflops();
-    const double own_ceiling = bf16 ? bench::qkv_bf16_gemm_ceiling_gflops() : bench::qkv_gemm_ceiling_gflops();
-    std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
-                "%.2f of qkv's own %s GEMM at that shape (%.0f GFLOP/s)\n",
-                gflops, gflops / ceiling, ceiling, gflops / own_ceiling, bf16 ? "bf16" : "float32", own_ceiling);
-  }
+  bench::print_qkv_rate(gflops, device, pool.bytes_peak, bf16);
   std::fflush(stdout);
   if (!torch) return 0;
   const nlohmann::json j = torch->finish();
@@ -182,9 +166,7 @@ int main(int argc, char** argv) try {
               "loss %.3f  (torch %s, %s attention%s)\n",
               tt, a.steps, j["tokens_per_step"].get<double>() / tt, trss, timport, j["losses"].back().get<double>(),
               j["torch_version"].get<std::string>().c_str(), a.attention.c_str(), bf16 ? ", bf16 autocast" : "");
-  if (device.is_cuda() && j.contains("gpu_peak_bytes"))
-    std::printf("memory  GPU peak: qkv's tensor pool %.2f GB, PyTorch's allocator %.2f GB\n", pool.bytes_peak / 1e9,
-                j["gpu_peak_bytes"].get<double>() / 1e9);
+  bench::print_gpu_memory(device, pool.bytes_peak, j);
   std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's peak %smemory; %s\n", tt / t, qkv_rss / trss,
               device.is_cuda() ? "host " : "", bench::pair_ratios(times).c_str());
   return 0;

@@ -5,17 +5,25 @@
 // Usage: bench_train_step [--preset seed|bible] [--steps N] [--threads T] [--layers L] [--batch B] [--len T]
 //                         [--d-model D] [--heads H] [--d-ff F] [--vocab V] [--recompute-ffn]
 //                         [--micro-batch ROWS] [--max-memory SIZE] [--python PATH] [--no-torch]
-//                         [--precision float32|bf16]
+//                         [--precision float32|bf16] [--device cpu|cuda]
 // --precision bf16: qkv's products in bf16 (ops/precision.h), PyTorch's step under
-// torch.autocast("cpu", dtype=torch.bfloat16).
+// torch.autocast("cpu" or "cuda", dtype=torch.bfloat16).
+// --device cuda: both train on the GPU (scripts/gpu_check.sh runs it there; docs/gpu.md): qkv's model
+// moved there (its batch stays on the host, as `qkv train`'s, and train_step copies it over each
+// step), PyTorch's model and batch there. Each qkv step waits for the device at its end, as
+// PyTorch's loss.item() after optimizer.step() (and its torch.cuda.synchronize()); both GPU peaks
+// are printed. PyTorch keeps the seed's attention (matmul, masked_fill, softmax, matmul) on both
+// devices.
 // --preset bible: bench/translate_bible.sh's model (d_model 256, 4 heads, 4 + 4 layers, d_ff 1024,
 // vocabulary 4000) on a batch of 160 x 36 tokens (5760, like its --max-tokens 6000 batches of
 // verses); flags after it override its values.
 // qkv runs with `qkv train`'s defaults: the batch is chunked as --max-memory (default auto) chooses
 // (train/memory_budget.h), unless --micro-batch is given; the estimate is printed beside the
 // measured peak. PyTorch runs as `PATH bench/seed_step_torch.py --serve` in its own process (so peak
-// RSS is its own), its steps alternating with qkv's (bench_common.h, PeerProcess); PATH defaults to build/bench-venv/bin/python (PyTorch 2.x, bench/setup_peers.sh) when
-// it exists, else /usr/bin/python3.
+// RSS is its own), its steps alternating with qkv's (bench_common.h, PeerProcess); PATH defaults to
+// build/bench-venv/bin/python (PyTorch 2.x, bench/setup_peers.sh) when it exists, else
+// /usr/bin/python3. bench/ is $QKV_BENCH_DIR when set (a binary run from another copy, as on a GPU
+// machine).
 #include <cblas.h>
 
 #include <algorithm>
@@ -29,9 +37,8 @@
 #include <filesystem>
 
 #include "bench_common.h"
-#include "qkv/core/cpu_features.h"
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/core/threads.h"
-#include "qkv/kernels/isa.h"
 #include "qkv/ops/precision.h"
 #include "qkv/data/synthetic.h"
 #include "qkv/models/transformer.h"
@@ -49,6 +56,7 @@ struct Args {
   bool torch = true;
   bool recompute_ffn = false;
   std::string precision = "float32";
+  std::string device = "cpu";  // cuda: qkv and PyTorch both train on the GPU
   int64_t micro_batch = 0;
   int64_t max_memory = train::kAutoMemory;  // qkv train's default
   std::string python = std::filesystem::exists(QKV_SOURCE_DIR "/build/bench-venv/bin/python")
@@ -100,6 +108,7 @@ bool parse_args(int argc, char** argv, Args& a) {
     else if (!std::strcmp(argv[i], "--micro-batch")) a.micro_batch = next();
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--precision")) a.precision = str();
+    else if (!std::strcmp(argv[i], "--device")) a.device = str();
     else if (!std::strcmp(argv[i], "--max-memory")) {
       try {
         a.max_memory = train::parse_memory_size(str());
@@ -116,26 +125,28 @@ bool parse_args(int argc, char** argv, Args& a) {
 }
 
 // PyTorch's step in its own process, started with --serve: its steps alternate with qkv's.
-std::string torch_command(const Args& a) {
-  return a.python + " " QKV_BENCH_DIR "/seed_step_torch.py --serve --steps " + std::to_string(a.steps) +
+std::string torch_command(const Args& a, Device device, bool bf16) {
+  return a.python + " " + bench::bench_dir() + "/seed_step_torch.py --serve --steps " + std::to_string(a.steps) +
          " --threads " + std::to_string(a.threads) + " --layers " + std::to_string(a.layers) + " --batch " +
          std::to_string(a.batch) + " --len " + std::to_string(a.len) + " --d-model " + std::to_string(a.d_model) +
          " --heads " + std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " +
          std::to_string(a.vocab) + " --max-len " + std::to_string(std::max<int64_t>(100, a.len)) +
-         (a.precision == "bf16" ? " --autocast bf16" : "");
+         bench::peer_device_flags(device, bf16);
 }
 
 // Prints PyTorch's line and the ratios.
-void print_torch(const Args& a, const bench::PairedTimes& times, const nlohmann::json& last, double qkv_rss) {
+void print_torch(const Args& a, Device device, double pool_peak_bytes, const bench::PairedTimes& times,
+                 const nlohmann::json& last, double qkv_rss) {
   const double tt = bench::median(times.peer), t = bench::median(times.qkv);
   const double trss = last["peak_rss_bytes"].get<double>() / 1e9;
-  std::printf("pytorch step %.2f s (median of %d, alternating with qkv's)  %.0f target tokens/s  peak RSS %.2f GB  "
-              "(torch %s%s, %s)\n",
-              tt, a.steps, last["target_tokens_per_step"].get<double>() / tt, trss,
-              last["torch_version"].get<std::string>().c_str(), a.precision == "bf16" ? ", bf16 autocast" : "",
-              a.python.c_str());
-  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's memory; %s\n", tt / t, qkv_rss / trss,
-              bench::pair_ratios(times).c_str());
+  std::printf("pytorch step %.*f s (median of %d, alternating with qkv's)  %.0f target tokens/s  peak RSS %.2f GB  "
+              "(torch %s, attention %s%s, %s)\n",
+              device.is_cuda() ? 4 : 2, tt, a.steps, last["target_tokens_per_step"].get<double>() / tt, trss,
+              last["torch_version"].get<std::string>().c_str(), last.value("attention", "the seed's").c_str(),
+              a.precision == "bf16" ? ", bf16 autocast" : "", a.python.c_str());
+  bench::print_gpu_memory(device, pool_peak_bytes, last);
+  std::printf("ratio   qkv is %.2fx faster, uses %.2f of PyTorch's %smemory; %s\n", tt / t, qkv_rss / trss,
+              device.is_cuda() ? "peak host " : "", bench::pair_ratios(times).c_str());
 }
 }  // namespace
 
@@ -149,8 +160,8 @@ int main(int argc, char** argv) try {
   set_num_threads(a.threads);
   const ops::ProductPrecisionScope precision(ops::parse_precision(a.precision));
   const bool bf16 = ops::product_precision() == ops::Precision::BF16;
-  std::printf("CPU: %s; kernels: %s%s\n", cpu_features().model.c_str(), kernels::isa_description().c_str(),
-              bf16 ? ("; bf16 products: " + ops::bf16_product_kernel()).c_str() : "");
+  bench::print_cpu_line(bf16);
+  const Device device = bench::training_device(a.device);
   models::TransformerConfig config;  // the seed's, with the sizes given
   config.num_layers = a.layers;
   config.d_model = a.d_model;
@@ -162,6 +173,7 @@ int main(int argc, char** argv) try {
   models::Transformer model(config, 0);
   model.train();
   model.set_recompute_ffn(a.recompute_ffn);
+  model.to(device);  // the optimizer's moments follow the parameters
   train::Adam opt(model.named_parameters());
   const data::SyntheticBatch b = data::synthetic_batch("random", a.batch, a.len, config.tgt_vocab_size, 0, 0);
   // The chunking `qkv train` would choose for this batch (the same planner, the same budget).
@@ -174,18 +186,20 @@ int main(int argc, char** argv) try {
   const train::MemoryEstimate estimate =
       train::estimate_step_memory(config, parameters, a.recompute_ffn, shape, rows > 0 ? rows : a.batch);
   int64_t tokens = 0;
-  const auto step = [&] { tokens = train::train_step(model, opt, b.src, b.tgt, 0.f, rows).target_tokens; };
+  const auto step = [&] {
+    tokens = train::train_step(model, opt, b.src, b.tgt, 0.f, rows).target_tokens;
+    // On a GPU the backward and the update are still queued when train_step returns (it waited for
+    // the loss only): a step is timed to its end, as PyTorch's loss.item() after optimizer.step().
+    cuda::synchronize(device);
+  };
   step();  // warm-up: fills the buffer pool
   std::unique_ptr<bench::PeerProcess> torch;
-  if (a.torch) torch = std::make_unique<bench::PeerProcess>(torch_command(a));
+  if (a.torch) torch = std::make_unique<bench::PeerProcess>(torch_command(a, device, bf16));
   const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
   const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
-  const PoolStats pool = BufferPool::stats();
+  const PoolStats pool = BufferPool::stats(device);
   const double flops = step_flops(config, a.batch, a.len, a.len - 1);
-  const double ceiling = bench::sgemm_ceiling_gflops(6400, 2048, 512);
-  const double own_ceiling = bf16 ? bench::qkv_bf16_gemm_ceiling_gflops(6400, 2048, 512)
-                                  : bench::qkv_gemm_ceiling_gflops(6400, 2048, 512);
   const std::string chunking =
       rows > 0 ? ", qkv accumulates gradients over micro-batches of " + std::to_string(rows) + " rows (" +
                      (a.micro_batch > 0 ? "--micro-batch" : "chosen under --max-memory " + train::format_memory_size(a.max_memory) +
@@ -196,16 +210,13 @@ int main(int argc, char** argv) try {
               static_cast<long long>(a.d_model), static_cast<long long>(a.d_ff), static_cast<long long>(a.heads),
               static_cast<long long>(a.vocab), a.precision.c_str(), a.threads,
               a.recompute_ffn ? ", qkv recomputes FFN activations" : "", chunking.c_str());
-  std::printf("qkv     step %.2f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB; "
+  std::printf("qkv     step %.*f s (median of %d)  %.0f target tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB; "
               "estimate %.2f GB = state %.2f + activations %.2f + process %.2f)\n",
-              t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, estimate.total() / 1e9, estimate.state_bytes / 1e9,
+              device.is_cuda() ? 4 : 2, t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, estimate.total() / 1e9, estimate.state_bytes / 1e9,
               estimate.activation_bytes / 1e9, train::kProcessOverheadBytes / 1e9);
-  std::printf("qkv     %.0f GFLOP/s of matmul work = %.2f of the SGEMM ceiling (OpenBLAS, %.0f GFLOP/s measured now); "
-              "%.2f of qkv's own %s GEMM at that shape (%.0f GFLOP/s)\n",
-              flops / t * 1e-9, flops / t * 1e-9 / ceiling, ceiling, flops / t * 1e-9 / own_ceiling,
-              bf16 ? "bf16" : "float32", own_ceiling);
+  bench::print_qkv_rate(flops / t * 1e-9, device, pool.bytes_peak, bf16, 6400, 2048, 512);
   std::fflush(stdout);
-  if (torch) print_torch(a, times, torch->finish(), qkv_rss);
+  if (torch) print_torch(a, device, pool.bytes_peak, times, torch->finish(), qkv_rss);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_train_step: %s\n", e.what());

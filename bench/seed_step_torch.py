@@ -3,7 +3,7 @@
 
 Usage: /usr/bin/python3 bench/seed_step_torch.py --steps N --threads T
            [--batch 64 --len 100 --layers 6 --d-model 512 --heads 8 --d-ff 2048
-            --vocab 5000 --max-len 100 --dropout 0.1 --seed 0]
+            --vocab 5000 --max-len 100 --dropout 0.1 --seed 0 --device cpu|cuda --autocast none|bf16]
 
 Defaults are the seed's training example: Transformer(5000, 5000, 512, 8, 6, 2048, 100,
 0.1), src/tgt = torch.randint(1, 5000, (64, 100)), CrossEntropyLoss(ignore_index=0),
@@ -11,10 +11,15 @@ Adam(lr=1e-4, betas=(0.9, 0.98), eps=1e-9), train mode. One warm-up step, then N
 steps, each exactly the seed's loop body:
     zero_grad; output = model(src, tgt[:, :-1]); loss = criterion(...); backward; step;
     loss.item()
+The model is the seed's, attention included (matmul, masked_fill, softmax, matmul; no SDPA), on
+either device. --device cuda: the model and the batch on the GPU (made on the CPU from the same
+seed, then moved), each step ending with torch.cuda.synchronize(). --autocast bf16: the forward and
+the loss under torch.autocast(<the device's type>, dtype=torch.bfloat16).
 Prints one JSON line:
   {"step_seconds": [...], "median_step_seconds", "target_tokens_per_step" (non-pad
    labels, = batch*(len-1)), "tokens_per_second" (= tokens / median), "peak_rss_bytes"
-   (VmHWM: bench/peak_rss.py), "torch_version", "threads", "losses", "config"}
+   (VmHWM: bench/peak_rss.py), "torch_version", "attention", "gpu_peak_bytes"
+   (torch.cuda.max_memory_allocated; 0 on the CPU), "threads", "losses", "config"}
 """
 
 import argparse
@@ -50,8 +55,9 @@ def main():
     p.add_argument("--max-len", type=int, default=100, help="max_seq_length (>= --len)")
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU run of scripts/gpu_check.sh)")
     p.add_argument("--autocast", choices=("none", "bf16"), default="none",
-                   help="bf16: the forward and loss under torch.autocast('cpu', dtype=torch.bfloat16)")
+                   help="bf16: the forward and loss under torch.autocast(device type, dtype=torch.bfloat16)")
     a = p.parse_args()
     if a.steps < 1 or a.threads < 1 or a.len < 2 or a.max_len < a.len:
         p.error("need --steps >= 1, --threads >= 1, --len >= 2, --max-len >= --len")
@@ -63,10 +69,11 @@ def main():
         "num_heads": a.heads, "num_layers": a.layers, "d_ff": a.d_ff,
         "max_seq_length": a.max_len, "dropout": a.dropout,
     }
-    transformer = st.Transformer(**config)
+    device_type = "cuda" if a.device.startswith("cuda") else "cpu"
+    transformer = st.Transformer(**config).to(a.device)
     tgt_vocab_size = a.vocab
-    src_data = torch.randint(1, a.vocab, (a.batch, a.len))
-    tgt_data = torch.randint(1, a.vocab, (a.batch, a.len))
+    src_data = torch.randint(1, a.vocab, (a.batch, a.len)).to(a.device)
+    tgt_data = torch.randint(1, a.vocab, (a.batch, a.len)).to(a.device)
 
     criterion = nn.CrossEntropyLoss(ignore_index=0)
     optimizer = optim.Adam(transformer.parameters(), lr=0.0001, betas=(0.9, 0.98), eps=1e-9)
@@ -74,12 +81,14 @@ def main():
 
     def step():
         optimizer.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
             output = transformer(src_data, tgt_data[:, :-1])
             loss = criterion(output.contiguous().view(-1, tgt_vocab_size).float(),
                              tgt_data[:, 1:].contiguous().view(-1))
         loss.backward()
         optimizer.step()
+        if device_type == "cuda":
+            torch.cuda.synchronize()  # the step's queued kernels, to its end (as qkv's cuda::synchronize)
         return loss.item()
 
     times, losses = timed_steps(step, a.steps, a.serve)
@@ -93,9 +102,12 @@ def main():
         "tokens_per_second": tokens / median,
         "peak_rss_bytes": peak_rss_bytes(),
         "torch_version": torch.__version__,
+        "attention": "the seed's: matmul, masked_fill, softmax, matmul",
+        "gpu_peak_bytes": torch.cuda.max_memory_allocated() if device_type == "cuda" else 0,
         "threads": a.threads,
         "losses": losses,
-        "config": dict(config, batch=a.batch, len=a.len, seed=a.seed, autocast=a.autocast),
+        "config": dict(config, batch=a.batch, len=a.len, seed=a.seed, autocast=a.autocast,
+                       device=a.device),
     }))
     return 0
 

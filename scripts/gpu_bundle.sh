@@ -7,7 +7,7 @@ build="$1"
 out="$2"
 rm -rf "$out"
 mkdir -p "$out/lib"
-for bin in tests/qkv_cuda_tests qkv bench/bench_lm_train bench/bench_gpu_ops; do
+for bin in tests/qkv_cuda_tests qkv bench/bench_lm_train bench/bench_gpu_ops bench/bench_train_step; do
   [ -x "$build/$bin" ] && cp "$build/$bin" "$out/"
 done
 for bin in "$out"/*; do

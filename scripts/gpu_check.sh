@@ -4,8 +4,9 @@
 # writes logs and gtest's JSON under $OUT (default /tmp/qkv-gpu). docs/gpu.md keeps the results.
 # Narrower runs: QKV_SANITIZE=0 (no compute-sanitizer), QKV_SANITIZE_FILTER (memcheck's tests),
 # QKV_SANITIZE_TOOLS (default "racecheck synccheck"), QKV_BENCH=0 (no benchmarks), QKV_BENCH_GPT=0
-# (bench_gpu_ops only), QKV_BENCH_PRECISIONS (GPT-2 small's, default "float32 bf16"), QKV_PROFILE=0 (no
-# Nsight Systems profile), QKV_RACECHECK_FILTER (the tests racecheck and synccheck run).
+# (no GPT-2 small steps), QKV_BENCH_SEED=0 (no seed or Bible model steps), QKV_BENCH_PRECISIONS (the
+# training steps', default "float32 bf16"), QKV_PROFILE=0 (no Nsight Systems profile),
+# QKV_RACECHECK_FILTER (the tests racecheck and synccheck run).
 set -uo pipefail
 bundle="${1:-.gpu}"
 out="${OUT:-/tmp/qkv-gpu}"
@@ -80,5 +81,22 @@ PY
       rm -f "$out/profile-$precision.nsys-rep" "$out/profile-$precision.sqlite"
     done
   fi
+fi
+# Seed 000's encoder-decoder (its batch of 64 x 100 tokens) and the Bible model's (160 x 36) training
+# steps on the GPU (issue 38), qkv against the seed's PyTorch model (the seed's attention: matmul,
+# masked_fill, softmax, matmul), steps alternating and each qkv step waited for: float32 against
+# float32, then qkv's bf16 precision against PyTorch's torch.autocast bf16.
+bench_seed() {  # NAME FLAGS...
+  local name="$1"
+  shift
+  echo "== $name"
+  QKV_BENCH_DIR="$PWD/bench" timeout 120 "$bundle/bench_train_step" --device cuda --python python3 "$@" \
+    2>&1 | tee "$out/bench_$name.log" | grep -E "^(seed|bible|qkv|pytorch|memory|ratio)" || echo "$name: did not finish within 120 s"
+}
+if [ -x "$bundle/bench_train_step" ] && [ "${QKV_BENCH:-1}" = 1 ] && [ "${QKV_BENCH_SEED:-1}" = 1 ]; then
+  for precision in ${QKV_BENCH_PRECISIONS:-float32 bf16}; do
+    bench_seed seed-$precision --steps 5 --precision $precision
+    bench_seed bible-$precision --preset bible --steps 5 --precision $precision
+  done
 fi
 exit $status
