@@ -169,30 +169,28 @@ void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* r
                 "tile prefetched\n", fwd * 1e3, fwd_prefetch * 1e3);
   }
   if (precision == ops::Precision::BF16) {
-    // The register-level form (kernels/cuda/flash_attention_mma.cu: mma.sync, the scores in registers),
-    // chosen by QKV_FLASH_MMA, timed beside the WMMA kernels on the same GPU; its rows count for
-    // nothing in the step (x0), which the WMMA rows make up.
-    ::setenv("QKV_FLASH_MMA", "1", 1);
-    const double fwd_mma = gpu_seconds(a.reps, [&] {
+    // The WMMA kernels (kernels/cuda/flash_attention_bf16.cu), which QKV_FLASH_MMA=0 chooses, timed
+    // beside the default register-level form (flash_attention_mma.cu) on the same GPU; their rows count
+    // for nothing in the step (x0).
+    ::setenv("QKV_FLASH_MMA", "0", 1);
+    const double fwd_wmma = gpu_seconds(a.reps, [&] {
       (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
     });
-    const double bwd_mma = gpu_seconds(a.reps, [&] {
+    const double bwd_wmma = gpu_seconds(a.reps, [&] {
       Tensor dq, dkk, dv;
       ops::multi_head_attention_backward(dy, q, k, v, H, saved, masks, {}, &dq, &dkk, &dv);
     });
     ::unsetenv("QKV_FLASH_MMA");
-    // The saved statistics are the mma form's now: the same format, but time the WMMA pair afresh.
-    (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
-    std::printf("attention, one layer, bf16: forward %.3f ms (wmma) %.3f ms (mma.sync), backward %.3f ms (wmma) "
-                "%.3f ms (mma.sync)\n", fwd * 1e3, fwd_mma * 1e3, bwd * 1e3, bwd_mma * 1e3);
-    char mma_line[160];
-    std::snprintf(mma_line, sizeof mma_line, "attention fwd, flash bf16 mma.sync (%.1f TFLOP/s)", flops / fwd_mma * 1e-12);
-    rows->push_back({mma_line, fwd_mma, 0});
-    std::snprintf(mma_line, sizeof mma_line, "attention bwd, flash bf16 mma.sync (%.1f TFLOP/s of 2x fwd)",
-                  2 * flops / bwd_mma * 1e-12);
-    rows->push_back({mma_line, bwd_mma, 0});
+    std::printf("attention, one layer, bf16: forward %.3f ms (mma.sync, the default) %.3f ms (wmma), backward %.3f ms "
+                "(mma.sync) %.3f ms (wmma)\n", fwd * 1e3, fwd_wmma * 1e3, bwd * 1e3, bwd_wmma * 1e3);
+    char wmma_line[160];
+    std::snprintf(wmma_line, sizeof wmma_line, "attention fwd, flash bf16 wmma (%.1f TFLOP/s)", flops / fwd_wmma * 1e-12);
+    rows->push_back({wmma_line, fwd_wmma, 0});
+    std::snprintf(wmma_line, sizeof wmma_line, "attention bwd, flash bf16 wmma (%.1f TFLOP/s of 2x fwd)",
+                  2 * flops / bwd_wmma * 1e-12);
+    rows->push_back({wmma_line, bwd_wmma, 0});
   }
-  const char* form = precision == ops::Precision::BF16 ? "bf16 tensor cores" : "f32";
+  const char* form = precision == ops::Precision::BF16 ? "bf16 mma.sync" : "f32";
   char line[160];
   std::snprintf(line, sizeof line, "attention fwd, flash %s (%.1f TFLOP/s)", form, flops / fwd * 1e-12);
   rows->push_back({line, fwd, a.layers});

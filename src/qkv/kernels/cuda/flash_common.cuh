@@ -99,8 +99,8 @@ inline bool rows_of_16_bytes(const float* x, HeadsView xs, int64_t dk) {
 }
 
 // The bf16 kernels' register-level form (flash_attention_mma.cu: mma.sync m16n8k16 with the scores
-// and probabilities in registers), chosen by the environment at each call: QKV_FLASH_MMA unset or 0,
-// the WMMA kernels; "fwd", the forward only; any other value, forward and backward. Both forms
+// and probabilities in registers), chosen by the environment at each call: QKV_FLASH_MMA unset (the
+// default) or any other value, forward and backward; "fwd", the forward only; 0, the WMMA kernels. Both forms
 // write and read the same statistics (max, 1 / sum), so either backward follows either forward.
 enum class MmaForm { Off, Forward, Both };
 MmaForm flash_mma_form();
