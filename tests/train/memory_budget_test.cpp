@@ -71,6 +71,13 @@ TEST(MemoryBudget, SeedConfigurationEstimate) {
   const MicroBatchPlan plan = plan_micro_batches(c, params, false, s, kAutoMemory);
   EXPECT_EQ(plan.rows, 32);
   EXPECT_EQ(plan.chunks, 2);
+  // On a GPU, auto is 80% of the device: an 80 GB H100 runs the batch whole, a 2 GiB one in chunks.
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  EXPECT_EQ(max_memory_on_gpu(kAutoMemory, 80 * kGiB), static_cast<int64_t>(0.8 * 80 * kGiB));
+  EXPECT_EQ(max_memory_on_gpu(int64_t{3} << 30, 80 * kGiB), int64_t{3} << 30) << "a size given is kept";
+  EXPECT_EQ(max_memory_on_gpu(0, 80 * kGiB), 0) << "no limit is kept";
+  EXPECT_EQ(plan_micro_batches(c, params, false, s, max_memory_on_gpu(kAutoMemory, 80 * kGiB)).rows, 0);
+  EXPECT_GT(plan_micro_batches(c, params, false, s, max_memory_on_gpu(kAutoMemory, 2 * kGiB)).chunks, 1);
 }
 
 TEST(MemoryBudget, PlannerPicksTheMostRowsThatFitInEvenChunks) {

@@ -82,6 +82,11 @@ int64_t memory_budget_bytes(int64_t max_memory, int64_t parameters) {
   return parameters * 20 + kProcessOverheadBytes + kAutoActivationBytes;
 }
 
+int64_t max_memory_on_gpu(int64_t max_memory, int64_t device_total_bytes) {
+  if (max_memory != kAutoMemory) return max_memory;
+  return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(device_total_bytes) * kGpuAutoFraction));
+}
+
 MicroBatchPlan plan_micro_batches(const models::TransformerConfig& c, int64_t parameters, bool recompute_ffn,
                                   const StepShape& s, int64_t max_memory) {
   MicroBatchPlan p;

@@ -63,6 +63,15 @@ MemoryEstimate estimate_step_memory(const models::TransformerConfig& config, int
 // The budget --max-memory means in bytes: kAutoMemory resolved for this model, 0 for no limit.
 int64_t memory_budget_bytes(int64_t max_memory, int64_t parameters);
 
+// --max-memory auto when training on a GPU: this fraction of the device's memory for the whole step.
+// The CPU's auto keeps a host's peak near half of PyTorch's; a GPU's memory is there for the step,
+// and a batch that fits unsplit runs its products at full size (the seed's 64 x 100 batch is split
+// in two by the CPU's budget). Of the device's total, not of what is free, so that one GPU model
+// chunks alike on every run and every resume.
+inline constexpr double kGpuAutoFraction = 0.8;
+// max_memory unchanged unless it is kAutoMemory on a GPU of `device_total_bytes`.
+int64_t max_memory_on_gpu(int64_t max_memory, int64_t device_total_bytes);
+
 struct MicroBatchPlan {
   int64_t rows = 0;        // rows per chunk; 0: the whole batch in one pass
   int64_t chunks = 1;

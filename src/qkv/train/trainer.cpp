@@ -8,6 +8,7 @@
 
 #include <zlib.h>
 
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/io/tensor_file.h"
 #include "qkv/models/checkpoint.h"
@@ -199,8 +200,8 @@ void Trainer::fit_schedule_to_budget(double clock, const TrainerEvents& events) 
 }
 
 // The rows per chunk for this rank's `rows` of `batch`: --micro-batch when given, else what
-// --max-memory allows (a function of the saved settings and the batch's shape only, so a resumed run
-// chunks as the uninterrupted one did). It plans as if --recompute-ffn were off: that flag is not
+// --max-memory allows (a function of the saved settings and the batch's shape only, and on a GPU of
+// its memory size, so a resumed run chunks as the uninterrupted one did). It plans as if --recompute-ffn were off: that flag is not
 // part of a checkpoint, and a resume without it must chunk alike (with it, the estimate is high).
 // The first batch that is split (or cannot fit) is reported once.
 int64_t Trainer::micro_batch_rows(const data::Batch& batch, int64_t rows, const TrainerEvents& events) {
@@ -212,7 +213,10 @@ int64_t Trainer::micro_batch_rows(const data::Batch& batch, int64_t rows, const 
     shape.rows = rows;
   }
   constexpr bool kPlanWithFfnSaved = false;  // see above
-  const MicroBatchPlan plan = plan_micro_batches(model_.config(), parameters_, kPlanWithFfnSaved, shape, h.max_memory);
+  const int64_t max_memory = options_.device.is_cuda()
+                                 ? max_memory_on_gpu(h.max_memory, static_cast<int64_t>(cuda::memory_info(options_.device).total))
+                                 : h.max_memory;
+  const MicroBatchPlan plan = plan_micro_batches(model_.config(), parameters_, kPlanWithFfnSaved, shape, max_memory);
   if (plan.rows > 0 && !reported_micro_batches_ && events.on_info) {
     reported_micro_batches_ = true;
     const MemoryEstimate whole = estimate_step_memory(model_.config(), parameters_, kPlanWithFfnSaved, shape, shape.rows);
