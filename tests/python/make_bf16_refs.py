@@ -9,7 +9,9 @@ Writes (float tensors float32, ids int32; deterministic):
   DIR/linear_bf16.safetensors   one linear layer, x (37, 70), w (45, 70), b (45), dy (37, 45) drawn
                                 N(0, 1); under autocast y = F.linear(x, w, b) and the gradients of
                                 sum(y * dy): ac.y, ac.dx, ac.dw, ac.db (autocast returns y in bf16,
-                                widened here; its gradients flow back to the float32 leaves)
+                                widened here; its gradients flow back to the float32 leaves; dx
+                                and dw as autocast sums them in float32 on CPUs with AVX512-BF16:
+                                float32_summed_gradient)
   DIR/gpt_bf16/                 the decoder-only model of make_gpt_refs.py's gpt_small (same config,
                                 seed and initialisation): config.json, model.safetensors
   DIR/gpt_bf16_batch.safetensors
@@ -55,11 +57,30 @@ def linear_refs(out_dir):
         y = F.linear(xs, ws, bs)
     assert y.dtype == torch.bfloat16, y.dtype
     (y.float() * dy).sum().backward()
+    dx, dw = float32_summed_gradient(xs.grad, dy, w, "dx"), float32_summed_gradient(ws.grad, dy.t(), x, "dw")
     out = {"x": g.f32(x), "w": g.f32(w), "b": g.f32(b), "dy": g.f32(dy), "ac.y": g.f32(y),
-           "ac.dx": g.f32(xs.grad), "ac.dw": g.f32(ws.grad), "ac.db": g.f32(bs.grad)}
+           "ac.dx": g.f32(dx), "ac.dw": g.f32(dw), "ac.db": g.f32(bs.grad)}
     path = os.path.join(out_dir, "linear_bf16.safetensors")
     safetensors_io.save(path, out, metadata={"format": "pt", "source": "tests/python/make_bf16_refs.py"})
     return path
+
+
+def float32_summed_gradient(autocast_grad, a, b, name):
+    """autocast's gradient a @ b where its bf16 products sum in float32, as they do on CPUs with
+    AVX512-BF16 or AMX (the operands rounded to bf16, the result rounded to bf16 and widened). On a
+    CPU without them (AVX-512 hidden, AVX2 only), torch 1.13's bf16 GEMM of the backward sums in bf16
+    and errs by several roundings (measured: 3.993 where the float32 sum gives 4.0625): there the
+    emulation stands in for autocast, and a note says so. Where torch does sum in float32, its
+    result is the emulation's or a neighbouring bf16 value (the float32 sums of the two differ in
+    order): within 2.5 of `step`, half a bf16 spacing at most."""
+    emulated = (a.bfloat16().double() @ b.bfloat16().double()).bfloat16().float()
+    step = 2.0 ** -8 * emulated.abs() + 4 * a.shape[1] * 1.2e-7
+    apart = ((autocast_grad - emulated).abs() / step).max().item()
+    if apart <= 2.5:
+        return autocast_grad
+    print(f"make_bf16_refs.py: this CPU's torch sums autocast's {name} in bf16 ({apart:.1f} roundings from the "
+          f"float32 sum): writing the float32-summed product instead")
+    return emulated
 
 
 def train_refs(model, ids, V, autocast):
