@@ -97,9 +97,11 @@ TEST(Cli, BadInputNamesFileAndLineAndExitsNonZero) {
 
 TEST(Cli, TrainThenTranslateIds) {
   const std::string d = temp_dir("roundtrip");
-  CliRun r = qkv("train --synthetic --preset tiny --steps 300 --threads 1 --log-every 100 --output-dir " + d + "/ckpt");
+  // 500 steps: at 300 the 6-token line copied in the release build but not in the ASan build (-O1,
+  // AVX2 kernels) on a CPU without AVX-512, whose training took another path (-5.4 for the best beam).
+  CliRun r = qkv("train --synthetic --preset tiny --steps 500 --threads 1 --log-every 100 --output-dir " + d + "/ckpt");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("step 300/300"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("step 500/500"), std::string::npos) << r.out;
   // --quiet: the same run says nothing, and still writes its checkpoint.
   const CliRun quiet = qkv::testing::run_qkv_split("train --synthetic --preset tiny --steps 3 --threads 1 --quiet --output-dir " +
                                                    d + "/quiet");
