@@ -13,7 +13,7 @@
 # not trained again (an interrupted one resumes). The model: T5 v1.1's layout (pre-norm RMSNorm,
 # relative position bias, unscaled scores, no biases, gated GELU) at the Bible recipe's size (d 256,
 # 4 heads, 4 + 4 layers, d_ff 1024; bench/translate_bible.sh). At 2 cores about 2.7 s a step
-# (docs/runs.md), so the default takes about 4 x 1.8 hours; the first figures were measured with less.
+# (docs/runs.md), so the default takes about 4 x 1.8 hours of a quiet machine.
 # Needs: build/qkv, diatheke + sword-text-sparv + sword-text-kjv (scripts/install_deps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
