@@ -165,7 +165,6 @@ std::string finish_reason_of(size_t produced, size_t prompt_tokens, const api::G
   return static_cast<int64_t>(produced) >= allowed ? "length" : "stop";
 }
 
-
 // Each prompt's options.decode.num_hypotheses best continuations by beam search (the search `qkv
 // generate --num-hypotheses` runs), best first; text decoded when the model has a tokenizer. The
 // GIL is released while it searches.

@@ -193,6 +193,9 @@ std::shared_ptr<ModelSlot::Job> ModelSlot::new_job(Family family, JobKind kind, 
 }
 
 std::string ModelSlot::complete(const CompletionRequest& r) {
+  if (family_ == Family::DecoderOnly && r.beam_size > generator_->vocab_size())
+    throw bad_field("beam_size", "'beam_size' is " + std::to_string(r.beam_size) + "; at most the vocabulary (" +
+                                     std::to_string(generator_->vocab_size()) + ")");
   auto job = new_job(Family::DecoderOnly, JobKind::Complete, r.prompts, "prompt");
   job->completion = r;
   return wait(submit(job));

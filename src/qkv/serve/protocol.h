@@ -113,7 +113,7 @@ struct RequestLimits {
 
 // Each throws HttpError (400, or 413 past a limit) naming the field; unknown fields are ignored, as
 // OpenAI's API does, except features it has and qkv does not (echo, logprobs, best_of, suffix,
-// penalties), which are refused by name rather than silently dropped.
+// presence and frequency penalties), which are refused by name rather than silently dropped.
 CompletionRequest parse_completion(const std::string& body, const RequestLimits& limits = {});
 EmbeddingRequest parse_embedding(const std::string& body, const RequestLimits& limits = {});
 TranslationRequest parse_translation(const std::string& body, const RequestLimits& limits = {});
