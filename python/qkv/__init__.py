@@ -20,6 +20,7 @@ __all__ = [
     "Translation",
     "TranslationResult",
     "Generator",
+    "Generation",
     "GenerationResult",
     "Encoder",
     "ClassificationResult",

@@ -3,6 +3,7 @@ from qkv.training import Trainer as Trainer, TrainingArguments as TrainingArgume
 from qkv._core import (
     ClassificationResult as ClassificationResult,
     Encoder as Encoder,
+    Generation as Generation,
     GenerationResult as GenerationResult,
     Generator as Generator,
     Model as Model,

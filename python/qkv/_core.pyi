@@ -146,6 +146,18 @@ class PieceStream(Iterator[str]):
     def __iter__(self) -> PieceStream: ...
     def __next__(self) -> str: ...
 
+class Generation:
+    @property
+    def text(self) -> str: ...
+    @property
+    def tokens(self) -> list[int]: ...
+    @property
+    def log_prob(self) -> float: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def finish_reason(self) -> str: ...
+
 class GenerationResult:
     @property
     def text(self) -> str: ...
@@ -153,6 +165,8 @@ class GenerationResult:
     def tokens(self) -> list[int]: ...
     @property
     def finish_reason(self) -> str: ...
+    @property
+    def hypotheses(self) -> list[Generation]: ...
 
 class Generator:
     def __init__(self, checkpoint: str, compute_type: str = "float32", device: str = "cpu") -> None: ...
@@ -175,11 +189,12 @@ class Generator:
         stream: bool = False,
         quantize: Optional[str] = None,
         beam_size: int = 1,
+        num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         min_new_tokens: int = 0,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
-    ) -> Union[str, PieceStream]: ...
+    ) -> Union[str, list[Generation], PieceStream]: ...
     @overload
     def generate(
         self,
@@ -195,11 +210,12 @@ class Generator:
         stream: bool = False,
         quantize: Optional[str] = None,
         beam_size: int = 1,
+        num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         min_new_tokens: int = 0,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
-    ) -> list[str]: ...
+    ) -> Union[list[str], list[list[Generation]]]: ...
     def generate_batch(
         self,
         prompts: Sequence[str],
@@ -212,6 +228,7 @@ class Generator:
         truncate_prompt: bool = False,
         max_batch_size: int = 32,
         beam_size: int = 1,
+        num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         min_new_tokens: int = 0,
         repetition_penalty: float = 1.0,
@@ -241,11 +258,12 @@ class Generator:
         batch_size: int = 32,
         quantize: Optional[str] = None,
         beam_size: int = 1,
+        num_hypotheses: int = 1,
         length_penalty: float = 1.0,
         min_new_tokens: int = 0,
         repetition_penalty: float = 1.0,
         no_repeat_ngram_size: int = 0,
-    ) -> list[list[int]]: ...
+    ) -> Union[list[list[int]], list[list[Generation]]]: ...
     def generate_with_attention(
         self,
         prompt: str,

@@ -47,3 +47,57 @@ def test_bad_search_options_are_value_errors_naming_the_flag(translation_checkpo
         generator.generate("the", beam_size=2, do_sample=True)
     with pytest.raises(ValueError, match="--no-repeat-ngram-size"):
         generator.generate("the", no_repeat_ngram_size=-1)
+
+
+def cli_n_best(lm_checkpoint: str, inp, *flags: str) -> list[list[tuple[str, str, str]]]:
+    """`qkv generate --num-hypotheses` parsed: per prompt its (text, log-prob, score) lines in order."""
+    out = run_qkv("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--threads", "1", "--quiet", *flags)
+    per_prompt: dict[int, list[tuple[str, str, str]]] = {}
+    for line in out.stdout.splitlines():
+        index, text, log_prob, score = line.split(" ||| ")
+        per_prompt.setdefault(int(index), []).append((text, log_prob, score))
+    return [per_prompt[i] for i in sorted(per_prompt)]
+
+
+def test_generator_n_best_equals_qkv_generate_num_hypotheses(lm_checkpoint, tmp_path):
+    prompts = ["the light", "", "God said let there"]
+    flags = dict(max_new_tokens=10, beam_size=4, length_penalty=0.8, no_repeat_ngram_size=2)
+    cli = cli_n_best(lm_checkpoint, write_lines(tmp_path / "prompts.txt", prompts), "--max-new-tokens", "10",
+                     "--beam-size", "4", "--num-hypotheses", "3", "--length-penalty", "0.8",
+                     "--no-repeat-ngram-size", "2")
+    generator = qkv.Generator(lm_checkpoint)
+    ours = generator.generate(prompts, num_hypotheses=3, **flags)
+    assert [[(h.text, f"{h.log_prob:.6f}", f"{h.score:.6f}") for h in hyps] for hyps in ours] == cli
+    assert all(isinstance(h, qkv.Generation) and h.finish_reason in ("stop", "length") for hyps in ours for h in hyps)
+    for hyps in ours:  # three different continuations, best first
+        assert len({tuple(h.tokens) for h in hyps}) == 3
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert hyps[0].score > hyps[-1].score
+    # The best is what the same beam gives with num_hypotheses=1.
+    assert [hyps[0].text for hyps in ours] == generator.generate(prompts, **flags)
+    # One prompt (a str): its list; generate_batch: the same hypotheses, the best as text.
+    assert [h.tokens for h in generator.generate(prompts[2], num_hypotheses=3, **flags)] == [h.tokens for h in ours[2]]
+    batch = generator.generate_batch(prompts, num_hypotheses=3, **flags)
+    assert [[h.tokens for h in r.hypotheses] for r in batch] == [[h.tokens for h in hyps] for hyps in ours]
+    assert [(r.text, r.finish_reason) for r in batch] == [(hyps[0].text, hyps[0].finish_reason) for hyps in ours]
+    assert generator.generate_batch(prompts, max_new_tokens=10)[0].hypotheses == []  # greedy: no n-best
+
+
+def test_generator_ids_n_best_equals_qkv_generate_ids(lm_checkpoint, tmp_path):
+    prompts = [[5, 17, 40], [3]]
+    inp = write_lines(tmp_path / "ids.txt", [" ".join(map(str, p)) for p in prompts])
+    cli = cli_n_best(lm_checkpoint, inp, "--ids", "--max-new-tokens", "8", "--beam-size", "3", "--num-hypotheses", "3")
+    ours = qkv.Generator(lm_checkpoint).generate_ids(prompts, max_new_tokens=8, beam_size=3, num_hypotheses=3)
+    assert [[(" ".join(map(str, h.tokens)), f"{h.log_prob:.6f}", f"{h.score:.6f}") for h in hyps] for hyps in ours] == cli
+
+
+def test_bad_num_hypotheses_are_value_errors_naming_it(lm_checkpoint):
+    generator = qkv.Generator(lm_checkpoint)
+    with pytest.raises(ValueError, match=r"num_hypotheses=3: at most beam_size \(2\)"):
+        generator.generate("the", beam_size=2, num_hypotheses=3)
+    with pytest.raises(ValueError, match=r"num_hypotheses=2: do_sample=True"):
+        generator.generate_ids([[3]], beam_size=2, num_hypotheses=2, do_sample=True)
+    with pytest.raises(ValueError, match=r"num_hypotheses=2: stream=True"):
+        generator.generate("the", beam_size=2, num_hypotheses=2, stream=True)
+    with pytest.raises(ValueError, match=r"num_hypotheses=0"):
+        generator.generate_batch(["the"], num_hypotheses=0)

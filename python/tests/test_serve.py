@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import qkv
-from conftest import qkv_bin, run_qkv, sentences, write_lines
+from conftest import TINY_MODEL, qkv_bin, run_qkv, sentences, write_lines
 
 
 class Server:
@@ -520,3 +520,140 @@ def test_the_openai_python_client_works(server):
     assert [d.embedding for d in e.data] == [d["embedding"] for d in plain["data"]]
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="nope", prompt="x")
+
+
+# The token rules: each JSON field and the CLI flag it is.
+RULES = [({"repetition_penalty": 1.5}, ["--repetition-penalty", "1.5"]),
+         ({"no_repeat_ngram_size": 2}, ["--no-repeat-ngram-size", "2"]),
+         ({"min_tokens": 10}, ["--min-new-tokens", "10"])]
+
+
+def test_completions_with_token_rules_equal_qkv_generate(server, lm_checkpoint, tmp_path):
+    prompts = ["the light", "", "God said let there"]
+    inp = write_lines(tmp_path / "prompts.txt", prompts)
+    generate = ("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12")
+    sampling = ("--do-sample", "--seed", "4", "--top-k", "20")
+    plain, plain_sampled = cli_lines(*generate, n=3), cli_lines(*generate, *sampling, n=3)
+    for fields, flags in RULES + [({k: v for f, _ in RULES for k, v in f.items()}, [x for _, f in RULES for x in f])]:
+        expected = cli_lines(*generate, *flags, n=3)
+        status, r = server.post("/v1/completions", {"model": "lm", "prompt": prompts, "max_tokens": 12,
+                                                    "temperature": 0, **fields})
+        assert status == 200 and [c["text"] for c in r["choices"]] == expected, flags
+        sampled = cli_lines(*generate, *flags, *sampling, n=3)
+        status, r = server.post("/v1/completions", {"model": "lm", "prompt": prompts, "max_tokens": 12, "seed": 4,
+                                                    "top_k": 20, **fields})
+        assert status == 200 and [c["text"] for c in r["choices"]] == sampled, flags
+        # (the small model never ends a greedy line early, so min_tokens shows in the draws only)
+        assert expected != plain or sampled != plain_sampled, f"{flags} change the small model's text"
+    # Requests with different rules in one continuous batch each get their own.
+    bodies = [{"model": "lm", "prompt": prompts, "max_tokens": 12, "temperature": 0, **f} for f, _ in RULES] * 3
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(lambda b: server.post("/v1/completions", b), bodies))
+    for (fields, flags), (status, r) in zip(RULES * 3, answers):
+        assert status == 200 and [c["text"] for c in r["choices"]] == cli_lines(*generate, *flags, n=3)
+
+
+def test_beam_search_completions_equal_qkv_generate(server, lm_checkpoint, tmp_path):
+    prompts = ["the light", "", "God said let there"]
+    inp = write_lines(tmp_path / "prompts.txt", prompts)
+    flags = ["--max-new-tokens", "10", "--beam-size", "4", "--length-penalty", "0.8", "--no-repeat-ngram-size", "2"]
+    out = run_qkv("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), *flags, "--num-hypotheses", "3",
+                  "--threads", "1", "--quiet").stdout
+    n_best = [line.split(" ||| ")[1] for line in out.splitlines()]  # prompt by prompt, best first
+    body = {"model": "lm", "prompt": prompts, "max_tokens": 10, "temperature": 0, "beam_size": 4,
+            "length_penalty": 0.8, "no_repeat_ngram_size": 2}
+    status, r = server.post("/v1/completions", {**body, "n": 3})
+    assert status == 200 and [c["text"] for c in r["choices"]] == n_best
+    assert all(c["finish_reason"] in ("stop", "length") for c in r["choices"])
+    best = cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), *flags, n=3)
+    assert best == n_best[::3] and best != cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp),
+                                                     "--max-new-tokens", "10", "--no-repeat-ngram-size", "2", n=3)
+    status, r = server.post("/v1/completions", body)
+    assert status == 200 and [c["text"] for c in r["choices"]] == best
+    # A beam request runs beside continuous batching: greedy requests in flight meanwhile still get theirs.
+    greedy = {"model": "lm", "prompt": prompts, "max_tokens": 12, "temperature": 0}
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda b: server.post("/v1/completions", b), [body, greedy] * 3))
+    greedy_text = cli_lines("generate", "--checkpoint", lm_checkpoint, "--input", str(inp), "--max-new-tokens", "12",
+                            n=3)
+    for i, (status, r) in enumerate(answers):
+        assert status == 200 and [c["text"] for c in r["choices"]] == (best if i % 2 == 0 else greedy_text)
+
+
+@pytest.fixture(scope="module")
+def eos_translation_checkpoint(data_dir, tmp_path_factory) -> str:
+    """A translation model trained long enough to end its lines (EOS after a token or two), so that
+    min_tokens shows; the shared one's lines all run to the length limit."""
+    out = tmp_path_factory.mktemp("mt_eos") / "run"
+    run_qkv("train", "--src", str(data_dir / "train.es"), "--tgt", str(data_dir / "train.en"), "--output-dir", str(out),
+            "--spm-vocab", "360", "--max-seq-length", "48", "--max-batch-tokens", "400", "--steps", "300", "--lr",
+            "3e-3", "--warmup", "5", "--log-every", "300", "--valid-every", "0", "--quiet", *TINY_MODEL)
+    return str(out / "last")
+
+
+def batches_run(server, model: str) -> int:
+    """The batches a model has run (none yet: no line)."""
+    prefix = f'qkv_batches_total{{model="{model}"}}'
+    return next((int(float(l.split()[-1])) for l in server.request("GET", "/metrics")[2].splitlines()
+                 if l.startswith(prefix)), 0)
+
+
+def translations_with_rules_equal_qkv_translate(server, model: str, checkpoint: str, src: list[str], rules, tmp_path):
+    """Each rule's requests, sent at once to a server that waits for them to share batches, get what
+    `qkv translate` with its flags gives, greedy and beam; each rule changes the translations."""
+    inp = write_lines(tmp_path / "in.es", src)
+    translate = ("translate", "--checkpoint", checkpoint, "--input", str(inp))
+    for beam in (1, 4):
+        plain = cli_lines(*translate, "--beam-size", str(beam), n=len(src))
+        bodies, expected = [], []
+        for fields, flags in [({}, [])] + rules:
+            expected.append(cli_lines(*translate, "--beam-size", str(beam), *flags, n=len(src)))
+            assert not flags or expected[-1] != plain, f"{flags} change the model's translations"
+            bodies.append({"model": model, "input": src, "beam_size": beam, **fields})
+        batches = batches_run(server, model)
+        with ThreadPoolExecutor(len(bodies) * 2) as pool:
+            answers = list(pool.map(lambda b: server.post("/v1/translations", b), bodies * 2))
+        for want, (status, r) in zip(expected * 2, answers):
+            assert status == 200 and [d["translation"] for d in r["data"]] == want
+        # Requests of equal rules shared batches; those of other rules were not in them.
+        assert batches_run(server, model) - batches <= len(bodies) < len(answers)
+
+
+def test_translations_with_token_rules_equal_qkv_translate(translation_checkpoint, eos_translation_checkpoint,
+                                                           data_dir, tmp_path):
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:8]]
+    server = Server(tmp_path, "--model", f"mt={translation_checkpoint}", "--model", f"eos={eos_translation_checkpoint}",
+                    "--batch-wait", "500")
+    try:
+        # The shared model's lines repeat themselves up to the length limit: the repetition rules show there.
+        translations_with_rules_equal_qkv_translate(
+            server, "mt", translation_checkpoint, src,
+            [({"repetition_penalty": 1.5}, ["--repetition-penalty", "1.5"]),
+             ({"no_repeat_ngram_size": 1}, ["--no-repeat-ngram-size", "1"]),
+             ({"repetition_penalty": 1.5, "no_repeat_ngram_size": 1},
+              ["--repetition-penalty", "1.5", "--no-repeat-ngram-size", "1"])], tmp_path)
+        # min_tokens N is N tokens before EOS: transformers' min_length N + 1 (the decoder's start counted).
+        translations_with_rules_equal_qkv_translate(
+            server, "eos", eos_translation_checkpoint, src,
+            [({"min_tokens": 12}, ["--min-length", "13"]), ({"min_tokens": 3}, ["--min-length", "4"]),
+             ({"min_tokens": 12, "repetition_penalty": 1.5}, ["--min-length", "13", "--repetition-penalty", "1.5"])],
+            tmp_path)
+    finally:
+        assert server.stop() == 0
+
+
+def test_bad_token_rules_get_400_naming_the_field(server):
+    for route, body in (("/v1/completions", {"model": "lm", "prompt": "x"}),
+                        ("/v1/translations", {"model": "mt", "input": "x"})):
+        expect_error(server.post(route, {**body, "repetition_penalty": 0}), 400, "repetition_penalty")
+        expect_error(server.post(route, {**body, "no_repeat_ngram_size": -1}), 400, "no_repeat_ngram_size")
+        expect_error(server.post(route, {**body, "min_tokens": "3"}), 400, "min_tokens")
+    lm = {"model": "lm", "prompt": "x"}
+    expect_error(server.post("/v1/completions", {**lm, "max_tokens": 4, "min_tokens": 5}), 400, "min_tokens")
+    expect_error(server.post("/v1/completions", {**lm, "beam_size": 4}), 400, "temperature")
+    expect_error(server.post("/v1/completions", {**lm, "beam_size": 2, "n": 3, "temperature": 0}), 400, "n")
+    expect_error(server.post("/v1/completions", {**lm, "beam_size": 2, "stream": True, "temperature": 0}), 400,
+                 "stream")
+    expect_error(server.post("/v1/completions", {**lm, "beam_size": 0, "temperature": 0}), 400, "beam_size")
+    expect_error(server.post("/v1/completions", {**lm, "length_penalty": -1}), 400, "length_penalty")
+    assert server.request("GET", "/health")[0] == 200

@@ -43,7 +43,18 @@ Tokens alone(const models::CausalLM& model, const Tokens& prompt, const Sequence
   o.sampling = s.sampling;
   o.seed = s.seed;
   o.stop_at_eos = s.stop_at_eos;
+  o.min_new_tokens = s.min_new_tokens;
+  o.constraints = s.constraints;
   return decoding::generate(model, {prompt}, {s.key}, o)[0];
+}
+
+// options_of with the token rules (constraints.h).
+SequenceOptions ruled(SequenceOptions o, float repetition_penalty, int64_t no_repeat_ngram_size,
+                      int64_t min_new_tokens = 0) {
+  o.constraints.repetition_penalty = repetition_penalty;
+  o.constraints.no_repeat_ngram_size = no_repeat_ngram_size;
+  o.min_new_tokens = min_new_tokens;
+  return o;
 }
 
 struct Outcome {
@@ -101,6 +112,39 @@ TEST(ContinuousGeneration, SequencesJoiningAtAnyStepGetWhatGenerateGivesThemAlon
     EXPECT_EQ(r.ended, 1);
     EXPECT_EQ(r.end, SequenceEnd::Length);
   }
+}
+
+TEST(ContinuousGeneration, SequencesWithTheirOwnTokenRulesGetWhatGenerateGivesThem) {
+  // A model whose EOS is a token prompt 0's greedy run produces early, so that min_new_tokens shows.
+  const auto probe = small_model();
+  const Tokens free_run = alone(*probe, kPrompts[0], options_of(12, false, 0));
+  const auto model = small_model(free_run[2]);
+  // Each rule, greedy and sampled, beside rows without rules, arriving at steps 0, 0, 2, 3, 5.
+  const std::vector<std::pair<Tokens, SequenceOptions>> rows = {
+      {kPrompts[0], ruled(options_of(12, false, 0, true), 1.0f, 0, 6)},
+      {kPrompts[2], ruled(options_of(12, false, 1), 2.0f, 0)},  // (EOS a token: greedy would end at once)
+      {kPrompts[2], ruled(options_of(12, true, 2, true), 1.0f, 1)},
+      {kPrompts[0], options_of(12, false, 3, true)},
+      {kPrompts[3], ruled(options_of(12, true, 4, true), 0.5f, 1, 4)}};
+  for (const auto& [prompt, o] : rows) {
+    SequenceOptions without = o;
+    without.constraints = {};
+    without.min_new_tokens = 0;
+    if (o.min_new_tokens > 0 || o.constraints.repetition_penalty != 1.0f || o.constraints.no_repeat_ngram_size > 0)
+      EXPECT_NE(alone(*model, prompt, o), alone(*model, prompt, without)) << "the rules change key " << o.key;
+  }
+  ContinuousGeneration gen(*model, 8, 4096);
+  std::map<uint64_t, size_t> order;
+  const auto out = run(gen, {{0, {rows[0], rows[1]}}, {2, {rows[2]}}, {3, {rows[3]}}, {5, {rows[4]}}}, &order);
+  ASSERT_EQ(out.size(), rows.size());
+  for (const auto& [id, r] : out) {
+    const auto& [prompt, o] = rows[order.at(id)];
+    EXPECT_EQ(r.tokens, alone(*model, prompt, o)) << "sequence " << id;
+  }
+  EXPECT_GE(out.at(1).tokens.size(), 6u);  // min_new_tokens held EOS back
+  EXPECT_THROW(gen.add(kPrompts[0], ruled(options_of(4, false, 0), 0.0f, 0)), Error);
+  EXPECT_THROW(gen.add(kPrompts[0], ruled(options_of(4, false, 0), 1.0f, -1)), Error);
+  EXPECT_THROW(gen.add(kPrompts[0], ruled(options_of(4, false, 0), 1.0f, 0, -1)), Error);
 }
 
 TEST(ContinuousGeneration, EosEndsASequenceWithoutBeingOutput) {

@@ -82,6 +82,82 @@ TEST(ServeProtocol, BadFieldsAreRefusedByName) {
   }
 }
 
+// The token rules (transformers' names, vLLM's min_tokens) and a completion's beam search.
+TEST(ServeProtocol, TokenRulesAndBeamSearchAreReadOnBothRoutes) {
+  const CompletionRequest d = parse_completion(R"({"model": "lm", "prompt": "x"})");
+  EXPECT_EQ(d.rules.repetition_penalty, 1.0);
+  EXPECT_EQ(d.rules.no_repeat_ngram_size, 0);
+  EXPECT_EQ(d.rules.min_tokens, 0);
+  EXPECT_FALSE(d.beam_search());
+  const CompletionRequest c = parse_completion(
+      R"({"model": "lm", "prompt": "x", "repetition_penalty": 1.3, "no_repeat_ngram_size": 2, "min_tokens": 5,
+          "beam_size": 4, "length_penalty": 0.7, "n": 3, "temperature": 0})");
+  EXPECT_EQ(c.rules.repetition_penalty, 1.3);
+  EXPECT_EQ(c.rules.no_repeat_ngram_size, 2);
+  EXPECT_EQ(c.rules.min_tokens, 5);
+  EXPECT_TRUE(c.beam_search());
+  EXPECT_EQ(c.beam_size, 4);
+  EXPECT_EQ(c.length_penalty, 0.7);
+  const TranslationRequest t = parse_translation(
+      R"({"model": "mt", "input": "x", "repetition_penalty": 0.5, "no_repeat_ngram_size": 3, "min_tokens": 2})");
+  EXPECT_EQ(t.rules.repetition_penalty, 0.5);
+  EXPECT_EQ(t.rules.no_repeat_ngram_size, 3);
+  EXPECT_EQ(t.rules.min_tokens, 2);
+  // Batch keys: equal rules, one key; any difference, another.
+  EXPECT_EQ(t.rules.key(), parse_translation(R"({"model": "mt", "input": "y", "repetition_penalty": 0.5,
+                                                 "no_repeat_ngram_size": 3, "min_tokens": 2})").rules.key());
+  EXPECT_NE(t.rules.key(), parse_translation(R"({"model": "mt", "input": "x", "repetition_penalty": 0.5000001,
+                                                 "no_repeat_ngram_size": 3, "min_tokens": 2})").rules.key());
+  EXPECT_NE(TokenRules{}.key(), (TokenRules{1.0, 0, 1}).key());
+  EXPECT_NE(TokenRules{}.key(), (TokenRules{1.0, 1, 0}).key());
+
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  const Case completions[] = {
+      {R"({"model": "lm", "prompt": "x", "repetition_penalty": 0})", "repetition_penalty"},
+      {R"({"model": "lm", "prompt": "x", "repetition_penalty": -1})", "repetition_penalty"},
+      {R"({"model": "lm", "prompt": "x", "repetition_penalty": 1001})", "repetition_penalty"},
+      {R"({"model": "lm", "prompt": "x", "repetition_penalty": "1.2"})", "repetition_penalty"},
+      {R"({"model": "lm", "prompt": "x", "no_repeat_ngram_size": -1})", "no_repeat_ngram_size"},
+      {R"({"model": "lm", "prompt": "x", "no_repeat_ngram_size": 1.5})", "no_repeat_ngram_size"},
+      {R"({"model": "lm", "prompt": "x", "min_tokens": -2})", "min_tokens"},
+      {R"({"model": "lm", "prompt": "x", "max_tokens": 4, "min_tokens": 5})", "min_tokens"},
+      {R"({"model": "lm", "prompt": "x", "beam_size": 0, "temperature": 0})", "beam_size"},
+      {R"({"model": "lm", "prompt": "x", "beam_size": 65, "temperature": 0})", "beam_size"},
+      {R"({"model": "lm", "prompt": "x", "length_penalty": -0.5})", "length_penalty"},
+      {R"({"model": "lm", "prompt": "x", "beam_size": 4})", "temperature"},  // beam search is not sampled
+      {R"({"model": "lm", "prompt": "x", "beam_size": 2, "n": 3, "temperature": 0})", "n"},
+      {R"({"model": "lm", "prompt": "x", "beam_size": 2, "stream": true, "temperature": 0})", "stream"},
+      {R"({"model": "lm", "prompt": "x", "beam_size": 2, "ignore_eos": true, "temperature": 0})", "ignore_eos"},
+  };
+  for (const Case& c : completions) {
+    try {
+      (void)parse_completion(c.body);
+      ADD_FAILURE() << "accepted: " << c.body;
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status, 400) << c.body;
+      EXPECT_EQ(e.param, c.param) << c.body << ": " << e.what();
+    }
+  }
+  const Case translations[] = {
+      {R"({"model": "mt", "input": "x", "repetition_penalty": 0})", "repetition_penalty"},
+      {R"({"model": "mt", "input": "x", "no_repeat_ngram_size": -3})", "no_repeat_ngram_size"},
+      {R"({"model": "mt", "input": "x", "min_tokens": "3"})", "min_tokens"},
+      {R"({"model": "mt", "input": "x", "max_length": 3, "min_tokens": 4})", "min_tokens"},
+  };
+  for (const Case& c : translations) {
+    try {
+      (void)parse_translation(c.body);
+      ADD_FAILURE() << "accepted: " << c.body;
+    } catch (const HttpError& e) {
+      EXPECT_EQ(e.status, 400) << c.body;
+      EXPECT_EQ(e.param, c.param) << c.body << ": " << e.what();
+    }
+  }
+}
+
 TEST(ServeProtocol, MalformedBodiesAndLimits) {
   for (const char* body : {"", "{", "[1, 2]", "\"text\"", "{\"model\": \"x\",}"}) {
     try {

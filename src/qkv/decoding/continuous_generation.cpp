@@ -14,6 +14,8 @@ struct ContinuousGeneration::Sequence {
   SequenceOptions options;
   int64_t produced = 0;    // new tokens so far
   int32_t last_token = -1;  // the newest, fed at the next step
+  std::vector<int32_t> generated;  // the new tokens (the rules' history; its size is their step)
+  StepRules rules;
   bool cancelled = false;
   int64_t budget() const { return prompt.new_tokens; }
 };
@@ -37,6 +39,8 @@ int64_t ContinuousGeneration::cache_length() const { return rows_.empty() ? 0 : 
 uint64_t ContinuousGeneration::add(const std::vector<int32_t>& prompt, const SequenceOptions& o) {
   QKV_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens must be >= 0, got " << o.max_new_tokens);
   if (o.sample) validate_sampling_options(o.sampling);
+  QKV_CHECK(o.min_new_tokens >= 0, "generate: min_new_tokens must be >= 0, got " << o.min_new_tokens);
+  validate_token_constraints(o.constraints);
   QKV_CHECK(!prompt.empty(), "generate: an empty prompt (start it with the BOS id)");
   const int64_t V = model_.output_vocab_size();
   for (int32_t id : prompt)
@@ -48,6 +52,10 @@ uint64_t ContinuousGeneration::add(const std::vector<int32_t>& prompt, const Seq
   s->id = next_id_++;
   s->prompt = fit_prompt(prompt, model_.config().max_seq_length, fitting);
   s->options = o;
+  // generate's rules for a causal LM: nothing banned for good; min_new_tokens only while EOS ends a row.
+  s->rules.constraints = o.constraints;
+  s->rules.eos_id = static_cast<int32_t>(model_.config().eos_id);
+  s->rules.min_new_tokens = o.stop_at_eos ? o.min_new_tokens : 0;
   waiting_.push_back(std::move(s));
   return waiting_.back()->id;
 }
@@ -102,6 +110,12 @@ void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::
       continue;
     }
     const float* z = logits.f32() + static_cast<int64_t>(i) * V;
+    std::vector<float> ruled;  // the rules change a copy, as generate's do
+    if (s.rules.active(s.produced)) {
+      ruled.assign(z, z + V);
+      apply_step_rules(ruled.data(), V, {s.prompt.tokens, s.generated}, s.rules);
+      z = ruled.data();
+    }
     const SequenceOptions& o = s.options;
     const int32_t token = o.sample ? sample_token(z, V, o.sampling, o.seed, o.key, static_cast<uint64_t>(s.produced))
                                    : argmax_token(z, V);
@@ -112,6 +126,7 @@ void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::
     }
     ++s.produced;
     s.last_token = token;
+    s.generated.push_back(token);
     const bool more = s.produced < s.budget();
     events.push_back({s.id, token, more ? SequenceEnd::None : SequenceEnd::Length});
     keep.push_back(more);

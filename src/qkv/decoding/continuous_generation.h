@@ -16,7 +16,7 @@
 //
 // A sequence's tokens are those decoding::generate gives its prompt with the same options: the same
 // prompt fitting (fit_prompt), greedy or the draw keyed by (seed, key, index of the new token), the
-// same EOS rule. What else runs beside it changes only the left padding it is read with (as
+// same EOS rule, the same token rules. What else runs beside it changes only the left padding it is read with (as
 // generate's own batches do), never its random stream.
 //
 // Not thread-safe: one caller (the server's worker for one model) drives it. Runs under
@@ -39,6 +39,9 @@ struct SequenceOptions {
   uint64_t key = 0;             // with sample: the line key (generate's line_keys)
   bool stop_at_eos = true;
   LongPrompt long_prompt = LongPrompt::Refuse;
+  // The token rules, as generate applies them to greedy and sampled rows (constraints.h).
+  int64_t min_new_tokens = 0;
+  TokenConstraints constraints;
 };
 
 enum class SequenceEnd { None, Eos, Length };

@@ -40,10 +40,11 @@ void ModelSlot::generation_loop() {
                                      options_.max_batch_tokens);
   Rows rows;
   for (;;) {
-    std::vector<std::shared_ptr<Job>> completions, scores;
+    std::vector<std::shared_ptr<Job>> completions, scores, beams;
     running_sequences_ = static_cast<int64_t>(rows.size());
-    if (!take_jobs(!rows.empty(), rows.size(), completions, scores)) break;
+    if (!take_jobs(!rows.empty(), rows.size(), completions, scores, beams)) break;
     if (!scores.empty()) run(scores);
+    for (const auto& job : beams) run_beam_completion(job);
     for (const auto& job : completions) start_completion(gen, rows, job);
     drop_cancelled(gen, rows);
     if (gen.empty()) continue;
@@ -65,7 +66,7 @@ void ModelSlot::generation_loop() {
 }
 
 bool ModelSlot::take_jobs(bool generating, size_t rows_started, std::vector<std::shared_ptr<Job>>& completions,
-                          std::vector<std::shared_ptr<Job>>& scores) {
+                          std::vector<std::shared_ptr<Job>>& scores, std::vector<std::shared_ptr<Job>>& beams) {
   // --max-batch-tokens 1 turns batching off: one completion request at a time.
   const bool batching = options_.max_batch_tokens > 1;
   const size_t most = static_cast<size_t>(std::max<int64_t>(1, options_.max_concurrent_sequences));
@@ -77,7 +78,7 @@ bool ModelSlot::take_jobs(bool generating, size_t rows_started, std::vector<std:
     // The first batch forms from what arrives within batch_wait, as the other families' batches do.
     const auto queued_rows = [&] {
       size_t n = 0;
-      for (const auto& j : queue_) n += j->kind == JobKind::Score ? 0 : j->rows();
+      for (const auto& j : queue_) n += j->kind == JobKind::Score || j->completion.beam_search() ? 0 : j->rows();
       return n;
     };
     if (batching) wake_.wait_until(lock, Clock::now() + options_.batch_wait, [&] { return stopping_ || queued_rows() >= most; });
@@ -90,8 +91,8 @@ bool ModelSlot::take_jobs(bool generating, size_t rows_started, std::vector<std:
       it = queue_.erase(it);
       continue;
     }
-    if (job->kind == JobKind::Score) {
-      scores.push_back(job);
+    if (job->kind == JobKind::Score || job->completion.beam_search()) {
+      (job->kind == JobKind::Score ? scores : beams).push_back(job);
       it = queue_.erase(it);
       continue;
     }
@@ -119,6 +120,8 @@ void ModelSlot::start_completion(decoding::ContinuousGeneration& gen, Rows& rows
   o.sampling = {r.greedy() ? 1.0 : r.temperature, r.top_k, r.top_p};
   o.seed = r.seed;
   o.stop_at_eos = !r.ignore_eos;
+  o.min_new_tokens = r.rules.min_tokens;
+  o.constraints = {static_cast<float>(r.rules.repetition_penalty), r.rules.no_repeat_ngram_size};
   decoding::GenerateOptions fitting;
   fitting.max_new_tokens = r.max_tokens;
   const bool needs_text = job->kind == JobKind::Stream || !r.stop.empty();
@@ -141,6 +144,44 @@ void ModelSlot::start_completion(decoding::ContinuousGeneration& gen, Rows& rows
       gen.cancel(id);
       rows.erase(id);
     }
+    fail({job}, http_error_of(e));
+  }
+}
+
+// A beam search request runs alone, between two steps of the others (its rows are searched
+// together, not one token at a time): api::Generator's beam search, as `qkv generate --beam-size K
+// --num-hypotheses n` runs it; choice c of prompt p is its c-th best, cut at a stop string.
+void ModelSlot::run_beam_completion(const std::shared_ptr<Job>& job) {
+  const CompletionRequest& r = job->completion;
+  api::GenerationOptions o;
+  o.batch_size = options_.batch_size;
+  o.decode.max_new_tokens = r.max_tokens;
+  o.decode.beam_size = r.beam_size;
+  o.decode.num_hypotheses = static_cast<int>(r.n);
+  o.decode.length_penalty = static_cast<float>(r.length_penalty);
+  o.decode.min_new_tokens = r.rules.min_tokens;
+  o.decode.constraints = {static_cast<float>(r.rules.repetition_penalty), r.rules.no_repeat_ngram_size};
+  try {
+    decoding::validate_generate_options(o.decode, generator_->vocab_size());
+    const auto results = generator_->generate_hypotheses_ids(job->inputs, o);
+    std::vector<CompletionChoice> choices;
+    int64_t tokens_out = 0;
+    for (const auto& hypotheses : results)
+      for (size_t c = 0; c < static_cast<size_t>(r.n); ++c) {
+        if (c >= hypotheses.size()) {  // the context left no room for a new token
+          choices.push_back({"", "length"});
+          continue;
+        }
+        const decoding::Hypothesis& h = hypotheses[c];
+        std::string text = generator_->decode(h.tokens);
+        const bool stopped = cut_at_stop(text, r.stop);
+        choices.push_back({text, stopped || h.finished ? "stop" : "length"});
+        tokens_out += static_cast<int64_t>(h.tokens.size());
+      }
+    metrics_.batch(name_, 1, static_cast<int64_t>(job->inputs.size()));
+    metrics_.tokens(name_, job->tokens, tokens_out);
+    job->answer.set_value(completion_body(completion_id(), unix_time(), job->model, choices, {job->tokens, tokens_out}));
+  } catch (const std::exception& e) {
     fail({job}, http_error_of(e));
   }
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <future>
+#include <limits>
+#include <sstream>
 
 #include "qkv/serve/job.h"
 
@@ -191,6 +193,9 @@ std::shared_ptr<ModelSlot::Job> ModelSlot::new_job(Family family, JobKind kind, 
 }
 
 std::string ModelSlot::complete(const CompletionRequest& r) {
+  if (family_ == Family::DecoderOnly && r.beam_size > generator_->vocab_size())
+    throw bad_field("beam_size", "'beam_size' is " + std::to_string(r.beam_size) + "; at most the vocabulary (" +
+                                     std::to_string(generator_->vocab_size()) + ")");
   auto job = new_job(Family::DecoderOnly, JobKind::Complete, r.prompts, "prompt");
   job->completion = r;
   return wait(submit(job));
@@ -255,8 +260,12 @@ std::string ModelSlot::translate(const TranslationRequest& r) {
                                      std::to_string(translator_->config().tgt_vocab_size) + ")");
   auto job = new_job(Family::EncoderDecoder, JobKind::Translate, r.inputs, "input", r.truncate);
   job->translation = r;
-  job->batch_key = "translate/" + std::to_string(r.beam_size) + "/" + std::to_string(r.num_hypotheses) + "/" +
-                   std::to_string(r.length_penalty) + "/" + (r.max_length ? std::to_string(*r.max_length) : "-");
+  // One batch runs with one set of options: requests share it only when all of theirs are equal.
+  std::ostringstream key;
+  key.precision(std::numeric_limits<double>::max_digits10);
+  key << "translate/" << r.beam_size << "/" << r.num_hypotheses << "/" << r.length_penalty << "/"
+      << (r.max_length ? std::to_string(*r.max_length) : "-") << "/" << r.rules.key();
+  job->batch_key = key.str();
   return wait(submit(job));
 }
 
@@ -424,6 +433,10 @@ int64_t ModelSlot::run_translation(const std::vector<std::shared_ptr<Job>>& batc
     o.search.max_length_ratio = 0;
     o.search.max_length_offset = std::min<int64_t>(*r.max_length, context_ - 1);
   }
+  o.search.constraints.repetition_penalty = static_cast<float>(r.rules.repetition_penalty);
+  o.search.constraints.no_repeat_ngram_size = r.rules.no_repeat_ngram_size;
+  // transformers' min_length counts the decoder's start token: N new tokens are a length of N + 1.
+  o.search.min_length = r.rules.min_tokens > 0 ? r.rules.min_tokens + 1 : 0;
   const auto results = translator_->translate_ids(concatenated(batch), o);
   int64_t tokens_out = 0;
   size_t row = 0;

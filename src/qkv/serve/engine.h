@@ -6,7 +6,8 @@
 //
 // A decoder-only model's worker batches continuously instead (decoding::ContinuousGeneration):
 // the sequences of new completion requests join the running batch at its next step and leave it
-// when they end, streamed or not, greedy or sampled, whatever their options.
+// when they end, streamed or not, greedy or sampled, whatever their options (token rules
+// included). A beam search request runs alone between two steps, its prompts searched together.
 //
 // An answer never depends on what else was in its batch: translations, embeddings and
 // classifications of a sentence are the same in any batch (the CLI's batching gives the same bits),
@@ -122,8 +123,10 @@ class ModelSlot {
   void generation_loop();
   // The queued jobs to start now: every score, and completions while the batch has room. Waits for
   // work while nothing runs; false once stopping with nothing left.
+  // Beam search requests go to `beams`: they run whole, outside the continuous batch.
   bool take_jobs(bool generating, size_t rows_started, std::vector<std::shared_ptr<Job>>& completions,
-                 std::vector<std::shared_ptr<Job>>& scores);
+                 std::vector<std::shared_ptr<Job>>& scores, std::vector<std::shared_ptr<Job>>& beams);
+  void run_beam_completion(const std::shared_ptr<Job>& job);
   void start_completion(decoding::ContinuousGeneration& gen, Rows& rows, const std::shared_ptr<Job>& job);
   void on_event(decoding::ContinuousGeneration& gen, Rows& rows, const decoding::SequenceEvent& e);
   void send_ready_text(Row& row, bool final);

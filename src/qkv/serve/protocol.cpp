@@ -15,6 +15,13 @@ using json = nlohmann::json;
 // Every answer is written with invalid UTF-8 replaced by U+FFFD (json::error_handler_t::replace):
 // a parse error quotes the client's bytes, and text cut by max_tokens can end inside a character.
 
+std::string TokenRules::key() const {
+  std::ostringstream os;
+  os.precision(std::numeric_limits<double>::max_digits10);  // different values, different keys
+  os << repetition_penalty << "/" << no_repeat_ngram_size << "/" << min_tokens;
+  return os.str();
+}
+
 HttpError http_error_of(const std::exception& e) {
   if (const auto* h = dynamic_cast<const HttpError*>(&e)) return *h;
   if (dynamic_cast<const Error*>(&e)) return HttpError(400, "invalid_request_error", e.what());
@@ -136,6 +143,33 @@ bool boolean(const json& j, const char* name, bool fallback) {
   return v->get<bool>();
 }
 
+// repetition_penalty, no_repeat_ngram_size and min_tokens, each in the range the library takes
+// (decoding/constraints.h), at most `max_tokens` new tokens required.
+TokenRules token_rules(const json& j, int64_t max_tokens) {
+  TokenRules r;
+  r.repetition_penalty = number(j, "repetition_penalty", r.repetition_penalty, 0.0, 1000.0, true);
+  r.no_repeat_ngram_size = integer(j, "no_repeat_ngram_size", r.no_repeat_ngram_size, 0, 1 << 20);
+  r.min_tokens = integer(j, "min_tokens", r.min_tokens, 0, 1 << 20);
+  if (r.min_tokens > max_tokens)
+    throw bad_field("min_tokens", "'min_tokens' is " + std::to_string(r.min_tokens) + "; at most max_tokens (" +
+                                      std::to_string(max_tokens) + ")");
+  return r;
+}
+
+// beam_size and length_penalty of a completion, checked against the fields beam search does not
+// go with (vLLM's rule: beam search is not sampled, so temperature must be 0).
+void completion_beam(const json& j, CompletionRequest& r) {
+  r.beam_size = static_cast<int>(integer(j, "beam_size", r.beam_size, 1, 64));
+  r.length_penalty = number(j, "length_penalty", r.length_penalty, 0.0, 10.0);
+  if (!r.beam_search()) return;
+  const std::string beam = "with beam_size " + std::to_string(r.beam_size) + " (beam search)";
+  if (!r.greedy()) throw bad_field("temperature", "'temperature' must be 0 " + beam + ": beam search does not sample");
+  if (r.n > r.beam_size)
+    throw bad_field("n", "'n' is " + std::to_string(r.n) + "; at most beam_size (" + std::to_string(r.beam_size) + ")");
+  if (r.stream) throw bad_field("stream", "'stream' does not go " + beam + ": its best is known at its end");
+  if (r.ignore_eos) throw bad_field("ignore_eos", "'ignore_eos' does not go " + beam);
+}
+
 // The fields of every route that takes texts to read: "model" and "input".
 template <class Request>
 Request inputs_request(const json& j, const RequestLimits& limits) {
@@ -198,6 +232,8 @@ CompletionRequest parse_completion(const std::string& body, const RequestLimits&
                     "n", "too_many_inputs");
   if (r.stream && r.prompts.size() * static_cast<size_t>(r.n) != 1)
     throw bad_field("stream", "'stream' takes one prompt and n = 1");
+  r.rules = token_rules(j, r.max_tokens);
+  completion_beam(j, r);
   return r;
 }
 
@@ -231,6 +267,7 @@ TranslationRequest parse_translation(const std::string& body, const RequestLimit
   r.length_penalty = number(j, "length_penalty", r.length_penalty, 0.0, 10.0);
   if (find(j, "max_length")) r.max_length = integer(j, "max_length", 0, 1, 1 << 20);
   r.truncate = boolean(j, "truncate", false);
+  r.rules = token_rules(j, r.max_length.value_or(1 << 20));
   return r;
 }
 

@@ -35,6 +35,16 @@ HttpError bad_field(const std::string& field, const std::string& message);
 // The error body of an HttpError.
 std::string error_body(const HttpError& e);
 
+// The token rules every search applies (decoding/constraints.h), with transformers' names and
+// vLLM's min_tokens: the same fields on /v1/completions and /v1/translations.
+struct TokenRules {
+  double repetition_penalty = 1.0;   // (0, 1000]; 1 = off
+  int64_t no_repeat_ngram_size = 0;  // 0 = off
+  int64_t min_tokens = 0;            // EOS is refused before this many new tokens; 0 = off
+  // The rules as text, for the batch keys of requests that must share them.
+  std::string key() const;
+};
+
 // POST /v1/completions (decoder-only models).
 struct CompletionRequest {
   std::string model;
@@ -48,7 +58,13 @@ struct CompletionRequest {
   int64_t n = 1;                     // completions per prompt
   bool stream = false;
   bool ignore_eos = false;           // vLLM's and llama.cpp's extension: EOS is a token, not an end (benchmarks)
+  TokenRules rules;
+  // Beam search (temperature 0 only): the n choices of a prompt are its n best of beam_size beams,
+  // ranked by log-prob / length^length_penalty, as `qkv generate --beam-size --num-hypotheses`.
+  int beam_size = 1;
+  double length_penalty = 1.0;
   bool greedy() const { return temperature == 0.0; }
+  bool beam_search() const { return beam_size > 1; }
 };
 
 // POST /v1/embeddings (encoder-only models).
@@ -71,6 +87,7 @@ struct TranslationRequest {
   double length_penalty = 1.0;
   std::optional<int64_t> max_length;  // target tokens at most; absent: the model's rule
   bool truncate = false;              // a source past the context: cut (as `qkv translate` does), else 413
+  TokenRules rules;                   // min_tokens: target tokens before EOS (`qkv translate --min-length N + 1`)
 };
 
 // POST /v1/classifications (encoder-only models with a classification head).
@@ -96,7 +113,7 @@ struct RequestLimits {
 
 // Each throws HttpError (400, or 413 past a limit) naming the field; unknown fields are ignored, as
 // OpenAI's API does, except features it has and qkv does not (echo, logprobs, best_of, suffix,
-// penalties), which are refused by name rather than silently dropped.
+// presence and frequency penalties), which are refused by name rather than silently dropped.
 CompletionRequest parse_completion(const std::string& body, const RequestLimits& limits = {});
 EmbeddingRequest parse_embedding(const std::string& body, const RequestLimits& limits = {});
 TranslationRequest parse_translation(const std::string& body, const RequestLimits& limits = {});
