@@ -17,6 +17,7 @@
 #include "qkv/api/translator.h"
 #include "qkv/interop/hf_bart.h"
 #include "qkv/interop/hf_import.h"
+#include "qkv/io/safetensors.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/step.h"
 
@@ -272,6 +273,74 @@ TEST(HfBart, RefusesAForcedEosOtherThanTheEos) {
   const std::string m = error_message_of([&] { interop::import_hf(d, dir + "/out"); });
   EXPECT_NE(m.find("\"forced_eos_token_id\""), std::string::npos) << m;
   EXPECT_NE(m.find("config.json"), std::string::npos) << m;
+}
+
+// BART's position tables start with two rows the import drops (never read); the export writes zeros.
+size_t offset_rows_bytes(const std::string& tensor) {
+  return tensor.find("embed_positions") != std::string::npos ? 2 * 64 * sizeof(float) : 0;
+}
+
+TEST(HfBart, ExportGivesBackTransformersTensors) {
+  for (const char* name : kModels) {
+    const std::string out = testing::expect_export_gives_back_tensors(name, offset_rows_bytes);
+    const io::StFile exported = io::read_safetensors(out + "/model.safetensors");
+    for (const io::StTensor& t : exported.tensors)
+      if (t.name.find("embed_positions") != std::string::npos)
+        EXPECT_TRUE(std::all_of(t.bytes.begin(), t.bytes.begin() + offset_rows_bytes(t.name),
+                                [](uint8_t b) { return b == 0; }))
+            << t.name << ": the offset's rows are not zeros";
+    std::ifstream in(out + "/config.json");
+    const json config = json::parse(in);
+    EXPECT_EQ(config["model_type"], std::string(name) == "hf_bart" ? "bart" : "mbart") << name;
+    EXPECT_EQ(config["decoder_start_token_id"], 2) << name;
+    std::ifstream gin(out + "/generation_config.json");
+    const json generation = json::parse(gin);
+    if (std::string(name) == "hf_mbart") EXPECT_EQ(generation["forced_bos_token_id"], 199);
+    else EXPECT_FALSE(generation.contains("forced_bos_token_id"));
+  }
+  // BART's tokenizer comes along; the mBART model came without one.
+  const interop::HfConversion bart = interop::export_hf(imported("hf_bart"), testing::fresh_temp_dir("qkv_export", "tok"));
+  EXPECT_EQ(bart.hf_class, "BartForConditionalGeneration");
+  EXPECT_EQ(bart.tokenizer_files, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  const interop::HfConversion mbart = interop::export_hf(imported("hf_mbart"), testing::fresh_temp_dir("qkv_export", "mb"));
+  EXPECT_EQ(mbart.model_type, "mbart");
+  EXPECT_TRUE(mbart.tokenizer_files.empty());
+}
+
+TEST(HfBart, ExportRefusesWhatBartCannotExpress) {
+  models::TransformerConfig c = models::load_config(imported("hf_bart") + "/config.json");
+  EXPECT_NO_THROW((void)interop::hf_bart_config_json(c));
+  const auto expect_refused = [&](models::TransformerConfig bad, const std::vector<std::string>& parts) {
+    const std::string m = error_message_of([&] { (void)interop::hf_bart_config_json(bad); });
+    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
+  };
+  models::TransformerConfig bad = c;
+  bad.embedding_norm = false;
+  expect_refused(bad, {"embedding_norm false", "BART cannot express"});
+  bad = c;
+  bad.norm = models::NormPosition::Pre;
+  bad.embedding_norm = false;
+  expect_refused(bad, {"embedding_norm false", "mBART cannot express"});
+  bad = c;
+  bad.share_embeddings = false;
+  expect_refused(bad, {"share_embeddings false"});
+  bad = c;
+  bad.target_query_mask = true;
+  expect_refused(bad, {"target_query_mask"});
+  bad = c;
+  bad.linear_bias = false;
+  expect_refused(bad, {"linear_bias false"});
+  bad = c;
+  bad.positions = "sinusoidal";
+  expect_refused(bad, {"positions \"learned\""});
+  // A qkv model with BART's positions but not its embedding norm is refused through export_hf too.
+  models::TransformerConfig trained = c;
+  trained.embedding_norm = false;
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "trained");
+  models::save_model(dir, *models::make_model(trained, 1));
+  const std::string m = error_message_of([&] { interop::export_hf(dir, dir + "_hf"); });
+  EXPECT_NE(m.find("layernorm_embedding"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(dir + "_hf"));
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "model/ref_dir.h"
 #include "qkv/data/id_lines.h"
 #include "qkv/interop/hf_import.h"
+#include "qkv/io/safetensors.h"
 
 namespace qkv::testing {
 
@@ -70,6 +71,42 @@ inline const std::string& imported_checkpoint(const std::string& name) {
     it = done.emplace(name, out).first;
   }
   return it->second;
+}
+
+// `qkv export --to hf` of the checkpoint imported from reference directory `name` gives back
+// every tensor transformers saved there, same name, shape and bytes (but the first
+// `unread_bytes(name)` bytes of a tensor, which the import drops as never read: BART's two offset
+// rows), and nothing else; imported again, the same checkpoint. Returns the export's directory.
+inline std::string expect_export_gives_back_tensors(const std::string& name,
+                                                    size_t (*unread_bytes)(const std::string&) = nullptr) {
+  const std::string out = fresh_temp_dir("qkv_export", name);
+  interop::export_hf(imported_checkpoint(name), out);
+  const io::StFile original = io::read_safetensors(ref_path(name) + "/model.safetensors");
+  const io::StFile exported = io::read_safetensors(out + "/model.safetensors");
+  EXPECT_EQ(exported.tensors.size(), original.tensors.size()) << name;
+  for (const io::StTensor& t : original.tensors) {
+    const auto it = std::find_if(exported.tensors.begin(), exported.tensors.end(),
+                                 [&](const io::StTensor& e) { return e.name == t.name; });
+    if (it == exported.tensors.end()) {
+      ADD_FAILURE() << name << ": " << t.name << " is not exported";
+      continue;
+    }
+    EXPECT_EQ(it->shape, t.shape) << name << ": " << t.name;
+    const size_t skip = unread_bytes ? unread_bytes(t.name) : 0;
+    EXPECT_TRUE(it->bytes.size() == t.bytes.size() &&
+                std::equal(t.bytes.begin() + static_cast<std::ptrdiff_t>(std::min(skip, t.bytes.size())), t.bytes.end(),
+                           it->bytes.begin() + static_cast<std::ptrdiff_t>(std::min(skip, it->bytes.size()))))
+        << name << ": " << t.name << " differs";
+  }
+  const std::string again = fresh_temp_dir("qkv_export_again", name);
+  interop::import_hf(out, again);
+  const io::StFile a = io::read_safetensors(imported_checkpoint(name) + "/model.safetensors");
+  const io::StFile b = io::read_safetensors(again + "/model.safetensors");
+  EXPECT_EQ(a.tensors.size(), b.tensors.size()) << name;
+  for (size_t i = 0; i < std::min(a.tensors.size(), b.tensors.size()); ++i)
+    EXPECT_TRUE(a.tensors[i].name == b.tensors[i].name && a.tensors[i].bytes == b.tensors[i].bytes)
+        << name << ": " << a.tensors[i].name << " is not the same after export and import";
+  return out;
 }
 
 }  // namespace qkv::testing

@@ -171,4 +171,72 @@ HfConversion import_hf_bart(const std::string& hf_dir, const std::string& out_di
   return info;
 }
 
+// ----------------------------------------------------------------------------- export (qkv -> HF) ---
+
+bool is_bart_layout(const TransformerConfig& c) { return c.encoder_decoder() && c.positions == "learned"; }
+
+std::string hf_bart_config_json(const TransformerConfig& c) {
+  QKV_CHECK(is_bart_layout(c), "export --to hf: only an encoder-decoder model with positions \"learned\" exports as "
+                               "BART or mBART");
+  const bool mbart = c.norm == models::NormPosition::Pre;
+  const std::string family = mbart ? "mBART" : "BART";
+  const auto refuse = [&](bool bad, const std::string& what) { refuse_for_export(family, bad, what); };
+  refuse(!c.embedding_norm, "embedding_norm false (both stacks of " + family + " have layernorm_embedding)");
+  refuse(!c.share_embeddings, "share_embeddings false (" + family + "'s stacks share one table)");
+  refuse_outside_seq2seq_layouts(c, family);
+  json j = seq2seq_config_fields(c);
+  j["architectures"] = {mbart ? "MBartForConditionalGeneration" : "BartForConditionalGeneration"};
+  j["model_type"] = mbart ? "mbart" : "bart";
+  if (c.forced_bos_id >= 0) j["forced_bos_token_id"] = c.forced_bos_id;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+// A position table with the offset's two rows in front (zeros: BartLearnedPositionalEmbedding
+// never reads them).
+io::StTensor positions_with_offset(const std::string& name, const nn::Embedding& table) {
+  const Tensor& t = table.weight.value();
+  std::vector<float> values(static_cast<size_t>(kPositionOffset * t.size(1)), 0.f);
+  const std::vector<float> rows = values_of(t);
+  values.insert(values.end(), rows.begin(), rows.end());
+  return f32_tensor(name, {t.size(0) + kPositionOffset, t.size(1)}, values);
+}
+
+// The tokenizer the import kept: mBART's SentencePiece files, or BART's tokenizer.json with its
+// tokenizer_config.json.
+std::vector<std::string> bart_tokenizer_files(const std::string& checkpoint_dir) {
+  if (text::MultilingualTokenizer::present(checkpoint_dir)) return text::MultilingualTokenizer::files(checkpoint_dir);
+  std::error_code ec;
+  if (!fs::exists(checkpoint_dir + "/" + kTokenizerJsonFile, ec)) return {};
+  return existing_files(checkpoint_dir, {kTokenizerJsonFile, "tokenizer_config.json"});
+}
+}  // namespace
+
+HfConversion export_hf_bart(const std::string& checkpoint_dir, const std::string& out_dir) {
+  models::check_checkpoint_dir(checkpoint_dir);
+  // The config first: an unexportable model is refused before its weights are read.
+  HfExportFiles files;
+  files.config_json = hf_bart_config_json(models::load_config(checkpoint_dir + "/config.json"));
+  const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
+  const bool mbart = model->config().norm == models::NormPosition::Pre;
+  files.generation_config_json = seq2seq_generation_fields(model->config()).dump(2) + "\n";
+  files.weights = hf_safetensors_file();
+  Seq2SeqTensorWriter writer(files.weights);
+  writer.embeddings(*model, true);
+  files.weights.tensors.push_back(
+      positions_with_offset("model.encoder.embed_positions.weight", *model->encoder_position_embedding));
+  files.weights.tensors.push_back(
+      positions_with_offset("model.decoder.embed_positions.weight", *model->decoder_position_embedding));
+  writer.norm("model.encoder.layernorm_embedding", *model->encoder_embedding_norm);
+  writer.norm("model.decoder.layernorm_embedding", *model->decoder_embedding_norm);
+  writer.layers(*model);
+  if (mbart) {
+    writer.norm("model.encoder.layer_norm", *model->encoder_norm);
+    writer.norm("model.decoder.layer_norm", *model->decoder_norm);
+  }
+  files.tokenizer_files = bart_tokenizer_files(checkpoint_dir);
+  return write_hf_export(checkpoint_dir, out_dir, *model, mbart ? "mbart" : "bart",
+                         mbart ? "MBartForConditionalGeneration" : "BartForConditionalGeneration", files);
+}
+
 }  // namespace qkv::interop
