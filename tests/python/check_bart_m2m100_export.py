@@ -15,9 +15,10 @@ the export's model_type is the original's, and the model class's from_pretrained
 (no missing, unexpected or mismatched weights); every pair's log-probability within 1e-4 relative
 of transformers' on the original, greedy generate's ids identical; the tokenizer files the original
 has are exported, load with the original's class and encode and decode a few texts as the original
-does. Then the comparison is shown able to fail: a wrong tensor (two layer norms swapped, as a wrong
-name would place them), BART's position rows without their offset of 2, and M2M100's embeddings
-unscaled must each break the log-probabilities. Prints "ok ..." on success.
+does. Then the comparison is shown able to fail: a wrong tensor (decoder layer 0's self- and
+cross-attention v_proj swapped, as a wrong name would place them), BART's position rows without
+their offset of 2, and scaled embeddings left unscaled must each break the log-probabilities.
+Prints "ok ..." on success.
 """
 
 import json
@@ -89,12 +90,12 @@ def check_tokenizer(original, out, files, slow, name):
 def mutations(model):
     """(what, change, undo): changes of the loaded export that a wrong exporter would make."""
     out = []
-    enc = model.model.encoder.layers[0]
+    dec = model.model.decoder.layers[0]
 
-    def swap_norms():
-        a, b = enc.self_attn_layer_norm.weight, enc.final_layer_norm.weight
+    def swap_values():
+        a, b = dec.self_attn.v_proj.weight, dec.encoder_attn.v_proj.weight
         a.data, b.data = b.data.clone(), a.data.clone()
-    out.append(("encoder layer 0's two layer norms swapped", swap_norms, swap_norms))
+    out.append(("decoder layer 0's self- and cross-attention v_proj swapped", swap_values, swap_values))
     positions = getattr(model.model.encoder.embed_positions, "weight", None)
     if isinstance(positions, torch.nn.Parameter):  # BART's learned table: rows of position p at p + 2
         saved = positions.data.clone()

@@ -213,11 +213,9 @@ std::vector<std::string> bart_tokenizer_files(const std::string& checkpoint_dir)
 }  // namespace
 
 HfConversion export_hf_bart(const std::string& checkpoint_dir, const std::string& out_dir) {
-  models::check_checkpoint_dir(checkpoint_dir);
-  // The config first: an unexportable model is refused before its weights are read.
-  HfExportFiles files;
-  files.config_json = hf_bart_config_json(models::load_config(checkpoint_dir + "/config.json"));
-  const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_bart_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
   const bool mbart = model->config().norm == models::NormPosition::Pre;
   files.generation_config_json = seq2seq_generation_fields(model->config()).dump(2) + "\n";
   files.weights = hf_safetensors_file();

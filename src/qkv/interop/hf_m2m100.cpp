@@ -137,11 +137,9 @@ void require_zero_output_bias(const std::string& checkpoint_dir, const models::T
 }  // namespace
 
 HfConversion export_hf_m2m100(const std::string& checkpoint_dir, const std::string& out_dir) {
-  models::check_checkpoint_dir(checkpoint_dir);
-  // The config first: an unexportable model is refused before its weights are read.
-  HfExportFiles files;
-  files.config_json = hf_m2m100_config_json(models::load_config(checkpoint_dir + "/config.json"));
-  const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_m2m100_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
   require_zero_output_bias(checkpoint_dir, *model);
   files.generation_config_json = seq2seq_generation_fields(model->config()).dump(2) + "\n";
   files.weights = hf_safetensors_file();

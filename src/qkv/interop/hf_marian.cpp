@@ -134,12 +134,9 @@ std::string hf_marian_generation_config_json(const TransformerConfig& c) {
 }
 
 HfConversion export_hf_marian(const std::string& checkpoint_dir, const std::string& out_dir) {
-  models::check_checkpoint_dir(checkpoint_dir);
-  // The config first: an unexportable model is refused before its weights are read.
-  const TransformerConfig config = models::load_config(checkpoint_dir + "/config.json");
-  HfExportFiles files;
-  files.config_json = hf_marian_config_json(config);
-  const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_marian_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
   files.generation_config_json = hf_marian_generation_config_json(model->config());
   files.weights = hf_safetensors_file();
   Seq2SeqTensorWriter writer(files.weights);

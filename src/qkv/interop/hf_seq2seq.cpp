@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "qkv/core/error.h"
+#include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
 
 namespace qkv::interop {
@@ -276,6 +277,15 @@ json seq2seq_generation_fields(const TransformerConfig& c) {
   j["forced_eos_token_id"] = c.eos_id;
   j["pad_token_id"] = c.pad_id;
   return j;
+}
+
+Seq2SeqExport start_seq2seq_export(const std::string& checkpoint_dir,
+                                   const std::function<std::string(const TransformerConfig&)>& config_json) {
+  models::check_checkpoint_dir(checkpoint_dir);
+  Seq2SeqExport out;
+  out.files.config_json = config_json(models::load_config(checkpoint_dir + "/config.json"));
+  out.model = models::load_seq2seq(checkpoint_dir);
+  return out;
 }
 
 void Seq2SeqTensorWriter::add(const std::string& name, const Tensor& t) { file_.tensors.push_back(f32_tensor_of(name, t)); }

@@ -7,6 +7,8 @@
 //   {encoder,decoder}.layers.N.self_attn.{q,k,v,out}_proj, self_attn_layer_norm, fc1, fc2,
 //   final_layer_norm; decoder.layers.N.encoder_attn, encoder_attn_layer_norm.
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -83,6 +85,16 @@ nlohmann::json seq2seq_config_fields(const models::TransformerConfig& c);
 // generation_config.json's ids: decoder start, EOS, pad, forced_eos_token_id = EOS (qkv's search
 // ends a hypothesis at its length limit with EOS) and forced_bos_token_id when the model has one.
 nlohmann::json seq2seq_generation_fields(const models::TransformerConfig& c);
+
+// The start of every encoder-decoder export (these types' and T5's): the checkpoint's config made
+// into config.json by `config_json`, which refuses what the type cannot express before any weight
+// is read, then the model.
+struct Seq2SeqExport {
+  HfExportFiles files;  // config_json set; the rest is the exporter's
+  std::unique_ptr<models::Transformer> model;
+};
+Seq2SeqExport start_seq2seq_export(const std::string& checkpoint_dir,
+                                   const std::function<std::string(const models::TransformerConfig&)>& config_json);
 
 // Writes a model's tensors under the names above, with the "model." prefix of the classes with a
 // head; nn.Linear's layout is qkv's.

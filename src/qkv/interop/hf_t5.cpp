@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "qkv/core/error.h"
+#include "qkv/interop/hf_seq2seq.h"
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
@@ -322,11 +323,9 @@ io::StFile t5_tensors(const models::Transformer& m) {
 }  // namespace
 
 HfConversion export_hf_t5(const std::string& checkpoint_dir, const std::string& out_dir) {
-  models::check_checkpoint_dir(checkpoint_dir);
-  // The config first: an unexportable model is refused before its weights are read.
-  HfExportFiles files;
-  files.config_json = hf_t5_config_json(models::load_config(checkpoint_dir + "/config.json"));
-  const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_t5_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
   const TransformerConfig& c = model->config();
   json generation = json::object();
   generation["decoder_start_token_id"] = c.bos_id;
