@@ -7,6 +7,7 @@
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
+#include "qkv/text/legacy_bpe_files.h"
 #include "qkv/text/multilingual_tokenizer.h"
 #include "qkv/text/tokenizer.h"
 
@@ -102,15 +103,10 @@ std::string ids_only(const TransformerConfig& c) {
          "tokenizer gives, ending with EOS " + std::to_string(c.eos_id) + ")";
 }
 
-// Whether DIR/tokenizer.json is one qkv's Translator reads (BART's byte-level BPE with
-// RobertaProcessing) and fits the model; otherwise a note says why the checkpoint takes ids only.
-bool usable_tokenizer_json(const std::string& hf_dir, const TransformerConfig& c, std::vector<std::string>& notes) {
-  const std::string path = hf_dir + "/" + kTokenizerJsonFile;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    notes.push_back("no " + std::string(kTokenizerJsonFile) + " in " + hf_dir + ids_only(c));
-    return false;
-  }
+// Whether the tokenizer.json at `path` (DIR's own, or the one made of its slow tokenizer's files)
+// is one qkv's Translator reads (BART's byte-level BPE with RobertaProcessing) and fits the model;
+// otherwise a note says why the checkpoint takes ids only.
+bool usable_tokenizer_json(const std::string& path, const TransformerConfig& c, std::vector<std::string>& notes) {
   try {
     const auto t = text::load_tokenizer(path);
     QKV_CHECK(t->vocab_size() <= c.tgt_vocab_size,
@@ -137,23 +133,43 @@ void check_mbart_tokenizer(const std::string& hf_dir, const TransformerConfig& c
                                                              << c.tgt_vocab_size);
 }
 
-// The tokenizer files the checkpoint gets: mBART's SentencePiece files when there, else a readable
-// BART tokenizer.json (with its tokenizer_config.json, whose clean_up_tokenization_spaces decides
-// how the Translator decodes); none, with a note, otherwise.
-std::vector<std::string> tokenizer_files(const std::string& hf_dir, const TransformerConfig& c, bool mbart,
-                                         std::vector<std::string>& notes) {
+// The tokenizer a BART checkpoint gets: files copied from the directory, and for a directory with
+// the slow tokenizer's files but no tokenizer.json (transformers before 4.34, or
+// save_pretrained(legacy_format=True)) the tokenizer.json transformers would make of them.
+struct BartTokenizerFiles {
+  std::vector<std::string> copied;
+  std::string made_tokenizer_json;  // empty: none made
+};
+
+// mBART's SentencePiece files when there, else BART's tokenizer.json (its own or made of vocab.json
+// and merges.txt) with its tokenizer_config.json, whose clean_up_tokenization_spaces decides how
+// the Translator decodes; none, with a note, otherwise.
+BartTokenizerFiles tokenizer_files(const std::string& hf_dir, const TransformerConfig& c, bool mbart,
+                                   std::vector<std::string>& notes) {
   if (mbart && text::MultilingualTokenizer::present(hf_dir)) {
     check_mbart_tokenizer(hf_dir, c);
-    return text::MultilingualTokenizer::files(hf_dir);
+    return {text::MultilingualTokenizer::files(hf_dir), ""};
   }
   if (mbart) {
     notes.push_back("no " + std::string(text::kFairseqSpm) + " in " + hf_dir + ids_only(c));
     return {};
   }
-  if (!usable_tokenizer_json(hf_dir, c, notes)) return {};
-  std::vector<std::string> files{kTokenizerJsonFile};
+  BartTokenizerFiles files;
+  const std::string path = hf_dir + "/" + kTokenizerJsonFile;
   std::error_code ec;
-  if (fs::exists(hf_dir + "/tokenizer_config.json", ec)) files.emplace_back("tokenizer_config.json");
+  if (fs::exists(path, ec)) {
+    if (!usable_tokenizer_json(path, c, notes)) return {};
+    files.copied.emplace_back(kTokenizerJsonFile);
+  } else if (text::legacy_bpe_files_present(hf_dir)) {
+    files.made_tokenizer_json = text::roberta_tokenizer_json(hf_dir);
+    notes.push_back(std::string(kTokenizerJsonFile) + " made of " + hf_dir + "'s " + text::kBpeVocabFile + " and " +
+                    text::kBpeMergesFile + " (a slow tokenizer's files), as transformers' BartTokenizerFast makes it");
+  } else {
+    notes.push_back("no " + std::string(kTokenizerJsonFile) + " (nor " + text::kBpeVocabFile + " and " +
+                    text::kBpeMergesFile + ") in " + hf_dir + ids_only(c));
+    return {};
+  }
+  if (fs::exists(hf_dir + "/tokenizer_config.json", ec)) files.copied.emplace_back("tokenizer_config.json");
   return files;
 }
 }  // namespace
@@ -161,12 +177,19 @@ std::vector<std::string> tokenizer_files(const std::string& hf_dir, const Transf
 HfConversion import_hf_bart(const std::string& hf_dir, const std::string& out_dir) {
   HfConversion info;
   auto model = load_hf_bart(hf_dir, &info);
-  const std::vector<std::string> files =
+  const BartTokenizerFiles files =
       tokenizer_files(hf_dir, info.config, info.config.norm == models::NormPosition::Pre, info.notes);
-  info.tokenizer = !files.empty();
   io::StagedDirectory staged(out_dir);
   models::write_model_files(staged, *model);
-  for (const std::string& name : files) staged.copy_from(name, hf_dir + "/" + name);
+  info.tokenizer = !files.copied.empty() || !files.made_tokenizer_json.empty();
+  if (!files.made_tokenizer_json.empty()) {
+    // Checked where it is written: a made tokenizer qkv cannot use leaves the checkpoint ids only.
+    staged.write(kTokenizerJsonFile, files.made_tokenizer_json);
+    info.tokenizer = usable_tokenizer_json(staged.path(kTokenizerJsonFile), info.config, info.notes);
+    if (!info.tokenizer) fs::remove(staged.path(kTokenizerJsonFile));
+  }
+  if (info.tokenizer)
+    for (const std::string& name : files.copied) staged.copy_from(name, hf_dir + "/" + name);
   staged.commit();
   return info;
 }
