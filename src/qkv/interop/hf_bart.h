@@ -24,7 +24,9 @@
 // BART's tokenizer.json (byte-level BPE with RobertaProcessing: <s> text </s>) is copied into the
 // checkpoint (with tokenizer_config.json) when qkv reads it and it fits the vocabulary; the
 // Translator then takes text and decodes without the added tokens, as transformers'
-// decode(skip_special_tokens=True), cleaning up spaces when tokenizer_config.json asks for it.
+// decode(skip_special_tokens=True), cleaning up spaces when tokenizer_config.json asks for it. A
+// directory with the slow tokenizer's vocab.json and merges.txt but no tokenizer.json (transformers
+// before 4.34) gets the tokenizer.json transformers makes of them (text/legacy_bpe_files.h).
 // mBART's SentencePiece tokenizer (sentencepiece.bpe.model with tokenizer_config.json:
 // MBartTokenizer or MBart50Tokenizer, text/multilingual_tokenizer.h) is copied when it is there and
 // fits; without it an mBART checkpoint translates ids only (`qkv translate --ids`), with a note.

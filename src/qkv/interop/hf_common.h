@@ -29,7 +29,7 @@ struct HfConversion {
   models::TransformerConfig config;
   std::string model_type;          // config.json's model_type ("gpt2", "bert")
   std::string weights_dtype;       // import: dtype of the source weights ("F32", "F16", "BF16", "mixed")
-  bool tokenizer = false;          // tokenizer.json copied
+  bool tokenizer = false;          // tokenizer files copied
   std::string hf_class;            // export: the transformers class that loads the directory
   std::vector<std::string> tokenizer_files;  // export: the tokenizer files written
   int64_t parameters = 0;          // distinct parameter elements
