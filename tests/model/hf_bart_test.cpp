@@ -6,6 +6,7 @@
 // options surviving config.json, and refusals naming their file and field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "qkv/api/translator.h"
 #include "qkv/interop/hf_bart.h"
 #include "qkv/interop/hf_import.h"
+#include "qkv/io/safetensors.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/step.h"
 
@@ -135,6 +137,53 @@ TEST(HfBart, TextTranslationEqualsTokenizerGenerateDecode) {
     EXPECT_EQ(got[i][0].text, r["text_greedy"][i].get<std::string>()) << texts[i];
   }
   EXPECT_FALSE(fs::exists(imported("hf_mbart") + "/tokenizer.json"));
+}
+
+// A BART directory as transformers before 4.34 (or save_pretrained(legacy_format=True)) left it:
+// the slow tokenizer's vocab.json and merges.txt (written by the reference's save_pretrained), no
+// tokenizer.json, and a tokenizer_config.json without added_tokens_decoder. The import makes the
+// tokenizer.json BartTokenizerFast makes of them (the same vocabulary, merges, added tokens and
+// components as the reference's own), and text in gives transformers' text out.
+TEST(HfBart, SlowTokenizerFilesWithoutTokenizerJsonAreRead) {
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "legacy_tokenizer"), out = dir + "_ckpt";
+  fs::copy(testing::ref_path("hf_bart"), dir, fs::copy_options::recursive);
+  ASSERT_TRUE(fs::exists(dir + "/vocab.json") && fs::exists(dir + "/merges.txt"));
+  fs::remove(dir + "/tokenizer.json");
+  std::ifstream config_in(dir + "/tokenizer_config.json");
+  json config = json::parse(config_in);
+  config.erase("added_tokens_decoder");
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump(2);
+  const interop::HfConversion info = interop::import_hf(dir, out);
+  EXPECT_TRUE(info.tokenizer);
+  EXPECT_TRUE(std::any_of(info.notes.begin(), info.notes.end(),
+                          [](const std::string& n) { return n.find("tokenizer.json made of") == 0; }));
+  std::ifstream made_in(out + "/tokenizer.json"), original_in(testing::ref_path("hf_bart") + "/tokenizer.json");
+  const json made = json::parse(made_in), original = json::parse(original_in);
+  for (const char* part : {"added_tokens", "normalizer", "pre_tokenizer", "post_processor", "decoder", "model"})
+    EXPECT_EQ(made[part], original[part]) << part << " is not what BartTokenizerFast made";
+  const json r = refs()["hf_bart"];
+  const api::Translator translator(out);
+  api::TranslationOptions o;
+  o.search.beam_size = 1;
+  o.search.max_length_ratio = 0;
+  o.search.max_length_offset = refs()["new_tokens"].get<int64_t>();
+  const std::vector<std::string> texts = r["texts"].get<std::vector<std::string>>();
+  const auto got = translator.translate(texts, o);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(translator.encode_source(texts[i], o, "line"), r["text_ids"][i].get<std::vector<int32_t>>()) << texts[i];
+    EXPECT_EQ(got[i][0].text, r["text_greedy"][i].get<std::string>()) << texts[i];
+  }
+}
+
+TEST(HfBart, SlowTokenizerFilesAreRefusedNamingTheFileAndLine) {
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "bad_merges");
+  fs::copy(testing::ref_path("hf_bart"), dir, fs::copy_options::recursive);
+  fs::remove(dir + "/tokenizer.json");
+  std::ofstream(dir + "/merges.txt", std::ios::app) << "qq zz\n";
+  const std::string m = error_message_of([&] { interop::import_hf(dir, dir + "_ckpt"); });
+  EXPECT_NE(m.find(dir + "/merges.txt: line "), std::string::npos) << m;
+  EXPECT_NE(m.find("\"qq\" is not in vocab.json"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(dir + "_ckpt"));
 }
 
 TEST(HfBart, CleanUpTokenizationSpacesIsFollowed) {
@@ -272,6 +321,66 @@ TEST(HfBart, RefusesAForcedEosOtherThanTheEos) {
   const std::string m = error_message_of([&] { interop::import_hf(d, dir + "/out"); });
   EXPECT_NE(m.find("\"forced_eos_token_id\""), std::string::npos) << m;
   EXPECT_NE(m.find("config.json"), std::string::npos) << m;
+}
+
+TEST(HfBart, ExportGivesBackTransformersTensors) {
+  for (const char* name : kModels) {
+    const std::string out = testing::expect_export_gives_back_tensors(name);
+    std::ifstream in(out + "/config.json");
+    const json config = json::parse(in);
+    EXPECT_EQ(config["model_type"], std::string(name) == "hf_bart" ? "bart" : "mbart") << name;
+    EXPECT_EQ(config["decoder_start_token_id"], 2) << name;
+    std::ifstream gin(out + "/generation_config.json");
+    const json generation = json::parse(gin);
+    if (std::string(name) == "hf_mbart") {
+      EXPECT_EQ(generation["forced_bos_token_id"], 199);
+    } else {
+      EXPECT_FALSE(generation.contains("forced_bos_token_id"));
+    }
+  }
+  // BART's tokenizer comes along; the mBART model came without one.
+  const interop::HfConversion bart = interop::export_hf(imported("hf_bart"), testing::fresh_temp_dir("qkv_export", "tok"));
+  EXPECT_EQ(bart.hf_class, "BartForConditionalGeneration");
+  EXPECT_EQ(bart.tokenizer_files, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+  const interop::HfConversion mbart = interop::export_hf(imported("hf_mbart"), testing::fresh_temp_dir("qkv_export", "mb"));
+  EXPECT_EQ(mbart.model_type, "mbart");
+  EXPECT_TRUE(mbart.tokenizer_files.empty());
+}
+
+TEST(HfBart, ExportRefusesWhatBartCannotExpress) {
+  models::TransformerConfig c = models::load_config(imported("hf_bart") + "/config.json");
+  EXPECT_NO_THROW((void)interop::hf_bart_config_json(c));
+  const auto expect_refused = [&](models::TransformerConfig bad, const std::vector<std::string>& parts) {
+    const std::string m = error_message_of([&] { (void)interop::hf_bart_config_json(bad); });
+    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
+  };
+  models::TransformerConfig bad = c;
+  bad.embedding_norm = false;
+  expect_refused(bad, {"embedding_norm false", "BART cannot express"});
+  bad = c;
+  bad.norm = models::NormPosition::Pre;
+  bad.embedding_norm = false;
+  expect_refused(bad, {"embedding_norm false", "mBART cannot express"});
+  bad = c;
+  bad.share_embeddings = false;
+  expect_refused(bad, {"share_embeddings false"});
+  bad = c;
+  bad.target_query_mask = true;
+  expect_refused(bad, {"target_query_mask"});
+  bad = c;
+  bad.linear_bias = false;
+  expect_refused(bad, {"linear_bias false"});
+  bad = c;
+  bad.positions = "sinusoidal";
+  expect_refused(bad, {"positions \"learned\""});
+  // A qkv model with BART's positions but not its embedding norm is refused through export_hf too.
+  models::TransformerConfig trained = c;
+  trained.embedding_norm = false;
+  const std::string dir = testing::fresh_temp_dir("qkv_bart", "trained");
+  models::save_model(dir, *models::make_model(trained, 1));
+  const std::string m = error_message_of([&] { interop::export_hf(dir, dir + "_hf"); });
+  EXPECT_NE(m.find("layernorm_embedding"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(dir + "_hf"));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -253,6 +254,55 @@ TEST(HfM2M100, RefusesABrokenOrMissingTokenizerFileNamingIt) {
   bool noted = false;
   for (const std::string& n : info.notes) noted = noted || n.find("no sentencepiece.bpe.model") == 0;
   EXPECT_TRUE(noted);
+}
+
+TEST(HfM2M100, ExportGivesBackTransformersTensorsAndTokenizer) {
+  const std::vector<std::string> multilingual{"sentencepiece.bpe.model", "tokenizer_config.json"};
+  for (const char* name : kModels) {
+    const std::string out = testing::expect_export_gives_back_tensors(name);
+    std::ifstream in(out + "/config.json");
+    const json config = json::parse(in);
+    EXPECT_EQ(config["model_type"], std::string(name) == "hf_mbart50" ? "mbart" : "m2m_100") << name;
+    std::vector<std::string> files = multilingual;
+    if (std::string(name) == "hf_m2m100") files.insert(files.begin() + 1, "vocab.json");
+    for (const std::string& f : files) {
+      std::ifstream a(testing::ref_path(name) + "/" + f, std::ios::binary), b(out + "/" + f, std::ios::binary);
+      EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(a), {}) == std::string(std::istreambuf_iterator<char>(b), {}))
+          << name << ": " << f << " is not the original's";
+    }
+  }
+  const interop::HfConversion info = interop::export_hf(imported("hf_m2m100"), testing::fresh_temp_dir("qkv_export", "m"));
+  EXPECT_EQ(info.hf_class, "M2M100ForConditionalGeneration");
+  EXPECT_EQ(info.tokenizer_files, (std::vector<std::string>{"sentencepiece.bpe.model", "vocab.json", "tokenizer_config.json"}));
+}
+
+TEST(HfM2M100, ExportRefusesWhatM2M100CannotExpress) {
+  const models::TransformerConfig c = models::load_config(imported("hf_m2m100") + "/config.json");
+  EXPECT_NO_THROW((void)interop::hf_m2m100_config_json(c));
+  const auto expect_refused = [&](const std::function<void(models::TransformerConfig&)>& change,
+                                  const std::vector<std::string>& parts) {
+    models::TransformerConfig bad = c;
+    change(bad);
+    const std::string m = error_message_of([&] { (void)interop::hf_m2m100_config_json(bad); });
+    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
+  };
+  expect_refused([](auto& b) { b.norm = models::NormPosition::Post; }, {"post-LN", "M2M100 cannot express"});
+  expect_refused([](auto& b) { b.embedding_norm = true; }, {"embedding_norm true"});
+  expect_refused([](auto& b) { b.layer_norm = "rms"; }, {"layer_norm \"rms\""});
+  expect_refused([](auto& b) { b.gated_feed_forward = true; }, {"gated_feed_forward"});
+  // A model qkv trained with M2M100's layout but an output bias M2M100 does not have.
+  const std::string dir = testing::fresh_temp_dir("qkv_m2m100", "bias");
+  {
+    auto model = models::make_model(c, 1);
+    auto& seq2seq = dynamic_cast<models::Transformer&>(*model);
+    seq2seq.fc.bias.value().zero();  // then one element as training would leave it
+    seq2seq.fc.bias.value().f32()[3] = 0.5f;
+    models::save_model(dir, *model);
+  }
+  const std::string m = error_message_of([&] { interop::export_hf(dir, dir + "_hf"); });
+  EXPECT_NE(m.find("fc.bias[3]"), std::string::npos) << m;
+  EXPECT_NE(m.find("no bias in its output layer"), std::string::npos) << m;
+  EXPECT_FALSE(fs::exists(dir + "_hf"));
 }
 
 }  // namespace

@@ -14,23 +14,17 @@ every pair's log-probability within 1e-4 relative, and greedy generate's ids ide
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_checks import expect_greedy, expect_log_probs, import_then_export, load_strict  # noqa: E402
 
 try:
     from transformers import MarianMTModel, MarianTokenizer
     from transformers.utils import logging
 except ImportError as e:  # pragma: no cover
     sys.exit(f"check_marian_export.py: {e}: install transformers with scripts/install_deps.sh")
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}{r.stderr}")
 
 
 def main():
@@ -42,31 +36,14 @@ def main():
         refs = json.load(f)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt, out = os.path.join(tmp, "ckpt"), os.path.join(tmp, "hf")
-        run([qkv, "import", "--from", "hf", os.path.join(refs_dir, "hf_marian"), "--output-dir", ckpt])
-        run([qkv, "export", "--to", "hf", ckpt, "--output-dir", out])
-        model, info = MarianMTModel.from_pretrained(out, output_loading_info=True)
-        bad = {k: v for k, v in info.items() if v}
-        if bad:
-            sys.exit(f"transformers reported {bad}")
-        model.eval()
+        import_then_export(qkv, os.path.join(refs_dir, "hf_marian"), ckpt, out)
+        model = load_strict(MarianMTModel, out, "hf_marian")
         tokenizer = MarianTokenizer.from_pretrained(out)
         for text, ids in zip(refs["sources"], refs["source_ids"]):
             if tokenizer(text).input_ids != ids:
                 sys.exit(f"the exported tokenizer gives {tokenizer(text).input_ids} for {text!r}, expected {ids}")
-        worst = 0.0
-        with torch.no_grad():
-            for s, t, want in zip(refs["source_ids"], refs["target_ids"], refs["log_probs"]):
-                logits = model(input_ids=torch.tensor([s]), labels=torch.tensor([t])).logits[0]
-                lp = torch.log_softmax(logits.double(), dim=-1)
-                got = float(sum(lp[i, tok] for i, tok in enumerate(t)))
-                worst = max(worst, abs(got - want) / max(1.0, abs(want)))
-            if not worst <= 1e-4:
-                sys.exit(f"log-probabilities differ from the original's: worst relative error {worst:.3g} > 1e-4")
-            for s, want in zip(refs["source_ids"], refs["greedy_ids"]):
-                got = model.generate(torch.tensor([s]), num_beams=1, do_sample=False, max_new_tokens=refs["new_tokens"],
-                                     synced_gpus=False)[0, 1:].tolist()
-                if got != want:
-                    sys.exit(f"greedy output {got} differs from the original's {want}")
+        worst = expect_log_probs(model, refs["source_ids"], refs["target_ids"], refs["log_probs"], "hf_marian")
+        expect_greedy(model, refs["source_ids"], refs["greedy_ids"], refs["new_tokens"], "hf_marian")
     print(f"ok transformers loads qkv's Marian export; worst log-probability relative error {worst:.3g}, "
           f"{len(refs['greedy_ids'])} greedy outputs identical")
 

@@ -64,6 +64,26 @@ TEST(T5Tokenizer, IdsAndDecodedTextEqualTransformers) {
   }
 }
 
+// A tokenizer_config.json as transformers before 4.34 wrote it: without added_tokens_decoder,
+// legacy and add_prefix_space (the sentinels' options are then T5Tokenizer's own). transformers
+// 4.47 reads such a directory as the full one (checked when this test was written); so does qkv.
+TEST(T5Tokenizer, AConfigOfTransformersBefore434ReadsAlike) {
+  const std::string dir = copy_of_reference("before_4_34");
+  edit_config(dir, [](json& j) {
+    for (const char* newer : {"added_tokens_decoder", "legacy", "add_prefix_space"}) {
+      EXPECT_TRUE(j.contains(newer)) << newer;
+      j.erase(newer);
+    }
+  });
+  const json r = refs();
+  const auto t = text::T5Tokenizer::load(dir);
+  const auto lines = r["lines"].get<std::vector<std::string>>();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(t->with_special_tokens(t->encode(lines[i])), r["ids"][i].get<Ids>()) << json(lines[i]).dump();
+    EXPECT_EQ(t->decode(r["ids"][i].get<Ids>()), r["decoded"][i].get<std::string>()) << json(lines[i]).dump();
+  }
+}
+
 TEST(T5Tokenizer, CleanUpFollowsTheConfig) {
   const json r = refs();
   const std::string dir = copy_of_reference("clean_up");

@@ -2,7 +2,7 @@
 //
 // Writes a decoder-only checkpoint as a Hugging Face GPT-2 directory that transformers loads with
 // GPT2LMHeadModel.from_pretrained (interop/hf_gpt2.h says what is refused), and an encoder-decoder
-// one as a Marian directory (MarianMTModel; interop/hf_marian.h).
+// one as a T5, BART, mBART, M2M100 or Marian directory by its layout (interop/hf_import.h).
 #include <iostream>
 #include <memory>
 
@@ -22,7 +22,7 @@ struct ExportOptions {
 
 Runner add_export_command(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
-  app.add_option("--to", o->to, "Format to write: hf (a Hugging Face GPT-2 or Marian directory)")
+  app.add_option("--to", o->to, "Format to write: hf (a Hugging Face GPT-2, Marian, T5, BART, mBART or M2M100 directory)")
       ->required()
       ->check(CLI::IsMember({"hf"}));
   app.add_option("checkpoint,--checkpoint", o->checkpoint,
@@ -32,10 +32,9 @@ Runner add_export_command(CLI::App& app) {
     check_checkpoint_argument(o->checkpoint);
     const interop::HfConversion info = interop::export_hf(o->checkpoint, o->out);
     for (const std::string& note : info.notes) print_note(note);
-    const bool marian = info.model_type == "marian";
-    std::cout << "wrote " << o->out << ": " << (marian ? "MarianMTModel" : "GPT2LMHeadModel") << " ("
-              << info.parameters << " parameters"
-              << (info.tokenizer ? (marian ? ", tokenizer source.spm, target.spm, vocab.json" : ", tokenizer.json") : "")
+    std::string tokenizer;
+    for (const std::string& name : info.tokenizer_files) tokenizer += (tokenizer.empty() ? ", tokenizer " : ", ") + name;
+    std::cout << "wrote " << o->out << ": " << info.hf_class << " (" << info.parameters << " parameters" << tokenizer
               << ")\n";
     return 0;
   };

@@ -7,6 +7,7 @@
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
+#include "qkv/text/legacy_bpe_files.h"
 #include "qkv/text/multilingual_tokenizer.h"
 #include "qkv/text/tokenizer.h"
 
@@ -102,15 +103,10 @@ std::string ids_only(const TransformerConfig& c) {
          "tokenizer gives, ending with EOS " + std::to_string(c.eos_id) + ")";
 }
 
-// Whether DIR/tokenizer.json is one qkv's Translator reads (BART's byte-level BPE with
-// RobertaProcessing) and fits the model; otherwise a note says why the checkpoint takes ids only.
-bool usable_tokenizer_json(const std::string& hf_dir, const TransformerConfig& c, std::vector<std::string>& notes) {
-  const std::string path = hf_dir + "/" + kTokenizerJsonFile;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    notes.push_back("no " + std::string(kTokenizerJsonFile) + " in " + hf_dir + ids_only(c));
-    return false;
-  }
+// Whether the tokenizer.json at `path` (DIR's own, or the one made of its slow tokenizer's files)
+// is one qkv's Translator reads (BART's byte-level BPE with RobertaProcessing) and fits the model;
+// otherwise a note says why the checkpoint takes ids only.
+bool usable_tokenizer_json(const std::string& path, const TransformerConfig& c, std::vector<std::string>& notes) {
   try {
     const auto t = text::load_tokenizer(path);
     QKV_CHECK(t->vocab_size() <= c.tgt_vocab_size,
@@ -137,23 +133,43 @@ void check_mbart_tokenizer(const std::string& hf_dir, const TransformerConfig& c
                                                              << c.tgt_vocab_size);
 }
 
-// The tokenizer files the checkpoint gets: mBART's SentencePiece files when there, else a readable
-// BART tokenizer.json (with its tokenizer_config.json, whose clean_up_tokenization_spaces decides
-// how the Translator decodes); none, with a note, otherwise.
-std::vector<std::string> tokenizer_files(const std::string& hf_dir, const TransformerConfig& c, bool mbart,
-                                         std::vector<std::string>& notes) {
+// The tokenizer a BART checkpoint gets: files copied from the directory, and for a directory with
+// the slow tokenizer's files but no tokenizer.json (transformers before 4.34, or
+// save_pretrained(legacy_format=True)) the tokenizer.json transformers would make of them.
+struct BartTokenizerFiles {
+  std::vector<std::string> copied;
+  std::string made_tokenizer_json;  // empty: none made
+};
+
+// mBART's SentencePiece files when there, else BART's tokenizer.json (its own or made of vocab.json
+// and merges.txt) with its tokenizer_config.json, whose clean_up_tokenization_spaces decides how
+// the Translator decodes; none, with a note, otherwise.
+BartTokenizerFiles tokenizer_files(const std::string& hf_dir, const TransformerConfig& c, bool mbart,
+                                   std::vector<std::string>& notes) {
   if (mbart && text::MultilingualTokenizer::present(hf_dir)) {
     check_mbart_tokenizer(hf_dir, c);
-    return text::MultilingualTokenizer::files(hf_dir);
+    return {text::MultilingualTokenizer::files(hf_dir), ""};
   }
   if (mbart) {
     notes.push_back("no " + std::string(text::kFairseqSpm) + " in " + hf_dir + ids_only(c));
     return {};
   }
-  if (!usable_tokenizer_json(hf_dir, c, notes)) return {};
-  std::vector<std::string> files{kTokenizerJsonFile};
+  BartTokenizerFiles files;
+  const std::string path = hf_dir + "/" + kTokenizerJsonFile;
   std::error_code ec;
-  if (fs::exists(hf_dir + "/tokenizer_config.json", ec)) files.emplace_back("tokenizer_config.json");
+  if (fs::exists(path, ec)) {
+    if (!usable_tokenizer_json(path, c, notes)) return {};
+    files.copied.emplace_back(kTokenizerJsonFile);
+  } else if (text::legacy_bpe_files_present(hf_dir)) {
+    files.made_tokenizer_json = text::roberta_tokenizer_json(hf_dir);
+    notes.push_back(std::string(kTokenizerJsonFile) + " made of " + hf_dir + "'s " + text::kBpeVocabFile + " and " +
+                    text::kBpeMergesFile + " (a slow tokenizer's files), as transformers' BartTokenizerFast makes it");
+  } else {
+    notes.push_back("no " + std::string(kTokenizerJsonFile) + " (nor " + text::kBpeVocabFile + " and " +
+                    text::kBpeMergesFile + ") in " + hf_dir + ids_only(c));
+    return {};
+  }
+  if (fs::exists(hf_dir + "/tokenizer_config.json", ec)) files.copied.emplace_back("tokenizer_config.json");
   return files;
 }
 }  // namespace
@@ -161,14 +177,87 @@ std::vector<std::string> tokenizer_files(const std::string& hf_dir, const Transf
 HfConversion import_hf_bart(const std::string& hf_dir, const std::string& out_dir) {
   HfConversion info;
   auto model = load_hf_bart(hf_dir, &info);
-  const std::vector<std::string> files =
+  const BartTokenizerFiles files =
       tokenizer_files(hf_dir, info.config, info.config.norm == models::NormPosition::Pre, info.notes);
-  info.tokenizer = !files.empty();
   io::StagedDirectory staged(out_dir);
   models::write_model_files(staged, *model);
-  for (const std::string& name : files) staged.copy_from(name, hf_dir + "/" + name);
+  info.tokenizer = !files.copied.empty() || !files.made_tokenizer_json.empty();
+  if (!files.made_tokenizer_json.empty()) {
+    // Checked where it is written: a made tokenizer qkv cannot use leaves the checkpoint ids only.
+    staged.write(kTokenizerJsonFile, files.made_tokenizer_json);
+    info.tokenizer = usable_tokenizer_json(staged.path(kTokenizerJsonFile), info.config, info.notes);
+    if (!info.tokenizer) fs::remove(staged.path(kTokenizerJsonFile));
+  }
+  if (info.tokenizer)
+    for (const std::string& name : files.copied) staged.copy_from(name, hf_dir + "/" + name);
   staged.commit();
   return info;
+}
+
+// ----------------------------------------------------------------------------- export (qkv -> HF) ---
+
+bool is_bart_layout(const TransformerConfig& c) { return c.encoder_decoder() && c.positions == "learned"; }
+
+std::string hf_bart_config_json(const TransformerConfig& c) {
+  QKV_CHECK(is_bart_layout(c), "export --to hf: only an encoder-decoder model with positions \"learned\" exports as "
+                               "BART or mBART");
+  const bool mbart = c.norm == models::NormPosition::Pre;
+  const std::string family = mbart ? "mBART" : "BART";
+  const auto refuse = [&](bool bad, const std::string& what) { refuse_for_export(family, bad, what); };
+  refuse(!c.embedding_norm, "embedding_norm false (both stacks of " + family + " have layernorm_embedding)");
+  refuse(!c.share_embeddings, "share_embeddings false (" + family + "'s stacks share one table)");
+  refuse_outside_seq2seq_layouts(c, family);
+  json j = seq2seq_config_fields(c);
+  j["architectures"] = {mbart ? "MBartForConditionalGeneration" : "BartForConditionalGeneration"};
+  j["model_type"] = mbart ? "mbart" : "bart";
+  if (c.forced_bos_id >= 0) j["forced_bos_token_id"] = c.forced_bos_id;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+// A position table with the offset's two rows in front (zeros: BartLearnedPositionalEmbedding
+// never reads them).
+io::StTensor positions_with_offset(const std::string& name, const nn::Embedding& table) {
+  const Tensor& t = table.weight.value();
+  std::vector<float> values(static_cast<size_t>(kPositionOffset * t.size(1)), 0.f);
+  const std::vector<float> rows = values_of(t);
+  values.insert(values.end(), rows.begin(), rows.end());
+  return f32_tensor(name, {t.size(0) + kPositionOffset, t.size(1)}, values);
+}
+
+// The tokenizer the import kept: mBART's SentencePiece files, or BART's tokenizer.json with its
+// tokenizer_config.json.
+std::vector<std::string> bart_tokenizer_files(const std::string& checkpoint_dir) {
+  if (text::MultilingualTokenizer::present(checkpoint_dir)) return text::MultilingualTokenizer::files(checkpoint_dir);
+  std::error_code ec;
+  if (!fs::exists(checkpoint_dir + "/" + kTokenizerJsonFile, ec)) return {};
+  return existing_files(checkpoint_dir, {kTokenizerJsonFile, "tokenizer_config.json"});
+}
+}  // namespace
+
+HfConversion export_hf_bart(const std::string& checkpoint_dir, const std::string& out_dir) {
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_bart_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
+  const bool mbart = model->config().norm == models::NormPosition::Pre;
+  files.generation_config_json = seq2seq_generation_fields(model->config()).dump(2) + "\n";
+  files.weights = hf_safetensors_file();
+  Seq2SeqTensorWriter writer(files.weights);
+  writer.embeddings(*model, true);
+  files.weights.tensors.push_back(
+      positions_with_offset("model.encoder.embed_positions.weight", *model->encoder_position_embedding));
+  files.weights.tensors.push_back(
+      positions_with_offset("model.decoder.embed_positions.weight", *model->decoder_position_embedding));
+  writer.norm("model.encoder.layernorm_embedding", *model->encoder_embedding_norm);
+  writer.norm("model.decoder.layernorm_embedding", *model->decoder_embedding_norm);
+  writer.layers(*model);
+  if (mbart) {
+    writer.norm("model.encoder.layer_norm", *model->encoder_norm);
+    writer.norm("model.decoder.layer_norm", *model->decoder_norm);
+  }
+  files.tokenizer_files = bart_tokenizer_files(checkpoint_dir);
+  return write_hf_export(checkpoint_dir, out_dir, *model, mbart ? "mbart" : "bart",
+                         mbart ? "MBartForConditionalGeneration" : "BartForConditionalGeneration", files);
 }
 
 }  // namespace qkv::interop

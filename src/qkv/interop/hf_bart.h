@@ -1,5 +1,6 @@
 // Hugging Face BART and mBART (BartForConditionalGeneration, MBartForConditionalGeneration;
-// model_type "bart", "mbart") -> qkv encoder-decoder checkpoints (`qkv import --from hf`). Read with
+// model_type "bart", "mbart") <-> qkv encoder-decoder checkpoints (`qkv import --from hf`, `qkv
+// export --to hf`). Read with
 // CTranslate2's converter (python/ctranslate2/converters/transformers.py, BartLoader / MBartLoader)
 // and transformers' modeling_bart.py / modeling_mbart.py for what they need beyond the seed's
 // Transformer, each a TransformerConfig option:
@@ -23,7 +24,9 @@
 // BART's tokenizer.json (byte-level BPE with RobertaProcessing: <s> text </s>) is copied into the
 // checkpoint (with tokenizer_config.json) when qkv reads it and it fits the vocabulary; the
 // Translator then takes text and decodes without the added tokens, as transformers'
-// decode(skip_special_tokens=True), cleaning up spaces when tokenizer_config.json asks for it.
+// decode(skip_special_tokens=True), cleaning up spaces when tokenizer_config.json asks for it. A
+// directory with the slow tokenizer's vocab.json and merges.txt but no tokenizer.json (transformers
+// before 4.34) gets the tokenizer.json transformers makes of them (text/legacy_bpe_files.h).
 // mBART's SentencePiece tokenizer (sentencepiece.bpe.model with tokenizer_config.json:
 // MBartTokenizer or MBart50Tokenizer, text/multilingual_tokenizer.h) is copied when it is there and
 // fits; without it an mBART checkpoint translates ids only (`qkv translate --ids`), with a note.
@@ -54,5 +57,22 @@ std::unique_ptr<models::Transformer> load_hf_bart(const std::string& hf_dir, HfC
 
 // `qkv import --from hf DIR --out CKPT` for BART and mBART, written all-or-nothing.
 HfConversion import_hf_bart(const std::string& hf_dir, const std::string& out_dir);
+
+// Whether an encoder-decoder config is BART's kind (learned positions): it exports as BART
+// (post-LN) or mBART (pre-LN).
+bool is_bart_layout(const models::TransformerConfig& config);
+// The Hugging Face config.json (model_type bart, BartForConditionalGeneration, for a post-LN
+// config; mbart, MBartForConditionalGeneration, for a pre-LN one). Refuses, naming the option, what
+// they cannot express: positions other than "learned", no embedding_norm (both stacks have
+// layernorm_embedding), separate tables, and what hf_seq2seq.h's refuse_outside_seq2seq_layouts
+// names.
+std::string hf_bart_config_json(const models::TransformerConfig& config);
+// `qkv export --to hf CKPT --out DIR` for a BART-layout checkpoint: config.json,
+// generation_config.json (decoder start, EOS, pad, forced_eos_token_id, forced_bos_token_id when
+// the model has one), model.safetensors with BART's names (the position tables with the two rows
+// of the offset in front, zeros, never read; mBART's final layer_norms) and the tokenizer files
+// the import kept (BART's tokenizer.json and tokenizer_config.json, or mBART's
+// sentencepiece.bpe.model and tokenizer_config.json); written all-or-nothing.
+HfConversion export_hf_bart(const std::string& checkpoint_dir, const std::string& out_dir);
 
 }  // namespace qkv::interop

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "qkv/io/checkpoint_dir.h"
 #include "qkv/text/tokenizer_json.h"
 
 namespace qkv::interop {
@@ -162,6 +163,35 @@ int64_t count_parameters(const models::Model& model) {
   int64_t n = 0;
   for (const Var& v : model.parameters()) n += v.value().numel();
   return n;
+}
+
+std::vector<std::string> existing_files(const std::string& dir, const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const std::string& name : names)
+    if (fs::exists(dir + "/" + name, ec)) out.push_back(name);
+  return out;
+}
+
+HfConversion write_hf_export(const std::string& checkpoint_dir, const std::string& out_dir, const models::Model& model,
+                             const std::string& model_type, const std::string& hf_class, const HfExportFiles& files,
+                             std::vector<std::string> notes) {
+  HfConversion info;
+  info.config = model.config();
+  info.weights_dtype = "F32";
+  info.parameters = count_parameters(model);
+  info.model_type = model_type;
+  info.hf_class = hf_class;
+  info.tokenizer = !files.tokenizer_files.empty();
+  info.tokenizer_files = files.tokenizer_files;
+  info.notes = std::move(notes);
+  io::StagedDirectory staged(out_dir);
+  io::write_safetensors(staged.path(kHfWeightsFile), files.weights);
+  staged.write(kHfConfigFile, files.config_json);
+  if (!files.generation_config_json.empty()) staged.write("generation_config.json", files.generation_config_json);
+  for (const std::string& name : files.tokenizer_files) staged.copy_from(name, checkpoint_dir + "/" + name);
+  staged.commit();
+  return info;
 }
 
 void validate_read_config(const std::string& config_path, const models::TransformerConfig& c) {

@@ -29,7 +29,9 @@ struct HfConversion {
   models::TransformerConfig config;
   std::string model_type;          // config.json's model_type ("gpt2", "bert")
   std::string weights_dtype;       // import: dtype of the source weights ("F32", "F16", "BF16", "mixed")
-  bool tokenizer = false;          // tokenizer.json copied
+  bool tokenizer = false;          // tokenizer files copied
+  std::string hf_class;            // export: the transformers class that loads the directory
+  std::vector<std::string> tokenizer_files;  // export: the tokenizer files written
   int64_t parameters = 0;          // distinct parameter elements
   std::vector<std::string> notes;  // choices worth telling the user (e.g. embd_pdrop dropped)
 };
@@ -160,5 +162,22 @@ io::StFile hf_safetensors_file();
 void transpose_block(const std::vector<float>& src, int64_t in, int64_t out, int64_t col0, int64_t rows, Tensor& dst);
 void copy_into(const std::vector<float>& src, int64_t offset, Tensor& dst);
 int64_t count_parameters(const models::Model& model);
+
+// The files of `names` that exist in `dir`, in that order.
+std::vector<std::string> existing_files(const std::string& dir, const std::vector<std::string>& names);
+
+// What an export writes: the weights, config.json, generation_config.json (none when empty, as for
+// GPT-2) and the tokenizer files of the checkpoint, copied as they are.
+struct HfExportFiles {
+  io::StFile weights;
+  std::string config_json;
+  std::string generation_config_json;
+  std::vector<std::string> tokenizer_files;
+};
+// Writes `files` into out_dir all-or-nothing and says what was written (`model_type`, the class
+// `hf_class` that loads it, the parameters of `model`, `notes`).
+HfConversion write_hf_export(const std::string& checkpoint_dir, const std::string& out_dir, const models::Model& model,
+                             const std::string& model_type, const std::string& hf_class, const HfExportFiles& files,
+                             std::vector<std::string> notes = {});
 
 }  // namespace qkv::interop

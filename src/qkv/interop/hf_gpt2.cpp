@@ -300,22 +300,16 @@ HfConversion export_hf_gpt2(const std::string& checkpoint_dir, const std::string
     file.tensors.push_back(f32_tensor("lm_head.weight", {head.shape()[0], head.shape()[1]}, values_of(head)));
   }
 
-  HfConversion info;
-  info.config = c;
-  info.weights_dtype = "F32";
-  info.parameters = count_parameters(*model);
+  HfExportFiles files;
+  files.weights = std::move(file);
+  files.config_json = config_json;
+  files.tokenizer_files = existing_files(checkpoint_dir, {kTokenizerJsonFile});
+  std::vector<std::string> notes;
   std::error_code ec;
-  const std::string tokenizer = checkpoint_dir + "/" + kTokenizerJsonFile;
-  info.tokenizer = fs::exists(tokenizer, ec);
   if (fs::exists(checkpoint_dir + "/" + models::kLmSpmFile, ec))
-    info.notes.push_back(std::string(models::kLmSpmFile) +
-                         " not exported: transformers' GPT-2 tokenizer is a byte-level BPE (tokenizer.json)");
-  io::StagedDirectory staged(out_dir);
-  io::write_safetensors(staged.path(kHfWeightsFile), file);
-  staged.write(kHfConfigFile, config_json);
-  if (info.tokenizer) staged.copy_from(kTokenizerJsonFile, tokenizer);
-  staged.commit();
-  return info;
+    notes.push_back(std::string(models::kLmSpmFile) +
+                    " not exported: transformers' GPT-2 tokenizer is a byte-level BPE (tokenizer.json)");
+  return write_hf_export(checkpoint_dir, out_dir, *model, "gpt2", "GPT2LMHeadModel", files, std::move(notes));
 }
 
 }  // namespace qkv::interop

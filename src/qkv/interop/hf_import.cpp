@@ -29,10 +29,15 @@ HfConversion import_hf(const std::string& hf_dir, const std::string& out_dir) {
 HfConversion export_hf(const std::string& checkpoint_dir, const std::string& out_dir) {
   models::check_checkpoint_dir(checkpoint_dir);
   const models::TransformerConfig c = models::load_config(checkpoint_dir + "/config.json");
+  // Encoder-decoder layouts by their positions, the one choice no two types share; each exporter
+  // refuses by name what its type cannot express.
   if (is_t5_layout(c)) return export_hf_t5(checkpoint_dir, out_dir);
+  if (is_bart_layout(c)) return export_hf_bart(checkpoint_dir, out_dir);
+  if (is_m2m100_layout(c)) return export_hf_m2m100(checkpoint_dir, out_dir);
   if (c.encoder_decoder()) return export_hf_marian(checkpoint_dir, out_dir);
   QKV_CHECK(!c.encoder_only(), "export --to hf: " << checkpoint_dir << " is an encoder-only model; qkv exports "
-                                                     "decoder-only models (GPT-2) and encoder-decoder models (Marian, T5)");
+                                                     "decoder-only models (GPT-2) and encoder-decoder models (Marian, "
+                                                     "T5, BART, mBART, M2M100)");
   return export_hf_gpt2(checkpoint_dir, out_dir);
 }
 

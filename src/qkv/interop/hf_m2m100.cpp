@@ -9,6 +9,7 @@
 
 namespace qkv::interop {
 
+using json = nlohmann::json;
 using models::TransformerConfig;
 
 namespace {
@@ -103,6 +104,53 @@ HfConversion import_hf_m2m100(const std::string& hf_dir, const std::string& out_
     for (const std::string& name : text::MultilingualTokenizer::files(hf_dir)) staged.copy_from(name, hf_dir + "/" + name);
   staged.commit();
   return info;
+}
+
+// ----------------------------------------------------------------------------- export (qkv -> HF) ---
+
+bool is_m2m100_layout(const TransformerConfig& c) { return c.encoder_decoder() && c.positions == "sinusoidal_fairseq"; }
+
+std::string hf_m2m100_config_json(const TransformerConfig& c) {
+  QKV_CHECK(is_m2m100_layout(c), "export --to hf: only an encoder-decoder model with positions \"sinusoidal_fairseq\" "
+                                 "exports as M2M100");
+  const auto refuse = [](bool bad, const std::string& what) { refuse_for_export("M2M100", bad, what); };
+  refuse(c.norm != models::NormPosition::Pre, "post-LN (M2M100 is pre-LN with a final layer_norm in each stack)");
+  refuse(c.embedding_norm, "embedding_norm true (M2M100 has no layernorm_embedding)");
+  refuse(!c.share_embeddings, "share_embeddings false (M2M100's stacks share one table)");
+  refuse_outside_seq2seq_layouts(c, "M2M100");
+  json j = seq2seq_config_fields(c);
+  j["architectures"] = {"M2M100ForConditionalGeneration"};
+  j["model_type"] = "m2m_100";
+  if (c.forced_bos_id >= 0) j["forced_bos_token_id"] = c.forced_bos_id;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+// M2M100 has no final_logits_bias: an output layer whose bias is not zero (a model qkv trained)
+// would compute other scores there.
+void require_zero_output_bias(const std::string& checkpoint_dir, const models::Transformer& m) {
+  const std::vector<float> bias = values_of(m.fc.bias.value());
+  for (size_t i = 0; i < bias.size(); ++i)
+    QKV_CHECK(bias[i] == 0.f, "export --to hf: " << checkpoint_dir << ": fc.bias[" << i << "] is " << bias[i]
+                                                 << ", not 0: transformers' M2M100 has no bias in its output layer");
+}
+}  // namespace
+
+HfConversion export_hf_m2m100(const std::string& checkpoint_dir, const std::string& out_dir) {
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_m2m100_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
+  require_zero_output_bias(checkpoint_dir, *model);
+  files.generation_config_json = seq2seq_generation_fields(model->config()).dump(2) + "\n";
+  files.weights = hf_safetensors_file();
+  Seq2SeqTensorWriter writer(files.weights);
+  writer.embeddings(*model, false);
+  writer.layers(*model);
+  writer.norm("model.encoder.layer_norm", *model->encoder_norm);
+  writer.norm("model.decoder.layer_norm", *model->decoder_norm);
+  if (text::MultilingualTokenizer::present(checkpoint_dir))
+    files.tokenizer_files = text::MultilingualTokenizer::files(checkpoint_dir);
+  return write_hf_export(checkpoint_dir, out_dir, *model, "m2m_100", "M2M100ForConditionalGeneration", files);
 }
 
 }  // namespace qkv::interop

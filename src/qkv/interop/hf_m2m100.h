@@ -1,5 +1,6 @@
 // Hugging Face M2M100 and NLLB-200 (M2M100ForConditionalGeneration; model_type "m2m_100", which
-// NLLB-200's dense checkpoints use too) -> qkv encoder-decoder checkpoints (`qkv import --from hf`).
+// NLLB-200's dense checkpoints use too) <-> qkv encoder-decoder checkpoints (`qkv import --from hf`,
+// `qkv export --to hf`).
 // Read with CTranslate2's converter (python/ctranslate2/converters/transformers.py, M2M100Loader and
 // NllbLoader) and transformers' modeling_m2m_100.py for what they need beyond the seed's
 // Transformer, each a TransformerConfig option that exists already but one:
@@ -47,5 +48,18 @@ std::unique_ptr<models::Transformer> load_hf_m2m100(const std::string& hf_dir, H
 
 // `qkv import --from hf DIR --out CKPT` for M2M100 and NLLB, written all-or-nothing.
 HfConversion import_hf_m2m100(const std::string& hf_dir, const std::string& out_dir);
+
+// Whether an encoder-decoder config is M2M100's kind (positions "sinusoidal_fairseq").
+bool is_m2m100_layout(const models::TransformerConfig& config);
+// The Hugging Face config.json (model_type m2m_100, M2M100ForConditionalGeneration) of an
+// M2M100-layout config. Refuses, naming the option, what M2M100 cannot express: post-LN, an
+// embedding_norm, separate tables, and what hf_seq2seq.h's refuse_outside_seq2seq_layouts names.
+std::string hf_m2m100_config_json(const models::TransformerConfig& config);
+// `qkv export --to hf CKPT --out DIR` for an M2M100-layout checkpoint: config.json,
+// generation_config.json (decoder start, EOS, pad, forced_eos_token_id, forced_bos_token_id when
+// the model has one), model.safetensors with M2M100's names (no position table: transformers
+// computes it; no final_logits_bias: an output layer with a bias other than zero is refused) and
+// the tokenizer files the import kept (text/multilingual_tokenizer.h); written all-or-nothing.
+HfConversion export_hf_m2m100(const std::string& checkpoint_dir, const std::string& out_dir);
 
 }  // namespace qkv::interop

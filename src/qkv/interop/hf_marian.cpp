@@ -93,11 +93,8 @@ HfConversion import_hf_marian(const std::string& hf_dir, const std::string& out_
       QKV_CHECK(t->vocab_size() <= rows, hf_dir << ": the " << (target ? "target" : "source") << " vocabulary has "
                                                 << t->vocab_size() << " ids, more than the model's " << rows);
     }
-    for (const char* name : {text::kMarianSourceSpm, text::kMarianTargetSpm, text::kMarianVocab, text::kMarianTargetVocab,
-                             text::kTokenizerConfig}) {
-      std::error_code ec;
-      if (fs::exists(hf_dir + "/" + name, ec)) tokenizer_files.push_back(name);
-    }
+    tokenizer_files = existing_files(hf_dir, {text::kMarianSourceSpm, text::kMarianTargetSpm, text::kMarianVocab,
+                                              text::kMarianTargetVocab, text::kTokenizerConfig});
     info.tokenizer = true;
   } else {
     info.notes.push_back("no Marian tokenizer (source.spm, target.spm, vocab.json) in " + hf_dir +
@@ -112,144 +109,49 @@ HfConversion import_hf_marian(const std::string& hf_dir, const std::string& out_
 
 // ----------------------------------------------------------------------------- export (qkv -> HF) ---
 
-namespace {
-std::string marian_activation(const std::string& qkv_name) {
-  if (qkv_name == "silu") return "swish";
-  if (qkv_name == "gelu_tanh") return "gelu_new";
-  return qkv_name;  // relu, gelu
-}
-}  // namespace
-
 std::string hf_marian_config_json(const TransformerConfig& c) {
   QKV_CHECK(c.encoder_decoder(), "export --to hf: this is an " << c.architecture
                                                                  << " model; encoder-decoder models export as Marian");
-  const auto refuse = [](bool bad, const std::string& what) {
-    QKV_CHECK(!bad, "export --to hf: " << what << ": transformers' Marian cannot express it");
-  };
+  const auto refuse = [](bool bad, const std::string& what) { refuse_for_export("Marian", bad, what); };
   refuse(c.norm != models::NormPosition::Post, "pre-LN (Marian is post-LN)");
   refuse(c.positions != "sinusoidal_halves", "positions \"" + c.positions +
                                                  "\" (Marian's table is \"sinusoidal_halves\": sines, then cosines)");
-  refuse(c.layer_norm != "standard", "layer_norm \"" + c.layer_norm + "\" (Marian uses nn.LayerNorm)");
-  refuse(c.layer_norm_eps != 1e-5f, "layer_norm_eps " + std::to_string(c.layer_norm_eps) + " (Marian's is 1e-5)");
-  refuse(c.target_query_mask, "target_query_mask true (transformers' decoder masks future keys only)");
   refuse(c.embedding_norm, "embedding_norm true (BART's layernorm_embedding; Marian has none)");
   refuse(c.forced_bos_id >= 0, "forced_bos_id " + std::to_string(c.forced_bos_id) + " (Marian forces no first token)");
-  refuse(c.share_embeddings && c.src_vocab_size != c.tgt_vocab_size, "share_embeddings with two vocabulary sizes");
-  refuse(c.head_dim > 0, "head_dim " + std::to_string(c.head_dim) + " (Marian's heads split d_model)");
-  json j = json::object();
+  refuse_outside_seq2seq_layouts(c, "Marian");
+  json j = seq2seq_config_fields(c);
   j["architectures"] = {"MarianMTModel"};
   j["model_type"] = "marian";
-  j["activation_dropout"] = shortest(c.ffn_dropout);
-  j["activation_function"] = marian_activation(c.activation);
-  j["attention_dropout"] = shortest(c.attention_dropout);
-  j["d_model"] = c.d_model;
-  j["decoder_attention_heads"] = c.num_heads;
-  j["decoder_ffn_dim"] = c.d_ff;
-  j["decoder_layers"] = c.num_layers;
-  j["decoder_start_token_id"] = c.bos_id;
   j["decoder_vocab_size"] = c.tgt_vocab_size;
-  j["dropout"] = shortest(c.dropout);
-  j["encoder_attention_heads"] = c.num_heads;
-  j["encoder_ffn_dim"] = c.d_ff;
-  j["encoder_layers"] = c.num_layers;
-  j["eos_token_id"] = c.eos_id;
-  j["forced_eos_token_id"] = c.eos_id;
-  j["is_encoder_decoder"] = true;
-  j["max_position_embeddings"] = c.max_seq_length;
-  j["num_hidden_layers"] = c.num_layers;
-  j["pad_token_id"] = c.pad_id;
-  j["scale_embedding"] = c.scale_embeddings;
   j["share_encoder_decoder_embeddings"] = c.share_embeddings;
-  j["tie_word_embeddings"] = c.tie_output_embedding;
-  j["torch_dtype"] = "float32";
-  j["use_cache"] = true;
-  j["vocab_size"] = c.src_vocab_size;
   return j.dump(2) + "\n";
 }
 
 std::string hf_marian_generation_config_json(const TransformerConfig& c) {
-  json j = json::object();
+  json j = seq2seq_generation_fields(c);
   j["bad_words_ids"] = json::array({json::array({c.pad_id})});
-  j["decoder_start_token_id"] = c.bos_id;
-  j["eos_token_id"] = c.eos_id;
-  j["forced_eos_token_id"] = c.eos_id;
-  j["pad_token_id"] = c.pad_id;
   return j.dump(2) + "\n";
 }
 
 HfConversion export_hf_marian(const std::string& checkpoint_dir, const std::string& out_dir) {
-  models::check_checkpoint_dir(checkpoint_dir);
-  // The config first: an unexportable model is refused before its weights are read.
-  const TransformerConfig config = models::load_config(checkpoint_dir + "/config.json");
-  const std::string config_json = hf_marian_config_json(config);
-  const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
-  const TransformerConfig& c = model->config();
-  io::StFile file = hf_safetensors_file();
-  const auto add = [&](const std::string& name, const Tensor& t) { file.tensors.push_back(f32_tensor_of(name, t)); };
-  const auto linear = [&](const std::string& hf, const nn::Linear& l) {
-    add(hf + ".weight", l.weight.value());
-    add(hf + ".bias", l.bias.value());
-  };
-  const auto norm = [&](const std::string& hf, const nn::LayerNorm& n) {
-    add(hf + ".weight", n.weight.value());
-    add(hf + ".bias", n.bias.value());
-  };
-  const auto attention = [&](const std::string& hf, const nn::MultiHeadAttention& a) {
-    linear(hf + ".q_proj", a.W_q);
-    linear(hf + ".k_proj", a.W_k);
-    linear(hf + ".v_proj", a.W_v);
-    linear(hf + ".out_proj", a.W_o);
-  };
-  if (c.share_embeddings) {
-    add("model.shared.weight", model->decoder_embedding.weight.value());
-  } else {
-    add("model.encoder.embed_tokens.weight", model->encoder_embedding.weight.value());
-    add("model.decoder.embed_tokens.weight", model->decoder_embedding.weight.value());
-  }
-  if (!c.tie_output_embedding) add("lm_head.weight", model->fc.weight.value());
-  add("final_logits_bias", model->fc.bias.value().reshape(Dims{1, c.tgt_vocab_size}));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string e = "model.encoder.layers." + std::to_string(l) + ".";
-    const std::string d = "model.decoder.layers." + std::to_string(l) + ".";
-    const models::EncoderLayer& enc = *model->encoder_layers[static_cast<size_t>(l)];
-    attention(e + "self_attn", enc.self_attn);
-    norm(e + "self_attn_layer_norm", enc.norm1);
-    linear(e + "fc1", enc.feed_forward.fc1);
-    linear(e + "fc2", enc.feed_forward.fc2);
-    norm(e + "final_layer_norm", enc.norm2);
-    const models::DecoderLayer& dec = *model->decoder_layers[static_cast<size_t>(l)];
-    attention(d + "self_attn", dec.self_attn);
-    norm(d + "self_attn_layer_norm", dec.norm1);
-    attention(d + "encoder_attn", dec.cross_attn);
-    norm(d + "encoder_attn_layer_norm", dec.norm2);
-    linear(d + "fc1", dec.feed_forward.fc1);
-    linear(d + "fc2", dec.feed_forward.fc2);
-    norm(d + "final_layer_norm", dec.norm3);
-  }
-
-  HfConversion info;
-  info.config = c;
-  info.weights_dtype = "F32";
-  info.parameters = count_parameters(*model);
-  info.model_type = "marian";
-  std::vector<std::string> tokenizer_files;
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_marian_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
+  files.generation_config_json = hf_marian_generation_config_json(model->config());
+  files.weights = hf_safetensors_file();
+  Seq2SeqTensorWriter writer(files.weights);
+  writer.embeddings(*model, true);
+  writer.layers(*model);
+  std::vector<std::string> notes;
   std::error_code ec;
   if (text::MarianTokenizer::present(checkpoint_dir)) {
-    for (const char* name : {text::kMarianSourceSpm, text::kMarianTargetSpm, text::kMarianVocab, text::kMarianTargetVocab,
-                             text::kTokenizerConfig})
-      if (fs::exists(checkpoint_dir + "/" + name, ec)) tokenizer_files.push_back(name);
-    info.tokenizer = true;
+    files.tokenizer_files = existing_files(checkpoint_dir, {text::kMarianSourceSpm, text::kMarianTargetSpm, text::kMarianVocab,
+                                                            text::kMarianTargetVocab, text::kTokenizerConfig});
   } else if (fs::exists(checkpoint_dir + "/" + models::kSourceSpmFile, ec)) {
-    info.notes.push_back(std::string(models::kSourceSpmFile) + " and " + models::kTargetSpmFile +
-                         " not exported: MarianTokenizer needs a vocab.json beside its SentencePiece models");
+    notes.push_back(std::string(models::kSourceSpmFile) + " and " + models::kTargetSpmFile +
+                    " not exported: MarianTokenizer needs a vocab.json beside its SentencePiece models");
   }
-  io::StagedDirectory staged(out_dir);
-  io::write_safetensors(staged.path(kHfWeightsFile), file);
-  staged.write(kHfConfigFile, config_json);
-  staged.write("generation_config.json", hf_marian_generation_config_json(c));
-  for (const std::string& name : tokenizer_files) staged.copy_from(name, checkpoint_dir + "/" + name);
-  staged.commit();
-  return info;
+  return write_hf_export(checkpoint_dir, out_dir, *model, "marian", "MarianMTModel", files, std::move(notes));
 }
 
 }  // namespace qkv::interop

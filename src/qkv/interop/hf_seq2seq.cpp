@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "qkv/core/error.h"
+#include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
 
 namespace qkv::interop {
@@ -208,6 +209,133 @@ void Seq2SeqWeightReader::layers(models::Transformer& m) {
     attention(d + "encoder_attn", dec.cross_attn);
     norm(d + "encoder_attn_layer_norm", dec.norm2);
     feed_forward(d, dec.feed_forward);
+    norm(d + "final_layer_norm", dec.norm3);
+  }
+}
+
+// ----------------------------------------------------------------------------- export (qkv -> HF) ---
+
+void refuse_for_export(const std::string& family, bool bad, const std::string& what) {
+  QKV_CHECK(!bad, "export --to hf: " << what << ": transformers' " << family << " cannot express it");
+}
+
+void refuse_outside_seq2seq_layouts(const TransformerConfig& c, const std::string& family) {
+  const auto refuse = [&](bool bad, const std::string& what) { refuse_for_export(family, bad, what); };
+  refuse(c.layer_norm != "standard", "layer_norm \"" + c.layer_norm + "\" (" + family + " uses nn.LayerNorm)");
+  refuse(c.layer_norm_eps != 1e-5f, "layer_norm_eps " + std::to_string(c.layer_norm_eps) + " (" + family + "'s is 1e-5)");
+  refuse(c.target_query_mask, "target_query_mask true (transformers' decoder masks future keys only)");
+  refuse(c.head_dim > 0, "head_dim " + std::to_string(c.head_dim) + " (" + family + "'s heads split d_model)");
+  refuse(!c.linear_bias, "linear_bias false (" + family + "'s linears have biases)");
+  refuse(c.gated_feed_forward, "gated_feed_forward true (" + family + "'s feed-forward is fc1, activation, fc2)");
+  refuse(!c.scale_attention_scores, "scale_attention_scores false (" + family + " divides scores by sqrt(dk))");
+  refuse(c.scale_decoder_output, "scale_decoder_output true (" + family + " does not scale the decoder output)");
+  refuse(c.share_embeddings && c.src_vocab_size != c.tgt_vocab_size, "share_embeddings with two vocabulary sizes");
+}
+
+namespace {
+// activation as transformers' ACT2FN names it.
+std::string hf_activation_name(const std::string& qkv_name) {
+  if (qkv_name == "silu") return "swish";
+  if (qkv_name == "gelu_tanh") return "gelu_new";
+  return qkv_name;  // relu, gelu
+}
+}  // namespace
+
+json seq2seq_config_fields(const TransformerConfig& c) {
+  json j = json::object();
+  j["activation_dropout"] = shortest(c.ffn_dropout);
+  j["activation_function"] = hf_activation_name(c.activation);
+  j["attention_dropout"] = shortest(c.attention_dropout);
+  j["d_model"] = c.d_model;
+  j["decoder_attention_heads"] = c.num_heads;
+  j["decoder_ffn_dim"] = c.d_ff;
+  j["decoder_layers"] = c.num_layers;
+  j["decoder_start_token_id"] = c.bos_id;
+  j["dropout"] = shortest(c.dropout);
+  j["encoder_attention_heads"] = c.num_heads;
+  j["encoder_ffn_dim"] = c.d_ff;
+  j["encoder_layers"] = c.num_layers;
+  j["eos_token_id"] = c.eos_id;
+  j["forced_eos_token_id"] = c.eos_id;
+  j["is_encoder_decoder"] = true;
+  j["max_position_embeddings"] = c.max_seq_length;
+  j["num_hidden_layers"] = c.num_layers;
+  j["pad_token_id"] = c.pad_id;
+  j["scale_embedding"] = c.scale_embeddings;
+  j["tie_word_embeddings"] = c.tie_output_embedding;
+  j["torch_dtype"] = "float32";
+  j["use_cache"] = true;
+  j["vocab_size"] = c.src_vocab_size;
+  return j;
+}
+
+json seq2seq_generation_fields(const TransformerConfig& c) {
+  json j = json::object();
+  j["decoder_start_token_id"] = c.bos_id;
+  j["eos_token_id"] = c.eos_id;
+  if (c.forced_bos_id >= 0) j["forced_bos_token_id"] = c.forced_bos_id;
+  j["forced_eos_token_id"] = c.eos_id;
+  j["pad_token_id"] = c.pad_id;
+  return j;
+}
+
+Seq2SeqExport start_seq2seq_export(const std::string& checkpoint_dir,
+                                   const std::function<std::string(const TransformerConfig&)>& config_json) {
+  models::check_checkpoint_dir(checkpoint_dir);
+  Seq2SeqExport out;
+  out.files.config_json = config_json(models::load_config(checkpoint_dir + "/config.json"));
+  out.model = models::load_seq2seq(checkpoint_dir);
+  return out;
+}
+
+void Seq2SeqTensorWriter::add(const std::string& name, const Tensor& t) { file_.tensors.push_back(f32_tensor_of(name, t)); }
+
+void Seq2SeqTensorWriter::linear(const std::string& hf, const nn::Linear& l) {
+  add(hf + ".weight", l.weight.value());
+  add(hf + ".bias", l.bias.value());
+}
+
+void Seq2SeqTensorWriter::norm(const std::string& hf, const nn::LayerNorm& n) {
+  add(hf + ".weight", n.weight.value());
+  add(hf + ".bias", n.bias.value());
+}
+
+void Seq2SeqTensorWriter::attention(const std::string& hf, const nn::MultiHeadAttention& a) {
+  linear(hf + ".q_proj", a.W_q);
+  linear(hf + ".k_proj", a.W_k);
+  linear(hf + ".v_proj", a.W_v);
+  linear(hf + ".out_proj", a.W_o);
+}
+
+void Seq2SeqTensorWriter::embeddings(const models::Transformer& m, bool final_logits_bias) {
+  const TransformerConfig& c = m.config();
+  if (c.share_embeddings) {
+    add("model.shared.weight", m.decoder_embedding.weight.value());
+  } else {
+    add("model.encoder.embed_tokens.weight", m.encoder_embedding.weight.value());
+    add("model.decoder.embed_tokens.weight", m.decoder_embedding.weight.value());
+  }
+  if (!c.tie_output_embedding) add("lm_head.weight", m.fc.weight.value());
+  if (final_logits_bias) add("final_logits_bias", m.fc.bias.value().reshape(Dims{1, c.tgt_vocab_size}));
+}
+
+void Seq2SeqTensorWriter::layers(const models::Transformer& m) {
+  for (int64_t l = 0; l < m.config().num_layers; ++l) {
+    const std::string e = "model.encoder.layers." + std::to_string(l) + ".";
+    const std::string d = "model.decoder.layers." + std::to_string(l) + ".";
+    const models::EncoderLayer& enc = *m.encoder_layers[static_cast<size_t>(l)];
+    attention(e + "self_attn", enc.self_attn);
+    norm(e + "self_attn_layer_norm", enc.norm1);
+    linear(e + "fc1", enc.feed_forward.fc1);
+    linear(e + "fc2", enc.feed_forward.fc2);
+    norm(e + "final_layer_norm", enc.norm2);
+    const models::DecoderLayer& dec = *m.decoder_layers[static_cast<size_t>(l)];
+    attention(d + "self_attn", dec.self_attn);
+    norm(d + "self_attn_layer_norm", dec.norm1);
+    attention(d + "encoder_attn", dec.cross_attn);
+    norm(d + "encoder_attn_layer_norm", dec.norm2);
+    linear(d + "fc1", dec.feed_forward.fc1);
+    linear(d + "fc2", dec.feed_forward.fc2);
     norm(d + "final_layer_norm", dec.norm3);
   }
 }

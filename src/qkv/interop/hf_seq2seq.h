@@ -1,11 +1,14 @@
-// What the importers of transformers' fairseq-style translation models share (Marian: hf_marian.*,
-// BART and mBART: hf_bart.*): their config.json fields read into one TransformerConfig, and
-// their tensor names, which are the same in both (BartForConditionalGeneration and MarianMTModel
-// come from one code base):
+// What the importers and exporters of transformers' fairseq-style translation models share (Marian:
+// hf_marian.*, BART and mBART: hf_bart.*, M2M100 and NLLB: hf_m2m100.*): their config.json fields
+// read into one TransformerConfig and written back, and their tensor names, which are the same in
+// all (BartForConditionalGeneration, MarianMTModel and M2M100ForConditionalGeneration come from one
+// code base):
 //   shared.weight, encoder.embed_tokens / decoder.embed_tokens, lm_head.weight, final_logits_bias
 //   {encoder,decoder}.layers.N.self_attn.{q,k,v,out}_proj, self_attn_layer_norm, fc1, fc2,
 //   final_layer_norm; decoder.layers.N.encoder_attn, encoder_attn_layer_norm.
 #pragma once
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,6 +67,53 @@ class Seq2SeqWeightReader {
   HfWeights& w_;
   const models::TransformerConfig& c_;
   int64_t d_;
+};
+
+// ----------------------------------------------------------------------------- export (qkv -> HF) ---
+
+// Refuses `what` when `bad`, as "export --to hf: WHAT: transformers' FAMILY cannot express it".
+void refuse_for_export(const std::string& family, bool bad, const std::string& what);
+// Refuses, naming the option, what none of these layouts has (`family` names the one in the
+// message): a norm other than nn.LayerNorm with eps 1e-5, a target_query_mask (their decoders mask
+// future keys only), heads that do not split d_model, linears without biases, a gated
+// feed-forward, unscaled attention scores, a scaled decoder output, a shared table for two
+// vocabulary sizes.
+void refuse_outside_seq2seq_layouts(const models::TransformerConfig& c, const std::string& family);
+// The config.json fields the layouts share (sizes in both stacks' names, dropouts, activation,
+// scale_embedding, the special ids, forced_eos_token_id = EOS, tie_word_embeddings).
+nlohmann::json seq2seq_config_fields(const models::TransformerConfig& c);
+// generation_config.json's ids: decoder start, EOS, pad, forced_eos_token_id = EOS (qkv's search
+// ends a hypothesis at its length limit with EOS) and forced_bos_token_id when the model has one.
+nlohmann::json seq2seq_generation_fields(const models::TransformerConfig& c);
+
+// The start of every encoder-decoder export (these types' and T5's): the checkpoint's config made
+// into config.json by `config_json`, which refuses what the type cannot express before any weight
+// is read, then the model.
+struct Seq2SeqExport {
+  HfExportFiles files;  // config_json set; the rest is the exporter's
+  std::unique_ptr<models::Transformer> model;
+};
+Seq2SeqExport start_seq2seq_export(const std::string& checkpoint_dir,
+                                   const std::function<std::string(const models::TransformerConfig&)>& config_json);
+
+// Writes a model's tensors under the names above, with the "model." prefix of the classes with a
+// head; nn.Linear's layout is qkv's.
+class Seq2SeqTensorWriter {
+ public:
+  explicit Seq2SeqTensorWriter(io::StFile& file) : file_(file) {}
+
+  void add(const std::string& name, const Tensor& t);
+  void linear(const std::string& hf, const nn::Linear& l);
+  void norm(const std::string& hf, const nn::LayerNorm& n);
+  void attention(const std::string& hf, const nn::MultiHeadAttention& a);
+  // shared.weight once when the stacks share a table (else one per stack), lm_head.weight when
+  // untied, and final_logits_bias (the output layer's bias) when the layout has it.
+  void embeddings(const models::Transformer& m, bool final_logits_bias);
+  // Every encoder and decoder layer ("model.encoder.layers.N.", "model.decoder.layers.N.").
+  void layers(const models::Transformer& m);
+
+ private:
+  io::StFile& file_;
 };
 
 }  // namespace qkv::interop

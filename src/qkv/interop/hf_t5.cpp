@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "qkv/core/error.h"
+#include "qkv/interop/hf_seq2seq.h"
 #include "qkv/io/checkpoint_dir.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/nn/layers.h"
@@ -195,10 +196,7 @@ std::unique_ptr<models::Transformer> load_hf_t5(const std::string& hf_dir, HfCon
 namespace {
 // spiece.model and, when present, tokenizer_config.json of `dir`.
 std::vector<std::string> t5_tokenizer_files(const std::string& dir) {
-  std::vector<std::string> files{text::kT5Spm};
-  std::error_code ec;
-  if (std::filesystem::exists(dir + "/" + text::kT5TokenizerConfig, ec)) files.push_back(text::kT5TokenizerConfig);
-  return files;
+  return existing_files(dir, {text::kT5Spm, text::kT5TokenizerConfig});
 }
 }  // namespace
 
@@ -325,32 +323,18 @@ io::StFile t5_tensors(const models::Transformer& m) {
 }  // namespace
 
 HfConversion export_hf_t5(const std::string& checkpoint_dir, const std::string& out_dir) {
-  models::check_checkpoint_dir(checkpoint_dir);
-  // The config first: an unexportable model is refused before its weights are read.
-  const std::string config_json = hf_t5_config_json(models::load_config(checkpoint_dir + "/config.json"));
-  const std::unique_ptr<models::Transformer> model = models::load_seq2seq(checkpoint_dir);
+  Seq2SeqExport e = start_seq2seq_export(checkpoint_dir, hf_t5_config_json);
+  HfExportFiles& files = e.files;
+  const std::unique_ptr<models::Transformer>& model = e.model;
   const TransformerConfig& c = model->config();
   json generation = json::object();
   generation["decoder_start_token_id"] = c.bos_id;
   generation["eos_token_id"] = c.eos_id;
   generation["pad_token_id"] = c.pad_id;
-  HfConversion info;
-  info.config = c;
-  info.weights_dtype = "F32";
-  info.parameters = count_parameters(*model);
-  info.model_type = "t5";
-  std::vector<std::string> tokenizer_files;
-  if (text::T5Tokenizer::present(checkpoint_dir)) {
-    tokenizer_files = t5_tokenizer_files(checkpoint_dir);
-    info.tokenizer = true;
-  }
-  io::StagedDirectory staged(out_dir);
-  io::write_safetensors(staged.path(kHfWeightsFile), t5_tensors(*model));
-  for (const std::string& name : tokenizer_files) staged.copy_from(name, checkpoint_dir + "/" + name);
-  staged.write(kHfConfigFile, config_json);
-  staged.write("generation_config.json", generation.dump(2) + "\n");
-  staged.commit();
-  return info;
+  files.generation_config_json = generation.dump(2) + "\n";
+  files.weights = t5_tensors(*model);
+  if (text::T5Tokenizer::present(checkpoint_dir)) files.tokenizer_files = t5_tokenizer_files(checkpoint_dir);
+  return write_hf_export(checkpoint_dir, out_dir, *model, "t5", "T5ForConditionalGeneration", files);
 }
 
 }  // namespace qkv::interop

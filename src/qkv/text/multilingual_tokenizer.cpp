@@ -71,22 +71,30 @@ std::vector<std::string> MultilingualTokenizer::files(const std::string& dir) {
   std::vector<std::string> out;
   for (const char* name : {kFairseqSpm, kM2M100Vocab, kMultilingualTokenizerConfig})
     if (exists(dir + "/" + name)) out.emplace_back(name);
+  // A tokenizer saved before transformers 4.34 may list its language codes there only.
+  const std::string config_path = dir + "/" + kMultilingualTokenizerConfig;
+  if (exists(config_path) && exists(dir + "/special_tokens_map.json") &&
+      !read_json_object(config_path, "a tokenizer_config.json").contains("added_tokens_decoder"))
+    out.emplace_back("special_tokens_map.json");
   return out;
 }
 
 std::unique_ptr<MultilingualTokenizer> MultilingualTokenizer::load(const std::string& dir) {
   const std::string config_path = dir + "/" + kMultilingualTokenizerConfig;
-  require_file(config_path, "qkv reads tokenizer_class and added_tokens_decoder there, as transformers' "
+  require_file(config_path, "qkv reads tokenizer_class and the language codes there, as transformers' "
                             "save_pretrained writes them");
   const json config = read_json_object(config_path, "a tokenizer_config.json");
   std::unique_ptr<MultilingualTokenizer> t(new MultilingualTokenizer());
   t->dir_ = dir;
   t->kind_ = kind_of(config, config_path);
   t->load_piece_ids(dir);
-  QKV_CHECK(config.contains("added_tokens_decoder") && config.at("added_tokens_decoder").is_object(),
-            config_path << ": field \"added_tokens_decoder\" is missing or not an object of id -> token (the language "
-                           "codes' ids; save the tokenizer again with transformers >= 4.34)");
-  t->add_added_tokens(config_path, config.at("added_tokens_decoder"));
+  if (config.contains("added_tokens_decoder") && !config.at("added_tokens_decoder").is_null()) {
+    QKV_CHECK(config.at("added_tokens_decoder").is_object(),
+              config_path << ": field \"added_tokens_decoder\" is not an object of id -> token (the language codes' ids)");
+    t->add_added_tokens(config_path, config.at("added_tokens_decoder"));
+  } else {
+    t->add_added_tokens(config_path, t->legacy_added_tokens(dir, config));
+  }
   t->language_first_ = t->kind_ != Kind::MBart;
   if (t->kind_ == Kind::Nllb && read_json_bool(config, "legacy_behaviour", false, config_path)) t->language_first_ = false;
   t->clean_up_spaces_ = read_json_bool(config, "clean_up_tokenization_spaces", false, config_path);
@@ -127,6 +135,62 @@ void MultilingualTokenizer::load_piece_ids(const std::string& dir) {
     *id = found->second;
   }
   vocab_size_ = static_cast<int64_t>(vocab_pieces_.size());
+}
+
+namespace {
+// The language codes a tokenizer_config.json (or special_tokens_map.json) of transformers before
+// 4.34 lists as additional_special_tokens, in their order: strings or AddedToken objects.
+std::vector<std::string> listed_language_codes(const std::string& dir, const json& config, const std::string& config_path) {
+  const std::string map_path = dir + "/special_tokens_map.json";
+  json listed = config.value("additional_special_tokens", json());
+  std::string where = config_path;
+  if ((!listed.is_array() || listed.empty()) && exists(map_path)) {
+    listed = read_json_object(map_path, "a special_tokens_map.json").value("additional_special_tokens", json());
+    where = map_path;
+  }
+  QKV_CHECK(listed.is_array() && !listed.empty(),
+            config_path << ": field \"added_tokens_decoder\" is missing, and no additional_special_tokens (here or in "
+                           "special_tokens_map.json) list the language codes whose ids transformers before 4.34 "
+                           "computed; save the tokenizer again with transformers >= 4.34");
+  std::vector<std::string> codes;
+  for (const json& code : listed) {
+    const json& content = code.is_object() ? code.value("content", json()) : code;
+    QKV_CHECK(content.is_string() && !content.get<std::string>().empty(),
+              where << ": field \"additional_special_tokens\" holds " << code.dump() << ", not a language code");
+    codes.push_back(content.get<std::string>());
+  }
+  return codes;
+}
+
+json added_entry(const std::string& content, bool lstrip) {
+  return {{"content", content}, {"lstrip", lstrip}, {"rstrip", false}, {"single_word", false}, {"special", true}};
+}
+}  // namespace
+
+// What transformers before 4.34 computed instead of writing added_tokens_decoder: the four
+// specials at their ids; the language codes (additional_special_tokens, in order) after the pieces:
+// M2M100 at vocab.json's size + i, the fairseq classes at the SentencePiece size + 1 + i; and
+// NLLB's and mBART's <mask> (stripping the space on its left) after the codes. This is fairseq's
+// layout, which the released models have; transformers 4.47 reads such an NLLB directory with
+// <mask> before the codes, one id off, so qkv follows the version that wrote it.
+json MultilingualTokenizer::legacy_added_tokens(const std::string& dir, const json& config) const {
+  const std::string config_path = dir + "/" + kMultilingualTokenizerConfig;
+  const std::vector<std::string> codes = listed_language_codes(dir, config, config_path);
+  json added = json::object();
+  for (const auto& [token, fairseq_id] : kFairseqSpecials) {
+    int32_t id = fairseq_id;
+    if (kind_ == Kind::M2M100) {
+      const auto found = vocab_.find(token);
+      QKV_CHECK(found != vocab_.end(), dir << "/" << kM2M100Vocab << ": the vocabulary has no \"" << token << "\"");
+      id = found->second;
+    }
+    added[std::to_string(id)] = added_entry(token, false);
+  }
+  const int64_t first = vocab_size_;  // after the pieces (the fairseq ids include the offset)
+  for (size_t i = 0; i < codes.size(); ++i) added[std::to_string(first + static_cast<int64_t>(i))] = added_entry(codes[i], false);
+  if (kind_ != Kind::M2M100)
+    added[std::to_string(first + static_cast<int64_t>(codes.size()))] = added_entry("<mask>", true);
+  return added;
 }
 
 // added_tokens_decoder: id -> {"content", "lstrip", "rstrip", "single_word", "special"}. The

@@ -9,8 +9,10 @@
 //
 // With the fairseq offset, <s> <pad> </s> <unk> are ids 0..3 and SentencePiece's own <unk> (id 0)
 // is 3. The language codes (and <mask>) are added tokens whose ids tokenizer_config.json's
-// added_tokens_decoder gives (transformers >= 4.34 writes it with save_pretrained); an NLLB
-// tokenizer with legacy_behaviour true lays sources out as X </s> eng_Latn, as MBartTokenizer does.
+// added_tokens_decoder gives (transformers >= 4.34 writes it with save_pretrained; without it, as
+// older versions saved, the ids are those versions' computation from the codes listed in
+// additional_special_tokens: after the pieces, <mask> last); an NLLB tokenizer with
+// legacy_behaviour true lays sources out as X </s> eng_Latn, as MBartTokenizer does.
 //
 // Encoding, as PreTrainedTokenizer.tokenize does: the added tokens written in the text are cut out
 // as themselves (with their lstrip / rstrip), every other span is cut into pieces by SentencePiece
@@ -50,7 +52,8 @@ class MultilingualTokenizer final : public Tokenizer {
   static std::unique_ptr<MultilingualTokenizer> load(const std::string& dir);
   // Whether `dir` holds such a tokenizer (its sentencepiece.bpe.model).
   static bool present(const std::string& dir);
-  // The files load reads from `dir` that exist (for copying them into a checkpoint).
+  // The files load reads from `dir` that exist (for copying them into a checkpoint);
+  // special_tokens_map.json only for a tokenizer_config.json without added_tokens_decoder.
   static std::vector<std::string> files(const std::string& dir);
 
   std::vector<int32_t> encode(std::string_view text) const override;
@@ -77,6 +80,8 @@ class MultilingualTokenizer final : public Tokenizer {
   MultilingualTokenizer() = default;
   void load_piece_ids(const std::string& dir);
   void add_added_tokens(const std::string& config_path, const nlohmann::json& added);
+  // added_tokens_decoder as transformers before 4.34 computed it (the .cpp says how).
+  nlohmann::json legacy_added_tokens(const std::string& dir, const nlohmann::json& config) const;
   int32_t piece_to_id(const std::string& piece) const;
   std::string join_pieces(const std::vector<std::string>& pieces) const;
   void check_id(int32_t id) const;
