@@ -1,5 +1,5 @@
 // The seq2seq search (decoding/search.h over beam.h and constraints.h) against transformers'
-// generate on Marian, BART, mBART and T5 models imported from Hugging Face
+// generate on Marian, BART, mBART, M2M100 and T5 models imported from Hugging Face
 // (tests/python/make_seq2seq_search_refs.py): greedy and beam search with n-best lists, length
 // penalties 0, 1, 2, repetition_penalty, no_repeat_ngram_size, min_length, min_new_tokens and
 // forced_bos_token_id, each alone and together; identical ids, scores within 1e-4.
@@ -24,7 +24,7 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kModels[] = {"search_marian", "search_bart", "search_mbart", "search_t5"};
+const char* const kModels[] = {"search_marian", "search_bart", "search_mbart", "search_m2m100", "search_t5"};
 
 // The generate() keywords of a reference case as qkv's options.
 decoding::SearchOptions options_of(const json& o) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reference data for the search every family shares (src/qkv/decoding/beam.h, constraints.h) on the
-seq2seq models qkv imports from Hugging Face: small Marian, BART, mBART and T5 models built by
+seq2seq models qkv imports from Hugging Face: small Marian, BART, mBART, M2M100 and T5 models built by
 `transformers` from a config (nothing is downloaded), with the special-id layouts of the released
 models, and what their `generate` gives with greedy and beam search and the token rules.
 
@@ -13,6 +13,10 @@ The models (d_model 32, 4 heads, ffn 64, 2 + 2 layers, vocabulary 40):
                  forced_eos_token_id 2; sources <s> ids </s>.
   search_mbart   MBartForConditionalGeneration (pre-LN): as BART, forced_bos_token_id LANG_TGT (the
                  last id: the target language every output starts with); sources LANG_SRC ids </s>.
+  search_m2m100  M2M100ForConditionalGeneration (sinusoidal positions after the pad, ReLU): ids as
+                 BART's, sources LANG_SRC ids </s>, trained on targets LANG_TGT ids </s> but without
+                 a forced_bos_token_id (M2M100's generate takes it per call): the model chooses its
+                 first token, unless a case forces one.
   search_t5      T5ForConditionalGeneration (v1.1: gated GELU, untied lm_head): pad = decoder
                  start 0, EOS 1.
 Each is trained TRAIN_STEPS Adam steps on 32 random pairs (target: each source id moved to the next
@@ -69,11 +73,17 @@ from seq2seq_refs import train  # noqa: E402
 
 try:
     import transformers
-    from transformers import (BartConfig, BartForConditionalGeneration, MarianConfig, MarianMTModel, MBartConfig,
-                              MBartForConditionalGeneration, T5Config, T5ForConditionalGeneration)
+    from transformers import (BartConfig, BartForConditionalGeneration, M2M100Config, M2M100ForConditionalGeneration,
+                              MarianConfig, MarianMTModel, MBartConfig, MBartForConditionalGeneration, T5Config,
+                              T5ForConditionalGeneration)
     from transformers.generation import beam_search
+    from transformers.models.m2m_100 import modeling_m2m_100
 except ImportError as e:  # pragma: no cover
     sys.exit(f"make_seq2seq_search_refs.py: {e}: install transformers with scripts/install_deps.sh")
+
+# As make_m2m100_refs.py: M2M100's layers ask whether FSDP manages them, and Debian's torch cannot
+# import torch.distributed.fsdp under Python 3.11. Nothing here is sharded.
+modeling_m2m_100.is_fsdp_managed_module = lambda module: False
 
 VOCAB = 40
 TRAIN_PAIRS = 32
@@ -143,6 +153,11 @@ def mbart():
     return Family(MBartForConditionalGeneration(config), 2, 1, source_prefix=[LANG_SRC], target_prefix=[LANG_TGT])
 
 
+def m2m100():
+    config = M2M100Config(**SIZES, activation_function="relu", scale_embedding=True, **BART_IDS)
+    return Family(M2M100ForConditionalGeneration(config), 2, 1, source_prefix=[LANG_SRC], target_prefix=[LANG_TGT])
+
+
 def t5():
     config = T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
                       relative_attention_num_buckets=16, relative_attention_max_distance=20, dropout_rate=0.1,
@@ -151,7 +166,8 @@ def t5():
     return Family(T5ForConditionalGeneration(config), 1, 0)
 
 
-MODELS = [("search_marian", marian), ("search_bart", bart), ("search_mbart", mbart), ("search_t5", t5)]
+MODELS = [("search_marian", marian), ("search_bart", bart), ("search_mbart", mbart), ("search_m2m100", m2m100),
+          ("search_t5", t5)]
 SPECIAL = {0, 1, 2, MARIAN_PAD, LANG_SRC, LANG_TGT}
 CONTENT = [i for i in range(VOCAB) if i not in SPECIAL]
 
