@@ -49,7 +49,8 @@ Writes (deterministic):
                                 searched as one padded batch
       <model>.eos_id, pad_id
       <model>.min_top2_margin   the smallest top-1 minus top-2 score over the greedy cases' steps
-      <model>.first_k_cases     how many beam searches first_k changed (reported, may be 0)
+                                (asserted > 1e-4)
+      <model>.first_k_cases     how many beam searches first_k changed (the test needs some in all)
       <model>.cases             a list; each with
         name, options           the generate() keywords (max_new_tokens, num_beams, early_stopping,
                                 length_penalty, num_return_sequences, repetition_penalty,
