@@ -26,3 +26,20 @@ def greedy(model, source, new_tokens):
     margin = min(float(s[0].topk(2).values[0] - s[0].topk(2).values[1]) for s in out.scores[:-1]) \
         if len(out.scores) > 1 else float("inf")
     return ids, margin
+
+
+def train(model, pairs, pad, seed, steps, lr=3e-3):
+    """`steps` Adam steps on (source ids, target ids) pairs, one padded batch (labels -100 past each
+    target), so that a random model's outputs have varied lengths and end with EOS; eval mode after."""
+    torch.manual_seed(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    width_s = max(len(s) for s, _ in pairs)
+    width_t = max(len(t) for _, t in pairs)
+    src = torch.tensor([s + [pad] * (width_s - len(s)) for s, _ in pairs])
+    labels = torch.tensor([t + [-100] * (width_t - len(t)) for _, t in pairs])
+    model.train()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        model(input_ids=src, attention_mask=(src != pad).long(), labels=labels).loss.backward()
+        optimizer.step()
+    model.eval()

@@ -7,6 +7,7 @@
 #include "qkv/autograd/graph.h"
 #include "qkv/core/buffer_pool.h"
 #include "qkv/core/error.h"
+#include "qkv/decoding/greedy.h"
 #include "qkv/decoding/search_steps.h"
 
 namespace qkv::decoding {
@@ -61,20 +62,6 @@ StepRules step_rules(const models::CausalLM& model, const GenerateOptions& o) {
   return r;
 }
 
-// The next token of one row from its logits `z`: the rules applied to a copy when they change
-// anything, then the argmax or a draw.
-int32_t next_token(const float* z, int64_t V, const RowHistory& history, const StepRules& rules, const GenerateOptions& o,
-                   uint64_t key) {
-  const auto step = static_cast<uint64_t>(history.generated.size());
-  std::vector<float> ruled;
-  if (rules.active(static_cast<int64_t>(step))) {
-    ruled.assign(z, z + V);
-    apply_step_rules(ruled.data(), V, history, rules);
-    z = ruled.data();
-  }
-  return o.sample ? sample_token(z, V, o.sampling, o.seed, key, step) : argmax_token(z, V);
-}
-
 // A prompt's self-attention weights as they are produced: per layer (H, capacity, capacity), row q
 // = the q-th token read, filled up to `read` rows.
 struct AttentionRows {
@@ -99,64 +86,98 @@ void take_rows(const std::vector<Tensor>& weights, int64_t i, int64_t pad, int64
   acc.read += rows;
 }
 
-// One batch whose rows all have the same budget `new_tokens` (so the padded prompt plus the budget
-// fits the context). `rows` index the caller's prompts; results go to out[rows[i]].
+// A causal LM as the searches' decoder (beam.h, greedy.h): the prompts are read at once (prefill),
+// then one token a row per step through the key/value cache. With `attention` (greedy and sampled
+// generation) each row's self-attention weights are kept as they are produced, in
+// (*attention)[prompt_of_row[i]] for row i; rows move with reorder.
+class CausalSteps : public DecoderSteps {
+ public:
+  CausalSteps(const models::CausalLM& model, std::vector<std::vector<int32_t>> rows, int64_t new_tokens,
+              nn::KVCacheStorage* kv_storage, std::vector<AttentionRows>* attention = nullptr,
+              std::vector<size_t> prompt_of_row = {})
+      : model_(model),
+        rows_(std::move(rows)),
+        new_tokens_(new_tokens),
+        kv_storage_(kv_storage),
+        attention_(attention),
+        prompt_of_row_(std::move(prompt_of_row)) {}
+
+  Tensor first_logits() override {
+    Tensor logits = on_host(model_.prefill(rows_, new_tokens_, state_, weights_out(), kv_storage_));
+    if (attention_) {
+      const int64_t longest = state_.length, H = model_.config().num_heads;
+      for (size_t i = 0; i < rows_.size(); ++i) {
+        AttentionRows& acc = (*attention_)[prompt_of_row_[i]];
+        const int64_t P = static_cast<int64_t>(rows_[i].size()), cap = P + new_tokens_;
+        for (size_t l = 0; l < weights_.size(); ++l) acc.layers.push_back(Tensor::zeros(Dims{H, cap, cap}));
+        take_rows(weights_, static_cast<int64_t>(i), longest - P, longest - P, P, acc);
+      }
+    }
+    return logits;
+  }
+
+  Tensor next_logits(const std::vector<int32_t>& tokens) override {
+    const auto N = static_cast<int64_t>(tokens.size());
+    Tensor logits = on_host(model_.step(Tensor::from_ids(Dims{N}, tokens), state_, weights_out()));
+    if (attention_)
+      for (size_t i = 0; i < tokens.size(); ++i)
+        take_rows(weights_, static_cast<int64_t>(i), state_.padding[i], 0, 1, (*attention_)[prompt_of_row_[i]]);
+    return logits;
+  }
+
+  void reorder(const std::vector<int64_t>& rows) override {
+    model_.reorder(state_, rows);
+    if (!attention_) return;
+    std::vector<size_t> moved;
+    for (int64_t r : rows) moved.push_back(prompt_of_row_[static_cast<size_t>(r)]);
+    prompt_of_row_ = std::move(moved);
+  }
+
+ private:
+  std::vector<Tensor>* weights_out() { return attention_ ? &weights_ : nullptr; }
+  // The scores and attention weights come back to the host (from a GPU), where tokens are chosen.
+  Tensor on_host(const Var& logits) {
+    for (Tensor& w : weights_) w = w.to(Device::cpu());
+    return logits.value().contiguous().to(Device::cpu());
+  }
+
+  const models::CausalLM& model_;
+  std::vector<std::vector<int32_t>> rows_;
+  int64_t new_tokens_;
+  nn::KVCacheStorage* kv_storage_;
+  std::vector<AttentionRows>* attention_;
+  std::vector<size_t> prompt_of_row_;
+  std::vector<Tensor> weights_;  // the last call's, per layer (N, H, queries, keys)
+  models::GenerationState state_;
+};
+
+// Greedy or sampled generation (greedy.h) of one batch whose rows all have the same budget
+// `new_tokens` (so the padded prompt plus the budget fits the context). `rows` index the caller's
+// prompts; results go to out[rows[i]].
 void generate_batch(const models::CausalLM& model, const std::vector<FittedPrompt>& fitted, const std::vector<size_t>& rows,
                     int64_t new_tokens, const std::vector<uint64_t>& keys, const GenerateOptions& o,
                     const TokenCallback& on_token, std::vector<std::vector<int32_t>>& out,
                     std::vector<AttentionRows>* attention) {
-  const int64_t V = model.output_vocab_size();
-  const int32_t eos = model.config().eos_id;
-  const StepRules rules = step_rules(model, o);
   std::vector<std::vector<int32_t>> prompts;
-  for (size_t r : rows) prompts.push_back(fitted[r].tokens);
-  models::GenerationState state;
-  std::vector<Tensor> weights;
-  std::vector<Tensor>* weights_out = attention ? &weights : nullptr;
-  // The last new token is never fed back, so new_tokens - 1 steps follow the prefill.
-  // The scores and attention weights come back to the host (from a GPU), where tokens are chosen.
-  const auto to_host = [&](const Var& v) {
-    for (Tensor& w : weights) w = w.to(Device::cpu());
-    return v.value().contiguous().to(Device::cpu());
-  };
-  Tensor logits = to_host(model.prefill(prompts, new_tokens, state, weights_out, o.kv_storage.get()));  // (N, V)
-  std::vector<size_t> active = rows;  // state row i is the caller's prompt active[i]
-  if (attention) {
-    const int64_t longest = state.length, H = model.config().num_heads;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      AttentionRows& acc = (*attention)[rows[i]];
-      const int64_t P = static_cast<int64_t>(prompts[i].size()), cap = P + new_tokens;
-      for (size_t l = 0; l < weights.size(); ++l) acc.layers.push_back(Tensor::zeros(Dims{H, cap, cap}));
-      take_rows(weights, static_cast<int64_t>(i), longest - P, longest - P, P, acc);
-    }
+  std::vector<uint64_t> row_keys;
+  for (size_t r : rows) {
+    prompts.push_back(fitted[r].tokens);
+    row_keys.push_back(keys[r]);
   }
-  for (int64_t step = 0;; ++step) {
-    std::vector<int64_t> keep;
-    std::vector<int32_t> fed;
-    for (size_t i = 0; i < active.size(); ++i) {
-      const size_t row = active[i];
-      const float* z = logits.f32() + static_cast<int64_t>(i) * V;
-      const int32_t token = next_token(z, V, {fitted[row].tokens, out[row]}, rules, o, keys[row]);
-      if (o.stop_at_eos && token == eos) continue;
-      out[row].push_back(token);
-      if (on_token) on_token(row, token);
-      if (static_cast<int64_t>(out[row].size()) < new_tokens) {
-        keep.push_back(static_cast<int64_t>(i));
-        fed.push_back(token);
-      }
-    }
-    if (keep.empty()) return;
-    if (keep.size() < active.size()) {
-      model.reorder(state, keep);
-      std::vector<size_t> still;
-      for (int64_t i : keep) still.push_back(active[static_cast<size_t>(i)]);
-      active = std::move(still);
-    }
-    logits = to_host(model.step(Tensor::from_ids(Dims{static_cast<int64_t>(fed.size())}, fed), state, weights_out));
-    if (attention)
-      for (size_t i = 0; i < active.size(); ++i)
-        take_rows(weights, static_cast<int64_t>(i), state.padding[i], 0, 1, (*attention)[active[i]]);
-  }
+  GreedySettings settings;
+  settings.rules = step_rules(model, o);
+  settings.at_limit = BeamLimit::Cut;  // the last new token is never fed back
+  settings.stop_at_eos = o.stop_at_eos;
+  settings.sample = o.sample;
+  settings.sampling = o.sampling;
+  settings.seed = o.seed;
+  settings.log_probs = false;
+  const std::vector<int64_t> limits(rows.size(), new_tokens);
+  CausalSteps decoder(model, prompts, new_tokens, o.kv_storage.get(), attention, rows);
+  TokenChosen heard;
+  if (on_token) heard = [&](size_t b, int32_t token) { on_token(rows[b], token); };
+  std::vector<FoundHypothesis> found = greedy_search_steps(decoder, prompts, limits, row_keys, settings, heard);
+  for (size_t b = 0; b < rows.size(); ++b) out[rows[b]] = std::move(found[b].hypothesis.tokens);
 }
 
 }  // namespace
@@ -189,30 +210,6 @@ std::map<int64_t, std::vector<size_t>, std::greater<int64_t>> by_budget(const st
     if (fitted[i].new_tokens > 0) groups[fitted[i].new_tokens].push_back(i);
   return groups;
 }
-
-// A causal LM as beam search's decoder (beam.h): the prompts are read at once (prefill), then one
-// token a row per step through the key/value cache.
-class CausalSteps : public DecoderSteps {
- public:
-  CausalSteps(const models::CausalLM& model, std::vector<std::vector<int32_t>> rows, int64_t new_tokens,
-              nn::KVCacheStorage* kv_storage)
-      : model_(model), rows_(std::move(rows)), new_tokens_(new_tokens), kv_storage_(kv_storage) {}
-  Tensor first_logits() override {
-    return on_host(model_.prefill(rows_, new_tokens_, state_, nullptr, kv_storage_));
-  }
-  Tensor next_logits(const std::vector<int32_t>& tokens) override {
-    return on_host(model_.step(Tensor::from_ids(Dims{static_cast<int64_t>(tokens.size())}, tokens), state_));
-  }
-  void reorder(const std::vector<int64_t>& rows) override { model_.reorder(state_, rows); }
-
- private:
-  static Tensor on_host(const Var& logits) { return logits.value().contiguous().to(Device::cpu()); }
-  const models::CausalLM& model_;
-  std::vector<std::vector<int32_t>> rows_;
-  int64_t new_tokens_;
-  nn::KVCacheStorage* kv_storage_;
-  models::GenerationState state_;
-};
 
 // Beam search of the prompts `group` (of one budget), each read beam_size times; results to out.
 void beam_batch(const models::CausalLM& model, const std::vector<FittedPrompt>& fitted, const std::vector<size_t>& group,

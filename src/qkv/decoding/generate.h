@@ -1,11 +1,11 @@
 // Text generation with a decoder-only model (models::CausalLM), batched over prompts.
 //
 // Each batch runs the prompts at once (prefill, left-padded to the longest) and then one token per
-// step through the key/value cache; a row that finishes (EOS or its token budget) is dropped from
-// the state with reorder(), so finished sequences cost nothing. The next token is the argmax
-// (greedy) or a draw (decoding/sampling.h) keyed by (seed, the row's line key, the new token's
-// index): a line's output depends on the seed, its key and the model only, not on the thread
-// count or on which other prompts share its batch.
+// step through the key/value cache, in the searches every family shares (greedy.h, beam.h); a row
+// that finishes (EOS or its token budget) is dropped from the state with reorder(), so finished
+// sequences cost nothing. The next token is the argmax (greedy) or a draw (decoding/sampling.h)
+// keyed by (seed, the row's line key, the new token's index): a line's output depends on the seed,
+// its key and the model only, not on the thread count or on which other prompts share its batch.
 //
 // The context: a prompt and its new tokens never exceed the model's max_seq_length.
 //   - A prompt that leaves no room for one new token (length >= max_seq_length) is refused, or with

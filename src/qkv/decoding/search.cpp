@@ -8,6 +8,7 @@
 #include <string>
 
 #include "qkv/core/buffer_pool.h"
+#include "qkv/decoding/greedy.h"
 #include "qkv/decoding/search_steps.h"
 #include "qkv/ops/ops.h"
 
@@ -244,23 +245,8 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   return out;
 }
 
-namespace {
-
-// Greedy and sampled search's choice for one row: the argmax of the log-probabilities after the
-// rules, or, when the rules or a draw need the logits (`logits` non-null), the argmax of / a draw
-// from the logits after the rules, as transformers' greedy search and sampling choose.
-int32_t choose_token(const StepScores& s, const float* logits, int64_t row, const RowView& view, const StepRules& rules,
-                     const SearchOptions& o, uint64_t line_key) {
-  if (!logits) return s.top[static_cast<size_t>(row)].token.empty() ? rules.eos_id : s.top[static_cast<size_t>(row)].token[0];
-  const int64_t V = s.log_probs.size(1);
-  std::vector<float> z(logits + row * V, logits + (row + 1) * V);
-  apply_step_rules(z.data(), V, view.history, rules, view.at_limit);
-  const auto step = static_cast<uint64_t>(view.history.generated.size());
-  return o.do_sample ? sample_token(z.data(), V, o.sampling, o.seed, line_key, step) : argmax_token(z.data(), V);
-}
-
-}  // namespace
-
+// Greedy search and sampling (greedy.h) with the decoder as DecoderSteps, as beam_search: the rules
+// read each sentence's decoder start and its tokens, and at the length limit EOS follows.
 std::vector<Hypothesis> greedy_search(const models::Transformer& model, const std::vector<data::IdLine>& sources,
                                       const SearchOptions& o, const std::vector<uint64_t>& line_keys) {
   SearchOptions greedy = o;
@@ -272,61 +258,30 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   NoGradGuard no_grad;
   const ScopedCacheLimit step_buffers(kStepBuffersKept);
   const auto& c = model.config();
-  const int64_t B = static_cast<int64_t>(sources.size());
   int64_t max_limit = 0;
-  const std::vector<int64_t> limit = output_limits(model, sources, o, max_limit);
-  const StepRules rules = step_rules(c, o);
-  const std::vector<int32_t> context{static_cast<int32_t>(c.bos_id)};
-  const bool need_logits = o.do_sample || rules.constraints.repetition_penalty != 1.0f;
-  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o);
-  std::vector<Hypothesis> hyps(B);
-  std::vector<int64_t> active(B);  // row i decodes sentence active[i]
-  std::iota(active.begin(), active.end(), int64_t{0});
-  std::vector<int64_t> ended_row(B), ended_step(B);
-  Tensor logits = dec.first_logits();
-  for (int64_t t = 0;; ++t) {
-    const auto view_of = [&](int64_t row) {
-      const int64_t b = active[static_cast<size_t>(row)];
-      return RowView{{context, hyps[b].tokens}, t == limit[b]};
-    };
-    const Tensor raw = need_logits ? logits.clone() : Tensor();
-    const StepScores s = score_step(std::move(logits), rules, 1, view_of);
-    std::vector<Continuing> going_on;
-    for (size_t i = 0; i < active.size(); ++i) {
-      const int64_t b = active[i], row = static_cast<int64_t>(i);
-      Hypothesis& h = hyps[b];
-      const uint64_t key = line_keys.empty() ? static_cast<uint64_t>(b) : line_keys[b];
-      // At the limit only EOS may follow, as in beam search.
-      const int32_t v = t == limit[b] ? rules.eos_id : choose_token(s, need_logits ? raw.f32() : nullptr, row, view_of(row), rules, o, key);
-      h.log_prob += s.row(row)[v];
-      if (v == rules.eos_id) {
-        h.finished = true;
-        ended_row[b] = row;
-        ended_step[b] = t;
-        continue;
-      }
-      h.tokens.push_back(v);
-      going_on.push_back({b, row, {row}, {}, {v}});
-    }
-    if (going_on.empty()) break;
-    const bool some_ended = going_on.size() < active.size();
-    std::vector<int64_t> rows;
-    std::vector<int32_t> next;
-    active.clear();
-    for (const Continuing& go : in_new_places(std::move(going_on))) {
-      active.push_back(go.sentence);
-      rows.push_back(go.rows[0]);
-      next.push_back(go.token[0]);
-    }
-    if (some_ended) dec.reorder(rows);
-    logits = dec.next_logits(next);
+  const std::vector<int64_t> limits = output_limits(model, sources, o, max_limit);
+  std::vector<uint64_t> keys = line_keys;
+  if (keys.empty()) {
+    keys.resize(sources.size());
+    std::iota(keys.begin(), keys.end(), uint64_t{0});
   }
-  for (int64_t b = 0; b < B; ++b) {
-    Hypothesis& h = hyps[b];
-    h.score = normalised(h.log_prob, h.tokens.size() + 1, o.length_penalty);
+  GreedySettings settings;
+  settings.rules = step_rules(c, o);
+  settings.at_limit = BeamLimit::EndWithEos;
+  settings.sample = o.do_sample;
+  settings.sampling = o.sampling;
+  settings.seed = o.seed;
+  settings.length_penalty = o.length_penalty;
+  StepDecoder dec(model, data::pad_batch(sources, c.pad_id), 1, max_limit + 1, o);
+  const std::vector<std::vector<int32_t>> contexts(sources.size(), {static_cast<int32_t>(c.bos_id)});
+  std::vector<FoundHypothesis> found = greedy_search_steps(dec, contexts, limits, keys, settings);
+  std::vector<Hypothesis> hyps;
+  for (size_t b = 0; b < found.size(); ++b) {
+    hyps.push_back(std::move(found[b].hypothesis));
     // Every greedy hypothesis ends with EOS (forced at the limit).
     if (o.attention)
-      h.attention = dec.attention_of(ended_row[b], ended_step[b], static_cast<int64_t>(sources[b].size()), b);
+      hyps.back().attention = dec.attention_of(found[b].row, found[b].step, static_cast<int64_t>(sources[b].size()),
+                                               static_cast<int64_t>(b));
   }
   return hyps;
 }

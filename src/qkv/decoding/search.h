@@ -1,6 +1,7 @@
 // Translation search over a Transformer: greedy, sampling and beam search, batched over sentences.
-// Beam search is the one of every family (beam.h), the token rules those of constraints.h and the
-// draws those of sampling.h, which a causal LM's generation (generate.h) uses too.
+// Greedy search and sampling (greedy.h) and beam search (beam.h) are those of every family, the
+// token rules those of constraints.h and the draws those of sampling.h, which a causal LM's
+// generation (generate.h) uses too.
 //
 // All run the decoder incrementally: the encoder output is projected to cross-attention keys and
 // values once, and self-attention keys/values of decoded positions are cached (use_cache = false
