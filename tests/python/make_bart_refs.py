@@ -46,7 +46,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from seq2seq_refs import greedy, log_probs  # noqa: E402
+from seq2seq_refs import greedy, log_probs, train  # noqa: E402
 
 try:
     import transformers
@@ -83,21 +83,6 @@ def id_pairs(seed, count, mbart, content):
     return pairs
 
 
-def train(model, pairs, seed):
-    torch.manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    width_s = max(len(s) for s, _ in pairs)
-    width_t = max(len(t) for _, t in pairs)
-    src = torch.tensor([s + [PAD] * (width_s - len(s)) for s, _ in pairs])
-    labels = torch.tensor([t + [-100] * (width_t - len(t)) for _, t in pairs])
-    model.train()
-    for _ in range(TRAIN_STEPS):
-        optimizer.zero_grad()
-        model(input_ids=src, attention_mask=(src != PAD).long(), labels=labels).loss.backward()
-        optimizer.step()
-    model.eval()
-
-
 def make_tokenizer(out_dir):
     """BART's tokenizer: byte-level BPE (<s> <pad> </s> <unk> <mask> first, as BART's ids), saved as
     BartTokenizerFast does (tokenizer.json with RobertaProcessing, vocab.json, merges.txt)."""
@@ -124,7 +109,7 @@ def make_model(mbart, seed, pairs, vocab):
         model = BartForConditionalGeneration(BartConfig(scale_embedding=False, **sizes))
     with torch.no_grad():
         model.final_logits_bias.normal_(0, 0.1)
-    train(model, pairs, seed + 1)
+    train(model, pairs, PAD, seed + 1, TRAIN_STEPS)
     return model
 
 
