@@ -121,7 +121,7 @@ void ModelSlot::start_completion(decoding::ContinuousGeneration& gen, Rows& rows
   o.seed = r.seed;
   o.stop_at_eos = !r.ignore_eos;
   o.min_new_tokens = r.rules.min_tokens;
-  o.constraints = {static_cast<float>(r.rules.repetition_penalty), r.rules.no_repeat_ngram_size};
+  o.constraints = r.rules.constraints();
   decoding::GenerateOptions fitting;
   fitting.max_new_tokens = r.max_tokens;
   const bool needs_text = job->kind == JobKind::Stream || !r.stop.empty();
@@ -160,7 +160,7 @@ void ModelSlot::run_beam_completion(const std::shared_ptr<Job>& job) {
   o.decode.num_hypotheses = static_cast<int>(r.n);
   o.decode.length_penalty = static_cast<float>(r.length_penalty);
   o.decode.min_new_tokens = r.rules.min_tokens;
-  o.decode.constraints = {static_cast<float>(r.rules.repetition_penalty), r.rules.no_repeat_ngram_size};
+  o.decode.constraints = r.rules.constraints();
   try {
     decoding::validate_generate_options(o.decode, generator_->vocab_size());
     const auto results = generator_->generate_hypotheses_ids(job->inputs, o);

@@ -433,8 +433,7 @@ int64_t ModelSlot::run_translation(const std::vector<std::shared_ptr<Job>>& batc
     o.search.max_length_ratio = 0;
     o.search.max_length_offset = std::min<int64_t>(*r.max_length, context_ - 1);
   }
-  o.search.constraints.repetition_penalty = static_cast<float>(r.rules.repetition_penalty);
-  o.search.constraints.no_repeat_ngram_size = r.rules.no_repeat_ngram_size;
+  o.search.constraints = r.rules.constraints();
   // transformers' min_length counts the decoder's start token: N new tokens are a length of N + 1.
   o.search.min_length = r.rules.min_tokens > 0 ? r.rules.min_tokens + 1 : 0;
   const auto results = translator_->translate_ids(concatenated(batch), o);

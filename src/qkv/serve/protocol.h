@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/decoding/constraints.h"
+
 namespace qkv::serve {
 
 // An answer that is an error: the HTTP status and OpenAI's error object
@@ -43,6 +45,10 @@ struct TokenRules {
   int64_t min_tokens = 0;            // EOS is refused before this many new tokens; 0 = off
   // The rules as text, for the batch keys of requests that must share them.
   std::string key() const;
+  // repetition_penalty and no_repeat_ngram_size as every search takes them.
+  decoding::TokenConstraints constraints() const {
+    return {static_cast<float>(repetition_penalty), no_repeat_ngram_size};
+  }
 };
 
 // POST /v1/completions (decoder-only models).
