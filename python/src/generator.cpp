@@ -129,6 +129,23 @@ class PieceStream {
   std::atomic<bool> cancelled_{false};
   std::thread worker_;
 };
+// Checks prompts (ids) against the context as `o` says; an error names "prompt N" and says how to
+// turn truncation on.
+void check_prompt_ids(const api::Generator& g, const std::vector<std::vector<int32_t>>& ids,
+                      const api::GenerationOptions& o) {
+  g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
+                  "truncate_prompt=True keeps its last tokens");
+}
+
+// Each text prompt's ids (bos_id first), checked as above.
+std::vector<std::vector<int32_t>> checked_prompt_ids(const api::Generator& g, const std::vector<std::string>& prompts,
+                                                     const api::GenerationOptions& o) {
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& p : prompts) ids.push_back(g.encode_prompt(p));
+  check_prompt_ids(g, ids, o);
+  return ids;
+}
+
 // A stream of one prompt's continuation (generate(stream=True) and generate_tokens), after the
 // prompt's check; `self` is the Generator, kept alive by the stream.
 py::object piece_stream(py::object self, const std::string& prompt, const api::GenerationOptions& o) {
@@ -262,11 +279,7 @@ void bind_generator(py::module_& m) {
               return piece_stream(self, prompts[0], o);
             }
             if (o.decode.num_hypotheses > 1) {
-              std::vector<std::vector<int32_t>> ids;
-              for (const std::string& p : prompts) ids.push_back(g.encode_prompt(p));
-              g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
-                              "truncate_prompt=True keeps its last tokens");
-              auto hypotheses = n_best(g, ids, o);
+              auto hypotheses = n_best(g, checked_prompt_ids(g, prompts, o), o);
               return single ? py::cast(hypotheses[0]) : py::cast(hypotheses);
             }
             std::vector<std::string> out;
@@ -297,10 +310,7 @@ void bind_generator(py::module_& m) {
             const auto o = with_extras(generation_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
                                                           truncate_prompt, max_batch_size),
                                        SearchExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
-            std::vector<std::vector<int32_t>> ids;
-            for (const std::string& p : prompts) ids.push_back(g.encode_prompt(p));
-            g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
-                            "truncate_prompt=True keeps its last tokens");
+            const auto ids = checked_prompt_ids(g, prompts, o);
             std::vector<GenerationResult> results;
             if (beam_search(o)) {
               for (auto& hypotheses : n_best(g, ids, o)) {
@@ -357,8 +367,7 @@ void bind_generator(py::module_& m) {
                                                           truncate_prompt, batch_size),
                                        SearchExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
             const auto ids = to_id_lines(prompts, "prompt");
-            g.check_prompts(ids, o, [](size_t i) { return "prompt " + std::to_string(i + 1); },
-                            "truncate_prompt=True keeps its last tokens");
+            check_prompt_ids(g, ids, o);
             if (o.decode.num_hypotheses > 1) return py::cast(n_best(g, ids, o));
             std::vector<std::vector<int32_t>> out;
             {
