@@ -261,9 +261,7 @@ std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const 
     }
     return best;
   }
-  std::vector<uint64_t> keys = line_keys;
-  if (keys.empty())
-    for (size_t i = 0; i < prompts.size(); ++i) keys.push_back(i);
+  const std::vector<uint64_t> keys = keys_or_indices(line_keys, prompts.size());
   const std::vector<FittedPrompt> fitted = fit_prompts(model, prompts, o);
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::vector<AttentionRows> rows_read(attention ? prompts.size() : 0);

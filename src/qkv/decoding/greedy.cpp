@@ -91,6 +91,13 @@ class GreedyRows {
 
 }  // namespace
 
+std::vector<uint64_t> keys_or_indices(const std::vector<uint64_t>& line_keys, size_t n) {
+  if (!line_keys.empty()) return line_keys;
+  std::vector<uint64_t> keys(n);
+  std::iota(keys.begin(), keys.end(), uint64_t{0});
+  return keys;
+}
+
 std::vector<FoundHypothesis> greedy_search_steps(DecoderSteps& decoder, const std::vector<std::vector<int32_t>>& contexts,
                                                  const std::vector<int64_t>& limits, const std::vector<uint64_t>& keys,
                                                  const GreedySettings& g, const TokenChosen& on_token) {

@@ -31,6 +31,9 @@ struct GreedySettings {
   float length_penalty = 1.0f;
 };
 
+// Each line's random-stream key: `line_keys` as given, or, when empty, 0, 1, ..., n - 1.
+std::vector<uint64_t> keys_or_indices(const std::vector<uint64_t>& line_keys, size_t n);
+
 // Hears row `sentence`'s tokens as they are chosen (not the EOS that ends it).
 using TokenChosen = std::function<void(size_t sentence, int32_t token)>;
 

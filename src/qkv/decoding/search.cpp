@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <numeric>
 #include <string>
 
 #include "qkv/core/buffer_pool.h"
@@ -260,11 +259,7 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
   const auto& c = model.config();
   int64_t max_limit = 0;
   const std::vector<int64_t> limits = output_limits(model, sources, o, max_limit);
-  std::vector<uint64_t> keys = line_keys;
-  if (keys.empty()) {
-    keys.resize(sources.size());
-    std::iota(keys.begin(), keys.end(), uint64_t{0});
-  }
+  const std::vector<uint64_t> keys = keys_or_indices(line_keys, sources.size());
   GreedySettings settings;
   settings.rules = step_rules(c, o);
   settings.at_limit = BeamLimit::EndWithEos;
