@@ -118,15 +118,18 @@ def compare(args, name, refs_file, tmp):
         ours = qkv_beam(args.qkv, ckpt, sources, args.beam, penalty, args.limit)
         same = sum(a == b for a, b in zip(ours, theirs))
         print(f"{name}, length penalty {penalty:g}: {same}/{len(sources)} identical")
+        differ = [i for i in range(len(sources)) if ours[i] != theirs[i]]
+        # qkv's log-probabilities of CTranslate2's hypotheses: its scores at length penalty 0 (plain
+        # log-probabilities there) must equal them, and a differing hypothesis is judged by them.
+        their_lp = score(theirs) if penalty == 0 or differ else []
         if penalty == 0:
-            for i, lp in enumerate(score(theirs)):
+            for i, lp in enumerate(their_lp):
                 if not close(lp, results[i].scores[0], CT2_SCORE_TOLERANCE):
                     failures.append(f"{name} source {i}: CTranslate2 scores its hypothesis {results[i].scores[0]:.5f}, "
                                     f"qkv {lp:.5f}: not the same model")
-        differ = [i for i in range(len(sources)) if ours[i] != theirs[i]]
         if not differ:
             continue
-        mine_lp, their_lp = score(ours), score(theirs)
+        mine_lp = score(ours)
         for i in differ:
             print(f"  source {i}: qkv {len(ours[i])} tokens, log-prob {mine_lp[i]:.4f}; CTranslate2 {len(theirs[i])} "
                   f"tokens, log-prob by qkv {their_lp[i]:.4f}, its own score {results[i].scores[0]:.4f}")
