@@ -54,6 +54,25 @@ def vocab_size(a):
     return 1000 if a.tiny else 58101
 
 
+def product_gflop(hf_dir, src_path, out_path, beam):
+    """A lower bound on the matrix-product work of the translation, in GFLOP, from the model's
+    config.json, the source lengths and the output lengths: the encoder's layers per source token;
+    the decoder's layers (self-attention's four projections, cross-attention's query and output, the
+    feed-forward pair) and the output layer per generated token and beam; the encoder output's keys
+    and values once per sentence. Attention's own score and value products are left out (small at
+    these lengths), and so is the step that ends each hypothesis."""
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        c = json.load(f)
+    d, vocab = c["d_model"], c["vocab_size"]
+    encoder_per_token = c["encoder_layers"] * (4 * d * d + 2 * d * c["encoder_ffn_dim"])
+    cross_kv_per_token = c["decoder_layers"] * 2 * d * d
+    decoder_per_row = c["decoder_layers"] * (6 * d * d + 2 * d * c["decoder_ffn_dim"]) + d * vocab
+    source_tokens = tp.count_tokens(src_path)
+    output_tokens = tp.count_tokens(out_path)
+    macs = source_tokens * (encoder_per_token + cross_kv_per_token) + output_tokens * beam * decoder_per_row
+    return 2 * macs / 1e9
+
+
 # ------------------------------------------------------------------ peer side (the venv's Python) ---
 
 def make_model(a):
@@ -171,6 +190,25 @@ def tp_read_ids(path):
 
 # ---------------------------------------------------------------------------------- the driver ---
 
+def print_product_bound(a, src, out, tps, ceilings):
+    """What the float32 tokens/s can be at most on this machine: the products' work at the SGEMM
+    ceiling measured before and after the rounds, against each peer's rate (issue 35's 4x
+    transformers in float32 is above it where transformers runs near the ceiling itself)."""
+    gflop = product_gflop(os.path.join(a.work, "hf"), src, out["qkv"], a.beam)
+    tokens = tp.count_tokens(out["qkv"])
+    print(f"matrix products (a lower bound, from config.json and the lengths): {gflop:.1f} GFLOP, "
+          f"{gflop / tokens * 1e3:.0f} MFLOP an output token; qkv float32 ran them at "
+          f"{gflop / (tokens / tps['qkv']):.0f} GFLOP/s")
+    known = [c for c in ceilings if c is not None]
+    if not known:
+        return
+    best = max(known)
+    bound = tokens / (gflop / best)
+    print(f"SGEMM ceiling (OpenBLAS, {a.threads} threads) before and after the rounds: " +
+          " and ".join(f"{c:.0f}" for c in known) + f" GFLOP/s: float32 at the higher one is at most "
+          f"{bound:.1f} tokens/s" + "".join(f", {bound / tps[p]:.2f}x {p}" for p in tps if not p.startswith("qkv")))
+
+
 def cpu_model():
     out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     m = re.search(r"Model name:\s*(.+)", out)
@@ -225,6 +263,7 @@ def main():
         for _ in range(a.sentences):
             f.write(" ".join(str(rng.randrange(2, PAD)) for _ in range(rng.randint(5, 40))) + f" {EOS}\n")
 
+    ceilings = [tp.sgemm_ceiling(a.qkv, a.threads)]
     types = a.compute_types.split(",")
     if types[0] != "float32":
         ap.error("--compute-types must start with float32")
@@ -245,6 +284,7 @@ def main():
                 report = json.loads(tp.run_child(me + ["--peer", name, "--ids", src, "--out", out[p]]).stdout)
                 secs[p].append(report["seconds"])
         print(f"round {r + 1}/{a.runs}: " + ", ".join(f"{p} {secs[p][-1]:.2f} s" for p in peers), file=sys.stderr)
+    ceilings.append(tp.sgemm_ceiling(a.qkv, a.threads))
 
     shape = "a small Marian (d_model 64, 2 + 2 layers" if a.tiny else "a Marian of OPUS-MT's shape (d_model 512, 6 + 6 layers"
     print(f"{shape}, vocabulary {VOCAB}, random weights), "
@@ -255,6 +295,7 @@ def main():
         tokens, s = tp.count_tokens(out[p]), statistics.median(secs[p])
         tps[p] = tokens / s
         print(f"{p:<13} {tokens:>7} tokens {s:>8.2f} s {tps[p]:>9.1f} tokens/s")
+    print_product_bound(a, src, out, tps, ceilings)
     distinct = len(set(tp.read_lines(out["qkv"])))
     print(f"qkv float32 wrote {distinct} distinct output line(s)" +
           (": the random model repeats one token, so the agreement below says nothing about the search "

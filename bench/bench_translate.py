@@ -32,7 +32,6 @@ each of --runs rounds and the medians are printed.
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -85,17 +84,6 @@ def better_of_differing(qkv, checkpoint, work, src_path, a_path, b_path, alpha, 
     return len(rows), a_wins, b_wins
 
 
-def sgemm_ceiling(qkv, threads):
-    """GFLOP/s of OpenBLAS SGEMM now (the machine's speed moves between runs), or None when the bench
-    binary next to the qkv CLI was not built."""
-    binary = os.path.join(os.path.dirname(os.path.abspath(qkv)), "bench", "bench_int8_gemm")
-    if not os.path.exists(binary):
-        return None
-    run = subprocess.run([binary, "--sgemm-ceiling", "--threads", str(threads)], capture_output=True, text=True)
-    m = re.search(r"sgemm ceiling ([\d.]+) GFLOP/s", run.stdout)
-    return float(m.group(1)) if m else None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--checkpoint", required=True, help="qkv encoder-decoder checkpoint directory")
@@ -128,7 +116,7 @@ def main():
     with open(first, "w") as f:
         f.write(next(line for line in tp.read_lines(src) if line.strip()) + "\n")
 
-    ceilings = [sgemm_ceiling(a.qkv, a.threads)]
+    ceilings = [tp.sgemm_ceiling(a.qkv, a.threads)]
     ct2_peers = [] if a.no_ct2 else ["ct2 float32", "ct2 int8"]
     peers = ["qkv", "qkv int8"] + ct2_peers
     out = {p: os.path.join(work, p.replace(" ", "-") + ".ids") for p in peers}
@@ -153,7 +141,7 @@ def main():
             over[p] = report["over_limit"]
             rss[p].append(run.maxrss_mb)
         print(f"round {r + 1}/{a.runs}: " + ", ".join(f"{p} {secs[p][-1]:.2f} s" for p in peers), file=sys.stderr)
-    ceilings.append(sgemm_ceiling(a.qkv, a.threads))
+    ceilings.append(tp.sgemm_ceiling(a.qkv, a.threads))
 
     print(f"checkpoint {a.checkpoint}, input {a.input} ({len(tp.read_lines(src))} lines), beam {a.beam}, "
           f"batches of {a.batch_size}, {a.threads} threads, median of {a.runs} runs")

@@ -6,7 +6,8 @@
 # batches of tokens, so the same compute). Each model's last checkpoint is scored on each of its
 # tasks' dev split (BLEU; accuracy), into its metrics.jsonl ("task_eval" records) and a table.
 #
-# Usage: [STEPS=2400] [WARMUP=800] [VOCAB=4000] [MODELS="all es_en en_es classes"] [QKV_THREADS=N] \
+# Usage: [STEPS=2400] [WARMUP=800] [VOCAB=4000] [LAYERS=4] [BATCH_TOKENS=6000] [VALID_EVERY=600] \
+#        [MODELS="all es_en en_es classes"] [QKV_THREADS=N] \
 #        bench/t5_text_to_text.sh [OUT]          (default OUT: runs/t5_text_to_text)
 # Each model trains with the linear schedule (800 warm-up steps to lr 1e-3, then to 0 at STEPS), so
 # its last checkpoint is the annealed one; a model whose OUT/NAME/last already holds STEPS steps is
@@ -22,6 +23,9 @@ QKV=build/qkv
 STEPS=${STEPS:-2400}
 WARMUP=${WARMUP:-800}
 VOCAB=${VOCAB:-4000}
+LAYERS=${LAYERS:-4}
+BATCH_TOKENS=${BATCH_TOKENS:-6000}
+VALID_EVERY=${VALID_EVERY:-600}
 MODELS=${MODELS:-all es_en en_es classes}
 THREADS=${QKV_THREADS:-$(nproc)}
 PY=/usr/bin/python3
@@ -48,13 +52,13 @@ train() {  # train NAME TSV VALID_TASK
   local dir="$OUT/$1" resume=()
   if [ "$(steps_done "$dir")" -ge "$STEPS" ]; then echo "$1: $STEPS steps already trained"; return; fi
   [ -f "$dir/last/train_state.json" ] && resume=(--resume "$dir")
-  echo "== training $1 ($STEPS steps, $THREADS threads)"
+  echo "== training $1 ($STEPS steps, $LAYERS + $LAYERS layers, batches of $BATCH_TOKENS tokens, $THREADS threads)"
   local start=$(date +%s)
   "$QKV" train --tsv "$2" --valid-src "$OUT/tasks/dev.$3.src" --valid-tgt "$OUT/tasks/dev.$3.tgt" \
     ${resume[@]+"${resume[@]}"} --output-dir "$dir" --config "$OUT/t5.json" --threads "$THREADS" \
-    --spm-vocab "$VOCAB" --max-seq-length 200 --d-model 256 --heads 4 --layers 4 --d-ff 1024 --dropout 0.1 \
+    --spm-vocab "$VOCAB" --max-seq-length 200 --d-model 256 --heads 4 --layers "$LAYERS" --d-ff 1024 --dropout 0.1 \
     --schedule linear --lr 1e-3 --warmup "$WARMUP" --steps "$STEPS" --label-smoothing 0.1 --clip-norm 1.0 \
-    --max-batch-tokens 6000 --valid-every 600 --valid-bleu-sentences 300 --log-every 50
+    --max-batch-tokens "$BATCH_TOKENS" --valid-every "$VALID_EVERY" --valid-bleu-sentences 300 --log-every 50
   echo "$1: trained in $(( $(date +%s) - start )) s"
 }
 

@@ -101,3 +101,14 @@ def identical_lines(a_path, b_path):
     if len(a) != len(b):
         sys.exit(f"{a_path} has {len(a)} lines, {b_path} {len(b)}")
     return sum(x == y for x, y in zip(a, b)), len(a)
+
+
+def sgemm_ceiling(qkv, threads):
+    """GFLOP/s of OpenBLAS SGEMM now (the machine's speed moves between runs), or None when the bench
+    binary next to the qkv CLI was not built."""
+    binary = os.path.join(os.path.dirname(os.path.abspath(qkv)), "bench", "bench_int8_gemm")
+    if not os.path.exists(binary):
+        return None
+    run = subprocess.run([binary, "--sgemm-ceiling", "--threads", str(threads)], capture_output=True, text=True)
+    m = re.search(r"sgemm ceiling ([\d.]+) GFLOP/s", run.stdout)
+    return float(m.group(1)) if m else None

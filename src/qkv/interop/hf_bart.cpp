@@ -71,12 +71,7 @@ std::unique_ptr<models::Transformer> load_hf_bart(const std::string& hf_dir, HfC
   const std::string weights_path = hf_weights_path(hf_dir);
   std::vector<std::string> notes;
   const TransformerConfig c = hf_bart_config(hf_dir, &notes);
-  std::unique_ptr<models::Transformer> model;
-  {
-    const nn::SkipRandomInitGuard no_init;  // every parameter is read below
-    model = std::make_unique<models::Transformer>(c, 0);
-  }
-  model->eval();
+  std::unique_ptr<models::Transformer> model = transformer_to_read(c);
   const bool mbart = c.norm == models::NormPosition::Pre;
   HfWeights w(weights_path, {"model."}, nullptr,
               mbart ? "mBART's translation model (MBartForConditionalGeneration)"

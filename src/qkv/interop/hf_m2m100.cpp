@@ -56,12 +56,7 @@ std::unique_ptr<models::Transformer> load_hf_m2m100(const std::string& hf_dir, H
   const std::string weights_path = hf_weights_path(hf_dir);
   std::vector<std::string> notes;
   const TransformerConfig c = hf_m2m100_config(hf_dir, &notes);
-  std::unique_ptr<models::Transformer> model;
-  {
-    const nn::SkipRandomInitGuard no_init;  // every parameter is read below
-    model = std::make_unique<models::Transformer>(c, 0);
-  }
-  model->eval();
+  std::unique_ptr<models::Transformer> model = transformer_to_read(c);
   HfWeights w(weights_path, {"model."}, nullptr, "M2M100's translation model (M2M100ForConditionalGeneration)");
   Seq2SeqWeightReader reader(w, c);
   reader.embeddings(*model);  // no final_logits_bias in M2M100: the output bias is zero

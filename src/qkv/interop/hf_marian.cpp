@@ -63,12 +63,7 @@ std::unique_ptr<models::Transformer> load_hf_marian(const std::string& hf_dir, H
   const std::string weights_path = hf_weights_path(hf_dir);
   std::vector<std::string> notes;
   const TransformerConfig c = hf_marian_config(hf_dir, &notes);
-  std::unique_ptr<models::Transformer> model;
-  {
-    const nn::SkipRandomInitGuard no_init;  // every parameter is read below
-    model = std::make_unique<models::Transformer>(c, 0);
-  }
-  model->eval();
+  std::unique_ptr<models::Transformer> model = transformer_to_read(c);
   HfWeights w(weights_path, {"model."}, nullptr, "Marian's translation model (MarianMTModel)");
   Seq2SeqWeightReader reader(w, c);
   reader.embeddings(*model);

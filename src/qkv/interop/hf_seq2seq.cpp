@@ -137,6 +137,16 @@ void check_bad_words(const std::string& hf_dir, const HfConfigReader& r, const T
   if (notes) notes->push_back("bad_words_ids " + bad.dump() + ": the pad id, which qkv's search never chooses");
 }
 
+std::unique_ptr<models::Transformer> transformer_to_read(const TransformerConfig& c) {
+  std::unique_ptr<models::Transformer> model;
+  {
+    const nn::SkipRandomInitGuard no_init;
+    model = std::make_unique<models::Transformer>(c, 0);
+  }
+  model->eval();
+  return model;
+}
+
 void Seq2SeqWeightReader::linear(const std::string& hf, nn::Linear& l, int64_t out, int64_t in) {
   copy_into(w_.take(hf + ".weight", {out, in}, "nn.Linear (out, in)"), 0, l.weight.value());
   copy_into(w_.take(hf + ".bias", {out}, "out features"), 0, l.bias.value());

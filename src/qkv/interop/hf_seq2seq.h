@@ -46,6 +46,10 @@ void check_bad_words(const std::string& hf_dir, const HfConfigReader& r, const m
 void read_special_ids(const std::string& hf_dir, const HfConfigReader& r, models::TransformerConfig& c,
                       std::vector<std::string>* notes);
 
+// A Transformer of config `c` in eval mode whose parameters are left uninitialised: the importer
+// reads every one (HfWeights::expect_all_taken says when one was not).
+std::unique_ptr<models::Transformer> transformer_to_read(const models::TransformerConfig& c);
+
 // Reads the tensors named above into a model built from the config.
 class Seq2SeqWeightReader {
  public:

@@ -178,12 +178,7 @@ std::unique_ptr<models::Transformer> load_hf_t5(const std::string& hf_dir, HfCon
   const std::string weights_path = hf_weights_path(hf_dir);
   std::vector<std::string> notes;
   const TransformerConfig c = hf_t5_config(hf_dir, &notes);
-  std::unique_ptr<models::Transformer> model;
-  {
-    const nn::SkipRandomInitGuard no_init;  // every parameter is read below
-    model = std::make_unique<models::Transformer>(c, 0);
-  }
-  model->eval();
+  std::unique_ptr<models::Transformer> model = transformer_to_read(c);
   HfWeights w(weights_path, {}, nullptr, "T5's model (T5ForConditionalGeneration)");
   T5WeightReader reader(w, c);
   read_t5_embeddings(w, reader, c, *model);
