@@ -6,7 +6,7 @@ across requests on (the default; completions: continuous batching) and off (--ma
 in one run, and for translations CTranslate2 behind a FastAPI server (bench/ct2_server.py) on the
 same weights as a peer.
 
-    bench/bench_serve.py [--qkv build/qkv] [--clients 32] [--requests 256] [--route translations|completions]
+    bench/bench_serve.py [--qkv build/qkv] [--clients 32] [--requests 1024] [--route translations|completions]
                          [--checkpoint DIR] [--threads 2] [--max-tokens 32] [--stream] [--stop-at-eos] [--rate R]
                          [--no-ct2] [--venv build/bench-venv] [--compute-type float32] [--shape small|tiny]
 
@@ -230,12 +230,29 @@ def ct2_server(venv: str, checkpoint: str, threads: int, compute_type: str, work
                    "--threads", str(threads), "--compute-type", compute_type], "CTranslate2 behind FastAPI")
 
 
+def batch_counts(server: Server) -> tuple[float, float] | None:
+    """qkv serve's /metrics: batches run and inputs in them so far (None for a server without them)."""
+    try:
+        with urllib.request.urlopen(server.url + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    totals = {"qkv_batches_total": 0.0, "qkv_batch_inputs_total": 0.0}
+    for line in text.splitlines():
+        name = line.split("{")[0].split(" ")[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals["qkv_batches_total"], totals["qkv_batch_inputs_total"]
+
+
 def print_result(name: str, r: dict):
     tokens = f"{r['tokens_per_s']:9.1f} tokens/s  " if r["tokens_per_s"] else ""
     line = (f"{name:22s} {r['requests_per_s']:8.2f} requests/s  {tokens}"
             f"latency p50 {r['p50']:.3f} s  p95 {r['p95']:.3f} s  p99 {r['p99']:.3f} s")
     if "ttft_p50" in r:
         line += f"  first token p50 {r['ttft_p50']:.3f} s  p95 {r['ttft_p95']:.3f} s  p99 {r['ttft_p99']:.3f} s"
+    if r.get("batches"):
+        line += f"  {r['batch_inputs'] / r['batches']:.1f} inputs a batch ({r['batches']:.0f} batches)"
     print(line, flush=True)
 
 
@@ -245,7 +262,7 @@ def main() -> int:
     p.add_argument("--checkpoint")
     p.add_argument("--route", choices=["translations", "completions"], default="translations")
     p.add_argument("--clients", type=int, default=32)
-    p.add_argument("--requests", type=int, default=256)
+    p.add_argument("--requests", type=int, default=1024)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=32, help="completions: max_tokens of each request")
     p.add_argument("--stream", action="store_true", help="completions: streamed, timing the first token too")
@@ -281,9 +298,13 @@ def main() -> int:
             try:
                 closed_loop(server, a.route, texts[: min(8, len(texts))], min(4, a.clients), min(8, a.requests),
                             a.max_tokens, a.stream)  # warm-up
+                before = batch_counts(server)
                 r = results[name] = (open_loop(server, a.route, texts, a.rate, a.requests, a.max_tokens, a.stream)
                                      if a.rate else
                                      closed_loop(server, a.route, texts, a.clients, a.requests, a.max_tokens, a.stream))
+                after = batch_counts(server)
+                if before and after:
+                    r["batches"], r["batch_inputs"] = after[0] - before[0], after[1] - before[1]
             finally:
                 server.stop()
             print_result(name, r)

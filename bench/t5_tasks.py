@@ -112,6 +112,15 @@ def run(cmd, **kw):
     return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw).stdout
 
 
+def majority(labels):
+    """The commonest label and the accuracy, in percent, of answering it every time."""
+    counts = {}
+    for label in labels:
+        counts[label.strip()] = counts.get(label.strip(), 0) + 1
+    label = max(sorted(counts), key=counts.get)
+    return label, 100.0 * counts[label] / len(labels)
+
+
 def evaluate(args):
     with open(os.path.join(args.checkpoint, "train_state.json")) as f:
         step = json.load(f)["step"]
@@ -129,9 +138,14 @@ def evaluate(args):
             value = 100.0 * sum(h.strip() == r.strip() for h, r in zip(hyps, refs)) / len(refs)
         record = {"event": "task_eval", "step": step, "task": task, "split": "dev", "metric": METRIC[task],
                   "value": round(value, 2), "sentences": len(refs), "checkpoint": os.path.basename(args.checkpoint)}
+        baseline = ""
+        if METRIC[task] == "accuracy":  # what always answering the commonest label scores
+            label, share = majority(refs)
+            record["majority_label"], record["majority_accuracy"] = label, round(share, 2)
+            baseline = f"; always '{label}': {share:.2f}"
         with open(args.metrics, "a") as f:
             f.write(json.dumps(record) + "\n")
-        print(f"{task:8s} dev {METRIC[task]:8s} {value:6.2f}  ({len(refs)} lines, step {step})")
+        print(f"{task:8s} dev {METRIC[task]:8s} {value:6.2f}  ({len(refs)} lines, step {step}{baseline})")
 
 
 def main():

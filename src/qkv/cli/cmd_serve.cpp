@@ -51,7 +51,7 @@ struct ServeCliOptions {
   int64_t max_inputs = 256;
   double request_timeout = 120;
   int64_t max_batch_tokens = 4096;
-  double batch_wait_ms = 5;
+  double batch_wait_ms = 10;
   int64_t batch_size = 32;
   int64_t max_concurrent_sequences = 16;
   int http_threads = 32;
@@ -344,7 +344,7 @@ Runner add_serve_command(CLI::App& app) {
   app.add_option("--max-batch-tokens", o->max_batch_tokens,
                  "Input tokens the requests of one batch may hold together (default 4096; 1: no batching across requests)")
       ->check(FiniteRange(1, 1 << 24));
-  app.add_option("--batch-wait", o->batch_wait_ms, "Milliseconds a batch waits for more requests (default 5)")
+  app.add_option("--batch-wait", o->batch_wait_ms, "A batch waits for more requests until none has come for this many milliseconds, at most 4 times that (default 10)")
       ->check(FiniteRange(0, 10000));
   app.add_option("--batch-size", o->batch_size, "Sentences decoded together inside a batch (default 32)")
       ->check(FiniteRange(1, kMaxBatchSentences));

@@ -2,7 +2,8 @@
 // worker thread that runs the library's API (api::Translator, api::Generator, api::Encoder). The
 // callers (HTTP threads) parse and tokenise, queue a job and wait for its answer; the worker takes
 // the jobs that arrived together and can share a batch (the same route and options), up to
-// max_batch_tokens tokens after waiting at most batch_wait for more, and runs them as one call.
+// max_batch_tokens tokens, waiting for more until none has come for batch_wait (at most 4 x
+// batch_wait), and runs them as one call.
 //
 // A decoder-only model's worker batches continuously instead (decoding::ContinuousGeneration):
 // the sequences of new completion requests join the running batch at its next step and leave it
@@ -48,7 +49,7 @@ namespace qkv::serve {
 struct ServeOptions {
   int64_t max_queue = 64;                              // jobs waiting per model; past it 503 + Retry-After
   int64_t max_batch_tokens = 4096;                     // input tokens of one batch (1: no batching across requests)
-  std::chrono::microseconds batch_wait{5000};          // how long a batch waits for more jobs
+  std::chrono::microseconds batch_wait{10000};         // a batch waits until no job has come for this long
   int64_t max_input_tokens = 0;                        // tokens of one input at most (413); 0: the model's context
   std::chrono::milliseconds request_timeout{120000};   // a job not answered by then: 504
   int64_t batch_size = 32;                             // sentences decoded together inside a call
@@ -109,6 +110,7 @@ class ModelSlot {
   std::string wait(const std::shared_ptr<Job>& job);
   void worker_loop();
   std::vector<std::shared_ptr<Job>> next_batch();
+  void wait_for_batch_mates(std::unique_lock<std::mutex>& lock, const Job& first);
   void run(const std::vector<std::shared_ptr<Job>>& batch);
   // Each answers the batch's jobs and returns the tokens written.
   void run_encoder(const std::vector<std::shared_ptr<Job>>& batch);
