@@ -642,6 +642,27 @@ def test_translations_with_token_rules_equal_qkv_translate(translation_checkpoin
         assert server.stop() == 0
 
 
+def test_a_batch_waits_while_requests_keep_arriving(translation_checkpoint, data_dir, tmp_path):
+    """--batch-wait counts from the last arrival: requests 150 ms apart share one batch under a 300 ms
+    wait, though the last comes 450 ms after the first (a window from the first arrival would cut
+    them in two); one that comes after 300 ms of quiet runs in a batch of its own."""
+    src = [l.strip() for l in (data_dir / "train.es").read_text(encoding="utf-8").splitlines()[:4]]
+    server = Server(tmp_path, "--model", f"mt={translation_checkpoint}", "--batch-wait", "300")
+    try:
+        before = batches_run(server, "mt")
+        with ThreadPoolExecutor(len(src)) as pool:
+            answers = []
+            for line in src:
+                answers.append(pool.submit(server.post, "/v1/translations", {"model": "mt", "input": line}))
+                time.sleep(0.15)
+            assert all(a.result()[0] == 200 for a in answers)
+        assert batches_run(server, "mt") - before == 1
+        assert server.post("/v1/translations", {"model": "mt", "input": src[0]})[0] == 200
+        assert batches_run(server, "mt") - before == 2
+    finally:
+        assert server.stop() == 0
+
+
 def test_bad_token_rules_get_400_naming_the_field(server):
     for route, body in (("/v1/completions", {"model": "lm", "prompt": "x"}),
                         ("/v1/translations", {"model": "mt", "input": "x"})):
