@@ -75,7 +75,8 @@ bool ModelSlot::take_jobs(bool generating, size_t rows_started, std::vector<std:
   if (!generating) {
     wake_.wait(lock, [&] { return !queue_.empty() || stopping_; });
     if (queue_.empty()) return false;  // stopping, and nothing is left
-    // The first batch forms from what arrives within batch_wait, as the other families' batches do.
+    // The first batch forms from what arrives within batch_wait of the first request (later ones join
+    // the running batch at its next step, so no wait for quiet is needed here).
     const auto queued_rows = [&] {
       size_t n = 0;
       for (const auto& j : queue_) n += j->kind == JobKind::Score || j->completion.beam_search() ? 0 : j->rows();
