@@ -54,9 +54,9 @@ def vocab_size(a):
     return 1000 if a.tiny else 58101
 
 
-def product_gflop(hf_dir, src_path, out_path, beam):
+def product_gflop(hf_dir, source_tokens, output_tokens, beam):
     """A lower bound on the matrix-product work of the translation, in GFLOP, from the model's
-    config.json, the source lengths and the output lengths: the encoder's layers per source token;
+    config.json and the token counts of the source and the output: the encoder's layers per source token;
     the decoder's layers (self-attention's four projections, cross-attention's query and output, the
     feed-forward pair) and the output layer per generated token and beam; the encoder output's keys
     and values once per sentence. Attention's own score and value products are left out (small at
@@ -67,8 +67,6 @@ def product_gflop(hf_dir, src_path, out_path, beam):
     encoder_per_token = c["encoder_layers"] * (4 * d * d + 2 * d * c["encoder_ffn_dim"])
     cross_kv_per_token = c["decoder_layers"] * 2 * d * d
     decoder_per_row = c["decoder_layers"] * (6 * d * d + 2 * d * c["decoder_ffn_dim"]) + d * vocab
-    source_tokens = tp.count_tokens(src_path)
-    output_tokens = tp.count_tokens(out_path)
     macs = source_tokens * (encoder_per_token + cross_kv_per_token) + output_tokens * beam * decoder_per_row
     return 2 * macs / 1e9
 
@@ -190,12 +188,11 @@ def tp_read_ids(path):
 
 # ---------------------------------------------------------------------------------- the driver ---
 
-def print_product_bound(a, src, out, tps, ceilings):
+def print_product_bound(a, source_tokens, tokens, tps, ceilings):
     """What the float32 tokens/s can be at most on this machine: the products' work at the SGEMM
     ceiling measured before and after the rounds, against each peer's rate (issue 35's 4x
     transformers in float32 is above it where transformers runs near the ceiling itself)."""
-    gflop = product_gflop(os.path.join(a.work, "hf"), src, out["qkv"], a.beam)
-    tokens = tp.count_tokens(out["qkv"])
+    gflop = product_gflop(os.path.join(a.work, "hf"), source_tokens, tokens, a.beam)
     print(f"matrix products (a lower bound, from config.json and the lengths): {gflop:.1f} GFLOP, "
           f"{gflop / tokens * 1e3:.0f} MFLOP an output token; qkv float32 ran them at "
           f"{gflop / (tokens / tps['qkv']):.0f} GFLOP/s")
@@ -290,12 +287,12 @@ def main():
     print(f"{shape}, vocabulary {VOCAB}, random weights), "
           f"{a.sentences} sentences, beam {a.beam}, batches of {a.batch_size}, at most {a.limit} tokens, "
           f"{a.threads} threads, {cpu_model()}, median of {a.runs} runs")
-    tps = {}
+    tps, tokens = {}, {}
     for p in peers:
-        tokens, s = tp.count_tokens(out[p]), statistics.median(secs[p])
-        tps[p] = tokens / s
-        print(f"{p:<13} {tokens:>7} tokens {s:>8.2f} s {tps[p]:>9.1f} tokens/s")
-    print_product_bound(a, src, out, tps, ceilings)
+        tokens[p], s = tp.count_tokens(out[p]), statistics.median(secs[p])
+        tps[p] = tokens[p] / s
+        print(f"{p:<13} {tokens[p]:>7} tokens {s:>8.2f} s {tps[p]:>9.1f} tokens/s")
+    print_product_bound(a, tp.count_tokens(src), tokens["qkv"], tps, ceilings)
     distinct = len(set(tp.read_lines(out["qkv"])))
     print(f"qkv float32 wrote {distinct} distinct output line(s)" +
           (": the random model repeats one token, so the agreement below says nothing about the search "
