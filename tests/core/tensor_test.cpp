@@ -159,6 +159,29 @@ TEST(BufferPool, ALimitGivesBackTheLeastRecentlyUsedSizesFirst) {
   EXPECT_EQ(allocs(), before + 3);
 }
 
+// A decoding step's logits (rows x vocabulary) are its largest buffer; a large vocabulary's pass
+// the plain 16 MiB of kStepBuffersKept (OPUS-MT's 58,101 pieces at 128 rows: 30 MB). Under that
+// limit the next step's smaller new sizes gave the logits back and every step mapped and faulted
+// them in again; under step_buffers_kept(rows, vocab) they stay idle between steps.
+TEST(BufferPool, DecodingStepsKeepTheirLogitsIdle) {
+  const int64_t rows = 128, vocab = 58101;
+  const auto steps_allocating_logits = [&](int64_t limit_bytes) {
+    BufferPool::trim();
+    const ScopedCacheLimit limit(limit_bytes);
+    int64_t misses = 0;
+    for (int64_t step = 0; step < 8; ++step) {
+      // The step's layers: buffers of a size new at this step (attention over a longer prefix).
+      for (int i = 0; i < 4; ++i) Tensor::empty(Dims{(step + 1) * 256 * 1024 + i * 4096}).f32()[0] = 1.f;
+      const int64_t before = BufferPool::stats().system_allocs;
+      Tensor::empty(Dims{rows, vocab}).f32()[0] = 1.f;  // the logits, freed at the step's end
+      misses += BufferPool::stats().system_allocs - before;
+    }
+    return misses;
+  };
+  EXPECT_EQ(steps_allocating_logits(kStepBuffersKept), 8) << "the old limit: the logits came fresh every step";
+  EXPECT_EQ(steps_allocating_logits(step_buffers_kept(rows, vocab)), 1);
+}
+
 TEST(BufferPool, ScopedLimitBoundsWhatShrinkingShapesLeaveIdle) {
   BufferPool::trim();
   Tensor model = Tensor::empty(Dims{int64_t{24} << 20});  // 96 MiB live, like a model's weights

@@ -130,8 +130,9 @@ TEST(ContinuousGeneration, SequencesWithTheirOwnTokenRulesGetWhatGenerateGivesTh
     SequenceOptions without = o;
     without.constraints = {};
     without.min_new_tokens = 0;
-    if (o.min_new_tokens > 0 || o.constraints.repetition_penalty != 1.0f || o.constraints.no_repeat_ngram_size > 0)
+    if (o.min_new_tokens > 0 || o.constraints.repetition_penalty != 1.0f || o.constraints.no_repeat_ngram_size > 0) {
       EXPECT_NE(alone(*model, prompt, o), alone(*model, prompt, without)) << "the rules change key " << o.key;
+    }
   }
   ContinuousGeneration gen(*model, 8, 4096);
   std::map<uint64_t, size_t> order;

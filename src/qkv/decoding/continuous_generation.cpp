@@ -208,7 +208,7 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
 std::vector<SequenceEvent> ContinuousGeneration::step() {
   std::vector<SequenceEvent> events;
   NoGradGuard no_grad;
-  const ScopedCacheLimit step_buffers(kStepBuffersKept);
+  const ScopedCacheLimit step_buffers(step_buffers_kept(max_sequences_, model_.output_vocab_size()));
   try {
     std::vector<std::unique_ptr<Sequence>> joined = admit(events);
     models::GenerationState joining;

@@ -237,7 +237,8 @@ std::vector<std::vector<Hypothesis>> generate_hypotheses(const models::CausalLM&
   const std::vector<FittedPrompt> fitted = fit_prompts(model, prompts, o);
   std::vector<std::vector<Hypothesis>> out(prompts.size());
   NoGradGuard no_grad;
-  const ScopedCacheLimit step_buffers(kStepBuffersKept);
+  const ScopedCacheLimit step_buffers(
+      step_buffers_kept(static_cast<int64_t>(prompts.size()) * o.beam_size, model.output_vocab_size()));
   GenerateOptions shared = o;  // batches of different budgets share the key/value storage
   if (!shared.kv_storage) shared.kv_storage = std::make_shared<nn::KVCacheStorage>();
   for (const auto& [budget, group] : by_budget(fitted)) beam_batch(model, fitted, group, budget, shared, out);
@@ -266,7 +267,7 @@ std::vector<std::vector<int32_t>> generate(const models::CausalLM& model, const 
   std::vector<std::vector<int32_t>> out(prompts.size());
   std::vector<AttentionRows> rows_read(attention ? prompts.size() : 0);
   NoGradGuard no_grad;
-  const ScopedCacheLimit step_buffers(kStepBuffersKept);
+  const ScopedCacheLimit step_buffers(step_buffers_kept(static_cast<int64_t>(prompts.size()), model.output_vocab_size()));
   // Batches of different budgets share the key/value storage.
   GenerateOptions shared = o;
   if (!shared.kv_storage) shared.kv_storage = std::make_shared<nn::KVCacheStorage>();

@@ -224,8 +224,9 @@ std::vector<std::vector<Hypothesis>> beam_search(const models::Transformer& mode
   check_sources(model, sources, o);
   if (sources.empty()) return {};
   NoGradGuard no_grad;
-  const ScopedCacheLimit step_buffers(kStepBuffersKept);
   const auto& c = model.config();
+  const ScopedCacheLimit step_buffers(
+      step_buffers_kept(static_cast<int64_t>(sources.size()) * o.beam_size, c.tgt_vocab_size));
   int64_t max_limit = 0;
   const std::vector<int64_t> limits = output_limits(model, sources, o, max_limit);
   StepDecoder dec(model, data::pad_batch(sources, c.pad_id), o.beam_size, max_limit + 1, o);
@@ -255,8 +256,8 @@ std::vector<Hypothesis> greedy_search(const models::Transformer& model, const st
             "search: " << line_keys.size() << " line keys for " << sources.size() << " sources");
   if (sources.empty()) return {};
   NoGradGuard no_grad;
-  const ScopedCacheLimit step_buffers(kStepBuffersKept);
   const auto& c = model.config();
+  const ScopedCacheLimit step_buffers(step_buffers_kept(static_cast<int64_t>(sources.size()), c.tgt_vocab_size));
   int64_t max_limit = 0;
   const std::vector<int64_t> limits = output_limits(model, sources, o, max_limit);
   const std::vector<uint64_t> keys = keys_or_indices(line_keys, sources.size());

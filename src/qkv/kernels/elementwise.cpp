@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "qkv/kernels/map_lanes.h"
 #include "qkv/kernels/vec_math.h"
 
 namespace qkv::kernels {
@@ -60,18 +61,29 @@ void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool a
   }
 }
 
+// SiLU's lanes use simd::exp (1.2 ulp) instead of libm's expf one value at a time: as a scalar loop
+// SiLU took 5.4% of a Marian translation (a 2,048-wide feed-forward per decoder layer and step).
+// exp(-x) overflows to inf below x = -89 (where libm's does too, at -88.7): x / inf = -0, the
+// float nearest x e^x there.
+namespace {
+__m256 sigmoid_lanes(__m256 x) {
+  const __m256 one = simd::splat(1.f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, simd::exp(_mm256_xor_ps(x, simd::splat(-0.f)))));
+}
+}  // namespace
+
 void silu_forward(float* y, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.f + std::exp(-x[i]));
+  map8(y, x, n, [](__m256 v) {
+    return _mm256_div_ps(v, _mm256_add_ps(simd::splat(1.f), simd::exp(_mm256_xor_ps(v, simd::splat(-0.f)))));
+  });
 }
 
+// d/dx x s(x) = s (1 + x (1 - s)), s = sigmoid(x).
 void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float s = 1.f / (1.f + std::exp(-x[i]));
-    const float g = dy[i] * (s * (1.f + x[i] * (1.f - s)));
-    dx[i] = accumulate ? dx[i] + g : g;
-  }
+  map8_grad(dx, dy, x, n, accumulate, [](__m256 v) {
+    const __m256 s = sigmoid_lanes(v), one = simd::splat(1.f);
+    return _mm256_mul_ps(s, _mm256_fmadd_ps(v, _mm256_sub_ps(one, s), one));
+  });
 }
 
 // dropout_forward and dropout_backward: kernels/dropout.cpp (eight draws at a time).
