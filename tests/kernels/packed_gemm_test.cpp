@@ -84,10 +84,12 @@ TEST(PackedGemm, PackKeepsEveryWeightAndZeroPadsTheLastPanel) {
 }
 
 // A row alone (the one-row kernel of batch-1 decoding) gives the same bits as the same row inside a
-// tile of 6 (the 6-row kernel), of 13, or of a product of several row blocks (in = 1536: blocks of
-// 42 rows): generation and embeddings must not depend on how many rows share a product.
+// tile of any height (2 rows; 7 = 4 + 3, 8 = 4 + 4, 9 = 5 + 4, 11 = 6 + 5, 13 = 6 + 4 + 3), or of a
+// product of several row blocks (in = 1536: blocks of 42 rows): generation and embeddings must not
+// depend on how many rows share a product.
 TEST(PackedGemm, ARowAloneGivesTheBitsOfTheSameRowInABlock) {
-  for (const auto& [M, in] : {std::pair<int64_t, int64_t>{13, 200}, {100, 1536}}) {
+  for (const auto& [M, in] : {std::pair<int64_t, int64_t>{2, 200}, {7, 200}, {8, 200}, {9, 200}, {11, 200}, {13, 200},
+                              {100, 1536}}) {
     const int64_t out = 45;
     std::mt19937 rng(11);
     std::normal_distribution<float> g(0.f, 1.f);

@@ -25,14 +25,21 @@ inline Acc splat(__m256 lo, __m256 hi) {
   return acc;
 }
 
-// Adds the K products of rows a[0..6) with the panel (K x 16 floats, 32-byte aligned, k-major) into
-// acc. Row r's k-th element is a[r][k * k_stride]: k_stride 1 reads rows of a row-major A in place,
-// k_stride 6 reads a block packed k-major (a[r] = block + r).
-// Every row's sum runs over k in order, so a row's result does not depend on the other rows.
+// Adds the K products of rows a[0..Rows) with the panel (K x 16 floats, 32-byte aligned, k-major)
+// into acc's first Rows rows. Row r's k-th element is a[r][k * k_stride]: k_stride 1 reads rows of a
+// row-major A in place, k_stride 6 reads a block packed k-major (a[r] = block + r).
+// Every row's sum runs over k in order, so a row's result does not depend on the other rows nor on
+// Rows: a product of M rows may cut them into tiles of any heights and get the same bits.
 // The twelve accumulators are named variables in the loop, not the array: GCC kept an array of them
-// on the stack and stored every one at each k (67% of decoding time went to those stores).
-inline void accumulate(const float* const a[kRows], int64_t k_stride, const float* panel, int64_t K, Acc& acc) {
-  const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
+// on the stack and stored every one at each k (67% of decoding time went to those stores). Rows
+// below 6 leave the unused ones out at compile time (`if constexpr`).
+// A tile of 4 or more rows keeps both FMA ports busy (8 or more independent sums of 4-cycle FMAs);
+// below 4 it is bound by the FMA latency, and costs about what 4 rows cost.
+template <int Rows = kRows>
+inline void accumulate(const float* const a[], int64_t k_stride, const float* panel, int64_t K, Acc& acc) {
+  static_assert(Rows >= 1 && Rows <= kRows);
+  const float *a0 = a[0], *a1 = a[Rows > 1 ? 1 : 0], *a2 = a[Rows > 2 ? 2 : 0], *a3 = a[Rows > 3 ? 3 : 0],
+              *a4 = a[Rows > 4 ? 4 : 0], *a5 = a[Rows > 5 ? 5 : 0];
   __m256 c00 = acc.lo[0], c01 = acc.hi[0], c10 = acc.lo[1], c11 = acc.hi[1], c20 = acc.lo[2], c21 = acc.hi[2];
   __m256 c30 = acc.lo[3], c31 = acc.hi[3], c40 = acc.lo[4], c41 = acc.hi[4], c50 = acc.lo[5], c51 = acc.hi[5];
   for (int64_t k = 0; k < K; ++k) {
@@ -40,16 +47,26 @@ inline void accumulate(const float* const a[kRows], int64_t k_stride, const floa
     const int64_t at = k * k_stride;
     __m256 x = _mm256_broadcast_ss(a0 + at);
     c00 = _mm256_fmadd_ps(x, w0, c00), c01 = _mm256_fmadd_ps(x, w1, c01);
-    x = _mm256_broadcast_ss(a1 + at);
-    c10 = _mm256_fmadd_ps(x, w0, c10), c11 = _mm256_fmadd_ps(x, w1, c11);
-    x = _mm256_broadcast_ss(a2 + at);
-    c20 = _mm256_fmadd_ps(x, w0, c20), c21 = _mm256_fmadd_ps(x, w1, c21);
-    x = _mm256_broadcast_ss(a3 + at);
-    c30 = _mm256_fmadd_ps(x, w0, c30), c31 = _mm256_fmadd_ps(x, w1, c31);
-    x = _mm256_broadcast_ss(a4 + at);
-    c40 = _mm256_fmadd_ps(x, w0, c40), c41 = _mm256_fmadd_ps(x, w1, c41);
-    x = _mm256_broadcast_ss(a5 + at);
-    c50 = _mm256_fmadd_ps(x, w0, c50), c51 = _mm256_fmadd_ps(x, w1, c51);
+    if constexpr (Rows > 1) {
+      x = _mm256_broadcast_ss(a1 + at);
+      c10 = _mm256_fmadd_ps(x, w0, c10), c11 = _mm256_fmadd_ps(x, w1, c11);
+    }
+    if constexpr (Rows > 2) {
+      x = _mm256_broadcast_ss(a2 + at);
+      c20 = _mm256_fmadd_ps(x, w0, c20), c21 = _mm256_fmadd_ps(x, w1, c21);
+    }
+    if constexpr (Rows > 3) {
+      x = _mm256_broadcast_ss(a3 + at);
+      c30 = _mm256_fmadd_ps(x, w0, c30), c31 = _mm256_fmadd_ps(x, w1, c31);
+    }
+    if constexpr (Rows > 4) {
+      x = _mm256_broadcast_ss(a4 + at);
+      c40 = _mm256_fmadd_ps(x, w0, c40), c41 = _mm256_fmadd_ps(x, w1, c41);
+    }
+    if constexpr (Rows > 5) {
+      x = _mm256_broadcast_ss(a5 + at);
+      c50 = _mm256_fmadd_ps(x, w0, c50), c51 = _mm256_fmadd_ps(x, w1, c51);
+    }
   }
   acc.lo[0] = c00, acc.hi[0] = c01, acc.lo[1] = c10, acc.hi[1] = c11, acc.lo[2] = c20, acc.hi[2] = c21;
   acc.lo[3] = c30, acc.hi[3] = c31, acc.lo[4] = c40, acc.hi[4] = c41, acc.lo[5] = c50, acc.hi[5] = c51;
