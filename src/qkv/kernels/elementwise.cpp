@@ -63,8 +63,8 @@ void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool a
 
 // SiLU's lanes use simd::exp (1.2 ulp) instead of libm's expf one value at a time: as a scalar loop
 // SiLU took 5.4% of a Marian translation (a 2,048-wide feed-forward per decoder layer and step).
-// exp(-x) overflows to inf below x = -89 (where libm's does too, at -88.7): x / inf = -0, the
-// float nearest x e^x there.
+// x / (1 + e^-x) as PyTorch's CPU kernel computes it; e^-x overflows to inf below x = -88.72, as
+// libm's does, and the result there is -0 on both.
 namespace {
 __m256 sigmoid_lanes(__m256 x) {
   const __m256 one = simd::splat(1.f);
