@@ -66,16 +66,14 @@ void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool a
 // x / (1 + e^-x) as PyTorch's CPU kernel computes it; e^-x overflows to inf below x = -88.72, as
 // libm's does, and the result there is -0 on both.
 namespace {
-__m256 sigmoid_lanes(__m256 x) {
-  const __m256 one = simd::splat(1.f);
-  return _mm256_div_ps(one, _mm256_add_ps(one, simd::exp(_mm256_xor_ps(x, simd::splat(-0.f)))));
+__m256 one_plus_exp_minus(__m256 x) {
+  return _mm256_add_ps(simd::splat(1.f), simd::exp(_mm256_xor_ps(x, simd::splat(-0.f))));
 }
+__m256 sigmoid_lanes(__m256 x) { return _mm256_div_ps(simd::splat(1.f), one_plus_exp_minus(x)); }
 }  // namespace
 
 void silu_forward(float* y, const float* x, int64_t n) {
-  map8(y, x, n, [](__m256 v) {
-    return _mm256_div_ps(v, _mm256_add_ps(simd::splat(1.f), simd::exp(_mm256_xor_ps(v, simd::splat(-0.f)))));
-  });
+  map8(y, x, n, [](__m256 v) { return _mm256_div_ps(v, one_plus_exp_minus(v)); });
 }
 
 // d/dx x s(x) = s (1 + x (1 - s)), s = sigmoid(x).

@@ -24,8 +24,8 @@ constexpr int64_t kParallelMin = 1 << 16;
 template <int Rows>
 void micro_kernel(const float* A, int64_t lda, const float* panel, int64_t K, const float* bias16, float* C,
                   int64_t ldc, int64_t cols) {
-  const float* a[kRows];
-  for (int r = 0; r < kRows; ++r) a[r] = A + (r < Rows ? r : 0) * lda;
+  const float* a[Rows];
+  for (int r = 0; r < Rows; ++r) a[r] = A + r * lda;
   tile::Acc acc = tile::splat(_mm256_loadu_ps(bias16), _mm256_loadu_ps(bias16 + 8));
   tile::accumulate<Rows>(a, 1, panel, K, acc);
   for (int r = 0; r < Rows; ++r) {
