@@ -13,6 +13,9 @@
 #pragma once
 #include <immintrin.h>
 
+#include <cmath>
+#include <cstdint>
+
 #if defined(__AVX512F__)
 #define QKV_SIMD_ISA avx512
 #else
@@ -46,6 +49,19 @@ inline float sum_lanes(__m256 s) {
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, s);
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+}
+
+// sum_j a[j] * b[j]: lane l of 8 FMA lanes takes j = l mod 8, the lanes summed as sum_lanes does,
+// then the last n mod 8 terms by FMA. Every term has a fixed place whatever the compiler, so a sum
+// over a prefix rounded up to 8 has the bits of the whole row's when b is zero past the prefix
+// (attention's softmax backward over a causal row's keys: kernels/attention_causal.h).
+inline float dot(const float* a, const float* b, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + j), _mm256_loadu_ps(b + j), acc);
+  float sum = sum_lanes(acc);
+  for (; j < n; ++j) sum = std::fma(a[j], b[j], sum);
+  return sum;
 }
 
 // exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2]. With FMA, n * ln2_hi
