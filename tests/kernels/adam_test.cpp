@@ -1,11 +1,12 @@
 // kernels::adam_step's eight lanes and its scalar tail round each element as the documented
 // sequence does (kernels/adam.cpp): the reference below, one element at a time, bit for bit, with
-// and without L2 weight decay, for lengths that end inside a vector and threaded ones.
+// and without L2 weight decay, with AdamW's decoupled decay, for lengths that end inside a vector and threaded ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "qkv/kernels/adam.h"
@@ -33,12 +34,13 @@ State random_state(int64_t n, uint32_t seed) {
 // PyTorch 1.13's single-tensor Adam, each product that meets a sum fused as adam.cpp documents.
 void reference_step(State& s, const AdamScalars& k) {
   for (size_t i = 0; i < s.param.size(); ++i) {
+    const float p = k.param_scale != 1.f ? s.param[i] * k.param_scale : s.param[i];
     float g = s.grad[i];
-    if (k.weight_decay != 0.f) g = std::fma(k.weight_decay, s.param[i], g);
+    if (k.weight_decay != 0.f) g = std::fma(k.weight_decay, p, g);
     s.m[i] = std::fma(s.m[i], k.beta1, g * k.one_minus_beta1);
     s.v[i] = std::fma(s.v[i], k.beta2, (g * g) * k.one_minus_beta2);
     const float denom = std::sqrt(s.v[i]) / k.bias_correction2_sqrt + k.eps;
-    s.param[i] = std::fma(-k.step_size, s.m[i] / denom, s.param[i]);
+    s.param[i] = std::fma(-k.step_size, s.m[i] / denom, p);
   }
 }
 
@@ -48,16 +50,16 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(AdamStep, EveryElementHasTheBitsOfTheReferenceSequence) {
   for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{29}, int64_t{40000}, int64_t{100003}}) {
-    for (const float decay : {0.f, 0.01f}) {
-      const AdamScalars k{0.9f, 0.1f, 0.999f, 0.001f, 1e-3f / 0.271f, 0.0632f, 1e-8f, decay};
+    for (const auto& [decay, scale] : {std::pair{0.f, 1.f}, std::pair{0.01f, 1.f}, std::pair{0.f, 0.9999f}}) {
+      const AdamScalars k{0.9f, 0.1f, 0.999f, 0.001f, 1e-3f / 0.271f, 0.0632f, 1e-8f, decay, scale};
       State got = random_state(n, static_cast<uint32_t>(n)), want = got;
       for (int step = 0; step < 3; ++step) {
         adam_step(got.param.data(), got.grad.data(), got.m.data(), got.v.data(), n, k);
         reference_step(want, k);
       }
-      EXPECT_TRUE(same_bits(got.param, want.param)) << "n " << n << " decay " << decay;
-      EXPECT_TRUE(same_bits(got.m, want.m)) << "n " << n << " decay " << decay;
-      EXPECT_TRUE(same_bits(got.v, want.v)) << "n " << n << " decay " << decay;
+      EXPECT_TRUE(same_bits(got.param, want.param)) << "n " << n << " decay " << decay << " scale " << scale;
+      EXPECT_TRUE(same_bits(got.m, want.m)) << "n " << n << " decay " << decay << " scale " << scale;
+      EXPECT_TRUE(same_bits(got.v, want.v)) << "n " << n << " decay " << decay << " scale " << scale;
     }
   }
 }

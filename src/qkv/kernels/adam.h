@@ -14,6 +14,9 @@ struct AdamScalars {
   float bias_correction2_sqrt;
   float eps;
   float weight_decay;         // L2 added to the gradient, as torch.optim.Adam (0 by default)
+  // torch.optim.AdamW's decoupled decay, param.mul_(1 - lr * weight_decay) before the step: the
+  // parameter is multiplied by this first (one rounding, as that separate pass did); 1 skips it.
+  float param_scale = 1.f;
 };
 
 void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamScalars& s);

@@ -26,7 +26,8 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
   }
   check_same_device("adam_step", {&param, &grad, &exp_avg, &exp_avg_sq});
   const kernels::AdamScalars k{s.beta1,     s.one_minus_beta1,       s.beta2, s.one_minus_beta2,
-                               s.step_size, s.bias_correction2_sqrt, s.eps,   s.weight_decay};
+                               s.step_size, s.bias_correction2_sqrt, s.eps,   s.weight_decay,
+                               s.param_scale};
   QKV_KERNEL(param, adam_step(param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), param.numel(), k));
 }
 

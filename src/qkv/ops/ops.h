@@ -285,6 +285,7 @@ struct AdamScalars {
   float bias_correction2_sqrt;
   float eps;
   float weight_decay;          // L2 added to the gradient, as torch.optim.Adam
+  float param_scale = 1.f;     // AdamW's decoupled decay: the parameter times this first (rounded)
 };
 // param, exp_avg, exp_avg_sq updated in place from grad; all f32, contiguous, of one shape.
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamScalars& s);

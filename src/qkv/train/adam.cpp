@@ -25,21 +25,20 @@ void Adam::step() {
   // Scalars as PyTorch computes them: in double (Python floats), rounded to float when applied.
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step_));
-  const ops::AdamScalars s{static_cast<float>(options_.beta1),      static_cast<float>(1.0 - options_.beta1),
-                               static_cast<float>(options_.beta2),      static_cast<float>(1.0 - options_.beta2),
-                               static_cast<float>(options_.lr / bc1),   static_cast<float>(std::sqrt(bc2)),
-                               static_cast<float>(options_.eps),
-                               static_cast<float>(options_.decoupled_weight_decay ? 0.0 : options_.weight_decay)};
+  ops::AdamScalars s{static_cast<float>(options_.beta1),    static_cast<float>(1.0 - options_.beta1),
+                     static_cast<float>(options_.beta2),    static_cast<float>(1.0 - options_.beta2),
+                     static_cast<float>(options_.lr / bc1), static_cast<float>(std::sqrt(bc2)),
+                     static_cast<float>(options_.eps),
+                     static_cast<float>(options_.decoupled_weight_decay ? 0.0 : options_.weight_decay)};
   // torch.optim.AdamW: param.mul_(1 - lr * weight_decay), the factor computed in double and
   // applied in float.
   const float decay = static_cast<float>(1.0 - options_.lr * options_.weight_decay);
   for (Slot& slot : slots_) {
     const Tensor& g = slot.param.grad();
     if (!g.defined()) continue;  // as PyTorch: a parameter without a gradient is left alone
-    if (options_.decoupled_weight_decay && options_.weight_decay != 0.0 && slot.param.value().dim() >= 2) {
-      Tensor p = slot.param.value();
-      ops::scale_inplace(p, decay);  // p * decay, the same float product
-    }
+    const bool decays =
+        options_.decoupled_weight_decay && options_.weight_decay != 0.0 && slot.param.value().dim() >= 2;
+    s.param_scale = decays ? decay : 1.f;  // p * decay, the same float product, in the step's pass
     Tensor p = slot.param.value();
     ops::adam_step(p, g, slot.exp_avg, slot.exp_avg_sq, s);
   }

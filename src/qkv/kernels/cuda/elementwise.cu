@@ -335,14 +335,15 @@ struct AdamOp {
   const float* grad;
   kernels::AdamScalars s;
   __device__ void operator()(int64_t i) const {
+    const float p = s.param_scale != 1.f ? __fmul_rn(param[i], s.param_scale) : param[i];
     float g = grad[i];
-    if (s.weight_decay != 0.f) g = fmaf(s.weight_decay, param[i], g);
+    if (s.weight_decay != 0.f) g = fmaf(s.weight_decay, p, g);
     const float mi = fmaf(m[i], s.beta1, __fmul_rn(s.one_minus_beta1, g));
     const float vi = fmaf(v[i], s.beta2, __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
     m[i] = mi;
     v[i] = vi;
     const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt), s.eps);
-    param[i] = fmaf(-s.step_size, __fdiv_rn(mi, denom), param[i]);
+    param[i] = fmaf(-s.step_size, __fdiv_rn(mi, denom), p);
   }
 };
 
