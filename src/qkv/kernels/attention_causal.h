@@ -39,8 +39,10 @@ constexpr int64_t kBlock = 48;
 constexpr int64_t kMinLength = 2 * kBlock;
 
 // Whether batch row b's heads can run in blocks: causal self-attention (Tq == Tk, at least two
-// blocks long), no position bias, every query kept and key 0 kept (so that every row has a key and
-// its masked entries weigh exactly 0), a fill of -1e9 or below.
+// blocks long), no position bias, key 0 kept (so that every kept query has a key and its masked
+// entries weigh exactly 0), a fill of -1e9 or below. A dropped query (the seed's target mask on
+// padding) masks every key, so its softmax is uniform over all Tk of them: its row is computed over
+// all keys, and dV's products for keys past it read it too.
 bool applies(const AttentionMask& m, const AttentionDims& d, int64_t b);
 
 // The forward of head bh (batch row b): probs (Tq, Tk) gets the softmax, zeros past each row's
