@@ -55,14 +55,10 @@ void softmax_of_scores(float* row, const AttentionMask& m, const AttentionDims& 
   softmax_row(row, d.Tk);
 }
 
-inline uint64_t drop_counter(const AttentionDropout& dr, const AttentionDims& d, int64_t bh, int64_t i) {
-  return dr.offset + static_cast<uint64_t>((bh * d.Tq + i) * d.Tk);
-}
-
 // Pd = P * keep / (1 - p) for one head, into `out`.
 void apply_dropout(float* out, const float* p, const AttentionDims& d, const AttentionDropout& dr, int64_t bh) {
   for (int64_t i = 0; i < d.Tq; ++i)
-    dropout_row(out + i * d.Tk, p + i * d.Tk, d.Tk, dr.p, dr.seed, drop_counter(dr, d, bh, i));
+    dropout_row(out + i * d.Tk, p + i * d.Tk, d.Tk, dr.p, dr.seed, dr.row_counter(d, bh, i));
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -323,13 +319,13 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
     }
     // dV = Pd^T @ dO   (Tk, dk)
     head_gemm(d, true, false, d.Tk, d.dk, d.Tq, 1.f, weights, d.Tk, doh, dos.t, beta, dv + b * dvs.b + h * dvs.h,
-                 dvs.t);
+              dvs.t);
     // dPd = dO @ V^T   (Tq, Tk)
     head_gemm(d, false, true, d.Tq, d.Tk, d.dk, 1.f, doh, dos.t, vh, vs.t, 0.f, ds, d.Tk);
     for (int64_t i = 0; i < d.Tq; ++i) {
       float* dsr = ds + i * d.Tk;
       const float* pr = ph + i * d.Tk;
-      if (drop.p > 0.f) dropout_row(dsr, dsr, d.Tk, drop.p, drop.seed, drop_counter(drop, d, bh, i));
+      if (drop.p > 0.f) dropout_row(dsr, dsr, d.Tk, drop.p, drop.seed, drop.row_counter(d, bh, i));
       const float dot = simd::dot(dsr, pr, d.Tk);
       if (dbias) {
         score_grad_with_bias(dsr, dbias + bh * area + i * d.Tk, pr, dot, inv_divisor, mask, b, i, d);

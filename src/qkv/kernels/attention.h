@@ -32,6 +32,11 @@ struct AttentionDropout {
   float p = 0.f;  // on the attention weights; 0 disables
   uint64_t seed = 0;
   uint64_t offset = 0;  // counter base: element (b, h, i, j) draws offset + ((b*H + h)*Tq + i)*Tk + j
+
+  // The counter of element (b, h, i, 0), bh = b * H + h: dropout_row's for row i of that head.
+  uint64_t row_counter(const AttentionDims& d, int64_t bh, int64_t i) const {
+    return offset + static_cast<uint64_t>((bh * d.Tq + i) * d.Tk);
+  }
 };
 
 // A cache whose rows are moved by a map rather than copied (beam search reorders its sequences every

@@ -11,10 +11,6 @@
 namespace qkv::kernels::causal {
 namespace {
 
-uint64_t drop_counter(const AttentionDropout& dr, const AttentionDims& d, int64_t bh, int64_t i) {
-  return dr.offset + static_cast<uint64_t>((bh * d.Tq + i) * d.Tk);
-}
-
 void zero(float* from, int64_t count) {
   if (count > 0) std::memset(from, 0, static_cast<size_t>(count) * sizeof(float));
 }
@@ -57,7 +53,7 @@ void softmax_row_of_scores(float* row, const AttentionMask& m, const AttentionDi
 void score_grad_row(float* dsr, const float* pr, const AttentionMask& m, const AttentionDims& d,
                     const AttentionDropout& drop, int64_t b, int64_t bh, int64_t i, int64_t n, float inv_divisor) {
   if (query_dropped(m, d, b, i)) return zero(dsr, n);  // masked_fill passes no gradient
-  if (drop.p > 0.f) dropout_row(dsr, dsr, n, drop.p, drop.seed, drop_counter(drop, d, bh, i));
+  if (drop.p > 0.f) dropout_row(dsr, dsr, n, drop.p, drop.seed, drop.row_counter(d, bh, i));
   const float dot = simd::dot(dsr, pr, lane_span(d, i));
   for (int64_t j = 0; j < n; ++j) dsr[j] = pr[j] * (dsr[j] - dot) * inv_divisor;
   if (m.key_keep)
@@ -84,7 +80,7 @@ void forward_head(const AttentionDims& d, Rows q, Rows k, Rows v, OutRows out, f
     if (drop.p > 0.f)
       for (int64_t i = i0; i < i1; ++i)
         dropout_row(dropped + i * d.Tk, probs + i * d.Tk, query_dropped(m, d, b, i) ? d.Tk : i1, drop.p, drop.seed,
-                    drop_counter(drop, d, bh, i));
+                    drop.row_counter(d, bh, i));
     gemm_blocked(false, false, rows, d.dk, i1, 1.f, weights + i0 * d.Tk, d.Tk, v.data, v.stride, 0.f, out.row(i0),
                  out.stride);
     // A dropped query weighs every key: its row again over all of them (the full product's row).
@@ -106,7 +102,7 @@ void backward_head(const AttentionDims& d, Rows dout, Rows q, Rows k, Rows v, co
     if (drop.p > 0.f)
       for (int64_t i = i0; i < i1; ++i)
         dropout_row(dropped + i * d.Tk, probs + i * d.Tk, i < first_dropped ? i1 : d.Tk, drop.p, drop.seed,
-                    drop_counter(drop, d, bh, i));
+                    drop.row_counter(d, bh, i));
     gemm_blocked(false, true, rows, i1, d.dk, 1.f, dout.row(i0), dout.stride, v.data, v.stride, 0.f, ds + i0 * d.Tk,
                  d.Tk);
     for (int64_t i = i0; i < i1; ++i)
