@@ -1,6 +1,7 @@
 // kernels::adam_step's eight lanes and its scalar tail round each element as the documented
-// sequence does (kernels/adam.cpp): the reference below, one element at a time, bit for bit, with
-// and without L2 weight decay, with AdamW's decoupled decay, for lengths that end inside a vector and threaded ones.
+// sequence does (kernels/adam.cpp): the reference below, one element at a time, bit for bit;
+// without decay, with L2 weight decay and with AdamW's decoupled decay; for lengths that end inside
+// a vector and for threaded ones.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -136,9 +136,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,
                              // (kernels/attention_causal.h), with padded keys, dropout, head views
                              // and dropped queries (which weigh every key).
                              FusedCase{"causal_blocks", 2, 2, 100, 100, 64, true, false, true},
-                             FusedCase{"causal_blocks_dropout_views", 2, 2, 130, 130, 64, true, false, true, 0.2f, true},
+                             FusedCase{"causal_blocks_dropout_views", 2, 2, 130, 130, 64, true, false, true, 0.2f,
+                                       true},
                              FusedCase{"causal_blocks_query_mask", 3, 1, 97, 97, 16, true, true, true},
-                             FusedCase{"causal_blocks_query_mask_dropout", 3, 2, 110, 110, 64, true, true, true, 0.25f}),
+                             FusedCase{"causal_blocks_query_mask_dropout", 3, 2, 110, 110, 64, true, true, true,
+                                       0.25f}),
                          [](const ::testing::TestParamInfo<FusedCase>& i) { return std::string(i.param.name); });
 
 // fn::multi_head_attention on (B, T, D) projections is the views path above with the copies taken
