@@ -42,6 +42,7 @@
 #include "qkv/data/encoder_text.h"
 #include "qkv/interop/hf_import.h"
 #include "qkv/io/npy.h"
+#include "qkv/kernels/int8_gemm.h"
 #include "qkv/kernels/packed_gemm.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/sentence_embedding.h"
@@ -117,12 +118,13 @@ Flops encoder_flops(const std::vector<std::pair<int64_t, int64_t>>& batches, con
 // M = the padded batch's positions; one layer's six GEMMs per batch, times the layer count; median
 // of 3 passes after a warm-up, seconds. Through qkv's own path (kernels::gemm_packed on weights
 // packed once, the bias added in the kernel) and through cblas_sgemm (onto the pre-filled bias, as
-// ops::linear_forward calls it without packs).
+// ops::linear_forward calls it without packs); with `int8`, also through kernels::gemm_int8 on
+// weights quantized once (the activations quantized in the call, as `--compute-type int8` runs them).
 struct GemmSeconds {
-  double packed = 0, cblas = 0;
+  double packed = 0, cblas = 0, int8 = 0;  // int8: 0 unless asked for
 };
 GemmSeconds linear_gemms_seconds(const std::vector<std::pair<int64_t, int64_t>>& batches,
-                                 const models::TransformerConfig& c) {
+                                 const models::TransformerConfig& c, bool int8) {
   const int64_t D = c.d_model, F = c.d_ff;
   int64_t max_m = 0;
   for (const auto& [rows, T] : batches) max_m = std::max(max_m, rows * T);
@@ -138,6 +140,13 @@ GemmSeconds linear_gemms_seconds(const std::vector<std::pair<int64_t, int64_t>>&
   const auto packed = [&](int64_t M, int64_t N, int64_t K, const kernels::PackedWeights& W) {
     kernels::gemm_packed(x.data(), M, K, W, bias.data(), y.data(), N);
   };
+  const kernels::QuantizedWeights square8 = kernels::quantize_weights(w.data(), D, D),
+                                  up8 = kernels::quantize_weights(w.data(), F, D),
+                                  down8 = kernels::quantize_weights(w.data(), D, F);
+  const auto quantized = [&](int64_t M, int64_t N, int64_t K, const kernels::PackedWeights& W) {
+    const kernels::QuantizedWeights& Q = &W == &square ? square8 : &W == &up ? up8 : down8;
+    kernels::gemm_int8(x.data(), M, K, Q, bias.data(), y.data(), N);
+  };
   const auto replay = [&](const auto& gemm) {
     std::vector<double> t;
     for (int pass = 0; pass < 4; ++pass) {
@@ -152,7 +161,7 @@ GemmSeconds linear_gemms_seconds(const std::vector<std::pair<int64_t, int64_t>>&
     }
     return median(t);
   };
-  return {replay(packed), replay(cblas)};
+  return {replay(packed), replay(cblas), int8 ? replay(quantized) : 0.0};
 }
 
 struct QkvRun {
@@ -274,7 +283,10 @@ int main(int argc, char** argv) try {
   const Flops flops = encoder_flops(batches, config);
   const double ceiling = bench::sgemm_ceiling_gflops();
   const double at_ceiling = flops.total() / (ceiling * 1e9);
-  const GemmSeconds gemms_alone = linear_gemms_seconds(batches, config);
+  const bool int8 = a.compute_type.rfind("int8", 0) == 0;
+  const GemmSeconds gemms_alone = linear_gemms_seconds(batches, config, int8);
+  // The rest of the run: qkv's time less its linear GEMMs in the compute type it ran.
+  const double own_gemms = int8 ? gemms_alone.int8 : gemms_alone.packed;
 
   std::printf("all-MiniLM-L6-v2: %lld layers, d_model %lld, %lld heads, d_ff %lld; %s\n",
               static_cast<long long>(config.num_layers), static_cast<long long>(config.d_model),
@@ -294,10 +306,15 @@ int main(int argc, char** argv) try {
               100.0 * (padded_tokens - real_tokens) / padded_tokens, ceiling, at_ceiling, at_ceiling / median(total),
               at_ceiling / median(emb), flops.total() / median(total) * 1e-9);
   std::printf("qkv      the run's linear GEMMs alone (same shapes): qkv's gemm_packed %.0f GFLOP/s, %.3f s = %.2f of "
-              "qkv's time; cblas_sgemm %.0f GFLOP/s, %.3f s; the rest of qkv's run (attention, GELU, LayerNorm, "
-              "pooling, tokenisation, copies) %.3f s\n",
+              "qkv's time; cblas_sgemm %.0f GFLOP/s, %.3f s\n",
               flops.linear / gemms_alone.packed * 1e-9, gemms_alone.packed, gemms_alone.packed / median(total),
-              flops.linear / gemms_alone.cblas * 1e-9, gemms_alone.cblas, median(total) - gemms_alone.packed);
+              flops.linear / gemms_alone.cblas * 1e-9, gemms_alone.cblas);
+  if (int8)
+    std::printf("qkv      the same through gemm_int8 (int8, activations quantized in the call): %.0f G op/s, %.3f s = "
+                "%.2f of qkv's time\n",
+                flops.linear / gemms_alone.int8 * 1e-9, gemms_alone.int8, gemms_alone.int8 / median(total));
+  std::printf("qkv      the rest of qkv's run (attention, GELU, LayerNorm, pooling, tokenisation, copies), its time less "
+              "the %s GEMMs: %.3f s\n", int8 ? "int8" : "float32", median(total) - own_gemms);
   std::fflush(stdout);
 
   for (Peer& p : peers) {
