@@ -229,7 +229,7 @@ void panel_block_product(const void* Aq, const float* a_scales, int64_t M, const
       panel_product(static_cast<const int16_t*>(Aq), a_scales, i, std::min(M, i + kRowChunk), W, p, bias, C, ldc);
 }
 
-constexpr int8_isa::Build kAvx2Build{sizeof(int16_t), 1, quantize_row_int16, panel_block_product};
+constexpr int8_isa::Build kAvx2Build{sizeof(int16_t), 1, kRows, quantize_row_int16, panel_block_product};
 
 // The calling thread's buffers for quantized activations, grown as needed and kept between calls.
 struct ActivationScratch {
@@ -268,6 +268,30 @@ int64_t panels_per_block(PanelRange range, int64_t panel_bytes, int64_t tile) {
   return (per_block + tile - 1) / tile * tile;
 }
 
+// Weights up to this size are split among the threads by rows (below).
+constexpr int64_t kRowSplitMaxWeightBytes = 1 << 20;
+
+// Rows [0, M) of the product, each thread taking its own rows: it quantizes them and multiplies them
+// by all the weights, which stay in its L2 (kRowSplitMaxWeightBytes). No thread reads another's
+// quantized rows and none waits for another before its product. Decoding's 128 x 512 x 512 products
+// ran at 1.3-1.6x one thread's speed on two when the threads shared the rows and split the panels.
+void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, const QuantizedWeights& W,
+                 const float* bias_or_null, float* C, int64_t ldc, char* Aq, float* a_scales, int64_t parts) {
+  const int64_t K = W.in_features(), padded = W.padded_in_features(), row_bytes = padded * build.activation_bytes;
+  const int64_t tiles = (M + build.rows_per_tile - 1) / build.rows_per_tile;
+  const PanelRange all{0, W.panels()};
+  const int64_t per_block = panels_per_block(all, padded * kPanel, build.panels_per_tile);
+#pragma omp parallel for schedule(static)
+  for (int64_t part = 0; part < parts; ++part) {
+    const int64_t r0 = std::min(M, tiles * part / parts * build.rows_per_tile);
+    const int64_t r1 = std::min(M, tiles * (part + 1) / parts * build.rows_per_tile);
+    for (int64_t i = r0; i < r1; ++i) a_scales[i] = build.quantize_row(A + i * lda, K, padded, Aq + i * row_bytes);
+    for (int64_t p = all.begin; p < all.end && r0 < r1; p += per_block)
+      build.block_product(Aq + r0 * row_bytes, a_scales + r0, r1 - r0, W, p, std::min(all.end, p + per_block),
+                          bias_or_null, C + r0 * ldc, ldc);
+  }
+}
+
 // The product with either build: the same split among threads and the same blocks of panels.
 void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, const QuantizedWeights& W,
                const float* bias_or_null, float* C, int64_t ldc) {
@@ -279,9 +303,12 @@ void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t 
   const int64_t work = M * W.out_features() * std::max<int64_t>(K, 1);
   const bool parallel = work > kParallelMin;
   const int64_t parts = parallel ? omp_get_max_threads() : 1;
-  // One parallel region: the threads quantize the rows, wait for each other at the loop's barrier,
-  // then each takes an equal share of the panels (output columns), so each thread reads only its own
-  // part of the weights. Every output is computed by the same instructions whatever the split: exact.
+  if (parts > 1 && M >= parts * build.rows_per_tile && W.panels() * padded * kPanel <= kRowSplitMaxWeightBytes)
+    return run_by_rows(build, A, M, lda, W, bias_or_null, C, ldc, Aq, a_scales, parts);
+  // Larger weights: one parallel region where the threads quantize the rows, wait for each other at
+  // the loop's barrier, then each takes an equal share of the panels (output columns), so each thread
+  // reads only its own part of the weights. Every output is computed by the same instructions
+  // whatever the split: exact.
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)

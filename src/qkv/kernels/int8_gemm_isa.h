@@ -23,6 +23,7 @@ Gemm chosen();
 struct Build {
   int64_t activation_bytes;  // of one quantized activation: 2 (int16) or 1 (u8)
   int64_t panels_per_tile;   // the threads' blocks of panels are made a multiple of this
+  int64_t rows_per_tile;     // rows of one micro-kernel call: the threads' shares of rows are multiples of it
   // Quantizes x[0..n) into q[0..padded) (the padding too) and returns the row's scale.
   float (*quantize_row)(const float* x, int64_t n, int64_t padded, void* q);
   // C rows [0, M) x the columns of panels [p_begin, p_end), from the quantized rows Aq (row stride

@@ -194,7 +194,7 @@ void block_product(const void* Aq, const float* a_scales, int64_t M, const Quant
                   static_cast<int>(min64(2, p_end - p)), bias, C, ldc);
 }
 
-constexpr Build kVnniBuild{sizeof(uint8_t), 2, quantize_row_u8, block_product};
+constexpr Build kVnniBuild{sizeof(uint8_t), 2, kRows, quantize_row_u8, block_product};
 
 }  // namespace
 
