@@ -5,7 +5,8 @@
 // its own fresh process), the lowest cosine between each peer's embeddings and qkv's (the same
 // computation: > 0.9999), and qkv's matmul share: the run's GEMM FLOPs (from the shapes of its
 // padded batches) at the SGEMM rate measured in this run, against qkv's time, and the run's linear
-// products replayed alone through qkv's kernels::gemm_packed and through cblas_sgemm.
+// products replayed alone through qkv's kernels::gemm_packed and through cblas_sgemm (and, with
+// --compute-type int8, through kernels::gemm_int8).
 //
 // Usage: bench_embed [--threads T] [--reps R] [--batch-size B] [--count N] [--sentences FILE]
 //                    [--model-dir HF_DIR] [--checkpoint CKPT] [--ct2-dir DIR] [--python PATH]
