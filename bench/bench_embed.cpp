@@ -314,8 +314,9 @@ int main(int argc, char** argv) try {
     std::printf("qkv      the same through gemm_int8 (int8, activations quantized in the call): %.0f G op/s, %.3f s = "
                 "%.2f of qkv's time\n",
                 flops.linear / gemms_alone.int8 * 1e-9, gemms_alone.int8, gemms_alone.int8 / median(total));
-  std::printf("qkv      the rest of qkv's run (attention, GELU, LayerNorm, pooling, tokenisation, copies), its time less "
-              "the %s GEMMs: %.3f s\n", int8 ? "int8" : "float32", median(total) - own_gemms);
+  std::printf("qkv      the rest of qkv's run (attention, GELU, LayerNorm, pooling, tokenisation, copies), its "
+              "time less the %s GEMMs: %.3f s\n",
+              int8 ? "int8" : "float32", median(total) - own_gemms);
   std::fflush(stdout);
 
   for (Peer& p : peers) {
