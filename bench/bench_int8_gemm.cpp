@@ -123,7 +123,7 @@ int main(int argc, char** argv) try {
   const std::vector<std::vector<int64_t>> shapes =
       large ? std::vector<std::vector<int64_t>>{{384, 384}, {384, 1536}, {1536, 384}, {512, 2048}, {2048, 512}}
             : std::vector<std::vector<int64_t>>{{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};
-  const std::vector<int64_t> rows = large ? std::vector<int64_t>{960, 4096} : std::vector<int64_t>{4, 32, 128};
+  const std::vector<int64_t> rows = large ? std::vector<int64_t>{960, 4096} : std::vector<int64_t>{4, 16, 32, 128};
   for (int threads : {1, 2}) {
     if (only_threads && threads != only_threads) continue;
     set_num_threads(threads);

@@ -194,15 +194,19 @@ TEST(Int8Gemm, ZeroRowsAndZeroChannelsGiveTheBias) {
   for (int64_t j = 0; j < out; ++j) ASSERT_EQ(no_bias[4 * out + j], 0.f) << j;
 }
 
-// Weights up to 1 MB are split among the threads by rows (each quantizes and multiplies its own);
-// larger ones by panels, each thread an equal share in blocks of at most 128 KB. At in = 1024 (16 KB
-// a panel) 1000 outputs are 1,032,192 bytes (rows) and 2000 outputs twice that (panels: 125 of
-// them, several blocks a share, and 3 threads split them unevenly). The sums are exact, so every
-// split gives the same bits.
+// Weights up to 1 MB against at least 8 tiles of rows per thread are split among the threads by rows
+// (each quantizes and multiplies its own); other products by panels, each thread an equal share in
+// blocks of at most 128 KB. At in = 1024 (16 KB a panel) 1000 outputs are 1,032,192 bytes: 200
+// rows split by rows (3 threads: unevenly), 37 by panels; 2000 outputs are twice that (panels:
+// 125 of them, several blocks a share, and 3 threads split them unevenly). The sums are exact, so
+// every split gives the same bits.
 TEST(Int8Gemm, OneTwoAndThreeThreadsGiveIdenticalResults) {
   const int threads = num_threads();
-  for (int64_t out : {1000, 2000}) {
-    const int64_t M = 37, in = 1024;  // large enough to take the parallel path
+  struct Case {
+    int64_t M, out;
+  };
+  for (const Case c : {Case{37, 1000}, Case{200, 1000}, Case{200, 2000}}) {
+    const int64_t M = c.M, out = c.out, in = 1024;  // large enough to take the parallel path
     std::mt19937 rng(5);
     std::normal_distribution<float> g(0.f, 1.f);
     std::vector<float> A(M * in), W(out * in), bias(out), C1(M * out);
@@ -217,8 +221,8 @@ TEST(Int8Gemm, OneTwoAndThreeThreadsGiveIdenticalResults) {
       set_num_threads(n);
       const QuantizedWeights qwn = quantize_weights(W.data(), out, in);
       gemm_int8(A.data(), M, in, qwn, bias.data(), Cn.data(), out);
-      EXPECT_EQ(std::memcmp(C1.data(), Cn.data(), C1.size() * sizeof(float)), 0) << out << " outputs, " << n
-                                                                                   << " threads";
+      EXPECT_EQ(std::memcmp(C1.data(), Cn.data(), C1.size() * sizeof(float)), 0)
+          << M << " rows, " << out << " outputs, " << n << " threads";
     }
   }
   set_num_threads(threads);

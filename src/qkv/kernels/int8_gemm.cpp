@@ -268,13 +268,17 @@ int64_t panels_per_block(PanelRange range, int64_t panel_bytes, int64_t tile) {
   return (per_block + tile - 1) / tile * tile;
 }
 
-// Weights up to this size are split among the threads by rows (below).
+// Weights up to this size, against at least this many tiles of rows per thread, are split among the
+// threads by rows (below). Measured on two threads of a Zen 4 (AVX2 build, alternating binaries): at
+// 16 and 32 rows the panel split was up to 19% and 7% faster (each thread's share of rows would be one or two
+// tiles, against every panel); at 128 rows and more the row split was 0-7% faster.
 constexpr int64_t kRowSplitMaxWeightBytes = 1 << 20;
+constexpr int64_t kRowSplitMinTilesPerThread = 8;
 
 // Rows [0, M) of the product, each thread taking its own rows: it quantizes them and multiplies them
 // by all the weights, which stay in its L2 (kRowSplitMaxWeightBytes). No thread reads another's
-// quantized rows and none waits for another before its product. Decoding's 128 x 512 x 512 products
-// ran at 1.3-1.6x one thread's speed on two when the threads shared the rows and split the panels.
+// quantized rows and none waits for another before its product. Products of 128 rows and more ran
+// 0-7% slower when the threads shared the rows and split the panels (bench_int8_gemm).
 void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, const QuantizedWeights& W,
                  const float* bias_or_null, float* C, int64_t ldc, char* Aq, float* a_scales, int64_t parts) {
   const int64_t K = W.in_features(), padded = W.padded_in_features(), row_bytes = padded * build.activation_bytes;
@@ -303,7 +307,8 @@ void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t 
   const int64_t work = M * W.out_features() * std::max<int64_t>(K, 1);
   const bool parallel = work > kParallelMin;
   const int64_t parts = parallel ? omp_get_max_threads() : 1;
-  if (parts > 1 && M >= parts * build.rows_per_tile && W.panels() * padded * kPanel <= kRowSplitMaxWeightBytes)
+  if (parts > 1 && M >= parts * kRowSplitMinTilesPerThread * build.rows_per_tile &&
+      W.panels() * padded * kPanel <= kRowSplitMaxWeightBytes)
     return run_by_rows(build, A, M, lda, W, bias_or_null, C, ldc, Aq, a_scales, parts);
   // Larger weights: one parallel region where the threads quantize the rows, wait for each other at
   // the loop's barrier, then each takes an equal share of the panels (output columns), so each thread
