@@ -269,9 +269,9 @@ int64_t panels_per_block(PanelRange range, int64_t panel_bytes, int64_t tile) {
 }
 
 // Weights up to this size, against at least this many tiles of rows per thread, are split among the
-// threads by rows (below). Measured on two threads of a Zen 4 (AVX2 build, alternating binaries): at
-// 16 and 32 rows the panel split was up to 19% and 7% faster (each thread's share of rows would be one or two
-// tiles, against every panel); at 128 rows and more the row split was 0-7% faster.
+// threads by rows (below). Measured on two threads of a Zen 4 (AVX2 build, alternating binaries):
+// at 16 and 32 rows the panel split was up to 19% and 7% faster (each thread's share of rows would be
+// one or two tiles, against every panel); at 128 rows and more the row split was 0-7% faster.
 constexpr int64_t kRowSplitMaxWeightBytes = 1 << 20;
 constexpr int64_t kRowSplitMinTilesPerThread = 8;
 
