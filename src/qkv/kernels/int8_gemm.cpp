@@ -252,7 +252,7 @@ struct PanelRange {
 // Part `part` of `parts` equal shares of the panels, in whole tiles of the build's micro-kernel.
 // Blocks of at most kBlockBytes handed out by a static loop gave one thread a block more than the
 // other whenever their count was odd: MiniLM's 384 x 1536 layers were 5 blocks, 3 against 2, and ran
-// at 1.47x one thread's speed on two; equal shares run them at 1.9x.
+// at 1.47x one thread's speed on two; equal shares run them at 2x (246 against 124 G op/s).
 PanelRange thread_share(int64_t panels, int64_t tile, int64_t part, int64_t parts) {
   const int64_t tiles = (panels + tile - 1) / tile;
   return {std::min(panels, tiles * part / parts * tile), std::min(panels, tiles * (part + 1) / parts * tile)};
