@@ -228,6 +228,55 @@ TEST(Int8Gemm, OneTwoAndThreeThreadsGiveIdenticalResults) {
   set_num_threads(threads);
 }
 
+// gemm_int8_many: one A, several weights (attention's W_q, W_k, W_v), A quantized once. Every C
+// gets gemm_int8's bits, on both thread splits (weights under 1 MB with 200 rows: by rows; 40 rows or
+// a 2000-output weight: by panels), with and without biases, and with C row strides wider than the
+// outputs (left untouched past them).
+TEST(Int8Gemm, ManyProductsOfOneInputGiveEachProductsBits) {
+  struct Case {
+    int64_t M, in;
+    std::vector<int64_t> outs;
+  };
+  const int threads = num_threads();
+  for (int n : {1, 2, 3})
+    for (const Case& c : {Case{200, 256, {256, 256, 256}}, Case{40, 384, {384, 100, 17}},
+                          Case{200, 1024, {2000, 64}}, Case{5, 31, {16, 48}}}) {
+      set_num_threads(n);
+      std::mt19937 rng(static_cast<unsigned>(c.M * 7 + c.in));
+      std::normal_distribution<float> g(0.f, 1.f);
+      std::vector<float> A(c.M * c.in);
+      for (float& x : A) x = g(rng);
+      std::vector<QuantizedWeights> weights;
+      std::vector<std::vector<float>> biases, expected, got;
+      std::vector<Int8Product> products;
+      for (size_t o = 0; o < c.outs.size(); ++o) {
+        std::vector<float> W(c.outs[o] * c.in), bias(c.outs[o]);
+        for (float& x : W) x = g(rng);
+        for (float& x : bias) x = g(rng);
+        weights.push_back(quantize_weights(W.data(), c.outs[o], c.in));
+        biases.push_back(o == 1 ? std::vector<float>() : bias);
+        const int64_t ldc = c.outs[o] + 3;
+        expected.emplace_back(c.M * ldc, 7.f);
+        got.emplace_back(c.M * ldc, 7.f);
+      }
+      for (size_t o = 0; o < c.outs.size(); ++o) {
+        const int64_t ldc = c.outs[o] + 3;
+        const float* bias = biases[o].empty() ? nullptr : biases[o].data();
+        gemm_int8(A.data(), c.M, c.in, weights[o], bias, expected[o].data(), ldc);
+        products.push_back({&weights[o], bias, got[o].data(), ldc});
+      }
+      gemm_int8_many(A.data(), c.M, c.in, products.data(), static_cast<int64_t>(products.size()));
+      for (size_t o = 0; o < c.outs.size(); ++o)
+        EXPECT_EQ(std::memcmp(expected[o].data(), got[o].data(), expected[o].size() * sizeof(float)), 0)
+            << n << " threads, M " << c.M << ", in " << c.in << ", product " << o << " of " << c.outs.size();
+    }
+  set_num_threads(threads);
+  std::vector<float> A(4 * 8, 1.f), W(16 * 8, 1.f), W2(16 * 9, 1.f), C(4 * 16), C2(4 * 16);
+  const QuantizedWeights w = quantize_weights(W.data(), 16, 8), w2 = quantize_weights(W2.data(), 16, 9);
+  const Int8Product mismatched[2] = {{&w, nullptr, C.data(), 16}, {&w2, nullptr, C2.data(), 16}};
+  EXPECT_THROW(gemm_int8_many(A.data(), 4, 8, mismatched, 2), std::invalid_argument);
+}
+
 TEST(Int8Gemm, RefusesSumsThatCouldOverflowInt32) {
   EXPECT_THROW(quantize_weights(nullptr, 0, QuantizedWeights::kMaxInFeatures + 1), std::invalid_argument);
 }

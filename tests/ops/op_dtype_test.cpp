@@ -12,6 +12,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/int8_gemm.h"
@@ -141,6 +142,30 @@ TEST(LinearWeightErrors, AreRefusedNamingTheForm) {
   }
   const LinearWeight packed = prepare_linear_weight(w, DType::F32);
   EXPECT_THROW((void)linear_forward(random_tensor(Dims{2, 9}, 3), packed, Tensor()), Error) << "width mismatch";
+}
+
+// linear_forward_many gives each weight what linear_forward gives it, bit for bit: int8 weights of
+// one width in one shared product, any other mix (a float32 weight among them, widths that differ)
+// in separate calls; a bias may be missing. (B, T, K) inputs keep their leading dims.
+TEST(LinearForwardMany, GivesEachWeightTheBitsOfItsOwnCall) {
+  const Tensor x = random_tensor(Dims{3, 5, 24}, 11);
+  const Tensor wa = random_tensor(Dims{24, 24}, 12), wb = random_tensor(Dims{40, 24}, 13),
+               wc = random_tensor(Dims{8, 24}, 14), ba = random_tensor(Dims{24}, 15), bc = random_tensor(Dims{8}, 16);
+  for (DType c_dtype : {DType::I8, DType::F32}) {
+    const LinearWeight a = prepare_linear_weight(wa, DType::I8), b = prepare_linear_weight(wb, DType::I8),
+                       c = prepare_linear_weight(wc, c_dtype);
+    const std::vector<Tensor> ys = linear_forward_many(x, {&a, &b, &c}, {ba, Tensor(), bc});
+    ASSERT_EQ(ys.size(), 3u);
+    const Tensor expected[3] = {linear_forward(x, a, ba), linear_forward(x, b, Tensor()), linear_forward(x, c, bc)};
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(ys[i].shape(), expected[i].shape()) << i;
+      for (int64_t j = 0; j < expected[i].numel(); ++j)
+        ASSERT_EQ(ys[i].f32()[j], expected[i].f32()[j]) << "weight " << i << " (" << dtype_name(c_dtype) << ") at " << j;
+    }
+  }
+  const LinearWeight a = prepare_linear_weight(wa, DType::I8);
+  EXPECT_THROW((void)linear_forward_many(random_tensor(Dims{2, 9}, 3), {&a}, {Tensor()}), Error) << "width mismatch";
+  EXPECT_THROW((void)linear_forward_many(x, {&a}, {}), Error) << "a bias per weight";
 }
 
 class EmbeddingOnEveryBackend : public ::testing::TestWithParam<DType> {};

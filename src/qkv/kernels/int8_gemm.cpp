@@ -275,67 +275,95 @@ int64_t panels_per_block(PanelRange range, int64_t panel_bytes, int64_t tile) {
 constexpr int64_t kRowSplitMaxWeightBytes = 1 << 20;
 constexpr int64_t kRowSplitMinTilesPerThread = 8;
 
-// Rows [0, M) of the product, each thread taking its own rows: it quantizes them and multiplies them
-// by all the weights, which stay in its L2 (kRowSplitMaxWeightBytes). No thread reads another's
-// quantized rows and none waits for another before its product. Products of 128 rows and more ran
-// 0-7% slower when the threads shared the rows and split the panels (bench_int8_gemm).
-void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, const QuantizedWeights& W,
-                 const float* bias_or_null, float* C, int64_t ldc, char* Aq, float* a_scales, int64_t parts) {
-  const int64_t K = W.in_features(), padded = W.padded_in_features(), row_bytes = padded * build.activation_bytes;
+// Rows [0, M) of the products, each thread taking its own rows: it quantizes them and multiplies them
+// by all the weights, each of which stays in its L2 (kRowSplitMaxWeightBytes). No thread reads
+// another's quantized rows and none waits for another before its products. Products of 128 rows and
+// more ran 0-7% slower when the threads shared the rows and split the panels (bench_int8_gemm).
+void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda,
+                 const Int8Product* products, int64_t count, char* Aq, float* a_scales, int64_t parts) {
+  const int64_t K = products[0].W->in_features(), padded = products[0].W->padded_in_features();
+  const int64_t row_bytes = padded * build.activation_bytes;
   const int64_t tiles = (M + build.rows_per_tile - 1) / build.rows_per_tile;
-  const PanelRange all{0, W.panels()};
-  const int64_t per_block = panels_per_block(all, padded * kPanel, build.panels_per_tile);
 #pragma omp parallel for schedule(static)
   for (int64_t part = 0; part < parts; ++part) {
     const int64_t r0 = std::min(M, tiles * part / parts * build.rows_per_tile);
     const int64_t r1 = std::min(M, tiles * (part + 1) / parts * build.rows_per_tile);
     for (int64_t i = r0; i < r1; ++i) a_scales[i] = build.quantize_row(A + i * lda, K, padded, Aq + i * row_bytes);
-    for (int64_t p = all.begin; p < all.end && r0 < r1; p += per_block)
-      build.block_product(Aq + r0 * row_bytes, a_scales + r0, r1 - r0, W, p, std::min(all.end, p + per_block),
-                          bias_or_null, C + r0 * ldc, ldc);
+    for (int64_t o = 0; o < count && r0 < r1; ++o) {
+      const Int8Product& out = products[o];
+      const PanelRange all{0, out.W->panels()};
+      const int64_t per_block = panels_per_block(all, padded * kPanel, build.panels_per_tile);
+      for (int64_t p = all.begin; p < all.end; p += per_block)
+        build.block_product(Aq + r0 * row_bytes, a_scales + r0, r1 - r0, *out.W, p, std::min(all.end, p + per_block),
+                            out.bias_or_null, out.C + r0 * out.ldc, out.ldc);
+    }
   }
 }
 
-// The product with either build: the same split among threads and the same blocks of panels.
-void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, const QuantizedWeights& W,
-               const float* bias_or_null, float* C, int64_t ldc) {
-  if (M <= 0 || W.out_features() <= 0) return;
-  const int64_t K = W.in_features(), padded = W.padded_in_features(), row_bytes = padded * build.activation_bytes;
+// The products with either build: the same split among threads and the same blocks of panels.
+void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, const Int8Product* products,
+               int64_t count) {
+  if (M <= 0 || count <= 0) return;
+  const QuantizedWeights& first = *products[0].W;
+  const int64_t K = first.in_features(), padded = first.padded_in_features();
+  const int64_t row_bytes = padded * build.activation_bytes;
+  int64_t outputs = 0, largest_weight = 0;
+  for (int64_t o = 0; o < count; ++o) {
+    if (products[o].W->in_features() != K)
+      throw std::invalid_argument("gemm_int8_many: the weights' in_features differ (" + std::to_string(K) + " and " +
+                                  std::to_string(products[o].W->in_features()) + ")");
+    outputs += products[o].W->out_features();
+    largest_weight = std::max(largest_weight, products[o].W->panels() * padded * kPanel);
+  }
+  if (outputs <= 0) return;
   ActivationScratch& scratch = activation_scratch(M, row_bytes);
   char* Aq = reinterpret_cast<char*>(scratch.values.data());
   float* a_scales = scratch.scales.data();
-  const int64_t work = M * W.out_features() * std::max<int64_t>(K, 1);
+  const int64_t work = M * outputs * std::max<int64_t>(K, 1);
   const bool parallel = work > kParallelMin;
   const int64_t parts = parallel ? omp_get_max_threads() : 1;
   if (parts > 1 && M >= parts * kRowSplitMinTilesPerThread * build.rows_per_tile &&
-      W.panels() * padded * kPanel <= kRowSplitMaxWeightBytes)
-    return run_by_rows(build, A, M, lda, W, bias_or_null, C, ldc, Aq, a_scales, parts);
+      largest_weight <= kRowSplitMaxWeightBytes)
+    return run_by_rows(build, A, M, lda, products, count, Aq, a_scales, parts);
   // Larger weights: one parallel region where the threads quantize the rows, wait for each other at
-  // the loop's barrier, then each takes an equal share of the panels (output columns), so each thread
-  // reads only its own part of the weights. Every output is computed by the same instructions
-  // whatever the split: exact.
+  // the loop's barrier, then each takes an equal share of each weight's panels (output columns), so
+  // each thread reads only its own part of the weights. Every output is computed by the same
+  // instructions whatever the split: exact.
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M; ++i) a_scales[i] = build.quantize_row(A + i * lda, K, padded, Aq + i * row_bytes);
 #pragma omp for schedule(static)
-    for (int64_t part = 0; part < parts; ++part) {
-      const PanelRange range = thread_share(W.panels(), build.panels_per_tile, part, parts);
-      const int64_t per_block = panels_per_block(range, padded * kPanel, build.panels_per_tile);
-      for (int64_t p = range.begin; p < range.end; p += per_block)
-        build.block_product(Aq, a_scales, M, W, p, std::min(range.end, p + per_block), bias_or_null, C, ldc);
-    }
+    for (int64_t part = 0; part < parts; ++part)
+      for (int64_t o = 0; o < count; ++o) {
+        const Int8Product& out = products[o];
+        const PanelRange range = thread_share(out.W->panels(), build.panels_per_tile, part, parts);
+        const int64_t per_block = panels_per_block(range, padded * kPanel, build.panels_per_tile);
+        for (int64_t p = range.begin; p < range.end; p += per_block)
+          build.block_product(Aq, a_scales, M, *out.W, p, std::min(range.end, p + per_block), out.bias_or_null, out.C,
+                              out.ldc);
+      }
   }
+}
+
+void gemm_many_avx2(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
+  run_build(kAvx2Build, A, M, lda, products, count);
+}
+
+void gemm_many_vnni(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
+  run_build(int8_isa::vnni_build_unchecked(), A, M, lda, products, count);
 }
 
 void gemm_avx2(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
-  run_build(kAvx2Build, A, M, lda, W, bias_or_null, C, ldc);
+  const Int8Product product{&W, bias_or_null, C, ldc};
+  gemm_many_avx2(A, M, lda, &product, 1);
 }
 
 void gemm_vnni(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
-  run_build(int8_isa::vnni_build_unchecked(), A, M, lda, W, bias_or_null, C, ldc);
+  const Int8Product product{&W, bias_or_null, C, ldc};
+  gemm_many_vnni(A, M, lda, &product, 1);
 }
 
 template <class T>
@@ -412,11 +440,17 @@ Gemm chosen() {
   return gemm;
 }
 
+GemmMany chosen_many() { return chosen() == avx2() ? gemm_many_avx2 : gemm_many_vnni; }
+
 }  // namespace int8_isa
 
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
   int8_isa::chosen()(A, M, lda, W, bias_or_null, C, ldc);
+}
+
+void gemm_int8_many(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
+  int8_isa::chosen_many()(A, M, lda, products, count);
 }
 
 }  // namespace qkv::kernels

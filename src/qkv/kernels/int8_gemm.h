@@ -101,4 +101,16 @@ float quantize_row(const float* x, int64_t n, int8_t* q);
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc);
 
+// One product of gemm_int8_many: C (M, W.out_features(); row stride ldc) = A @ W^T + bias.
+struct Int8Product {
+  const QuantizedWeights* W;
+  const float* bias_or_null;
+  float* C;
+  int64_t ldc;
+};
+// Several products of the same A (attention's W_q, W_k and W_v on one input), every W of A's
+// in_features: A is quantized once and all the products run in one parallel region. Each C gets
+// the bits gemm_int8 would give it.
+void gemm_int8_many(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count);
+
 }  // namespace qkv::kernels

@@ -11,12 +11,16 @@ namespace qkv::kernels::int8_isa {
 
 using Gemm = void (*)(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null,
                       float* C, int64_t ldc);
+// gemm_int8_many with one build.
+using GemmMany = void (*)(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count);
 
 Gemm avx2();
 // Null below Isa::Avx512Vnni (the CPU lacks it, or QKV_ISA chose a lower level).
 Gemm vnni_or_null();
 // The build gemm_int8 uses.
 Gemm chosen();
+// The same build's gemm_int8_many.
+GemmMany chosen_many();
 
 // What a build plugs into the driver both share (int8_gemm.cpp: quantize the rows, then split the
 // panels among the threads).

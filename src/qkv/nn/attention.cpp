@@ -26,7 +26,9 @@ MultiHeadAttention::MultiHeadAttention(int64_t d_model, int64_t num_heads, Gener
 Var MultiHeadAttention::forward(const Var& Q, const Var& K, const Var& V, const ops::AttentionMasks& masks,
                                 Tensor* weights, const Var& position_bias) const {
   // q (B, Tq, D), k v (B, Tk, D); the fused op reads them as heads and writes (B, Tq, D).
-  const Var q = W_q.forward(Q), k = W_k.forward(K), v = W_v.forward(V);
+  // Self-attention (one input for all three) may take the three projections in one product.
+  const auto [q, k, v] = &Q == &K && &K == &V ? self_projections(Q)
+                                               : std::array<Var, 3>{W_q.forward(Q), W_k.forward(K), W_v.forward(V)};
   const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(1), k.size(1));
   // The fused op's output is kept by no node (its backward reads the softmax or the row statistics;
   // a GPU's flash backward keeps it, but the bf16 form is CPU-only): the projection may keep it in bf16.
@@ -39,6 +41,22 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const o
   const ops::AttentionDropoutSpec drop = dropout_spec(q.size(0), q.size(2), k.size(2));
   const Var attn = fn::attention(q, k, v, masks, drop, weights, position_bias);  // (B, H, Tq, dk)
   return W_o.forward(fn::combine_heads(attn));  // (B, Tq, D)
+}
+
+std::array<Var, 3> MultiHeadAttention::self_projections(const Var& x) const {
+  const Linear* layers[3] = {&W_q, &W_k, &W_v};
+  const bool int8 = std::all_of(std::begin(layers), std::end(layers), [&](const Linear* l) {
+    return l->uses_inference_weight(x) && l->inference_weight().weight.dtype() == DType::I8;
+  });
+  if (!int8) return {W_q.forward(x), W_k.forward(x), W_v.forward(x)};
+  std::vector<const ops::LinearWeight*> weights;
+  std::vector<Tensor> biases;
+  for (const Linear* l : layers) {
+    weights.push_back(&l->inference_weight());
+    biases.push_back(l->bias.defined() ? l->bias.value() : Tensor());
+  }
+  std::vector<Tensor> ys = ops::linear_forward_many(x.value(), weights, biases);
+  return {Var(std::move(ys[0])), Var(std::move(ys[1])), Var(std::move(ys[2]))};
 }
 
 ops::AttentionDropoutSpec MultiHeadAttention::dropout_spec(int64_t B, int64_t Tq, int64_t Tk) const {
@@ -229,10 +247,11 @@ Var MultiHeadAttention::forward_cached(const Var& x, KVCache& cache, const ops::
   QKV_CHECK(N == cache.sequences(), "attention cache: " << N << " sequences for a cache of " << cache.sequences());
   constexpr int64_t kMaxMappedQueries = 8;  // what ops::attention_forward_mapped takes
   if (T > kMaxMappedQueries) cache.gather_in_place();
-  const Var q = project(W_q, x);  // (N, H, T, dk)
+  const auto [x_q, x_k, x_v] = self_projections(x);
+  const Var q = fn::split_heads(x_q, num_heads_);  // (N, H, T, dk)
   // Sequence i's new positions go to row i: no row's positions [length, end) were written before.
-  cache.k.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_k, x).value());
-  cache.v.slice0(0, N).narrow(2, cache.length, T).copy_from(project(W_v, x).value());
+  cache.k.slice0(0, N).narrow(2, cache.length, T).copy_from(fn::split_heads(x_k, num_heads_).value());
+  cache.v.slice0(0, N).narrow(2, cache.length, T).copy_from(fn::split_heads(x_v, num_heads_).value());
   if (cache.key_rows.defined()) {
     const int64_t capacity = cache.k.size(2);
     int32_t* map = cache.key_rows.i32();

@@ -1,6 +1,7 @@
 // MultiHeadAttention as in seed 000: project Q, K, V, split into heads, scaled dot-product
 // attention with masks, combine heads, project with W_o.
 #pragma once
+#include <array>
 #include <vector>
 
 #include "qkv/nn/layers.h"
@@ -120,6 +121,9 @@ class MultiHeadAttention : public Module {
   Linear &W_q, &W_k, &W_v, &W_o;
 
  private:
+  // W_q(x), W_k(x) and W_v(x) of one input: at inference with int8 weights in one product that
+  // quantizes x once (ops::linear_forward_many), else three.
+  std::array<Var, 3> self_projections(const Var& x) const;
   // Attention dropout for a call on B rows of Tq queries over Tk keys: off unless training; else
   // the generator's seed and a fresh counter range (as many draws as probabilities).
   ops::AttentionDropoutSpec dropout_spec(int64_t B, int64_t Tq, int64_t Tk) const;

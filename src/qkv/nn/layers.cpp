@@ -38,10 +38,14 @@ void Linear::tie_weight(const Var& w) {
   inference_ = {};
 }
 
-Var Linear::forward(const Var& x, fn::InputUse use) const {
+bool Linear::uses_inference_weight(const Var& x) const {
   const bool records = grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
                                           (bias.defined() && bias.requires_grad()));
-  if (!inference_.defined() || records) return fn::linear(x, weight, bias, use);
+  return inference_.defined() && !records;
+}
+
+Var Linear::forward(const Var& x, fn::InputUse use) const {
+  if (!uses_inference_weight(x)) return fn::linear(x, weight, bias, use);
   return Var(ops::linear_forward(x.value(), inference_, bias.defined() ? bias.value() : Tensor()));
 }
 

@@ -42,6 +42,9 @@ class Linear : public Module {
   void set_compute_type(ComputeType type);
   void clear_inference_weight() { inference_ = {}; }
   const ops::LinearWeight& inference_weight() const { return inference_; }
+  // Whether forward(x) multiplies with the inference weight (one is prepared and no gradient is
+  // being recorded).
+  bool uses_inference_weight(const Var& x) const;
   Var weight, bias;
 
  private:

@@ -7,6 +7,8 @@
 #include "qkv/ops/grad_slot.h"
 #include "qkv/ops/ops.h"
 
+#include <algorithm>
+
 namespace qkv::ops {
 
 namespace {
@@ -120,6 +122,38 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
   else
     kernels::gemm_packed(x.f32(), M, K, kernels::PackedWeights::view(W.f32(), N, K), bias_or_null, y.f32(), N);
   return y;
+}
+
+std::vector<Tensor> linear_forward_many(const Tensor& x_in, const std::vector<const LinearWeight*>& ws,
+                                        const std::vector<Tensor>& bs) {
+  QKV_CHECK(ws.size() == bs.size(), "linear_forward_many: " << ws.size() << " weights and " << bs.size() << " biases");
+  const bool int8 = !ws.empty() && std::all_of(ws.begin(), ws.end(), [&](const LinearWeight* w) {
+    return w->weight.dtype() == DType::I8 && w->weight.layout() == Layout::Packed && !w->weight.device().is_cuda() &&
+           w->in_features() == ws.front()->in_features();
+  });
+  std::vector<Tensor> ys;
+  if (!int8 || x_in.device().is_cuda()) {
+    for (size_t i = 0; i < ws.size(); ++i) ys.push_back(linear_forward(x_in, *ws[i], bs[i]));
+    return ys;
+  }
+  const Tensor x = x_in.contiguous();
+  const int64_t K = ws.front()->in_features(), M = x.numel() / std::max<int64_t>(K, 1);
+  std::vector<kernels::QuantizedWeights> views;
+  std::vector<Tensor> biases;
+  std::vector<kernels::Int8Product> products;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_linear_shapes(x_in, ws[i]->weight, bs[i]);
+    Dims shape = x.shape();
+    shape[shape.size() - 1] = ws[i]->out_features();
+    ys.push_back(Tensor::empty(shape));
+    views.push_back(quantized_view(*ws[i]));
+    biases.push_back(bs[i].defined() ? bs[i].contiguous() : Tensor());
+  }
+  for (size_t i = 0; i < ws.size(); ++i)
+    products.push_back({&views[i], biases[i].defined() ? biases[i].f32() : nullptr, ys[i].f32(),
+                        ws[i]->out_features()});
+  kernels::gemm_int8_many(x.f32(), M, K, products.data(), static_cast<int64_t>(products.size()));
+  return ys;
 }
 
 void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,

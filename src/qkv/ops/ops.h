@@ -66,6 +66,11 @@ struct LinearWeight {
 LinearWeight prepare_linear_weight(const Tensor& w, DType dtype);
 // y = x @ W^T + b with W in any LinearWeight form, dispatched on its dtype and layout. x f32.
 Tensor linear_forward(const Tensor& x, const LinearWeight& w, const Tensor& b);
+// linear_forward of one x with several weights (attention's W_q, W_k, W_v): ys[i] = x @ ws[i]^T +
+// bs[i] (bs[i] may be undefined). The same values as separate calls. int8 weights on the CPU share one
+// quantization of x and one parallel region; other forms are separate calls.
+std::vector<Tensor> linear_forward_many(const Tensor& x, const std::vector<const LinearWeight*>& ws,
+                                        const std::vector<Tensor>& bs);
 // What multiplies with a prepare_linear_weight(w, dtype) weight on this machine, in words
 // (`qkv info`): "qkv's packed float32 GEMM (AVX2, FMA)".
 std::string linear_kernel_description(DType dtype);
