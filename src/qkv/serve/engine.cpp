@@ -395,6 +395,8 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
     inputs += static_cast<int64_t>(j->inputs.size());
     tokens_in += j->tokens;
   }
+  // Counted before any job is answered: a client that has its answer finds its batch in /metrics.
+  metrics_.batch(name_, static_cast<int64_t>(batch.size()), inputs);
   try {
     switch (batch[0]->kind) {
       case JobKind::Embed:
@@ -407,7 +409,6 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
   } catch (const std::exception& e) {
     fail(batch, http_error_of(e));
   }
-  metrics_.batch(name_, static_cast<int64_t>(batch.size()), inputs);
   metrics_.tokens(name_, tokens_in, tokens_out);
 }
 
