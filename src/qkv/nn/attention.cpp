@@ -44,11 +44,12 @@ Var MultiHeadAttention::attend(const Var& q, const Var& k, const Var& v, const o
 }
 
 std::array<Var, 3> MultiHeadAttention::self_projections(const Var& x) const {
+  // Which forms share work is ops' choice (dispatch on dtype stays in ops/); this layer only says
+  // that the three inference weights multiply one input.
   const Linear* layers[3] = {&W_q, &W_k, &W_v};
-  const bool int8 = std::all_of(std::begin(layers), std::end(layers), [&](const Linear* l) {
-    return l->uses_inference_weight(x) && l->inference_weight().weight.dtype() == DType::I8;
-  });
-  if (!int8) return {W_q.forward(x), W_k.forward(x), W_v.forward(x)};
+  const bool inference = std::all_of(std::begin(layers), std::end(layers),
+                                     [&](const Linear* l) { return l->uses_inference_weight(x); });
+  if (!inference) return {W_q.forward(x), W_k.forward(x), W_v.forward(x)};
   std::vector<const ops::LinearWeight*> weights;
   std::vector<Tensor> biases;
   for (const Linear* l : layers) {

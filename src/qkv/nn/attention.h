@@ -121,8 +121,8 @@ class MultiHeadAttention : public Module {
   Linear &W_q, &W_k, &W_v, &W_o;
 
  private:
-  // W_q(x), W_k(x) and W_v(x) of one input: at inference with int8 weights in one product that
-  // quantizes x once (ops::linear_forward_many), else three.
+  // W_q(x), W_k(x) and W_v(x) of one input: at inference through ops::linear_forward_many (int8
+  // weights quantize x once), else three forwards.
   std::array<Var, 3> self_projections(const Var& x) const;
   // Attention dropout for a call on B rows of Tq queries over Tk keys: off unless training; else
   // the generator's seed and a fresh counter range (as many draws as probabilities).
