@@ -244,23 +244,24 @@ ActivationScratch& activation_scratch(int64_t M, int64_t row_bytes) {
   return scratch;
 }
 
-// Panels [begin, end) of the weights.
-struct PanelRange {
+// Items [begin, end): panels of the weights, or rows of A.
+struct Range {
   int64_t begin, end;
 };
 
-// Part `part` of `parts` equal shares of the panels, in whole tiles of the build's micro-kernel.
-// Blocks of at most kBlockBytes handed out by a static loop gave one thread a block more than the
-// other whenever their count was odd: MiniLM's 384 x 1536 layers were 5 blocks, 3 against 2, and ran
-// at 1.47x one thread's speed on two; equal shares run them at 2x (246 against 124 G op/s).
-PanelRange thread_share(int64_t panels, int64_t tile, int64_t part, int64_t parts) {
-  const int64_t tiles = (panels + tile - 1) / tile;
-  return {std::min(panels, tiles * part / parts * tile), std::min(panels, tiles * (part + 1) / parts * tile)};
+// Part `part` of `parts` equal shares of `count` panels or rows, in whole tiles of the build's
+// micro-kernel. Blocks of at most kBlockBytes handed out by a static loop gave one thread a block
+// more than the other whenever their count was odd: MiniLM's 384 x 1536 layers were 5 blocks, 3
+// against 2, and ran at 1.47x one thread's speed on two; equal shares run them at 2x (246 against
+// 124 G op/s).
+Range thread_share(int64_t count, int64_t tile, int64_t part, int64_t parts) {
+  const int64_t tiles = (count + tile - 1) / tile;
+  return {std::min(count, tiles * part / parts * tile), std::min(count, tiles * (part + 1) / parts * tile)};
 }
 
 // Panels per block within a share: blocks of at most kBlockBytes of weights (they stay in L2 while
 // the row chunks pass them), of equal size, in whole tiles.
-int64_t panels_per_block(PanelRange range, int64_t panel_bytes, int64_t tile) {
+int64_t panels_per_block(Range range, int64_t panel_bytes, int64_t tile) {
   const int64_t panels = std::max<int64_t>(range.end - range.begin, 1);
   const int64_t most = std::max<int64_t>(kBlockBytes / panel_bytes, 1);
   const int64_t blocks = (panels + most - 1) / most;
@@ -283,15 +284,13 @@ void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_
                  const Int8Product* products, int64_t count, char* Aq, float* a_scales, int64_t parts) {
   const int64_t K = products[0].W->in_features(), padded = products[0].W->padded_in_features();
   const int64_t row_bytes = padded * build.activation_bytes;
-  const int64_t tiles = (M + build.rows_per_tile - 1) / build.rows_per_tile;
 #pragma omp parallel for schedule(static)
   for (int64_t part = 0; part < parts; ++part) {
-    const int64_t r0 = std::min(M, tiles * part / parts * build.rows_per_tile);
-    const int64_t r1 = std::min(M, tiles * (part + 1) / parts * build.rows_per_tile);
+    const auto [r0, r1] = thread_share(M, build.rows_per_tile, part, parts);
     for (int64_t i = r0; i < r1; ++i) a_scales[i] = build.quantize_row(A + i * lda, K, padded, Aq + i * row_bytes);
     for (int64_t o = 0; o < count && r0 < r1; ++o) {
       const Int8Product& out = products[o];
-      const PanelRange all{0, out.W->panels()};
+      const Range all{0, out.W->panels()};
       const int64_t per_block = panels_per_block(all, padded * kPanel, build.panels_per_tile);
       for (int64_t p = all.begin; p < all.end; p += per_block)
         build.block_product(Aq + r0 * row_bytes, a_scales + r0, r1 - r0, *out.W, p, std::min(all.end, p + per_block),
@@ -337,7 +336,7 @@ void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t 
     for (int64_t part = 0; part < parts; ++part)
       for (int64_t o = 0; o < count; ++o) {
         const Int8Product& out = products[o];
-        const PanelRange range = thread_share(out.W->panels(), build.panels_per_tile, part, parts);
+        const Range range = thread_share(out.W->panels(), build.panels_per_tile, part, parts);
         const int64_t per_block = panels_per_block(range, padded * kPanel, build.panels_per_tile);
         for (int64_t p = range.begin; p < range.end; p += per_block)
           build.block_product(Aq, a_scales, M, *out.W, p, std::min(range.end, p + per_block), out.bias_or_null, out.C,
