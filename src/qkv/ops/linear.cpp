@@ -96,6 +96,15 @@ Tensor linear_forward_bf16_cuda(const Tensor& x_in, const Tensor& W, const Tenso
 }
 }  // namespace
 
+namespace {
+// The output of x @ W^T for W of N outputs: x's shape with its last dim N.
+Tensor linear_output(const Tensor& x, int64_t N) {
+  Dims shape = x.shape();
+  shape[shape.size() - 1] = N;
+  return Tensor::empty(shape);
+}
+}  // namespace
+
 // The products with a prepared weight, one case per (dtype, layout, device).
 Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b) {
   const Tensor& W = w.weight;
@@ -109,9 +118,7 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
             "linear: no product with a " << W.describe() << " weight");
   const Tensor x = x_in.contiguous();
   const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
-  Dims shape = x.shape();
-  shape[shape.size() - 1] = N;
-  Tensor y = Tensor::empty(shape);
+  Tensor y = linear_output(x, N);
   const Tensor bias = b.defined() ? b.contiguous() : Tensor();
   const float* bias_or_null = bias.defined() ? bias.f32() : nullptr;
   if (W.dtype() == DType::I8)
@@ -143,9 +150,8 @@ std::vector<Tensor> linear_forward_many(const Tensor& x_in, const std::vector<co
   std::vector<kernels::Int8Product> products;
   for (size_t i = 0; i < ws.size(); ++i) {
     check_linear_shapes(x_in, ws[i]->weight, bs[i]);
-    Dims shape = x.shape();
-    shape[shape.size() - 1] = ws[i]->out_features();
-    ys.push_back(Tensor::empty(shape));
+    check_same_device("linear", {&x_in, &ws[i]->weight, &bs[i]});
+    ys.push_back(linear_output(x, ws[i]->out_features()));
     views.push_back(quantized_view(*ws[i]));
     biases.push_back(bs[i].defined() ? bs[i].contiguous() : Tensor());
   }
