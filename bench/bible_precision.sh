@@ -34,15 +34,27 @@ train_run() {  # train_run PRECISION THREADS
      [ "$(python3 -c "import json;print(json.load(open('$run/last/train_state.json'))['step'])")" = "$STEPS" ]; then
     echo "== $precision: already trained ($run)"; return
   fi
-  rm -rf "$run"
-  mkdir -p "$run"
-  echo "== training in $precision: $STEPS steps, $threads threads, vocabulary $VOCAB (log: $run/train.log)"
-  # bench/translate_bible.sh's recipe, the schedule ending at STEPS.
-  "$QKV" train --src "$DATA/train.es" --tgt "$DATA/train.en" --valid-src "$DATA/dev.es" --valid-tgt "$DATA/dev.en" \
+  # A run stopped part-way (a session ended, kill -9) continues from its last save: the full-length
+  # comparison takes longer than one sitting on some machines. Resume is exact, so the two runs still
+  # see the same steps. A saved run of another length starts again.
+  local resume=() saved
+  saved=$(python3 -c "import json;print(json.load(open('$run/last/train_state.json'))['step'])" 2>/dev/null || true)
+  if [ -n "$saved" ] && grep -q "^$precision $STEPS$" "$run/length" 2>/dev/null; then
+    echo "== $precision: resuming at step $saved of $STEPS (log: $run/train.log)"
+    resume=(--resume "$run")
+  else
+    rm -rf "$run"
+    mkdir -p "$run"
+    echo "$precision $STEPS" > "$run/length"
+    echo "== training in $precision: $STEPS steps, $threads threads, vocabulary $VOCAB (log: $run/train.log)"
+  fi
+  # bench/translate_bible.sh's recipe, the schedule ending at STEPS; a save every 50 steps bounds what a
+  # stop loses.
+  "$QKV" train "${resume[@]}" --save-every 50 --src "$DATA/train.es" --tgt "$DATA/train.en" --valid-src "$DATA/dev.es" --valid-tgt "$DATA/dev.en" \
     --output-dir "$run" --threads "$threads" --precision "$precision" --seed 1 \
     --spm-vocab "$VOCAB" --max-seq-length 160 --d-model 256 --heads 4 --layers 4 --d-ff 1024 --dropout 0.1 \
     --schedule linear --lr 1e-3 --warmup "$WARMUP" --steps "$STEPS" --label-smoothing 0.1 --clip-norm 1.0 \
-    --max-batch-tokens 6000 --valid-every "$VALID_EVERY" --valid-bleu-sentences 300 --log-every 50 > "$run/train.log" 2>&1
+    --max-batch-tokens 6000 --valid-every "$VALID_EVERY" --valid-bleu-sentences 300 --log-every 50 >> "$run/train.log" 2>&1
 }
 half=$(( THREADS / 2 > 0 ? THREADS / 2 : 1 ))
 train_run float32 "$half" &
