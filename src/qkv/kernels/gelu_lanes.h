@@ -14,6 +14,11 @@ namespace qkv::kernels {
 namespace {
 using namespace simd;
 
+// The lanes are forced inline into map8's loop: out of line, GCC reloaded each of their ~40
+// constants with a broadcast at every call (42 vbroadcastss in gelu_lane). Inline, the loop keeps
+// them as memory operands: GELU (erf) 20% faster forward and 18% backward, GELU-tanh's backward 5%
+// (bench_gelu, Zen 4, AVX2), the same bits for all 2^32 inputs. tanh_parts stays out of line:
+// inlined, GELU-tanh's forward ran 16% slower.
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 // |x| below this: Phi from its odd series; above: from erfcx at z = |x| / sqrt 2 >= 0.5.
 constexpr float kCdfSeriesMax = 0.7072f;
@@ -52,7 +57,7 @@ constexpr double kInvSqrt2Pid = 0.39894228040143267794;
 // x Phi(x): x (1/2 + x S) for small |x|; else with E = -a Phi(-a) (one rounding, subnormals too),
 // x Phi(x) = E for x < 0 and x (1 - Phi(-a)) = x + E for x > 0. gelu(-inf) = -0 and gelu(inf) = inf
 // (the limits; 0.5 x (1 + erf) would give NaN at -inf), NaN stays NaN.
-__m256 gelu_lane(__m256 x) {
+[[gnu::always_inline]] inline __m256 gelu_lane(__m256 x) {
   const GaussTail t = gauss_tail(x);
   const __m256 minus_a_half_erfcx = in_double(t.a, [](auto a) {
     return dmul(dmul(a, dsplat(a, -0.5)), erfcx_mid(dmul(a, dsplat(a, kInvSqrt2d))));
@@ -67,7 +72,7 @@ __m256 gelu_lane(__m256 x) {
 // Tails: with T = Phi(-a) - a phi(a) = exp(-a^2 / 2) (erfcx(a / sqrt 2) / 2 - a / sqrt(2 pi)) (the
 // difference in double, one exp, one rounding, subnormals included), gelu' = T for x < 0 and
 // 1 - Phi(-a) + a phi(a) = 1 - T for x > 0. Limits at -inf and inf: 0 and 1.
-__m256 gelu_grad_lane(__m256 x) {
+[[gnu::always_inline]] inline __m256 gelu_grad_lane(__m256 x) {
   const GaussTail t = gauss_tail(x);
   const __m256 small = _mm256_cmp_ps(t.a, splat(kCdfSeriesMax), _CMP_LT_OQ);
   const __m256 tail_factor = in_double(t.a, [](auto a) {
@@ -115,7 +120,7 @@ TanhParts tanh_parts(__m256 x) {
 }
 
 // 0.5 x (1 + tanh u) = x d (u >= 0) or x e d (u < 0, e folded into one rounding).
-__m256 gelu_tanh_lane(__m256 x) {
+[[gnu::always_inline]] inline __m256 gelu_tanh_lane(__m256 x) {
   const TanhParts t = tanh_parts(x);
   return select(t.u_nonneg, _mm256_mul_ps(x, t.d), t.times(_mm256_mul_ps(t.xc, t.d)));
 }
@@ -123,7 +128,7 @@ __m256 gelu_tanh_lane(__m256 x) {
 // dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du, du = k (1 + 3 a x^2) (header). With 1 - t^2 = 4 e d^2 and
 // w = 2 x du (in double, rounded once):
 //   u >= 0: d + e d (w d);   u < 0: e d (1 + w d)   (no cancellation but at the root, x = -0.75).
-__m256 gelu_tanh_grad_lane(__m256 x) {
+[[gnu::always_inline]] inline __m256 gelu_tanh_grad_lane(__m256 x) {
   const TanhParts t = tanh_parts(x);
   const __m256 w = in_double(t.xc, [](auto v) {
     const auto du = dfmadd(dsplat(v, 3 * kGeluCubic * kSqrt2OverPi), dmul(v, v), dsplat(v, kSqrt2OverPi));
