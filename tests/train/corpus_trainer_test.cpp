@@ -73,6 +73,26 @@ TEST(CorpusTrainer, TrainsWritesCheckpointsAndResumesExactly) {
   fs::remove_all(root);
 }
 
+// --save-every reaches text runs (it once reached synthetic runs alone, and a text run given it saved
+// at validations only): last/ is written every N steps, and at the end.
+TEST(CorpusTrainer, SavesTheLastCheckpointEveryNSteps) {
+  const std::string root = ::testing::TempDir() + "/qkv_corpus_save_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  qkv::testing::write_toy_corpus(root + "/data", 200, 1);
+  CorpusTrainOptions o = small_options(root + "/data", root + "/run");
+  o.max_steps = 5;
+  o.valid_every = 0;  // no validation: every save before the end comes from save_every
+  o.save_every = 2;
+  std::vector<int64_t> saved;
+  TrainerEvents events;
+  events.on_save = [&](const std::string& dir, int64_t step) {
+    if (dir == root + "/run/last") saved.push_back(step);
+  };
+  ASSERT_FALSE(train_on_corpus(o, events).interrupted);
+  EXPECT_EQ(saved, (std::vector<int64_t>{2, 4, 5}));
+  fs::remove_all(root);
+}
+
 // A run saved before train_state.json named its batches' length order (source-then-target plans)
 // resumes in those plans, not in today's default, so it still matches its uninterrupted run.
 TEST(CorpusTrainer, AStateWithoutALengthOrderResumesInSourceFirstPlans) {

@@ -200,6 +200,7 @@ std::optional<TrainState> fill_run_options(const TrainRequest& o, const Hyper& d
   r.time_budget = parse_time_budget(o.time_budget);
   check_schedule_end(r.hyper.schedule, r.time_budget);  // before reading any data
   r.valid_every = o.valid_every;
+  r.save_every = o.save_every;
   r.patience = o.patience;
   r.keep_checkpoints = o.keep_checkpoints;
   r.seed = o.seed;

@@ -47,6 +47,7 @@ TrainerOptions run_trainer_options(const RunOptions& o, int64_t d_model,
   t.max_epochs = o.max_epochs;
   t.time_budget = o.time_budget;
   t.valid_every = o.valid_every;
+  t.save_every = o.save_every;
   t.patience = o.patience;
   t.log_every = o.log_every;
   t.stop_flag = stop;

@@ -27,6 +27,7 @@ struct RunOptions {
   int64_t max_epochs = 0;  // 0: no limit
   double time_budget = 0;  // seconds of training (0: no limit)
   int64_t valid_every = 1000;  // steps
+  int64_t save_every = 0;      // also save OUT/last every N steps (0: at validations and the end only)
   int64_t patience = 0;        // stop after this many validations without a better dev score (0: never)
   // Also keep the weights of the last N validations as OUT/step-NNNNNNN (for `qkv average`);
   // older ones are deleted. 0: keep none.
