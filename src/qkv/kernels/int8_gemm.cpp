@@ -248,7 +248,7 @@ const int16_t* widened_panels(const QuantizedWeights& W, int64_t p_begin, int64_
   for (int64_t v = 0; v < vectors; ++v)
     _mm256_store_si256(reinterpret_cast<__m256i*>(wide[v].values),
                        _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(src + v * 16))));
-  return wide[0].values;
+  return reinterpret_cast<const int16_t*>(wide.data());
 }
 
 void panel_block_product(const void* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W,
