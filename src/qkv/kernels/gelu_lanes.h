@@ -14,11 +14,12 @@ namespace qkv::kernels {
 namespace {
 using namespace simd;
 
-// The lanes are forced inline into map8's loop: out of line, GCC reloaded each of their ~40
-// constants with a broadcast at every call (42 vbroadcastss in gelu_lane). Inline, the loop keeps
-// them as memory operands: GELU (erf) 20% faster forward and 18% backward, GELU-tanh's backward 5%
-// (bench_gelu, Zen 4, AVX2), the same bits for all 2^32 inputs. tanh_parts stays out of line:
-// inlined, GELU-tanh's forward ran 16% slower.
+// The lanes are forced inline into map8's loop. Out of line, each call of gelu_lane paid the call
+// and re-broadcast all of its constants (42 vbroadcastss in a 213-instruction function); inline, GCC
+// keeps some of them in registers across the loop (it still broadcasts about 36 a pass) and
+// schedules the lane with the loop's loads and stores: GELU (erf) 20% faster forward and 18%
+// backward, GELU-tanh's backward 5% (bench_gelu, Zen 4, AVX2), the same bits for all 2^32 inputs.
+// tanh_parts stays out of line: inlined, GELU-tanh's forward ran 16% slower.
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 // |x| below this: Phi from its odd series; above: from erfcx at z = |x| / sqrt 2 >= 0.5.
 constexpr float kCdfSeriesMax = 0.7072f;

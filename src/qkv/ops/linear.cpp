@@ -94,9 +94,7 @@ Tensor linear_forward_bf16_cuda(const Tensor& x_in, const Tensor& W, const Tenso
   }
   return y;
 }
-}  // namespace
 
-namespace {
 // The output of x @ W^T for W of N outputs: x's shape with its last dim N.
 Tensor linear_output(const Tensor& x, int64_t N) {
   Dims shape = x.shape();
