@@ -29,16 +29,14 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1); $("$QKV" --ver
 # The two runs train side by side, each on half the threads: they see the same machine (their step
 # times compare), and a partial run still has validations at the same steps in both.
 train_run() {  # train_run PRECISION THREADS
-  local precision=$1 threads=$2 run="$OUT/$1"
-  if [ -f "$run/last/train_state.json" ] && \
-     [ "$(python3 -c "import json;print(json.load(open('$run/last/train_state.json'))['step'])")" = "$STEPS" ]; then
+  local precision=$1 threads=$2 run="$OUT/$1" resume=() saved
+  saved=$(python3 -c "import json;print(json.load(open('$run/last/train_state.json'))['step'])" 2>/dev/null || true)
+  if [ "$saved" = "$STEPS" ]; then
     echo "== $precision: already trained ($run)"; return
   fi
   # A run stopped part-way (a session ended, kill -9) continues from its last save: the full-length
   # comparison takes longer than one sitting on some machines. Resume is exact, so the two runs still
   # see the same steps. A saved run of another length starts again.
-  local resume=() saved
-  saved=$(python3 -c "import json;print(json.load(open('$run/last/train_state.json'))['step'])" 2>/dev/null || true)
   if [ -n "$saved" ] && grep -q "^$precision $STEPS$" "$run/length" 2>/dev/null; then
     echo "== $precision: resuming at step $saved of $STEPS (log: $run/train.log)"
     resume=(--resume "$run")
