@@ -1,7 +1,8 @@
 // GELU kernels: the scalar std::erf / std::tanh loops they replaced against the vector kernels
 // (kernels/gelu.cpp: the AVX2 build, and the AVX-512F build where the CPU has it), forward and
 // backward, exact and tanh GELU, on n = 64 * 100 * 2048 floats (the feed-forward activations of a
-// 64 x 100 batch with d_ff 2048). Prints medians and speed-ups.
+// 64 x 100 batch with d_ff 2048). Prints medians and speed-ups; the last row is the GELU that an int8
+// feed-forward applies to the rows it quantizes (gelu_forward_to_quantize).
 // Usage: bench_gelu [--threads N] [--reps R] [--n FLOATS]   (--n: fewer floats for a quick check)
 #include <cmath>
 #include <cstdio>
@@ -105,6 +106,10 @@ int main(int argc, char** argv) try {
     report(c.name, "forward", fwd(c.scalar_fwd), fwd(c.avx2_fwd), fwd(c.avx512_fwd));
     report(c.name, "backward", bwd(c.scalar_bwd), bwd(c.avx2_bwd), bwd(c.avx512_bwd));
   }
+  // The form an int8 feed-forward applies to the rows it quantizes, against the exact forward.
+  const auto fwd = [&](Fwd f) { return f ? bench::median_seconds(reps, [&] { f(y.data(), x.data(), n); }) : 0.0; };
+  report("gelu, int8", "forward", fwd(scalar::gelu_forward), fwd(avx2.forward_to_quantize),
+         fwd(avx512 ? avx512->forward_to_quantize : nullptr));
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_gelu: %s\n", e.what());

@@ -277,6 +277,36 @@ TEST(Int8Gemm, ManyProductsOfOneInputGiveEachProductsBits) {
   EXPECT_THROW(gemm_int8_many(A.data(), 4, 8, mismatched, 2), std::invalid_argument);
 }
 
+// A row map (an activation) applied as the rows are quantized gives the bits of gemm_int8 on the
+// mapped matrix, on both splits among threads (by rows: 200 rows and a small weight; by panels: a
+// 2000-output weight) and with A's stride wider than its rows.
+TEST(Int8Gemm, MappedRowsGiveTheBitsOfTheMappedMatrix) {
+  const RowMap square_plus_one = [](float* y, const float* x, int64_t n) {
+    for (int64_t k = 0; k < n; ++k) y[k] = x[k] * x[k] + 1.f;
+  };
+  const int threads = num_threads();
+  for (int n : {1, 2, 3})
+    for (const Case& c : {Case{200, 256, 384, true}, Case{200, 2000, 512, false}, Case{7, 33, 45, true}}) {
+      set_num_threads(n);
+      std::mt19937 rng(static_cast<unsigned>(c.M + c.out + c.in));
+      std::normal_distribution<float> g(0.f, 1.f);
+      const int64_t lda = c.in + 3;
+      std::vector<float> A(c.M * lda), mapped(c.M * c.in), W(c.out * c.in), bias(c.out);
+      for (float& x : A) x = g(rng);
+      for (float& x : W) x = g(rng);
+      for (float& x : bias) x = g(rng);
+      for (int64_t i = 0; i < c.M; ++i) square_plus_one(mapped.data() + i * c.in, A.data() + i * lda, c.in);
+      const QuantizedWeights qw = quantize_weights(W.data(), c.out, c.in);
+      std::vector<float> expected(c.M * c.out), got(c.M * c.out);
+      const float* b = c.bias ? bias.data() : nullptr;
+      gemm_int8(mapped.data(), c.M, c.in, qw, b, expected.data(), c.out);
+      gemm_int8_mapped(A.data(), c.M, lda, square_plus_one, qw, b, got.data(), c.out);
+      EXPECT_EQ(std::memcmp(expected.data(), got.data(), expected.size() * sizeof(float)), 0)
+          << n << " threads, M " << c.M << ", out " << c.out << ", in " << c.in;
+    }
+  set_num_threads(threads);
+}
+
 TEST(Int8Gemm, RefusesSumsThatCouldOverflowInt32) {
   EXPECT_THROW(quantize_weights(nullptr, 0, QuantizedWeights::kMaxInFeatures + 1), std::invalid_argument);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "qkv/kernels/bf16_gemm.h"
+#include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/int8_gemm.h"
 #include "qkv/ops/ops.h"
 
@@ -166,6 +167,38 @@ TEST(LinearForwardMany, GivesEachWeightTheBitsOfItsOwnCall) {
   const LinearWeight a = prepare_linear_weight(wa, DType::I8);
   EXPECT_THROW((void)linear_forward_many(random_tensor(Dims{2, 9}, 3), {&a}, {Tensor()}), Error) << "width mismatch";
   EXPECT_THROW((void)linear_forward_many(x, {&a}, {}), Error) << "a bias per weight";
+}
+
+// activation_linear_forward gives linear_forward(activation_forward(h, act)) bit for bit with every
+// weight form but one: an int8 weight, where GELU is the form for quantized values
+// (kernels::gelu_forward_to_quantize) applied to each row as it is quantized.
+TEST(ActivationLinearForward, GivesTheBitsOfTheActivationThenTheProduct) {
+  const Tensor h = scale_forward(random_tensor(Dims{3, 7, 96}, 21), 2.f), w = random_tensor(Dims{40, 96}, 22),
+               b = random_tensor(Dims{40}, 23);
+  const auto same_bits = [](const Tensor& got, const Tensor& want, const std::string& what) {
+    ASSERT_EQ(got.shape(), want.shape()) << what;
+    for (int64_t j = 0; j < want.numel(); ++j) ASSERT_EQ(got.f32()[j], want.f32()[j]) << what << " at " << j;
+  };
+  for (DType dtype : {DType::F32, DType::BF16, DType::I8})
+    for (Activation act : {Activation::ReLU, Activation::GELU, Activation::GELUTanh, Activation::SiLU}) {
+      const LinearWeight lw = prepare_linear_weight(w, dtype);
+      const std::string what = std::string(dtype_name(dtype)) + " activation " + std::to_string(static_cast<int>(act));
+      const Tensor got = activation_linear_forward(h, act, lw, b);
+      if (dtype != DType::I8 || act != Activation::GELU) {
+        same_bits(got, linear_forward(activation_forward(h, act), lw, b), what);
+        continue;
+      }
+      Tensor mapped = Tensor::empty(h.shape());
+      kernels::gelu_forward_to_quantize(mapped.f32(), h.f32(), h.numel());
+      same_bits(got, linear_forward(mapped, lw, b), what);
+      const Tensor exact = linear_forward(activation_forward(h, act), lw, b);
+      float largest = 0.f, worst = 0.f;  // a flip of one 8-bit step moves an output by far less than this
+      for (int64_t j = 0; j < exact.numel(); ++j) {
+        largest = std::max(largest, std::abs(exact.f32()[j]));
+        worst = std::max(worst, std::abs(got.f32()[j] - exact.f32()[j]));
+      }
+      EXPECT_LE(worst, 1e-3f * largest) << what;
+    }
 }
 
 class EmbeddingOnEveryBackend : public ::testing::TestWithParam<DType> {};

@@ -49,7 +49,11 @@ void add_row_broadcast(float* out, const float* x, const float* row, int64_t row
 }
 
 void relu_forward(float* y, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+  if (n <= kParallelMin) {  // no team of one (map_lanes.h): the int8 feed-forward maps rows alone
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
 }
 

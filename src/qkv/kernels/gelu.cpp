@@ -23,7 +23,8 @@ const Kernels& chosen() {
   static const Kernels kernels = [] {
     const Kernels* wide = avx512_or_null();
     if (!wide) return avx2();
-    return Kernels{wide->forward, wide->backward, wide->tanh_forward, avx2().tanh_backward};
+    return Kernels{wide->forward, wide->forward_to_quantize, wide->backward, wide->tanh_forward,
+                   avx2().tanh_backward};
   }();
   return kernels;
 }
@@ -31,6 +32,8 @@ const Kernels& chosen() {
 }  // namespace gelu_isa
 
 void gelu_forward(float* y, const float* x, int64_t n) { gelu_isa::chosen().forward(y, x, n); }
+
+void gelu_forward_to_quantize(float* y, const float* x, int64_t n) { gelu_isa::chosen().forward_to_quantize(y, x, n); }
 
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
   gelu_isa::chosen().backward(dx, dy, x, n, accumulate);

@@ -8,6 +8,7 @@ namespace qkv::kernels::gelu_isa {
 
 struct Kernels {
   void (*forward)(float* y, const float* x, int64_t n);
+  void (*forward_to_quantize)(float* y, const float* x, int64_t n);
   void (*backward)(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
   void (*tanh_forward)(float* y, const float* x, int64_t n);
   void (*tanh_backward)(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);

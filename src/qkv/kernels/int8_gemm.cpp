@@ -276,6 +276,17 @@ ActivationScratch& activation_scratch(int64_t M, int64_t row_bytes) {
   return scratch;
 }
 
+// Row i of A quantized into Aq, through `map` first where there is one (into a buffer of the
+// calling thread: one row, in L1 while the quantizer reads it).
+float quantize_input_row(const int8_isa::Build& build, const float* A_row, int64_t K, int64_t padded, RowMap map,
+                         void* q) {
+  if (!map) return build.quantize_row(A_row, K, padded, q);
+  thread_local std::vector<float> mapped;
+  if (static_cast<int64_t>(mapped.size()) < K) mapped.resize(static_cast<size_t>(K));
+  map(mapped.data(), A_row, K);
+  return build.quantize_row(mapped.data(), K, padded, q);
+}
+
 // Items [begin, end): panels of the weights, or rows of A.
 struct Range {
   int64_t begin, end;
@@ -312,14 +323,15 @@ constexpr int64_t kRowSplitMinTilesPerThread = 8;
 // by all the weights, each of which stays in its L2 (kRowSplitMaxWeightBytes). No thread reads
 // another's quantized rows and none waits for another before its products. Products of 128 rows and
 // more ran 0-7% slower when the threads shared the rows and split the panels (bench_int8_gemm).
-void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda,
+void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, RowMap map,
                  const Int8Product* products, int64_t count, char* Aq, float* a_scales, int64_t parts) {
   const int64_t K = products[0].W->in_features(), padded = products[0].W->padded_in_features();
   const int64_t row_bytes = padded * build.activation_bytes;
 #pragma omp parallel for schedule(static)
   for (int64_t part = 0; part < parts; ++part) {
     const auto [r0, r1] = thread_share(M, build.rows_per_tile, part, parts);
-    for (int64_t i = r0; i < r1; ++i) a_scales[i] = build.quantize_row(A + i * lda, K, padded, Aq + i * row_bytes);
+    for (int64_t i = r0; i < r1; ++i)
+      a_scales[i] = quantize_input_row(build, A + i * lda, K, padded, map, Aq + i * row_bytes);
     for (int64_t o = 0; o < count && r0 < r1; ++o) {
       const Int8Product& out = products[o];
       const Range all{0, out.W->panels()};
@@ -332,8 +344,8 @@ void run_by_rows(const int8_isa::Build& build, const float* A, int64_t M, int64_
 }
 
 // The products with either build: the same split among threads and the same blocks of panels.
-void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, const Int8Product* products,
-               int64_t count) {
+void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t lda, RowMap map,
+               const Int8Product* products, int64_t count) {
   if (M <= 0 || count <= 0) return;
   const QuantizedWeights& first = *products[0].W;
   const int64_t K = first.in_features(), padded = first.padded_in_features();
@@ -355,7 +367,7 @@ void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t 
   const int64_t parts = parallel ? omp_get_max_threads() : 1;
   if (parts > 1 && M >= parts * kRowSplitMinTilesPerThread * build.rows_per_tile &&
       largest_weight <= kRowSplitMaxWeightBytes)
-    return run_by_rows(build, A, M, lda, products, count, Aq, a_scales, parts);
+    return run_by_rows(build, A, M, lda, map, products, count, Aq, a_scales, parts);
   // Larger weights: one parallel region where the threads quantize the rows, wait for each other at
   // the loop's barrier, then each takes an equal share of each weight's panels (output columns), so
   // each thread reads only its own part of the weights. Every output is computed by the same
@@ -363,7 +375,8 @@ void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t 
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < M; ++i) a_scales[i] = build.quantize_row(A + i * lda, K, padded, Aq + i * row_bytes);
+    for (int64_t i = 0; i < M; ++i)
+      a_scales[i] = quantize_input_row(build, A + i * lda, K, padded, map, Aq + i * row_bytes);
 #pragma omp for schedule(static)
     for (int64_t part = 0; part < parts; ++part)
       for (int64_t o = 0; o < count; ++o) {
@@ -377,24 +390,24 @@ void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t 
   }
 }
 
-void gemm_many_avx2(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
-  run_build(kAvx2Build, A, M, lda, products, count);
+void gemm_many_avx2(const float* A, int64_t M, int64_t lda, RowMap map, const Int8Product* products, int64_t count) {
+  run_build(kAvx2Build, A, M, lda, map, products, count);
 }
 
-void gemm_many_vnni(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
-  run_build(int8_isa::vnni_build_unchecked(), A, M, lda, products, count);
+void gemm_many_vnni(const float* A, int64_t M, int64_t lda, RowMap map, const Int8Product* products, int64_t count) {
+  run_build(int8_isa::vnni_build_unchecked(), A, M, lda, map, products, count);
 }
 
 void gemm_avx2(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
   const Int8Product product{&W, bias_or_null, C, ldc};
-  gemm_many_avx2(A, M, lda, &product, 1);
+  gemm_many_avx2(A, M, lda, nullptr, &product, 1);
 }
 
 void gemm_vnni(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
   const Int8Product product{&W, bias_or_null, C, ldc};
-  gemm_many_vnni(A, M, lda, &product, 1);
+  gemm_many_vnni(A, M, lda, nullptr, &product, 1);
 }
 
 template <class T>
@@ -480,8 +493,14 @@ void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W
   int8_isa::chosen()(A, M, lda, W, bias_or_null, C, ldc);
 }
 
+void gemm_int8_mapped(const float* A, int64_t M, int64_t lda, RowMap map, const QuantizedWeights& W,
+                      const float* bias_or_null, float* C, int64_t ldc) {
+  const Int8Product product{&W, bias_or_null, C, ldc};
+  int8_isa::chosen_many()(A, M, lda, map, &product, 1);
+}
+
 void gemm_int8_many(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
-  int8_isa::chosen_many()(A, M, lda, products, count);
+  int8_isa::chosen_many()(A, M, lda, nullptr, products, count);
 }
 
 }  // namespace qkv::kernels

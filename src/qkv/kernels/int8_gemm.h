@@ -101,6 +101,13 @@ float quantize_row(const float* x, int64_t n, int8_t* q);
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc);
 
+// A map of n floats applied to each row of A just before it is quantized (an activation), or null.
+using RowMap = void (*)(float* y, const float* x, int64_t n);
+// gemm_int8 of map(A): each row goes through `map` into a buffer of the calling thread, then is
+// quantized, so map(A) is never written out (a feed-forward's second product quantizes GELU(h) row
+// by row). C gets the bits gemm_int8 gives on map(A) computed apart.
+void gemm_int8_mapped(const float* A, int64_t M, int64_t lda, RowMap map, const QuantizedWeights& W,
+                      const float* bias_or_null, float* C, int64_t ldc);
 // One product of gemm_int8_many: C (M, W.out_features(); row stride ldc) = A @ W^T + bias.
 struct Int8Product {
   const QuantizedWeights* W;

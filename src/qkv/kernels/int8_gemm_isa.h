@@ -11,8 +11,9 @@ namespace qkv::kernels::int8_isa {
 
 using Gemm = void (*)(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null,
                       float* C, int64_t ldc);
-// gemm_int8_many with one build.
-using GemmMany = void (*)(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count);
+// gemm_int8_many with one build, each row of A mapped first where `map` is not null.
+using GemmMany = void (*)(const float* A, int64_t M, int64_t lda, RowMap map, const Int8Product* products,
+                          int64_t count);
 
 Gemm avx2();
 // Null below Isa::Avx512Vnni (the CPU lacks it, or QKV_ISA chose a lower level).

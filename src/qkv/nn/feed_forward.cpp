@@ -15,6 +15,10 @@ PositionWiseFeedForward::PositionWiseFeedForward(int64_t d_model, int64_t d_ff, 
 
 Var PositionWiseFeedForward::compute(const Var& x, const Dropout::Mask& mask) const {
   const Var h = fc1.forward(x);  // (B, T, d_ff)
+  // At inference, one op: an int8 fc2 applies the activation to each row as it quantizes it.
+  if (!fc_up && !mask.active && fc2.uses_inference_weight(h))
+    return Var(ops::activation_linear_forward(h.value(), activation_, fc2.inference_weight(),
+                                              fc2.bias.defined() ? fc2.bias.value() : Tensor()));
   Var a;
   switch (activation_) {
     case Activation::ReLU: a = fn::relu(h); break;

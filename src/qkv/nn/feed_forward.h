@@ -6,7 +6,7 @@
 
 namespace qkv::nn {
 
-enum class Activation { ReLU, GELU, GELUTanh, SiLU };
+using Activation = ops::Activation;
 
 class PositionWiseFeedForward : public Module {
  public:

@@ -101,6 +101,19 @@ Tensor linear_output(const Tensor& x, int64_t N) {
   shape[shape.size() - 1] = N;
   return Tensor::empty(shape);
 }
+
+// The float kernel of each activation (kernels/elementwise.h) as the row map of gemm_int8_mapped:
+// GELU's form for quantized values, the others as they are.
+kernels::RowMap activation_row_map(Activation act) {
+  switch (act) {
+    case Activation::ReLU: return kernels::relu_forward;
+    case Activation::GELU: return kernels::gelu_forward_to_quantize;
+    case Activation::GELUTanh: return kernels::gelu_tanh_forward;
+    case Activation::SiLU: return kernels::silu_forward;
+  }
+  QKV_CHECK(false, "activation_linear_forward: unknown activation " << static_cast<int>(act));
+  return nullptr;
+}
 }  // namespace
 
 // The products with a prepared weight, one case per (dtype, layout, device).
@@ -126,6 +139,32 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
                               y.f32(), N);
   else
     kernels::gemm_packed(x.f32(), M, K, kernels::PackedWeights::view(W.f32(), N, K), bias_or_null, y.f32(), N);
+  return y;
+}
+
+Tensor activation_forward(const Tensor& x, Activation act) {
+  switch (act) {
+    case Activation::ReLU: return relu_forward(x);
+    case Activation::GELU: return gelu_forward(x);
+    case Activation::GELUTanh: return gelu_tanh_forward(x);
+    case Activation::SiLU: return silu_forward(x);
+  }
+  QKV_CHECK(false, "activation_forward: unknown activation " << static_cast<int>(act));
+  return {};
+}
+
+Tensor activation_linear_forward(const Tensor& h_in, Activation act, const LinearWeight& w, const Tensor& b) {
+  const Tensor& W = w.weight;
+  const bool int8_here = W.dtype() == DType::I8 && W.layout() == Layout::Packed && !W.device().is_cuda();
+  if (!int8_here) return linear_forward(activation_forward(h_in, act), w, b);
+  check_linear_shapes(h_in, W, b);
+  check_same_device("linear", {&h_in, &W, &b});
+  const Tensor h = h_in.contiguous();
+  const int64_t K = W.size(1), N = W.size(0), M = h.numel() / std::max<int64_t>(K, 1);
+  Tensor y = linear_output(h, N);
+  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
+  kernels::gemm_int8_mapped(h.f32(), M, K, activation_row_map(act), quantized_view(w),
+                            bias.defined() ? bias.f32() : nullptr, y.f32(), N);
   return y;
 }
 

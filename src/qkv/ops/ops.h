@@ -71,6 +71,15 @@ Tensor linear_forward(const Tensor& x, const LinearWeight& w, const Tensor& b);
 // quantization of x and one parallel region; other forms are separate calls.
 std::vector<Tensor> linear_forward_many(const Tensor& x, const std::vector<const LinearWeight*>& ws,
                                         const std::vector<Tensor>& bs);
+// The activations of a feed-forward (nn::Activation is this enum).
+enum class Activation { ReLU, GELU, GELUTanh, SiLU };
+Tensor activation_forward(const Tensor& x, Activation act);
+// linear_forward(activation_forward(h, act), w, b): a feed-forward's second product at inference.
+// With an int8 weight on the CPU, each row of h goes through the activation as it is quantized,
+// and act(h) is never written out; GELU there is kernels::gelu_forward_to_quantize (within 1.2e-7
+// max(1, |x|) of GELU; the 8-bit step of a row is max|row| / 127), the others give the same bits as
+// the two ops apart. Every other form computes act(h) first.
+Tensor activation_linear_forward(const Tensor& h, Activation act, const LinearWeight& w, const Tensor& b);
 // What multiplies with a prepare_linear_weight(w, dtype) weight on this machine, in words
 // (`qkv info`): "qkv's packed float32 GEMM (AVX2, FMA)".
 std::string linear_kernel_description(DType dtype);
