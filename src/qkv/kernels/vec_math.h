@@ -125,6 +125,10 @@ inline __m256d dmul(__m256d a, __m256d b) { return _mm256_mul_pd(a, b); }
 inline __m256d ddiv(__m256d a, __m256d b) { return _mm256_div_pd(a, b); }
 inline __m256d dfmadd(__m256d a, __m256d b, __m256d c) { return _mm256_fmadd_pd(a, b, c); }
 inline __m256d dfnmadd(__m256d a, __m256d b, __m256d c) { return _mm256_fnmadd_pd(a, b, c); }
+// The same steps on 8 floats, for a kernel that wants them in float (GELU's form for quantized values).
+inline __m256 dsplat(__m256, double v) { return _mm256_set1_ps(static_cast<float>(v)); }
+inline __m256 dfmadd(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+inline __m256 ddiv(__m256 a, __m256 b) { return _mm256_div_ps(a, b); }
 #if defined(__AVX512F__)
 inline __m512d dsplat(__m512d, double v) { return _mm512_set1_pd(v); }
 inline __m512d dadd(__m512d a, __m512d b) { return _mm512_add_pd(a, b); }
@@ -170,8 +174,9 @@ SplitFloat split_in_double(__m256 x, F f) {
 }
 
 // erfcx(z) = erfc(z) exp(z^2) for z in [0.45, 10.5] as P(z) / Q(z), degrees 4 and 5: relative error
-// 1.0e-9. Evaluated in double: in float, the roundings of the two Horner sums and the quotient add up
-// to 3 ulp. All coefficients are positive and z > 0, so the sums never cancel.
+// 1.0e-9. Evaluated in double: in float (D = __m256, GELU's form for quantized values), the roundings
+// of the two Horner sums and the quotient add up to 3 ulp. All coefficients are positive and z > 0,
+// so the sums never cancel.
 template <class D>
 D erfcx_mid(D z) {
   const auto c = [z](double v) { return dsplat(z, v); };
