@@ -34,7 +34,7 @@ void silu_backward(float* dx, const float* dy, const float* x, int64_t n, bool a
 // Exact GELU as PyTorch's default: y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
 void gelu_forward(float* y, const float* x, int64_t n);
 // GELU for values quantized to 8 bits next (an int8 feed-forward's second product): within
-// 1.2e-7 max(1, |x|) of gelu_forward, and 1.7x faster (kernels/gelu_lanes.h).
+// 1.2e-7 max(1, |x|) of gelu_forward, and 1.5x faster (kernels/gelu_lanes.h).
 void gelu_forward_to_quantize(float* y, const float* x, int64_t n);
 // dy/dx = Phi(x) + x * phi(x), phi the standard normal density.
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);

@@ -13,9 +13,6 @@ namespace {
 // activation costs about what the other cheap loops cost, so it goes parallel at their threshold.
 constexpr int64_t kMapParallelMin = 1 << 15;
 
-// y[i] = f(x[i]) 8 lanes at a time. The last n % 8 values go through the same f in a zero-padded
-// block of 8, so every value gets the same operations wherever it sits: the result does not depend
-// on n, on the offset of the array or on how the threads split it.
 // lane(i) for i = 0, 8, ... below full: split among the threads above kMapParallelMin elements, else
 // on the calling thread without entering OpenMP. A parallel region whose `if` is false still sets
 // up a team of one, about a microsecond: the int8 feed-forward maps each row of 1,536 floats alone
@@ -30,6 +27,9 @@ void for_each_block8(int64_t full, int64_t n, Lane lane) {
   }
 }
 
+// y[i] = f(x[i]) 8 lanes at a time. The last n % 8 values go through the same f in a zero-padded
+// block of 8, so every value gets the same operations wherever it sits: the result does not depend
+// on n, on the offset of the array or on how the threads split it.
 template <class F>
 void map8(float* y, const float* x, int64_t n, F f) {
   const int64_t full = n - n % 8;
