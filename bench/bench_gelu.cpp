@@ -98,16 +98,15 @@ int main(int argc, char** argv) try {
     if (avx512_s > 0) std::printf("  avx512 %7.2f ms (%5.2fx, %4.2fx avx2)", avx512_s * 1e3, old_s / avx512_s, avx2_s / avx512_s);
     std::printf("\n");
   };
+  const auto fwd = [&](Fwd f) { return f ? bench::median_seconds(reps, [&] { f(y.data(), x.data(), n); }) : 0.0; };
+  const auto bwd = [&](Bwd f) {
+    return f ? bench::median_seconds(reps, [&] { f(dx.data(), dy.data(), x.data(), n, false); }) : 0.0;
+  };
   for (const Case& c : cases) {
-    const auto fwd = [&](Fwd f) { return f ? bench::median_seconds(reps, [&] { f(y.data(), x.data(), n); }) : 0.0; };
-    const auto bwd = [&](Bwd f) {
-      return f ? bench::median_seconds(reps, [&] { f(dx.data(), dy.data(), x.data(), n, false); }) : 0.0;
-    };
     report(c.name, "forward", fwd(c.scalar_fwd), fwd(c.avx2_fwd), fwd(c.avx512_fwd));
     report(c.name, "backward", bwd(c.scalar_bwd), bwd(c.avx2_bwd), bwd(c.avx512_bwd));
   }
   // The form an int8 feed-forward applies to the rows it quantizes, against the exact forward.
-  const auto fwd = [&](Fwd f) { return f ? bench::median_seconds(reps, [&] { f(y.data(), x.data(), n); }) : 0.0; };
   report("gelu, int8", "forward", fwd(scalar::gelu_forward), fwd(avx2.forward_to_quantize),
          fwd(avx512 ? avx512->forward_to_quantize : nullptr));
   return 0;

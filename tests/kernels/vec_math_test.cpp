@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <functional>
 
 #include "kernels/float_sweep.h"
+#include "qkv/kernels/elementwise.h"
 
 namespace qkv::kernels {
 namespace {
@@ -73,6 +75,20 @@ TEST(VecMath, TanhWithinTwoUlpExactForTinyAndSaturates) {
   EXPECT_EQ(one(INFINITY), 1.f);
   EXPECT_EQ(one(-INFINITY), -1.f);
   EXPECT_TRUE(std::isnan(one(NAN)));
+}
+
+// relu_forward (max(x, +0) on 8 lanes) gives the bits of x > 0 ? x : 0 on the sweep of floats, NaN
+// and -0 included (both give +0), whatever the length's tail.
+TEST(ReluKernel, GivesTheBitsOfTheScalarRule) {
+  const std::vector<float> xs = sweep(16.f);
+  for (size_t n : {xs.size(), xs.size() - 3, size_t{5}}) {
+    std::vector<float> y(n, 7.f);
+    relu_forward(y.data(), xs.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      const float want = xs[i] > 0.f ? xs[i] : 0.f;
+      ASSERT_EQ(std::memcmp(&y[i], &want, sizeof(float)), 0) << "x = " << xs[i] << ", n = " << n;
+    }
+  }
 }
 
 }  // namespace

@@ -48,13 +48,9 @@ void add_row_broadcast(float* out, const float* x, const float* row, int64_t row
     for (int64_t c = 0; c < width; ++c) out[r * width + c] = x[r * width + c] + row[c];
 }
 
+// max(x, +0) returns its second operand for NaN and for -0, as x > 0 ? x : 0 does.
 void relu_forward(float* y, const float* x, int64_t n) {
-  if (n <= kParallelMin) {  // no team of one (map_lanes.h): the int8 feed-forward maps rows alone
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+  map8(y, x, n, [](__m256 v) { return _mm256_max_ps(v, _mm256_setzero_ps()); });
 }
 
 void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {

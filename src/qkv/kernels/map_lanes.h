@@ -1,5 +1,5 @@
 // Element-wise maps 8 float lanes at a time (AVX2), shared by the vectorised activation kernels
-// (GELU in kernels/gelu.cpp and its AVX-512 build, SiLU in kernels/elementwise.cpp). Internal
+// (GELU in kernels/gelu.cpp and its AVX-512 build, SiLU and ReLU in kernels/elementwise.cpp). Internal
 // linkage: each translation unit, whatever instruction set it is built for, keeps its own copy.
 #pragma once
 #include <immintrin.h>

@@ -114,6 +114,33 @@ kernels::RowMap activation_row_map(Activation act) {
   QKV_CHECK(false, "activation_linear_forward: unknown activation " << static_cast<int>(act));
   return nullptr;
 }
+
+// An I8 packed weight on the CPU: gemm_int8's products (one quantization of x for several weights, a
+// row map applied as x is quantized).
+bool int8_on_cpu(const LinearWeight& w) {
+  return w.weight.dtype() == DType::I8 && w.weight.layout() == Layout::Packed && !w.weight.device().is_cuda();
+}
+
+// The product with a packed weight (shapes and devices already checked); an I8 weight maps each row
+// of x through input_map, where there is one, as it quantizes it.
+Tensor packed_linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b, kernels::RowMap input_map) {
+  const Tensor& W = w.weight;
+  QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8 || W.dtype() == DType::BF16),
+            "linear: no product with a " << W.describe() << " weight");
+  const Tensor x = x_in.contiguous();
+  const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
+  Tensor y = linear_output(x, N);
+  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
+  const float* bias_or_null = bias.defined() ? bias.f32() : nullptr;
+  if (W.dtype() == DType::I8)
+    kernels::gemm_int8_mapped(x.f32(), M, K, input_map, quantized_view(w), bias_or_null, y.f32(), N);
+  else if (W.dtype() == DType::BF16)
+    kernels::gemm_bf16_packed(x.f32(), M, K, reinterpret_cast<const uint32_t*>(W.data<bfloat16>()), N, K, bias_or_null,
+                              y.f32(), N);
+  else
+    kernels::gemm_packed(x.f32(), M, K, kernels::PackedWeights::view(W.f32(), N, K), bias_or_null, y.f32(), N);
+  return y;
+}
 }  // namespace
 
 // The products with a prepared weight, one case per (dtype, layout, device).
@@ -125,21 +152,7 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
   if (W.dtype() == DType::BF16 && W.device().is_cuda()) return linear_forward_bf16_cuda(x_in, W, b);
   if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h): bf16 products
     return linear_forward(x_in, W.to(DType::F32), b, Precision::BF16);
-  QKV_CHECK(W.layout() == Layout::Packed && (W.dtype() == DType::F32 || W.dtype() == DType::I8 || W.dtype() == DType::BF16),
-            "linear: no product with a " << W.describe() << " weight");
-  const Tensor x = x_in.contiguous();
-  const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
-  Tensor y = linear_output(x, N);
-  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
-  const float* bias_or_null = bias.defined() ? bias.f32() : nullptr;
-  if (W.dtype() == DType::I8)
-    kernels::gemm_int8(x.f32(), M, K, quantized_view(w), bias_or_null, y.f32(), N);
-  else if (W.dtype() == DType::BF16)
-    kernels::gemm_bf16_packed(x.f32(), M, K, reinterpret_cast<const uint32_t*>(W.data<bfloat16>()), N, K, bias_or_null,
-                              y.f32(), N);
-  else
-    kernels::gemm_packed(x.f32(), M, K, kernels::PackedWeights::view(W.f32(), N, K), bias_or_null, y.f32(), N);
-  return y;
+  return packed_linear_forward(x_in, w, b, nullptr);
 }
 
 Tensor activation_forward(const Tensor& x, Activation act) {
@@ -153,27 +166,18 @@ Tensor activation_forward(const Tensor& x, Activation act) {
   return {};
 }
 
-Tensor activation_linear_forward(const Tensor& h_in, Activation act, const LinearWeight& w, const Tensor& b) {
-  const Tensor& W = w.weight;
-  const bool int8_here = W.dtype() == DType::I8 && W.layout() == Layout::Packed && !W.device().is_cuda();
-  if (!int8_here) return linear_forward(activation_forward(h_in, act), w, b);
-  check_linear_shapes(h_in, W, b);
-  check_same_device("linear", {&h_in, &W, &b});
-  const Tensor h = h_in.contiguous();
-  const int64_t K = W.size(1), N = W.size(0), M = h.numel() / std::max<int64_t>(K, 1);
-  Tensor y = linear_output(h, N);
-  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
-  kernels::gemm_int8_mapped(h.f32(), M, K, activation_row_map(act), quantized_view(w),
-                            bias.defined() ? bias.f32() : nullptr, y.f32(), N);
-  return y;
+Tensor activation_linear_forward(const Tensor& h, Activation act, const LinearWeight& w, const Tensor& b) {
+  if (!int8_on_cpu(w)) return linear_forward(activation_forward(h, act), w, b);
+  check_linear_shapes(h, w.weight, b);
+  check_same_device("linear", {&h, &w.weight, &b});
+  return packed_linear_forward(h, w, b, activation_row_map(act));
 }
 
 std::vector<Tensor> linear_forward_many(const Tensor& x_in, const std::vector<const LinearWeight*>& ws,
                                         const std::vector<Tensor>& bs) {
   QKV_CHECK(ws.size() == bs.size(), "linear_forward_many: " << ws.size() << " weights and " << bs.size() << " biases");
   const bool int8 = !ws.empty() && std::all_of(ws.begin(), ws.end(), [&](const LinearWeight* w) {
-    return w->weight.dtype() == DType::I8 && w->weight.layout() == Layout::Packed && !w->weight.device().is_cuda() &&
-           w->in_features() == ws.front()->in_features();
+    return int8_on_cpu(*w) && w->in_features() == ws.front()->in_features();
   });
   std::vector<Tensor> ys;
   if (!int8 || x_in.device().is_cuda()) {
