@@ -26,6 +26,43 @@ echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint w
 "$bundle/qkv" train --synthetic --preset tiny --task copy --steps 60 --device cuda --output-dir "$out/copy-ckpt" 2>&1 | tail -4
 "$bundle/qkv" info "$out/copy-ckpt" 2>&1 | head -3
 rm -rf "$out/copy-ckpt"
+# Data parallelism with the model on the GPU: two ranks sharing it (their gradients summed through
+# host memory) against one process whose micro-batches are a rank's share, as tests/mpi does on CPUs.
+if command -v mpirun >/dev/null; then
+  echo "== mpirun -np 2 qkv train --device cuda:0 against one process with --micro-batch 4"
+  dp=(train --synthetic --preset seed --task copy --vocab 40 --d-model 32 --heads 4 --layers 2 --d-ff 64 --batch-size 8
+      --len 12 --dropout 0.1 --steps 10 --lr 1e-3 --clip-norm 1.0 --device cuda:0 --log-every 5)
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH "$bundle/qkv" "${dp[@]}" \
+    --output-dir "$out/dp2" --allreduce-bucket-mb 0.01 > "$out/dp2.log" 2>&1
+  dp2_status=$?
+  timeout 120 "$bundle/qkv" "${dp[@]}" --output-dir "$out/dp1" --micro-batch 4 > "$out/dp1.log" 2>&1
+  grep -E "data parallel|all-reduce|device" "$out/dp2.log"
+  # This machine's mpirun may not be the Open MPI the bundle's libmpi came from: a failed launch is
+  # reported, not counted; two runs that finish must agree.
+  if [ "$dp2_status" -ne 0 ]; then
+    echo "mpirun -np 2 exited $dp2_status:"
+    tail -5 "$out/dp2.log"
+  elif ! python3 - "$out/dp1/model.safetensors" "$out/dp2/model.safetensors" <<'PY'; then
+import json, struct, sys
+def tensors(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    return {k: struct.unpack(f"<{(v['data_offsets'][1] - v['data_offsets'][0]) // 4}f",
+                             data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32"}
+one, two = tensors(sys.argv[1]), tensors(sys.argv[2])
+scale = max(abs(x) for t in one.values() for x in t)
+diff = max(abs(a - b) for k in one for a, b in zip(one[k], two[k]))
+print(f"weights after 10 steps, 2 ranks vs 1 process: max |difference| {diff:.3g} (largest weight {scale:.3g})")
+sys.exit(0 if diff <= 1e-5 * scale else 1)
+PY
+    status=1
+  fi
+  rm -rf "$out/dp1" "$out/dp2"
+else
+  echo "== data parallelism on the GPU: no mpirun on this machine (tests/cuda checks the gradient buckets)"
+fi
 if command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ]; then
   # The op tests under memcheck; racecheck (shared-memory races) and synccheck over the attention
   # kernels, whose tiles pass through shared memory. QKV_SANITIZE_FILTER narrows memcheck.

@@ -81,6 +81,14 @@ int rank_threads(int threads) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks);
 }
 
+// This rank's device. Under mpirun, `--device cuda` hands a host's GPUs to its ranks in turn (local
+// rank r takes GPU r mod count: one each when there are as many ranks as GPUs); `cuda:N` puts every
+// rank on GPU N.
+Device rank_device(const std::string& name, const dist::MpiSession* mpi) {
+  if (!mpi || name != "cuda" || cuda::device_count() == 0) return chosen_device(name);
+  return chosen_device("cuda:" + std::to_string(mpi->local_rank() % cuda::device_count()));
+}
+
 void report_allreduce(TrainProgress& progress, const train::TrainResult& r, int64_t steps) {
   if (steps <= 0 || r.allreduce_bytes == 0) return;
   char line[256];
@@ -101,7 +109,7 @@ int run_train(const TrainOptions& o) {
   request.comm = comm;
   request.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(o.bucket_mb * (1 << 20)));
   request.overlap = !o.no_overlap;
-  request.device = chosen_device(o.device_name);
+  request.device = rank_device(o.device_name, mpi ? &*mpi : nullptr);
   if (comm) comm->set_timeout(o.dist_timeout);
   set_num_threads(comm ? rank_threads(o.threads) : o.threads);
   const bool quiet = o.quiet || (comm && comm->rank() != 0);
@@ -109,7 +117,8 @@ int run_train(const TrainOptions& o) {
   const StopOnSignal stop;
   if (comm && !quiet) progress.info("data parallel: " + comm->describe() + ", " + std::to_string(num_threads()) + " threads each");
   if (request.device.is_cuda() && !quiet)
-    progress.info("device: " + request.device.name() + " (" + cuda::describe(request.device) + ")");
+    progress.info("device: " + request.device.name() + " (" + cuda::describe(request.device) + ")" +
+                  (comm ? "; the ranks' gradients are summed through host memory (MPI)" : ""));
   train::TrainResult r;
   try {
     r = train::run_training(request, quiet ? train::TrainerEvents{} : progress.events(), &g_stop_requested);

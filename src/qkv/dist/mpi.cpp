@@ -295,6 +295,13 @@ MpiSession::MpiSession() {
   // inside the library; a dead peer is still reported by mpirun, which then ends the job.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   world_ = std::make_unique<MpiCommunicator>();
+  MPI_Comm host = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host) == MPI_SUCCESS) {
+    MPI_Comm_rank(host, &local_rank_);
+    MPI_Comm_free(&host);
+  } else {
+    local_rank_ = world_->rank();
+  }
 }
 
 MpiSession::~MpiSession() {

@@ -28,11 +28,15 @@ class MpiSession {
 
   // MPI_COMM_WORLD (a duplicate of it) as a Communicator.
   Communicator& world() { return *world_; }
+  // This rank's index among the ranks on its own host (MPI_Comm_split_type, shared memory): which
+  // of the host's GPUs it takes when every rank has one.
+  int local_rank() const { return local_rank_; }
   // MPI_Abort(MPI_COMM_WORLD, code): every rank of the job exits with `code`.
   [[noreturn]] void abort(int code);
 
  private:
   std::unique_ptr<Communicator> world_;
+  int local_rank_ = 0;
 };
 
 }  // namespace qkv::dist

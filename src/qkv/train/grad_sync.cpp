@@ -4,10 +4,26 @@
 #include <chrono>
 #include <cstring>
 
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/core/error.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::train {
+namespace {
+
+// n floats between a gradient (host or GPU) and a bucket's host buffer. The all-reduce runs on host
+// memory (MPI): a GPU's gradients are copied out once their backward is queued (the copy waits for
+// the device's stream) and the sums copied back before the optimizer step.
+void copy_floats(float* dst, Device dst_device, const float* src, Device src_device, int64_t n) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  if (!dst_device.is_cuda() && !src_device.is_cuda()) {
+    std::memcpy(dst, src, bytes);
+  } else {
+    cuda::copy(dst, dst_device, src, src_device, bytes);
+  }
+}
+
+}  // namespace
 
 GradientReducer::GradientReducer(std::vector<Var> params, dist::Communicator& comm, int64_t bucket_bytes, bool overlap)
     : params_(std::move(params)), comm_(&comm), overlap_(overlap) {
@@ -77,7 +93,8 @@ void GradientReducer::start(Bucket& b) {
     const Tensor& g = params_[i].grad();
     const int64_t n = params_[i].value().numel();
     if (g.defined()) {
-      std::memcpy(out, g.f32(), static_cast<size_t>(n) * sizeof(float));
+      QKV_CHECK(g.is_contiguous(), "all-reduce: the gradient of parameter " << i << " is not contiguous");
+      copy_floats(out, Device::cpu(), g.f32(), g.device(), n);
     } else {
       std::fill(out, out + n, 0.f);
     }
@@ -117,8 +134,9 @@ int64_t GradientReducer::finish(int64_t value) {
       const int64_t n = params_[i].value().numel();
       if (flags[i]) {
         Tensor* g = params_[i].grad_slot();
-        if (!g->defined()) *g = Tensor::empty(params_[i].shape());
-        std::memcpy(g->f32(), in, static_cast<size_t>(n) * sizeof(float));
+        const Device device = params_[i].value().device();
+        if (!g->defined()) *g = Tensor::empty(params_[i].shape(), DType::F32, device);
+        copy_floats(g->f32(), g->device(), in, Device::cpu(), n);
       }
       in += n;
     }

@@ -16,6 +16,11 @@
 // index order on every rank (MPI's rule for collectives); finish() starts the rest, waits, and
 // copies the sums back. A parameter without a gradient on some rank counts as zeros there; one
 // without a gradient on every rank keeps none (Adam skips it, as in one process).
+//
+// GPUs. The buckets are host memory and the all-reduce is MPI's: a bucket's gradients are copied
+// from the device as it starts and the sums copied back in finish(). The ranks may share a GPU or
+// each have their own; each reduction is a copy of the gradient bytes each way over PCIe or NVLink
+// (a GPU-resident all-reduce, NCCL, would skip those copies: docs/scaling.md).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -102,9 +102,6 @@ Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions option
                              options_.hyper.weight_decay, options_.hyper.optimizer == "adamw"}),
       comm_(options_.comm ? options_.comm : &dist::single_process()) {
   check_options(options_);
-  QKV_CHECK(!(comm_->size() > 1 && options_.device.is_cuda()),
-            "data-parallel training on GPUs (one rank per GPU, NCCL) is not built yet: train on one GPU, or on CPUs "
-            "under mpirun");
   QKV_CHECK(options_.bucket_bytes > 0, "the all-reduce bucket size must be positive, got " << options_.bucket_bytes);
   if (comm_->size() > 1)
     reducer_ = std::make_unique<GradientReducer>(model_.parameters(), *comm_, options_.bucket_bytes, options_.overlap);
