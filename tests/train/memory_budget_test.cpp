@@ -78,6 +78,19 @@ TEST(MemoryBudget, SeedConfigurationEstimate) {
   EXPECT_EQ(max_memory_on_gpu(0, 80 * kGiB), 0) << "no limit is kept";
   EXPECT_EQ(plan_micro_batches(c, params, false, s, max_memory_on_gpu(kAutoMemory, 80 * kGiB)).rows, 0);
   EXPECT_GT(plan_micro_batches(c, params, false, s, max_memory_on_gpu(kAutoMemory, 2 * kGiB)).chunks, 1);
+  // Ranks of a data-parallel run that share a GPU split its auto budget; a size given stays whole.
+  EXPECT_EQ(max_memory_on_gpu(kAutoMemory, 80 * kGiB, 4), static_cast<int64_t>(0.8 * 80 * kGiB / 4));
+  EXPECT_EQ(max_memory_on_gpu(int64_t{3} << 30, 80 * kGiB, 4), int64_t{3} << 30);
+}
+
+// Which ranks share a GPU: same host and same device index; a CPU rank shares nothing.
+TEST(MemoryBudget, RanksOnTheSameGpuAreThoseOfItsHostAndIndex) {
+  const std::vector<RankPlacement> p = {{1, 0}, {1, 0}, {1, 1}, {2, 0}, {1, -1}, {1, -1}};
+  EXPECT_EQ(ranks_on_same_gpu(p, 0), 2);
+  EXPECT_EQ(ranks_on_same_gpu(p, 1), 2);
+  EXPECT_EQ(ranks_on_same_gpu(p, 2), 1) << "another GPU of the host";
+  EXPECT_EQ(ranks_on_same_gpu(p, 3), 1) << "GPU 0 of another host";
+  EXPECT_EQ(ranks_on_same_gpu(p, 4), 1) << "on the CPU";
 }
 
 TEST(MemoryBudget, PlannerPicksTheMostRowsThatFitInEvenChunks) {

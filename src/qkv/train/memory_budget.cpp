@@ -82,9 +82,18 @@ int64_t memory_budget_bytes(int64_t max_memory, int64_t parameters) {
   return parameters * 20 + kProcessOverheadBytes + kAutoActivationBytes;
 }
 
-int64_t max_memory_on_gpu(int64_t max_memory, int64_t device_total_bytes) {
+int64_t max_memory_on_gpu(int64_t max_memory, int64_t device_total_bytes, int ranks_on_device) {
   if (max_memory != kAutoMemory) return max_memory;
-  return std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(device_total_bytes) * kGpuAutoFraction));
+  const double share = static_cast<double>(device_total_bytes) * kGpuAutoFraction / std::max(1, ranks_on_device);
+  return std::max<int64_t>(1, static_cast<int64_t>(share));
+}
+
+int ranks_on_same_gpu(const std::vector<RankPlacement>& placements, int rank) {
+  const RankPlacement& mine = placements.at(static_cast<size_t>(rank));
+  if (mine.device < 0) return 1;
+  return static_cast<int>(std::count_if(placements.begin(), placements.end(), [&](const RankPlacement& p) {
+    return p.host == mine.host && p.device == mine.device;
+  }));
 }
 
 MicroBatchPlan plan_micro_batches(const models::TransformerConfig& c, int64_t parameters, bool recompute_ffn,

@@ -27,6 +27,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "qkv/models/config.h"
 
@@ -69,8 +70,17 @@ int64_t memory_budget_bytes(int64_t max_memory, int64_t parameters);
 // in two by the CPU's budget). Of the device's total, not of what is free, so that one GPU model
 // chunks alike on every run and every resume.
 inline constexpr double kGpuAutoFraction = 0.8;
-// max_memory unchanged unless it is kAutoMemory on a GPU of `device_total_bytes`.
-int64_t max_memory_on_gpu(int64_t max_memory, int64_t device_total_bytes);
+// max_memory unchanged unless it is kAutoMemory on a GPU of `device_total_bytes`, which
+// `ranks_on_device` ranks of a data-parallel run share (each gets its part of the fraction).
+int64_t max_memory_on_gpu(int64_t max_memory, int64_t device_total_bytes, int ranks_on_device = 1);
+
+// Where a rank trains: its host (any number naming it) and device (-1: the CPU, else a GPU index).
+struct RankPlacement {
+  double host = 0, device = -1;
+};
+// The ranks, `rank` included, that train on the GPU `rank` trains on (same host and device); 1 for
+// a rank on the CPU.
+int ranks_on_same_gpu(const std::vector<RankPlacement>& placements, int rank);
 
 struct MicroBatchPlan {
   int64_t rows = 0;        // rows per chunk; 0: the whole batch in one pass

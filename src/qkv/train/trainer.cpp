@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include "qkv/core/cuda_runtime.h"
@@ -141,8 +143,20 @@ void Trainer::resume(const std::string& dir, const TrainState& saved) {
   last_validated_ = -1;
 }
 
+namespace {
+// This host's name as a number a double holds exactly (52 bits of its hash): which ranks share a
+// host, and so a GPU of the same index.
+double host_id() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return 0;
+  return static_cast<double>(crc32(0L, reinterpret_cast<const Bytef*>(name), static_cast<uInt>(std::strlen(name))));
+}
+}  // namespace
+
 // Before the first step: every rank must hold the same weights, optimizer step and data position
-// (the same checkpoint, config and seed), else they would silently train different models.
+// (the same checkpoint, config and seed), else they would silently train different models. Also
+// counts the ranks that train on this rank's GPU (same host, same device), whose automatic memory
+// budgets share it.
 void Trainer::check_ranks_agree() {
   uLong crc = crc32(0L, Z_NULL, 0);
   for (const Var& p : model_.parameters()) {
@@ -151,14 +165,19 @@ void Trainer::check_ranks_agree() {
   }
   const std::string data = data_.state().dump();
   crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size()));
-  const std::vector<double> all = comm_->gather(
-      {static_cast<double>(crc), static_cast<double>(state_.step), static_cast<double>(optimizer_.steps())},
-      "the start of training");
+  const double device = options_.device.is_cuda() ? options_.device.index : -1;
+  constexpr int kValues = 5;
+  const std::vector<double> all = comm_->gather({static_cast<double>(crc), static_cast<double>(state_.step),
+                                                 static_cast<double>(optimizer_.steps()), host_id(), device},
+                                                "the start of training");
   for (int r = 1; r < comm_->size(); ++r)
-    QKV_CHECK(all[3 * r] == all[0] && all[3 * r + 1] == all[1] && all[3 * r + 2] == all[2],
+    QKV_CHECK(all[kValues * r] == all[0] && all[kValues * r + 1] == all[1] && all[kValues * r + 2] == all[2],
               "rank " << r << " starts from other weights, step or data position than rank 0 (step "
-                      << all[3 * r + 1] << " vs " << all[1]
+                      << all[kValues * r + 1] << " vs " << all[1]
                       << "): every rank must read the same checkpoint, config, data and seed");
+  std::vector<RankPlacement> placements;
+  for (int r = 0; r < comm_->size(); ++r) placements.push_back({all[kValues * r + 3], all[kValues * r + 4]});
+  ranks_on_device_ = ranks_on_same_gpu(placements, comm_->rank());
 }
 
 bool Trainer::stop_requested() const {
@@ -210,9 +229,12 @@ int64_t Trainer::micro_batch_rows(const data::Batch& batch, int64_t rows, const 
     shape.rows = rows;
   }
   constexpr bool kPlanWithFfnSaved = false;  // see above
-  const int64_t max_memory = options_.device.is_cuda()
-                                 ? max_memory_on_gpu(h.max_memory, static_cast<int64_t>(cuda::memory_info(options_.device).total))
-                                 : h.max_memory;
+  // On a GPU the automatic budget is a share of its memory: ranks that train on the same GPU split it.
+  const int64_t max_memory =
+      options_.device.is_cuda()
+          ? max_memory_on_gpu(h.max_memory, static_cast<int64_t>(cuda::memory_info(options_.device).total),
+                              ranks_on_device_)
+          : h.max_memory;
   const MicroBatchPlan plan = plan_micro_batches(model_.config(), parameters_, kPlanWithFfnSaved, shape, max_memory);
   if (plan.rows > 0 && !reported_micro_batches_ && events.on_info) {
     reported_micro_batches_ = true;

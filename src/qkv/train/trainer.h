@@ -165,6 +165,7 @@ class Trainer {
   double elapsed_now_ = 0;
   int64_t last_validated_ = -1;
   int64_t parameters_ = 0;               // the model's parameter count, for the memory estimate
+  int ranks_on_device_ = 1;              // ranks training on this rank's GPU (this one included)
   bool reported_micro_batches_ = false;  // the automatic micro-batch choice is reported once a run
   std::atomic<bool> stop_{false};
 };
