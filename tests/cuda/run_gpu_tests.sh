@@ -7,5 +7,6 @@ shift
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   exec "$bin" "$@"
 fi
-echo "cuda: no GPU on this machine: the GPU tests are skipped by name (OpsOnGpu.*, ModelsOnGpu.*, DataParallelOnGpu.*); listed:"
+echo "cuda: no GPU on this machine: the GPU tests are skipped by name" \
+  "(OpsOnGpu.*, ModelsOnGpu.*, DataParallelOnGpu.*); listed:"
 "$bin" --gtest_list_tests | sed 's/^/  /'

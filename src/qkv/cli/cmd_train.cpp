@@ -213,7 +213,8 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--max-memory", o.max_memory,
                  "Memory budget of a training step (e.g. 2G, 1500M; 0: no limit; default auto = the model's "
                  "weights, gradients and Adam moments plus 1.5 GiB of activations; with --device cuda, 80% of the "
-                 "GPU's memory, split among the ranks that share the GPU under mpirun). A batch whose estimated peak exceeds it runs in micro-batches of the most rows that "
+                 "GPU's memory, split among the ranks that share the GPU under mpirun). A batch whose estimated "
+                 "peak exceeds it runs in micro-batches of the most rows that "
                  "fit, chosen from the flags and the batch's shape only (a resumed run keeps its budget); "
                  "--micro-batch overrides the choice")
       ->check(MemorySize());

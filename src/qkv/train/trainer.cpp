@@ -144,8 +144,8 @@ void Trainer::resume(const std::string& dir, const TrainState& saved) {
 }
 
 namespace {
-// This host's name as a number a double holds exactly (52 bits of its hash): which ranks share a
-// host, and so a GPU of the same index.
+// This host's name as a number (its CRC-32, which a double holds exactly): which ranks share a
+// host, and so the GPU of an index.
 double host_id() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return 0;
