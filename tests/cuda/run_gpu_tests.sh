@@ -4,7 +4,9 @@
 set -euo pipefail
 bin="$1"
 shift
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+# A here-string, not `nvidia-smi -L | grep -q`: with pipefail, grep -q leaving at the first of several
+# GPU lines can kill nvidia-smi with SIGPIPE and make the pipeline false.
+if command -v nvidia-smi >/dev/null 2>&1 && grep -q '^GPU ' <<< "$(nvidia-smi -L 2>/dev/null)"; then
   exec "$bin" "$@"
 fi
 echo "cuda: no GPU on this machine: the GPU tests are skipped by name" \
