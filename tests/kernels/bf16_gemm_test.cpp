@@ -59,9 +59,11 @@ struct Build {
   bf16_isa::Gemm gemm;
 };
 
+// Every build this CPU can run; the AMX build's blocking always, on its scalar model of the tiles.
 std::vector<Build> builds() {
-  std::vector<Build> b{{"widened", bf16_isa::widened()}};
+  std::vector<Build> b{{"widened", bf16_isa::widened()}, {"amx_emulated", bf16_isa::amx_emulated()}};
   if (bf16_isa::avx512_bf16_or_null()) b.push_back({"avx512_bf16", bf16_isa::avx512_bf16_or_null()});
+  if (bf16_isa::amx_or_null()) b.push_back({"amx", bf16_isa::amx_or_null()});
   return b;
 }
 
@@ -101,12 +103,16 @@ void check_against_double(const Build& b, const Case& c) {
 TEST(Bf16Gemm, EachBuildMatchesDoublePrecisionOnTheRoundedOperands) {
   if (!bf16_isa::avx512_bf16_or_null())
     std::cerr << "note: the avx512_bf16 build is not tested here (" << isa_description() << ")\n";
+  if (!bf16_isa::amx_or_null())
+    std::cerr << "note: the amx build runs on its model of the tiles only here (" << isa_description() << ")\n";
   for (const Build& b : builds())
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         for (int64_t M : {1, 7, 9, 17})
           for (int64_t N : {1, 17, 31, 33, 70}) check_against_double(b, {ta, tb, M, N, 7, 1.f, 0.f, false});
-        for (int64_t K : {1, 2, 513, 1025, 2049}) check_against_double(b, {ta, tb, 13, 40, K, 1.f, 0.f, false});
+        for (int64_t K : {1, 2, 31, 33, 64, 513, 1025, 2049})  // the AMX build: pairs of tiles whole and padded
+          check_against_double(b, {ta, tb, 13, 40, K, 1.f, 0.f, false});
+        check_against_double(b, {ta, tb, 33, 65, 96, 1.f, 0.f, true});  // one row and column past 32-blocks
         check_against_double(b, {ta, tb, 50, 40, 600, 0.5f, 0.f, true});
         check_against_double(b, {ta, tb, 50, 40, 600, 1.f, 1.f, false});     // gradient accumulation
         check_against_double(b, {ta, tb, 19, 21, 1100, -2.f, 0.5f, true});   // later K blocks add up
@@ -166,14 +172,17 @@ TEST(Bf16Gemm, NanAndInfinityReachTheirRowAndColumnOnly) {
 }
 
 TEST(Bf16Gemm, TheBuildsAgreeOnATrainingShape) {
-  if (!bf16_isa::avx512_bf16_or_null()) GTEST_SKIP() << "no avx512_bf16 build here: " << isa_description();
   const Case c{false, true, 257, 300, 512, 1.f, 0.f, true};
-  Operands wide = make_operands(c, 11), fast = make_operands(c, 11);
+  Operands wide = make_operands(c, 11);
   run(builds()[0], c, wide);
-  run(builds()[1], c, fast);
-  for (int64_t i = 0; i < c.M; ++i)
-    for (int64_t j = 0; j < c.N; ++j)
-      ASSERT_NEAR(fast.C[i * c.N + 5 * i + j], wide.C[i * c.N + 5 * i + j], 2e-5) << "(" << i << ", " << j << ")";
+  for (size_t b = 1; b < builds().size(); ++b) {
+    Operands other = make_operands(c, 11);
+    run(builds()[b], c, other);
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < c.N; ++j)
+        ASSERT_NEAR(other.C[i * c.N + 5 * i + j], wide.C[i * c.N + 5 * i + j], 2e-5)
+            << builds()[b].name << " (" << i << ", " << j << ")";
+  }
 }
 
 TEST(Bf16Gemm, KZeroScalesCByBetaAndAddsTheBias) {
@@ -193,26 +202,66 @@ TEST(Bf16Gemm, KZeroScalesCByBetaAndAddsTheBias) {
 namespace qkv::kernels {
 namespace {
 
-// Inference's packed bf16 weights (pack_bf16_weights_into + gemm_bf16_packed) give the bits of
-// gemm_bf16 on the float32 weight: the same words, K blocks and tiles, packed once instead of per
-// call. Shapes: decoding's few rows and an encoder's many, K over several blocks (2500) and odd,
-// features past a 32-column panel; bias or not; strided A and C.
+// Inference's packed bf16 weights (pack_weights_into + the packed product) give the bits of the
+// same build's per-call product on the float32 weight: the same words, K blocks and tiles, packed
+// once instead of per call. Each packed build: avx512_bf16 (its pairs as they are) and AMX (pairs
+// padded to 16; on its model of the tiles everywhere, on the tiles where the CPU has them). Shapes:
+// decoding's few rows and an encoder's many, K over several blocks (2500) and odd, features past a
+// 32-column panel; bias or not; strided A and C.
+struct PackedBuild {
+  const char* name;
+  int64_t pair_multiple;
+  bf16_isa::Gemm per_call;
+  void (*packed)(const float*, int64_t, int64_t, const uint32_t*, int64_t, int64_t, const float*, float*, int64_t);
+};
+
+std::vector<PackedBuild> packed_builds() {
+  std::vector<PackedBuild> b{{"amx_emulated", 16, bf16_isa::amx_emulated(), bf16_isa::gemm_packed_amx_emulated}};
+  if (bf16_isa::avx512_bf16_or_null())
+    b.push_back({"avx512_bf16", 1, bf16_isa::avx512_bf16_or_null(), bf16_isa::gemm_packed_avx512_bf16_unchecked});
+  if (bf16_isa::amx_or_null())
+    b.push_back({"amx", 16, bf16_isa::amx_or_null(), bf16_isa::gemm_packed_amx_unchecked});
+  return b;
+}
+
 TEST(Bf16Gemm, PackedWeightsGiveTheBitsOfThePerCallProduct) {
-  if (!packed_bf16_available()) GTEST_SKIP() << "no avx512_bf16 build here: " << isa_description();
-  for (const Case& c : {Case{false, true, 3, 70, 33, 1.f, 0.f, true}, Case{false, true, 12, 512, 512, 1.f, 0.f, false},
-                        Case{false, true, 300, 45, 2500, 1.f, 0.f, true}, Case{false, true, 1, 1, 1, 1.f, 0.f, true}}) {
-    Operands o = make_operands(c, 5), packed_out = o;
-    run(builds().back(), c, o);
-    std::vector<float> W(static_cast<size_t>(c.N * c.K));  // (out, in) without the test's row padding
-    for (int64_t n = 0; n < c.N; ++n)
-      for (int64_t k = 0; k < c.K; ++k) W[n * c.K + k] = o.B[n * o.ldb + k];
-    std::vector<uint32_t> storage(static_cast<size_t>(packed_bf16_words(c.N, c.K)) + 16);
-    uint32_t* aligned = storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) / 4 % 16) % 16;
-    pack_bf16_weights_into(W.data(), c.N, c.K, aligned);
-    gemm_bf16_packed(packed_out.A.data(), c.M, packed_out.lda, aligned, c.N, c.K,
-                     c.bias ? packed_out.bias.data() : nullptr, packed_out.C.data(), packed_out.ldc);
-    EXPECT_EQ(packed_out.C, o.C) << "M " << c.M << " N " << c.N << " K " << c.K;
-  }
+  for (const PackedBuild& b : packed_builds())
+    for (const Case& c : {Case{false, true, 3, 70, 33, 1.f, 0.f, true}, Case{false, true, 12, 512, 512, 1.f, 0.f, false},
+                          Case{false, true, 300, 45, 2500, 1.f, 0.f, true}, Case{false, true, 1, 1, 1, 1.f, 0.f, true}}) {
+      Operands o = make_operands(c, 5), packed_out = o;
+      run(Build{b.name, b.per_call}, c, o);
+      std::vector<float> W(static_cast<size_t>(c.N * c.K));  // (out, in) without the test's row padding
+      for (int64_t n = 0; n < c.N; ++n)
+        for (int64_t k = 0; k < c.K; ++k) W[n * c.K + k] = o.B[n * o.ldb + k];
+      std::vector<uint32_t> storage(static_cast<size_t>(bf16_isa::packed_words(c.N, c.K, b.pair_multiple)) + 16);
+      uint32_t* aligned = storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) / 4 % 16) % 16;
+      bf16_isa::pack_weights_into(W.data(), c.N, c.K, b.pair_multiple, aligned);
+      b.packed(packed_out.A.data(), c.M, packed_out.lda, aligned, c.N, c.K, c.bias ? packed_out.bias.data() : nullptr,
+               packed_out.C.data(), packed_out.ldc);
+      EXPECT_EQ(packed_out.C, o.C) << b.name << ": M " << c.M << " N " << c.N << " K " << c.K;
+    }
+}
+
+// The public entry points pack in the layout of the build gemm_bf16_packed runs.
+TEST(Bf16Gemm, ThePublicPackingFollowsTheChosenBuild) {
+  EXPECT_EQ(bf16_isa::packed_pair_multiple(), bf16_isa::amx_or_null() ? 16 : 1);
+  EXPECT_EQ(bf16_isa::packed_words(70, 33, 1), 3 * 32 * 17);
+  EXPECT_EQ(bf16_isa::packed_words(70, 33, 16), 3 * 32 * 32);
+  EXPECT_EQ(bf16_isa::packed_words(45, 2500, 16), 2 * 32 * (432 + 432 + 416));  // K blocks of 834, 834, 832
+  EXPECT_EQ(packed_bf16_words(70, 33), bf16_isa::packed_words(70, 33, bf16_isa::packed_pair_multiple()));
+  if (!packed_bf16_available()) GTEST_SKIP() << "no packed bf16 build here: " << isa_description();
+  const Case c{false, true, 5, 40, 100, 1.f, 0.f, true};
+  Operands o = make_operands(c, 9), packed_out = o;
+  run(Build{"chosen", bf16_isa::chosen()}, c, o);
+  std::vector<float> W(static_cast<size_t>(c.N * c.K));
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t k = 0; k < c.K; ++k) W[n * c.K + k] = o.B[n * o.ldb + k];
+  std::vector<uint32_t> storage(static_cast<size_t>(packed_bf16_words(c.N, c.K)) + 16);
+  uint32_t* aligned = storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) / 4 % 16) % 16;
+  pack_bf16_weights_into(W.data(), c.N, c.K, aligned);
+  gemm_bf16_packed(packed_out.A.data(), c.M, packed_out.lda, aligned, c.N, c.K, packed_out.bias.data(),
+                   packed_out.C.data(), packed_out.ldc);
+  EXPECT_EQ(packed_out.C, o.C) << gemm_bf16_description();
 }
 
 }  // namespace

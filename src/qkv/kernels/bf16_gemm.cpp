@@ -44,8 +44,14 @@ Gemm widened() { return gemm_widened; }
 
 Gemm avx512_bf16_or_null() { return isa_enabled(Isa::Avx512Bf16) ? gemm_avx512_bf16_unchecked : nullptr; }
 
+Gemm amx_or_null() { return isa_enabled(Isa::Amx) ? gemm_amx_unchecked : nullptr; }
+
+Gemm amx_emulated() { return gemm_amx_emulated; }
+
 Gemm chosen() {
-  static const Gemm gemm = avx512_bf16_or_null() ? avx512_bf16_or_null() : widened();
+  static const Gemm gemm = amx_or_null()           ? amx_or_null()
+                           : avx512_bf16_or_null() ? avx512_bf16_or_null()
+                                                   : widened();
   return gemm;
 }
 
@@ -55,37 +61,61 @@ int64_t k_block(int64_t K, bool trans_a) {
   return block + (block & 1);
 }
 
-}  // namespace bf16_isa
+namespace {
 
-bool packed_bf16_available() { return isa_enabled(Isa::Avx512Bf16); }
-
-int64_t packed_bf16_words(int64_t out_features, int64_t in_features) {
-  const int64_t panels = (out_features + bf16_isa::kPanelColumns - 1) / bf16_isa::kPanelColumns;
-  return panels * bf16_isa::kPanelColumns * ((in_features + 1) / 2);
+// Words per panel row count of a K block of `valid` inputs: its pairs, padded to `pair_multiple`.
+int64_t block_pairs(int64_t valid, int64_t pair_multiple) {
+  const int64_t pairs = (valid + 1) / 2;
+  return (pairs + pair_multiple - 1) / pair_multiple * pair_multiple;
 }
 
-void pack_bf16_weights_into(const float* W, int64_t out_features, int64_t in_features, uint32_t* storage) {
-  constexpr int64_t kCols = bf16_isa::kPanelColumns;
-  const int64_t panels = (out_features + kCols - 1) / kCols, kc = bf16_isa::k_block(in_features, false);
+}  // namespace
+
+int64_t packed_words(int64_t out_features, int64_t in_features, int64_t pair_multiple) {
+  const int64_t panels = (out_features + kPanelColumns - 1) / kPanelColumns, kc = k_block(in_features, false);
+  int64_t pairs = 0;
+  for (int64_t k0 = 0; k0 < in_features; k0 += kc) pairs += block_pairs(std::min(kc, in_features - k0), pair_multiple);
+  return panels * kPanelColumns * pairs;
+}
+
+void pack_weights_into(const float* W, int64_t out_features, int64_t in_features, int64_t pair_multiple,
+                       uint32_t* storage) {
+  const int64_t panels = (out_features + kPanelColumns - 1) / kPanelColumns, kc = k_block(in_features, false);
   const auto bits = [&](int64_t o, int64_t k) -> uint32_t {
     return o < out_features && k < in_features ? f32_to_bf16(W[o * in_features + k]).bits : 0u;
   };
   uint32_t* dst = storage;
   for (int64_t k0 = 0; k0 < in_features; k0 += kc) {
-    const int64_t pairs = (std::min(kc, in_features - k0) + 1) / 2;
+    const int64_t pairs = block_pairs(std::min(kc, in_features - k0), pair_multiple);
     for (int64_t q = 0; q < panels; ++q)
       for (int64_t kp = 0; kp < pairs; ++kp)
-        for (int64_t j = 0; j < kCols; ++j, ++dst) {
-          const int64_t o = q * kCols + j, k = k0 + 2 * kp;
+        for (int64_t j = 0; j < kPanelColumns; ++j, ++dst) {
+          const int64_t o = q * kPanelColumns + j, k = k0 + 2 * kp;
           *dst = bits(o, k) | bits(o, k + 1) << 16;
         }
   }
+}
+
+int64_t packed_pair_multiple() { return amx_or_null() ? 16 : 1; }
+
+}  // namespace bf16_isa
+
+bool packed_bf16_available() { return isa_enabled(Isa::Avx512Bf16); }
+
+int64_t packed_bf16_words(int64_t out_features, int64_t in_features) {
+  return bf16_isa::packed_words(out_features, in_features, bf16_isa::packed_pair_multiple());
+}
+
+void pack_bf16_weights_into(const float* W, int64_t out_features, int64_t in_features, uint32_t* storage) {
+  bf16_isa::pack_weights_into(W, out_features, in_features, bf16_isa::packed_pair_multiple(), storage);
 }
 
 void gemm_bf16_packed(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
                       int64_t in_features, const float* bias_or_null, float* C, int64_t ldc) {
   QKV_CHECK(packed_bf16_available(), "gemm_bf16_packed: needs AVX512_BF16 (kernels/isa.h: " << isa_description()
                                                                                               << ")");
+  if (bf16_isa::amx_or_null())
+    return bf16_isa::gemm_packed_amx_unchecked(A, M, lda, packed, out_features, in_features, bias_or_null, C, ldc);
   bf16_isa::gemm_packed_avx512_bf16_unchecked(A, M, lda, packed, out_features, in_features, bias_or_null, C, ldc);
 }
 
@@ -95,6 +125,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 }
 
 const char* gemm_bf16_description() {
+  if (bf16_isa::amx_or_null()) return "amx (AMX-BF16 tiles)";
   return bf16_isa::avx512_bf16_or_null() ? "avx512_bf16 (vdpbf16ps)" : "widened to float32 (AVX2 FMA)";
 }
 

@@ -7,7 +7,10 @@
 // That is what PyTorch's CPU autocast computes for a matmul, except that qkv keeps C in float32
 // (autocast rounds it to bf16 too).
 //
-// Two builds (bf16_isa below), chosen by kernels/isa.h:
+// Three builds (bf16_isa below), chosen by kernels/isa.h:
+//   amx          AMX-BF16's TDPBF16PS multiplies 16 x 32 by 32 x 16 bf16 tiles into 16 x 16 float32
+//                sums (bf16_amx_blocking.h), from the avx512_bf16 build's panels with each K block's
+//                pairs padded to a multiple of 16. Denormals as zero, like vdpbf16ps.
 //   avx512_bf16  vdpbf16ps multiplies 16 column pairs of bf16 at once (two k per instruction), from
 //                panels packed per call as gemm_blocked packs its float panels; twice the float32
 //                FMA rate on Zen 4. Like every vdpbf16ps, it treats bf16 denormals as zero.
@@ -23,7 +26,8 @@ namespace qkv::kernels {
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
-// Which build gemm_bf16 runs: "avx512_bf16 (vdpbf16ps)" or "widened to float32 (AVX2 FMA)".
+// Which build gemm_bf16 runs: "amx (AMX-BF16 tiles)", "avx512_bf16 (vdpbf16ps)" or "widened to float32
+// (AVX2 FMA)".
 const char* gemm_bf16_description();
 
 // Inference: a weight W (out, in) rounded to bf16 once and packed in the avx512_bf16 build's order,
@@ -31,7 +35,9 @@ const char* gemm_bf16_description();
 // float32 weight to stream per step). Only where that build runs (packed_bf16_available()).
 // The layout: K in gemm_bf16's blocks for a row-major A; within block b, panels of 32 output
 // features, panel q holding for each input pair kp the 32 words (W[q*32 + j][2kp] | W[..][2kp+1] << 16);
-// inputs past `in` and features past `out` are zero.
+// inputs past `in` and features past `out` are zero. The AMX build pads each block's pairs with zero
+// words to a multiple of 16 (bf16_isa::packed_pair_multiple()): the layout is the process's, never
+// written to a file.
 bool packed_bf16_available();  // isa_enabled(Isa::Avx512Bf16)
 // 32-bit words of storage a packed (out, in) weight takes.
 int64_t packed_bf16_words(int64_t out_features, int64_t in_features);
@@ -50,6 +56,11 @@ using Gemm = void (*)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
 Gemm widened();
 // Null below Isa::Avx512Bf16 (the CPU lacks it, or QKV_ISA chose a lower level).
 Gemm avx512_bf16_or_null();
+// Null below Isa::Amx.
+Gemm amx_or_null();
+// The AMX build's blocking on a scalar model of the tiles (bf16_gemm_amx_emulated.cpp): for tests,
+// on every CPU; slow.
+Gemm amx_emulated();
 // The build gemm_bf16 uses.
 Gemm chosen();
 
@@ -58,10 +69,29 @@ Gemm chosen();
 int64_t k_block(int64_t K, bool trans_a);
 constexpr int64_t kPanelColumns = 32;
 
+// The packed weights' layout for a build: each K block's pairs padded to a multiple of
+// `pair_multiple` (1: the avx512_bf16 build, 16: the AMX build).
+int64_t packed_words(int64_t out_features, int64_t in_features, int64_t pair_multiple);
+void pack_weights_into(const float* W, int64_t out_features, int64_t in_features, int64_t pair_multiple,
+                       uint32_t* storage);
+// The multiple of the build gemm_bf16_packed runs: 16 at Isa::Amx, else 1.
+int64_t packed_pair_multiple();
+
 // Defined in bf16_gemm_avx512.cpp, compiled with -mavx512bf16; call only where the CPU has it.
 void gemm_packed_avx512_bf16_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed,
                                        int64_t out_features, int64_t in_features, const float* bias, float* C,
                                        int64_t ldc);
+// Defined in bf16_gemm_amx.cpp, compiled with -mamx-tile -mamx-bf16; call only at Isa::Amx. The
+// packed weights in the AMX layout (pair_multiple 16).
+void gemm_packed_amx_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
+                               int64_t in_features, const float* bias, float* C, int64_t ldc);
+void gemm_amx_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
+// Defined in bf16_gemm_amx_emulated.cpp, for every CPU.
+void gemm_packed_amx_emulated(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
+                              int64_t in_features, const float* bias, float* C, int64_t ldc);
+void gemm_amx_emulated(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
 void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                                 int64_t ldc, const float* bias);

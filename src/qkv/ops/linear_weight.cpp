@@ -38,7 +38,7 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
       kernels::quantize_weights_into(w.f32(), out, in, lw.weight.data<int8_t>(), lw.scale.f32());
       break;
     case DType::BF16:
-      if (kernels::packed_bf16_available()) {  // vdpbf16ps panels; 2 bf16 elements a word
+      if (kernels::packed_bf16_available()) {  // vdpbf16ps or AMX panels; 2 bf16 elements a word
         lw.weight = Tensor::empty_packed(w.shape(), DType::BF16, 2 * kernels::packed_bf16_words(out, in));
         kernels::pack_bf16_weights_into(w.f32(), out, in, reinterpret_cast<uint32_t*>(lw.weight.data<bfloat16>()));
       } else {
@@ -60,6 +60,8 @@ std::string linear_kernel_description(DType dtype) {
       return kernels::int8_isa::vnni_or_null() ? "qkv's int8 GEMM (AVX-512 VNNI vpdpbusd; activations quantized per row)"
                                                : "qkv's int8 GEMM (AVX2; activations quantized per row)";
     case DType::BF16:
+      if (kernels::bf16_isa::amx_or_null())
+        return "qkv's packed bf16 GEMM (AMX-BF16 tiles; activations rounded to bf16, float32 sums)";
       return kernels::packed_bf16_available()
                  ? "qkv's packed bf16 GEMM (AVX512_BF16 vdpbf16ps; activations rounded to bf16, float32 sums)"
                  : "reference path (bf16 widened to float32 per product: this CPU, or QKV_ISA, lacks AVX512_BF16)";

@@ -1,0 +1,142 @@
+// gemm_bf16's AMX build (bf16_amx_blocking.h) on AMX-BF16's tiles, compiled with -mamx-tile
+// -mamx-bf16 -mavx512bf16 (cmake/qkv_isa_sources.cmake); bf16_isa calls in here only at Isa::Amx,
+// which kernels/isa.h grants after Linux has given the process the tile state (arch_prctl).
+//
+// Each thread configures its eight tiles once per product (palette 1, every tile 16 rows x 64
+// bytes) and releases them at the end, so no tile state outlives a call. Packing and the epilogue
+// are the avx512_bf16 build's vector code (bf16_pack_avx512.h).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "qkv/kernels/bf16_amx_blocking.h"
+#include "qkv/kernels/bf16_pack_avx512.h"
+
+#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+#error "bf16_gemm_amx.cpp must be compiled with -mamx-tile -mamx-bf16"
+#endif
+
+namespace qkv::kernels::bf16_isa {
+
+namespace {
+
+using bf16_amx::kBlockRows;
+using bf16_amx::kCols;
+using blocking::Product;
+using pack_avx512::first_n;
+
+// LDTILECFG's 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3 the C blocks (C00, C01, C10, C11), 4-5 A's two row tiles, 6-7 B's two column tiles.
+struct AmxTiles {
+  void configure() {
+    TileConfig config;
+    for (int t = 0; t < 8; ++t) config.bytes_per_row[t] = 64, config.rows[t] = 16;
+    _tile_loadconfig(&config);
+  }
+  void release() { _tile_release(); }
+  void begin() {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  void step(const uint32_t* a0, const uint32_t* a1, int64_t a_stride, const uint32_t* b0, const uint32_t* b1,
+            int64_t b_stride) {
+    _tile_loadd(4, a0, a_stride);
+    _tile_loadd(6, b0, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b1, b_stride);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a1, a_stride);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  void end(float* acc, int64_t stride_bytes) {
+    const int64_t half = 16 * stride_bytes / 4;  // floats from C00 to C10
+    _tile_stored(0, acc, stride_bytes);
+    _tile_stored(1, acc + 16, stride_bytes);
+    _tile_stored(2, acc + half, stride_bytes);
+    _tile_stored(3, acc + half + 16, stride_bytes);
+  }
+};
+
+struct AmxMachine {
+  AmxTiles tiles;
+
+  // Rows [i0, i1) of op(A) as rows of `pairs` words (bf16_amx_blocking.h), the rest of the last
+  // 32-row block zero.
+  void pack_a_rows(const Product& p, int64_t i0, int64_t i1, int64_t k0, int64_t kc, int64_t pairs, uint32_t* dst) {
+    const int64_t rows = bf16_amx::ceil_div(i1 - i0, kBlockRows) * kBlockRows;
+    if (!p.trans_a) {
+      const int64_t valid = std::min(kc, p.K - k0);
+      for (int64_t i = i0; i < i1; ++i) pack_avx512::convert_row(p.A + i * p.lda + k0, valid, 2 * pairs, dst + (i - i0) * pairs);
+      std::memset(dst + (i1 - i0) * pairs, 0, static_cast<size_t>((rows - (i1 - i0)) * pairs) * 4);
+      return;
+    }
+    // A stored (K, M): rows k and k + 1 give the words of 16 rows of op(A) at pair kp, scattered
+    // to those rows.
+    std::memset(dst, 0, static_cast<size_t>(rows * pairs) * 4);
+    const __m512i row_offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                   _mm512_set1_epi32(static_cast<int>(pairs)));
+    for (int64_t i = i0; i < i1; i += 16) {
+      const __mmask16 live = first_n(i1 - i);
+      for (int64_t kp = 0; kp < kc / 2 && k0 + 2 * kp < p.K; ++kp) {
+        const int64_t k = k0 + 2 * kp;
+        const __m512 even = _mm512_maskz_loadu_ps(live, p.A + k * p.lda + i);
+        const __m512 odd = k + 1 < p.K ? _mm512_maskz_loadu_ps(live, p.A + (k + 1) * p.lda + i) : _mm512_setzero_ps();
+        _mm512_mask_i32scatter_epi32(dst + (i - i0) * pairs + kp, live, row_offsets,
+                                     pack_avx512::interleave_rows(even, odd), 4);
+      }
+    }
+  }
+
+  void pack_b_panel(const Product& p, int64_t col0, int64_t k0, int64_t kc, int64_t pairs, uint32_t* dst) {
+    pack_avx512::pack_b_panel(p, col0, k0, kc, dst);
+    std::memset(dst + kc / 2 * kCols, 0, static_cast<size_t>((pairs - kc / 2) * kCols) * 4);
+  }
+
+  // The avx512_bf16 build's epilogue, from the 32 x 32 block of sums.
+  void store_block(const float* acc, int rows, int64_t cols, float alpha, float beta, const float* bias, float* C,
+                   int64_t ldc) {
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    for (int v = 0; v < 2 && cols > 16 * v; ++v) {
+      const __mmask16 m = first_n(cols - 16 * v);
+      const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + 16 * v) : _mm512_setzero_ps();
+      for (int r = 0; r < rows; ++r) {
+        float* c = C + r * ldc + 16 * v;
+        __m512 out = _mm512_mul_ps(va, _mm512_load_ps(acc + r * kCols + 16 * v));
+        if (beta != 0.f) out = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m, c), out);
+        if (bias) out = _mm512_add_ps(out, b);
+        _mm512_mask_storeu_ps(c, m, out);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void gemm_amx_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return blocking::scale_by_beta(M, N, beta, bias, C, ldc);
+  bf16_amx::run<AmxMachine>(Product{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}, nullptr,
+                            omp_get_max_threads());
+}
+
+void gemm_packed_amx_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
+                               int64_t in_features, const float* bias, float* C, int64_t ldc) {
+  if (M <= 0 || out_features <= 0) return;
+  if (in_features <= 0) return blocking::scale_by_beta(M, out_features, 0.f, bias, C, ldc);
+  bf16_amx::run<AmxMachine>(
+      Product{false, true, M, out_features, in_features, 1.f, A, lda, nullptr, 0, 0.f, C, ldc, bias}, packed,
+      omp_get_max_threads());
+}
+
+}  // namespace qkv::kernels::bf16_isa
