@@ -9,9 +9,11 @@ function(qkv_isa_source_flags root)
   # bf16 products on vdpbf16ps (kernels/bf16_gemm.h), int8 products on vpdpbusd (kernels/int8_gemm.h).
   set_property(SOURCE ${k}/bf16_gemm_avx512.cpp APPEND PROPERTY COMPILE_OPTIONS
                "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mavx512bf16")
-  # bf16 products on AMX tiles (kernels/bf16_amx_blocking.h), packing with the avx512_bf16 build's code.
+  # bf16 and int8 products on AMX tiles (kernels/amx_tiles.h; bf16_amx_blocking.h, int8_amx_blocking.h).
   set_property(SOURCE ${k}/bf16_gemm_amx.cpp APPEND PROPERTY COMPILE_OPTIONS
-               "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mavx512bf16;-mamx-tile;-mamx-bf16")
+               "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mavx512bf16;-mamx-tile;-mamx-bf16;-mamx-int8")
+  set_property(SOURCE ${k}/int8_gemm_amx.cpp APPEND PROPERTY COMPILE_OPTIONS
+               "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mamx-tile;-mamx-bf16;-mamx-int8")
   set_property(SOURCE ${k}/int8_gemm_vnni.cpp APPEND PROPERTY COMPILE_OPTIONS
                "-mavx512f;-mavx512bw;-mavx512dq;-mavx512vl;-mavx512vnni")
 endfunction()

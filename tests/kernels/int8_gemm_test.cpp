@@ -12,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "qkv/core/threads.h"
@@ -402,10 +403,7 @@ TEST(Int8GemmVnni, IntegerSumsAreExact) {
 // Full-scale values at the longest rows quantize_weights accepts: every activation is +-127, +128
 // gives 255 or 1, and 255 * 127 * K passes 2^31 (the VNNI sums wrap); taking off 128 * sum_k W wraps
 // back to the exact sum, which is itself within int32 (|127 * 127 * K| < 2^31). Against an int64 sum.
-TEST(Int8GemmVnni, FullScaleSumsAtTheLongestRowsAreExact) {
-  std::string why;
-  const int8_isa::Gemm vnni = vnni_or_skip_message(why);
-  if (!vnni) GTEST_SKIP() << why;
+void check_full_scale_sums(int8_isa::Gemm vnni) {
   const int64_t M = 3, out = 18, in = QuantizedWeights::kMaxInFeatures;
   std::vector<float> A(M * in), W(out * in);
   for (int64_t k = 0; k < in; ++k) {
@@ -432,10 +430,14 @@ TEST(Int8GemmVnni, FullScaleSumsAtTheLongestRowsAreExact) {
   EXPECT_FLOAT_EQ(C_vnni[0], static_cast<float>(in));  // 127 * 127 * K, scaled by (1/127)^2
 }
 
-TEST(Int8GemmVnni, OneAndTwoThreadsGiveIdenticalResults) {
+TEST(Int8GemmVnni, FullScaleSumsAtTheLongestRowsAreExact) {
   std::string why;
   const int8_isa::Gemm vnni = vnni_or_skip_message(why);
   if (!vnni) GTEST_SKIP() << why;
+  check_full_scale_sums(vnni);
+}
+
+void check_thread_counts_agree(int8_isa::Gemm vnni) {
   const int threads = num_threads();
   for (int64_t out : {1000, 1008, 5 * 16 + 3}) {  // odd numbers of panels: a block may end in a lone panel
     const int64_t M = 37, in = 256;
@@ -455,10 +457,74 @@ TEST(Int8GemmVnni, OneAndTwoThreadsGiveIdenticalResults) {
   set_num_threads(threads);
 }
 
-// gemm_int8 runs the build kernels/isa.h enables: VNNI where it is, else AVX2 (QKV_ISA=avx2 forces it).
+TEST(Int8GemmVnni, OneAndTwoThreadsGiveIdenticalResults) {
+  std::string why;
+  const int8_isa::Gemm vnni = vnni_or_skip_message(why);
+  if (!vnni) GTEST_SKIP() << why;
+  check_thread_counts_agree(vnni);
+}
+
+// gemm_int8 runs the build kernels/isa.h enables: AMX where it is, else VNNI, else AVX2 (QKV_ISA=avx2
+// forces it).
 TEST(Int8GemmVnni, GemmInt8RunsTheEnabledBuild) {
-  EXPECT_EQ(int8_isa::chosen(), isa_enabled(Isa::Avx512Vnni) ? int8_isa::vnni_or_null() : int8_isa::avx2());
+  EXPECT_EQ(int8_isa::chosen(), isa_enabled(Isa::Amx)           ? int8_isa::amx_or_null()
+                                : isa_enabled(Isa::Avx512Vnni) ? int8_isa::vnni_or_null()
+                                                               : int8_isa::avx2());
   EXPECT_EQ(int8_isa::vnni_or_null() != nullptr, isa_enabled(Isa::Avx512Vnni));
+  EXPECT_EQ(int8_isa::amx_or_null() != nullptr, isa_enabled(Isa::Amx));
+}
+
+// The AMX build (int8 activations, TDPBSSD, the weights repacked into tiles per call, K padded to
+// 64 and rows to 32 from zeroed copies) against the AVX2 build, BIT FOR BIT like the VNNI build: on
+// its model of the tiles on every CPU, and on the tiles where the CPU has AMX.
+struct NamedGemm {
+  const char* name;
+  int8_isa::Gemm gemm;
+};
+std::vector<NamedGemm> amx_builds() {
+  std::vector<NamedGemm> b{{"amx_model", int8_isa::amx_model()}};
+  if (int8_isa::amx_or_null()) b.push_back({"amx", int8_isa::amx_or_null()});
+  else std::cerr << "note: the AMX build runs on its model of the tiles only here (" << isa_description() << ")\n";
+  return b;
+}
+
+TEST(Int8GemmAmx, EqualsTheAvx2BuildBitForBitOnEveryShape) {
+  for (const NamedGemm& b : amx_builds()) {
+    SCOPED_TRACE(b.name);
+    int n = 0;
+    // Tails: rows past the 16-row tiles and 32-row blocks, columns past the 16- and 32-column
+    // tiles (a lone last panel), in_features past the input quads and the 64-byte tile rows.
+    for (int64_t M : {1, 2, 15, 16, 17, 31, 32, 33, 64, 100})
+      for (int64_t out : {1, 15, 16, 17, 31, 32, 33, 48, 80, 257})
+        for (int64_t in : {1, 3, 4, 5, 17, 63, 64, 65, 129, 255}) {
+          ++n;
+          check_builds_agree(b.gemm, M, out, in, n % 2 == 0, n % 3, n % 5);
+          if (HasFatalFailure()) return;
+        }
+    // Long rows: several blocks of panels, and the split among threads (by panels and by rows).
+    for (auto [M, out, in] : {std::tuple<int64_t, int64_t, int64_t>{1, 1000, 1000}, {33, 100, 4096}, {200, 17, 1000},
+                              {600, 40, 256}, {9, 300, 2000}}) {
+      ++n;
+      check_builds_agree(b.gemm, M, out, in, n % 2 == 0, n % 3, 2 * (n % 2));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(Int8GemmAmx, IntegerSumsAreExact) {
+  for (const NamedGemm& b : amx_builds())
+    for (int64_t M : {1, 17, 33})
+      for (int64_t out : {1, 17, 48})
+        for (int64_t in : {1, 3, 4, 31, 256})
+          for (bool bias : {false, true}) check_exact({M, out, in, bias}, b.gemm);
+}
+
+TEST(Int8GemmAmx, FullScaleSumsAtTheLongestRowsAreExact) {
+  for (const NamedGemm& b : amx_builds()) check_full_scale_sums(b.gemm);
+}
+
+TEST(Int8GemmAmx, OneAndTwoThreadsGiveIdenticalResults) {
+  for (const NamedGemm& b : amx_builds()) check_thread_counts_agree(b.gemm);
 }
 
 }  // namespace

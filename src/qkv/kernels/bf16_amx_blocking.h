@@ -1,6 +1,6 @@
 // gemm_bf16's AMX build (bf16_gemm.h), written once over the machine that runs it: AMX's tiles
-// (bf16_gemm_amx.cpp, on a CPU with AMX-BF16) or a scalar model of them (bf16_gemm_amx_emulated.cpp,
-// on every CPU, so that the blocking below is tested where no AMX is at hand).
+// (bf16_gemm_amx.cpp, on a CPU with AMX-BF16) or a model of them (bf16_gemm_amx_emulated.cpp, on
+// every CPU, so that the blocking below is tested where no AMX is at hand).
 //
 // The layout follows TDPBF16PS. A tile is 16 rows of 64 bytes; the instruction adds, to each of
 // 16 x 16 float32 sums C[m][n], the products of 16 pairs of bf16: row m of an A tile (16 "words",
@@ -51,8 +51,7 @@ inline int64_t rows_per_a_block(int64_t pairs) {
 inline int64_t panels_per_b_block(int64_t pairs) { return std::max<int64_t>(1, kBBlockBytes / (pairs * kCols * 4)); }
 
 // acc (32 x 32 floats, row-major) = rows a[0..32) (each `pairs` words, a multiple of 16) x the
-// panel's 32 columns. Tiles: configure() and release() around a thread's work; begin() zeroes the
-// four C tiles, step() loads two A and two B tiles and adds their four products, end() stores C.
+// panel's 32 columns, on Tiles (amx_tile_model.h: the model, amx_tiles.h: the hardware).
 template <class Tiles>
 void multiply_block(Tiles& tiles, const uint32_t* a, int64_t pairs, const uint32_t* panel, float* acc) {
   tiles.begin();

@@ -1,20 +1,13 @@
-// gemm_bf16's AMX build (bf16_amx_blocking.h) on AMX-BF16's tiles, compiled with -mamx-tile
-// -mamx-bf16 -mavx512bf16 (cmake/qkv_isa_sources.cmake); bf16_isa calls in here only at Isa::Amx,
-// which kernels/isa.h grants after Linux has given the process the tile state (arch_prctl).
-//
-// Each thread configures its eight tiles once per product (palette 1, every tile 16 rows x 64
-// bytes) and releases them at the end, so no tile state outlives a call. Packing and the epilogue
-// are the avx512_bf16 build's vector code (bf16_pack_avx512.h).
+// gemm_bf16's AMX build (bf16_amx_blocking.h) on AMX-BF16's tiles (amx_tiles.h), compiled with the
+// AMX and AVX512_BF16 flags (cmake/qkv_isa_sources.cmake); bf16_isa calls in here only at Isa::Amx.
+// Packing and the epilogue are the avx512_bf16 build's vector code (bf16_pack_avx512.h).
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "qkv/kernels/amx_tiles.h"
 #include "qkv/kernels/bf16_amx_blocking.h"
 #include "qkv/kernels/bf16_pack_avx512.h"
-
-#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
-#error "bf16_gemm_amx.cpp must be compiled with -mamx-tile -mamx-bf16"
-#endif
 
 namespace qkv::kernels::bf16_isa {
 
@@ -25,50 +18,8 @@ using bf16_amx::kCols;
 using blocking::Product;
 using pack_avx512::first_n;
 
-// LDTILECFG's 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Tiles 0-3 the C blocks (C00, C01, C10, C11), 4-5 A's two row tiles, 6-7 B's two column tiles.
-struct AmxTiles {
-  void configure() {
-    TileConfig config;
-    for (int t = 0; t < 8; ++t) config.bytes_per_row[t] = 64, config.rows[t] = 16;
-    _tile_loadconfig(&config);
-  }
-  void release() { _tile_release(); }
-  void begin() {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-  }
-  void step(const uint32_t* a0, const uint32_t* a1, int64_t a_stride, const uint32_t* b0, const uint32_t* b1,
-            int64_t b_stride) {
-    _tile_loadd(4, a0, a_stride);
-    _tile_loadd(6, b0, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_loadd(7, b1, b_stride);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_loadd(5, a1, a_stride);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  void end(float* acc, int64_t stride_bytes) {
-    const int64_t half = 16 * stride_bytes / 4;  // floats from C00 to C10
-    _tile_stored(0, acc, stride_bytes);
-    _tile_stored(1, acc + 16, stride_bytes);
-    _tile_stored(2, acc + half, stride_bytes);
-    _tile_stored(3, acc + half + 16, stride_bytes);
-  }
-};
-
 struct AmxMachine {
-  AmxTiles tiles;
+  amx::HardwareTiles<amx::Op::Bf16> tiles;
 
   // Rows [i0, i1) of op(A) as rows of `pairs` words (bf16_amx_blocking.h), the rest of the last
   // 32-row block zero.

@@ -1,6 +1,8 @@
-// Instruction scheme: two builds of the same product, chosen at run time (int8_gemm_isa.h):
-// AVX-512 VNNI where kernels/isa.h enables Isa::Avx512Vnni, else AVX2. Both sum exactly in int32 and
-// dequantize with the same fma, so they give the same bits.
+// Instruction scheme: three builds of the same product, chosen at run time (int8_gemm_isa.h): AMX
+// where kernels/isa.h enables Isa::Amx, else AVX-512 VNNI where it enables Isa::Avx512Vnni, else
+// AVX2. All sum exactly in int32 and dequantize with the same fma, so they give the same bits. The
+// AMX build (int8_amx_blocking.h: TDPBSSD on int8 activations, no +128) is written over its machine,
+// so that its blocking also runs on a model of the tiles that the tests check on every CPU.
 //
 // AVX2 (this file). The two AVX2 integer multiply-adds are
 //   vpmaddubsw  u8 x s8 -> s16, adjacent pairs summed with SATURATION, and
@@ -398,17 +400,26 @@ void gemm_many_vnni(const float* A, int64_t M, int64_t lda, RowMap map, const In
   run_build(int8_isa::vnni_build_unchecked(), A, M, lda, map, products, count);
 }
 
-void gemm_avx2(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
-               int64_t ldc) {
-  const Int8Product product{&W, bias_or_null, C, ldc};
-  gemm_many_avx2(A, M, lda, nullptr, &product, 1);
+void gemm_many_amx(const float* A, int64_t M, int64_t lda, RowMap map, const Int8Product* products, int64_t count) {
+  run_build(int8_isa::amx_build_unchecked(), A, M, lda, map, products, count);
 }
 
-void gemm_vnni(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
-               int64_t ldc) {
+// One product of a build.
+template <int8_isa::GemmMany many>
+void gemm_one(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
+              int64_t ldc) {
   const Int8Product product{&W, bias_or_null, C, ldc};
-  gemm_many_vnni(A, M, lda, nullptr, &product, 1);
+  many(A, M, lda, nullptr, &product, 1);
 }
+
+void gemm_many_amx_model(const float* A, int64_t M, int64_t lda, RowMap map, const Int8Product* products,
+                         int64_t count) {
+  run_build(int8_isa::amx_model_build(), A, M, lda, map, products, count);
+}
+
+constexpr int8_isa::Gemm gemm_avx2 = gemm_one<gemm_many_avx2>;
+constexpr int8_isa::Gemm gemm_vnni = gemm_one<gemm_many_vnni>;
+constexpr int8_isa::Gemm gemm_amx = gemm_one<gemm_many_amx>;
 
 template <class T>
 T* aligned_array(int64_t count) {
@@ -479,12 +490,19 @@ Gemm avx2() { return gemm_avx2; }
 
 Gemm vnni_or_null() { return isa_enabled(Isa::Avx512Vnni) ? gemm_vnni : nullptr; }
 
+Gemm amx_or_null() { return isa_enabled(Isa::Amx) ? gemm_amx : nullptr; }
+
+Gemm amx_model() { return gemm_one<gemm_many_amx_model>; }
+
 Gemm chosen() {
-  static const Gemm gemm = vnni_or_null() ? vnni_or_null() : avx2();
+  static const Gemm gemm = amx_or_null() ? amx_or_null() : vnni_or_null() ? vnni_or_null() : avx2();
   return gemm;
 }
 
-GemmMany chosen_many() { return chosen() == avx2() ? gemm_many_avx2 : gemm_many_vnni; }
+GemmMany chosen_many() {
+  if (chosen() == avx2()) return gemm_many_avx2;
+  return chosen() == vnni_or_null() ? gemm_many_vnni : gemm_many_amx;
+}
 
 }  // namespace int8_isa
 

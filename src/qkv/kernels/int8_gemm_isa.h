@@ -1,7 +1,9 @@
-// The int8 GEMM (int8_gemm.h) built for each instruction set: AVX2 (vpmaddwd on int16 activations)
-// and AVX-512 VNNI (vpdpbusd on u8 activations). gemm_int8 runs the VNNI build where kernels/isa.h
-// enables Isa::Avx512Vnni, else the AVX2 one. Both read the same QuantizedWeights and sum exactly in
-// int32, so they give the same bits, which the tests check by calling each build directly.
+// The int8 GEMM (int8_gemm.h) built for each instruction set: AVX2 (vpmaddwd on int16 activations),
+// AVX-512 VNNI (vpdpbusd on u8 activations) and AMX (TDPBSSD on int8 activations, the weights
+// repacked per call into tiles: int8_amx_blocking.h). gemm_int8 runs the AMX build where
+// kernels/isa.h enables Isa::Amx, else VNNI where it enables Isa::Avx512Vnni, else AVX2. All read
+// the same QuantizedWeights and sum exactly in int32, so they give the same bits, which the tests
+// check by calling each build directly (the AMX build also on its model of the tiles, everywhere).
 #pragma once
 #include <cstdint>
 
@@ -18,6 +20,10 @@ using GemmMany = void (*)(const float* A, int64_t M, int64_t lda, RowMap map, co
 Gemm avx2();
 // Null below Isa::Avx512Vnni (the CPU lacks it, or QKV_ISA chose a lower level).
 Gemm vnni_or_null();
+// Null below Isa::Amx.
+Gemm amx_or_null();
+// The AMX build on the model of the tiles (amx_tile_model.h): for tests, on every CPU; slow.
+Gemm amx_model();
 // The build gemm_int8 uses.
 Gemm chosen();
 // The same build's gemm_int8_many.
@@ -46,5 +52,9 @@ RowScale row_scale(float max_abs);
 // Defined in int8_gemm_vnni.cpp, the one file compiled with AVX-512 VNNI; use only where the CPU
 // has it. A constant: nothing of that file runs before it is called.
 const Build& vnni_build_unchecked();
+// Defined in int8_gemm_amx.cpp (AMX and AVX-512 flags); use only at Isa::Amx. The same constness.
+const Build& amx_build_unchecked();
+// Defined in int8_gemm_amx_emulated.cpp, for every CPU.
+const Build& amx_model_build();
 
 }  // namespace qkv::kernels::int8_isa

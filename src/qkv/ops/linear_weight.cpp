@@ -57,6 +57,8 @@ std::string linear_kernel_description(DType dtype) {
   switch (dtype) {
     case DType::F32: return "qkv's packed float32 GEMM (AVX2, FMA)";
     case DType::I8:
+      if (kernels::int8_isa::amx_or_null())
+        return "qkv's int8 GEMM (AMX-INT8 tiles; activations quantized per row)";
       return kernels::int8_isa::vnni_or_null() ? "qkv's int8 GEMM (AVX-512 VNNI vpdpbusd; activations quantized per row)"
                                                : "qkv's int8 GEMM (AVX2; activations quantized per row)";
     case DType::BF16:
