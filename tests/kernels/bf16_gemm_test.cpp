@@ -63,7 +63,7 @@ struct Build {
 std::vector<Build> builds() {
   std::vector<Build> b{{"widened", bf16_isa::widened()}, {"amx_emulated", bf16_isa::amx_emulated()}};
   if (bf16_isa::avx512_bf16_or_null()) b.push_back({"avx512_bf16", bf16_isa::avx512_bf16_or_null()});
-  if (bf16_isa::amx_or_null()) b.push_back({"amx", bf16_isa::amx_or_null()});
+  if (bf16_isa::amx_where_the_cpu_has_it()) b.push_back({"amx", bf16_isa::amx_where_the_cpu_has_it()});
   return b;
 }
 
@@ -103,7 +103,7 @@ void check_against_double(const Build& b, const Case& c) {
 TEST(Bf16Gemm, EachBuildMatchesDoublePrecisionOnTheRoundedOperands) {
   if (!bf16_isa::avx512_bf16_or_null())
     std::cerr << "note: the avx512_bf16 build is not tested here (" << isa_description() << ")\n";
-  if (!bf16_isa::amx_or_null())
+  if (!bf16_isa::amx_where_the_cpu_has_it())
     std::cerr << "note: the amx build runs on its model of the tiles only here (" << isa_description() << ")\n";
   for (const Build& b : builds())
     for (bool ta : {false, true})
@@ -219,8 +219,8 @@ std::vector<PackedBuild> packed_builds() {
   std::vector<PackedBuild> b{{"amx_emulated", 16, bf16_isa::amx_emulated(), bf16_isa::gemm_packed_amx_emulated}};
   if (bf16_isa::avx512_bf16_or_null())
     b.push_back({"avx512_bf16", 1, bf16_isa::avx512_bf16_or_null(), bf16_isa::gemm_packed_avx512_bf16_unchecked});
-  if (bf16_isa::amx_or_null())
-    b.push_back({"amx", 16, bf16_isa::amx_or_null(), bf16_isa::gemm_packed_amx_unchecked});
+  if (bf16_isa::amx_where_the_cpu_has_it())
+    b.push_back({"amx", 16, bf16_isa::amx_where_the_cpu_has_it(), bf16_isa::gemm_packed_amx_unchecked});
   return b;
 }
 

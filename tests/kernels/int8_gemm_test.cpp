@@ -464,8 +464,8 @@ TEST(Int8GemmVnni, OneAndTwoThreadsGiveIdenticalResults) {
   check_thread_counts_agree(vnni);
 }
 
-// gemm_int8 runs the build kernels/isa.h enables: AMX where it is, else VNNI, else AVX2 (QKV_ISA=avx2
-// forces it).
+// gemm_int8 runs the build kernels/isa.h enables: AMX where it is (QKV_ISA=amx, for now), else VNNI,
+// else AVX2 (QKV_ISA=avx2 forces it).
 TEST(Int8GemmVnni, GemmInt8RunsTheEnabledBuild) {
   EXPECT_EQ(int8_isa::chosen(), isa_enabled(Isa::Amx)           ? int8_isa::amx_or_null()
                                 : isa_enabled(Isa::Avx512Vnni) ? int8_isa::vnni_or_null()
@@ -476,14 +476,14 @@ TEST(Int8GemmVnni, GemmInt8RunsTheEnabledBuild) {
 
 // The AMX build (int8 activations, TDPBSSD, the weights repacked into tiles per call, K padded to
 // 64 and rows to 32 from zeroed copies) against the AVX2 build, BIT FOR BIT like the VNNI build: on
-// its model of the tiles on every CPU, and on the tiles where the CPU has AMX.
+// its model of the tiles on every CPU, and on the tiles where the CPU has AMX (QKV_ISA=amx or not).
 struct NamedGemm {
   const char* name;
   int8_isa::Gemm gemm;
 };
 std::vector<NamedGemm> amx_builds() {
   std::vector<NamedGemm> b{{"amx_model", int8_isa::amx_model()}};
-  if (int8_isa::amx_or_null()) b.push_back({"amx", int8_isa::amx_or_null()});
+  if (int8_isa::amx_where_the_cpu_has_it()) b.push_back({"amx", int8_isa::amx_where_the_cpu_has_it()});
   else std::cerr << "note: the AMX build runs on its model of the tiles only here (" << isa_description() << ")\n";
   return b;
 }

@@ -46,6 +46,8 @@ Gemm avx512_bf16_or_null() { return isa_enabled(Isa::Avx512Bf16) ? gemm_avx512_b
 
 Gemm amx_or_null() { return isa_enabled(Isa::Amx) ? gemm_amx_unchecked : nullptr; }
 
+Gemm amx_where_the_cpu_has_it() { return best_isa() >= Isa::Amx ? gemm_amx_unchecked : nullptr; }
+
 Gemm amx_emulated() { return gemm_amx_emulated; }
 
 Gemm chosen() {

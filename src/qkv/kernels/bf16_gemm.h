@@ -58,6 +58,9 @@ Gemm widened();
 Gemm avx512_bf16_or_null();
 // Null below Isa::Amx.
 Gemm amx_or_null();
+// The tile build where the CPU has AMX (best_isa()), whatever level is active: for the tests. Null
+// elsewhere.
+Gemm amx_where_the_cpu_has_it();
 // The AMX build's blocking on a scalar model of the tiles (bf16_gemm_amx_emulated.cpp): for tests,
 // on every CPU; slow.
 Gemm amx_emulated();

@@ -492,6 +492,8 @@ Gemm vnni_or_null() { return isa_enabled(Isa::Avx512Vnni) ? gemm_vnni : nullptr;
 
 Gemm amx_or_null() { return isa_enabled(Isa::Amx) ? gemm_amx : nullptr; }
 
+Gemm amx_where_the_cpu_has_it() { return best_isa() >= Isa::Amx ? gemm_amx : nullptr; }
+
 Gemm amx_model() { return gemm_one<gemm_many_amx_model>; }
 
 Gemm chosen() {

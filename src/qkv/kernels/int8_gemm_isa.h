@@ -22,6 +22,9 @@ Gemm avx2();
 Gemm vnni_or_null();
 // Null below Isa::Amx.
 Gemm amx_or_null();
+// The tile build where the CPU has AMX (best_isa()), whatever level is active: for the tests. Null
+// elsewhere.
+Gemm amx_where_the_cpu_has_it();
 // The AMX build on the model of the tiles (amx_tile_model.h): for tests, on every CPU; slow.
 Gemm amx_model();
 // The build gemm_int8 uses.
