@@ -275,6 +275,22 @@ TEST(CliIsa, QkvIsaIsCheckedAndVersionShowsTheKernels) {
   EXPECT_NE(low.out.find("kernels:  avx2 (QKV_ISA=avx2"), std::string::npos) << low.out;
 }
 
+// QKV_FLOAT32_TILE (kernels/wide_tile.h) names the float32 GEMM's tile; no tile, or 6x32 on a CPU
+// without AVX-512, is an error before any work; --version says which tile runs.
+TEST(CliIsa, QkvFloat32TileIsCheckedAndVersionShowsTheTile) {
+  setenv("QKV_FLOAT32_TILE", "7x7", 1);
+  const CliRun bad = run_qkv_split("train --synthetic --steps 1 --output-dir " + ::testing::TempDir() + "/tile_never");
+  setenv("QKV_FLOAT32_TILE", "6x16", 1);
+  const CliRun narrow = run_qkv_split("--version");
+  unsetenv("QKV_FLOAT32_TILE");
+  EXPECT_EQ(bad.code, 1) << bad.out;
+  EXPECT_NE(bad.err.find("qkv: error: QKV_FLOAT32_TILE=7x7: no such tile; expected 6x16 or 6x32"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "/tile_never")) << "no work before the check";
+  EXPECT_NE(narrow.out.find("float32 linears: qkv's packed float32 GEMM (6 x 16, AVX2 tile)"), std::string::npos)
+      << narrow.out;
+}
+
 // --compute-type bf16 where only its reference path runs (no AVX512_BF16, here forced with
 // QKV_ISA=avx2) works and says once that it is slow.
 TEST(CliIsa, Bf16ComputeTypeWithoutItsKernelSaysSoOnce) {

@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <utility>
 #include <limits>
 #include <random>
 #include <vector>
@@ -218,6 +220,47 @@ TEST(BlockedGemm, BiasAddedAsStoredGivesTheBitsOfBroadcastThenBetaOne) {
           1.f, broadcast.C.data(), broadcast.ldc);
     EXPECT_EQ(fused.C, broadcast.C) << "M " << c.M << " K " << c.K;  // the padding's sentinel too
   }
+}
+
+}  // namespace
+}  // namespace qkv::kernels
+
+namespace qkv::kernels {
+namespace {
+
+// The 6 x 32 tile (wide_tile.h: two panels at a time, 16-lane FMAs) gives gemm_blocked the bits of
+// the 6 x 16 tile alone: each element is the same FMAs in the same order. On its model (the same
+// code on 8-lane FMAs) on every CPU, and on AVX-512 where the CPU has it. Shapes: even and odd
+// panel counts (a lone last panel), column tails in either panel of a pair, row tails, K blocks,
+// each transpose, alpha, beta and bias, one and two threads (a thread's share of panels may be odd).
+TEST(BlockedGemm, TheWideTileGivesTheBitsOfTheNarrowOne) {
+  std::vector<std::pair<const char*, wide_tile::PairAccumulate>> tiles{{"model", wide_tile::model()}};
+  if (wide_tile::avx512_or_null()) tiles.push_back({"avx512", wide_tile::avx512_or_null()});
+  const int saved = num_threads();
+  for (const auto& [name, tile] : tiles)
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (const Case& c : {Case{ta, tb, 13, 40, 7, 1.f, 0.f}, Case{ta, tb, 7, 64, 33, 1.f, 1.f},
+                                Case{ta, tb, 50, 17, 600, 0.5f, 0.f}, Case{ta, tb, 19, 100, 1100, -2.f, 0.5f},
+                                Case{ta, tb, 1, 31, 5, 1.f, 0.f}, Case{ta, tb, 300, 72, 513, 1.f, 0.f}}) {
+            for (bool bias : {false, true}) {
+              Operands narrow = make_operands(c, 3), wide = make_operands(c, 3);
+              std::vector<float> b(static_cast<size_t>(c.N));
+              for (int64_t j = 0; j < c.N; ++j) b[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
+              gemm_blocked_with_tile(nullptr, c.ta, c.tb, c.M, c.N, c.K, c.alpha, narrow.A.data(), narrow.lda,
+                                     narrow.B.data(), narrow.ldb, c.beta, narrow.C.data(), narrow.ldc,
+                                     bias ? b.data() : nullptr);
+              gemm_blocked_with_tile(tile, c.ta, c.tb, c.M, c.N, c.K, c.alpha, wide.A.data(), wide.lda, wide.B.data(),
+                                     wide.ldb, c.beta, wide.C.data(), wide.ldc, bias ? b.data() : nullptr);
+              ASSERT_EQ(std::memcmp(narrow.C.data(), wide.C.data(), narrow.C.size() * sizeof(float)), 0)
+                  << name << ", " << threads << " threads: ta " << c.ta << " tb " << c.tb << " M " << c.M << " N "
+                  << c.N << " K " << c.K << " bias " << bias;
+            }
+          }
+    }
+  set_num_threads(saved);
 }
 
 }  // namespace

@@ -10,12 +10,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "qkv/core/cpu_features.h"
+#include "qkv/core/threads.h"
 #include "qkv/kernels/gemm.h"
 #include "qkv/kernels/packed_gemm.h"
+#include "qkv/kernels/wide_tile.h"
 
 namespace qkv::kernels {
 namespace {
@@ -127,6 +133,56 @@ TEST(PackedGemm, AgreesWithSgemmOnADecoderShape) {
     for (int64_t j = 0; j < out; ++j) row_max = std::max(row_max, std::abs(ref[i * out + j]));
     for (int64_t j = 0; j < out; ++j) ASSERT_NEAR(C[i * out + j], ref[i * out + j], 1e-5f * row_max) << i << " " << j;
   }
+}
+
+}  // namespace
+}  // namespace qkv::kernels
+
+namespace qkv::kernels {
+namespace {
+
+// The 6 x 32 tile (wide_tile.h) gives gemm_packed the bits of the 6 x 16 tile alone, on its model
+// everywhere and on AVX-512 where the CPU has it: every row count's tile heights (1 to 13, and the
+// blocks of 64 and 128), even and odd panel counts with column tails in either panel of a pair,
+// bias or not, strided A and C, one and two threads, and rows in more than one row block.
+TEST(PackedGemm, TheWideTileGivesTheBitsOfTheNarrowOne) {
+  std::vector<std::pair<const char*, wide_tile::PairAccumulate>> tiles{{"model", wide_tile::model()}};
+  if (wide_tile::avx512_or_null()) tiles.push_back({"avx512", wide_tile::avx512_or_null()});
+  const int saved = num_threads();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (const auto& [name, tile] : tiles)
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 13, 64, 128, 700})
+        for (int64_t out : {1, 16, 17, 31, 32, 33, 48, 80})
+          for (int64_t in : {1, 7, 100}) {
+            if (M == 700 && in != 100) continue;  // several row blocks of K = 100 only
+            const int64_t lda = in + 5, ldc = out + 3;
+            std::vector<float> A(static_cast<size_t>(M * lda)), W(static_cast<size_t>(out * in)), bias(out);
+            for (float& x : A) x = u(rng);
+            for (float& x : W) x = u(rng);
+            for (float& x : bias) x = u(rng);
+            const PackedWeights packed = pack_weights(W.data(), out, in);
+            for (bool with_bias : {false, true}) {
+              std::vector<float> narrow(static_cast<size_t>(M * ldc), 7.f), wide = narrow;
+              const float* b = with_bias ? bias.data() : nullptr;
+              gemm_packed_with_tile(nullptr, A.data(), M, lda, packed, b, narrow.data(), ldc);
+              gemm_packed_with_tile(tile, A.data(), M, lda, packed, b, wide.data(), ldc);
+              ASSERT_EQ(std::memcmp(narrow.data(), wide.data(), narrow.size() * sizeof(float)), 0)
+                  << name << ", " << threads << " threads: M " << M << " out " << out << " in " << in << " bias "
+                  << with_bias;
+            }
+          }
+    }
+  set_num_threads(saved);
+}
+
+// gemm_packed and gemm_blocked use the tile wide_tile.h chooses: the 6 x 32 one on Intel with AVX-512
+// (or as QKV_FLOAT32_TILE says), else none.
+TEST(PackedGemm, TheChosenTileFollowsTheCpu) {
+  if (std::getenv("QKV_FLOAT32_TILE")) GTEST_SKIP() << "QKV_FLOAT32_TILE is set";
+  EXPECT_EQ(wide_tile::chosen_or_null(), cpu_features().intel ? wide_tile::avx512_or_null() : nullptr);
 }
 
 }  // namespace

@@ -26,6 +26,11 @@ CpuFeatures detect() {
   CpuFeatures f;
   f.model = brand_string();
   unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
+    f.intel = std::string(vendor) == "GenuineIntel";
+  }
   if (__get_cpuid(1, &a, &b, &c, &d)) f.fma = bit(c, 12);
   if (__get_cpuid_max(0, nullptr) >= 7) {
     __cpuid_count(7, 0, a, b, c, d);

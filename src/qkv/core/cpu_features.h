@@ -6,6 +6,7 @@ namespace qkv {
 
 struct CpuFeatures {
   std::string model;  // the brand string, "AMD EPYC 9R14 96-Core Processor"
+  bool intel = false;  // the vendor string is "GenuineIntel"
   bool avx2 = false, fma = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512_vnni = false, avx512_bf16 = false;

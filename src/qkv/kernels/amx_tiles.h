@@ -42,15 +42,25 @@ struct HardwareTiles {
     _tile_zero(2);
     _tile_zero(3);
   }
+  // The tile numbers are literals: the intrinsics are macros that paste them into the instruction.
   void step(const void* a0, const void* a1, int64_t a_stride, const void* b0, const void* b1, int64_t b_stride) {
     _tile_loadd(4, a0, a_stride);
     _tile_loadd(6, b0, b_stride);
-    product<0, 4, 6>();
-    _tile_loadd(7, b1, b_stride);
-    product<1, 4, 7>();
-    _tile_loadd(5, a1, a_stride);
-    product<2, 5, 6>();
-    product<3, 5, 7>();
+    if constexpr (op == Op::Bf16) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, b1, b_stride);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, a1, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      _tile_dpbssd(0, 4, 6);
+      _tile_loadd(7, b1, b_stride);
+      _tile_dpbssd(1, 4, 7);
+      _tile_loadd(5, a1, a_stride);
+      _tile_dpbssd(2, 5, 6);
+      _tile_dpbssd(3, 5, 7);
+    }
   }
   void end(void* acc, int64_t stride_bytes) {
     char* c = static_cast<char*>(acc);
@@ -58,15 +68,6 @@ struct HardwareTiles {
     _tile_stored(1, c + kTileRowBytes, stride_bytes);
     _tile_stored(2, c + kTileRows * stride_bytes, stride_bytes);
     _tile_stored(3, c + kTileRows * stride_bytes + kTileRowBytes, stride_bytes);
-  }
-
- private:
-  template <int c, int a, int b>
-  static void product() {
-    if constexpr (op == Op::Bf16)
-      _tile_dpbf16ps(c, a, b);
-    else
-      _tile_dpbssd(c, a, b);
   }
 };
 

@@ -159,7 +159,19 @@ struct BlockRange {
   int64_t i0, i1, np, col_base, k0, kc;
 };
 
-void multiply_range(const Product& p, const BlockRange& br, const float* b_block, float* a_packed) {
+// The 6 x 32 tile's sums of two panels (acc, 6 x 32 floats) as the two 6 x 16 tiles store_tile takes.
+std::pair<tile::Acc, tile::Acc> split_pair(const float* acc) {
+  std::pair<tile::Acc, tile::Acc> halves;
+  for (int r = 0; r < kRows; ++r) {
+    halves.first.lo[r] = _mm256_load_ps(acc + r * 2 * kCols), halves.first.hi[r] = _mm256_load_ps(acc + r * 2 * kCols + 8);
+    halves.second.lo[r] = _mm256_load_ps(acc + r * 2 * kCols + 16);
+    halves.second.hi[r] = _mm256_load_ps(acc + r * 2 * kCols + 24);
+  }
+  return halves;
+}
+
+void multiply_range(const Product& p, wide_tile::PairAccumulate pair, const BlockRange& br, const float* b_block,
+                    float* a_packed) {
   const bool first_k_block = br.k0 == 0;
   const float beta = first_k_block ? p.beta : 1.f;
   // Sized by K's full block, as the scratch for a packed A^T block is: the last, shorter K block
@@ -169,9 +181,10 @@ void multiply_range(const Product& p, const BlockRange& br, const float* b_block
   for (int64_t ib = br.i0; ib < br.i1; ib += rows_per_block) {
     const int64_t ie = std::min(br.i1, ib + rows_per_block);
     if (p.trans_a) pack_a_block_transposed(p, ib, ie, br.k0, br.kc, a_packed);
-    for (int64_t q = 0; q < br.np; ++q) {
+    for (int64_t q = 0; q < br.np; q += pair && q + 1 < br.np ? 2 : 1) {
       const float* panel = b_block + q * br.kc * kCols;
       const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
+      const bool two = pair && q + 1 < br.np;
       for (int64_t i = ib; i < ie; i += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, ie - i));
         const float* a[kRows];
@@ -180,10 +193,19 @@ void multiply_range(const Product& p, const BlockRange& br, const float* b_block
         } else {  // rows of A in place; a short tile repeats row 0 and drops those results
           for (int r = 0; r < kRows; ++r) a[r] = p.A + (i + (r < rows ? r : 0)) * p.lda + br.k0;
         }
+        const float* bias = first_k_block && p.bias ? p.bias + col0 : nullptr;
+        if (two) {  // panels q and q + 1 at once, each element the same FMAs as below
+          alignas(32) float sums[kRows * 2 * kCols] = {};
+          pair(kRows, a, p.trans_a ? kRows : 1, panel, panel + br.kc * kCols, br.kc, sums);
+          const auto [first, second] = split_pair(sums);
+          store_tile(first, rows, cols, p.alpha, beta, bias, p.C + i * p.ldc + col0, p.ldc);
+          store_tile(second, rows, std::min(kCols, p.N - col0 - kCols), p.alpha, beta, bias ? bias + kCols : nullptr,
+                     p.C + i * p.ldc + col0 + kCols, p.ldc);
+          continue;
+        }
         tile::Acc acc = tile::splat(_mm256_setzero_ps(), _mm256_setzero_ps());
         tile::accumulate(a, p.trans_a ? kRows : 1, panel, br.kc, acc);
-        store_tile(acc, rows, cols, p.alpha, beta, first_k_block && p.bias ? p.bias + col0 : nullptr,
-                   p.C + i * p.ldc + col0, p.ldc);
+        store_tile(acc, rows, cols, p.alpha, beta, bias, p.C + i * p.ldc + col0, p.ldc);
       }
     }
   }
@@ -191,7 +213,8 @@ void multiply_range(const Product& p, const BlockRange& br, const float* b_block
 
 // One thread's part of C: rows [i0, i1) x panels [q0, q1), with its own packed copy of those panels
 // (so threads never wait for each other).
-void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t q1, const WorkerScratch& scratch) {
+void multiply_part(const Product& p, wide_tile::PairAccumulate pair, int64_t i0, int64_t i1, int64_t q0, int64_t q1,
+                   const WorkerScratch& scratch) {
   if (i0 >= i1 || q0 >= q1) return;
   const int64_t kc = k_block(p.K, p.trans_a);
   const int64_t panels_per_block = std::min(q1 - q0, panels_per_b_block(kc));
@@ -201,7 +224,7 @@ void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t
     for (int64_t k0 = 0; k0 < p.K; k0 += kc) {
       const int64_t kcur = std::min(kc, p.K - k0);
       pack_b_block(p, pb, np, k0, kcur, b_block);
-      multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, scratch.a_block);
+      multiply_range(p, pair, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, scratch.a_block);
     }
   }
 }
@@ -210,6 +233,13 @@ void multiply_part(const Product& p, int64_t i0, int64_t i1, int64_t q0, int64_t
 
 void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  gemm_blocked_with_tile(wide_tile::chosen_or_null(), trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                         bias);
+}
+
+void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                            int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                            float beta, float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
   const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
@@ -228,10 +258,10 @@ void gemm_blocked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
     const WorkerScratch ws{mine, trans_a ? mine + b_floats : nullptr};
     if (split.by_panels) {
       const auto [q0, q1] = share(panels, 1, t, T);
-      multiply_part(p, 0, M, q0, q1, ws);
+      multiply_part(p, pair, 0, M, q0, q1, ws);
     } else {
       const auto [i0, i1] = share(M, kRows, t, T);
-      multiply_part(p, i0, i1, 0, panels, ws);
+      multiply_part(p, pair, i0, i1, 0, panels, ws);
     }
   }
 }

@@ -12,6 +12,8 @@ namespace qkv::kernels::int8_isa {
 
 namespace {
 
+using int8_amx::kPanel;
+
 struct ModelMachine {
   amx::ModelTiles<amx::Op::Int8> tiles;
 

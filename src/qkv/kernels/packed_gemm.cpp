@@ -102,6 +102,28 @@ void panel_product(const float* A, int64_t i0, int64_t i1, int64_t lda, const Pa
   }
 }
 
+// Rows [i0, i1) against panels p and p + 1 with the 6 x 32 tile (wide_tile.h): each element the
+// bits panel_product gives it (from the bias, one FMA per k in k's order).
+void panel_pair_product(wide_tile::PairAccumulate pair, const float* A, int64_t i0, int64_t i1, int64_t lda,
+                        const PackedWeights& W, int64_t p, const float* bias, float* C, int64_t ldc) {
+  const int64_t col0 = p * kPanel, cols = std::min(2 * kPanel, W.out_features() - col0);
+  alignas(64) float bias32[2 * kPanel] = {};
+  if (bias) std::memcpy(bias32, bias + col0, static_cast<size_t>(cols) * sizeof(float));
+  alignas(64) float sums[kRows * 2 * kPanel];
+  for (int64_t i = i0; i < i1;) {
+    const int rows = tile_rows(i1 - i);
+    const float* a[kRows];
+    for (int r = 0; r < rows; ++r) {
+      a[r] = A + (i + r) * lda;
+      std::memcpy(sums + r * 2 * kPanel, bias32, sizeof bias32);
+    }
+    pair(rows, a, 1, W.panel(p), W.panel(p + 1), W.in_features(), sums);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(C + (i + r) * ldc + col0, sums + r * 2 * kPanel, static_cast<size_t>(cols) * sizeof(float));
+    i += rows;
+  }
+}
+
 // Rows per block of A: a block (rows x K floats) is read once per panel, so it should stay in the
 // core's L2 (512 KB here; half of it leaves room for the panels streaming through). Without blocks
 // a product of thousands of rows re-read all of A from L3 for every panel: 155 GFLOP/s against
@@ -154,6 +176,11 @@ void pack_weights_into(const float* W, int64_t out_features, int64_t in_features
 
 void gemm_packed(const float* A, int64_t M, int64_t lda, const PackedWeights& W, const float* bias_or_null,
                  float* C, int64_t ldc) {
+  gemm_packed_with_tile(wide_tile::chosen_or_null(), A, M, lda, W, bias_or_null, C, ldc);
+}
+
+void gemm_packed_with_tile(wide_tile::PairAccumulate pair, const float* A, int64_t M, int64_t lda,
+                           const PackedWeights& W, const float* bias_or_null, float* C, int64_t ldc) {
   if (M <= 0 || W.out_features() <= 0) return;
   const int64_t work = M * W.out_features() * W.in_features();
   const int64_t block = rows_per_block(W.in_features()), panels = W.panels();
@@ -165,6 +192,14 @@ void gemm_packed(const float* A, int64_t M, int64_t lda, const PackedWeights& W,
 #pragma omp parallel if (work > kParallelMin)
   for (int64_t i0 = 0; i0 < M; i0 += block) {
     const int64_t i1 = std::min(M, i0 + block);
+    if (pair) {  // two panels at a time; an odd count's last one alone
+#pragma omp for schedule(static) nowait
+      for (int64_t p = 0; p < panels; p += 2) {
+        if (p + 1 < panels) panel_pair_product(pair, A, i0, i1, lda, W, p, bias_or_null, C, ldc);
+        else panel_product(A, i0, i1, lda, W, p, bias_or_null, C, ldc);
+      }
+      continue;
+    }
 #pragma omp for schedule(static) nowait
     for (int64_t p = 0; p < panels; ++p) panel_product(A, i0, i1, lda, W, p, bias_or_null, C, ldc);
   }

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <memory>
 
+#include "qkv/kernels/wide_tile.h"
+
 namespace qkv::kernels {
 
 // W (out_features, in_features) row-major, stored as panels of kPanel output features: panel p holds
@@ -55,5 +57,9 @@ void pack_weights_into(const float* W, int64_t out_features, int64_t in_features
 // stride ldc. Every element of C's M x out block is written (C need not be initialised).
 void gemm_packed(const float* A, int64_t M, int64_t lda, const PackedWeights& W, const float* bias_or_null,
                  float* C, int64_t ldc);
+// gemm_packed with a given tile (wide_tile.h: two panels at a time, or null: the 6 x 16 tile alone);
+// gemm_packed passes wide_tile::chosen_or_null(), the tests pass each (the same bits).
+void gemm_packed_with_tile(wide_tile::PairAccumulate pair, const float* A, int64_t M, int64_t lda,
+                           const PackedWeights& W, const float* bias_or_null, float* C, int64_t ldc);
 
 }  // namespace qkv::kernels

@@ -6,6 +6,7 @@
 #include "qkv/kernels/int8_gemm.h"
 #include "qkv/kernels/int8_gemm_isa.h"
 #include "qkv/kernels/packed_gemm.h"
+#include "qkv/kernels/wide_tile.h"
 #include "qkv/ops/ops.h"
 
 namespace qkv::ops {
@@ -55,7 +56,7 @@ bool linear_kernel_is_reference(DType dtype) { return dtype == DType::BF16 && !k
 
 std::string linear_kernel_description(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "qkv's packed float32 GEMM (AVX2, FMA)";
+    case DType::F32: return "qkv's packed float32 GEMM (" + kernels::wide_tile::description() + " tile)";
     case DType::I8:
       if (kernels::int8_isa::amx_or_null())
         return "qkv's int8 GEMM (AMX-INT8 tiles; activations quantized per row)";

@@ -3,6 +3,7 @@
 #include "qkv/core/error.h"
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/isa.h"
+#include "qkv/kernels/wide_tile.h"
 
 namespace qkv::ops {
 
@@ -31,6 +32,9 @@ std::string bf16_product_kernel() { return kernels::gemm_bf16_description(); }
 
 std::string cpu_kernel_level() { return kernels::isa_description(); }
 
-void check_cpu_kernel_level() { kernels::active_isa(); }
+void check_cpu_kernel_level() {
+  kernels::active_isa();
+  kernels::wide_tile::chosen_or_null();  // QKV_FLOAT32_TILE too
+}
 
 }  // namespace qkv::ops
