@@ -22,6 +22,7 @@
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
 #include "qkv/kernels/isa.h"
+#include "qkv/kernels/wide_tile.h"
 #include "qkv/ops/precision.h"
 
 namespace qkv::bench {
@@ -94,9 +95,11 @@ inline std::string bench_dir() {
 }
 #endif
 
-// "CPU: <model>; kernels: <ISA>[; bf16 products: <kernel>]", the training benchmarks' first line.
+// "CPU: <model>; kernels: <ISA>; float32 tile: <tile>[; bf16 products: <kernel>]", the training
+// benchmarks' first line.
 inline void print_cpu_line(bool bf16) {
-  std::printf("CPU: %s; kernels: %s%s\n", cpu_features().model.c_str(), kernels::isa_description().c_str(),
+  std::printf("CPU: %s; kernels: %s; float32 tile: %s%s\n", cpu_features().model.c_str(),
+              kernels::isa_description().c_str(), kernels::wide_tile::description().c_str(),
               bf16 ? ("; bf16 products: " + ops::bf16_product_kernel()).c_str() : "");
 }
 

@@ -26,6 +26,7 @@
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
 #include "qkv/kernels/isa.h"
+#include "qkv/kernels/wide_tile.h"
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -48,8 +49,9 @@ int main(int argc, char** argv) try {
     }
   }
   qkv::set_num_threads(threads);
-  std::printf("CPU: %s; kernels: %s; bf16 GEMM: %s\n", qkv::cpu_features().model.c_str(),
-              qkv::kernels::isa_description().c_str(), qkv::kernels::gemm_bf16_description());
+  std::printf("CPU: %s; kernels: %s; float32 tile: %s; bf16 GEMM: %s\n", qkv::cpu_features().model.c_str(),
+              qkv::kernels::isa_description().c_str(), qkv::kernels::wide_tile::description().c_str(),
+              qkv::kernels::gemm_bf16_description());
   std::printf("%-38s %9s %9s %7s %10s   (GFLOP/s, %d threads, median of %d)\n", "shape (M x N x K)",
               bf16 ? "qkv bf16" : "qkv", bf16 ? "qkv f32" : "OpenBLAS", "ratio", "max diff", threads, reps);
   std::vector<double> ratios;

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Every CPU kernel path this machine offers, tested and then measured, in one run (issue 34: a path
+# never run on a machine that has it is not called done). For each level of kernels/isa.h the CPU
+# allows (QKV_ISA) the kernel and agreement tests; for each float32 tile (QKV_FLOAT32_TILE) the
+# float32 GEMM against OpenBLAS; bf16 GEMM at each bf16 level (vdpbf16ps, AMX) against float32; the
+# int8 GEMM at each int8 level (AVX2, VNNI, AMX). Ends with a summary of the test results.
+#
+# Usage: bench/cpu_paths.sh [BUILD]   (default build; needs its qkv, tests/qkv_tests and bench/)
+# On an Intel Xeon with AMX this is the first thing to run: the AMX kernels (QKV_ISA=amx) and the
+# 6 x 32 tile have been tested only on a model of their hardware (2026-11-29).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+for f in qkv tests/qkv_tests bench/bench_gemm bench/bench_int8_gemm; do
+  [ -x "$BUILD/$f" ] || { echo "missing $BUILD/$f: build first (README.md)"; exit 1; }
+done
+"$BUILD/qkv" --version | sed -n 2,3p
+levels=()
+for level in avx2 avx512 avx512_vnni avx512_bf16 amx; do
+  QKV_ISA=$level "$BUILD/qkv" --version | grep -q "^kernels:  $level (" && levels+=("$level")
+done
+tiles=()
+for tile in 6x16 6x32; do
+  QKV_FLOAT32_TILE=$tile "$BUILD/qkv" --version | grep -q "packed float32 GEMM (6 x" && tiles+=("$tile")
+done
+echo "levels this CPU allows: ${levels[*]}; float32 tiles: ${tiles[*]}"
+
+summary=()
+filter='Bf16Gemm*:Int8Gemm*:PackedGemm*:BlockedGemm*:GeluKernel*:DropoutKernels*:OpReference*:Bf16Agreement*:LinearComputeType*:Forms/LinearOnEveryBackend*:SeedAgreement*:GptAgreement*'
+run_tests() {  # run_tests LABEL ENV...
+  local label=$1
+  shift
+  echo "== tests, $label"
+  if env "$@" "$BUILD/tests/qkv_tests" --gtest_filter="$filter" --gtest_brief=1 > "/tmp/cpu_paths.$$.log" 2>&1; then
+    summary+=("$label: passed ($(grep -o '[0-9]* tests\? from' "/tmp/cpu_paths.$$.log" | head -1 | cut -d' ' -f1) tests)")
+  else
+    grep -E '^\[  FAILED  \]|Failure' "/tmp/cpu_paths.$$.log" | head -20
+    summary+=("$label: FAILED (see above)")
+  fi
+  rm -f "/tmp/cpu_paths.$$.log"
+}
+for level in "${levels[@]}"; do run_tests "QKV_ISA=$level" QKV_ISA="$level"; done
+for tile in "${tiles[@]}"; do run_tests "QKV_FLOAT32_TILE=$tile" QKV_FLOAT32_TILE="$tile"; done
+
+for tile in "${tiles[@]}"; do
+  echo "== float32 GEMM, QKV_FLOAT32_TILE=$tile"
+  QKV_FLOAT32_TILE=$tile "$BUILD/bench/bench_gemm" --reps 5
+done
+for level in avx512_bf16 amx; do
+  [[ " ${levels[*]} " == *" $level "* ]] || continue
+  echo "== bf16 GEMM, QKV_ISA=$level"
+  QKV_ISA=$level "$BUILD/bench/bench_gemm" --bf16 --reps 5
+done
+for level in avx2 avx512_vnni amx; do
+  [[ " ${levels[*]} " == *" $level "* ]] || continue
+  echo "== int8 GEMM, QKV_ISA=$level"
+  QKV_ISA=$level "$BUILD/bench/bench_int8_gemm" --reps 5
+done
+echo "== summary ($(lscpu | sed -n 's/^Model name: *//p' | head -1))"
+printf '%s\n' "${summary[@]}"
+[[ "${summary[*]}" != *FAILED* ]]
