@@ -114,7 +114,9 @@ int main(int argc, char** argv) try {
   const bool vnni = kernels::int8_isa::vnni_or_null() != nullptr;
   const kernels::int8_isa::Gemm chosen = kernels::int8_isa::chosen();
   std::printf("kernels: %s; gemm_int8 runs the %s build\n", kernels::isa_description().c_str(),
-              chosen == kernels::int8_isa::avx2() ? "AVX2" : chosen == kernels::int8_isa::vnni_or_null() ? "AVX-512 VNNI" : "AMX");
+              chosen == kernels::int8_isa::avx2()           ? "AVX2"
+              : chosen == kernels::int8_isa::vnni_or_null() ? "AVX-512 VNNI"
+                                                            : "AMX");
   std::printf("int8 vs float GEMM, G op/s = 2 M in out / time, median of %d samples%s\n", reps,
               vnni ? "" : " (no VNNI column: this CPU or QKV_ISA does not enable avx512_vnni)");
   std::printf("%s%s\n%s%s\n", "                     |        median G op/s        |    speedup of    |",

@@ -226,8 +226,9 @@ std::vector<PackedBuild> packed_builds() {
 
 TEST(Bf16Gemm, PackedWeightsGiveTheBitsOfThePerCallProduct) {
   for (const PackedBuild& b : packed_builds())
-    for (const Case& c : {Case{false, true, 3, 70, 33, 1.f, 0.f, true}, Case{false, true, 12, 512, 512, 1.f, 0.f, false},
-                          Case{false, true, 300, 45, 2500, 1.f, 0.f, true}, Case{false, true, 1, 1, 1, 1.f, 0.f, true}}) {
+    for (const Case& c :
+         {Case{false, true, 3, 70, 33, 1.f, 0.f, true}, Case{false, true, 12, 512, 512, 1.f, 0.f, false},
+          Case{false, true, 300, 45, 2500, 1.f, 0.f, true}, Case{false, true, 1, 1, 1, 1.f, 0.f, true}}) {
       Operands o = make_operands(c, 5), packed_out = o;
       run(Build{b.name, b.per_call}, c, o);
       std::vector<float> W(static_cast<size_t>(c.N * c.K));  // (out, in) without the test's row padding

@@ -126,7 +126,8 @@ void multiply_part(Machine& m, const Product& p, const uint32_t* packed, int64_t
       const int64_t pairs = padded_pairs(kcur);
       const uint32_t* b_block = packed ? packed_block(packed, panels, kc, k0, kcur, pb) : ws.b_block;
       if (!packed)
-        for (int64_t q = 0; q < np; ++q) m.pack_b_panel(p, (pb + q) * kCols, k0, kcur, pairs, ws.b_block + q * pairs * kCols);
+        for (int64_t q = 0; q < np; ++q)
+          m.pack_b_panel(p, (pb + q) * kCols, k0, kcur, pairs, ws.b_block + q * pairs * kCols);
       multiply_range(m, p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, ws.a_block, ws.acc);
     }
   }

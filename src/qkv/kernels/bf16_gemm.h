@@ -89,7 +89,8 @@ void gemm_packed_avx512_bf16_unchecked(const float* A, int64_t M, int64_t lda, c
 void gemm_packed_amx_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
                                int64_t in_features, const float* bias, float* C, int64_t ldc);
 void gemm_amx_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                        const float* bias);
 // Defined in bf16_gemm_amx_emulated.cpp, for every CPU.
 void gemm_packed_amx_emulated(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
                               int64_t in_features, const float* bias, float* C, int64_t ldc);

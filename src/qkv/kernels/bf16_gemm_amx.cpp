@@ -27,15 +27,16 @@ struct AmxMachine {
     const int64_t rows = bf16_amx::ceil_div(i1 - i0, kBlockRows) * kBlockRows;
     if (!p.trans_a) {
       const int64_t valid = std::min(kc, p.K - k0);
-      for (int64_t i = i0; i < i1; ++i) pack_avx512::convert_row(p.A + i * p.lda + k0, valid, 2 * pairs, dst + (i - i0) * pairs);
+      for (int64_t i = i0; i < i1; ++i)
+        pack_avx512::convert_row(p.A + i * p.lda + k0, valid, 2 * pairs, dst + (i - i0) * pairs);
       std::memset(dst + (i1 - i0) * pairs, 0, static_cast<size_t>((rows - (i1 - i0)) * pairs) * 4);
       return;
     }
     // A stored (K, M): rows k and k + 1 give the words of 16 rows of op(A) at pair kp, scattered
     // to those rows.
     std::memset(dst, 0, static_cast<size_t>(rows * pairs) * 4);
-    const __m512i row_offsets = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                                   _mm512_set1_epi32(static_cast<int>(pairs)));
+    const __m512i rows_0_to_15 = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i row_offsets = _mm512_mullo_epi32(rows_0_to_15, _mm512_set1_epi32(static_cast<int>(pairs)));
     for (int64_t i = i0; i < i1; i += 16) {
       const __mmask16 live = first_n(i1 - i);
       for (int64_t kp = 0; kp < kc / 2 && k0 + 2 * kp < p.K; ++kp) {
@@ -74,7 +75,8 @@ struct AmxMachine {
 }  // namespace
 
 void gemm_amx_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                        const float* bias) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return blocking::scale_by_beta(M, N, beta, bias, C, ldc);
   bf16_amx::run<AmxMachine>(Product{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}, nullptr,

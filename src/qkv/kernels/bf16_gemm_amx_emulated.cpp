@@ -20,8 +20,12 @@ uint32_t word_of(float even, float odd) { return f32_to_bf16(even).bits | uint32
 struct EmulatedMachine {
   amx::ModelTiles<amx::Op::Bf16> tiles;
 
-  static float a_at(const Product& p, int64_t i, int64_t k) { return p.trans_a ? p.A[k * p.lda + i] : p.A[i * p.lda + k]; }
-  static float b_at(const Product& p, int64_t k, int64_t j) { return p.trans_b ? p.B[j * p.ldb + k] : p.B[k * p.ldb + j]; }
+  static float a_at(const Product& p, int64_t i, int64_t k) {
+    return p.trans_a ? p.A[k * p.lda + i] : p.A[i * p.lda + k];
+  }
+  static float b_at(const Product& p, int64_t k, int64_t j) {
+    return p.trans_b ? p.B[j * p.ldb + k] : p.B[k * p.ldb + j];
+  }
 
   void pack_a_rows(const Product& p, int64_t i0, int64_t i1, int64_t k0, int64_t kc, int64_t pairs, uint32_t* dst) {
     const int64_t rows = bf16_amx::ceil_div(i1 - i0, bf16_amx::kBlockRows) * bf16_amx::kBlockRows;

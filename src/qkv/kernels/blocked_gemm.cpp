@@ -163,7 +163,8 @@ struct BlockRange {
 std::pair<tile::Acc, tile::Acc> split_pair(const float* acc) {
   std::pair<tile::Acc, tile::Acc> halves;
   for (int r = 0; r < kRows; ++r) {
-    halves.first.lo[r] = _mm256_load_ps(acc + r * 2 * kCols), halves.first.hi[r] = _mm256_load_ps(acc + r * 2 * kCols + 8);
+    halves.first.lo[r] = _mm256_load_ps(acc + r * 2 * kCols);
+    halves.first.hi[r] = _mm256_load_ps(acc + r * 2 * kCols + 8);
     halves.second.lo[r] = _mm256_load_ps(acc + r * 2 * kCols + 16);
     halves.second.hi[r] = _mm256_load_ps(acc + r * 2 * kCols + 24);
   }

@@ -25,9 +25,10 @@ const char* isa_names();        // "avx2, avx512, avx512_vnni, avx512_bf16, amx"
 // The best level this CPU and OS allow.
 Isa best_isa();
 
-// The level the kernels use: best_isa() (avx512_bf16 where that is amx, above), or QKV_ISA's. Read once; throws qkv::Error naming the
-// variable when QKV_ISA names no level or one above best_isa() (callers that can report it, the CLI
-// and the Python module, ask at start-up; after a throw every later call throws the same).
+// The level the kernels use: best_isa() (avx512_bf16 where that is amx, above), or QKV_ISA's. Read
+// once; throws qkv::Error naming the variable when QKV_ISA names no level or one above best_isa()
+// (callers that can report it, the CLI and the Python module, ask at start-up; after a throw every
+// later call throws the same).
 Isa active_isa();
 
 // Whether the kernels may use `isa`'s instructions: active_isa() >= isa. Never throws (kernels ask
