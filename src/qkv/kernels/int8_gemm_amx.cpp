@@ -12,58 +12,24 @@
 
 #include "qkv/kernels/amx_tiles.h"
 #include "qkv/kernels/int8_amx_blocking.h"
+#include "qkv/kernels/int8_avx512.h"
 #include "qkv/kernels/int8_gemm_isa.h"
 
 namespace qkv::kernels::int8_isa {
 
 namespace {
 
-__mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1u); }
-
-// The same maximum as the AVX2 build's (max is exact, whatever the order).
-float max_abs(const float* x, int64_t n) {
-  __m512 m = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
-  if (k < n) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(first_lanes(n - k), x + k)));
-  return _mm512_reduce_max_ps(m);
-}
-
-// 16 activations to int8 as the AVX2 build rounds them (x * inverse, cvtps2dq in the default
-// rounding mode; |x * inverse| <= 127).
-__m128i quantize16(__m512 x, __m512 inverse) {
-  return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, inverse)));
-}
-
-float quantize_row_s8(const float* x, int64_t n, int64_t padded, void* q_out) {
-  int8_t* q = static_cast<int8_t*>(q_out);
-  const RowScale s = row_scale(max_abs(x, n));
-  const __m512 inverse = _mm512_set1_ps(s.inverse);
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), quantize16(_mm512_loadu_ps(x + k), inverse));
-  for (; k < padded; k += 16) {
-    const __m512 tail = _mm512_maskz_loadu_ps(first_lanes(n > k ? n - k : 0), x + k);
-    _mm_mask_storeu_epi8(q + k, first_lanes(padded - k), quantize16(tail, inverse));
-  }
-  return s.scale;
-}
-
-// Two pair lines of a panel (features 0..15 x k, k + 1, then x k + 2, k + 3) as 16-bit words j and
-// 16 + j, interleaved to feature j's quad in 32-bit lane j: a B tile row.
-alignas(64) constexpr int16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+using avx512::first_lanes;
 
 struct AmxMachine {
   amx::HardwareTiles<amx::Op::Int8> tiles;
 
   void repack_panel(const QuantizedWeights& W, int64_t p, int64_t quads, int8_t* dst) {
-    const __m512i interleave = _mm512_load_si512(kInterleave);
+    const __m512i interleave = _mm512_load_si512(avx512::kInterleave);
     const int8_t* line = W.panel(p);
     const int64_t stored = W.padded_in_features() / 4;
     for (int64_t kq = 0; kq < quads; ++kq) {
-      const __m512i row = kq < stored ? _mm512_permutexvar_epi16(interleave, _mm512_load_si512(line + kq * 64))
-                                      : _mm512_setzero_si512();
+      const __m512i row = kq < stored ? avx512::load_quad(line + kq * 64, interleave) : _mm512_setzero_si512();
       _mm512_storeu_si512(dst + kq * 64, row);
     }
   }
@@ -90,7 +56,7 @@ void block_product(const void* Aq, const float* a_scales, int64_t M, const Quant
   int8_amx::block_product(m, static_cast<const int8_t*>(Aq), a_scales, M, W, p_begin, p_end, bias, C, ldc);
 }
 
-constexpr Build kAmxBuild{sizeof(int8_t), 2, int8_amx::kBlockRows, quantize_row_s8, block_product};
+constexpr Build kAmxBuild{sizeof(int8_t), 2, int8_amx::kBlockRows, avx512::quantize_row<false>, block_product};
 
 }  // namespace
 

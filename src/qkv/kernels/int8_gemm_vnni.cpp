@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "qkv/kernels/int8_avx512.h"
 #include "qkv/kernels/int8_gemm_isa.h"
 
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__AVX512VNNI__)
@@ -36,40 +37,9 @@ constexpr int64_t kRowChunk = 32;
 
 int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-// The first n (0..16) of 16 lanes.
-__mmask16 first_lanes(int64_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
-
-// The same maximum as the AVX2 build's (max is exact, whatever the order).
-float max_abs(const float* x, int64_t n) {
-  __m512 m = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
-  if (k < n) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_maskz_loadu_ps(first_lanes(n - k), x + k)));
-  return _mm512_reduce_max_ps(m);
-}
-
-// 16 activations to int8 as the AVX2 build rounds them (x * inverse, cvtps2dq in the default
-// rounding mode, within [-127, 127]), then + 128 to u8: flipping the sign bit of the byte.
-__m128i quantize16(__m512 x, __m512 inverse) {
-  const __m128i q = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(x, inverse)));
-  return _mm_xor_si128(q, _mm_set1_epi8(static_cast<char>(0x80)));
-}
-
-// One row of activations to u8 (the kernel's unsigned operand); the padding gets 128 (a zero), which
-// meets zero weights.
-float quantize_row_u8(const float* x, int64_t n, int64_t padded, void* q_out) {
-  uint8_t* q = static_cast<uint8_t*>(q_out);
-  const RowScale s = row_scale(max_abs(x, n));
-  const __m512 inverse = _mm512_set1_ps(s.inverse);
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), quantize16(_mm512_loadu_ps(x + k), inverse));
-  for (; k < padded; k += 16) {
-    const __m512 tail = _mm512_maskz_loadu_ps(first_lanes(max64(0, min64(16, n - k))), x + k);
-    _mm_mask_storeu_epi8(q + k, first_lanes(min64(16, padded - k)), quantize16(tail, inverse));
-  }
-  return s.scale;
-}
+using avx512::first_lanes;
+using avx512::kInterleave;
+using avx512::load_quad;
 
 // What one micro-kernel call needs besides the rows of A: one or two adjacent panels.
 struct TileOperand {
@@ -81,15 +51,6 @@ struct TileOperand {
   const float* bias;           // from the tile's first column, or null
   __mmask16 columns[2];        // the columns of each panel that exist
 };
-
-// Two pair lines (features 0..15 x inputs k, k+1, then x k+2, k+3), as 16-bit words j and 16 + j
-// for feature j, interleaved to feature j's quad (k..k+3) in 32-bit lane j: vpdpbusd's operand.
-alignas(64) constexpr int16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-
-__m512i load_quad(const int8_t* line, __m512i interleave) {
-  return _mm512_permutexvar_epi16(interleave, _mm512_load_si512(line));
-}
 
 // The sums start at -128 * sum_k W[o][k], which takes off what the +128 of the activations added.
 // The int32 arithmetic wraps (128 * 255 * K may pass 2^31), but the exact result fits, so it is exact.
@@ -194,7 +155,9 @@ void block_product(const void* Aq, const float* a_scales, int64_t M, const Quant
                   static_cast<int>(min64(2, p_end - p)), bias, C, ldc);
 }
 
-constexpr Build kVnniBuild{sizeof(uint8_t), 2, kRows, quantize_row_u8, block_product};
+// The activations as u8 (the kernel's unsigned operand); the padding gets 128 (a zero), which meets
+// zero weights.
+constexpr Build kVnniBuild{sizeof(uint8_t), 2, kRows, avx512::quantize_row<true>, block_product};
 
 }  // namespace
 
