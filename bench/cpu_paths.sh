@@ -3,7 +3,8 @@
 # never run on a machine that has it is not called done). For each level of kernels/isa.h the CPU
 # allows (QKV_ISA) the kernel and agreement tests; for each float32 tile (QKV_FLOAT32_TILE) the
 # float32 GEMM against OpenBLAS; bf16 GEMM at each bf16 level (vdpbf16ps, AMX) against float32; the
-# int8 GEMM at each int8 level (AVX2, VNNI, AMX). Ends with a summary of the test results.
+# int8 GEMM at each int8 level (AVX2, VNNI, AMX); the training step against PyTorch with each tile
+# and bf16 level, where the peers' venv is there. Ends with a summary of the test results.
 #
 # Usage: bench/cpu_paths.sh [BUILD]   (default build; needs its qkv, tests/qkv_tests and bench/)
 # On an Intel Xeon with AMX this is the first thing to run: the AMX kernels (QKV_ISA=amx) and the
@@ -56,6 +57,21 @@ for level in avx2 avx512_vnni amx; do
   echo "== int8 GEMM, QKV_ISA=$level"
   QKV_ISA=$level "$BUILD/bench/bench_int8_gemm" --reps 5
 done
+# The training steps against PyTorch 2.x (the issue's targets) with each float32 tile, and in bf16 at
+# each bf16 level, where the peers' venv is there (bench/setup_peers.sh).
+if [ -x "$BUILD/bench/bench_train_step" ] && [ -x "$BUILD/bench-venv/bin/python" ]; then
+  for tile in "${tiles[@]}"; do
+    echo "== training step, float32, QKV_FLOAT32_TILE=$tile (vs PyTorch float32)"
+    OMP_WAIT_POLICY=passive QKV_FLOAT32_TILE=$tile "$BUILD/bench/bench_train_step" --steps 3
+  done
+  for level in avx512_bf16 amx; do
+    [[ " ${levels[*]} " == *" $level "* ]] || continue
+    echo "== training step, --precision bf16, QKV_ISA=$level (vs PyTorch's bf16 autocast)"
+    OMP_WAIT_POLICY=passive QKV_ISA=$level "$BUILD/bench/bench_train_step" --steps 3 --precision bf16
+  done
+else
+  echo "(no training steps: build bench_train_step and run bench/setup_peers.sh for PyTorch)"
+fi
 echo "== summary ($(lscpu | sed -n 's/^Model name: *//p' | head -1))"
 printf '%s\n' "${summary[@]}"
 [[ "${summary[*]}" != *FAILED* ]]
