@@ -12,7 +12,9 @@
 
 #include "qkv/kernels/amx_tile_model.h"
 
-#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__) || !defined(__AMX_INT8__)
+// GCC names the features __AMX_TILE__ ..., Clang __AMXTILE__ ...
+#if !(defined(__AMX_TILE__) || defined(__AMXTILE__)) || !(defined(__AMX_BF16__) || defined(__AMXBF16__)) || \
+    !(defined(__AMX_INT8__) || defined(__AMXINT8__))
 #error "amx_tiles.h needs -mamx-tile -mamx-bf16 -mamx-int8"
 #endif
 
