@@ -161,5 +161,26 @@ void run(const Product& p, const uint32_t* packed, int max_threads) {
   }
 }
 
+// gemm_bf16's contract on Machine (bf16_gemm.h): nothing for an empty C, C = beta * C + bias for
+// K = 0, else the blocked product with op(B) packed per call.
+template <class Machine>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return blocking::scale_by_beta(M, N, beta, bias, C, ldc);
+  run<Machine>(Product{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}, nullptr,
+               omp_get_max_threads());
+}
+
+// gemm_bf16_packed's contract on Machine, the weights packed once in the AMX layout.
+template <class Machine>
+void gemm_packed(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
+                 int64_t in_features, const float* bias, float* C, int64_t ldc) {
+  if (M <= 0 || out_features <= 0) return;
+  if (in_features <= 0) return blocking::scale_by_beta(M, out_features, 0.f, bias, C, ldc);
+  run<Machine>(Product{false, true, M, out_features, in_features, 1.f, A, lda, nullptr, 0, 0.f, C, ldc, bias}, packed,
+               omp_get_max_threads());
+}
+
 }  // namespace
 }  // namespace qkv::kernels::bf16_amx

@@ -63,20 +63,14 @@ struct EmulatedMachine {
 }  // namespace
 
 void gemm_amx_emulated(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  if (M <= 0 || N <= 0) return;
-  if (K <= 0) return blocking::scale_by_beta(M, N, beta, bias, C, ldc);
-  bf16_amx::run<EmulatedMachine>(Product{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}, nullptr,
-                                 omp_get_max_threads());
+                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                       const float* bias) {
+  bf16_amx::gemm<EmulatedMachine>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 void gemm_packed_amx_emulated(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
                               int64_t in_features, const float* bias, float* C, int64_t ldc) {
-  if (M <= 0 || out_features <= 0) return;
-  if (in_features <= 0) return blocking::scale_by_beta(M, out_features, 0.f, bias, C, ldc);
-  bf16_amx::run<EmulatedMachine>(
-      Product{false, true, M, out_features, in_features, 1.f, A, lda, nullptr, 0, 0.f, C, ldc, bias}, packed,
-      omp_get_max_threads());
+  bf16_amx::gemm_packed<EmulatedMachine>(A, M, lda, packed, out_features, in_features, bias, C, ldc);
 }
 
 }  // namespace qkv::kernels::bf16_isa

@@ -88,5 +88,13 @@ void block_product(Machine& m, const int8_t* Aq, const float* a_scales, int64_t 
   m.tiles.release();
 }
 
+// block_product on a fresh Machine, in the shape int8_isa::Build takes (Aq: the int8 rows).
+template <class Machine>
+void block_product_on(const void* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W, int64_t p_begin,
+                      int64_t p_end, const float* bias, float* C, int64_t ldc) {
+  Machine m;
+  block_product(m, static_cast<const int8_t*>(Aq), a_scales, M, W, p_begin, p_end, bias, C, ldc);
+}
+
 }  // namespace
 }  // namespace qkv::kernels::int8_amx

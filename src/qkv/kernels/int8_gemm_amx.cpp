@@ -50,13 +50,8 @@ struct AmxMachine {
   }
 };
 
-void block_product(const void* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W, int64_t p_begin,
-                   int64_t p_end, const float* bias, float* C, int64_t ldc) {
-  AmxMachine m;
-  int8_amx::block_product(m, static_cast<const int8_t*>(Aq), a_scales, M, W, p_begin, p_end, bias, C, ldc);
-}
-
-constexpr Build kAmxBuild{sizeof(int8_t), 2, int8_amx::kBlockRows, avx512::quantize_row<false>, block_product};
+constexpr Build kAmxBuild{sizeof(int8_t), 2, int8_amx::kBlockRows, avx512::quantize_row<false>,
+                         int8_amx::block_product_on<AmxMachine>};
 
 }  // namespace
 

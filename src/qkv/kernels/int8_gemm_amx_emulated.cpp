@@ -43,13 +43,8 @@ float quantize_row_s8(const float* x, int64_t n, int64_t padded, void* q_out) {
   return scale;
 }
 
-void block_product(const void* Aq, const float* a_scales, int64_t M, const QuantizedWeights& W, int64_t p_begin,
-                   int64_t p_end, const float* bias, float* C, int64_t ldc) {
-  ModelMachine m;
-  int8_amx::block_product(m, static_cast<const int8_t*>(Aq), a_scales, M, W, p_begin, p_end, bias, C, ldc);
-}
-
-constexpr Build kModelBuild{sizeof(int8_t), 2, int8_amx::kBlockRows, quantize_row_s8, block_product};
+constexpr Build kModelBuild{sizeof(int8_t), 2, int8_amx::kBlockRows, quantize_row_s8,
+                           int8_amx::block_product_on<ModelMachine>};
 
 }  // namespace
 
