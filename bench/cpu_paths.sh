@@ -2,7 +2,7 @@
 # Every CPU kernel path this machine offers, tested and then measured, in one run (issue 34: a path
 # never run on a machine that has it is not called done). For each level of kernels/isa.h the CPU
 # allows (QKV_ISA) the kernel and agreement tests; for each float32 tile (QKV_FLOAT32_TILE) the
-# float32 GEMM against OpenBLAS; bf16 GEMM at each bf16 level (vdpbf16ps, AMX) against float32; the
+# float32 GEMM against OpenBLAS (the training shapes, and attention's per-head products); bf16 GEMM at each bf16 level (vdpbf16ps, AMX) against float32; the
 # int8 GEMM at each int8 level (AVX2, VNNI, AMX); the training step against PyTorch with each tile
 # and bf16 level, where the peers' venv is there. Ends with a summary of the test results.
 #
@@ -46,6 +46,8 @@ for tile in "${tiles[@]}"; do run_tests "QKV_FLOAT32_TILE=$tile" QKV_FLOAT32_TIL
 for tile in "${tiles[@]}"; do
   echo "== float32 GEMM, QKV_FLOAT32_TILE=$tile"
   QKV_FLOAT32_TILE=$tile "$BUILD/bench/bench_gemm" --reps 5
+  echo "== attention's per-head products (qkv's GEMM since 2026-11-29, OpenBLAS before), QKV_FLOAT32_TILE=$tile"
+  QKV_FLOAT32_TILE=$tile "$BUILD/bench/bench_gemm" --heads --reps 15
 done
 for level in avx512_bf16 amx; do
   [[ " ${levels[*]} " == *" $level "* ]] || continue

@@ -45,3 +45,34 @@ const Shape kShapes[] = {
     {"minilm    X W^T   960 x 1536 x 384  ", 960, 1536, 384, false, true},
     {"minilm    X W^T   960 x 384 x 1536  ", 960, 384, 1536, false, true},
 };
+
+// The per-head products of attention in training (kernels/attention.cpp's head_gemm), for heads
+// shorter than the causal blocks' minimum (96 positions), which kernels::sgemm sends to OpenBLAS's
+// small-matrix kernels: T positions, dk dimensions a head, rows `stride` floats apart (the heads of
+// a batch row interleaved, as the projections leave them). Timed as they run: a parallel loop over
+// many heads, one product a head per thread.
+struct HeadShape {
+  const char* name;
+  int T, dk, stride;
+};
+const HeadShape kHeadShapes[] = {
+    {"bible heads T 24, dk 64", 24, 64, 256},
+    {"bible heads T 36, dk 64", 36, 64, 256},
+    {"bible heads T 64, dk 64", 64, 64, 256},
+    {"seed heads  T 80, dk 64", 80, 64, 512},
+    {"minilm heads T 30, dk 32", 30, 32, 384},
+    {"t5-small heads T 48, dk 64", 48, 64, 512},
+};
+
+// The six products of a head (forward S = Q K^T and O = P V; backward dV = P^T dO, dP = dO V^T,
+// dQ = dS K, dK = dS^T Q); three distinct forms, each timed.
+struct HeadForm {
+  const char* name;
+  bool ta, tb;
+  bool strided_b;  // B is a head's rows (K, V, dO or Q): ld `stride`; else (and always A for P) T-wide
+};
+const HeadForm kHeadForms[] = {
+    {"Q K^T  (T x T x dk)", false, true, true},
+    {"P V    (T x dk x T)", false, false, true},
+    {"P^T dO (T x dk x T)", true, false, true},
+};

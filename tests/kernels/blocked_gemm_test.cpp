@@ -137,24 +137,56 @@ TEST(BlockedGemm, BitsDoNotDependOnTheThreadCount) {
   set_num_threads(saved);
 }
 
-// A row's result does not depend on the rows around it (M, and so the row blocks and tiles): the
-// first 7 rows of a 300-row product equal the 7-row product of the same rows, bit for bit.
+// A row's result does not depend on the rows around it (M, and so the row blocks and the tiles'
+// heights: the last 7 to 9 rows go as 4 + 3, 4 + 4, 5 + 4, a transposed A's last tile is short):
+// the first m rows of a 300-row product equal the m-row product of the same rows, bit for bit, for
+// every m from 1 to 13.
 TEST(BlockedGemm, ARowsBitsDoNotDependOnM) {
   for (bool ta : {false, true}) {
     const Case full{ta, false, 300, 40, 700, 1.f, 0.f};
     Operands big = make_operands(full, 3);
     run(full, big);
-    const Case part{ta, false, 7, 40, 700, 1.f, 0.f};
-    Operands small = make_operands(part, 4);
-    for (int64_t i = 0; i < 7; ++i)
-      for (int64_t k = 0; k < 700; ++k)
-        (ta ? small.A[k * small.lda + i] : small.A[i * small.lda + k]) =
-            ta ? big.A[k * big.lda + i] : big.A[i * big.lda + k];
-    small.B = big.B;
-    run(part, small);
-    for (int64_t i = 0; i < 7; ++i)
-      for (int64_t j = 0; j < 40; ++j) ASSERT_EQ(small.C[i * small.ldc + j], big.C[i * big.ldc + j]) << "ta " << ta;
+    for (int64_t m = 1; m <= 13; ++m) {
+      const Case part{ta, false, m, 40, 700, 1.f, 0.f};
+      Operands small = make_operands(part, 4);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t k = 0; k < 700; ++k)
+          (ta ? small.A[k * small.lda + i] : small.A[i * small.lda + k]) =
+              ta ? big.A[k * big.lda + i] : big.A[i * big.lda + k];
+      small.B = big.B;
+      run(part, small);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < 40; ++j)
+          ASSERT_EQ(small.C[i * small.ldc + j], big.C[i * big.ldc + j]) << "ta " << ta << " m " << m;
+    }
   }
+}
+
+// A last panel of at most 8 columns runs the half-width tile (micro_tile.h: accumulate_low_half):
+// its columns get the bits that the full tile gives them when the panel has more columns. N 36
+// and 40 against N 48 on the same operands (B's extra columns appended), each transpose, alpha
+// and beta, row tails, K blocks.
+TEST(BlockedGemm, ANarrowLastPanelGivesTheBitsOfAFullOne) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t N : {36, 40})
+        for (const Case& c : {Case{ta, tb, 13, N, 64, 1.f, 0.f}, Case{ta, tb, 7, N, 1100, 0.5f, 1.f}}) {
+          const Case wide{c.ta, c.tb, c.M, 48, c.K, c.alpha, c.beta};
+          Operands w = make_operands(wide, 9), n = make_operands(c, 10);
+          // n's operands are w's, restricted to the first N columns of op(B) and of C
+          for (int64_t i = 0; i < (c.ta ? c.K : c.M); ++i)
+            for (int64_t k = 0; k < (c.ta ? c.M : c.K); ++k) n.A[i * n.lda + k] = w.A[i * w.lda + k];
+          for (int64_t i = 0; i < (c.tb ? N : c.K); ++i)
+            for (int64_t j = 0; j < (c.tb ? c.K : N); ++j) n.B[i * n.ldb + j] = w.B[i * w.ldb + j];
+          for (int64_t i = 0; i < c.M; ++i)
+            for (int64_t j = 0; j < N; ++j) n.C[i * n.ldc + j] = w.C[i * w.ldc + j];
+          run(wide, w);
+          run(c, n);
+          for (int64_t i = 0; i < c.M; ++i)
+            for (int64_t j = 0; j < N; ++j)
+              ASSERT_EQ(n.C[i * n.ldc + j], w.C[i * w.ldc + j])
+                  << "ta " << ta << " tb " << tb << " N " << N << " K " << c.K << " at (" << i << ", " << j << ")";
+        }
 }
 
 // Random shapes, transposes, strides, beta and thread counts (a fixed seed), against OpenBLAS with

@@ -3,9 +3,10 @@
 // - A linear layer's input that nothing else keeps (fn::InputUse::LastUse), rounded to bf16. The
 //   weight gradient's bf16 product rounds that input to bf16 anyway, and widening is exact, so the
 //   gradients are the very bits of keeping it in float32. Float32 precision keeps it as it is.
-// - The fused attention's softmax, rounded to bf16: its backward then equals the float32 backward
-//   given that rounded softmax, bit for bit. A softmax the caller asked for stays float32, and float32
-//   precision changes nothing.
+// - The fused attention's softmax, rounded to bf16: its backward then equals the backward given
+//   that rounded softmax widened to float32 (its products round P to bf16 anyway), bit for bit. The
+//   forward is the same as with the softmax kept in float32, as a caller that reads the weights
+//   gets it, and float32 precision keeps float32.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -115,31 +116,34 @@ TEST(Bf16SavedActivations, AttentionKeepsTheSoftmaxInBf16AndItsBackwardReadsItSo
     what += c.dropout > 0.f ? " with dropout" : "";
 
     ops::AttentionSaved bf16_saved, f32_saved, asked;
-    Tensor out_bf16, out_f32;
+    Tensor out_bf16, out_asked, out_f32;
     {
       const ops::ProductPrecisionScope bf16(ops::Precision::BF16);
       out_bf16 = ops::attention_forward_saving(q, k, v, masks, drop, &bf16_saved, false);
-      ops::attention_forward_saving(q, k, v, masks, drop, &asked, true);
+      out_asked = ops::attention_forward_saving(q, k, v, masks, drop, &asked, true);
     }
     out_f32 = ops::attention_forward_saving(q, k, v, masks, drop, &f32_saved, false);
     ASSERT_EQ(bf16_saved.probs.dtype(), DType::BF16) << what;
     EXPECT_EQ(asked.probs.dtype(), DType::F32) << what << ": a softmax the caller reads stays float32";
     EXPECT_EQ(f32_saved.probs.dtype(), DType::F32) << what;
-    EXPECT_TRUE(same_bits(out_bf16, out_f32, what + " output (float32 products either way)"));
-    EXPECT_TRUE(same_bits(bf16_saved.probs, f32_saved.probs.to(DType::BF16), what + " the kept softmax"));
+    EXPECT_TRUE(bf16_saved.bf16 && asked.bf16 && !f32_saved.bf16) << what << ": which products ran in bf16";
+    EXPECT_TRUE(same_bits(out_bf16, out_asked, what + " output, the softmax kept in bf16 or float32"));
+    EXPECT_TRUE(same_bits(bf16_saved.probs, asked.probs.to(DType::BF16), what + " the kept softmax"));
+    EXPECT_FALSE(same_bits(out_bf16, out_f32, what + " output against float32 products"));
 
-    // The backward from the bf16 softmax = the float32 backward given the rounded softmax.
+    // The backward from the bf16 softmax = the backward given the rounded softmax widened.
     Tensor dq, dk, dv, rq, rk, rv;
     ops::attention_backward(dout, q, k, v, bf16_saved, masks, drop, &dq, &dk, &dv);
-    const Tensor rounded = f32_saved.probs.to(DType::BF16).to(DType::F32);
+    ops::AttentionSaved rounded = asked;
+    rounded.probs = asked.probs.to(DType::BF16).to(DType::F32);
     ops::attention_backward(dout, q, k, v, rounded, masks, drop, &rq, &rk, &rv);
     EXPECT_TRUE(same_bits(dq, rq, what + " dq"));
     EXPECT_TRUE(same_bits(dk, rk, what + " dk"));
     EXPECT_TRUE(same_bits(dv, rv, what + " dv"));
-    // And it is a different arithmetic from the float32 softmax's (the rounding ran).
+    // And the rounding ran: the float32 softmax gives other gradients in the same products.
     Tensor fq, fk, fv;
-    ops::attention_backward(dout, q, k, v, f32_saved, masks, drop, &fq, &fk, &fv);
-    EXPECT_FALSE(same_bits(dq, fq, what + " dq against float32"));
+    ops::attention_backward(dout, q, k, v, asked, masks, drop, &fq, &fk, &fv);
+    EXPECT_FALSE(same_bits(dq, fq, what + " dq against the float32 softmax"));
   }
 }
 

@@ -23,6 +23,7 @@
 #include "ops/gradcheck.h"
 #include "qkv/autograd/functions.h"
 #include "qkv/autograd/graph.h"
+#include "qkv/ops/precision.h"
 
 namespace qkv::test {
 namespace {
@@ -113,6 +114,62 @@ TEST_P(FusedAttention, EqualsComposition) {
   EXPECT_TRUE(ulp_close(fused.dq, composed.dq, "dq"));
   EXPECT_TRUE(ulp_close(fused.dk, composed.dk, "dk"));
   EXPECT_TRUE(ulp_close(fused.dv, composed.dv, "dv"));
+}
+
+// The largest |a - b| over the elements.
+double max_abs_difference(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = a.to_vector(), y = b.to_vector();
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(static_cast<double>(x[i]) - y[i]));
+  return worst;
+}
+
+// In bf16 precision the fused attention multiplies as autocast's SDPA does, and as the composition
+// does through fn::matmul in that precision: Q, K, P (after dropout), V, dO and dS rounded to bf16,
+// float32 sums (kernels/attention_products.h). With the softmax kept in float32 (the caller reads
+// the weights), the fused op and the bf16 composition are then one arithmetic, up to the float32
+// differences described at the top, which only rarely carry a bf16 operand to a neighbouring bf16
+// value; the float32 composition differs from both by bf16's roundings (2^-9 of each operand). So
+// for the output and every gradient: the fused result is at least 8x closer to the bf16
+// composition than to the float32 one, and within a bf16 rounding of it. Every shape of the suite,
+// the causal blocks included.
+TEST_P(FusedAttention, InBf16PrecisionMultipliesAsTheCompositionInBf16) {
+  const FusedCase c = GetParam();
+  std::mt19937_64 rng(98);
+  const Dims qs = c.views ? Dims{c.B, c.Tq, c.H * c.dk} : Dims{c.B, c.H, c.Tq, c.dk};
+  const Dims ks = c.views ? Dims{c.B, c.Tk, c.H * c.dk} : Dims{c.B, c.H, c.Tk, c.dk};
+  const Tensor q0 = randn(qs, rng, 1.5f), k0 = randn(ks, rng, 1.5f), v0 = randn(ks, rng);
+  const Tensor g = randn(qs, rng);
+  const ops::AttentionMasks m = make_masks(c);
+  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+  const auto composed = [&](const Var& q, const Var& k, const Var& v) {
+    const float s = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
+    Var p = fn::softmax(fn::masked_fill(fn::scale(fn::matmul(q, k, true), s), m));
+    return fn::matmul(fn::dropout(p, drop.p, drop.seed, drop.offset), v);
+  };
+  const Result in_f32 = run(c, q0, k0, v0, g, composed);
+  Result fused, in_bf16;
+  {
+    const ops::ProductPrecisionScope bf16(ops::Precision::BF16);
+    Tensor weights;
+    fused = run(c, q0, k0, v0, g,
+                [&](const Var& q, const Var& k, const Var& v) { return fn::attention(q, k, v, m, drop, &weights); });
+    in_bf16 = run(c, q0, k0, v0, g, composed);
+  }
+  const auto check = [&](const Tensor& ours, const Tensor& bf16, const Tensor& f32, const char* what) {
+    float scale = 0;
+    for (float x : f32.to_vector()) scale = std::max(scale, std::abs(x));
+    const double to_bf16 = max_abs_difference(ours, bf16), to_f32 = max_abs_difference(ours, f32);
+    if (verbose())
+      std::cout << "[fused bf16] " << c.name << " " << what << ": from the bf16 composition " << to_bf16
+                << ", from the float32 one " << to_f32 << " (max|x| " << scale << ")\n";
+    EXPECT_LE(to_bf16, std::ldexp(1.0, -8) * scale) << c.name << " " << what;
+    EXPECT_LE(8 * to_bf16, to_f32) << c.name << " " << what << ": the products did not run in bf16";
+  };
+  check(fused.out, in_bf16.out, in_f32.out, "out");
+  check(fused.dq, in_bf16.dq, in_f32.dq, "dq");
+  check(fused.dk, in_bf16.dk, in_f32.dk, "dk");
+  check(fused.dv, in_bf16.dv, in_f32.dv, "dv");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttention,

@@ -10,8 +10,7 @@
 #include "qkv/core/dtype.h"
 #include "qkv/kernels/attention_causal.h"
 #include "qkv/kernels/attention_tiles.h"
-#include "qkv/kernels/blocked_gemm.h"
-#include "qkv/kernels/gemm.h"
+#include "qkv/kernels/attention_products.h"
 #include "qkv/kernels/dropout.h"
 #include "qkv/kernels/softmax.h"
 #include "qkv/kernels/vec_math.h"
@@ -89,17 +88,6 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 // keys, BLAS's blocking wins when there are many queries.
 constexpr int64_t kMaxFewQueries = 8;
 constexpr int64_t kMaxDirectKeys = 128;
-
-// A product of a head in training: through gemm_blocked when the head is as long as the causal
-// blocks need (attention_causal.h), as the blocks are, so that a causal head has the same bits
-// either way; shorter heads through sgemm, whose small-matrix kernels (OpenBLAS's) ran them 5-8%
-// faster at 36 positions.
-void head_gemm(const AttentionDims& d, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-               const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  if (d.Tq >= causal::kMinLength && d.Tk >= causal::kMinLength)
-    return gemm_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-  sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-}
 
 bool any_mask(const AttentionMask& m) { return m.key_keep || m.query_keep || m.causal; }
 
@@ -266,14 +254,14 @@ void attention_forward(const AttentionDims& d, const float* q, HeadsView qs, con
         causal::forward_head(d, {qh, qs.t}, {kh, ks.t}, {vh, vs.t}, {oh, os.t}, ph, pd, mask, drop, b, bh, divisor);
         continue;
       }
-      head_gemm(d, false, true, d.Tq, d.Tk, d.dk, 1.f, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
+      head_product(d, false, true, d.Tq, d.Tk, d.dk, qh, qs.t, kh, ks.t, 0.f, ph, d.Tk);
       for (int64_t i = 0; i < d.Tq; ++i) softmax_of_scores(ph + i * d.Tk, mask, d, b, h, i, divisor);
       const float* weights = ph;
       if (pd) {
         apply_dropout(pd, ph, d, drop, bh);
         weights = pd;
       }
-      head_gemm(d, false, false, d.Tq, d.dk, d.Tk, 1.f, weights, d.Tk, vh, vs.t, 0.f, oh, os.t);
+      head_product(d, false, false, d.Tq, d.dk, d.Tk, weights, d.Tk, vh, vs.t, 0.f, oh, os.t);
     }
   }
 }
@@ -318,10 +306,10 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
       weights = pd;
     }
     // dV = Pd^T @ dO   (Tk, dk)
-    head_gemm(d, true, false, d.Tk, d.dk, d.Tq, 1.f, weights, d.Tk, doh, dos.t, beta, dv + b * dvs.b + h * dvs.h,
+    head_product(d, true, false, d.Tk, d.dk, d.Tq, weights, d.Tk, doh, dos.t, beta, dv + b * dvs.b + h * dvs.h,
               dvs.t);
     // dPd = dO @ V^T   (Tq, Tk)
-    head_gemm(d, false, true, d.Tq, d.Tk, d.dk, 1.f, doh, dos.t, vh, vs.t, 0.f, ds, d.Tk);
+    head_product(d, false, true, d.Tq, d.Tk, d.dk, doh, dos.t, vh, vs.t, 0.f, ds, d.Tk);
     for (int64_t i = 0; i < d.Tq; ++i) {
       float* dsr = ds + i * d.Tk;
       const float* pr = ph + i * d.Tk;
@@ -335,8 +323,8 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
       fill_masked(dsr, 0.f, mask, b, i, d);
     }
     // dQ = dS @ K,  dK = dS^T @ Q   (the 1/sqrt(dk) is already folded into dS)
-    head_gemm(d, false, false, d.Tq, d.dk, d.Tk, 1.f, ds, d.Tk, kh, ks.t, beta, dq + b * dqs.b + h * dqs.h, dqs.t);
-    head_gemm(d, true, false, d.Tk, d.dk, d.Tq, 1.f, ds, d.Tk, qh, qs.t, beta, dk_ + b * dks.b + h * dks.h, dks.t);
+    head_product(d, false, false, d.Tq, d.dk, d.Tk, ds, d.Tk, kh, ks.t, beta, dq + b * dqs.b + h * dqs.h, dqs.t);
+    head_product(d, true, false, d.Tk, d.dk, d.Tq, ds, d.Tk, qh, qs.t, beta, dk_ + b * dks.b + h * dks.h, dks.t);
   }
 }
 

@@ -15,6 +15,9 @@ struct HeadsView {  // element strides of a (B, H, T, dk) view
 
 struct AttentionDims {
   int64_t B, H, Tq, Tk, dk;
+  // Training in bf16 precision: the products' operands rounded to bf16, float32 sums (Q K^T, P V and
+  // the backward's four; attention_products.h). The softmax and its backward stay float32.
+  bool bf16_products = false;
 };
 
 struct AttentionMask {

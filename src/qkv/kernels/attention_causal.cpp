@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/attention_products.h"
 #include "qkv/kernels/dropout.h"
 #include "qkv/kernels/softmax.h"
 #include "qkv/kernels/vec_math.h"
@@ -74,19 +74,19 @@ void forward_head(const AttentionDims& d, Rows q, Rows k, Rows v, OutRows out, f
   for (int64_t i0 = 0; i0 < d.Tq; i0 += kBlock) {
     const int64_t i1 = std::min(d.Tq, i0 + kBlock), rows = i1 - i0;
     float* block = probs + i0 * d.Tk;
-    gemm_blocked(false, true, rows, i1, d.dk, 1.f, q.row(i0), q.stride, k.data, k.stride, 0.f, block, d.Tk);
+    head_product(d, false, true, rows, i1, d.dk, q.row(i0), q.stride, k.data, k.stride, 0.f, block, d.Tk);
     for (int64_t i = i0; i < i1; ++i) softmax_row_of_scores(probs + i * d.Tk, m, d, b, i, divisor);
     const float* weights = drop.p > 0.f ? dropped : probs;
     if (drop.p > 0.f)
       for (int64_t i = i0; i < i1; ++i)
         dropout_row(dropped + i * d.Tk, probs + i * d.Tk, query_dropped(m, d, b, i) ? d.Tk : i1, drop.p, drop.seed,
                     drop.row_counter(d, bh, i));
-    gemm_blocked(false, false, rows, d.dk, i1, 1.f, weights + i0 * d.Tk, d.Tk, v.data, v.stride, 0.f, out.row(i0),
+    head_product(d, false, false, rows, d.dk, i1, weights + i0 * d.Tk, d.Tk, v.data, v.stride, 0.f, out.row(i0),
                  out.stride);
     // A dropped query weighs every key: its row again over all of them (the full product's row).
     for (int64_t i = i0; i < i1; ++i)
       if (query_dropped(m, d, b, i))
-        gemm_blocked(false, false, 1, d.dk, d.Tk, 1.f, weights + i * d.Tk, d.Tk, v.data, v.stride, 0.f, out.row(i),
+        head_product(d, false, false, 1, d.dk, d.Tk, weights + i * d.Tk, d.Tk, v.data, v.stride, 0.f, out.row(i),
                      out.stride);
   }
 }
@@ -103,11 +103,11 @@ void backward_head(const AttentionDims& d, Rows dout, Rows q, Rows k, Rows v, co
       for (int64_t i = i0; i < i1; ++i)
         dropout_row(dropped + i * d.Tk, probs + i * d.Tk, i < first_dropped ? i1 : d.Tk, drop.p, drop.seed,
                     drop.row_counter(d, bh, i));
-    gemm_blocked(false, true, rows, i1, d.dk, 1.f, dout.row(i0), dout.stride, v.data, v.stride, 0.f, ds + i0 * d.Tk,
+    head_product(d, false, true, rows, i1, d.dk, dout.row(i0), dout.stride, v.data, v.stride, 0.f, ds + i0 * d.Tk,
                  d.Tk);
     for (int64_t i = i0; i < i1; ++i)
       score_grad_row(ds + i * d.Tk, probs + i * d.Tk, m, d, drop, b, bh, i, i1, inv_divisor);
-    gemm_blocked(false, false, rows, d.dk, i1, 1.f, ds + i0 * d.Tk, d.Tk, k.data, k.stride, g.beta, g.dq.row(i0),
+    head_product(d, false, false, rows, d.dk, i1, ds + i0 * d.Tk, d.Tk, k.data, k.stride, g.beta, g.dq.row(i0),
                  g.dq.stride);
   }
   // Key blocks [j0, j1): dV = Pd^T dO over queries [j0, Tq) and the dropped ones before j0 (which
@@ -116,9 +116,9 @@ void backward_head(const AttentionDims& d, Rows dout, Rows q, Rows k, Rows v, co
   const float* weights = drop.p > 0.f ? dropped : probs;
   for (int64_t j0 = 0; j0 < d.Tk; j0 += kBlock) {
     const int64_t cols = std::min(d.Tk, j0 + kBlock) - j0, from = std::min(j0, first_dropped);
-    gemm_blocked(true, false, cols, d.dk, d.Tq - from, 1.f, weights + from * d.Tk + j0, d.Tk, dout.row(from),
+    head_product(d, true, false, cols, d.dk, d.Tq - from, weights + from * d.Tk + j0, d.Tk, dout.row(from),
                  dout.stride, g.beta, g.dv.row(j0), g.dv.stride);
-    gemm_blocked(true, false, cols, d.dk, d.Tq - j0, 1.f, ds + j0 * d.Tk + j0, d.Tk, q.row(j0), q.stride, g.beta,
+    head_product(d, true, false, cols, d.dk, d.Tq - j0, ds + j0 * d.Tk + j0, d.Tk, q.row(j0), q.stride, g.beta,
                  g.dk.row(j0), g.dk.stride);
   }
 }

@@ -55,6 +55,28 @@ struct WorkerScratch {
 };
 
 
+// dst[i * dst_stride + r] = src[r * src_stride + i] for r, i < 8.
+inline void transpose_8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * src_stride);
+  __m256 t[8];
+  for (int i = 0; i < 8; i += 2) {  // pairs of rows interleaved
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m256 u[8];
+  for (int i = 0; i < 8; i += 4) {  // quads of rows: each 128-bit lane holds one column's 4 values
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {  // columns i and i + 4: the low and high lanes of rows 0-3 and 4-7
+    _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+
 // Panel of op(B)'s columns [col0, col0 + cols) over k in [k0, k0 + kc): dst[k * 16 + j], columns
 // past `cols` zero.
 void pack_b_panel(const Product& p, int64_t col0, int64_t cols, int64_t k0, int64_t kc, float* dst) {
@@ -74,10 +96,18 @@ void pack_b_panel(const Product& p, int64_t col0, int64_t cols, int64_t k0, int6
     }
     return;
   }
-  // B stored (N, K): column j of op(B) is row col0 + j of B, read along k.
+  // B stored (N, K): column j of op(B) is row col0 + j of B, read along k. A full panel goes by
+  // 8 x 8 transposes in registers (scalar copies were a third of an attention head's Q K^T).
+  int64_t k_done = 0;
+  if (cols == kCols) {
+    for (; k_done + 8 <= kc; k_done += 8)
+      for (int64_t half = 0; half < kCols; half += 8)
+        transpose_8x8(p.B + (col0 + half) * p.ldb + k0 + k_done, p.ldb, dst + k_done * kCols + half, kCols);
+    if (k_done == kc) return;
+  }
   for (int64_t j = 0; j < cols; ++j) {
     const float* src = p.B + (col0 + j) * p.ldb + k0;
-    for (int64_t k = 0; k < kc; ++k) dst[k * kCols + j] = src[k];
+    for (int64_t k = k_done; k < kc; ++k) dst[k * kCols + j] = src[k];
   }
   for (int64_t j = cols; j < kCols; ++j)
     for (int64_t k = 0; k < kc; ++k) dst[k * kCols + j] = 0.f;
@@ -139,7 +169,8 @@ void store_tile(const tile::Acc& acc, int rows, int64_t cols, float alpha, float
     alignas(32) float tmp[kCols];
     float* out = cols == kCols ? c : tmp;
     if (cols != kCols && beta != 0.f) std::memcpy(tmp, c, static_cast<size_t>(cols) * sizeof(float));
-    __m256 lo = _mm256_mul_ps(va, acc.lo[r]), hi = _mm256_mul_ps(va, acc.hi[r]);
+    __m256 lo = acc.lo[r], hi = acc.hi[r];
+    if (alpha != 1.f) lo = _mm256_mul_ps(va, lo), hi = _mm256_mul_ps(va, hi);  // 1 * x is x: the same bits
     if (beta != 0.f) {
       lo = _mm256_fmadd_ps(vb, _mm256_loadu_ps(out), lo);
       hi = _mm256_fmadd_ps(vb, _mm256_loadu_ps(out + 8), hi);
@@ -186,27 +217,33 @@ void multiply_range(const Product& p, wide_tile::PairAccumulate pair, const Bloc
       const float* panel = b_block + q * br.kc * kCols;
       const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
       const bool two = pair && q + 1 < br.np;
-      for (int64_t i = ib; i < ie; i += kRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kRows, ie - i));
+      for (int64_t i = ib; i < ie;) {
+        // A row's sums do not depend on its tile's height (micro_tile.h), so the last rows take
+        // shorter tiles rather than a padded 6-row one. A transposed A keeps its packing's grid of
+        // 6 rows (a short tile at the block's end only).
+        const int rows = p.trans_a ? static_cast<int>(std::min<int64_t>(kRows, ie - i)) : tile::rows_of_next_tile(ie - i);
         const float* a[kRows];
         if (p.trans_a) {
           for (int r = 0; r < kRows; ++r) a[r] = a_packed + (i - ib) * br.kc + r;
-        } else {  // rows of A in place; a short tile repeats row 0 and drops those results
+        } else {  // rows of A in place
           for (int r = 0; r < kRows; ++r) a[r] = p.A + (i + (r < rows ? r : 0)) * p.lda + br.k0;
         }
+        const int64_t i_tile = i;
+        i += rows;
         const float* bias = first_k_block && p.bias ? p.bias + col0 : nullptr;
+        float* c = p.C + i_tile * p.ldc + col0;
         if (two) {  // panels q and q + 1 at once, each element the same FMAs as below
           alignas(32) float sums[kRows * 2 * kCols] = {};
-          pair(kRows, a, p.trans_a ? kRows : 1, panel, panel + br.kc * kCols, br.kc, sums);
+          pair(rows, a, p.trans_a ? kRows : 1, panel, panel + br.kc * kCols, br.kc, sums);
           const auto [first, second] = split_pair(sums);
-          store_tile(first, rows, cols, p.alpha, beta, bias, p.C + i * p.ldc + col0, p.ldc);
+          store_tile(first, rows, cols, p.alpha, beta, bias, c, p.ldc);
           store_tile(second, rows, std::min(kCols, p.N - col0 - kCols), p.alpha, beta, bias ? bias + kCols : nullptr,
-                     p.C + i * p.ldc + col0 + kCols, p.ldc);
+                     c + kCols, p.ldc);
           continue;
         }
         tile::Acc acc = tile::splat(_mm256_setzero_ps(), _mm256_setzero_ps());
-        tile::accumulate(a, p.trans_a ? kRows : 1, panel, br.kc, acc);
-        store_tile(acc, rows, cols, p.alpha, beta, bias, p.C + i * p.ldc + col0, p.ldc);
+        tile::accumulate_rows(rows, a, p.trans_a ? kRows : 1, panel, br.kc, acc, cols <= 8);
+        store_tile(acc, rows, cols, p.alpha, beta, bias, c, p.ldc);
       }
     }
   }
@@ -252,7 +289,11 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
   const int64_t b_floats = std::min(panels, panels_per_b_block(kc)) * kc * kCols;
   const int64_t a_floats = trans_a ? ceil_div(rows_per_a_block(kc) * kc, kCols) * kCols : 0;
   float* scratch = caller_scratch<float>(threads * (b_floats + a_floats));
-#pragma omp parallel num_threads(static_cast<int>(threads)) if (split.parallel)
+  if (!split.parallel) {  // entering even an inactive parallel region cost a head's product 10-15%
+    multiply_part(p, pair, 0, M, 0, panels, WorkerScratch{scratch, trans_a ? scratch + b_floats : nullptr});
+    return;
+  }
+#pragma omp parallel num_threads(static_cast<int>(threads))
   {
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
     float* mine = scratch + t * (b_floats + a_floats);

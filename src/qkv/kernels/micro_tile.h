@@ -72,4 +72,61 @@ inline void accumulate(const float* const a[], int64_t k_stride, const float* pa
   acc.lo[3] = c30, acc.hi[3] = c31, acc.lo[4] = c40, acc.hi[4] = c41, acc.lo[5] = c50, acc.hi[5] = c51;
 }
 
+// accumulate for the first 8 columns of the panel only (acc.hi untouched): the last panel of a
+// product whose N leaves at most 8 columns there (an attention head's Q K^T over 40 keys: 16 + 16
+// + 8). Each column's sum is the same FMAs in the same order, so the bits are accumulate's. Six
+// chains of 4-cycle FMAs do not fill two ports, but the tile takes 4 cycles a k against 6.
+template <int Rows = kRows>
+inline void accumulate_low_half(const float* const a[], int64_t k_stride, const float* panel, int64_t K, Acc& acc) {
+  static_assert(Rows >= 1 && Rows <= kRows);
+  const float *a0 = a[0], *a1 = a[Rows > 1 ? 1 : 0], *a2 = a[Rows > 2 ? 2 : 0], *a3 = a[Rows > 3 ? 3 : 0],
+              *a4 = a[Rows > 4 ? 4 : 0], *a5 = a[Rows > 5 ? 5 : 0];
+  __m256 c0 = acc.lo[0], c1 = acc.lo[1], c2 = acc.lo[2], c3 = acc.lo[3], c4 = acc.lo[4], c5 = acc.lo[5];
+  for (int64_t k = 0; k < K; ++k) {
+    const __m256 w = _mm256_load_ps(panel + k * kCols);
+    const int64_t at = k * k_stride;
+    c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + at), w, c0);
+    if constexpr (Rows > 1) c1 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + at), w, c1);
+    if constexpr (Rows > 2) c2 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + at), w, c2);
+    if constexpr (Rows > 3) c3 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + at), w, c3);
+    if constexpr (Rows > 4) c4 = _mm256_fmadd_ps(_mm256_broadcast_ss(a4 + at), w, c4);
+    if constexpr (Rows > 5) c5 = _mm256_fmadd_ps(_mm256_broadcast_ss(a5 + at), w, c5);
+  }
+  acc.lo[0] = c0, acc.lo[1] = c1, acc.lo[2] = c2, acc.lo[3] = c3, acc.lo[4] = c4, acc.lo[5] = c5;
+}
+
+// accumulate (or, for `low_half`, accumulate_low_half) for a tile of `rows` rows (1 to 6) chosen
+// at run time.
+inline void accumulate_rows(int rows, const float* const a[], int64_t k_stride, const float* panel, int64_t K,
+                            Acc& acc, bool low_half = false) {
+  if (low_half) switch (rows) {
+      case 1: return accumulate_low_half<1>(a, k_stride, panel, K, acc);
+      case 2: return accumulate_low_half<2>(a, k_stride, panel, K, acc);
+      case 3: return accumulate_low_half<3>(a, k_stride, panel, K, acc);
+      case 4: return accumulate_low_half<4>(a, k_stride, panel, K, acc);
+      case 5: return accumulate_low_half<5>(a, k_stride, panel, K, acc);
+      default: return accumulate_low_half<6>(a, k_stride, panel, K, acc);
+    }
+  switch (rows) {
+    case 1: return accumulate<1>(a, k_stride, panel, K, acc);
+    case 2: return accumulate<2>(a, k_stride, panel, K, acc);
+    case 3: return accumulate<3>(a, k_stride, panel, K, acc);
+    case 4: return accumulate<4>(a, k_stride, panel, K, acc);
+    case 5: return accumulate<5>(a, k_stride, panel, K, acc);
+    default: return accumulate<6>(a, k_stride, panel, K, acc);
+  }
+}
+
+// The height of the next tile when `left` rows remain: 6, except that the last 7 to 9 rows go as
+// 4 + 3, 4 + 4 and 5 + 4. A tile below 4 rows is bound by the FMA latency and costs about what 4
+// rows cost, so a remainder of 1 to 3 after whole 6-row tiles cost nearly a tile more: 128 rows
+// (32 sentences x beam 4) as 21 x 6 + 2 took the time of 22 whole tiles, as 20 x 6 + 4 + 4 that of
+// 21 1/3.
+inline int rows_of_next_tile(int64_t left) {
+  if (left <= kRows) return static_cast<int>(left);
+  if (left <= 8) return 4;
+  if (left == 9) return 5;
+  return kRows;
+}
+
 }  // namespace qkv::kernels::tile

@@ -65,18 +65,6 @@ void micro_kernel_one_row(const float* a, const float* panel, int64_t K, const f
   }
 }
 
-// The height of the next tile when `left` rows remain: 6, except that the last 7 to 9 rows go as
-// 4 + 3, 4 + 4 and 5 + 4. A tile below 4 rows is bound by the FMA latency and costs about what 4
-// rows cost, so a remainder of 1 to 3 after whole 6-row tiles cost nearly a tile more: 128 rows
-// (32 sentences x beam 4) as 21 x 6 + 2 took the time of 22 whole tiles, as 20 x 6 + 4 + 4 that of
-// 21 1/3.
-int tile_rows(int64_t left) {
-  if (left <= kRows) return static_cast<int>(left);
-  if (left <= 8) return 4;
-  if (left == 9) return 5;
-  return kRows;
-}
-
 // Rows [i0, i1) against one panel. The panel (K x 16 floats: 24 KB at K = 384) stays in L1 while
 // the rows' 6-row tiles stream past it from L2.
 void panel_product(const float* A, int64_t i0, int64_t i1, int64_t lda, const PackedWeights& W, int64_t p,
@@ -87,7 +75,7 @@ void panel_product(const float* A, int64_t i0, int64_t i1, int64_t lda, const Pa
   const int64_t K = W.in_features();
   const float* panel = W.panel(p);
   for (int64_t i = i0; i < i1;) {
-    const int rows = tile_rows(i1 - i);
+    const int rows = tile::rows_of_next_tile(i1 - i);
     const float* a = A + i * lda;
     float* c = C + i * ldc + col0;
     switch (rows) {
@@ -111,7 +99,7 @@ void panel_pair_product(wide_tile::PairAccumulate pair, const float* A, int64_t 
   if (bias) std::memcpy(bias32, bias + col0, static_cast<size_t>(cols) * sizeof(float));
   alignas(64) float sums[kRows * 2 * kPanel];
   for (int64_t i = i0; i < i1;) {
-    const int rows = tile_rows(i1 - i);
+    const int rows = tile::rows_of_next_tile(i1 - i);
     const float* a[kRows];
     for (int r = 0; r < rows; ++r) {
       a[r] = A + (i + r) * lda;

@@ -149,12 +149,15 @@ void forward_saving_into(const kernels::AttentionDims& d, const Tensor& q, const
     forward_into(d, q, k, v, masks, dropout, nullptr, false, out_heads, {}, &saved->stats, &saved->bf16);
     saved->out = out_heads;
   } else {
-    forward_into(d, q, k, v, masks, dropout, &saved->probs, false, out_heads);
-    // bf16 precision on the CPU keeps the softmax rounded to bf16, half the memory of what the
-    // backward reads; as the GPU's bf16 flash kernels, its dV product then reads P rounded so
-    // (here the softmax backward does too). A softmax the caller asked for stays float32.
-    if (!keep_weights && !on_cuda(q) && product_precision() == Precision::BF16)
-      saved->probs = saved->probs.to(DType::BF16);
+    // bf16 precision on the CPU multiplies in bf16 (Q K^T, P V, and so the backward's products:
+    // kernels/attention_products.h), as autocast's SDPA and the GPU's bf16 flash kernels do.
+    kernels::AttentionDims dims = d;
+    dims.bf16_products = saved->bf16 = !on_cuda(q) && product_precision() == Precision::BF16;
+    forward_into(dims, q, k, v, masks, dropout, &saved->probs, false, out_heads);
+    // It keeps the softmax rounded to bf16, half the memory of what the backward reads; its dV
+    // product rounds P to bf16 anyway (the softmax backward reads it rounded too). A softmax the
+    // caller asked for stays float32.
+    if (!keep_weights && saved->bf16) saved->probs = saved->probs.to(DType::BF16);
   }
 }
 
@@ -321,7 +324,9 @@ void backward_into(const kernels::AttentionDims& d, const Tensor& dout_in, const
     }
     return;
   }
-  backward_on_cpu(d, dout, q, k, v, probs, km, dropout, hq, hk, hv, any_defined, dbias);
+  kernels::AttentionDims dims = d;
+  dims.bf16_products = saved.bf16;  // the forward's products' precision
+  backward_on_cpu(dims, dout, q, k, v, probs, km, dropout, hq, hk, hv, any_defined, dbias);
 }
 }  // namespace
 

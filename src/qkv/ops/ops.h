@@ -219,7 +219,8 @@ struct AttentionSaved {
   Tensor probs;
   Tensor stats;
   Tensor out;  // (B, H, Tq, dk): the result, or the heads view of a multi-head result
-  // The flash kernels ran on the tensor cores in bf16 (bf16 precision on a GPU): the backward does too.
+  // The products ran in bf16 (bf16 precision: on a GPU the flash kernels on the tensor cores, on the
+  // CPU bf16 operands with float32 sums): the backward's do too.
   bool bf16 = false;
 };
 // attention_forward in training, keeping in *saved what the backward needs; keep_weights: the

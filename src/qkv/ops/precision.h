@@ -8,10 +8,10 @@
 // run in float32 as always (where autocast differs: it also rounds each product's result to bf16,
 // qkv keeps it float32). What a backward keeps may be bf16 (ops::saved_for_backward): a linear
 // layer's last-used input (the same gradient), GELU's and SiLU's input (as autocast), and on the CPU
-// the fused attention's softmax, which its backward then reads rounded. Attention's fused kernel
-// multiplies in float32 in either precision on the CPU; on a GPU, bf16 precision runs the flash attention on the tensor cores (Q, K, V, dO, the
-// probabilities and dS rounded to bf16, sums and softmax float32: kernels/cuda/flash_attention_bf16.cu),
-// as autocast's SDPA does, within bf16's rounding of the CPU's.
+// the fused attention's softmax, which its backward then reads rounded. Attention multiplies as
+// autocast's SDPA does in bf16 precision: Q, K, V, dO, the probabilities and dS rounded to bf16,
+// sums and softmax float32; on the CPU through gemm_bf16 (kernels/attention_products.h), on a GPU on
+// the tensor cores (kernels/cuda/flash_attention_bf16.cu).
 #pragma once
 #include <string>
 
