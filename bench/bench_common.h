@@ -22,6 +22,7 @@
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
 #include "qkv/kernels/isa.h"
+#include "qkv/kernels/product_clock.h"
 #include "qkv/kernels/wide_tile.h"
 #include "qkv/ops/precision.h"
 
@@ -228,18 +229,22 @@ class PeerProcess {
 };
 
 // qkv's step and the peer's, alternately, `steps` times each (both warmed up before); the peer may
-// be null (qkv alone). Seconds of each step.
+// be null (qkv alone). Seconds of each step, and the share of each of qkv's steps spent in the CPU's
+// matrix products (kernels/product_clock.h).
 struct PairedTimes {
-  std::vector<double> qkv, peer;
+  std::vector<double> qkv, peer, qkv_product_share;
 };
 
 template <class F>
 PairedTimes interleaved_steps(int steps, F&& qkv_step, PeerProcess* peer) {
   PairedTimes t;
+  kernels::product_clock::set_enabled(true);
   for (int i = 0; i < steps; ++i) {
+    kernels::product_clock::reset();
     const auto a = std::chrono::steady_clock::now();
     qkv_step();
     t.qkv.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    t.qkv_product_share.push_back(kernels::product_clock::seconds() / t.qkv.back());
     if (!peer) continue;
     settle();
     t.peer.push_back(peer->step().at("seconds").get<double>());
@@ -257,6 +262,16 @@ inline std::string pair_ratios(const PairedTimes& t) {
   std::snprintf(buf, sizeof buf, "per pair of steps: median %.2fx (%.2fx-%.2fx over %zu pairs)", median(r),
                 *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()), r.size());
   return buf;
+}
+
+// "qkv     matrix products 74% of the step (...)": the share of a CPU step that the GEMM kernels
+// take (median over the steps), what faster matrix units can shrink; nothing on a GPU, whose
+// kernels run after the host's calls return.
+inline void print_product_share(const PairedTimes& t, Device device) {
+  if (device.is_cuda() || t.qkv_product_share.empty()) return;
+  std::printf("qkv     matrix products %.0f%% of the step (median of %zu; the GEMM kernels' time, attention's "
+              "included; the rest: softmax, norms, activations, loss, optimizer, copies)\n",
+              100 * median(t.qkv_product_share), t.qkv_product_share.size());
 }
 
 }  // namespace qkv::bench

@@ -156,6 +156,7 @@ int main(int argc, char** argv) try {
   std::printf("qkv     step %.3f s (median of %d)  %.0f tokens/s  peak RSS %.2f GB (tensor pool peak %.2f GB)  loss %.3f\n",
               t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, loss);
   bench::print_qkv_rate(gflops, device, pool.bytes_peak, bf16);
+  bench::print_product_share(times, device);
   std::fflush(stdout);
   if (!torch) return 0;
   const nlohmann::json j = torch->finish();

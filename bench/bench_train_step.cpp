@@ -215,6 +215,7 @@ int main(int argc, char** argv) try {
               device.is_cuda() ? 4 : 2, t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, estimate.total() / 1e9, estimate.state_bytes / 1e9,
               estimate.activation_bytes / 1e9, train::kProcessOverheadBytes / 1e9);
   bench::print_qkv_rate(flops / t * 1e-9, device, pool.bytes_peak, bf16, 6400, 2048, 512);
+  bench::print_product_share(times, device);
   std::fflush(stdout);
   if (torch) print_torch(a, device, pool.bytes_peak, times, torch->finish(), qkv_rss);
   return 0;

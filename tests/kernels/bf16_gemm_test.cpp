@@ -265,5 +265,39 @@ TEST(Bf16Gemm, ThePublicPackingFollowsTheChosenBuild) {
   EXPECT_EQ(packed_out.C, o.C) << gemm_bf16_description();
 }
 
+// The widened build rounds its operands 8 lanes at a time: each value becomes what core/dtype.h's
+// f32_to_bf16 gives (nearest even, ties both ways, carries into the exponent, the largest finite
+// values rounding to infinity, infinities kept, a NaN kept as a NaN, denormals rounded as they are).
+// A product with K = 1 and B = 1 returns A's values as rounded, every one of them in a row longer
+// than 8 (the vector part and the scalar tail), and through the transposed A as well.
+TEST(Bf16Gemm, TheWidenedBuildRoundsEachOperandAsDtypeDoes) {
+  std::vector<float> values;
+  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x3fffffffu, 0x7f7fffffu, 0xff7fffffu,
+                     0x7f800000u, 0xff800000u, 0x00000001u, 0x00008000u, 0x80018000u, 0x00000000u, 0x80000000u,
+                     0x7fc00000u, 0x7f800001u, 0xffa00000u})
+    values.push_back(bits_float(u));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-4.f, 4.f);
+  for (int i = 0; i < 45; ++i) values.push_back(u(rng));
+  const int64_t n = static_cast<int64_t>(values.size());
+  const float one = 1.f;
+  for (bool trans_a : {false, true}) {
+    // A (n, 1) read as op(A): a column of n rows, stored as n rows of 1 (or one row of n, transposed)
+    std::vector<float> out(static_cast<size_t>(n), -7.f);
+    bf16_isa::widened()(trans_a, false, n, 1, 1, 1.f, values.data(), trans_a ? n : 1, &one, 1, 0.f, out.data(), 1,
+                        nullptr);
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = bf16_to_f32(f32_to_bf16(values[static_cast<size_t>(i)]));
+      if (std::isnan(want) || want == 0.f) {  // a sum that starts at +0 turns -0 into +0
+        EXPECT_TRUE(std::isnan(want) ? std::isnan(out[static_cast<size_t>(i)]) : out[static_cast<size_t>(i)] == 0.f)
+            << "value " << i;
+        continue;
+      }
+      EXPECT_EQ(float_bits(out[static_cast<size_t>(i)]), float_bits(want))
+          << "value " << i << " (bits " << std::hex << float_bits(values[static_cast<size_t>(i)]) << ")";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qkv::kernels

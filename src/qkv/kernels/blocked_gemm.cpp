@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "qkv/kernels/micro_tile.h"
+#include "qkv/kernels/product_clock.h"
 #include "qkv/kernels/gemm_blocking.h"
 #include "qkv/kernels/weight_alloc.h"
 
@@ -279,6 +280,7 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
                             int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                             float beta, float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;
+  const product_clock::Scope clock;
   if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
   const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
   const int64_t panels = ceil_div(N, kCols);

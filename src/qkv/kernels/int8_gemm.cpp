@@ -38,6 +38,7 @@
 // to 960 (the AVX2 build: 150-160 there), 240-375 at M = 4: 2.1-3x the AVX2 build (bench_int8_gemm
 // prints both).
 #include "qkv/kernels/int8_gemm.h"
+#include "qkv/kernels/product_clock.h"
 
 #include "qkv/kernels/int8_gemm_isa.h"
 #include "qkv/kernels/isa.h"
@@ -510,16 +511,19 @@ GemmMany chosen_many() {
 
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
+  const product_clock::Scope clock;
   int8_isa::chosen()(A, M, lda, W, bias_or_null, C, ldc);
 }
 
 void gemm_int8_mapped(const float* A, int64_t M, int64_t lda, RowMap map, const QuantizedWeights& W,
                       const float* bias_or_null, float* C, int64_t ldc) {
+  const product_clock::Scope clock;
   const Int8Product product{&W, bias_or_null, C, ldc};
   int8_isa::chosen_many()(A, M, lda, map, &product, 1);
 }
 
 void gemm_int8_many(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
+  const product_clock::Scope clock;
   int8_isa::chosen_many()(A, M, lda, nullptr, products, count);
 }
 
