@@ -50,6 +50,7 @@
 #include "qkv/text/tokenizer.h"
 #include "qkv/text/utf8.h"
 #include "bench_common.h"
+#include "qkv/kernels/product_clock.h"
 
 using namespace qkv;
 namespace fs = std::filesystem;
@@ -167,6 +168,7 @@ GemmSeconds linear_gemms_seconds(const std::vector<std::pair<int64_t, int64_t>>&
 
 struct QkvRun {
   double tokenise = 0, embed = 0;
+  double product_share = 0;  // of embed: the GEMM kernels' time (kernels/product_clock.h)
   Tensor embeddings;
   std::vector<std::vector<int32_t>> ids;
 };
@@ -235,9 +237,11 @@ int main(int argc, char** argv) try {
       r.ids.push_back(data::encoder_ids(*tokenizer, config, lines[i], pooling.max_seq_length, data::TooLong::Truncate,
                                         a.sentences + ":" + std::to_string(i + 1)));
     r.tokenise = since(t0);
+    kernels::product_clock::reset();
     const auto t1 = Clock::now();
     r.embeddings = encoder.embed_ids(r.ids, a.batch);
     r.embed = since(t1);
+    r.product_share = kernels::product_clock::seconds() / r.embed;
     return r;
   };
   // qkv's warm-up run gives the embeddings the peers are compared with (the runs are deterministic).
@@ -263,10 +267,12 @@ int main(int argc, char** argv) try {
     cmd += " 2>/dev/null";
     peers.push_back({which, is_st ? "sentence-transformers" : "CTranslate2", std::make_unique<bench::PeerProcess>(cmd), {}});
   }
-  std::vector<double> total, tok, emb;
+  std::vector<double> total, tok, emb, product_share;
   QkvRun last;
+  kernels::product_clock::set_enabled(true);
   for (int rep = 0; rep < a.reps; ++rep) {
     last = run();
+    product_share.push_back(last.product_share);
     total.push_back(last.tokenise + last.embed);
     tok.push_back(last.tokenise);
     emb.push_back(last.embed);
@@ -300,6 +306,8 @@ int main(int argc, char** argv) try {
   std::printf("qkv      %.2f s  %.1f sentences/s  (tokenisation %.3f s + embed_sentences %.3f s; loading %.3f s, not "
               "timed)  peak RSS %.3f GB\n",
               median(total), qkv_sps, median(tok), median(emb), load_seconds, qkv_rss);
+  std::printf("qkv      matrix products %.0f%% of embed_sentences (the GEMM kernels' time, attention's included)\n",
+              100 * median(product_share));
   std::printf("qkv      matmul work %.2f GFLOP (linear %.2f, attention %.2f; %.0f padded positions, %.0f%% padding); "
               "SGEMM ceiling now %.0f GFLOP/s -> %.3f s at the ceiling = %.2f of qkv's time (%.2f of embed_sentences'); "
               "qkv's matmul rate %.0f GFLOP/s over the whole run\n",

@@ -10,9 +10,10 @@
 //
 // With --heads it times attention's per-head products instead (gemm_shapes.h's kHeadShapes: heads
 // too short for the causal blocks, which kernels::sgemm gives to OpenBLAS's small-matrix kernels):
-// many heads in a parallel loop, gemm_blocked against cblas_sgemm on the same heads, alternating.
+// many heads in a parallel loop, gemm_blocked against cblas_sgemm on the same heads, alternating;
+// with --bf16 as well, gemm_bf16 against gemm_blocked (bf16 precision's attention against float32's).
 //
-// Usage: bench_gemm [--bf16 | --heads] [--reps R] [--threads T] [--only SUBSTRING]
+// Usage: bench_gemm [--bf16] [--heads] [--reps R] [--threads T] [--only SUBSTRING]
 //        (defaults: 7 reps, 2 threads, every shape)
 #include <cblas.h>
 
@@ -48,7 +49,9 @@ struct HeadBatch {
 // One pass of `form` over every head of the batch, in a parallel loop (as attention_forward and
 // attention_backward run them), through qkv's gemm_blocked or OpenBLAS. x: the heads' rows (Q, K,
 // V or dO), p: a T x T matrix a head, c: the output (T x T a head, or heads' rows like x).
-void heads_pass(const HeadShape& s, const HeadForm& f, const HeadBatch& hb, bool use_qkv, const float* x,
+enum class HeadKernel { QkvFloat32, OpenBlas, QkvBf16 };
+
+void heads_pass(const HeadShape& s, const HeadForm& f, const HeadBatch& hb, HeadKernel kernel, const float* x,
                 const float* p, float* c) {
   const int T = s.T, dk = s.dk;
   const bool square_out = !f.ta && f.tb;  // Q K^T: (T, T); the others: (T, dk) in the heads' rows
@@ -61,18 +64,24 @@ void heads_pass(const HeadShape& s, const HeadForm& f, const HeadBatch& hb, bool
     const int lda = square_out ? s.stride : T;
     float* out = square_out ? c + bh * T * T : c + row * T * s.stride + h * dk;
     const int ldc = square_out ? T : s.stride;
-    if (use_qkv)
+    if (kernel == HeadKernel::QkvFloat32)
       qkv::kernels::gemm_blocked(f.ta, f.tb, M, N, K, 1.f, a, lda, head, s.stride, 0.f, out, ldc);
+    else if (kernel == HeadKernel::QkvBf16)
+      qkv::kernels::gemm_bf16(f.ta, f.tb, M, N, K, 1.f, a, lda, head, s.stride, 0.f, out, ldc);
     else
       cblas_sgemm(CblasRowMajor, f.ta ? CblasTrans : CblasNoTrans, f.tb ? CblasTrans : CblasNoTrans, M, N, K, 1.f, a,
                   lda, head, s.stride, 0.f, out, ldc);
   }
 }
 
-// --heads: every head shape and form, qkv and OpenBLAS alternating pass by pass; returns the ratios.
-std::vector<double> bench_heads(int reps, int threads, const char* only) {
+// --heads: every head shape and form, qkv and OpenBLAS (or, with bf16, qkv's bf16 and float32 products:
+// what --precision bf16 and float32 run) alternating pass by pass; returns the ratios.
+std::vector<double> bench_heads(int reps, int threads, const char* only, bool bf16) {
+  const HeadKernel first = bf16 ? HeadKernel::QkvBf16 : HeadKernel::QkvFloat32;
+  const HeadKernel second = bf16 ? HeadKernel::QkvFloat32 : HeadKernel::OpenBlas;
   std::printf("%-44s %9s %9s %7s %10s   (GFLOP/s, %d threads over the heads, median of %d)\n",
-              "per-head product (M x N x K)", "qkv", "OpenBLAS", "ratio", "max diff", threads, reps);
+              "per-head product (M x N x K)", bf16 ? "qkv bf16" : "qkv", bf16 ? "qkv f32" : "OpenBLAS", "ratio",
+              "max diff", threads, reps);
   std::vector<double> ratios;
   for (const HeadShape& s : kHeadShapes) {
     // about 4 MB of heads' rows: many heads a pass, as a batch of sentences has
@@ -89,10 +98,10 @@ std::vector<double> bench_heads(int reps, int threads, const char* only) {
       std::vector<double> t_qkv, t_blas;
       for (int r = 0; r <= reps; ++r) {  // pass 0 of each is the warm-up
         auto start = Clock::now();
-        heads_pass(s, f, hb, true, x.data(), p.data(), c_qkv.data());
+        heads_pass(s, f, hb, first, x.data(), p.data(), c_qkv.data());
         const double sec_qkv = std::chrono::duration<double>(Clock::now() - start).count();
         start = Clock::now();
-        heads_pass(s, f, hb, false, x.data(), p.data(), c_blas.data());
+        heads_pass(s, f, hb, second, x.data(), p.data(), c_blas.data());
         const double sec_blas = std::chrono::duration<double>(Clock::now() - start).count();
         if (r > 0) t_qkv.push_back(sec_qkv), t_blas.push_back(sec_blas);
       }
@@ -122,7 +131,7 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--bf16")) bf16 = true;
     else if (!std::strcmp(argv[i], "--heads")) heads = true;
     else {
-      std::fprintf(stderr, "usage: bench_gemm [--bf16 | --heads] [--reps R] [--threads T] [--only SUBSTRING]\n");
+      std::fprintf(stderr, "usage: bench_gemm [--bf16] [--heads] [--reps R] [--threads T] [--only SUBSTRING]\n");
       return 2;
     }
   }
@@ -131,7 +140,7 @@ int main(int argc, char** argv) try {
               qkv::kernels::isa_description().c_str(), qkv::kernels::wide_tile::description().c_str(),
               qkv::kernels::gemm_bf16_description());
   if (heads) {
-    const std::vector<double> ratios = bench_heads(reps, threads, only);
+    const std::vector<double> ratios = bench_heads(reps, threads, only, bf16);
     if (ratios.empty()) {
       std::fprintf(stderr, "bench_gemm: no head shape matches --only %s\n", only ? only : "");
       return 1;

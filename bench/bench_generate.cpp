@@ -39,6 +39,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/models/causal_lm.h"
 #include "bench_common.h"
+#include "qkv/kernels/product_clock.h"
 
 using namespace qkv;
 
@@ -249,7 +250,7 @@ int main(int argc, char** argv) try {
     std::printf("qkv int8 reads %.0f MB per token at batch 1 -> at most %.1f tokens/s\n", int8_bytes_per_token / 1e6,
                 int8_bound);
   struct Side {
-    std::vector<double> total, prefill, step;
+    std::vector<double> total, prefill, step, product_share;  // share: of total, in the GEMM kernels
   };
   std::map<int64_t, double> qkv_tps, int8_tps, bf16_tps, hf_tps;
   std::map<int64_t, std::vector<double>> qkv_totals, hf_totals;
@@ -257,18 +258,22 @@ int main(int argc, char** argv) try {
   std::string hf_versions;
   const auto print_qkv = [&](const char* label, int64_t B, const Side& s, double bound_here) {
     const double tps = B * a.new_tokens / median(s.total);
-    std::printf("%-8s batch %2lld: %.2f s (median of %d)  %.1f tokens/s  (prefill %.3f s, %.1f ms per step)", label,
-                static_cast<long long>(B), median(s.total), a.reps, tps, median(s.prefill), median(s.step) * 1e3);
+    std::printf("%-8s batch %2lld: %.2f s (median of %d)  %.1f tokens/s  (prefill %.3f s, %.1f ms per step; matrix "
+                "products %.0f%%)", label, static_cast<long long>(B), median(s.total), a.reps, tps, median(s.prefill),
+                median(s.step) * 1e3, 100 * median(s.product_share));
     if (B == 1)
       std::printf("  = %.2f of the bandwidth bound (steps only: %.2f)", tps / bound_here, 1.0 / median(s.step) / bound_here);
     std::printf("\n");
     return tps;
   };
+  kernels::product_clock::set_enabled(true);
   for (int64_t B : a.batches) {
     const auto prompts = prompts_of(B, a.prompt, a.vocab);
     const auto timed = [&](nn::ComputeType precision, Side& s) {
       std::vector<std::vector<int32_t>> out;
+      kernels::product_clock::reset();
       const GenTiming t = generate_greedy(model, prompts, a.new_tokens, &out, precision);
+      s.product_share.push_back(kernels::product_clock::seconds() / t.total);
       s.total.push_back(t.total);
       s.prefill.push_back(t.prefill);
       s.step.push_back((t.total - t.prefill) / std::max<int64_t>(1, a.new_tokens - 1));

@@ -53,6 +53,8 @@ for level in avx512_bf16 amx; do
   [[ " ${levels[*]} " == *" $level "* ]] || continue
   echo "== bf16 GEMM, QKV_ISA=$level"
   QKV_ISA=$level "$BUILD/bench/bench_gemm" --bf16 --reps 5
+  echo "== bf16 attention products (--precision bf16's heads against float32's), QKV_ISA=$level"
+  QKV_ISA=$level "$BUILD/bench/bench_gemm" --bf16 --heads --reps 15
 done
 for level in avx2 avx512_vnni amx; do
   [[ " ${levels[*]} " == *" $level "* ]] || continue
