@@ -90,26 +90,40 @@ Result run(const FusedCase& c, const Tensor& q0, const Tensor& k0, const Tensor&
   return r;
 }
 
-TEST_P(FusedAttention, EqualsComposition) {
-  const FusedCase c = GetParam();
-  std::mt19937_64 rng(99);
+// A case's inputs: q, k, v (or the projections they are heads of) and the output's gradient g.
+struct Inputs {
+  Tensor q0, k0, v0, g;
+};
+Inputs make_inputs(const FusedCase& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
   const Dims qs = c.views ? Dims{c.B, c.Tq, c.H * c.dk} : Dims{c.B, c.H, c.Tq, c.dk};
   const Dims ks = c.views ? Dims{c.B, c.Tk, c.H * c.dk} : Dims{c.B, c.H, c.Tk, c.dk};
-  const Tensor q0 = randn(qs, rng, 1.5f), k0 = randn(ks, rng, 1.5f), v0 = randn(ks, rng);
-  const Tensor g = randn(qs, rng);
-  const ops::AttentionMasks m = make_masks(c);
-  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+  Inputs in;
+  in.q0 = randn(qs, rng, 1.5f), in.k0 = randn(ks, rng, 1.5f), in.v0 = randn(ks, rng);
+  in.g = randn(qs, rng);
+  return in;
+}
 
-  const Result fused =
-      run(c, q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) { return fn::attention(q, k, v, m, drop); });
-  const Result composed = run(c, q0, k0, v0, g, [&](const Var& q, const Var& k, const Var& v) {
+// The fused op's definition from separate ops, in whatever precision the caller's scope sets.
+auto composition(const FusedCase& c, const ops::AttentionMasks& m, const ops::AttentionDropoutSpec& drop) {
+  return [&c, &m, &drop](const Var& q, const Var& k, const Var& v) {
     const float s = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
     Var p = fn::softmax(fn::masked_fill(fn::scale(fn::matmul(q, k, true), s), m));
     // The kernel's dropout counter for probability (b, h, i, j) is offset + its flat index in the
     // contiguous (B, H, Tq, Tk) tensor: exactly what fn::dropout uses on that tensor.
-    p = fn::dropout(p, drop.p, drop.seed, drop.offset);
-    return fn::matmul(p, v);
-  });
+    return fn::matmul(fn::dropout(p, drop.p, drop.seed, drop.offset), v);
+  };
+}
+
+TEST_P(FusedAttention, EqualsComposition) {
+  const FusedCase c = GetParam();
+  const Inputs in = make_inputs(c, 99);
+  const ops::AttentionMasks m = make_masks(c);
+  const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
+
+  const Result fused = run(c, in.q0, in.k0, in.v0, in.g,
+                           [&](const Var& q, const Var& k, const Var& v) { return fn::attention(q, k, v, m, drop); });
+  const Result composed = run(c, in.q0, in.k0, in.v0, in.g, composition(c, m, drop));
   EXPECT_TRUE(ulp_close(fused.out, composed.out, "out"));
   EXPECT_TRUE(ulp_close(fused.dq, composed.dq, "dq"));
   EXPECT_TRUE(ulp_close(fused.dk, composed.dk, "dk"));
@@ -135,26 +149,18 @@ double max_abs_difference(const Tensor& a, const Tensor& b) {
 // the causal blocks included.
 TEST_P(FusedAttention, InBf16PrecisionMultipliesAsTheCompositionInBf16) {
   const FusedCase c = GetParam();
-  std::mt19937_64 rng(98);
-  const Dims qs = c.views ? Dims{c.B, c.Tq, c.H * c.dk} : Dims{c.B, c.H, c.Tq, c.dk};
-  const Dims ks = c.views ? Dims{c.B, c.Tk, c.H * c.dk} : Dims{c.B, c.H, c.Tk, c.dk};
-  const Tensor q0 = randn(qs, rng, 1.5f), k0 = randn(ks, rng, 1.5f), v0 = randn(ks, rng);
-  const Tensor g = randn(qs, rng);
+  const Inputs in = make_inputs(c, 98);
   const ops::AttentionMasks m = make_masks(c);
   const ops::AttentionDropoutSpec drop{c.p, 2024, 17};
-  const auto composed = [&](const Var& q, const Var& k, const Var& v) {
-    const float s = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
-    Var p = fn::softmax(fn::masked_fill(fn::scale(fn::matmul(q, k, true), s), m));
-    return fn::matmul(fn::dropout(p, drop.p, drop.seed, drop.offset), v);
-  };
-  const Result in_f32 = run(c, q0, k0, v0, g, composed);
+  const auto composed = composition(c, m, drop);
+  const Result in_f32 = run(c, in.q0, in.k0, in.v0, in.g, composed);
   Result fused, in_bf16;
   {
     const ops::ProductPrecisionScope bf16(ops::Precision::BF16);
     Tensor weights;
-    fused = run(c, q0, k0, v0, g,
+    fused = run(c, in.q0, in.k0, in.v0, in.g,
                 [&](const Var& q, const Var& k, const Var& v) { return fn::attention(q, k, v, m, drop, &weights); });
-    in_bf16 = run(c, q0, k0, v0, g, composed);
+    in_bf16 = run(c, in.q0, in.k0, in.v0, in.g, composed);
   }
   const auto check = [&](const Tensor& ours, const Tensor& bf16, const Tensor& f32, const char* what) {
     float scale = 0;

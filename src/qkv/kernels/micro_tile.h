@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace qkv::kernels::tile {
 
@@ -99,21 +100,18 @@ inline void accumulate_low_half(const float* const a[], int64_t k_stride, const 
 // at run time.
 inline void accumulate_rows(int rows, const float* const a[], int64_t k_stride, const float* panel, int64_t K,
                             Acc& acc, bool low_half = false) {
-  if (low_half) switch (rows) {
-      case 1: return accumulate_low_half<1>(a, k_stride, panel, K, acc);
-      case 2: return accumulate_low_half<2>(a, k_stride, panel, K, acc);
-      case 3: return accumulate_low_half<3>(a, k_stride, panel, K, acc);
-      case 4: return accumulate_low_half<4>(a, k_stride, panel, K, acc);
-      case 5: return accumulate_low_half<5>(a, k_stride, panel, K, acc);
-      default: return accumulate_low_half<6>(a, k_stride, panel, K, acc);
-    }
+  const auto run = [&](auto height) {
+    constexpr int kHeight = decltype(height)::value;
+    if (low_half) accumulate_low_half<kHeight>(a, k_stride, panel, K, acc);
+    else accumulate<kHeight>(a, k_stride, panel, K, acc);
+  };
   switch (rows) {
-    case 1: return accumulate<1>(a, k_stride, panel, K, acc);
-    case 2: return accumulate<2>(a, k_stride, panel, K, acc);
-    case 3: return accumulate<3>(a, k_stride, panel, K, acc);
-    case 4: return accumulate<4>(a, k_stride, panel, K, acc);
-    case 5: return accumulate<5>(a, k_stride, panel, K, acc);
-    default: return accumulate<6>(a, k_stride, panel, K, acc);
+    case 1: return run(std::integral_constant<int, 1>{});
+    case 2: return run(std::integral_constant<int, 2>{});
+    case 3: return run(std::integral_constant<int, 3>{});
+    case 4: return run(std::integral_constant<int, 4>{});
+    case 5: return run(std::integral_constant<int, 5>{});
+    default: return run(std::integral_constant<int, 6>{});
   }
 }
 
