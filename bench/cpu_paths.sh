@@ -2,9 +2,10 @@
 # Every CPU kernel path this machine offers, tested and then measured, in one run (issue 34: a path
 # never run on a machine that has it is not called done). For each level of kernels/isa.h the CPU
 # allows (QKV_ISA) the kernel and agreement tests; for each float32 tile (QKV_FLOAT32_TILE) the
-# float32 GEMM against OpenBLAS (the training shapes, and attention's per-head products); bf16 GEMM at each bf16 level (vdpbf16ps, AMX) against float32; the
-# int8 GEMM at each int8 level (AVX2, VNNI, AMX); the training step against PyTorch with each tile
-# and bf16 level, where the peers' venv is there. Ends with a summary of the test results.
+# float32 GEMM against OpenBLAS (the training shapes, and attention's per-head products); bf16 GEMM
+# at each bf16 level (vdpbf16ps, AMX) against float32, attention's heads included; the int8 GEMM at
+# each int8 level (AVX2, VNNI, AMX); the training step against PyTorch with each tile and bf16
+# level, where the peers' venv is there. Ends with a summary of the test results.
 #
 # Usage: bench/cpu_paths.sh [BUILD]   (default build; needs its qkv, tests/qkv_tests and bench/)
 # On an Intel Xeon with AMX this is the first thing to run: the AMX kernels (QKV_ISA=amx) and the

@@ -24,7 +24,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 TEST(ProductClock, CountsEachProductOnceOnlyWhenEnabledAndWithinTheWallTime) {
   std::vector<float> a(kN * kN, 0.5f), b(kN * kN, 0.25f), c(kN * kN);
-  const auto product = [&] { gemm_blocked(false, false, kN, kN, kN, 1.f, a.data(), kN, b.data(), kN, 0.f, c.data(), kN); };
+  const auto product = [&] {
+    gemm_blocked(false, false, kN, kN, kN, 1.f, a.data(), kN, b.data(), kN, 0.f, c.data(), kN);
+  };
 
   product_clock::set_enabled(false);
   product_clock::reset();

@@ -222,7 +222,8 @@ void multiply_range(const Product& p, wide_tile::PairAccumulate pair, const Bloc
         // A row's sums do not depend on its tile's height (micro_tile.h), so the last rows take
         // shorter tiles rather than a padded 6-row one. A transposed A keeps its packing's grid of
         // 6 rows (a short tile at the block's end only).
-        const int rows = p.trans_a ? static_cast<int>(std::min<int64_t>(kRows, ie - i)) : tile::rows_of_next_tile(ie - i);
+        const int rows =
+            p.trans_a ? static_cast<int>(std::min<int64_t>(kRows, ie - i)) : tile::rows_of_next_tile(ie - i);
         const float* a[kRows];
         if (p.trans_a) {
           for (int r = 0; r < kRows; ++r) a[r] = a_packed + (i - ib) * br.kc + r;
