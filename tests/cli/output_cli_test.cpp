@@ -114,19 +114,45 @@ TEST_F(TranslateOutput, ProgressSaysTheRateAndTheEta) {
   EXPECT_EQ(quiet.err, "");
 }
 
+// The signal lines of /proc/PID/status (blocked, ignored, caught), for a failure's message.
+std::string signal_state(pid_t pid) {
+  std::istringstream status(read_file("/proc/" + std::to_string(pid) + "/status"));
+  std::string state;
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("SigBlk", 0) == 0 || line.rfind("SigIgn", 0) == 0 || line.rfind("SigCgt", 0) == 0)
+      state += line + "; ";
+  return state;
+}
+
 // Starts `qkv args` in the background, waits until `file` holds at least `lines` lines, then sends
-// SIGINT; returns qkv's wait status, or -1 when it ended (or never wrote them) first.
-int interrupt_after_lines(const std::string& args, const std::string& file, size_t lines) {
+// SIGINT; returns qkv's wait status, or -1 when it ended (or never wrote them) first. *state gets
+// the child's signal state as it was sent SIGINT.
+int interrupt_after_lines(const std::string& args, const std::string& file, size_t lines, std::string* state) {
   const std::string cmd = "exec " + std::string(QKV_BIN) + " " + args + " 2>/dev/null";
   const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  // SIGINT as the job's default and unblocked, whatever this process inherited: a test binary
+  // started in the background by a non-interactive shell (`qkv_tests &`) ignores SIGINT, and exec
+  // passes an ignored signal on, so the job ran to its end.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults, none;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) return -1;
+  const int spawned = posix_spawn(&pid, "/bin/sh", nullptr, &attr, const_cast<char* const*>(argv), environ);
+  posix_spawnattr_destroy(&attr);
+  if (spawned != 0) return -1;
   int status = 0;
   for (int i = 0; i < 6000; ++i) {  // at most a minute
     if (::waitpid(pid, &status, WNOHANG) == pid) return -1;  // it finished before we saw its lines
     if (lines_of(read_file(file)).size() >= lines) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  *state = signal_state(pid);
   ::kill(pid, SIGINT);
   if (::waitpid(pid, &status, 0) != pid) return -1;
   return status;
@@ -140,10 +166,11 @@ TEST_F(TranslateOutput, AnInterruptedJobKeepsTheLinesItWrote) {
   for (int i = 0; i < 2500; ++i)  // 50,000 lines: many seconds at --batch-size 1
     for (const std::string& line : input) big << line << "\n";
   big.close();
+  std::string state;
   const int status = interrupt_after_lines(translate(path("big.txt"), "--batch-size 1 --beam-size 4 -o " + path("big.out")),
-                                           path("big.out"), 16);
+                                           path("big.out"), 16, &state);
   ASSERT_NE(status, -1) << "no output before the job ended: lines should come as batches finish";
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status;
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status << "; the job's " << state;
   const std::string kept = read_file(path("big.out"));
   ASSERT_FALSE(kept.empty());
   EXPECT_EQ(kept.back(), '\n') << "whole lines only";
