@@ -292,7 +292,10 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
   const int64_t b_floats = std::min(panels, panels_per_b_block(kc)) * kc * kCols;
   const int64_t a_floats = trans_a ? ceil_div(rows_per_a_block(kc) * kc, kCols) * kCols : 0;
   float* scratch = caller_scratch<float>(threads * (b_floats + a_floats));
-  if (!split.parallel) {  // entering even an inactive parallel region cost a head's product 10-15%
+  // Below the threshold no OpenMP region at all: with its `if` false, libgomp still sets up a team
+  // of one (about a microsecond: docs/performance.md, GELU's int8 form), which attention's small
+  // per-head products would pay thousands of times a step.
+  if (!split.parallel) {
     multiply_part(p, pair, 0, M, 0, panels, WorkerScratch{scratch, trans_a ? scratch + b_floats : nullptr});
     return;
   }
