@@ -307,7 +307,7 @@ void attention_backward(const AttentionDims& d, const float* dout, HeadsView dos
     }
     // dV = Pd^T @ dO   (Tk, dk)
     head_product(d, true, false, d.Tk, d.dk, d.Tq, weights, d.Tk, doh, dos.t, beta, dv + b * dvs.b + h * dvs.h,
-              dvs.t);
+                 dvs.t);
     // dPd = dO @ V^T   (Tq, Tk)
     head_product(d, false, true, d.Tq, d.Tk, d.dk, doh, dos.t, vh, vs.t, 0.f, ds, d.Tk);
     for (int64_t i = 0; i < d.Tq; ++i) {
