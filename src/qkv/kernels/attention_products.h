@@ -6,8 +6,8 @@
 // theirs: Q K^T, P V, and in the backward dO V^T, P^T dO, dS K and dS^T Q.
 //
 // Measured (`bench_gemm --heads`, 2026-11-29, a Zen 4 without AVX-512): gemm_blocked ran heads of
-// 24 to 80 positions at 0.97-1.10x OpenBLAS 0.3.21's small-matrix kernels (median over shapes, runs
-// on a noisy machine), which the heads below 96 positions used before.
+// 24 to 80 positions at 0.97x and 1.00x OpenBLAS 0.3.21's small-matrix kernels (median over 18
+// shapes, two runs; 0.71-1.42x by shape), which the heads below 96 positions used before.
 #pragma once
 #include <cstdint>
 

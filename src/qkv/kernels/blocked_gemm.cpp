@@ -218,22 +218,20 @@ void multiply_range(const Product& p, wide_tile::PairAccumulate pair, const Bloc
       const float* panel = b_block + q * br.kc * kCols;
       const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
       const bool two = pair && q + 1 < br.np;
-      for (int64_t i = ib; i < ie;) {
+      int rows = 0;
+      for (int64_t i = ib; i < ie; i += rows) {
         // A row's sums do not depend on its tile's height (micro_tile.h), so the last rows take
         // shorter tiles rather than a padded 6-row one. A transposed A keeps its packing's grid of
         // 6 rows (a short tile at the block's end only).
-        const int rows =
-            p.trans_a ? static_cast<int>(std::min<int64_t>(kRows, ie - i)) : tile::rows_of_next_tile(ie - i);
+        rows = p.trans_a ? static_cast<int>(std::min<int64_t>(kRows, ie - i)) : tile::rows_of_next_tile(ie - i);
         const float* a[kRows];
         if (p.trans_a) {
           for (int r = 0; r < kRows; ++r) a[r] = a_packed + (i - ib) * br.kc + r;
         } else {  // rows of A in place
           for (int r = 0; r < kRows; ++r) a[r] = p.A + (i + (r < rows ? r : 0)) * p.lda + br.k0;
         }
-        const int64_t i_tile = i;
-        i += rows;
         const float* bias = first_k_block && p.bias ? p.bias + col0 : nullptr;
-        float* c = p.C + i_tile * p.ldc + col0;
+        float* c = p.C + i * p.ldc + col0;
         if (two) {  // panels q and q + 1 at once, each element the same FMAs as below
           alignas(32) float sums[kRows * 2 * kCols] = {};
           pair(rows, a, p.trans_a ? kRows : 1, panel, panel + br.kc * kCols, br.kc, sums);
