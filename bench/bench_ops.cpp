@@ -81,6 +81,26 @@ void bench_attention(const char* name, int64_t B, int64_t H, int64_t T, int64_t 
               name, flops / t_fwd * 1e-9, 2 * flops / t_bwd * 1e-9, flops / t_gemm * 1e-9, t_gemm / t_fwd,
               2 * t_gemm / t_bwd);
 }
+// Inference attention (no softmax kept, no backward): the register tiles of kernels/attention_tiles.h
+// for heads of at most 128 keys, the rest of the sequence's keys masked as padding would be.
+void bench_attention_inference(const char* name, int64_t B, int64_t H, int64_t T, int64_t dk, int reps) {
+  Tensor q = randn(Dims{B, T, H * dk}, 7).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  Tensor k = randn(Dims{B, T, H * dk}, 8).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  Tensor v = randn(Dims{B, T, H * dk}, 9).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  // Each batch row keeps a different number of keys (T down to T / 2), as sorted sentences do.
+  Tensor key_keep = Tensor::zeros(Dims{B, T}, DType::I32);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < T - b * (T / 2) / B; ++j) key_keep.i32()[b * T + j] = 1;
+  ops::AttentionMasks masks;
+  masks.key_keep = key_keep;
+  Tensor out = ops::attention_forward(q, k, v, masks, {}, nullptr, true);
+  const double flops = 4.0 * B * H * T * T * dk;
+  const double t_fwd =
+      bench::median_seconds(reps, [&] { out = ops::attention_forward(q, k, v, masks, {}, nullptr, true); });
+  std::printf("%-22s fwd %7.1f GFLOP/s  (B %lld, T %lld, %lld heads of %lld)\n", name, flops / t_fwd * 1e-9,
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
+              static_cast<long long>(dk));
+}
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -114,6 +134,10 @@ int main(int argc, char** argv) try {
   bench_linear("linear 512->5000", batch, len, 512, 5000, reps);
   bench_attention("attention (pad)", batch, 8, len, 64, false, reps);
   bench_attention("attention (causal)", batch, 8, len, 64, true, reps);
+  bench_attention_inference("attention (inference)", batch, 8, len, 64, reps);
+  bench_attention_inference("attention (MiniLM)", 32, 12, 40, 32, reps);
+  bench_attention_inference("attention (MiniLM 32)", 32, 12, 32, 32, reps);
+  bench_attention_inference("attention (MiniLM 48)", 32, 12, 48, 32, reps);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_ops: %s\n", e.what());

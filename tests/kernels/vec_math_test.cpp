@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -46,6 +47,22 @@ TEST(VecMath, ExpWithinTwoUlpIncludingSubnormalResults) {
   const std::vector<float> xs = sweep(110.f);
   EXPECT_LE(max_ulp("exp", xs, lanes(xs, simd::exp), [](double x) { return std::exp(x); }),
             2.0);
+}
+
+// exp_or_zero skips the arithmetic of lanes whose exp rounds to zero: it must give exp's bits on
+// the sweep (with -inf, NaN and huge negative scores such as a masked -1e9) and on every float of
+// [-110, -98], around its cut at -104.
+TEST(VecMath, ExpOrZeroGivesTheBitsOfExp) {
+  std::vector<float> xs = sweep(1e30f);
+  for (float x = -110.f; x <= -98.f; x = std::nextafter(x, 0.f)) xs.push_back(x);
+  const std::vector<float> want = lanes(xs, simd::exp), got = lanes(xs, simd::exp_or_zero);
+  int64_t skipped = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    skipped += xs[i] < -104.f;
+    if (std::isnan(want[i])) ASSERT_TRUE(std::isnan(got[i])) << "x = " << xs[i];
+    else ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "x = " << xs[i];
+  }
+  EXPECT_GT(skipped, 1000000);  // the lanes it skips were among the inputs
 }
 
 TEST(VecMath, ErfWithinTwoUlpAndSaturates) {

@@ -128,7 +128,7 @@ void masked_softmax_rows(float* scores, const int64_t query[kRows], const Attent
   for (int64_t j = 0; j < Tkp; j += 8)
     for (int r = 0; r < kRows; ++r) {
       float* row = scores + r * Tkp;
-      const __m256 e = simd::exp(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift[r]));
+      const __m256 e = simd::exp_or_zero(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift[r]));
       _mm256_storeu_ps(row + j, e);
       sum[r] = _mm256_add_ps(sum[r], e);
     }
@@ -173,7 +173,10 @@ void attend_head(const AttentionDims& d, const float* q, int64_t q_stride, const
   reserve(s, d);
   const int64_t Tkp = padded(d.Tk);
   transpose_keys(k, k_stride, d.Tk, d.dk, Tkp, s.keys_t.data());
-  prepare_key_masks(d, mask, b, s);
+  if (s.masks_of_row != b) {  // the heads of a batch row share its key masks
+    prepare_key_masks(d, mask, b, s);
+    s.masks_of_row = b;
+  }
   // Times 1 / sqrt(dk) rather than divided by sqrt(dk) as training does: a division per score cost
   // more than the rest of the tile's epilogue; the two differ by at most an ulp of each score.
   const __m256 scale = _mm256_set1_ps(1.f / divisor);

@@ -15,13 +15,14 @@ namespace qkv::kernels::tiles {
 // Heads this path takes: dk a multiple of 8 up to 256, 1 to 128 keys.
 bool supports(const AttentionDims& d);
 
-// Per-thread buffers, reused across the heads a thread computes.
+// Per-thread buffers, reused across the heads a thread computes in one attention call.
 struct HeadScratch {
   std::vector<float> keys_t;    // dk x padded Tk: the head's keys transposed, padding keys zero
   std::vector<float> keep;      // per padded key: all bits set where the key takes part (kept, < Tk)
   std::vector<float> in_range;  // per padded key: all bits set below Tk
   std::vector<float> fill;      // per padded key: the mask's fill below Tk, -inf past it
   std::vector<float> scores;    // 3 x padded Tk: a tile's score rows, then its probabilities
+  int64_t masks_of_row = -1;    // the batch row whose keep, in_range and fill these are (one call's)
 };
 
 // One head (batch row b): q, k, v and out rows at the given strides (last dim contiguous); probs

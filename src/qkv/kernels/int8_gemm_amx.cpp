@@ -5,7 +5,9 @@
 // GCC 12's _mm512_reduce_max_ps and _mm512_cvtepi32_ps read an undefined register on purpose and warn
 // about it (as in int8_gemm_vnni.cpp).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // clang has no such group (it warns of the pragma instead)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>

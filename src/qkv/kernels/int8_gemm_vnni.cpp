@@ -6,7 +6,9 @@
 // GCC 12's _mm512_slli_epi32 and _mm512_cvtepi32_ps read an undefined register on purpose and warn
 // about it (as in gelu_avx512.cpp, whose flags CMakeLists.txt sets for it).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // clang has no such group (it warns of the pragma instead)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>

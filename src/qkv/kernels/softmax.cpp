@@ -16,7 +16,7 @@ void softmax_row(float* row, int64_t C) {
   const __m256 shift = simd::splat(mx);
   __m256 sum8 = _mm256_setzero_ps();
   for (c = 0; c + 8 <= C; c += 8) {
-    const __m256 e = simd::exp(_mm256_sub_ps(_mm256_loadu_ps(row + c), shift));
+    const __m256 e = simd::exp_or_zero(_mm256_sub_ps(_mm256_loadu_ps(row + c), shift));
     _mm256_storeu_ps(row + c, e);
     sum8 = _mm256_add_ps(sum8, e);
   }

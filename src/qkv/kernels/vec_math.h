@@ -105,6 +105,15 @@ inline ExpParts exp_parts(__m256 x) {
 
 inline __m256 exp(__m256 x) { return exp_parts(x).value(); }
 
+// exp(x) with the same bits, for inputs that are often far below zero (a softmax over masked
+// scores: -1e9 minus the row's maximum). exp(x) rounds to +0 for every x < -104 (exp(-103.97) is
+// half the smallest subnormal), and those lanes take exp(0) and are then cleared: a multiplication
+// whose result underflows takes a slow path on the CPUs measured, and every masked key paid it.
+inline __m256 exp_or_zero(__m256 x) {
+  const __m256 below = _mm256_cmp_ps(x, splat(-104.f), _CMP_LT_OQ);
+  return _mm256_andnot_ps(below, exp(_mm256_andnot_ps(below, x)));
+}
+
 // x^2 = hi + lo exactly (FMA). exp(-x^2) computed from the rounded hi alone would be off by
 // x^2 * 2^-24 relative: 12 ulp at x = 4.
 struct Square {
