@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -16,6 +17,7 @@
 
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/softmax.h"
+#include "qkv/kernels/vec_math.h"
 
 namespace qkv::kernels {
 namespace {
@@ -101,6 +103,56 @@ TEST(SoftmaxRow, AgreesWithDoublePrecisionWithinAFewUlp) {
     EXPECT_NEAR(total, 1.0, 1e-6) << "C " << C;
     if (C > 2) {
       EXPECT_EQ(y[1], 0.f) << "a masked entry gets no weight";
+    }
+  }
+}
+
+// softmax_row skips the exp of masked scores (exp_or_zero on the 8 lanes, a compare before std::exp
+// in the tail) in rows it finds masked: the bits must be those of computing every exp, for masks at
+// either end, in the middle only, all but one, and scores just above and below exp's zero (-104).
+TEST(SoftmaxRow, MaskedScoresGiveTheBitsOfComputingEveryExp) {
+  const auto plain_softmax = [](std::vector<float> row) {  // the rule: every exp computed
+    const auto C = static_cast<int64_t>(row.size());
+    __m256 m = simd::splat(-std::numeric_limits<float>::infinity());
+    int64_t c = 0;
+    for (; c + 8 <= C; c += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(row.data() + c));
+    float mx = simd::max_lanes(m);
+    for (; c < C; ++c) mx = row[c] > mx ? row[c] : mx;
+    __m256 sum8 = _mm256_setzero_ps();
+    for (c = 0; c + 8 <= C; c += 8) {
+      const __m256 e = simd::exp(_mm256_sub_ps(_mm256_loadu_ps(row.data() + c), simd::splat(mx)));
+      _mm256_storeu_ps(row.data() + c, e);
+      sum8 = _mm256_add_ps(sum8, e);
+    }
+    float sum = simd::sum_lanes(sum8);
+    for (; c < C; ++c) sum += row[c] = std::exp(row[c] - mx);
+    for (float& x : row) x *= 1.f / sum;
+    return row;
+  };
+  std::mt19937 gen(6);
+  std::normal_distribution<float> normal(0.f, 3.f);
+  const float low_values[] = {-1e9f, -std::numeric_limits<float>::infinity(), -200.f, -104.5f, -103.9f, -90.f};
+  for (int64_t C : {1, 3, 8, 9, 15, 36, 37, 64, 100}) {
+    for (int pattern = 0; pattern < 5; ++pattern) {
+      for (float low : low_values) {
+        std::vector<float> row(C);
+        for (float& x : row) x = normal(gen);
+        for (int64_t c = 0; c < C; ++c) {
+          const bool masked = pattern == 0   ? c >= C / 2               // padding: the end
+                              : pattern == 1 ? c < C / 3                // left padding: the start
+                              : pattern == 2 ? c % 5 == 2 && c != 0     // the middle only
+                              : pattern == 3 ? c != C / 2               // all but one
+                                             : c > C / 2;               // the end, the first at -1e9 (below)
+          if (masked) row[c] = row[C / 2] + low;
+        }
+        if (pattern == 4 && C > 2) row[0] = -1e9f;  // the row is found masked, whatever low is
+        std::vector<float> y = row;
+        softmax_row(y.data(), C);
+        const std::vector<float> want = plain_softmax(row);
+        for (int64_t c = 0; c < C; ++c)
+          ASSERT_EQ(std::bit_cast<uint32_t>(y[c]), std::bit_cast<uint32_t>(want[c]))
+              << "C " << C << " pattern " << pattern << " low " << low << " column " << c;
+      }
     }
   }
 }

@@ -125,13 +125,19 @@ void masked_softmax_rows(float* scores, const int64_t query[kRows], const Attent
     key_index = _mm256_add_ps(key_index, _mm256_set1_ps(8.f));
   }
   for (int r = 0; r < kRows; ++r) shift[r] = _mm256_set1_ps(simd::max_lanes(m[r]));
-  for (int64_t j = 0; j < Tkp; j += 8)
-    for (int r = 0; r < kRows; ++r) {
-      float* row = scores + r * Tkp;
-      const __m256 e = simd::exp_or_zero(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift[r]));
-      _mm256_storeu_ps(row + j, e);
-      sum[r] = _mm256_add_ps(sum[r], e);
-    }
+  // Masked scores take exp_or_zero (the same bits, without exp's underflowing multiplications); a
+  // dropped query's row is all fill, which shifts to 0.
+  const auto exp_pass = [&]<__m256 (*Exp)(__m256)>() {
+    for (int64_t j = 0; j < Tkp; j += 8)
+      for (int r = 0; r < kRows; ++r) {
+        float* row = scores + r * Tkp;
+        const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift[r]));
+        _mm256_storeu_ps(row + j, e);
+        sum[r] = _mm256_add_ps(sum[r], e);
+      }
+  };
+  if (s.some_key_masked || mask.causal) exp_pass.template operator()<simd::exp_or_zero>();
+  else exp_pass.template operator()<simd::exp>();
   for (int r = 0; r < kRows; ++r) sum[r] = _mm256_set1_ps(1.f / simd::sum_lanes(sum[r]));
   for (int64_t j = 0; j < Tkp; j += 8)
     for (int r = 0; r < kRows; ++r) {
@@ -144,8 +150,10 @@ void masked_softmax_rows(float* scores, const int64_t query[kRows], const Attent
 void prepare_key_masks(const AttentionDims& d, const AttentionMask& mask, int64_t b, HeadScratch& s) {
   const int64_t Tkp = padded(d.Tk);
   const float all_bits = std::bit_cast<float>(int32_t{-1});
+  s.some_key_masked = false;
   for (int64_t j = 0; j < Tkp; ++j) {
     const bool kept = j < d.Tk && (!mask.key_keep || mask.key_keep[b * d.Tk + j] != 0);
+    s.some_key_masked |= !kept;
     s.keep[j] = kept ? all_bits : 0.f;
     s.in_range[j] = j < d.Tk ? all_bits : 0.f;
     s.fill[j] = j < d.Tk ? mask.fill : -std::numeric_limits<float>::infinity();

@@ -23,6 +23,7 @@ struct HeadScratch {
   std::vector<float> fill;      // per padded key: the mask's fill below Tk, -inf past it
   std::vector<float> scores;    // 3 x padded Tk: a tile's score rows, then its probabilities
   int64_t masks_of_row = -1;    // the batch row whose keep, in_range and fill these are (one call's)
+  bool some_key_masked = false;  // a padded or masked key among them (its scores' exp rounds to 0)
 };
 
 // One head (batch row b): q, k, v and out rows at the given strides (last dim contiguous); probs
