@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target in fuzz/ for a bounded time, one after another (one core).
+# Runs every libFuzzer target in fuzz/ for a bounded time, one target a core (QKV_FUZZ_JOBS at a time).
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [BUILD_DIR]      defaults: 60, build-fuzz
 #
@@ -67,30 +67,32 @@ prepare_corpus() {
   fi
 }
 
-failed=()
-for name in "${targets[@]}"; do
-  corpus="$scratch/corpus/$name"
+# Fuzzes target $1 and writes its report lines to $logs/$1.report; its exit status says whether it
+# failed (a finding, too few inputs, or seeds that could not be made).
+fuzz_target() {
+  local name=$1 corpus="$scratch/corpus/$1" report="$logs/$1.report"
+  : >"$report"
   if ! prepare_corpus "$name" "$corpus"; then
-    echo "fuzz $name: FAILED: its seeds could not be made; not run"
-    failed+=("$name")
-    continue
+    echo "fuzz $name: FAILED: its seeds could not be made; not run" >>"$report"
+    return 1
   fi
-  runs_var=QKV_FUZZ_RUNS_$name
+  local runs_var=QKV_FUZZ_RUNS_$name
   [[ -n ${!runs_var:-} ]] || runs_var=QKV_FUZZ_RUNS
-  runs=${!runs_var:-}
-  artifacts="$findings_root/$name"
-  rm -rf "$artifacts" && mkdir -p "$artifacts" "$scratch/tmp"
-  log="$logs/$name.log"
-  options=(-max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1
-           -artifact_prefix="$artifacts/")
+  local runs=${!runs_var:-}
+  local artifacts="$findings_root/$name"
+  rm -rf "$artifacts" && mkdir -p "$artifacts" "$scratch/tmp/$name"
+  local log="$logs/$name.log"
+  local options=(-max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1
+                 -artifact_prefix="$artifacts/")
   [[ -f fuzz/$name.dict ]] && options+=(-dict="fuzz/$name.dict")
   [[ -n ${QKV_FUZZ_SEED:-} ]] && options+=(-seed="$QKV_FUZZ_SEED")
   [[ -n $runs ]] && options+=(-runs="$runs")
   # QKV_FUZZ_KEEP_GOING=1: fuzz the whole time even after findings (one child process at a time,
   # each finding saved), to count them over a long run instead of stopping at the first.
   [[ ${QKV_FUZZ_KEEP_GOING:-0} == 1 ]] && options+=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+  local start rc elapsed executions
   start=$(date +%s)
-  OMP_NUM_THREADS=1 QKV_THREADS=1 QKV_FUZZ_SCRATCH="$scratch/tmp" \
+  OMP_NUM_THREADS=1 QKV_THREADS=1 QKV_FUZZ_SCRATCH="$scratch/tmp/$name" \
     "$build/fuzz/fuzz_$name" "${options[@]}" "$corpus" >"$log" 2>&1
   rc=$?
   elapsed=$(( $(date +%s) - start ))
@@ -98,26 +100,47 @@ for name in "${targets[@]}"; do
   if [[ -z $executions ]]; then  # a crash ends the run before the final stats; fork mode has none
     executions=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
   fi
-  reproducers=("$artifacts"/*)
+  local reproducers=("$artifacts"/*)
   [[ -e ${reproducers[0]} ]] || reproducers=()
-  count=${#reproducers[@]}
+  local count=${#reproducers[@]} status=0
   if (( rc != 0 && count == 0 )); then count=1; fi  # died without saving an input: still a finding
   executions=${executions:-0}
-  echo "fuzz $name: $executions executions in $elapsed s, $count findings"
-  if (( count == 0 )) && [[ -n $runs ]] && (( executions < runs )) && [[ ${QKV_FUZZ_KEEP_GOING:-0} != 1 ]]; then
-    echo "fuzz $name: FAILED: ran $executions of the $runs inputs asked ($runs_var) before the" \
-         "$seconds s cap stopped it; raise SECONDS_PER_TARGET or lower the runs"
-    failed+=("$name")
-  fi
-  if (( count > 0 )); then
-    failed+=("$name")
-    for r in "${reproducers[@]:0:10}"; do echo "  reproducer: $r (replay: $build/fuzz/fuzz_$name $r)"; done
-    (( count > 10 )) && echo "  ... and $((count - 10)) more in $artifacts/"
-    # What went wrong, each distinct line once with its count (fork mode repeats them).
-    grep -E 'SUMMARY: |runtime error|invariant failed|what\(\)|ERROR: libFuzzer' "$log" |
-      sed -E 's/==[0-9]+==//; s/0x[0-9a-f]+/0x.../g' | sort | uniq -c | sort -rn | head -8 | sed 's/^/  /'
-    echo "  log: $log"
-  fi
+  {
+    echo "fuzz $name: $executions executions in $elapsed s, $count findings"
+    if (( count == 0 )) && [[ -n $runs ]] && (( executions < runs )) && [[ ${QKV_FUZZ_KEEP_GOING:-0} != 1 ]]; then
+      echo "fuzz $name: FAILED: ran $executions of the $runs inputs asked ($runs_var) before the" \
+           "$seconds s cap stopped it; raise SECONDS_PER_TARGET or lower the runs"
+      status=1
+    fi
+    if (( count > 0 )); then
+      status=1
+      for r in "${reproducers[@]:0:10}"; do echo "  reproducer: $r (replay: $build/fuzz/fuzz_$name $r)"; done
+      (( count > 10 )) && echo "  ... and $((count - 10)) more in $artifacts/"
+      # What went wrong, each distinct line once with its count (fork mode repeats them).
+      grep -E 'SUMMARY: |runtime error|invariant failed|what\(\)|ERROR: libFuzzer' "$log" |
+        sed -E 's/==[0-9]+==//; s/0x[0-9a-f]+/0x.../g' | sort | uniq -c | sort -rn | head -8 | sed 's/^/  /'
+      echo "  log: $log"
+    fi
+  } >>"$report"
+  return $status
+}
+
+# QKV_FUZZ_JOBS targets at a time (default: one a core; each target is one process on one thread).
+# The reports come out in the targets' order.
+jobs=${QKV_FUZZ_JOBS:-$(nproc)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: QKV_FUZZ_JOBS=$jobs is not a positive integer" >&2; exit 2; }
+failed=()
+for (( first = 0; first < ${#targets[@]}; first += jobs )); do
+  batch=("${targets[@]:first:jobs}")
+  pids=()
+  for name in "${batch[@]}"; do
+    fuzz_target "$name" &
+    pids+=($!)
+  done
+  for i in "${!batch[@]}"; do
+    wait "${pids[$i]}" || failed+=("${batch[$i]}")
+    cat "$logs/${batch[$i]}.report"
+  done
 done
 if (( ${#failed[@]} > 0 )); then
   echo "fuzz: FAILED: ${failed[*]}"
