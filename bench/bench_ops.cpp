@@ -1,7 +1,8 @@
 // GFLOP/s of qkv's linear and attention ops (forward and backward) at seed 000's sizes
 // (d_model 512, d_ff 2048, 8 heads, batch 64 x length 100), next to plain OpenBLAS SGEMM of the
 // same shapes, printed as a fraction; then inference attention (the register tiles) at that size and
-// at MiniLM's, and the attention softmax's rows with and without masked scores. Usage: bench_ops [--threads N] [--reps R] [--batch B --len T]
+// at MiniLM's, and the attention softmax's rows with and without masked scores.
+// Usage: bench_ops [--threads N] [--reps R] [--batch B --len T]
 // (--batch and --len shrink the rows for a quick check, as CTest's smoke run does: bench.ops)
 #include <cblas.h>
 
