@@ -32,6 +32,8 @@ for var in QKV_FUZZ_RUNS "${targets[@]/#/QKV_FUZZ_RUNS_}"; do
   [[ -z ${!var:-} || ${!var} =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: $var=${!var} is not a positive integer" >&2; exit 2; }
 done
 [[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: SECONDS_PER_TARGET=$seconds is not a positive integer" >&2; exit 2; }
+jobs=${QKV_FUZZ_JOBS:-$(nproc)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: QKV_FUZZ_JOBS=$jobs is not a positive integer" >&2; exit 2; }
 
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$build" -DQKV_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null ||
@@ -125,10 +127,8 @@ fuzz_target() {
   return $status
 }
 
-# QKV_FUZZ_JOBS targets at a time (default: one a core; each target is one process on one thread).
-# The reports come out in the targets' order.
-jobs=${QKV_FUZZ_JOBS:-$(nproc)}
-[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: QKV_FUZZ_JOBS=$jobs is not a positive integer" >&2; exit 2; }
+# QKV_FUZZ_JOBS targets at a time (each is one process on one thread); the reports come out in the
+# targets' order.
 failed=()
 for (( first = 0; first < ${#targets[@]}; first += jobs )); do
   batch=("${targets[@]:first:jobs}")
