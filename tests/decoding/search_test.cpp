@@ -1,18 +1,24 @@
 // Decoding: greedy and beam search on a model trained on the copy task (lengths 5-10; the right answer is
 // the source), and their invariants: a beam of 1 equals greedy; decoding with and without the
 // key/value cache gives the same tokens and scores; the score of an n-best hypothesis equals what
-// `qkv score` (train::score) computes for the pair.
+// `qkv score` (train::score) computes for the pair. The trained model is shared between the test
+// processes through a checkpoint beside the binary (SearchTest::trained).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <limits>
 #include <random>
 #include <string>
+#include <system_error>
 
 #include "qkv/data/synthetic.h"
 #include "qkv/decoding/search.h"
+#include "qkv/models/checkpoint.h"
 #include "qkv/train/step.h"
 
 namespace qkv {
@@ -41,24 +47,70 @@ class SearchTest : public ::testing::Test {
     c.dropout = 0.f;
     return c;
   }
-  // Trained on first use only: ctest runs each test in its own process, and the 1000 steps are most
-  // of a test's time (half a minute under the sanitizers), so tests that need no trained model skip them.
+  // Trained on first use only, and shared through a checkpoint beside the test binary: ctest runs
+  // each test in its own process, and the 1000 steps are most of a test's time (about a minute under
+  // the sanitizers). The checkpoint's name carries the binary's size and time, so a rebuilt binary
+  // trains again; two processes that train at once both do, and the first to finish is kept.
   static const models::Transformer& trained() {
     static const std::unique_ptr<models::Transformer> model = [] {
-      auto m = std::make_unique<models::Transformer>(config(), 0);
-      m->train();
-      train::Adam opt(m->named_parameters(), train::AdamOptions{2e-3, 0.9, 0.98, 1e-9, 0.0});
-      // 600 steps at 2e-3, then 400 at 3e-4: the annealing makes the copy (and where to stop) exact
-      // regardless of the build's float summation order.
-      for (int step = 0; step < 1000; ++step) {
-        if (step == 600) opt.set_lr(3e-4);
-        const data::SyntheticBatch b = data::synthetic_batch("copy", 32, 10, 16, 0, step);
-        train::train_step(*m, opt, b.src, b.tgt);
+      const std::filesystem::path cache = shared_checkpoint_path();
+      bool unreadable = false;
+      if (std::filesystem::exists(cache)) {
+        try {
+          auto m = models::load_seq2seq(cache.string());
+          m->eval();
+          return m;
+        } catch (const std::exception&) {  // train, and replace it below
+          unreadable = true;
+        }
       }
-      m->eval();
+      auto m = train_copy_model();
+      const std::filesystem::path own = cache.string() + ".tmp-" + std::to_string(::getpid());
+      try {
+        models::save_model(own.string(), *m);
+        if (unreadable) std::filesystem::remove_all(cache);
+        std::filesystem::rename(own, cache);  // fails where another process has written it since
+        remove_older_checkpoints(cache);
+      } catch (const std::exception&) {
+      }
+      std::error_code ignored;
+      std::filesystem::remove_all(own, ignored);
       return m;
     }();
     return *model;
+  }
+
+  static std::unique_ptr<models::Transformer> train_copy_model() {
+    auto m = std::make_unique<models::Transformer>(config(), 0);
+    m->train();
+    train::Adam opt(m->named_parameters(), train::AdamOptions{2e-3, 0.9, 0.98, 1e-9, 0.0});
+    // 600 steps at 2e-3, then 400 at 3e-4: the annealing makes the copy (and where to stop) exact
+    // regardless of the build's float summation order.
+    for (int step = 0; step < 1000; ++step) {
+      if (step == 600) opt.set_lr(3e-4);
+      const data::SyntheticBatch b = data::synthetic_batch("copy", 32, 10, 16, 0, step);
+      train::train_step(*m, opt, b.src, b.tgt);
+    }
+    m->eval();
+    return m;
+  }
+
+  static constexpr const char* kCheckpointPrefix = "search_test_copy_model-";
+
+  static std::filesystem::path shared_checkpoint_path() {
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe");
+    const auto stamp = static_cast<uint64_t>(std::filesystem::last_write_time(exe).time_since_epoch().count());
+    return exe.parent_path() /
+           (kCheckpointPrefix + std::to_string(std::filesystem::file_size(exe)) + "-" + std::to_string(stamp));
+  }
+
+  // Those of earlier builds of the binary (not another process's work in progress, *.tmp-PID).
+  static void remove_older_checkpoints(const std::filesystem::path& current) {
+    for (const auto& entry : std::filesystem::directory_iterator(current.parent_path())) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(kCheckpointPrefix) && name.find(".tmp-") == std::string::npos && entry.path() != current)
+        std::filesystem::remove_all(entry.path());
+    }
   }
 
   static std::vector<data::IdLine> sources() {
