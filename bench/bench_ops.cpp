@@ -53,11 +53,13 @@ void bench_linear(const char* name, int64_t B, int64_t T, int64_t K, int64_t N, 
               2 * t_gemm / t_bwd);
 }
 
+// q, k or v as split-head views (B, H, T, dk) of a (B, T, H * dk) projection, as in the model.
+Tensor random_heads(int64_t B, int64_t T, int64_t H, int64_t dk, uint64_t seed) {
+  return randn(Dims{B, T, H * dk}, seed).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+}
+
 void bench_attention(const char* name, int64_t B, int64_t H, int64_t T, int64_t dk, bool causal, int reps) {
-  // q, k, v as split-head views of (B, T, D) projections, as in the model.
-  Tensor q = randn(Dims{B, T, H * dk}, 7).reshape(Dims{B, T, H, dk}).transpose(1, 2);
-  Tensor k = randn(Dims{B, T, H * dk}, 8).reshape(Dims{B, T, H, dk}).transpose(1, 2);
-  Tensor v = randn(Dims{B, T, H * dk}, 9).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  Tensor q = random_heads(B, T, H, dk, 7), k = random_heads(B, T, H, dk, 8), v = random_heads(B, T, H, dk, 9);
   ops::AttentionMasks masks;
   masks.causal = causal;
   Tensor probs;
@@ -85,12 +87,11 @@ void bench_attention(const char* name, int64_t B, int64_t H, int64_t T, int64_t 
               name, flops / t_fwd * 1e-9, 2 * flops / t_bwd * 1e-9, flops / t_gemm * 1e-9, t_gemm / t_fwd,
               2 * t_gemm / t_bwd);
 }
+
 // Inference attention (no softmax kept, no backward): the register tiles of kernels/attention_tiles.h
 // for heads of at most 128 keys, the rest of the sequence's keys masked as padding would be.
 void bench_attention_inference(const char* name, int64_t B, int64_t H, int64_t T, int64_t dk, int reps) {
-  Tensor q = randn(Dims{B, T, H * dk}, 7).reshape(Dims{B, T, H, dk}).transpose(1, 2);
-  Tensor k = randn(Dims{B, T, H * dk}, 8).reshape(Dims{B, T, H, dk}).transpose(1, 2);
-  Tensor v = randn(Dims{B, T, H * dk}, 9).reshape(Dims{B, T, H, dk}).transpose(1, 2);
+  Tensor q = random_heads(B, T, H, dk, 7), k = random_heads(B, T, H, dk, 8), v = random_heads(B, T, H, dk, 9);
   // Each batch row keeps a different number of keys (T down to T / 2), as sorted sentences do.
   Tensor key_keep = Tensor::zeros(Dims{B, T}, DType::I32);
   for (int64_t b = 0; b < B; ++b)
@@ -105,6 +106,7 @@ void bench_attention_inference(const char* name, int64_t B, int64_t H, int64_t T
               static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
               static_cast<long long>(dk));
 }
+
 // kernels::softmax_row (the attention softmax) on rows of C scores, none masked and the last half
 // masked (masked_fill's -1e9, as padding leaves them; 36 is the Bible's length, whose last 4 scores
 // take the scalar tail): ns per score. A masked score's exp rounds to zero; computed, it underflows,

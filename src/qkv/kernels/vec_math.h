@@ -109,8 +109,9 @@ inline __m256 exp(__m256 x) { return exp_parts(x).value(); }
 // scores: -1e9 minus the row's maximum). exp(x) rounds to +0 for every x < -104 (exp(-103.97) is
 // half the smallest subnormal), and those lanes take exp(0) and are then cleared: a multiplication
 // whose result underflows takes a slow path on the CPUs measured, and every masked key paid it.
+inline constexpr float kExpIsZeroBelow = -104.f;  // exp(x) rounds to +0 for every float x below it
 inline __m256 exp_or_zero(__m256 x) {
-  const __m256 below = _mm256_cmp_ps(x, splat(-104.f), _CMP_LT_OQ);
+  const __m256 below = _mm256_cmp_ps(x, splat(kExpIsZeroBelow), _CMP_LT_OQ);
   return _mm256_andnot_ps(below, exp(_mm256_andnot_ps(below, x)));
 }
 
