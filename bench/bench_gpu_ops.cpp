@@ -138,6 +138,30 @@ void linear_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows
   }
 }
 
+// Inference's products with a prepared weight in each GPU form (--compute-type float32, bf16, int8),
+// at a decoding step's rows (beam 4 x batch 32) and at a whole batch's: the feed-forward's first
+// layer and the output layer. int8 there is the CPU's arithmetic (kernels/cuda/int8_gemm.cu): the
+// activations quantized by a kernel of qkv's, int32 sums by cuBLAS, then dequantized.
+void inference_weight_rows(const Args& a) {
+  struct Shape {
+    const char* name;
+    int64_t in, out;
+  };
+  const Shape shapes[] = {{"ffn up", a.d_model, 4 * a.d_model}, {"output layer", a.d_model, a.vocab}};
+  for (int64_t M : {int64_t{128}, a.batch * a.block})
+    for (const Shape& s : shapes) {
+      const Tensor x = random_on_gpu(Dims{M, s.in}, 5), w = random_on_gpu(Dims{s.out, s.in}, 6, 0.05f);
+      const double ops_per_call = 2.0 * M * s.in * s.out;
+      std::printf("inference %s, %lld rows:", s.name, static_cast<long long>(M));
+      for (DType dtype : {DType::F32, DType::BF16, DType::I8}) {
+        const ops::LinearWeight lw = ops::prepare_linear_weight(w, dtype);
+        const double t = gpu_seconds(a.reps, [&] { (void)ops::linear_forward(x, lw, Tensor()); });
+        std::printf("  %s %.3f ms (%.0f T op/s)", dtype_name(dtype), t * 1e3, ops_per_call / t * 1e-12);
+      }
+      std::printf("\n");
+    }
+}
+
 // Attention's forward and backward in `precision`: float32 flash kernels, or in bf16 precision their
 // tensor-core form (kernels/cuda/flash_attention_bf16.cu).
 void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows) {
@@ -321,6 +345,7 @@ int main(int argc, char** argv) {
     rows.insert(rows.end(), common.begin(), common.end());
     print_rows(rows, ops::precision_name(p));
   }
+  inference_weight_rows(a);
   torch_attention(a);
   return 0;
 }

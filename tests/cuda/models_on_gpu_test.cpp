@@ -4,7 +4,7 @@
 // of every step agree within 1e-4 (relative), and the first step's gradients within 1e-4 of each
 // parameter's largest gradient. Then inference: translations (greedy and beam), generations and
 // sentence embeddings of a trained model on the GPU are the CPU's, and a checkpoint written from
-// the GPU is the CPU's file.
+// the GPU is the CPU's file; int8 inference on the GPU is the CPU's int8.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -232,6 +232,38 @@ TEST(ModelsOnGpu, TranslationsGenerationsAndEmbeddingsAreTheCpus) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << "embedding element " << i;
   }
+}
+
+// int8 inference (--compute-type int8) on the GPU: the products are the CPU's int8 bits
+// (OpsOnGpu.Int8WeightsGiveTheCpusBits), the rest of the model the GPU's float32 kernels, so
+// translations (greedy and beam) and generations are the CPU's int8 ones, and scores agree closely.
+TEST(ModelsOnGpu, Int8InferenceIsTheCpus) {
+  ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
+  const std::vector<Family> fs = families();
+  for (const Family& f : {fs[0], fs[3]}) {
+    const auto [cpu, gpu] = trained_pair<models::Transformer>(f);
+    cpu->set_compute_type(nn::ComputeType::Int8);
+    gpu->set_compute_type(nn::ComputeType::Int8);
+    const std::vector<data::IdLine> sources = rows_of(f.batch.src, 9);
+    for (int beam : {1, 4}) {
+      decoding::SearchOptions so;
+      so.beam_size = beam;
+      const auto a = decoding::search_in_batches(*cpu, sources, so, 4), b = decoding::search_in_batches(*gpu, sources, so, 4);
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << f.name << " int8, beam " << beam << ", sentence " << i;
+        EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << f.name << " int8, beam " << beam;
+      }
+    }
+  }
+  const auto [cpu, gpu] = trained_pair<models::CausalLM>(fs[1]);
+  cpu->set_compute_type(nn::ComputeType::Int8);
+  gpu->set_compute_type(nn::ComputeType::Int8);
+  decoding::GenerateOptions go;
+  go.max_new_tokens = 8;
+  go.stop_at_eos = false;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}};
+  EXPECT_EQ(decoding::generate(*cpu, prompts, {}, go), decoding::generate(*gpu, prompts, {}, go));
 }
 
 // Continuous batching (the server's completions) on the GPU: sequences that join a running batch at

@@ -202,7 +202,39 @@ TEST_F(OpsOnGpu, LinearWeightsOfEveryGpuForm) {
   EXPECT_EQ(bf16.weight.dtype(), DType::BF16);
   expect_close(linear_forward(x, prepare_linear_weight(w, DType::BF16), b), linear_forward(gpu(x), bf16, gpu(b)),
                "bf16 weight");
-  EXPECT_THROW((void)prepare_linear_weight(gpu(w), DType::I8), Error) << "int8 on a GPU is not built yet";
+  EXPECT_THROW((void)prepare_linear_weight(gpu(w), DType::I32), Error) << "no i32 form of a weight";
+}
+
+// int8 on the GPU is the CPU's arithmetic step for step (quantization, exact int32 sums, one fused
+// multiply-add), so its products are the CPU's bits: K and N that are not multiples of 4, one row,
+// a row of zeros and one of denormals (scale 0: the outputs are the bias), a weight channel of zeros.
+TEST_F(OpsOnGpu, Int8WeightsGiveTheCpusBits) {
+  struct Shape {
+    int64_t M, K, N;
+  };
+  for (const Shape s : {Shape{9, 64, 48}, Shape{1, 61, 37}, Shape{130, 512, 1003}, Shape{7, 3, 5}}) {
+    const std::string name = "int8 " + std::to_string(s.M) + " x " + std::to_string(s.K) + " x " + std::to_string(s.N);
+    Tensor x = random_tensor(Dims{s.M, s.K}, 40, 3.f), w = random_tensor(Dims{s.N, s.K}, 41, 0.3f);
+    const Tensor b = random_tensor(Dims{s.N}, 42);
+    if (s.M > 2) {
+      for (int64_t k = 0; k < s.K; ++k) x.f32()[k] = 0.f;
+      for (int64_t k = 0; k < s.K; ++k) x.f32()[s.K + k] = 1e-39f * static_cast<float>(k % 3);
+    }
+    for (int64_t k = 0; k < s.K; ++k) w.f32()[(s.N / 2) * s.K + k] = 0.f;
+    const LinearWeight on_cpu = prepare_linear_weight(w, DType::I8), on_gpu = prepare_linear_weight(gpu(w), DType::I8);
+    EXPECT_EQ(on_gpu.weight.dtype(), DType::I8);
+    EXPECT_EQ(on_gpu.weight.device(), kGpu);
+    EXPECT_EQ(on_gpu.weight.shape(), w.shape());
+    expect_equal(linear_forward(x, on_cpu, b), linear_forward(gpu(x), on_gpu, gpu(b)), name);
+    expect_equal(linear_forward(x, on_cpu, Tensor()), linear_forward(gpu(x), on_gpu, Tensor()), name + ", no bias");
+    // ReLU's rows as the CPU quantizes them are the two ops apart (ops.h).
+    expect_equal(activation_linear_forward(x, Activation::ReLU, on_cpu, b),
+                 activation_linear_forward(gpu(x), Activation::ReLU, on_gpu, gpu(b)), name + " after ReLU");
+    const std::vector<Tensor> many_cpu = linear_forward_many(x, {&on_cpu, &on_cpu}, {b, Tensor()});
+    const std::vector<Tensor> many_gpu = linear_forward_many(gpu(x), {&on_gpu, &on_gpu}, {gpu(b), Tensor()});
+    ASSERT_EQ(many_gpu.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) expect_equal(many_cpu[i], many_gpu[i], name + ", one of several");
+  }
 }
 
 TEST_F(OpsOnGpu, Embedding) {

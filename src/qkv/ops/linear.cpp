@@ -95,6 +95,28 @@ Tensor linear_forward_bf16_cuda(const Tensor& x_in, const Tensor& W, const Tenso
   return y;
 }
 
+// An I8 weight on a GPU (prepare_linear_weight's padded rows and scales): kernels::cuda::gemm_int8,
+// the CPU's int8 arithmetic and bits.
+Tensor linear_forward_int8_cuda(const Tensor& x_in, const LinearWeight& w, const Tensor& b) {
+  const int64_t K = w.in_features(), N = w.out_features();
+  QKV_CHECK(w.scale.defined() && w.scale.dtype() == DType::F32 && w.scale.device() == w.weight.device() &&
+                w.scale.numel() == kernels::cuda::int8_weight_rows(N),
+            "linear: an i8 weight on " << w.weight.device().name() << " needs its f32 scales there, got "
+                                       << w.scale.describe());
+  const Tensor x = x_in.contiguous();
+  const int64_t M = x.numel() / std::max<int64_t>(K, 1);
+  Dims shape = x.shape();
+  shape[shape.size() - 1] = N;
+  Tensor y = empty_like_device(shape, x);
+  const Tensor bias = b.defined() ? b.contiguous() : Tensor();
+  if constexpr (cuda::kBuilt) {
+    on_cuda(x);
+    kernels::cuda::gemm_int8(M, N, K, x.f32(), w.weight.data<int8_t>(), w.scale.f32(),
+                             bias.defined() ? bias.f32() : nullptr, y.f32());
+  }
+  return y;
+}
+
 // The output of x @ W^T for W of N outputs: x's shape with its last dim N.
 Tensor linear_output(const Tensor& x, int64_t N) {
   Dims shape = x.shape();
@@ -150,6 +172,7 @@ Tensor linear_forward(const Tensor& x_in, const LinearWeight& w, const Tensor& b
   check_linear_shapes(x_in, W, b);
   check_same_device("linear", {&x_in, &W, &b});
   if (W.dtype() == DType::BF16 && W.device().is_cuda()) return linear_forward_bf16_cuda(x_in, W, b);
+  if (W.dtype() == DType::I8 && W.device().is_cuda()) return linear_forward_int8_cuda(x_in, w, b);
   if (W.dtype() == DType::BF16 && W.layout() == Layout::Strided)  // the reference path (ops.h): bf16 products
     return linear_forward(x_in, W.to(DType::F32), b, Precision::BF16);
   return packed_linear_forward(x_in, w, b, nullptr);

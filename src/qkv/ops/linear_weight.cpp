@@ -1,8 +1,11 @@
 // Linear weights prepared for inference (ops.h: LinearWeight): one form per dtype; the products
 // with them are linear_forward's cases (linear.cpp).
 #include <algorithm>
+#include <vector>
 
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/kernels/bf16_gemm.h"
+#include "qkv/kernels/cuda/kernels.h"
 #include "qkv/kernels/int8_gemm.h"
 #include "qkv/kernels/int8_gemm_isa.h"
 #include "qkv/kernels/packed_gemm.h"
@@ -10,6 +13,35 @@
 #include "qkv/ops/ops.h"
 
 namespace qkv::ops {
+namespace {
+
+void check_int8_in_features(int64_t in) {
+  QKV_CHECK(in <= kernels::QuantizedWeights::kMaxInFeatures,
+            "int8 weights of " << in << " input features: the int32 sums could overflow past "
+                               << kernels::QuantizedWeights::kMaxInFeatures);
+}
+
+// w (out, in) f32 on a GPU in kernels::cuda::gemm_int8's form: each output channel quantized on the
+// host by kernels::quantize_row, the CPU's rule, into zero-padded rows, then copied to w's device.
+// The tensor keeps w's logical shape (Layout::Packed: its storage is the padded rows).
+LinearWeight int8_weight_on_gpu(const Tensor& w) {
+  const int64_t out = w.size(0), in = w.size(1);
+  check_int8_in_features(in);
+  const int64_t ld = kernels::cuda::int8_weight_ld(in), rows = kernels::cuda::int8_weight_rows(out);
+  const Tensor host = w.to(Device::cpu());
+  std::vector<int8_t> quantized(static_cast<size_t>(rows * ld), 0);
+  Tensor scales = Tensor::zeros(Dims{rows});
+#pragma omp parallel for schedule(static) if (out * in > (int64_t{1} << 16))
+  for (int64_t o = 0; o < out; ++o)
+    scales.f32()[o] = kernels::quantize_row(host.f32() + o * in, in, quantized.data() + o * ld);
+  LinearWeight lw;
+  lw.weight = Tensor::empty_packed(w.shape(), DType::I8, rows * ld, w.device());
+  cuda::copy(lw.weight.data<int8_t>(), w.device(), quantized.data(), Device::cpu(), quantized.size());
+  lw.scale = scales.to(w.device());
+  return lw;
+}
+
+}  // namespace
 
 LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
   QKV_CHECK(w_in.dim() == 2 && w_in.dtype() == DType::F32 && w_in.layout() == Layout::Strided,
@@ -18,10 +50,11 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
   const int64_t out = w.size(0), in = w.size(1);
   LinearWeight lw;
   if (w.device().is_cuda()) {  // cuBLAS reads row-major weights: float32 as they are (shared, not copied:
-                               // GPU memory is scarcer), bf16 rounded
-    QKV_CHECK(dtype == DType::F32 || dtype == DType::BF16,
+                               // GPU memory is scarcer), bf16 rounded, int8 quantized as on the CPU
+    QKV_CHECK(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::I8,
               "prepare_linear_weight: no " << dtype_name(dtype) << " weights on " << w.device().name()
-                                           << " yet (float32 and bf16 are)");
+                                           << " (float32, bf16 and int8 are)");
+    if (dtype == DType::I8) return int8_weight_on_gpu(w);
     lw.weight = dtype == DType::F32 ? w : w.to(DType::BF16);
     return lw;
   }
@@ -31,9 +64,7 @@ LinearWeight prepare_linear_weight(const Tensor& w_in, DType dtype) {
       kernels::pack_weights_into(w.f32(), out, in, lw.weight.f32());
       break;
     case DType::I8:
-      QKV_CHECK(in <= kernels::QuantizedWeights::kMaxInFeatures,
-                "int8 weights of " << in << " input features: the int32 sums could overflow past "
-                                   << kernels::QuantizedWeights::kMaxInFeatures);
+      check_int8_in_features(in);
       lw.weight = Tensor::empty_packed(w.shape(), DType::I8, kernels::QuantizedWeights::storage_bytes(out, in));
       lw.scale = Tensor::empty(Dims{kernels::QuantizedWeights::scale_count(out)});
       kernels::quantize_weights_into(w.f32(), out, in, lw.weight.data<int8_t>(), lw.scale.f32());

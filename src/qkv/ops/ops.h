@@ -51,6 +51,9 @@ Tensor saved_for_backward(const Tensor& x, Precision precision);
 //   the weight rounded to bfloat16, which the reference path widens, with the input rounded to bf16,
 //   to float32 and multiplies in float32 (the same products), one matrix at a time.
 // - F32 row-major: the weight itself (BLAS), as linear_forward(x, w, b).
+// On a GPU: F32 the weight itself, BF16 row-major rounded, and I8 quantized as on the CPU into
+// zero-padded rows (Layout::Packed; kernels/cuda/kernels.h: int8_weight_rows, int8_weight_ld) with
+// `scale` beside it on the GPU: its products give the CPU's int8 bits (kernels::cuda::gemm_int8).
 struct LinearWeight {
   Tensor weight;
   Tensor scale;

@@ -1,6 +1,8 @@
 // What the CUDA kernel files share: stream-ordered scratch memory and block-wide reductions.
 #pragma once
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "qkv/core/cuda_check.h"
 
@@ -30,6 +32,20 @@ class Scratch {
   void* p_ = nullptr;
   cudaStream_t stream_;
 };
+
+// Row kernels give each row of a matrix to blockDim.x threads (blockDim.y rows a block,
+// grid-stride over them), so that a row's place costs one division, not one per element (a
+// 64-bit division is dozens of instructions on a GPU), and the columns are read coalesced.
+struct RowGrid {
+  dim3 grid, block;
+};
+inline RowGrid row_grid(int64_t total_rows, int64_t cols) {
+  unsigned x = 32;  // threads along a row: up to 128, fewer for narrow rows (an attention head's 64)
+  while (x < 128 && 2 * int64_t{x} < cols) x *= 2;
+  const unsigned y = 256 / x;
+  const int64_t blocks = (total_rows + y - 1) / y;
+  return {dim3(static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 20))), dim3(x, y)};
+}
 
 struct Sum {
   template <class T>

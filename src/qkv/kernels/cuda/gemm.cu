@@ -1,7 +1,6 @@
 // Matrix products through cuBLAS: qkv's tensors are row-major, cuBLAS's column-major, so a
 // row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: the operands swap
 // places and keep their transpose flags.
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <array>
@@ -12,10 +11,11 @@
 #include "qkv/core/cuda_check.h"
 #include "qkv/core/device.h"
 #include "qkv/kernels/cuda/common.cuh"
+#include "qkv/kernels/cuda/cublas.cuh"
 #include "qkv/kernels/cuda/kernels.h"
 
 namespace qkv::kernels::cuda {
-namespace {
+namespace detail {
 
 const char* cublas_status_name(cublasStatus_t s) {
   switch (s) {
@@ -29,16 +29,8 @@ const char* cublas_status_name(cublasStatus_t s) {
   }
 }
 
-#define QKV_CUBLAS_CHECK(call)                                                                               \
-  do {                                                                                                       \
-    const cublasStatus_t qkv_cublas_status_ = (call);                                                        \
-    QKV_CHECK(qkv_cublas_status_ == CUBLAS_STATUS_SUCCESS,                                                   \
-              "cuBLAS: " << #call << " failed: " << cublas_status_name(qkv_cublas_status_) << " (status "    \
-                         << static_cast<int>(qkv_cublas_status_) << ")");                                    \
-  } while (0)
-
 // One handle per device, bound to the device's stream, created on first use.
-cublasHandle_t handle() {
+cublasHandle_t cublas_handle() {
   static std::array<cublasHandle_t, kMaxDevicesPerType> handles{};
   static std::mutex mutex;
   int device = 0;
@@ -57,22 +49,16 @@ cublasHandle_t handle() {
   return h;
 }
 
+}  // namespace detail
+
+namespace {
+
+using detail::cublas_handle;
+using detail::row_grid;
+using detail::RowGrid;
+
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 int i32(int64_t v) { return static_cast<int>(v); }
-
-// The row kernels below give each row of a matrix to blockDim.x threads (blockDim.y rows a block,
-// grid-stride over them), so that a row's place costs one division, not one per element (a
-// 64-bit division is dozens of instructions on a GPU), and the columns are read coalesced.
-struct RowGrid {
-  dim3 grid, block;
-};
-RowGrid row_grid(int64_t total_rows, int64_t cols) {
-  unsigned x = 32;  // threads along a row: up to 128, fewer for narrow rows (an attention head's 64)
-  while (x < 128 && 2 * int64_t{x} < cols) x *= 2;
-  const unsigned y = 256 / x;
-  const int64_t blocks = (total_rows + y - 1) / y;
-  return {dim3(static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 20))), dim3(x, y)};
-}
 
 // C's rows (M x N, leading dimension ldc) = bias.
 __global__ void broadcast_bias_kernel(float* C, const float* bias, int64_t M, int64_t N, int64_t ldc) {
@@ -189,7 +175,7 @@ class AlignedOutput {
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  QKV_CUBLAS_CHECK(cublasSgemm(handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, B, i32(ldb), A,
+  QKV_CUBLAS_CHECK(cublasSgemm(cublas_handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, B, i32(ldb), A,
                                i32(lda), &beta, C, i32(ldc)));
 }
 
@@ -206,7 +192,7 @@ void sgemm_batched(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
                    int64_t lda, int64_t stride_a, const float* B, int64_t ldb, int64_t stride_b, float beta, float* C,
                    int64_t ldc, int64_t stride_c, int64_t batch) {
   if (M == 0 || N == 0 || batch == 0) return;
-  QKV_CUBLAS_CHECK(cublasSgemmStridedBatched(handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, B,
+  QKV_CUBLAS_CHECK(cublasSgemmStridedBatched(cublas_handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, B,
                                              i32(ldb), stride_b, A, i32(lda), stride_a, &beta, C, i32(ldc), stride_c,
                                              i32(batch)));
 }
@@ -225,7 +211,7 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
     beta = 1.f;
   }
   QKV_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, b.memory.as<uint16_t>(), CUDA_R_16BF,
+      cublas_handle(), op(trans_b), op(trans_a), i32(N), i32(M), i32(K), &alpha, b.memory.as<uint16_t>(), CUDA_R_16BF,
       i32(b.ld), b.area, a.memory.as<uint16_t>(), CUDA_R_16BF, i32(a.ld), a.area, &beta, c.data, CUDA_R_32F,
       i32(c.ld), c.stride, i32(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   c.finish();
@@ -241,7 +227,7 @@ void gemm_bf16_nt(int64_t M, int64_t N, int64_t K, const bfloat16* X, const bflo
   if (bias) broadcast_bias(c.data, bias, M, N, c.ld, stream);
   const float alpha = 1.f, beta = bias ? 1.f : 0.f;
   // Column-major C^T (N, M) = W (N, K) @ X^T: W's rows are columns of the (K, N) column-major W^T.
-  QKV_CUBLAS_CHECK(cublasGemmEx(handle(), CUBLAS_OP_T, CUBLAS_OP_N, i32(N), i32(M), i32(K), &alpha, W, CUDA_R_16BF,
+  QKV_CUBLAS_CHECK(cublasGemmEx(cublas_handle(), CUBLAS_OP_T, CUBLAS_OP_N, i32(N), i32(M), i32(K), &alpha, W, CUDA_R_16BF,
                                 i32(K), X, CUDA_R_16BF, i32(K), &beta, c.data, CUDA_R_32F, i32(c.ld),
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   c.finish();

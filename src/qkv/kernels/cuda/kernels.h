@@ -40,6 +40,20 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
 void gemm_bf16_nt(int64_t M, int64_t N, int64_t K, const bfloat16* X, const bfloat16* W, const float* bias,
                   float* C);
 
+// ---- int8 products (kernels/int8_gemm.h's scheme; int8_gemm.cu) ------------------------------
+// An int8 weight on a GPU (ops::prepare_linear_weight): row-major (int8_weight_rows(out),
+// int8_weight_ld(in)) int8, quantized per output channel as on the CPU, zeros past `in` and past
+// `out` (cuBLAS's int8 products ask for dimensions that are multiples of 4), and int8_weight_rows(out)
+// float scales (0 past `out`).
+constexpr int64_t int8_weight_ld(int64_t in_features) { return (in_features + 3) / 4 * 4; }
+constexpr int64_t int8_weight_rows(int64_t out_features) { return (out_features + 3) / 4 * 4; }
+// C (M, N) = dequantized(quantize(X) @ Wq^T) + bias with kernels::gemm_int8's arithmetic, so its
+// bits: X (M, K) f32 quantized per row (scale max|x| / 127, round-half-even of x * 127 / max|x|),
+// the products summed exactly in int32 (cuBLAS), C = float(sum) * (x_scale * w_scale) + bias in one
+// fused multiply-add. Wq and w_scales in the form above; bias N floats or null; C (M, N) f32.
+void gemm_int8(int64_t M, int64_t N, int64_t K, const float* X, const int8_t* Wq, const float* w_scales,
+               const float* bias, float* C);
+
 // ---- elementwise (kernels/elementwise.h) --------------------------------------------------------
 void add(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* acc, const float* x, int64_t n);
