@@ -706,6 +706,49 @@ TEST_F(OpsOnGpu, MappedAttentionReadsTheRowsTheMapNames) {
                attention_forward_mapped(gpu(q), gpu(k), gpu(v), gpu(key_rows), {}, nullptr), "mapped attention");
 }
 
+// The multi-tensor Adam: more tensors than one launch takes (36), one tensor longer than one launch's
+// chunks (256 x 65,536 elements), a tensor of one element; AdamW's decay on some of them. Each
+// element goes through the single-tensor kernel's code, so the bits are those of one call a tensor;
+// the CPU's steps agree within the suite's tolerance.
+TEST_F(OpsOnGpu, AdamOnManyTensorsIsOneCallATensor) {
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 40; ++i) sizes.push_back(1 + 997 * i);
+  sizes.push_back((int64_t{1} << 16) * 300 + 5);
+  const AdamScalars s{0.9f, 0.1f, 0.999f, 0.001f, 1e-3f, 0.0316f, 1e-8f, 0.f};
+  std::vector<Tensor> cpu_p, one_p, many_p, cpu_m, one_m, many_m, cpu_v, one_v, many_v, grads;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Tensor p = random_tensor(Dims{sizes[i]}, 50 + static_cast<uint32_t>(i));
+    grads.push_back(random_tensor(Dims{sizes[i]}, 150 + static_cast<uint32_t>(i), 0.01f));
+    cpu_p.push_back(p.clone());
+    one_p.push_back(gpu(p));
+    many_p.push_back(gpu(p));
+    for (auto* m : {&cpu_m, &cpu_v}) m->push_back(Tensor::zeros(Dims{sizes[i]}));
+    for (auto* m : {&one_m, &one_v, &many_m, &many_v}) m->push_back(Tensor::zeros(Dims{sizes[i]}, DType::F32, kGpu));
+  }
+  std::vector<Tensor> gpu_grads;
+  for (const Tensor& g : grads) gpu_grads.push_back(gpu(g));
+  for (int step = 0; step < 2; ++step) {
+    std::vector<AdamTensors> all;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      AdamScalars own = s;
+      own.param_scale = i % 3 == 0 ? 0.999f : 1.f;
+      adam_step(cpu_p[i], grads[i], cpu_m[i], cpu_v[i], own);
+      adam_step(one_p[i], gpu_grads[i], one_m[i], one_v[i], own);
+      all.push_back({&many_p[i], &gpu_grads[i], &many_m[i], &many_v[i], own.param_scale});
+    }
+    adam_step_many(all, s);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::string what = "tensor " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " elements";
+    EXPECT_EQ(one_p[i].to_vector(), many_p[i].to_vector()) << what;
+    EXPECT_EQ(one_v[i].to_vector(), many_v[i].to_vector()) << what;
+    if (i % 8 == 0 || i + 1 == sizes.size()) {
+      expect_close(cpu_p[i], many_p[i], "adam param, " + what);
+      expect_close(cpu_m[i], many_m[i], "adam first moment, " + what);
+    }
+  }
+}
+
 TEST_F(OpsOnGpu, OptimizerAndInPlaceUpdates) {
   const Tensor p0 = random_tensor(Dims{1000}, 40), g0 = random_tensor(Dims{1000}, 41);
   Tensor p = p0.clone(), m = Tensor::zeros(Dims{1000}), v = Tensor::zeros(Dims{1000});

@@ -1,6 +1,9 @@
 // In-place updates on whole tensors: the optimizer step, gradient scaling and accumulation, the
 // squared norm, and decoding's log-softmax of each row.
+#include <vector>
+
 #include "qkv/kernels/adam.h"
+#include "qkv/kernels/cuda/kernels.h"
 #include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/log_softmax.h"
 #include "qkv/ops/dispatch.h"
@@ -16,19 +19,47 @@ void check_f32_contiguous(const Tensor& t, const char* op, const char* what) {
 void check_same_shape(const Tensor& a, const Tensor& b, const char* op) {
   QKV_CHECK(a.shape() == b.shape(), op << ": shapes " << a.shape() << " and " << b.shape() << " differ");
 }
-}  // namespace
 
-void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamScalars& s) {
+void check_adam_tensors(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq) {
   for (const auto& [t, what] : {std::pair<const Tensor*, const char*>{&param, "param"}, {&grad, "grad"},
                                 {&exp_avg, "exp_avg"}, {&exp_avg_sq, "exp_avg_sq"}}) {
     check_f32_contiguous(*t, "adam_step", what);
     check_same_shape(*t, param, "adam_step");
   }
   check_same_device("adam_step", {&param, &grad, &exp_avg, &exp_avg_sq});
-  const kernels::AdamScalars k{s.beta1,     s.one_minus_beta1,       s.beta2, s.one_minus_beta2,
-                               s.step_size, s.bias_correction2_sqrt, s.eps,   s.weight_decay,
-                               s.param_scale};
+}
+
+kernels::AdamScalars kernel_scalars(const AdamScalars& s, float param_scale) {
+  return {s.beta1,     s.one_minus_beta1,       s.beta2, s.one_minus_beta2, s.step_size,
+          s.bias_correction2_sqrt, s.eps,   s.weight_decay, param_scale};
+}
+}  // namespace
+
+void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamScalars& s) {
+  check_adam_tensors(param, grad, exp_avg, exp_avg_sq);
+  const kernels::AdamScalars k = kernel_scalars(s, s.param_scale);
   QKV_KERNEL(param, adam_step(param.f32(), grad.f32(), exp_avg.f32(), exp_avg_sq.f32(), param.numel(), k));
+}
+
+void adam_step_many(const std::vector<AdamTensors>& tensors, const AdamScalars& s) {
+  if (tensors.empty()) return;
+  for (const AdamTensors& t : tensors) {
+    check_adam_tensors(*t.param, *t.grad, *t.exp_avg, *t.exp_avg_sq);
+    check_same_device("adam_step_many", {tensors.front().param, t.param});
+  }
+  if constexpr (cuda::kBuilt) {
+    if (on_cuda(*tensors.front().param)) {
+      std::vector<kernels::cuda::AdamArrays> arrays;
+      for (const AdamTensors& t : tensors)
+        arrays.push_back({t.param->f32(), t.grad->f32(), t.exp_avg->f32(), t.exp_avg_sq->f32(), t.param->numel(),
+                          t.param_scale});
+      kernels::cuda::adam_step_many(arrays, kernel_scalars(s, 1.f));
+      return;
+    }
+  }
+  for (const AdamTensors& t : tensors)
+    kernels::adam_step(t.param->f32(), t.grad->f32(), t.exp_avg->f32(), t.exp_avg_sq->f32(), t.param->numel(),
+                       kernel_scalars(s, t.param_scale));
 }
 
 void scale_inplace(Tensor& x, float s) {

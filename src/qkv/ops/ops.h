@@ -307,6 +307,17 @@ struct AdamScalars {
 };
 // param, exp_avg, exp_avg_sq updated in place from grad; all f32, contiguous, of one shape.
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamScalars& s);
+// One parameter of adam_step_many, with its own AdamW decay factor (AdamScalars::param_scale).
+struct AdamTensors {
+  Tensor* param;
+  const Tensor* grad;
+  Tensor* exp_avg;
+  Tensor* exp_avg_sq;
+  float param_scale = 1.f;
+};
+// adam_step on every parameter (each with its param_scale; s.param_scale is not read), all on one
+// device: the same bits as one call each. On a GPU a few launches update all of them.
+void adam_step_many(const std::vector<AdamTensors>& tensors, const AdamScalars& s);
 // x *= s in place (x f32, contiguous).
 void scale_inplace(Tensor& x, float s);
 // acc += x in place (f32, contiguous, one shape).

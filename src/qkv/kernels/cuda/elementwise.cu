@@ -1,5 +1,5 @@
 // The elementwise kernels of kernels/elementwise.h (and their neighbours: tanh, dropout, bias
-// reductions, ids masks, positional add, fill, the squared norm, Adam) on device arrays.
+// reductions, ids masks, positional add, fill, the squared norm) on device arrays; Adam is adam.cu.
 //
 // Matching the CPU: GCC builds the CPU kernels with -ffp-contract=fast on x86-64-v3, so some of
 // their a * b + c are one FMA and others are a product then a sum. nvcc contracts on its own
@@ -325,28 +325,6 @@ __global__ void sum_partials_kernel(double* total, const double* partial, int64_
   if (threadIdx.x == 0) *total = acc;
 }
 
-// ---- Adam ---------------------------------------------------------------------------------------
-
-// kernels/adam.cpp's operations with the CPU build's rounding (its assembly): the weight decay and
-// the parameter update are FMAs, the moments fma(m, beta1, (1 - beta1) * g) and
-// fma(v, beta2, (1 - beta2) * (g * g)), the denominator sqrt(v) / bc2 + eps rounded step by step.
-struct AdamOp {
-  float *param, *m, *v;
-  const float* grad;
-  kernels::AdamScalars s;
-  __device__ void operator()(int64_t i) const {
-    const float p = s.param_scale != 1.f ? __fmul_rn(param[i], s.param_scale) : param[i];
-    float g = grad[i];
-    if (s.weight_decay != 0.f) g = fmaf(s.weight_decay, p, g);
-    const float mi = fmaf(m[i], s.beta1, __fmul_rn(s.one_minus_beta1, g));
-    const float vi = fmaf(v[i], s.beta2, __fmul_rn(s.one_minus_beta2, __fmul_rn(g, g)));
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bias_correction2_sqrt), s.eps);
-    param[i] = fmaf(-s.step_size, __fdiv_rn(mi, denom), p);
-  }
-};
-
 }  // namespace
 
 void add(float* out, const float* a, const float* b, int64_t n) { launch_for_each("add", n, AddOp{out, a, b}); }
@@ -483,10 +461,6 @@ double sum_of_squares_many(const std::vector<std::pair<const float*, int64_t>>& 
   double sum = 0.0;
   for (double t : host) sum += t;  // in order, as the CPU adds the tensors' sums
   return sum;
-}
-
-void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const kernels::AdamScalars& s) {
-  launch_for_each("adam_step", n, AdamOp{param, m, v, grad, s});
 }
 
 }  // namespace qkv::kernels::cuda

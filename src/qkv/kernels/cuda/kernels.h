@@ -90,8 +90,19 @@ void fill(float* out, float value, int64_t n);
 double sum_of_squares(const float* x, int64_t n);
 // The sum of every array's sum of squares, waiting once for all of them.
 double sum_of_squares_many(const std::vector<std::pair<const float*, int64_t>>& arrays);
-// PyTorch 1.13's single-tensor Adam with the same float32 operations as kernels::adam_step.
+// PyTorch 1.13's single-tensor Adam with the same float32 operations as kernels::adam_step (adam.cu).
 void adam_step(float* param, const float* grad, float* m, float* v, int64_t n, const kernels::AdamScalars& s);
+// One tensor of adam_step_many: its arrays of n floats and its AdamW decay factor (param_scale).
+struct AdamArrays {
+  float* param;
+  const float* grad;
+  float *m, *v;
+  int64_t n;
+  float param_scale;
+};
+// adam_step on every tensor, each with its own param_scale (s.param_scale is not read), in a launch
+// per 36 tensors or 16M elements: the same operations element by element, so the same bits.
+void adam_step_many(const std::vector<AdamArrays>& arrays, const kernels::AdamScalars& s);
 
 // ---- layernorm (kernels/layernorm.h; same arguments, same derivations) --------------------------
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* weight,
