@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -747,6 +748,25 @@ TEST_F(OpsOnGpu, AdamOnManyTensorsIsOneCallATensor) {
       expect_close(cpu_m[i], many_m[i], "adam first moment, " + what);
     }
   }
+}
+
+// A search step's candidates on the GPU: the same entries and ids as the CPU's reference, with
+// ties (scores rounded to a coarse grid), -inf runs (forbidden ids), a row with fewer finite entries
+// than asked, rows longer and shorter than a block's threads.
+TEST_F(OpsOnGpu, TopOfRowsIsTheCpus) {
+  for (const int64_t V : {int64_t{5}, int64_t{300}, int64_t{58101}})
+    for (const int64_t k : {int64_t{1}, int64_t{8}, int64_t{11}, max_top_of_rows()}) {
+      Tensor x = random_tensor(Dims{6, V}, 60 + static_cast<uint32_t>(k), 4.f);
+      for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = std::round(x.f32()[i] * 8.f) / 8.f;  // many ties
+      for (int64_t c = 0; c < V; c += 3) x.f32()[c] = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < V; ++c)
+        if (c != V / 2) x.f32()[5 * V + c] = -std::numeric_limits<float>::infinity();  // one entry left
+      const auto [values, ids] = top_of_rows(x, k);
+      const auto [values_gpu, ids_gpu] = top_of_rows(gpu(x), k);
+      const std::string what = "top " + std::to_string(k) + " of " + std::to_string(V);
+      EXPECT_EQ(ids.to_ids(), ids_gpu.to(Device::cpu()).to_ids()) << what;
+      EXPECT_EQ(values.to_vector(), values_gpu.to_vector()) << what;
+    }
 }
 
 TEST_F(OpsOnGpu, OptimizerAndInPlaceUpdates) {

@@ -40,7 +40,8 @@ struct Hypothesis {
 class DecoderSteps {
  public:
   virtual ~DecoderSteps() = default;
-  // The logits (N, V) of each row's first new token, float32, contiguous, on the host. Called once.
+  // The logits (N, V) of each row's first new token, float32, contiguous, on the model's device (a
+  // search on a GPU brings back only what it needs: score_step). Called once.
   virtual Tensor first_logits() = 0;
   // Appends `tokens` (one per row) and returns the next logits as first_logits does.
   virtual Tensor next_logits(const std::vector<int32_t>& tokens) = 0;

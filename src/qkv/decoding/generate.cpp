@@ -103,7 +103,7 @@ class CausalSteps : public DecoderSteps {
         prompt_of_row_(std::move(prompt_of_row)) {}
 
   Tensor first_logits() override {
-    Tensor logits = on_host(model_.prefill(rows_, new_tokens_, state_, weights_out(), kv_storage_));
+    Tensor logits = weights_on_host(model_.prefill(rows_, new_tokens_, state_, weights_out(), kv_storage_));
     if (attention_) {
       const int64_t longest = state_.length, H = model_.config().num_heads;
       for (size_t i = 0; i < rows_.size(); ++i) {
@@ -118,7 +118,7 @@ class CausalSteps : public DecoderSteps {
 
   Tensor next_logits(const std::vector<int32_t>& tokens) override {
     const auto N = static_cast<int64_t>(tokens.size());
-    Tensor logits = on_host(model_.step(Tensor::from_ids(Dims{N}, tokens), state_, weights_out()));
+    Tensor logits = weights_on_host(model_.step(Tensor::from_ids(Dims{N}, tokens), state_, weights_out()));
     if (attention_)
       for (size_t i = 0; i < tokens.size(); ++i)
         take_rows(weights_, static_cast<int64_t>(i), state_.padding[i], 0, 1, (*attention_)[prompt_of_row_[i]]);
@@ -135,10 +135,11 @@ class CausalSteps : public DecoderSteps {
 
  private:
   std::vector<Tensor>* weights_out() { return attention_ ? &weights_ : nullptr; }
-  // The scores and attention weights come back to the host (from a GPU), where tokens are chosen.
-  Tensor on_host(const Var& logits) {
+  // The attention weights come back to the host (from a GPU); the logits stay where the model made
+  // them, and the search brings back what it needs (score_step).
+  Tensor weights_on_host(const Var& logits) {
     for (Tensor& w : weights_) w = w.to(Device::cpu());
-    return logits.value().contiguous().to(Device::cpu());
+    return logits.value().contiguous();
   }
 
   const models::CausalLM& model_;

@@ -113,10 +113,21 @@ std::vector<FoundHypothesis> greedy_search_steps(DecoderSteps& decoder, const st
   Tensor logits = decoder.first_logits();
   std::vector<int32_t> next;
   for (int64_t t = 0;; ++t) {
+    // A draw or a penalty reads every logit of a row here; otherwise logits on a GPU stay there and
+    // only each row's best token comes back (score_step).
+    if (from_logits) logits = logits.to(Device::cpu());
     const Tensor raw = from_logits && g.log_probs ? logits.clone() : logits;
     StepScores s;
     if (g.log_probs) s = score_step(std::move(logits), g.rules, 1, [&](int64_t row) { return rows.view(row, t); });
     const int64_t V = raw.size(1);
+    // The chosen token's log-probability after the rules: the row's best, or EOS at a limit, come
+    // back from any device; another token (a draw) is read from the host's scores.
+    const auto log_prob_of = [&](int64_t row, int32_t token) {
+      const TopTokens& top = s.top[static_cast<size_t>(row)];
+      if (!top.token.empty() && token == top.token[0]) return top.log_prob[0];
+      if (token == g.rules.eos_id) return s.eos_log_prob[static_cast<size_t>(row)];
+      return s.row(row)[token];
+    };
     std::vector<Continuing> going_on;
     for (size_t i = 0; i < rows.active().size(); ++i) {
       const auto row = static_cast<int64_t>(i);
@@ -128,7 +139,7 @@ std::vector<FoundHypothesis> greedy_search_steps(DecoderSteps& decoder, const st
       } else if (!view.at_limit && !s.top[i].token.empty()) {
         token = s.top[i].token[0];
       }
-      if (rows.take(row, t, token, g.log_probs ? s.row(row)[token] : 0.f)) going_on.push_back({b, row, {row}, {}, {token}});
+      if (rows.take(row, t, token, g.log_probs ? log_prob_of(row, token) : 0.f)) going_on.push_back({b, row, {row}, {}, {token}});
     }
     if (going_on.empty()) break;
     const bool some_ended = going_on.size() < rows.active().size();

@@ -70,7 +70,6 @@ class StepDecoder : public DecoderSteps {
       for (Tensor& w : self_w) w = w.narrow(2, T - 1, 1).contiguous();
       for (Tensor& w : cross_w) w = w.narrow(2, T - 1, 1).contiguous();
     }
-    logits = logits.to(Device::cpu());
     for (std::vector<Tensor>* weights : {&self_w, &cross_w})
       for (Tensor& w : *weights) w = w.to(Device::cpu());
     if (attention_) {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "qkv/core/error.h"
 #include "qkv/core/tensor.h"
 #include "qkv/decoding/constraints.h"
 
@@ -17,11 +18,16 @@ struct TopTokens {
   std::vector<int32_t> token;
 };
 
-// Log-probabilities (N, V) row-major, after the rules, and each row's top tokens.
+// Each row's top tokens and its EOS log-probability after the rules, and where the logits were on
+// the host, all the log-probabilities (N, V) row-major, after the rules.
 struct StepScores {
-  Tensor log_probs;
+  Tensor log_probs;  // undefined where the logits stayed on a GPU (only the top came back)
   std::vector<TopTokens> top;
-  const float* row(int64_t i) const { return log_probs.f32() + i * log_probs.size(1); }
+  std::vector<float> eos_log_prob;  // -inf where there is no EOS or the rules forbid it
+  const float* row(int64_t i) const {
+    QKV_CHECK(log_probs.defined() && !log_probs.device().is_cuda(), "search: a step's full scores are on the host only");
+    return log_probs.f32() + i * log_probs.size(1);
+  }
 };
 
 // What the rules need of row i at this step.
@@ -34,7 +40,9 @@ using RowViewOf = std::function<RowView(int64_t row)>;
 // Turns logits (N, V) into log-probabilities in place (not normalised again after the rules, as
 // transformers' beam search), applies the rules to each row and finds its `count` most likely
 // tokens, best first, ties to the smaller id. Tokens at -inf are never chosen, so fewer than
-// `count` may come back. NaN logits are a qkv::Error.
+// `count` may come back. NaN logits are a qkv::Error. Logits on a GPU stay there when the rules
+// read no history: the GPU finds each row's best tokens (ops::top_of_rows, a few more than `count`
+// for the ids the rules forbid), and only those come back.
 StepScores score_step(Tensor logits, const StepRules& rules, int64_t count, const RowViewOf& view_of);
 
 // A sentence that goes on to the next step: its rows (K of them, in beam search) continue the old

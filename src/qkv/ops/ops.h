@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qkv/core/tensor.h"
@@ -333,5 +334,11 @@ double sum_of_squares(const std::vector<Tensor>& xs);
 // vectorised exponentials, the sum in double); returns the rows' normalisers (N): NaN for a row
 // with NaN logits, -inf for a row of -inf.
 Tensor log_softmax_rows_inplace(Tensor& x);
+// The `count` (1 to max_top_of_rows()) highest entries of each row of x (N, V) f32 and their column
+// ids, best first, ties to the smaller id; -inf and NaN are never taken, and places left over hold
+// -inf and id -1. (N, count) f32 values and i32 ids on x's device: on a GPU a search step brings back
+// these instead of every score.
+std::pair<Tensor, Tensor> top_of_rows(const Tensor& x, int64_t count);
+int64_t max_top_of_rows();
 
 }  // namespace qkv::ops

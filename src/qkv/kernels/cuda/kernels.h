@@ -154,6 +154,11 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
                             int64_t N, int64_t V, int32_t ignore_index, float label_smoothing, float scale);
 // Each row of x (N, C) becomes its log-softmax in place; lse (N) gets the rows' normalisers.
 void log_softmax_rows(float* x, float* lse, int64_t N, int64_t C);
+// The k (<= kMaxTopOfRows) highest entries of each row of x (N, V) with their column ids, best first,
+// ties to the smaller id; -inf and NaN are never taken, and places left over hold -inf and id -1.
+// values and ids (N, k) on the device (top_of_rows.cu).
+inline constexpr int kMaxTopOfRows = 16;
+void top_of_rows(const float* x, int64_t N, int64_t V, int k, float* values, int32_t* ids);
 
 // ---- attention (kernels/attention.h: the same views, masks, dropout counters and gradients) -----
 // probs may be null (inference). key_rows as the CPU's (beam search's mapped cache).
