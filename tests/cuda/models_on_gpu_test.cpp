@@ -199,30 +199,42 @@ std::vector<data::IdLine> rows_of(const Tensor& ids, int64_t keep) {
   return out;
 }
 
+// A trained encoder-decoder's translations of its batch's sources, greedy and beam 4, on both
+// devices: the same tokens, scores within 1e-4 (relative).
+void expect_translations_agree(const models::Transformer& cpu, const models::Transformer& gpu, const Family& f,
+                               const std::string& label) {
+  const std::vector<data::IdLine> sources = rows_of(f.batch.src, 9);
+  for (int beam : {1, 4}) {
+    decoding::SearchOptions so;
+    so.beam_size = beam;
+    const auto a = decoding::search_in_batches(cpu, sources, so, 4), b = decoding::search_in_batches(gpu, sources, so, 4);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << label << ", beam " << beam << ", sentence " << i;
+      EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << label << ", beam " << beam;
+    }
+  }
+}
+
+// A trained GPT's greedy continuations of three prompts on both devices: the same tokens.
+void expect_generations_agree(const models::CausalLM& cpu, const models::CausalLM& gpu) {
+  decoding::GenerateOptions go;
+  go.max_new_tokens = 8;
+  go.stop_at_eos = false;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}};
+  EXPECT_EQ(decoding::generate(cpu, prompts, {}, go), decoding::generate(gpu, prompts, {}, go));
+}
+
 TEST(ModelsOnGpu, TranslationsGenerationsAndEmbeddingsAreTheCpus) {
   ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
   const std::vector<Family> fs = families();
   for (const Family& f : {fs[0], fs[3]}) {
     const auto [cpu, gpu] = trained_pair<models::Transformer>(f);
-    const std::vector<data::IdLine> sources = rows_of(f.batch.src, 9);
-    for (int beam : {1, 4}) {
-      decoding::SearchOptions so;
-      so.beam_size = beam;
-      const auto a = decoding::search_in_batches(*cpu, sources, so, 4), b = decoding::search_in_batches(*gpu, sources, so, 4);
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << f.name << ", beam " << beam << ", sentence " << i;
-        EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << f.name << ", beam " << beam;
-      }
-    }
+    expect_translations_agree(*cpu, *gpu, f, f.name);
   }
   {
     const auto [cpu, gpu] = trained_pair<models::CausalLM>(fs[1]);
-    decoding::GenerateOptions go;
-    go.max_new_tokens = 8;
-    go.stop_at_eos = false;
-    const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}};
-    EXPECT_EQ(decoding::generate(*cpu, prompts, {}, go), decoding::generate(*gpu, prompts, {}, go));
+    expect_generations_agree(*cpu, *gpu);
   }
   {
     const auto [cpu, gpu] = trained_pair<models::EncoderModel>(fs[2]);
@@ -244,26 +256,12 @@ TEST(ModelsOnGpu, Int8InferenceIsTheCpus) {
     const auto [cpu, gpu] = trained_pair<models::Transformer>(f);
     cpu->set_compute_type(nn::ComputeType::Int8);
     gpu->set_compute_type(nn::ComputeType::Int8);
-    const std::vector<data::IdLine> sources = rows_of(f.batch.src, 9);
-    for (int beam : {1, 4}) {
-      decoding::SearchOptions so;
-      so.beam_size = beam;
-      const auto a = decoding::search_in_batches(*cpu, sources, so, 4), b = decoding::search_in_batches(*gpu, sources, so, 4);
-      ASSERT_EQ(a.size(), b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << f.name << " int8, beam " << beam << ", sentence " << i;
-        EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << f.name << " int8, beam " << beam;
-      }
-    }
+    expect_translations_agree(*cpu, *gpu, f, f.name + " int8");
   }
   const auto [cpu, gpu] = trained_pair<models::CausalLM>(fs[1]);
   cpu->set_compute_type(nn::ComputeType::Int8);
   gpu->set_compute_type(nn::ComputeType::Int8);
-  decoding::GenerateOptions go;
-  go.max_new_tokens = 8;
-  go.stop_at_eos = false;
-  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}};
-  EXPECT_EQ(decoding::generate(*cpu, prompts, {}, go), decoding::generate(*gpu, prompts, {}, go));
+  expect_generations_agree(*cpu, *gpu);
 }
 
 // Continuous batching (the server's completions) on the GPU: sequences that join a running batch at

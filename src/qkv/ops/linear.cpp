@@ -78,14 +78,19 @@ kernels::QuantizedWeights quantized_view(const LinearWeight& w) {
   return kernels::QuantizedWeights::view(w.weight.data<int8_t>(), w.scale.f32(), w.out_features(), w.in_features());
 }
 
+// The f32 output of x @ W^T for W of N outputs, on x's device: x's shape with its last dim N.
+Tensor linear_output(const Tensor& x, int64_t N) {
+  Dims shape = x.shape();
+  shape[shape.size() - 1] = N;
+  return empty_like_device(shape, x);
+}
+
 // A bf16 weight on a GPU: cuBLAS multiplies bf16 operands with float32 sums, the input rounded to
 // bf16 first, the reference path's arithmetic on the GPU's matrix units.
 Tensor linear_forward_bf16_cuda(const Tensor& x_in, const Tensor& W, const Tensor& b) {
   const Tensor x = x_in.to(DType::BF16);
   const int64_t K = W.size(1), N = W.size(0), M = x.numel() / std::max<int64_t>(K, 1);
-  Dims shape = x.shape();
-  shape[shape.size() - 1] = N;
-  Tensor y = empty_like_device(shape, x);
+  Tensor y = linear_output(x, N);
   const Tensor bias = b.defined() ? b.contiguous() : Tensor();
   if constexpr (cuda::kBuilt) {
     on_cuda(x);
@@ -105,9 +110,7 @@ Tensor linear_forward_int8_cuda(const Tensor& x_in, const LinearWeight& w, const
                                        << w.scale.describe());
   const Tensor x = x_in.contiguous();
   const int64_t M = x.numel() / std::max<int64_t>(K, 1);
-  Dims shape = x.shape();
-  shape[shape.size() - 1] = N;
-  Tensor y = empty_like_device(shape, x);
+  Tensor y = linear_output(x, N);
   const Tensor bias = b.defined() ? b.contiguous() : Tensor();
   if constexpr (cuda::kBuilt) {
     on_cuda(x);
@@ -115,13 +118,6 @@ Tensor linear_forward_int8_cuda(const Tensor& x_in, const LinearWeight& w, const
                              bias.defined() ? bias.f32() : nullptr, y.f32());
   }
   return y;
-}
-
-// The output of x @ W^T for W of N outputs: x's shape with its last dim N.
-Tensor linear_output(const Tensor& x, int64_t N) {
-  Dims shape = x.shape();
-  shape[shape.size() - 1] = N;
-  return Tensor::empty(shape);
 }
 
 // The float kernel of each activation (kernels/elementwise.h) as the row map of gemm_int8_mapped:
