@@ -42,24 +42,30 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
 }
 
 void adam_step_many(const std::vector<AdamTensors>& tensors, const AdamScalars& s) {
-  if (tensors.empty()) return;
-  for (const AdamTensors& t : tensors) {
-    check_adam_tensors(*t.param, *t.grad, *t.exp_avg, *t.exp_avg_sq);
-    check_same_device("adam_step_many", {tensors.front().param, t.param});
-  }
-  if constexpr (cuda::kBuilt) {
-    if (on_cuda(*tensors.front().param)) {
-      std::vector<kernels::cuda::AdamArrays> arrays;
-      for (const AdamTensors& t : tensors)
-        arrays.push_back({t.param->f32(), t.grad->f32(), t.exp_avg->f32(), t.exp_avg_sq->f32(), t.param->numel(),
-                          t.param_scale});
-      kernels::cuda::adam_step_many(arrays, kernel_scalars(s, 1.f));
-      return;
+  for (const AdamTensors& t : tensors) check_adam_tensors(*t.param, *t.grad, *t.exp_avg, *t.exp_avg_sq);
+  // Each GPU's tensors in one call of the multi-tensor kernel; the CPU's one kernel call a tensor.
+  std::vector<char> done(tensors.size(), 0);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (done[i]) continue;
+    const Device device = tensors[i].param->device();
+    if constexpr (cuda::kBuilt) {
+      if (on_cuda(*tensors[i].param)) {
+        std::vector<kernels::cuda::AdamArrays> arrays;
+        for (size_t j = i; j < tensors.size(); ++j) {
+          const AdamTensors& t = tensors[j];
+          if (done[j] || t.param->device() != device) continue;
+          arrays.push_back({t.param->f32(), t.grad->f32(), t.exp_avg->f32(), t.exp_avg_sq->f32(), t.param->numel(),
+                            t.param_scale});
+          done[j] = 1;
+        }
+        kernels::cuda::adam_step_many(arrays, kernel_scalars(s, 1.f));
+        continue;
+      }
     }
-  }
-  for (const AdamTensors& t : tensors)
+    const AdamTensors& t = tensors[i];
     kernels::adam_step(t.param->f32(), t.grad->f32(), t.exp_avg->f32(), t.exp_avg_sq->f32(), t.param->numel(),
                        kernel_scalars(s, t.param_scale));
+  }
 }
 
 void scale_inplace(Tensor& x, float s) {

@@ -316,8 +316,8 @@ struct AdamTensors {
   Tensor* exp_avg_sq;
   float param_scale = 1.f;
 };
-// adam_step on every parameter (each with its param_scale; s.param_scale is not read), all on one
-// device: the same bits as one call each. On a GPU a few launches update all of them.
+// adam_step on every parameter (each with its param_scale; s.param_scale is not read): the same bits
+// as one call each. A GPU's parameters are updated together, in a few launches.
 void adam_step_many(const std::vector<AdamTensors>& tensors, const AdamScalars& s);
 // x *= s in place (x f32, contiguous).
 void scale_inplace(Tensor& x, float s);

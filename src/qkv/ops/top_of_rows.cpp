@@ -1,7 +1,6 @@
 // Each row's highest scores with their ids (a search step's candidates), on the tensor's device.
 #include <algorithm>
 #include <limits>
-#include <numeric>
 #include <vector>
 
 #include "qkv/kernels/cuda/kernels.h"

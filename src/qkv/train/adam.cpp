@@ -34,28 +34,17 @@ void Adam::step() {
   // torch.optim.AdamW: param.mul_(1 - lr * weight_decay), the factor computed in double and
   // applied in float.
   const float decay = static_cast<float>(1.0 - options_.lr * options_.weight_decay);
-  // Every parameter in one call (on a GPU, a few launches instead of one a tensor); the handles stay
-  // alive in these vectors until it returns. A parameter on another device than the first goes alone.
-  std::vector<Tensor> values, grads;
-  values.reserve(slots_.size());
-  grads.reserve(slots_.size());
+  // Every parameter in one call: on a GPU, a few launches instead of one a tensor.
   std::vector<ops::AdamTensors> tensors;
   for (Slot& slot : slots_) {
     const Tensor& g = slot.param.grad();
     if (!g.defined()) continue;  // as PyTorch: a parameter without a gradient is left alone
     const bool decays =
         options_.decoupled_weight_decay && options_.weight_decay != 0.0 && slot.param.value().dim() >= 2;
-    values.push_back(slot.param.value());
-    grads.push_back(g);
     // p * decay, the same float product, in the step's pass
-    tensors.push_back({&values.back(), &grads.back(), &slot.exp_avg, &slot.exp_avg_sq, decays ? decay : 1.f});
+    tensors.push_back({&slot.param.value(), &g, &slot.exp_avg, &slot.exp_avg_sq, decays ? decay : 1.f});
   }
-  if (tensors.empty()) return;
-  std::vector<ops::AdamTensors> on_first_device, elsewhere;
-  for (const ops::AdamTensors& t : tensors)
-    (t.param->device() == tensors.front().param->device() ? on_first_device : elsewhere).push_back(t);
-  ops::adam_step_many(on_first_device, s);
-  for (const ops::AdamTensors& t : elsewhere) ops::adam_step_many({t}, s);
+  ops::adam_step_many(tensors, s);
 }
 
 void Adam::zero_grad() {

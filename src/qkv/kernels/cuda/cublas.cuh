@@ -3,6 +3,8 @@
 #pragma once
 #include <cublas_v2.h>
 
+#include <cstdint>
+
 #include "qkv/core/error.h"
 
 namespace qkv::kernels::cuda::detail {
@@ -12,6 +14,9 @@ const char* cublas_status_name(cublasStatus_t s);
 // The current device's handle, created on first use (gemm.cu), with float32 products kept in
 // float32 (no TF32 unless QKV_CUDA_TF32=1).
 cublasHandle_t cublas_handle();
+
+// A dimension as cuBLAS's int arguments take it.
+inline int i32(int64_t v) { return static_cast<int>(v); }
 
 }  // namespace qkv::kernels::cuda::detail
 

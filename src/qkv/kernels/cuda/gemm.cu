@@ -54,11 +54,11 @@ cublasHandle_t cublas_handle() {
 namespace {
 
 using detail::cublas_handle;
+using detail::i32;
 using detail::row_grid;
 using detail::RowGrid;
 
 cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
-int i32(int64_t v) { return static_cast<int>(v); }
 
 // C's rows (M x N, leading dimension ldc) = bias.
 __global__ void broadcast_bias_kernel(float* C, const float* bias, int64_t M, int64_t N, int64_t ldc) {

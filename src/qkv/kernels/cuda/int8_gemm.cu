@@ -2,8 +2,6 @@
 // row by a kernel of qkv's, the int8 products summed exactly in int32 by cuBLAS, and dequantized by
 // one fused multiply-add an element. Every step is exact or rounds as the CPU's does, so a product
 // gives kernels::gemm_int8's bits.
-#include <cublas_v2.h>
-
 #include <algorithm>
 #include <cstdint>
 
@@ -16,6 +14,8 @@
 
 namespace qkv::kernels::cuda {
 namespace {
+
+using detail::i32;
 
 constexpr unsigned kQuantizeThreads = 256;
 
@@ -53,8 +53,6 @@ __global__ void dequantize_kernel(float* C, const int32_t* acc, int64_t acc_ld, 
       C[r * N + c] = fmaf(__int2float_rn(acc[r * acc_ld + c]), __fmul_rn(s, w_scales[c]), bias ? bias[c] : 0.f);
   }
 }
-
-int i32(int64_t v) { return static_cast<int>(v); }
 
 }  // namespace
 
