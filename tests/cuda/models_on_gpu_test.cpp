@@ -223,6 +223,9 @@ void expect_generations_agree(const models::CausalLM& cpu, const models::CausalL
   go.stop_at_eos = false;
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}};
   EXPECT_EQ(decoding::generate(cpu, prompts, {}, go), decoding::generate(gpu, prompts, {}, go));
+  go.stop_at_eos = true;  // EOS banned for 3 tokens, then ending rows: the rules on a GPU's candidates
+  go.min_new_tokens = 3;
+  EXPECT_EQ(decoding::generate(cpu, prompts, {}, go), decoding::generate(gpu, prompts, {}, go)) << "EOS rules";
 }
 
 TEST(ModelsOnGpu, TranslationsGenerationsAndEmbeddingsAreTheCpus) {
@@ -265,32 +268,36 @@ TEST(ModelsOnGpu, Int8InferenceIsTheCpus) {
 }
 
 // Continuous batching (the server's completions) on the GPU: sequences that join a running batch at
-// different steps (CausalLM::join copies their keys and values on the device) get the CPU's tokens.
+// different steps (CausalLM::join copies their keys and values on the device) get the CPU's tokens,
+// with every other one drawn (whole rows come back) and all greedy (only each row's best does).
 TEST(ModelsOnGpu, ContinuousBatchingJoinsSequencesAsOnTheCpu) {
   ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
   const auto [cpu, gpu] = trained_pair<models::CausalLM>(families()[1]);
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}, {1, 4}, {1, 11, 12}};
-  const auto run = [&](const models::CausalLM& model) {
-    decoding::ContinuousGeneration gen(model, 3, 4096);
-    std::map<uint64_t, std::vector<int32_t>> out;
-    for (size_t step = 0; step < 64 && (step < prompts.size() || !gen.empty()); ++step) {
-      if (step < prompts.size()) {
-        decoding::SequenceOptions o;
-        o.max_new_tokens = 4 + static_cast<int64_t>(step);
-        o.stop_at_eos = false;
-        o.sample = step % 2 == 1;
-        o.seed = 7;
-        o.key = step;
-        gen.add(prompts[step], o);
+  for (const bool draws : {true, false}) {
+    const auto run = [&](const models::CausalLM& model) {
+      decoding::ContinuousGeneration gen(model, 3, 4096);
+      std::map<uint64_t, std::vector<int32_t>> out;
+      for (size_t step = 0; step < 64 && (step < prompts.size() || !gen.empty()); ++step) {
+        if (step < prompts.size()) {
+          decoding::SequenceOptions o;
+          o.max_new_tokens = 4 + static_cast<int64_t>(step);
+          o.stop_at_eos = !draws;  // greedy rows: EOS ends them, after 2 new tokens
+          o.sample = draws && step % 2 == 1;
+          o.min_new_tokens = draws ? 0 : 2;
+          o.seed = 7;
+          o.key = step;
+          gen.add(prompts[step], o);
+        }
+        for (const auto& e : gen.step())
+          if (e.token >= 0) out[e.id].push_back(e.token);
       }
-      for (const auto& e : gen.step())
-        if (e.token >= 0) out[e.id].push_back(e.token);
-    }
-    return out;
-  };
-  const auto a = run(*cpu), b = run(*gpu);
-  ASSERT_EQ(a.size(), prompts.size());
-  EXPECT_EQ(a, b);
+      return out;
+    };
+    const auto a = run(*cpu), b = run(*gpu);
+    ASSERT_EQ(a.size(), prompts.size()) << (draws ? "with draws" : "greedy");
+    EXPECT_EQ(a, b) << (draws ? "with draws" : "greedy");
+  }
 }
 
 TEST(ModelsOnGpu, ACheckpointWrittenFromTheGpuIsTheCpusFile) {

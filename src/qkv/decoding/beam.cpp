@@ -44,55 +44,11 @@ void top_tokens(const float* row, int64_t V, int64_t count, TopTokens& top) {
   for (; v < V; ++v) consider(v);
 }
 
-// The extra candidates a row's top needs on a GPU: the rules may remove each `never` id and EOS.
-int64_t candidates_on_device(const StepRules& rules, int64_t count) {
-  return count + static_cast<int64_t>(rules.never.size()) + (rules.eos_id >= 0 ? 1 : 0);
-}
-
-// score_step where the logits stay on a GPU: the log-softmax and each row's candidates there, the
-// rules (none reads the history) applied to the candidates here. Removing an id from a row's sorted
-// candidates leaves the order of the rest, so the best `count` left are the host path's top.
-StepScores score_step_on_device(Tensor logits, const StepRules& rules, int64_t count, const RowViewOf& view_of) {
-  Tensor log_probs = logits.contiguous();
-  const int64_t N = log_probs.size(0), k = candidates_on_device(rules, count);
-  const Tensor lse = ops::log_softmax_rows_inplace(log_probs).to(Device::cpu());
-  const auto [values_d, ids_d] = ops::top_of_rows(log_probs, k);
-  const Tensor values = values_d.to(Device::cpu()), ids = ids_d.to(Device::cpu());
-  const Tensor eos = rules.eos_id >= 0 ? log_probs.narrow(1, rules.eos_id, 1).to(Device::cpu()) : Tensor();
-  const bool eos_never = std::find(rules.never.begin(), rules.never.end(), rules.eos_id) != rules.never.end();
-  StepScores s;
-  s.top.resize(static_cast<size_t>(N));
-  s.eos_log_prob.assign(static_cast<size_t>(N), -std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < N; ++i) {
-    QKV_CHECK(!std::isnan(lse.f32()[i]), "search: the model's logits contain NaN");
-    const RowView view = view_of(i);
-    const auto step = static_cast<int64_t>(view.history.generated.size());
-    TopTokens& top = s.top[static_cast<size_t>(i)];
-    if (step == 0 && rules.forced_first >= 0) {  // apply_step_rules: every id -inf but this one, 0
-      top = {{0.f}, {rules.forced_first}};
-      if (rules.forced_first == rules.eos_id) s.eos_log_prob[static_cast<size_t>(i)] = 0.f;
-      continue;
-    }
-    const bool ban_eos = rules.eos_id >= 0 && (eos_never || (step < rules.min_new_tokens && !view.at_limit));
-    if (rules.eos_id >= 0 && !ban_eos) s.eos_log_prob[static_cast<size_t>(i)] = eos.f32()[i];
-    for (int64_t j = 0; j < k && static_cast<int64_t>(top.token.size()) < count; ++j) {
-      const int32_t id = ids.i32()[i * k + j];
-      if (id < 0) break;  // no more candidates above -inf
-      if ((id == rules.eos_id && ban_eos) || std::find(rules.never.begin(), rules.never.end(), id) != rules.never.end())
-        continue;
-      top.log_prob.push_back(values.f32()[i * k + j]);
-      top.token.push_back(id);
-    }
-  }
-  return s;
-}
-
 }  // namespace
 
 StepScores score_step(Tensor logits, const StepRules& rules, int64_t count, const RowViewOf& view_of) {
   if (logits.device().is_cuda()) {
-    if (!rules.read_history() && candidates_on_device(rules, count) <= ops::max_top_of_rows())
-      return score_step_on_device(std::move(logits), rules, count, view_of);
+    if (top_suffices(rules, count)) return top_step(std::move(logits), rules, count, view_of, true);
     logits = logits.to(Device::cpu());  // the rules read each row's tokens: they run here
   }
   StepScores s{logits.contiguous(), {}, {}};

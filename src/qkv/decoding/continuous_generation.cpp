@@ -5,6 +5,7 @@
 #include "qkv/autograd/graph.h"
 #include "qkv/core/buffer_pool.h"
 #include "qkv/core/error.h"
+#include "qkv/decoding/search_steps.h"
 
 namespace qkv::decoding {
 
@@ -19,11 +20,6 @@ struct ContinuousGeneration::Sequence {
   bool cancelled = false;
   int64_t budget() const { return prompt.new_tokens; }
 };
-
-namespace {
-// The scores come back to the host (from a GPU), where tokens are chosen.
-Tensor on_host(const Var& logits) { return logits.value().contiguous().to(Device::cpu()); }
-}  // namespace
 
 ContinuousGeneration::ContinuousGeneration(const models::CausalLM& model, int64_t max_sequences,
                                            int64_t max_prefill_tokens)
@@ -98,27 +94,47 @@ std::vector<std::unique_ptr<ContinuousGeneration::Sequence>> ContinuousGeneratio
 }
 
 // Row i of `logits` is rows[i]'s: its token (greedy or the keyed draw, as generate chooses), its
-// event and whether it goes on (`keep`).
+// event and whether it goes on (`keep`). Where every row takes its highest logit under rules that
+// read no history, logits on a GPU stay there and only each row's best candidates come back.
 void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::unique_ptr<Sequence>>& rows,
                                          std::vector<bool>& keep, std::vector<SequenceEvent>& events) const {
+  if (rows.empty()) return;
   const int64_t V = model_.output_vocab_size();
   const int32_t eos = model_.config().eos_id;
+  bool from_top = logits.device().is_cuda();
+  int64_t width = 1;
+  for (const auto& s : rows) {
+    if (s->cancelled) continue;
+    from_top = from_top && !s->options.sample && top_suffices(s->rules, 1);
+    width = std::max(width, candidates_needed(s->rules, 1));
+  }
+  const StepCandidates top = from_top ? step_candidates(logits, width, eos, false) : StepCandidates{};
+  const Tensor host = from_top ? Tensor() : logits.contiguous().to(Device::cpu());
   for (size_t i = 0; i < rows.size(); ++i) {
     Sequence& s = *rows[i];
     if (s.cancelled) {
       keep.push_back(false);
       continue;
     }
-    const float* z = logits.f32() + static_cast<int64_t>(i) * V;
-    std::vector<float> ruled;  // the rules change a copy, as generate's do
-    if (s.rules.active(s.produced)) {
-      ruled.assign(z, z + V);
-      apply_step_rules(ruled.data(), V, {s.prompt.tokens, s.generated}, s.rules);
-      z = ruled.data();
-    }
     const SequenceOptions& o = s.options;
-    const int32_t token = o.sample ? sample_token(z, V, o.sampling, o.seed, o.key, static_cast<uint64_t>(s.produced))
-                                   : argmax_token(z, V);
+    int32_t token = 0;  // argmax_token's answer where every logit is -inf
+    if (from_top) {
+      TopTokens best;
+      float eos_score = 0.f;
+      top_from_candidates(top, static_cast<int64_t>(i), s.rules, RowView{{s.prompt.tokens, s.generated}, false}, 1, best,
+                          eos_score);
+      if (!best.token.empty()) token = best.token[0];
+    } else {
+      const float* z = host.f32() + static_cast<int64_t>(i) * V;
+      std::vector<float> ruled;  // the rules change a copy, as generate's do
+      if (s.rules.active(s.produced)) {
+        ruled.assign(z, z + V);
+        apply_step_rules(ruled.data(), V, {s.prompt.tokens, s.generated}, s.rules);
+        z = ruled.data();
+      }
+      token = o.sample ? sample_token(z, V, o.sampling, o.seed, o.key, static_cast<uint64_t>(s.produced))
+                       : argmax_token(z, V);
+    }
     if (o.stop_at_eos && token == eos) {
       events.push_back({s.id, -1, SequenceEnd::Eos});
       keep.push_back(false);
@@ -202,7 +218,7 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
   std::vector<int32_t> fed;
   for (const auto& s : rows_) fed.push_back(s->last_token);
   const int64_t n = static_cast<int64_t>(fed.size());
-  logits_ = on_host(model_.step(Tensor::from_ids(Dims{n}, fed), state_));
+  logits_ = model_.step(Tensor::from_ids(Dims{n}, fed), state_).value();
 }
 
 std::vector<SequenceEvent> ContinuousGeneration::step() {
@@ -217,7 +233,7 @@ std::vector<SequenceEvent> ContinuousGeneration::step() {
       std::vector<std::vector<int32_t>> prompts;
       for (const auto& s : joined) prompts.push_back(s->prompt.tokens);
       // Sized for the prompts alone: join() makes the columns the new tokens need.
-      joined_logits = on_host(model_.prefill(prompts, 0, joining));
+      joined_logits = model_.prefill(prompts, 0, joining).value();
     }
     std::vector<bool> keep;
     choose_tokens(logits_, rows_, keep, events);

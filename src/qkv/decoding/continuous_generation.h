@@ -100,7 +100,7 @@ class ContinuousGeneration {
   std::vector<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> rows_;  // row i of state_
   models::GenerationState state_;
-  Tensor logits_;  // (rows, V) on the host: each running row's next-token scores
+  Tensor logits_;  // (rows, V) on the model's device: each running row's next-token scores
 };
 
 }  // namespace qkv::decoding

@@ -110,15 +110,22 @@ std::vector<FoundHypothesis> greedy_search_steps(DecoderSteps& decoder, const st
   // The scores after the rules are the log-probabilities when the hypotheses' log_prob is wanted;
   // a repetition penalty or a draw reads the logits (as transformers' greedy search and sampling).
   const bool from_logits = !g.log_probs || g.sample || g.rules.constraints.repetition_penalty != 1.0f;
+  // Greedy search without log-probabilities takes each row's highest logit after the rules: on a
+  // GPU, where the rules read no history, that one comes back alone (top_step), not the row.
+  const bool argmax_from_top = !g.log_probs && !g.sample && top_suffices(g.rules, 1);
   Tensor logits = decoder.first_logits();
   std::vector<int32_t> next;
   for (int64_t t = 0;; ++t) {
+    const RowViewOf view_of = [&](int64_t row) { return rows.view(row, t); };
     // A draw or a penalty reads every logit of a row here; otherwise logits on a GPU stay there and
-    // only each row's best token comes back (score_step).
-    if (from_logits) logits = logits.to(Device::cpu());
-    const Tensor raw = from_logits && g.log_probs ? logits.clone() : logits;
+    // only each row's best token comes back (score_step, top_step).
+    const bool top_on_device = argmax_from_top && logits.device().is_cuda();
+    const bool host_logits = from_logits && !top_on_device;
+    if (host_logits) logits = logits.to(Device::cpu());
+    const Tensor raw = host_logits && g.log_probs ? logits.clone() : logits;
     StepScores s;
-    if (g.log_probs) s = score_step(std::move(logits), g.rules, 1, [&](int64_t row) { return rows.view(row, t); });
+    if (g.log_probs) s = score_step(std::move(logits), g.rules, 1, view_of);
+    if (top_on_device) s = top_step(std::move(logits), g.rules, 1, view_of, false);
     const int64_t V = raw.size(1);
     // The chosen token's log-probability after the rules: the row's best, or EOS at a limit, come
     // back from any device; another token (a draw) is read from the host's scores.
@@ -134,7 +141,7 @@ std::vector<FoundHypothesis> greedy_search_steps(DecoderSteps& decoder, const st
       const int64_t b = rows.active()[i];
       const RowView view = rows.view(row, t);
       int32_t token = g.rules.eos_id;  // at a seq2seq limit only EOS may follow, as in beam search
-      if (!view.at_limit && from_logits) {
+      if (!view.at_limit && host_logits) {
         token = chosen_from_logits(raw.f32() + row * V, V, view, g, keys[static_cast<size_t>(b)]);
       } else if (!view.at_limit && !s.top[i].token.empty()) {
         token = s.top[i].token[0];

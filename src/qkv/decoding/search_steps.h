@@ -45,6 +45,35 @@ using RowViewOf = std::function<RowView(int64_t row)>;
 // for the ids the rules forbid), and only those come back.
 StepScores score_step(Tensor logits, const StepRules& rules, int64_t count, const RowViewOf& view_of);
 
+// A step's candidates from the logits' own device (on a GPU, all that comes back of a step): each
+// row's `width` best scores and their ids (ops::top_of_rows: best first, ties to the smaller id, id
+// -1 past the last finite one) and its EOS score; log-probabilities when `normalise` (the logits
+// become them in place), else the logits themselves, ranked as argmax_token ranks them. Host
+// tensors: values and ids (N, width), eos (N, 1), undefined without an EOS id. NaN logits are a
+// qkv::Error.
+struct StepCandidates {
+  Tensor values, ids, eos;
+  int64_t width = 0;
+};
+StepCandidates step_candidates(Tensor logits, int64_t width, int32_t eos_id, bool normalise);
+
+// The candidates a row needs for its `count` best tokens once the rules drop theirs (each `never`
+// id and EOS), and whether candidates suffice at all: the rules read no history and the width is
+// within ops::max_top_of_rows().
+int64_t candidates_needed(const StepRules& rules, int64_t count);
+bool top_suffices(const StepRules& rules, int64_t count);
+
+// Row i's `count` best tokens from its candidates after rules that read no history (what
+// apply_step_rules and a top over the whole row give), and its EOS score after them (-inf where
+// they forbid EOS or there is none).
+void top_from_candidates(const StepCandidates& c, int64_t i, const StepRules& rules, const RowView& view,
+                         int64_t count, TopTokens& top, float& eos_score);
+
+// score_step's path for logits on a GPU (top_suffices must hold), on any device: each row's top
+// after the rules from its candidates; `log_probs` stays undefined. Without `normalise` the scores
+// are the logits (greedy search's argmax, with no log-probabilities asked).
+StepScores top_step(Tensor logits, const StepRules& rules, int64_t count, const RowViewOf& view_of, bool normalise);
+
 // A sentence that goes on to the next step: its rows (K of them, in beam search) continue the old
 // rows `rows` with these scores and tokens. `block` is where its rows were: j in rows [j K, j K + K).
 struct Continuing {
