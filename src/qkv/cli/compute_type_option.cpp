@@ -46,8 +46,7 @@ void add_compute_type_options(CLI::App& app, ComputeTypeOption& o) {
 CLI::Option* add_device_option(CLI::App& app, std::string& device) {
   return app
       .add_option("--device", device,
-                  "Where the model runs: cpu, or cuda / cuda:N (an NVIDIA GPU; needs a build with -DQKV_CUDA=ON). "
-                  "On a GPU the compute types are float32 and bf16")
+                  "Where the model runs: cpu, or cuda / cuda:N (an NVIDIA GPU; needs a build with -DQKV_CUDA=ON)")
       ->capture_default_str()
       ->check(parsed_by([](const std::string& name) { return parse_device(name); }, "{cpu,cuda,cuda:N}"));
 }
