@@ -11,7 +11,7 @@
 #        bench/t5_text_to_text.sh [OUT]          (default OUT: runs/t5_text_to_text)
 # Each model trains with the linear schedule (800 warm-up steps to lr 1e-3, then to 0 at STEPS), so
 # its last checkpoint is the annealed one; a model whose OUT/NAME/last already holds STEPS steps is
-# not trained again (an interrupted one resumes). The model: T5 v1.1's layout (pre-norm RMSNorm,
+# not trained again (an interrupted one resumes from its last save, every 50 steps). The model: T5 v1.1's layout (pre-norm RMSNorm,
 # relative position bias, unscaled scores, no biases, gated GELU) at the Bible recipe's size (d 256,
 # 4 heads, 4 + 4 layers, d_ff 1024; bench/translate_bible.sh). At 2 cores about 2.7 s a step
 # (docs/runs.md), so the default takes about 4 x 1.8 hours of a quiet machine.
@@ -58,7 +58,8 @@ train() {  # train NAME TSV VALID_TASK
     ${resume[@]+"${resume[@]}"} --output-dir "$dir" --config "$OUT/t5.json" --threads "$THREADS" \
     --spm-vocab "$VOCAB" --max-seq-length 200 --d-model 256 --heads 4 --layers "$LAYERS" --d-ff 1024 --dropout 0.1 \
     --schedule linear --lr 1e-3 --warmup "$WARMUP" --steps "$STEPS" --label-smoothing 0.1 --clip-norm 1.0 \
-    --max-batch-tokens "$BATCH_TOKENS" --valid-every "$VALID_EVERY" --valid-bleu-sentences 300 --log-every 50
+    --max-batch-tokens "$BATCH_TOKENS" --valid-every "$VALID_EVERY" --valid-bleu-sentences 300 --log-every 50 \
+    --save-every 50
   echo "$1: trained in $(( $(date +%s) - start )) s"
 }
 
