@@ -4,11 +4,13 @@
 // `qkv score` (train::score) computes for the pair. The trained model is shared between the test
 // processes through a checkpoint beside the binary (SearchTest::trained).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <limits>
@@ -104,12 +106,16 @@ class SearchTest : public ::testing::Test {
            (kCheckpointPrefix + std::to_string(std::filesystem::file_size(exe)) + "-" + std::to_string(stamp));
   }
 
-  // Those of earlier builds of the binary (not another process's work in progress, *.tmp-PID).
+  // Those of earlier builds of the binary, and the *.tmp-PID of processes killed while saving (not
+  // a live process's work in progress).
   static void remove_older_checkpoints(const std::filesystem::path& current) {
     for (const auto& entry : std::filesystem::directory_iterator(current.parent_path())) {
       const std::string name = entry.path().filename().string();
-      if (name.starts_with(kCheckpointPrefix) && name.find(".tmp-") == std::string::npos && entry.path() != current)
-        std::filesystem::remove_all(entry.path());
+      if (!name.starts_with(kCheckpointPrefix) || entry.path() == current) continue;
+      const size_t tmp = name.find(".tmp-");
+      if (tmp != std::string::npos && ::kill(static_cast<pid_t>(std::atol(name.c_str() + tmp + 5)), 0) == 0) continue;
+      std::error_code ignored;  // another process may be removing it too
+      std::filesystem::remove_all(entry.path(), ignored);
     }
   }
 
