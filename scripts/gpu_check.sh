@@ -13,9 +13,12 @@ out="${OUT:-/tmp/qkv-gpu}"
 mkdir -p "$out"
 if [ -f "$bundle/bundle.tar.xz" ]; then tar -C "$bundle" -xJf "$bundle/bundle.tar.xz"; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
-# The CUDA libraries: the toolkit's, or the pip wheels' next to PyTorch.
-cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH="$PWD/$bundle/lib:/usr/local/cuda/lib64:${cublas_dir:-}:${LD_LIBRARY_PATH:-}"
+# The CUDA libraries: the toolkit's, or the pip wheels' next to PyTorch (NCCL, which qkv loads at
+# run time for --allreduce nccl, too).
+wheel_lib() { python3 -c "import nvidia.$1, os; print(os.path.join(list(nvidia.$1.__path__)[0], 'lib'))" 2>/dev/null; }
+cublas_dir=$(wheel_lib cublas)
+nccl_dir=$(wheel_lib nccl)
+export LD_LIBRARY_PATH="$PWD/$bundle/lib:/usr/local/cuda/lib64:${cublas_dir:-}:${nccl_dir:-}:${LD_LIBRARY_PATH:-}"
 if ldd "$bundle/qkv_cuda_tests" | grep "not found"; then echo "missing libraries"; exit 1; fi
 status=0
 echo "== the GPU tests (every op against the CPU, whole models)"

@@ -95,6 +95,8 @@ TEST_F(CliErrors, TrainFlagsThatDoNotGoTogetherAreUsageErrors) {
                {"--synthetic and corpus files"}, "qkv train");
   expect_error("train --arch encoder-only --text " + path("ref.txt"), kUsage, {"--objective mlm"}, "qkv train");
   expect_error("train --output-dir " + path("lm"), kUsage, {"nothing to train on"}, "qkv train");
+  expect_error("train --synthetic --preset tiny --allreduce nccl --output-dir " + path("lm"), kUsage,
+               {"--allreduce nccl sums gradients on GPUs: it needs --device cuda, not cpu"}, "qkv train");
   EXPECT_FALSE(fs::exists(path("lm"))) << "a refused run leaves no directory";
 }
 

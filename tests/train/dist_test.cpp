@@ -7,10 +7,13 @@
 #include <cmath>
 
 #include "qkv/data/synthetic.h"
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/dist/communicator.h"
+#include "qkv/dist/nccl.h"
 #include "qkv/dist/mpi.h"
 #include "qkv/models/transformer.h"
 #include "qkv/train/step.h"
+#include "error_message.h"
 #include "train/mirrored_ranks.h"
 
 namespace qkv::train {
@@ -97,7 +100,31 @@ TEST(DistStep, SharesComputedApartAndAddedEqualMicroBatchesExactly) {
 // GradientReducer's buckets against a second rank holding the same gradients: every gradient ends
 // exactly twice one process's (tests/cuda/data_parallel_on_gpu_test.cpp: the same on a GPU).
 TEST(DistStep, BucketsCarryEveryGradientOutAndBack) {
-  testing::expect_buckets_double_every_gradient(config(), batch(), Device::cpu(), 0.0);
+  testing::expect_buckets_carry_every_gradient(config(), batch(), Device::cpu(), 0.0);
+}
+
+// --allreduce nccl needs a GPU per rank: ranks sharing one, or on the CPU, are refused before NCCL
+// is called (it would stop with "Duplicate GPU detected"), naming the ranks.
+TEST(DistNccl, RanksSharingAGpuAreRefusedByName) {
+  EXPECT_NO_THROW(dist::check_gpu_per_rank({1.0, 1.0, 2.0}, {0, 1, 0}));  // two GPUs of host 1, one of host 2
+  const std::string shared =
+      test_support::error_message_of([] { dist::check_gpu_per_rank({1.0, 2.0, 1.0}, {0, 0, 0}); });
+  EXPECT_NE(shared.find("ranks 0 and 2 share GPU cuda:0"), std::string::npos) << shared;
+  EXPECT_NE(shared.find("--allreduce mpi"), std::string::npos) << shared;
+  const std::string cpu = test_support::error_message_of([] { dist::check_gpu_per_rank({1.0, 1.0}, {0, -1}); });
+  EXPECT_NE(cpu.find("rank 1 trains on the CPU"), std::string::npos) << cpu;
+}
+
+// Where NCCL cannot run (no CUDA build, no GPU, no libnccl.so.2) asking for it is an error that
+// says why, never a crash; a trainer on the CPU refuses --allreduce nccl up front.
+TEST(DistNccl, WithoutAGpuTheGroupIsRefusedSayingWhy) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU: tests/cuda checks NCCL there";
+  const std::string message =
+      test_support::error_message_of([] { dist::NcclGroup group(dist::single_process(), Device::cuda(0)); });
+  EXPECT_TRUE(message.find("CUDA") != std::string::npos || message.find("NCCL") != std::string::npos) << message;
+  if (!cuda::kBuilt) {
+    EXPECT_NE(dist::nccl_unavailable().find("without CUDA"), std::string::npos);
+  }
 }
 
 TEST(DistCommunicator, OneProcess) {

@@ -1,7 +1,7 @@
 // Two ranks in one process, for tests of what data parallelism does to the gradients without MPI:
 // a communicator whose "other rank" holds the same values, so a sum doubles every element (exactly,
-// in float) and a max leaves it, and the check that GradientReducer's buckets carry every gradient
-// out and back (host or GPU) on that communicator.
+// in float) and a max leaves it, its twin for sums on a GPU, and the check that GradientReducer's
+// buckets carry every gradient out and back (host or GPU) on them.
 #pragma once
 #include <gtest/gtest.h>
 
@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/data/batcher.h"
 #include "qkv/dist/communicator.h"
+#include "qkv/dist/nccl.h"
 #include "qkv/models/transformer.h"
 #include "qkv/train/grad_sync.h"
 #include "qkv/train/objective.h"
@@ -43,13 +45,36 @@ class MirrorCommunicator final : public dist::Communicator {
   int64_t summed_floats = 0;  // floats given to allreduce_sum
 };
 
+// The same second rank for buckets kept on a GPU (GradientReducer::sum_on_device): each sum doubles
+// the floats, through the host (a test double for NCCL's sums, which need a GPU per rank).
+class MirrorOnDevice final : public dist::DeviceAllReduce {
+ public:
+  explicit MirrorOnDevice(Device device) : device_(device) {}
+  Device device() const override { return device_; }
+  void allreduce_sum(float* data, int64_t n) override {
+    summed_floats += n;
+    std::vector<float> host(static_cast<size_t>(n));
+    cuda::copy(host.data(), Device::cpu(), data, device_, host.size() * sizeof(float));
+    for (float& x : host) x += x;
+    cuda::copy(data, device_, host.data(), Device::cpu(), host.size() * sizeof(float));
+  }
+  std::string describe() const override { return "two mirrored ranks on " + device_.name(); }
+
+  int64_t summed_floats = 0;
+
+ private:
+  Device device_;
+};
+
 // One training step of `config`'s model on `device`, whole batch and micro-batches of 4 rows, once
 // alone and once with a GradientReducer over a MirrorCommunicator and buckets of 4 KB (most start
-// during backward): every gradient must end as twice the one process's, on the model's device,
-// within `tolerance` of the largest element (0: exactly; a gradient copied to the wrong place would
-// be off by its size).
-inline void expect_buckets_double_every_gradient(const models::TransformerConfig& config, const data::Batch& batch,
-                                                 Device device, double tolerance) {
+// during backward): every gradient must end as `factor` times the one process's (2: the mirror
+// doubles them), on the model's device, within `tolerance` of the largest element (0: exactly; a
+// gradient copied to the wrong place would be off by its size). With `on_device`, the buckets stay
+// on the GPU and it sums them (MirrorOnDevice: twice; a one-rank NcclGroup: once).
+inline void expect_buckets_carry_every_gradient(const models::TransformerConfig& config, const data::Batch& batch,
+                                                Device device, double tolerance,
+                                                dist::DeviceAllReduce* on_device = nullptr, double factor = 2.0) {
   for (const int64_t micro : {int64_t{0}, int64_t{4}}) {
     models::Transformer alone(config, 9), ranked(config, 9);
     for (models::Model* m : {static_cast<models::Model*>(&alone), static_cast<models::Model*>(&ranked)}) {
@@ -59,6 +84,7 @@ inline void expect_buckets_double_every_gradient(const models::TransformerConfig
     train::forward_backward(alone, train::teacher_forcing(), batch, 0.1f, micro);
     MirrorCommunicator mirror;
     train::GradientReducer reducer(ranked.parameters(), mirror, 4096);
+    reducer.sum_on_device(on_device);
     train::StepOptions o;
     o.label_smoothing = 0.1f;
     o.micro_batch_rows = micro;
@@ -66,7 +92,10 @@ inline void expect_buckets_double_every_gradient(const models::TransformerConfig
     train::forward_backward(ranked, train::teacher_forcing(), batch, o);
     int64_t parameters = 0;
     for (const Var& p : ranked.parameters()) parameters += p.value().numel();
-    EXPECT_EQ(mirror.summed_floats, parameters);
+    EXPECT_EQ(mirror.summed_floats, on_device ? 0 : parameters) << "floats summed through the host";
+    if (auto* twin = dynamic_cast<MirrorOnDevice*>(on_device)) {
+      EXPECT_EQ(twin->summed_floats, parameters);
+    }
     EXPECT_GT(reducer.stats().buckets, 4);
     EXPECT_GT(reducer.stats().started_in_backward, 0);
     const auto a = alone.parameters(), b = ranked.parameters();
@@ -75,12 +104,12 @@ inline void expect_buckets_double_every_gradient(const models::TransformerConfig
       ASSERT_EQ(a[i].grad().defined(), b[i].grad().defined()) << "parameter " << i;
       if (!a[i].grad().defined()) continue;
       ASSERT_EQ(b[i].grad().device(), device) << "parameter " << i;
-      const std::vector<float> once = a[i].grad().to_vector(), twice = b[i].grad().to_vector();
-      ASSERT_EQ(once.size(), twice.size()) << "parameter " << i;
+      const std::vector<float> once = a[i].grad().to_vector(), summed = b[i].grad().to_vector();
+      ASSERT_EQ(once.size(), summed.size()) << "parameter " << i;
       double scale = 0, diff = 0;
       for (size_t j = 0; j < once.size(); ++j) {
-        scale = std::max(scale, std::fabs(2.0 * once[j]));
-        diff = std::max(diff, std::fabs(static_cast<double>(twice[j]) - 2.0 * once[j]));
+        scale = std::max(scale, std::fabs(factor * once[j]));
+        diff = std::max(diff, std::fabs(static_cast<double>(summed[j]) - factor * once[j]));
       }
       EXPECT_LE(diff, tolerance * scale) << "micro-batch " << micro << ", parameter " << i;
     }

@@ -70,6 +70,7 @@ struct TrainOptions : train::TrainRequest {
   double dist_timeout = 300;
   double bucket_mb = 25;
   bool no_overlap = false;
+  std::string allreduce = "mpi";
   bool quiet = false;  // no progress, validation or summary lines (errors still)
 };
 
@@ -109,6 +110,7 @@ int run_train(const TrainOptions& o) {
   request.comm = comm;
   request.bucket_bytes = std::max<int64_t>(4, static_cast<int64_t>(o.bucket_mb * (1 << 20)));
   request.overlap = !o.no_overlap;
+  request.nccl = o.allreduce == "nccl";
   request.device = rank_device(o.device_name, mpi ? &*mpi : nullptr);
   if (comm) comm->set_timeout(o.dist_timeout);
   set_num_threads(comm ? rank_threads(o.threads) : o.threads);
@@ -118,7 +120,8 @@ int run_train(const TrainOptions& o) {
   if (comm && !quiet) progress.info("data parallel: " + comm->describe() + ", " + std::to_string(num_threads()) + " threads each");
   if (request.device.is_cuda() && !quiet)
     progress.info("device: " + request.device.name() + " (" + cuda::describe(request.device) + ")" +
-                  (comm ? "; the ranks' gradients are summed through host memory (MPI)" : ""));
+                  (!comm ? "" : request.nccl ? "; the ranks' gradients are summed on the GPUs (NCCL)"
+                                             : "; the ranks' gradients are summed through host memory (MPI)"));
   train::TrainResult r;
   try {
     r = train::run_training(request, quiet ? train::TrainerEvents{} : progress.events(), &g_stop_requested);
@@ -248,6 +251,10 @@ void add_optimisation_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--allreduce-bucket-mb", o.bucket_mb, "Gradient all-reduce bucket size in MiB")
       ->capture_default_str()->check(FiniteRange(1e-6, 1e6))->group(g);
   app.add_flag("--no-overlap", o.no_overlap, "All-reduce gradients after backward instead of during it")->group(g);
+  app.add_option("--allreduce", o.allreduce,
+                 "How the ranks sum gradients: mpi (through host memory; any device, ranks may share a GPU) or nccl "
+                 "(on the GPUs, a GPU per rank; loads libnccl.so.2)")
+      ->capture_default_str()->check(CLI::IsMember({"mpi", "nccl"}))->group(g);
 }
 
 void add_run_flags(CLI::App& app, TrainOptions& o) {

@@ -11,9 +11,9 @@
 namespace qkv::train {
 namespace {
 
-// n floats between a gradient (host or GPU) and a bucket's host buffer. The all-reduce runs on host
-// memory (MPI): a GPU's gradients are copied out once their backward is queued (the copy waits for
-// the device's stream) and the sums copied back before the optimizer step.
+// n floats between a gradient (host or GPU) and a bucket. A bucket on the host (MPI's sums): a GPU's
+// gradients are copied out once their backward is queued (the copy waits for the device's stream)
+// and the sums copied back before the optimizer step. A bucket on the GPU: both copies are queued.
 void copy_floats(float* dst, Device dst_device, const float* src, Device src_device, int64_t n) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (!dst_device.is_cuda() && !src_device.is_cuda()) {
@@ -50,7 +50,28 @@ GradientReducer::GradientReducer(std::vector<Var> params, dist::Communicator& co
     buckets_.push_back(std::move(current));
   }
   stats_.buckets = static_cast<int64_t>(buckets_.size());
-  for (const Bucket& b : buckets_) stats_.bytes += static_cast<int64_t>(b.buffer.size() * sizeof(float));
+  for (Bucket& b : buckets_) {
+    b.floats = static_cast<int64_t>(b.buffer.size());
+    stats_.bytes += b.floats * static_cast<int64_t>(sizeof(float));
+  }
+}
+
+void GradientReducer::sum_on_device(dist::DeviceAllReduce* sums) {
+  QKV_CHECK(!armed_, "all-reduce: the buckets change place between steps only");
+  device_sums_ = sums;
+  for (Bucket& b : buckets_) {
+    if (!sums) {
+      b.on_device = Tensor();
+      b.buffer.resize(static_cast<size_t>(b.floats));
+      continue;
+    }
+    for (size_t i : b.params)
+      QKV_CHECK(params_[i].value().device() == sums->device(),
+                "all-reduce on " << sums->device().name() << ": parameter " << i << " is on "
+                                 << params_[i].value().device().name());
+    b.on_device = Tensor::empty(Dims{b.floats}, DType::F32, sums->device());
+    b.buffer = std::vector<float>();
+  }
 }
 
 void GradientReducer::stash() {
@@ -87,20 +108,28 @@ bool GradientReducer::ready(const Bucket& b) const {
 }
 
 void GradientReducer::start(Bucket& b) {
-  float* out = b.buffer.data();
+  const Device where = device_sums_ ? device_sums_->device() : Device::cpu();
+  if (device_sums_) cuda::activate(where);
+  float* out = bucket_data(b);
   for (size_t i : b.params) {
     merge(i);
     const Tensor& g = params_[i].grad();
     const int64_t n = params_[i].value().numel();
     if (g.defined()) {
       QKV_CHECK(g.is_contiguous(), "all-reduce: the gradient of parameter " << i << " is not contiguous");
-      copy_floats(out, Device::cpu(), g.f32(), g.device(), n);
+      copy_floats(out, where, g.f32(), g.device(), n);
+    } else if (device_sums_) {
+      cuda::memset_zero(out, static_cast<size_t>(n) * sizeof(float));
     } else {
       std::fill(out, out + n, 0.f);
     }
     out += n;
   }
-  comm_->start_allreduce_sum(b.buffer.data(), static_cast<int64_t>(b.buffer.size()));
+  if (device_sums_) {
+    device_sums_->allreduce_sum(bucket_data(b), b.floats);
+  } else {
+    comm_->start_allreduce_sum(bucket_data(b), b.floats);
+  }
 }
 
 void GradientReducer::on_node() {
@@ -126,17 +155,18 @@ int64_t GradientReducer::finish(int64_t value) {
   std::vector<int64_t> flags(params_.size() + 1);
   for (size_t i = 0; i < params_.size(); ++i) flags[i] = params_[i].grad().defined() ? 1 : 0;
   flags.back() = value;
-  comm_->wait_all();
+  if (!device_sums_) comm_->wait_all();  // NCCL's sums are queued on the GPU: nothing to wait for here
   comm_->allreduce_max(flags.data(), static_cast<int64_t>(flags.size()));
+  const Device where = device_sums_ ? device_sums_->device() : Device::cpu();
   for (Bucket& b : buckets_) {
-    const float* in = b.buffer.data();
+    const float* in = bucket_data(b);
     for (size_t i : b.params) {
       const int64_t n = params_[i].value().numel();
       if (flags[i]) {
         Tensor* g = params_[i].grad_slot();
         const Device device = params_[i].value().device();
         if (!g->defined()) *g = Tensor::empty(params_[i].shape(), DType::F32, device);
-        copy_floats(g->f32(), g->device(), in, Device::cpu(), n);
+        copy_floats(g->f32(), g->device(), in, where, n);
       }
       in += n;
     }

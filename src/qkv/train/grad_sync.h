@@ -17,10 +17,12 @@
 // copies the sums back. A parameter without a gradient on some rank counts as zeros there; one
 // without a gradient on every rank keeps none (Adam skips it, as in one process).
 //
-// GPUs. The buckets are host memory and the all-reduce is MPI's: a bucket's gradients are copied
-// from the device as it starts and the sums copied back in finish(). The ranks may share a GPU or
-// each have their own; each reduction is a copy of the gradient bytes each way over PCIe or NVLink
-// (a GPU-resident all-reduce, NCCL, would skip those copies: docs/scaling.md).
+// GPUs. By default the buckets are host memory and the all-reduce is MPI's: a bucket's gradients are
+// copied from the device as it starts and the sums copied back in finish(). The ranks may share a
+// GPU or each have their own; each reduction is a copy of the gradient bytes each way over PCIe or
+// NVLink. Given a DeviceAllReduce (sum_on_device: NCCL, dist/nccl.h), the buckets live on the GPU
+// instead: gradients are copied into them, summed and copied back on the device's stream, queued
+// behind backward's kernels, and nothing waits for them on the host.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +30,7 @@
 
 #include "qkv/autograd/var.h"
 #include "qkv/dist/communicator.h"
+#include "qkv/dist/nccl.h"
 
 namespace qkv::train {
 
@@ -45,6 +48,10 @@ class GradientReducer {
   const std::function<void()>* backward_hook() const { return overlap_ && comm_->size() > 1 ? &hook_ : nullptr; }
   int64_t finish(int64_t value);
 
+  // The buckets' sums on the GPU through `sums` (every parameter must be on its device), from the
+  // next step on; nullptr: through host memory and the communicator again. Kept, not owned.
+  void sum_on_device(dist::DeviceAllReduce* sums);
+
   dist::Communicator& comm() const { return *comm_; }
   struct Stats {
     int64_t steps = 0;
@@ -58,8 +65,11 @@ class GradientReducer {
  private:
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
-    std::vector<float> buffer;
+    int64_t floats = 0;
+    std::vector<float> buffer;   // on the host (MPI's sums)
+    Tensor on_device;            // or on the GPU (sum_on_device)
   };
+  float* bucket_data(Bucket& b) { return device_sums_ ? b.on_device.f32() : b.buffer.data(); }
   void on_node();
   bool ready(const Bucket& b) const;
   void merge(size_t i);  // params_[i].grad = stash + grad
@@ -70,6 +80,7 @@ class GradientReducer {
   std::vector<long> baseline_;
   std::vector<Bucket> buckets_;
   dist::Communicator* comm_;
+  dist::DeviceAllReduce* device_sums_ = nullptr;
   bool overlap_;
   bool armed_ = false;
   size_t next_ = 0;  // the next bucket to start

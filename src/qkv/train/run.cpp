@@ -209,6 +209,7 @@ std::optional<TrainState> fill_run_options(const TrainRequest& o, const Hyper& d
   r.bucket_bytes = o.bucket_bytes;
   r.device = o.device;
   r.overlap = o.overlap;
+  r.nccl = o.nccl;
   return saved;
 }
 
@@ -368,6 +369,7 @@ TrainResult run_synthetic_train(const TrainRequest& o, const TrainerEvents& even
   t.comm = o.comm;
   t.bucket_bytes = o.bucket_bytes;
   t.overlap = o.overlap;
+  t.nccl = o.nccl;
   t.device = o.device;
   t.last_dir = out;
   t.max_steps = plan.steps;
@@ -396,6 +398,8 @@ void check_flag_combinations(const TrainRequest& o) {
                  "--preset seed is for --synthetic; a text run takes tiny, small, base or big");
   QKV_CHECK_ARGS(!text_preset || o.config_path.empty(), "--config brings its own model; drop --preset");
   QKV_CHECK_ARGS(!text_preset || o.resume.empty(), "--resume continues the checkpoint's model; drop --preset");
+  QKV_CHECK_ARGS(!o.nccl || o.device.is_cuda(),
+                 "--allreduce nccl sums gradients on GPUs: it needs --device cuda, not " << o.device.name());
   const bool corpus = !o.src.empty() || !o.tgt.empty() || !o.tsv.empty();
   const bool resuming = !o.resume.empty();
   if (o.arch == models::kEncoderOnly) {

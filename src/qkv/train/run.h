@@ -60,6 +60,7 @@ struct TrainRequest {
   dist::Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 << 20;  // gradient all-reduce buckets
   bool overlap = true;              // start buckets during backward
+  bool nccl = false;                // sum on the GPUs through NCCL (TrainerOptions::nccl)
   // Where the model trains (`--device cuda:N`): its weights, gradients and optimizer state live
   // there; batches are made on the host and moved; checkpoints are the same files either way.
   Device device = Device::cpu();

@@ -54,6 +54,7 @@ TrainerOptions run_trainer_options(const RunOptions& o, int64_t d_model,
   t.comm = o.comm;
   t.bucket_bytes = o.bucket_bytes;
   t.overlap = o.overlap;
+  t.nccl = o.nccl;
   t.device = o.device;
   return t;
 }

@@ -39,6 +39,7 @@ struct RunOptions {
   dist::Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 << 20;
   bool overlap = true;
+  bool nccl = false;
   Device device = Device::cpu();  // TrainerOptions::device
 };
 

@@ -105,6 +105,8 @@ Trainer::Trainer(models::Model& model, TrainingData& data, TrainerOptions option
       comm_(options_.comm ? options_.comm : &dist::single_process()) {
   check_options(options_);
   QKV_CHECK(options_.bucket_bytes > 0, "the all-reduce bucket size must be positive, got " << options_.bucket_bytes);
+  QKV_CHECK(!options_.nccl || options_.device.is_cuda(),
+            "--allreduce nccl sums gradients on GPUs: it needs --device cuda, not " << options_.device.name());
   if (comm_->size() > 1)
     reducer_ = std::make_unique<GradientReducer>(model_.parameters(), *comm_, options_.bucket_bytes, options_.overlap);
   model_.train();
@@ -178,6 +180,17 @@ void Trainer::check_ranks_agree() {
   std::vector<RankPlacement> placements;
   for (int r = 0; r < comm_->size(); ++r) placements.push_back({all[kValues * r + 3], all[kValues * r + 4]});
   ranks_on_device_ = ranks_on_same_gpu(placements, comm_->rank());
+  if (options_.nccl && !nccl_) {  // every rank decides alike: the placements are the same everywhere
+    std::vector<double> hosts;
+    std::vector<int> devices;
+    for (const RankPlacement& p : placements) {
+      hosts.push_back(p.host);
+      devices.push_back(static_cast<int>(p.device));
+    }
+    dist::check_gpu_per_rank(hosts, devices);
+    nccl_ = std::make_unique<dist::NcclGroup>(*comm_, options_.device);
+    reducer_->sum_on_device(nccl_.get());
+  }
 }
 
 bool Trainer::stop_requested() const {

@@ -58,6 +58,9 @@ struct TrainerOptions {
   dist::Communicator* comm = nullptr;
   int64_t bucket_bytes = 25 << 20;
   bool overlap = true;
+  // The sums on the GPUs through NCCL (dist/nccl.h), each rank on a GPU of its own, instead of
+  // through host memory over `comm` (which still carries everything else).
+  bool nccl = false;
   // Where training runs: the Trainer moves the model there (models::Model::to) before it makes the
   // optimizer, whose moments then live there too. Batches are moved as they are used.
   Device device = Device::cpu();
@@ -159,6 +162,7 @@ class Trainer {
   Validator validator_;
   Adam optimizer_;
   dist::Communicator* comm_;
+  std::unique_ptr<dist::NcclGroup> nccl_;     // options.nccl, from the first step on (outlives reducer_'s use)
   std::unique_ptr<GradientReducer> reducer_;  // more than one rank
   TrainState state_;
   double elapsed_before_ = 0;
