@@ -74,6 +74,17 @@ PY
     status=1
   fi
   rm -rf "$out/dp1" "$out/dp2"
+  # NCCL needs a GPU per rank: two ranks sharing this one are refused by name, before NCCL is called.
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH "$bundle/qkv" "${dp[@]}" \
+    --output-dir "$out/dp-nccl" --allreduce nccl > "$out/dp-nccl.log" 2>&1
+  if grep -q "share GPU cuda:0" "$out/dp-nccl.log"; then
+    echo "--allreduce nccl with two ranks on one GPU: refused by name"
+  else
+    echo "--allreduce nccl with two ranks on one GPU: not refused as expected:"
+    tail -3 "$out/dp-nccl.log"
+    [ "$dp2_status" -eq 0 ] && status=1
+  fi
+  rm -rf "$out/dp-nccl"
 else
   echo "== data parallelism on the GPU: no mpirun on this machine (tests/cuda checks the gradient buckets)"
 fi
