@@ -17,7 +17,7 @@ from qkv.training import RENAMED
 def test_every_train_flag_is_a_field_and_every_field_a_flag():
     help_text = subprocess.run([qkv_bin(), "train", "--help"], capture_output=True, text=True).stdout
     flags = {m.replace("-", "_") for m in re.findall(r"^\s+--([\w-]+)", help_text, re.M)} - {"help"}
-    cli_only = {"device", "quiet", "dist_timeout", "allreduce_bucket_mb", "no_overlap"}  # the CLI's own
+    cli_only = {"device", "quiet", "dist_timeout", "allreduce_bucket_mb", "no_overlap", "allreduce"}  # the CLI's own
     fields = {f.name for f in dataclasses.fields(qkv.TrainingArguments)}
     assert fields == flags - cli_only
 
