@@ -796,6 +796,18 @@ TEST_F(OpsOnGpu, MasksPositionsAndRows) {
   const Tensor x = random_tensor(Dims{2, 7, 12}, 43), table = sinusoidal_table(20, 12);
   expect_equal(add_positional_forward(x, table), add_positional_forward(gpu(x), gpu(table)), "positional");
   expect_equal(gather_rows(x, {1, 0, 1}), gather_rows(gpu(x), {1, 0, 1}), "gather rows");
+  // Beam search's reorderings in one launch per 512 rows: more rows than one launch carries, ids,
+  // and a key/value cache's first `length` positions (the rest is never read, and left unset).
+  std::vector<int64_t> many;
+  for (int64_t i = 0; i < 700; ++i) many.push_back((i * 37 + 5) % 300);
+  const Tensor rows_of_ids = random_ids(Dims{300, 5}, 50, 45);
+  EXPECT_EQ(gather_rows(rows_of_ids, many).to_ids(), gather_rows(gpu(rows_of_ids), many).to_ids());
+  const Tensor cache = random_tensor(Dims{300, 3, 10, 8}, 46);
+  for (const int64_t length : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{10}}) {
+    const Tensor a = gather_cache_rows(cache, many, length), b = gather_cache_rows(gpu(cache), many, length);
+    expect_equal(a.narrow(2, 0, length).contiguous(), b.narrow(2, 0, length).contiguous(),
+                 "cache rows, length " + std::to_string(length));
+  }
   expect_equal(combine_heads(split_heads(x, 3)), combine_heads(split_heads(gpu(x), 3)), "heads");
   const Tensor s = random_tensor(Dims{2, 2, 7, 7}, 44);
   AttentionMasks m;

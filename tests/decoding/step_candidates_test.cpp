@@ -34,7 +34,9 @@ Tensor awkward_logits(int64_t N, int64_t V, uint32_t seed) {
     for (int64_t v = 0; v < V; ++v) {
       const int kind = pick(rng);
       float& z = x[static_cast<size_t>(i * V + v)];
-      z = kind == 0 ? kNegInf : kind < 4 ? 0.5f * static_cast<float>(coarse(rng)) : std::normal_distribution<float>(0.f, 2.f)(rng);
+      z = kind == 0  ? kNegInf
+          : kind < 4 ? 0.5f * static_cast<float>(coarse(rng))
+                     : std::normal_distribution<float>(0.f, 2.f)(rng);
       if (i == N - 1) z = v == V / 2 ? 1.f : kNegInf;
     }
   return Tensor::from_vector(Dims{N, V}, x);
@@ -86,7 +88,8 @@ TEST(StepCandidates, TheTopOfLogProbsIsTheHostsStep) {
             EXPECT_EQ(top.top[r].token, host.top[r].token) << label << ", row " << i;
             EXPECT_EQ(top.top[r].log_prob, host.top[r].log_prob) << label << ", row " << i;  // the same bits
             const float a = top.eos_log_prob[r], b = host.eos_log_prob[r];
-            EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << label << ", row " << i << ": " << a << " vs " << b;
+            EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b)))
+                << label << ", row " << i << ": " << a << " vs " << b;
           }
         }
 }
@@ -109,7 +112,8 @@ TEST(StepCandidates, TheTopOfLogitsIsArgmaxAfterTheRules) {
         const auto& got = top.top[static_cast<size_t>(i)];
         ASSERT_EQ(got.token.size(), 1u) << "step " << step << ", row " << i;
         EXPECT_EQ(got.token[0], want) << "step " << step << ", row " << i;
-        EXPECT_EQ(got.log_prob[0], row[static_cast<size_t>(want)]) << "the logit itself, step " << step << ", row " << i;
+        EXPECT_EQ(got.log_prob[0], row[static_cast<size_t>(want)])
+            << "the logit itself, step " << step << ", row " << i;
       }
     }
 }

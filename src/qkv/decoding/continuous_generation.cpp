@@ -121,8 +121,8 @@ void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::
     if (from_top) {
       TopTokens best;
       float eos_score = 0.f;
-      top_from_candidates(top, static_cast<int64_t>(i), s.rules, RowView{{s.prompt.tokens, s.generated}, false}, 1, best,
-                          eos_score);
+      const RowView view{{s.prompt.tokens, s.generated}, false};
+      top_from_candidates(top, static_cast<int64_t>(i), s.rules, view, 1, best, eos_score);
       if (!best.token.empty()) token = best.token[0];
     } else {
       const float* z = host.f32() + static_cast<int64_t>(i) * V;

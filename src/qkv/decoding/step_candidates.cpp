@@ -50,7 +50,9 @@ void top_from_candidates(const StepCandidates& c, int64_t i, const StepRules& ru
     if (rules.forced_first == rules.eos_id) eos_score = 0.f;
     return;
   }
-  const auto never = [&](int32_t id) { return std::find(rules.never.begin(), rules.never.end(), id) != rules.never.end(); };
+  const auto never = [&](int32_t id) {
+    return std::find(rules.never.begin(), rules.never.end(), id) != rules.never.end();
+  };
   const bool ban_eos = rules.eos_id >= 0 && (never(rules.eos_id) || (step < rules.min_new_tokens && !view.at_limit));
   if (rules.eos_id >= 0 && !ban_eos) eos_score = c.eos.f32()[i];
   const int32_t* ids = c.ids.i32() + i * c.width;
@@ -70,8 +72,10 @@ StepScores top_step(Tensor logits, const StepRules& rules, int64_t count, const 
   StepScores s;
   s.top.resize(static_cast<size_t>(N));
   s.eos_log_prob.resize(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i)
-    top_from_candidates(c, i, rules, view_of(i), count, s.top[static_cast<size_t>(i)], s.eos_log_prob[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < N; ++i) {
+    const auto r = static_cast<size_t>(i);
+    top_from_candidates(c, i, rules, view_of(i), count, s.top[r], s.eos_log_prob[r]);
+  }
   return s;
 }
 

@@ -214,6 +214,11 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
 
 void KVCache::reorder_copying(const std::vector<int64_t>& rows) {
   QKV_CHECK(!key_rows.defined(), "attention cache: reorder_copying on a cache whose rows move by a map");
+  if (k.device().is_cuda() && k.is_contiguous() && v.is_contiguous()) {  // a launch a tensor, not a copy a row
+    k = ops::gather_cache_rows(k, rows, length);
+    v = ops::gather_cache_rows(v, rows, length);
+    return;
+  }
   reorder_rows(k, rows, length);
   reorder_rows(v, rows, length);
 }

@@ -259,8 +259,13 @@ Tensor keep_mask(const Tensor& ids, int32_t pad_id);
 Tensor masked_fill_forward(const Tensor& scores, const AttentionMasks& masks);
 void masked_fill_backward(const Tensor& dy, const AttentionMasks& masks, Tensor* dscores);
 
-// Row i of the result is row rows[i] of `in` along dim 0 (beam reordering, dropping rows).
+// Row i of the result is row rows[i] of `in` along dim 0 (beam reordering, dropping rows). On a
+// GPU, one launch for all the rows.
 Tensor gather_rows(const Tensor& in, const std::vector<int64_t>& rows);
+// A key/value cache (N, H, capacity, dk), contiguous, reordered out of place: row i of the result
+// (rows.size(), H, capacity, dk) is row rows[i] of `cache` over positions [0, length); the rest is
+// left unset (a cache's positions past its length are never read).
+Tensor gather_cache_rows(const Tensor& cache, const std::vector<int64_t>& rows, int64_t length);
 
 // ---- heads -----------------------------------------------------------------------------------
 // (B, T, D) -> (B, H, T, D / H): a view (no copy), as x.view(B, T, H, dk).transpose(1, 2).

@@ -54,6 +54,15 @@ constexpr int64_t int8_weight_rows(int64_t out_features) { return (out_features 
 void gemm_int8(int64_t M, int64_t N, int64_t K, const float* X, const int8_t* Wq, const float* w_scales,
                const float* bias, float* C);
 
+// ---- rows (ops::gather_rows, beam search's cache reordering; rows.cu) ----------------------------
+// For i < n and s < segments: row i of `out` gets row rows[i] of `in` (host ids), `count` elements
+// at the start of each of a row's `segments` segments, `stride` elements apart (a row is segments x
+// stride elements; a key/value cache's row: heads x capacity x dk, the first `length` positions of
+// each head). Elements of element_size bytes (1, 2, 4 or 8). A launch per 512 rows, the ids in its
+// arguments.
+void copy_rows(void* out, const void* in, const int64_t* rows, int64_t n, int64_t segments, int64_t stride,
+               int64_t count, int64_t element_size);
+
 // ---- elementwise (kernels/elementwise.h) --------------------------------------------------------
 void add(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* acc, const float* x, int64_t n);
