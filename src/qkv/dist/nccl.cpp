@@ -98,6 +98,11 @@ struct NcclGroup::Comm {
 NcclGroup::NcclGroup(Communicator& comm, Device device) : comm_(std::make_unique<Comm>()), device_(device) {
   QKV_CHECK(device.is_cuda(), "NCCL sums gradients on GPUs, not on " << device.name());
   cuda::check_available(device);
+  // Every rank learns whether NCCL loads everywhere, so that none waits for an id that never comes.
+  int64_t unloaded = nccl_library().error.empty() ? 0 : 1;
+  comm.allreduce_max(&unloaded, 1);
+  QKV_CHECK(unloaded == 0 || !nccl_library().error.empty(), "NCCL: another rank cannot load libnccl.so.2 (its error "
+                                                                "names why)");
   const NcclLibrary& lib = loaded_nccl();
   QKV_NCCL_CHECK(lib, "ncclGetVersion", lib.get_version(&comm_->version));
   ncclUniqueId id{};
@@ -109,7 +114,12 @@ NcclGroup::NcclGroup(Communicator& comm, Device device) : comm_(std::make_unique
 }
 
 NcclGroup::~NcclGroup() {
-  if (comm_ && comm_->handle) nccl_library().comm_destroy(comm_->handle);
+  if (!comm_ || !comm_->handle) return;
+  try {
+    cuda::synchronize(device_);  // no sum of this communicator still queued
+  } catch (const Error&) {  // a failed device: the communicator goes all the same
+  }
+  nccl_library().comm_destroy(comm_->handle);
 }
 
 void NcclGroup::allreduce_sum(float* data, int64_t n) {
