@@ -12,6 +12,7 @@
 #include "qkv/dist/nccl.h"
 #include "qkv/dist/mpi.h"
 #include "qkv/models/transformer.h"
+#include "qkv/train/memory_budget.h"
 #include "qkv/train/step.h"
 #include "error_message.h"
 #include "train/mirrored_ranks.h"
@@ -106,12 +107,12 @@ TEST(DistStep, BucketsCarryEveryGradientOutAndBack) {
 // --allreduce nccl needs a GPU per rank: ranks sharing one, or on the CPU, are refused before NCCL
 // is called (it would stop with "Duplicate GPU detected"), naming the ranks.
 TEST(DistNccl, RanksSharingAGpuAreRefusedByName) {
-  EXPECT_NO_THROW(dist::check_gpu_per_rank({1.0, 1.0, 2.0}, {0, 1, 0}));  // two GPUs of host 1, one of host 2
+  EXPECT_NO_THROW(check_gpu_per_rank({{1.0, 0}, {1.0, 1}, {2.0, 0}}));  // two GPUs of host 1, one of host 2
   const std::string shared =
-      test_support::error_message_of([] { dist::check_gpu_per_rank({1.0, 2.0, 1.0}, {0, 0, 0}); });
+      test_support::error_message_of([] { check_gpu_per_rank({{1.0, 0}, {2.0, 0}, {1.0, 0}}); });
   EXPECT_NE(shared.find("ranks 0 and 2 share GPU cuda:0"), std::string::npos) << shared;
   EXPECT_NE(shared.find("--allreduce mpi"), std::string::npos) << shared;
-  const std::string cpu = test_support::error_message_of([] { dist::check_gpu_per_rank({1.0, 1.0}, {0, -1}); });
+  const std::string cpu = test_support::error_message_of([] { check_gpu_per_rank({{1.0, 0}, {1.0, -1}}); });
   EXPECT_NE(cpu.find("rank 1 trains on the CPU"), std::string::npos) << cpu;
 }
 

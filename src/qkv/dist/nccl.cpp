@@ -1,6 +1,5 @@
 #include "qkv/dist/nccl.h"
 
-#include <map>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -18,19 +17,6 @@
 #endif
 
 namespace qkv::dist {
-
-void check_gpu_per_rank(const std::vector<double>& hosts, const std::vector<int>& devices) {
-  QKV_CHECK(hosts.size() == devices.size(), "NCCL: " << hosts.size() << " hosts for " << devices.size() << " ranks");
-  std::map<std::pair<double, int>, size_t> first_rank;
-  for (size_t r = 0; r < hosts.size(); ++r) {
-    QKV_CHECK(devices[r] >= 0, "--allreduce nccl: rank " << r << " trains on the CPU; NCCL sums gradients on GPUs "
-                                                         << "(--device cuda)");
-    const auto [at, fresh] = first_rank.emplace(std::make_pair(hosts[r], devices[r]), r);
-    QKV_CHECK(fresh, "--allreduce nccl: ranks " << at->second << " and " << r << " share GPU cuda:" << devices[r]
-                                                << " of one host, and NCCL needs a GPU per rank; start at most as "
-                                                   "many ranks a host as it has GPUs, or use --allreduce mpi");
-  }
-}
 
 #ifdef QKV_HAVE_NCCL_HEADER
 namespace {

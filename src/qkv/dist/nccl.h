@@ -8,7 +8,7 @@
 // through the MPI communicator, to share NCCL's id; every rank must then call allreduce_sum for the
 // same buffers in the same order (NCCL's rule, as MPI's for collectives; GradientReducer starts its
 // buckets in index order on every rank). NCCL needs a GPU per rank: two ranks on one GPU are
-// refused by name before NCCL is called.
+// refused by name before NCCL is called (train::check_gpu_per_rank).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -53,9 +53,5 @@ class NcclGroup final : public DeviceAllReduce {
 // Why NcclGroup cannot run in this process ("" where it can load NCCL): no CUDA build, or
 // libnccl.so.2 not found (the loader's message, and where to look).
 std::string nccl_unavailable();
-
-// Before NCCL: the ranks' (host, GPU) pairs, rank-major, must be distinct. Throws a qkv::Error
-// naming two ranks that share a GPU, and what to use instead.
-void check_gpu_per_rank(const std::vector<double>& hosts, const std::vector<int>& devices);
 
 }  // namespace qkv::dist

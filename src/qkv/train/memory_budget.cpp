@@ -96,6 +96,19 @@ int ranks_on_same_gpu(const std::vector<RankPlacement>& placements, int rank) {
   }));
 }
 
+void check_gpu_per_rank(const std::vector<RankPlacement>& placements) {
+  for (size_t r = 0; r < placements.size(); ++r) {
+    const RankPlacement& p = placements[r];
+    QKV_CHECK(p.device >= 0, "--allreduce nccl: rank " << r << " trains on the CPU; NCCL sums gradients on GPUs "
+                                                        << "(--device cuda)");
+    for (size_t other = 0; other < r; ++other)
+      QKV_CHECK(placements[other].host != p.host || placements[other].device != p.device,
+                "--allreduce nccl: ranks " << other << " and " << r << " share GPU cuda:" << p.device
+                                           << " of one host, and NCCL needs a GPU per rank; start at most as many "
+                                              "ranks a host as it has GPUs, or use --allreduce mpi");
+  }
+}
+
 MicroBatchPlan plan_micro_batches(const models::TransformerConfig& c, int64_t parameters, bool recompute_ffn,
                                   const StepShape& s, int64_t max_memory) {
   MicroBatchPlan p;

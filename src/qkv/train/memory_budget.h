@@ -81,6 +81,9 @@ struct RankPlacement {
 // The ranks, `rank` included, that train on the GPU `rank` trains on (same host and device); 1 for
 // a rank on the CPU.
 int ranks_on_same_gpu(const std::vector<RankPlacement>& placements, int rank);
+// Before NCCL (--allreduce nccl), which needs a GPU per rank: throws a qkv::Error naming two ranks
+// that share a GPU, or a rank on the CPU, and what to use instead.
+void check_gpu_per_rank(const std::vector<RankPlacement>& placements);
 
 struct MicroBatchPlan {
   int64_t rows = 0;        // rows per chunk; 0: the whole batch in one pass

@@ -181,13 +181,7 @@ void Trainer::check_ranks_agree() {
   for (int r = 0; r < comm_->size(); ++r) placements.push_back({all[kValues * r + 3], all[kValues * r + 4]});
   ranks_on_device_ = ranks_on_same_gpu(placements, comm_->rank());
   if (options_.nccl && !nccl_) {  // every rank decides alike: the placements are the same everywhere
-    std::vector<double> hosts;
-    std::vector<int> devices;
-    for (const RankPlacement& p : placements) {
-      hosts.push_back(p.host);
-      devices.push_back(static_cast<int>(p.device));
-    }
-    dist::check_gpu_per_rank(hosts, devices);
+    check_gpu_per_rank(placements);
     nccl_ = std::make_unique<dist::NcclGroup>(*comm_, options_.device);
     reducer_->sum_on_device(nccl_.get());
   }
