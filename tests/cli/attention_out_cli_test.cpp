@@ -19,8 +19,8 @@
 namespace {
 namespace fs = std::filesystem;
 using qkv::testing::CliRun;
+using qkv::testing::kBadInput;
 
-constexpr int kBadInput = 1;
 
 // `env ENV qkv ARGS` with stdout in `out` and stderr in `err`.
 CliRun run_env(const std::string& env, const std::string& args) {

@@ -14,10 +14,10 @@
 namespace {
 namespace fs = std::filesystem;
 using qkv::testing::CliRun;
+using qkv::testing::kBadInput;
+using qkv::testing::kUsage;
 using qkv::testing::run_qkv_split;
 
-constexpr int kBadInput = 1;
-constexpr int kUsage = 2;
 
 // A tiny checkpoint (vocabulary 16) and an ids file to translate and score, made once.
 class CliErrors : public ::testing::Test {

@@ -10,12 +10,17 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <chrono>
 #include <string>
 #include <vector>
 #include <thread>
 
 namespace qkv::testing {
+
+// qkv's exit codes for bad input and for a usage error (docs/cli.md, "Exit codes").
+inline constexpr int kBadInput = 1;
+inline constexpr int kUsage = 2;
 
 struct CliRun {
   int code = -1;    // exit status; -1 if killed by a signal
@@ -30,6 +35,14 @@ inline std::string read_file(const std::string& path) {
 
 // Runs `sh -c "QKV_BIN args <redirect>"` and collects what it writes to stdout. With a time limit
 // qkv runs under timeout(1), which kills it and exits 124 when the limit passes.
+// `text` split at newlines, without them (a last line without one still counts).
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 inline CliRun run_shell(const std::string& args, const std::string& redirect, int time_limit_s = 0) {
   const std::string limit = time_limit_s > 0 ? "timeout -k 5 " + std::to_string(time_limit_s) + " " : "";
   const std::string cmd = limit + std::string(QKV_BIN) + " " + args + " " + redirect;

@@ -20,11 +20,11 @@
 namespace {
 namespace fs = std::filesystem;
 using qkv::testing::CliRun;
+using qkv::testing::kBadInput;
+using qkv::testing::kUsage;
 using qkv::testing::run_qkv_split;
 using Tokens = std::vector<int32_t>;
 
-constexpr int kBadInput = 1;
-constexpr int kUsage = 2;
 
 qkv::models::TransformerConfig lm_config(int64_t vocab) {
   qkv::models::TransformerConfig c = qkv::models::decoder_only_defaults();
@@ -101,13 +101,7 @@ TEST_F(GenerateCli, InitWritesACheckpointOfTheFamilyTheConfigNames) {
 }
 
 
-std::vector<std::string> lines_of(const std::string& out) {
-  std::vector<std::string> lines;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(line);
-  return lines;
-}
+using qkv::testing::lines_of;
 
 void expect_error(const CliRun& r, int code, const std::string& needle) {
   EXPECT_EQ(r.code, code) << r.err;

@@ -25,12 +25,7 @@ using qkv::testing::CliRun;
 using qkv::testing::read_file;
 using qkv::testing::run_qkv_split;
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
+using qkv::testing::lines_of;
 
 // An untrained checkpoint (vocabulary 16, 16 positions) and 20 id lines of lengths 1 to 9 in no
 // order, an empty one among them: enough for two of translate's sort windows at --batch-size 1.

@@ -17,9 +17,9 @@
 namespace {
 namespace fs = std::filesystem;
 using qkv::testing::CliRun;
+using qkv::testing::kBadInput;
+using qkv::testing::kUsage;
 
-constexpr int kBadInput = 1;
-constexpr int kUsage = 2;
 
 // `env ENV qkv ARGS 2>&1`: stdout and stderr together.
 CliRun run_with_env(const std::string& env, const std::string& args) {

@@ -17,9 +17,9 @@
 namespace {
 namespace fs = std::filesystem;
 using qkv::testing::CliRun;
+using qkv::testing::kUsage;
 using qkv::testing::run_qkv_split;
 
-constexpr int kUsage = 2;
 
 class SearchCli : public ::testing::Test {
  protected:

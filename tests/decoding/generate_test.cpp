@@ -23,7 +23,7 @@ using testing::small_model;
 
 using Tokens = std::vector<int32_t>;
 
-const std::vector<Tokens> kPrompts = {{2, 7, 9, 11}, {2}, {2, 30, 31, 5, 6, 8, 12, 13, 1}, {2, 17, 17}};
+const std::vector<Tokens> kBatchPrompts = {{2, 7, 9, 11}, {2}, {2, 30, 31, 5, 6, 8, 12, 13, 1}, {2, 17, 17}};
 
 // Greedy by running the whole sequence through forward() for every new token (no cache).
 Tokens greedy_by_recomputation(const models::CausalLM& model, Tokens seq, int64_t n, bool stop_at_eos) {
@@ -58,20 +58,20 @@ decoding::GenerateOptions sampled(int64_t n, uint64_t seed) {
 
 TEST(Generate, GreedyWithTheCacheEqualsFullRecomputation) {
   const auto model = small_model();
-  const auto out = decoding::generate(*model, kPrompts, {}, greedy(10));
-  ASSERT_EQ(out.size(), kPrompts.size());
-  for (size_t i = 0; i < kPrompts.size(); ++i) {
+  const auto out = decoding::generate(*model, kBatchPrompts, {}, greedy(10));
+  ASSERT_EQ(out.size(), kBatchPrompts.size());
+  for (size_t i = 0; i < kBatchPrompts.size(); ++i) {
     EXPECT_EQ(out[i].size(), 10u);
-    EXPECT_EQ(out[i], greedy_by_recomputation(*model, kPrompts[i], 10, false)) << "prompt " << i;
+    EXPECT_EQ(out[i], greedy_by_recomputation(*model, kBatchPrompts[i], 10, false)) << "prompt " << i;
   }
 }
 
 TEST(Generate, BatchedEqualsOneByOne) {
   const auto model = small_model();
   for (const auto& options : {greedy(12), sampled(12, 99)}) {
-    const auto batched = decoding::generate(*model, kPrompts, {}, options);
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      const auto alone = decoding::generate(*model, {kPrompts[i]}, {i}, options);
+    const auto batched = decoding::generate(*model, kBatchPrompts, {}, options);
+    for (size_t i = 0; i < kBatchPrompts.size(); ++i) {
+      const auto alone = decoding::generate(*model, {kBatchPrompts[i]}, {i}, options);
       EXPECT_EQ(batched[i], alone[0]) << "prompt " << i << (options.sample ? " (sampled)" : " (greedy)");
     }
   }
@@ -82,7 +82,7 @@ TEST(Generate, BatchedEqualsOneByOne) {
 TEST(Generate, KeyValueStorageSharedByBatchesGivesTheSameTokens) {
   const auto model = small_model();
   const std::vector<std::vector<Tokens>> batches = {
-      {kPrompts[0], kPrompts[3]}, {kPrompts[1]}, kPrompts, {kPrompts[2], kPrompts[2]}};
+      {kBatchPrompts[0], kBatchPrompts[3]}, {kBatchPrompts[1]}, kBatchPrompts, {kBatchPrompts[2], kBatchPrompts[2]}};
   for (const auto& options : {greedy(12), sampled(12, 99)}) {
     decoding::GenerateOptions shared = options;
     shared.kv_storage = std::make_shared<nn::KVCacheStorage>();
@@ -96,7 +96,7 @@ TEST(Generate, KeyValueStorageSharedByBatchesGivesTheSameTokens) {
 
 TEST(Generate, SamplingDependsOnSeedAndLineKey) {
   const auto model = small_model();
-  const Tokens p = kPrompts[0];
+  const Tokens p = kBatchPrompts[0];
   const auto a = decoding::generate(*model, {p, p}, {0, 1}, sampled(15, 1));
   const auto b = decoding::generate(*model, {p}, {0}, sampled(15, 1));
   const auto c = decoding::generate(*model, {p}, {0}, sampled(15, 2));
@@ -109,7 +109,7 @@ TEST(Generate, SamplingDependsOnSeedAndLineKey) {
 TEST(Generate, StopsAtEosWithoutOutputtingIt) {
   // A model whose EOS is a token that prompt 0's free run produces at k >= 1 and not before.
   for (const auto& options : {greedy(12), sampled(12, 7)}) {
-    const Tokens free_run = decoding::generate(*small_model(), {kPrompts[0]}, {}, options)[0];
+    const Tokens free_run = decoding::generate(*small_model(), {kBatchPrompts[0]}, {}, options)[0];
     size_t k = 1;
     while (k < free_run.size() && std::find(free_run.begin(), free_run.begin() + static_cast<long>(k), free_run[k]) !=
                                       free_run.begin() + static_cast<long>(k))
@@ -118,36 +118,36 @@ TEST(Generate, StopsAtEosWithoutOutputtingIt) {
     const auto model = small_model(free_run[k]);  // same seed: same weights, another eos_id
     decoding::GenerateOptions stop = options;
     stop.stop_at_eos = true;
-    const auto stopped = decoding::generate(*model, kPrompts, {}, stop);
+    const auto stopped = decoding::generate(*model, kBatchPrompts, {}, stop);
     EXPECT_EQ(stopped[0], Tokens(free_run.begin(), free_run.begin() + static_cast<long>(k)));
     // Rows that stop early are dropped from the batch; the others go on as they would alone.
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
+    for (size_t i = 0; i < kBatchPrompts.size(); ++i) {
       if (!options.sample) {
-        EXPECT_EQ(stopped[i], greedy_by_recomputation(*model, kPrompts[i], 12, true)) << "prompt " << i;
+        EXPECT_EQ(stopped[i], greedy_by_recomputation(*model, kBatchPrompts[i], 12, true)) << "prompt " << i;
       }
-      EXPECT_EQ(stopped[i], decoding::generate(*model, {kPrompts[i]}, {i}, stop)[0]) << "prompt " << i;
+      EXPECT_EQ(stopped[i], decoding::generate(*model, {kBatchPrompts[i]}, {i}, stop)[0]) << "prompt " << i;
     }
     // Without stop_at_eos, EOS is a token like any other.
-    EXPECT_EQ(decoding::generate(*model, {kPrompts[0]}, {}, options)[0], free_run);
+    EXPECT_EQ(decoding::generate(*model, {kBatchPrompts[0]}, {}, options)[0], free_run);
   }
 }
 
 TEST(Generate, CallbackSeesEveryTokenInOrder) {
   const auto model = small_model();
-  std::vector<Tokens> seen(kPrompts.size());
-  const auto out = decoding::generate(*model, kPrompts, {}, sampled(7, 3),
+  std::vector<Tokens> seen(kBatchPrompts.size());
+  const auto out = decoding::generate(*model, kBatchPrompts, {}, sampled(7, 3),
                                       [&](size_t row, int32_t token) { seen.at(row).push_back(token); });
   EXPECT_EQ(seen, out);
 }
 
 TEST(Generate, BudgetAndContext) {
   const auto model = small_model();  // max_seq_length 24
-  EXPECT_EQ(decoding::generate(*model, kPrompts, {}, greedy(0)), std::vector<Tokens>(kPrompts.size()));
-  EXPECT_EQ(decoding::generate(*model, {kPrompts[1]}, {}, greedy(1))[0].size(), 1u);
+  EXPECT_EQ(decoding::generate(*model, kBatchPrompts, {}, greedy(0)), std::vector<Tokens>(kBatchPrompts.size()));
+  EXPECT_EQ(decoding::generate(*model, {kBatchPrompts[1]}, {}, greedy(1))[0].size(), 1u);
   // Prompt + new tokens never exceed the context: 23 prompt tokens leave room for 1, 20 for 4.
   Tokens p23(23, 9), p20(20, 9), p24(24, 9), p30(30, 9);
   p23[0] = p20[0] = 2;
-  const auto out = decoding::generate(*model, {p23, p20, kPrompts[0]}, {}, greedy(10));
+  const auto out = decoding::generate(*model, {p23, p20, kBatchPrompts[0]}, {}, greedy(10));
   EXPECT_EQ(out[0].size(), 1u);
   EXPECT_EQ(out[1].size(), 4u);
   EXPECT_EQ(out[2].size(), 10u);
@@ -171,8 +171,8 @@ TEST(Generate, BudgetAndContext) {
   EXPECT_EQ(decoding::generate(*model, {p30}, {}, cut)[0].size(), 23u);
   // A prompt that leaves room for max_new_tokens is not cut.
   cut.max_new_tokens = 20;
-  EXPECT_FALSE(decoding::fit_prompt(kPrompts[0], 24, cut).truncated);
-  EXPECT_EQ(decoding::fit_prompt(kPrompts[0], 24, cut).new_tokens, 20);
+  EXPECT_FALSE(decoding::fit_prompt(kBatchPrompts[0], 24, cut).truncated);
+  EXPECT_EQ(decoding::fit_prompt(kBatchPrompts[0], 24, cut).new_tokens, 20);
 }
 
 TEST(Generate, RefusesBadPromptsAndOptions) {
@@ -180,11 +180,11 @@ TEST(Generate, RefusesBadPromptsAndOptions) {
   EXPECT_THROW(decoding::generate(*model, {Tokens{}}, {}, greedy(3)), Error);
   EXPECT_THROW(decoding::generate(*model, {Tokens{2, 40}}, {}, greedy(3)), Error);  // V = 40
   EXPECT_THROW(decoding::generate(*model, {Tokens{2, -1}}, {}, greedy(3)), Error);
-  EXPECT_THROW(decoding::generate(*model, kPrompts, {0, 1}, greedy(3)), Error);  // keys != prompts
+  EXPECT_THROW(decoding::generate(*model, kBatchPrompts, {0, 1}, greedy(3)), Error);  // keys != prompts
   decoding::GenerateOptions bad = sampled(3, 0);
   bad.sampling.top_p = 0;
   try {
-    decoding::generate(*model, kPrompts, {}, bad);
+    decoding::generate(*model, kBatchPrompts, {}, bad);
     FAIL() << "top_p 0 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--top-p"), std::string::npos) << e.what();

@@ -30,7 +30,7 @@ using json = nlohmann::json;
       << test_support::error_message_of([&] { call; }, "(no error)")
 
 // The generate() keywords of a reference case as qkv options.
-decoding::GenerateOptions options_of(const json& o) {
+decoding::GenerateOptions generate_options_of(const json& o) {
   decoding::GenerateOptions g;
   g.max_new_tokens = o["max_new_tokens"].get<int64_t>();
   g.beam_size = o.value("num_beams", 1);
@@ -53,7 +53,7 @@ TEST(HfGptSearch, BeamSearchAndRulesEqualGenerate) {
   ASSERT_GT(refs["eos_endings"].get<int>(), 0);
   for (const json& c : refs["cases"]) {
     const std::string name = c["name"];
-    const decoding::GenerateOptions o = options_of(c["options"]);
+    const decoding::GenerateOptions o = generate_options_of(c["options"]);
     const auto want = c["outputs"].get<std::vector<std::vector<std::vector<int32_t>>>>();
     const auto ended = c["ended_with_eos"].get<std::vector<std::vector<bool>>>();
     if (o.beam_size == 1) {

@@ -24,10 +24,10 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kModels[] = {"search_marian", "search_bart", "search_mbart", "search_m2m100", "search_t5"};
+const char* const kSearchModels[] = {"search_marian", "search_bart", "search_mbart", "search_m2m100", "search_t5"};
 
 // The generate() keywords of a reference case as qkv's options.
-decoding::SearchOptions options_of(const json& o) {
+decoding::SearchOptions search_options_of(const json& o) {
   decoding::SearchOptions s;
   s.beam_size = o.value("num_beams", 1);
   s.n_best = o.value("num_return_sequences", 1);
@@ -77,14 +77,14 @@ void expect_found(const std::vector<std::vector<decoding::Hypothesis>>& got, con
 TEST(HfSeq2SeqSearch, GreedyBeamAndRulesEqualGenerate) {
   const json refs = testing::read_ref_json("hf_seq2seq_search_refs.json");
   int64_t first_k = 0;
-  for (const char* name : kModels) {
+  for (const char* name : kSearchModels) {
     const json& r = refs[name];
     const api::Translator translator(testing::imported_checkpoint(name));
     const std::vector<data::IdLine> sources = testing::id_lines(r["sources"]);
     ASSERT_GE(sources.size(), 8u) << name;
     first_k += r["first_k_cases"].get<int64_t>();
     for (const json& c : r["cases"]) {
-      decoding::SearchOptions o = options_of(c["options"]);
+      decoding::SearchOptions o = search_options_of(c["options"]);
       for (const bool cache : {true, false}) {
         o.use_cache = cache;
         const std::string what = std::string(name) + " " + c["name"].get<std::string>() + (cache ? "" : " (no cache)");
@@ -102,7 +102,7 @@ TEST(HfSeq2SeqSearch, GreedyBeamAndRulesEqualGenerate) {
 TEST(HfSeq2SeqSearch, EveryOptionChangesSomeReference) {
   const json refs = testing::read_ref_json("hf_seq2seq_search_refs.json");
   std::map<std::string, int64_t> changed;
-  for (const char* name : kModels) {
+  for (const char* name : kSearchModels) {
     std::map<std::string, json> cases;
     for (const json& c : refs[name]["cases"]) cases[c["name"].get<std::string>()] = c;
     for (const auto& [case_name, c] : cases) {

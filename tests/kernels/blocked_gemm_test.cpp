@@ -25,21 +25,21 @@
 namespace qkv::kernels {
 namespace {
 
-struct Case {
+struct BlockedCase {
   bool ta, tb;
   int64_t M, N, K;
   float alpha, beta;
 };
 
-struct Operands {
+struct BlockedOperands {
   int64_t lda, ldb, ldc;
   std::vector<float> A, B, C;
 };
 
-Operands make_operands(const Case& c, unsigned seed) {
+BlockedOperands make_blocked_operands(const BlockedCase& c, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  Operands o;
+  BlockedOperands o;
   // Stored shapes: A (M, K) or (K, M); B (K, N) or (N, K); row strides wider than the rows.
   o.lda = (c.ta ? c.M : c.K) + 3, o.ldb = (c.tb ? c.K : c.N) + 2, o.ldc = c.N + 5;
   o.A.resize((c.ta ? c.K : c.M) * o.lda), o.B.resize((c.tb ? c.N : c.K) * o.ldb), o.C.resize(c.M * o.ldc);
@@ -51,12 +51,12 @@ Operands make_operands(const Case& c, unsigned seed) {
   return o;
 }
 
-void run(const Case& c, Operands& o) {
+void run(const BlockedCase& c, BlockedOperands& o) {
   gemm_blocked(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, o.C.data(), o.ldc);
 }
 
-void check_against_double(const Case& c) {
-  Operands o = make_operands(c, static_cast<unsigned>(c.M * 131 + c.N * 17 + c.K * 3 + c.ta * 2 + c.tb));
+void check_against_double(const BlockedCase& c) {
+  BlockedOperands o = make_blocked_operands(c, static_cast<unsigned>(c.M * 131 + c.N * 17 + c.K * 3 + c.ta * 2 + c.tb));
   const std::vector<float> C0 = o.C;
   run(c, o);
   const double eps = std::numeric_limits<float>::epsilon();
@@ -107,12 +107,12 @@ TEST(BlockedGemm, ATransposedWithAShortLastKBlockStaysInItsScratch) {
 }
 
 TEST(BlockedGemm, KZeroScalesCByBeta) {
-  Operands o = make_operands({false, false, 3, 4, 0, 1.f, 0.5f}, 1);
+  BlockedOperands o = make_blocked_operands({false, false, 3, 4, 0, 1.f, 0.5f}, 1);
   const std::vector<float> C0 = o.C;
   run({false, false, 3, 4, 0, 1.f, 0.5f}, o);
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(o.C[i * o.ldc + j], 0.5f * C0[i * o.ldc + j]);
-  Operands z = make_operands({false, false, 3, 4, 0, 1.f, 0.f}, 2);  // NaN in C, beta 0: zeros
+  BlockedOperands z = make_blocked_operands({false, false, 3, 4, 0, 1.f, 0.f}, 2);  // NaN in C, beta 0: zeros
   run({false, false, 3, 4, 0, 1.f, 0.f}, z);
   for (int64_t i = 0; i < 3; ++i)
     for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(z.C[i * z.ldc + j], 0.f);
@@ -123,12 +123,12 @@ TEST(BlockedGemm, KZeroScalesCByBeta) {
 // its own).
 TEST(BlockedGemm, BitsDoNotDependOnTheThreadCount) {
   const int saved = num_threads();
-  for (const Case& c : {Case{false, true, 300, 200, 700, 1.f, 0.f}, Case{false, false, 300, 20, 1300, 1.f, 1.f},
-                        Case{true, false, 200, 72, 900, 1.f, 0.f}, Case{true, true, 9, 300, 600, 1.f, 0.f}}) {
+  for (const BlockedCase& c : {BlockedCase{false, true, 300, 200, 700, 1.f, 0.f}, BlockedCase{false, false, 300, 20, 1300, 1.f, 1.f},
+                        BlockedCase{true, false, 200, 72, 900, 1.f, 0.f}, BlockedCase{true, true, 9, 300, 600, 1.f, 0.f}}) {
     std::vector<std::vector<float>> results;
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      Operands o = make_operands(c, 7);
+      BlockedOperands o = make_blocked_operands(c, 7);
       run(c, o);
       results.push_back(o.C);
     }
@@ -143,12 +143,12 @@ TEST(BlockedGemm, BitsDoNotDependOnTheThreadCount) {
 // every m from 1 to 13.
 TEST(BlockedGemm, ARowsBitsDoNotDependOnM) {
   for (bool ta : {false, true}) {
-    const Case full{ta, false, 300, 40, 700, 1.f, 0.f};
-    Operands big = make_operands(full, 3);
+    const BlockedCase full{ta, false, 300, 40, 700, 1.f, 0.f};
+    BlockedOperands big = make_blocked_operands(full, 3);
     run(full, big);
     for (int64_t m = 1; m <= 13; ++m) {
-      const Case part{ta, false, m, 40, 700, 1.f, 0.f};
-      Operands small = make_operands(part, 4);
+      const BlockedCase part{ta, false, m, 40, 700, 1.f, 0.f};
+      BlockedOperands small = make_blocked_operands(part, 4);
       for (int64_t i = 0; i < m; ++i)
         for (int64_t k = 0; k < 700; ++k)
           (ta ? small.A[k * small.lda + i] : small.A[i * small.lda + k]) =
@@ -170,9 +170,9 @@ TEST(BlockedGemm, ANarrowLastPanelGivesTheBitsOfAFullOne) {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (int64_t N : {36, 40})
-        for (const Case& c : {Case{ta, tb, 13, N, 64, 1.f, 0.f}, Case{ta, tb, 7, N, 1100, 0.5f, 1.f}}) {
-          const Case wide{c.ta, c.tb, c.M, 48, c.K, c.alpha, c.beta};
-          Operands w = make_operands(wide, 9), n = make_operands(c, 10);
+        for (const BlockedCase& c : {BlockedCase{ta, tb, 13, N, 64, 1.f, 0.f}, BlockedCase{ta, tb, 7, N, 1100, 0.5f, 1.f}}) {
+          const BlockedCase wide{c.ta, c.tb, c.M, 48, c.K, c.alpha, c.beta};
+          BlockedOperands w = make_blocked_operands(wide, 9), n = make_blocked_operands(c, 10);
           // n's operands are w's, restricted to the first N columns of op(B) and of C
           for (int64_t i = 0; i < (c.ta ? c.K : c.M); ++i)
             for (int64_t k = 0; k < (c.ta ? c.M : c.K); ++k) n.A[i * n.lda + k] = w.A[i * w.lda + k];
@@ -201,8 +201,8 @@ TEST(BlockedGemm, AgreesWithOpenBlasOnRandomShapes) {
     set_num_threads(1 + trial % 2);
     const bool ta = rng() % 2, tb = rng() % 2;
     const int64_t M = 1 + rng() % (trial % 3 == 0 ? 2000 : 400), N = 1 + rng() % 200, K = 1 + rng() % 6000;
-    const Case c{ta, tb, M, N, K, 1.f, rng() % 2 ? 0.f : 0.5f};
-    Operands o = make_operands(c, static_cast<unsigned>(trial));
+    const BlockedCase c{ta, tb, M, N, K, 1.f, rng() % 2 ? 0.f : 0.5f};
+    BlockedOperands o = make_blocked_operands(c, static_cast<unsigned>(trial));
     std::vector<float> expected = o.C, magnitude(o.C.size(), 0.f), abs_a(o.A), abs_b(o.B);
     for (float& x : abs_a) x = std::fabs(x);
     for (float& x : abs_b) x = std::fabs(x);
@@ -227,8 +227,8 @@ TEST(BlockedGemm, AgreesWithOpenBlasOnRandomShapes) {
 
 // kernels::sgemm passes products of training size (2^20 multiply-adds and up) to gemm_blocked.
 TEST(BlockedGemm, SgemmUsesItForTrainingSizedProducts) {
-  const Case c{true, false, 64, 130, 128, 1.f, 0.f};  // 1.06M multiply-adds
-  Operands viaSgemm = make_operands(c, 5), direct = make_operands(c, 5);
+  const BlockedCase c{true, false, 64, 130, 128, 1.f, 0.f};  // 1.06M multiply-adds
+  BlockedOperands viaSgemm = make_blocked_operands(c, 5), direct = make_blocked_operands(c, 5);
   sgemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, viaSgemm.A.data(), viaSgemm.lda, viaSgemm.B.data(), viaSgemm.ldb, c.beta,
         viaSgemm.C.data(), viaSgemm.ldc);
   run(c, direct);
@@ -240,8 +240,8 @@ TEST(BlockedGemm, SgemmUsesItForTrainingSizedProducts) {
 // to gemm_blocked (the bias added as its first K block is stored: K 1100 has two) and for one
 // that stays with OpenBLAS; a column tail (N 37) and a padded C included.
 TEST(BlockedGemm, BiasAddedAsStoredGivesTheBitsOfBroadcastThenBetaOne) {
-  for (const Case& c : {Case{false, true, 300, 37, 1100, 1.f, 0.f}, Case{false, true, 9, 37, 20, 1.f, 0.f}}) {
-    Operands fused = make_operands(c, 8), broadcast = make_operands(c, 8);
+  for (const BlockedCase& c : {BlockedCase{false, true, 300, 37, 1100, 1.f, 0.f}, BlockedCase{false, true, 9, 37, 20, 1.f, 0.f}}) {
+    BlockedOperands fused = make_blocked_operands(c, 8), broadcast = make_blocked_operands(c, 8);
     std::vector<float> bias(c.N);
     for (int64_t j = 0; j < c.N; ++j) bias[j] = 0.25f * static_cast<float>(j % 7) - 0.6f;
     sgemm_plus_bias(c.ta, c.tb, c.M, c.N, c.K, c.alpha, fused.A.data(), fused.lda, fused.B.data(), fused.ldb,
@@ -274,11 +274,11 @@ TEST(BlockedGemm, TheWideTileGivesTheBitsOfTheNarrowOne) {
       set_num_threads(threads);
       for (bool ta : {false, true})
         for (bool tb : {false, true})
-          for (const Case& c : {Case{ta, tb, 13, 40, 7, 1.f, 0.f}, Case{ta, tb, 7, 64, 33, 1.f, 1.f},
-                                Case{ta, tb, 50, 17, 600, 0.5f, 0.f}, Case{ta, tb, 19, 100, 1100, -2.f, 0.5f},
-                                Case{ta, tb, 1, 31, 5, 1.f, 0.f}, Case{ta, tb, 300, 72, 513, 1.f, 0.f}}) {
+          for (const BlockedCase& c : {BlockedCase{ta, tb, 13, 40, 7, 1.f, 0.f}, BlockedCase{ta, tb, 7, 64, 33, 1.f, 1.f},
+                                BlockedCase{ta, tb, 50, 17, 600, 0.5f, 0.f}, BlockedCase{ta, tb, 19, 100, 1100, -2.f, 0.5f},
+                                BlockedCase{ta, tb, 1, 31, 5, 1.f, 0.f}, BlockedCase{ta, tb, 300, 72, 513, 1.f, 0.f}}) {
             for (bool bias : {false, true}) {
-              Operands narrow = make_operands(c, 3), wide = make_operands(c, 3);
+              BlockedOperands narrow = make_blocked_operands(c, 3), wide = make_blocked_operands(c, 3);
               std::vector<float> b(static_cast<size_t>(c.N));
               for (int64_t j = 0; j < c.N; ++j) b[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
               gemm_blocked_with_tile(nullptr, c.ta, c.tb, c.M, c.N, c.K, c.alpha, narrow.A.data(), narrow.lda,

@@ -42,13 +42,13 @@ QuantizedRows naive_quantize(const float* x, int64_t rows, int64_t n, int64_t ld
   return q;
 }
 
-struct Case {
+struct Int8Case {
   int64_t M, out, in;
   bool bias;
 };
 
 // gemm_int8 by default, or one build of it (int8_gemm_isa.h).
-void check_exact(const Case& c, int8_isa::Gemm gemm = gemm_int8) {
+void check_exact(const Int8Case& c, int8_isa::Gemm gemm = gemm_int8) {
   std::mt19937 rng(static_cast<unsigned>(c.M * 1009 + c.out * 31 + c.in * 7 + c.bias));
   std::normal_distribution<float> g(0.f, 1.f);
   const int64_t lda = c.in + 5, ldc = c.out + 3;  // strides wider than the rows
@@ -203,10 +203,10 @@ TEST(Int8Gemm, ZeroRowsAndZeroChannelsGiveTheBias) {
 // every split gives the same bits.
 TEST(Int8Gemm, OneTwoAndThreeThreadsGiveIdenticalResults) {
   const int threads = num_threads();
-  struct Case {
+  struct Int8Case {
     int64_t M, out;
   };
-  for (const Case c : {Case{37, 1000}, Case{200, 1000}, Case{200, 2000}}) {
+  for (const Int8Case c : {Int8Case{37, 1000}, Int8Case{200, 1000}, Int8Case{200, 2000}}) {
     const int64_t M = c.M, out = c.out, in = 1024;  // large enough to take the parallel path
     std::mt19937 rng(5);
     std::normal_distribution<float> g(0.f, 1.f);
@@ -234,14 +234,14 @@ TEST(Int8Gemm, OneTwoAndThreeThreadsGiveIdenticalResults) {
 // a 2000-output weight: by panels), with and without biases, and with C row strides wider than the
 // outputs (left untouched past them).
 TEST(Int8Gemm, ManyProductsOfOneInputGiveEachProductsBits) {
-  struct Case {
+  struct Int8Case {
     int64_t M, in;
     std::vector<int64_t> outs;
   };
   const int threads = num_threads();
   for (int n : {1, 2, 3})
-    for (const Case& c : {Case{200, 256, {256, 256, 256}}, Case{40, 384, {384, 100, 17}},
-                          Case{200, 1024, {2000, 64}}, Case{5, 31, {16, 48}}}) {
+    for (const Int8Case& c : {Int8Case{200, 256, {256, 256, 256}}, Int8Case{40, 384, {384, 100, 17}},
+                          Int8Case{200, 1024, {2000, 64}}, Int8Case{5, 31, {16, 48}}}) {
       set_num_threads(n);
       std::mt19937 rng(static_cast<unsigned>(c.M * 7 + c.in));
       std::normal_distribution<float> g(0.f, 1.f);
@@ -287,7 +287,7 @@ TEST(Int8Gemm, MappedRowsGiveTheBitsOfTheMappedMatrix) {
   };
   const int threads = num_threads();
   for (int n : {1, 2, 3})
-    for (const Case& c : {Case{200, 256, 384, true}, Case{200, 2000, 512, false}, Case{7, 33, 45, true}}) {
+    for (const Int8Case& c : {Int8Case{200, 256, 384, true}, Int8Case{200, 2000, 512, false}, Int8Case{7, 33, 45, true}}) {
       set_num_threads(n);
       std::mt19937 rng(static_cast<unsigned>(c.M + c.out + c.in));
       std::normal_distribution<float> g(0.f, 1.f);

@@ -26,12 +26,12 @@
 namespace qkv::kernels {
 namespace {
 
-struct Case {
+struct PackedCase {
   int64_t M, out, in;
   bool bias;
 };
 
-void check(const Case& c) {
+void check(const PackedCase& c) {
   std::mt19937 rng(static_cast<unsigned>(c.M * 1009 + c.out * 31 + c.in * 7 + c.bias));
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   const int64_t lda = c.in + 5, ldc = c.out + 3;  // strides wider than the rows
@@ -73,7 +73,7 @@ TEST(PackedGemm, MatchesDoublePrecisionOnEveryTail) {
 // Encoder batches: hundreds of rows, split into row blocks of 256 KB of A (42 rows at in = 1536,
 // 170 at in = 384), with a partial last block and a one-row tail.
 TEST(PackedGemm, MatchesDoublePrecisionAcrossRowBlocks) {
-  for (const Case& c : {Case{301, 40, 1536, true}, Case{343, 17, 384, false}, Case{1000, 33, 384, true}}) check(c);
+  for (const PackedCase& c : {PackedCase{301, 40, 1536, true}, PackedCase{343, 17, 384, false}, PackedCase{1000, 33, 384, true}}) check(c);
 }
 
 TEST(PackedGemm, PackKeepsEveryWeightAndZeroPadsTheLastPanel) {

@@ -30,8 +30,8 @@ Tensor real_rows(const Tensor& hidden, const Tensor& mask) {
   return out;
 }
 
-constexpr double kLr = 1e-3;
-constexpr int kSteps = 10;
+constexpr double kBertLr = 1e-3;
+constexpr int kBertSteps = 10;
 
 struct Case {
   std::string name;  // hf_bert_mlm or hf_bert_cls
@@ -88,7 +88,7 @@ void expect_agreement(const Case& c) {
   }
 
   train::AdamOptions options;
-  options.lr = kLr;
+  options.lr = kBertLr;
   options.beta1 = 0.9;
   options.beta2 = 0.999;
   options.eps = 1e-8;
@@ -124,7 +124,7 @@ void expect_agreement(const Case& c) {
 
   const Tensor losses = ref.take("losses");
   opt.step();
-  for (int step = 1; step < kSteps; ++step) {
+  for (int step = 1; step < kBertSteps; ++step) {
     const float l = train_step(*model, opt, in, labels, c.classify, true);
     EXPECT_NEAR(l, losses.f32()[step], 1e-5 * std::fabs(losses.f32()[step]) + 1e-6) << c.name << ": step " << step + 1;
   }
@@ -141,7 +141,7 @@ void expect_agreement(const Case& c) {
     if (err > worst_param) worst_param = err, worst_param_name = hf;
     EXPECT_LE(err, 1e-4) << c.name << ": after10." << hf;
   }
-  std::printf("%s: worst parameter relative error after %d AdamW steps %.3g (%s)\n", c.name.c_str(), kSteps,
+  std::printf("%s: worst parameter relative error after %d AdamW steps %.3g (%s)\n", c.name.c_str(), kBertSteps,
               worst_param, worst_param_name.c_str());
 }
 

@@ -13,11 +13,11 @@
 namespace qkv::models {
 namespace {
 
-std::string error_of(const std::string& json) {
+std::string encoder_config_error_of(const std::string& json) {
   return test_support::error_message_of([&] { config_from_json(json, "config.json"); }, "<accepted>");
 }
 
-bool contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
+bool message_contains(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
 
 TEST(EncoderConfig, DefaultsAreBertsAndRoundTrip) {
   const TransformerConfig c = config_from_json(R"({"architecture": "encoder-only", "vocab_size": 120, "d_model": 32,
@@ -38,7 +38,7 @@ TEST(EncoderConfig, DefaultsAreBertsAndRoundTrip) {
   EXPECT_EQ(back.labels, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(back.mask_id, 7);
   const std::string json = config_to_json(c);
-  for (const char* absent : {"src_vocab_size", "bos_id", "eos_id", "\"norm\""}) EXPECT_FALSE(contains(json, absent)) << absent;
+  for (const char* absent : {"src_vocab_size", "bos_id", "eos_id", "\"norm\""}) EXPECT_FALSE(message_contains(json, absent)) << absent;
   // The model it describes builds, with a head per option.
   auto model = make_model(c, 1);
   auto* encoder = dynamic_cast<EncoderModel*>(model.get());
@@ -50,24 +50,24 @@ TEST(EncoderConfig, DefaultsAreBertsAndRoundTrip) {
 
 TEST(EncoderConfig, OtherFamiliesFieldsAreRefusedByName) {
   const std::string enc = R"("architecture": "encoder-only", "vocab_size": 50, )";
-  EXPECT_TRUE(contains(error_of("{" + enc + R"("bos_id": 2})"), "\"bos_id\" does not apply to an encoder-only model"));
-  EXPECT_TRUE(contains(error_of("{" + enc + R"("src_vocab_size": 50})"), "\"src_vocab_size\""));
-  EXPECT_TRUE(contains(error_of("{" + enc + R"("norm": "pre"})"), "encoder-only models are post-LN"));
-  EXPECT_TRUE(contains(error_of(R"({"labels": ["x"]})"), "\"labels\" does not apply to an encoder-decoder model"));
-  EXPECT_TRUE(contains(error_of(R"({"architecture": "decoder-only", "mask_id": 3})"),
+  EXPECT_TRUE(message_contains(encoder_config_error_of("{" + enc + R"("bos_id": 2})"), "\"bos_id\" does not apply to an encoder-only model"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of("{" + enc + R"("src_vocab_size": 50})"), "\"src_vocab_size\""));
+  EXPECT_TRUE(message_contains(encoder_config_error_of("{" + enc + R"("norm": "pre"})"), "encoder-only models are post-LN"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(R"({"labels": ["x"]})"), "\"labels\" does not apply to an encoder-decoder model"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(R"({"architecture": "decoder-only", "mask_id": 3})"),
                        "\"mask_id\" does not apply to a decoder-only model"));
 }
 
 TEST(EncoderConfig, BadValuesAreNamed) {
   const std::string enc = R"({"architecture": "encoder-only", "vocab_size": 50, )";
-  EXPECT_TRUE(contains(error_of(enc + R"("cls_id": 50})"), "cls_id 50"));
-  EXPECT_TRUE(contains(error_of(enc + R"("mask_id": -2})"), "mask_id"));
-  EXPECT_TRUE(contains(error_of(enc + R"("labels": ["a", "a"]})"), "label \"a\" is given twice"));
-  EXPECT_TRUE(contains(error_of(enc + R"("labels": ["a\tb"]})"), "no tab"));
-  EXPECT_TRUE(contains(error_of(enc + R"("labels": "a"})"), "\"labels\" has the wrong type"));
-  EXPECT_TRUE(contains(error_of(enc + R"("labels": ["a"], "pooler": false})"), "set pooler true"));
-  EXPECT_TRUE(contains(error_of(enc + R"("type_vocab_size": 5000})"), "type_vocab_size"));
-  EXPECT_EQ(error_of(enc + R"("type_vocab_size": 0, "mask_id": -1, "pad_id": -1})"), "<accepted>");
+  EXPECT_TRUE(message_contains(encoder_config_error_of(enc + R"("cls_id": 50})"), "cls_id 50"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(enc + R"("mask_id": -2})"), "mask_id"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(enc + R"("labels": ["a", "a"]})"), "label \"a\" is given twice"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(enc + R"("labels": ["a\tb"]})"), "no tab"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(enc + R"("labels": "a"})"), "\"labels\" has the wrong type"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(enc + R"("labels": ["a"], "pooler": false})"), "set pooler true"));
+  EXPECT_TRUE(message_contains(encoder_config_error_of(enc + R"("type_vocab_size": 5000})"), "type_vocab_size"));
+  EXPECT_EQ(encoder_config_error_of(enc + R"("type_vocab_size": 0, "mask_id": -1, "pad_id": -1})"), "<accepted>");
 }
 
 }  // namespace

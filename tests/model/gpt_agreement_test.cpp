@@ -40,8 +40,8 @@ std::vector<std::string> expected_parameter_names(const models::TransformerConfi
   return names;
 }
 
-constexpr double kLr = 1e-3;
-constexpr int kSteps = 10;
+constexpr double kGptLr = 1e-3;
+constexpr int kGptSteps = 10;
 
 // <name>/ holds the checkpoint, <name>_batch.safetensors the batch ids (3, 17), PyTorch's logits of
 // ids[:, :-1], the loss against ids[:, 1:] (mean, nothing ignored), every gradient (a tied matrix's
@@ -79,7 +79,7 @@ void expect_training_agreement(const std::string& name) {
 
   // Forward + backward: loss and every parameter's gradient. src is ignored by a decoder-only model.
   train::AdamOptions options;
-  options.lr = kLr;
+  options.lr = kGptLr;
   options.beta1 = 0.9;
   options.beta2 = 0.95;
   options.eps = 1e-8;
@@ -119,13 +119,13 @@ void expect_training_agreement(const std::string& name) {
   const Tensor losses = ref.take("losses");
   opt.step();
   double worst_loss = loss_err;
-  for (int step = 1; step < kSteps; ++step) {
+  for (int step = 1; step < kGptSteps; ++step) {
     const train::StepResult s = train::train_step(*model, opt, Tensor(), ids);
     const double want = losses.f32()[step];
     EXPECT_NEAR(s.loss, want, 1e-5 * std::fabs(want)) << name << ": loss of step " << step + 1;
     worst_loss = std::max(worst_loss, std::fabs(s.loss - want) / std::fabs(want));
   }
-  std::printf("%s: worst loss relative error over %d steps %.3g\n", name.c_str(), kSteps, worst_loss);
+  std::printf("%s: worst loss relative error over %d steps %.3g\n", name.c_str(), kGptSteps, worst_loss);
   double worst_param = 0;
   std::string worst_param_name;
   for (const auto& [param, p] : model->named_parameters()) {
@@ -139,7 +139,7 @@ void expect_training_agreement(const std::string& name) {
     if (err > worst_param) worst_param = err, worst_param_name = param;
     EXPECT_LE(err, 1e-4) << name << ": after10." << param;
   }
-  std::printf("%s: worst parameter relative error after %d AdamW steps %.3g (%s)\n", name.c_str(), kSteps,
+  std::printf("%s: worst parameter relative error after %d AdamW steps %.3g (%s)\n", name.c_str(), kGptSteps,
               worst_param, worst_param_name.c_str());
 }
 

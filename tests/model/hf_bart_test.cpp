@@ -32,12 +32,12 @@ using testing::decoder_lines;
 using testing::expect_log_probs_match;
 using testing::id_lines;
 
-json refs() { return testing::read_ref_json("hf_bart_refs.json"); }
+json bart_refs() { return testing::read_ref_json("hf_bart_refs.json"); }
 
-const std::string& imported(const std::string& name) { return testing::imported_checkpoint(name); }
+using testing::imported_checkpoint;
 
-const char* const kModels[] = {"hf_bart", "hf_mbart"};
-constexpr int32_t kEos = 2;
+const char* const kBartModels[] = {"hf_bart", "hf_mbart"};
+constexpr int32_t kBartEos = 2;
 
 TEST(HfBart, ConfigTakesBartsChoices) {
   const models::TransformerConfig bart = interop::hf_bart_config(testing::ref_path("hf_bart"));
@@ -80,9 +80,9 @@ TEST(HfBart, NewOptionsAreWrittenOnlyWhenSetAndRefusedElsewhere) {
 }
 
 TEST(HfBart, LogProbabilitiesEqualTransformers) {
-  const json r = refs();
-  for (const char* name : kModels) {
-    auto model = models::load_model(imported(name));
+  const json r = bart_refs();
+  for (const char* name : kBartModels) {
+    auto model = models::load_model(imported_checkpoint(name));
     model->eval();
     const std::vector<data::IdLine> tgt = decoder_lines(r[name]["target_ids"], model->config().bos_id);
     // Batched with padding (pad id 1): positions and masks must leave each row's numbers alone.
@@ -92,10 +92,10 @@ TEST(HfBart, LogProbabilitiesEqualTransformers) {
 }
 
 TEST(HfBart, GreedyOutputEqualsGenerate) {
-  const json r = refs();
-  for (const char* name : kModels) {
+  const json r = bart_refs();
+  for (const char* name : kBartModels) {
     ASSERT_GT(r[name]["min_top2_margin"].get<double>(), 1e-3);
-    const api::Translator translator(imported(name));
+    const api::Translator translator(imported_checkpoint(name));
     api::TranslationOptions o;
     o.search.beam_size = 1;
     o.search.max_length_ratio = 0;
@@ -107,7 +107,7 @@ TEST(HfBart, GreedyOutputEqualsGenerate) {
       ASSERT_EQ(got.size(), r[name]["greedy_ids"].size());
       for (size_t i = 0; i < got.size(); ++i) {
         std::vector<int32_t> want = r[name]["greedy_ids"][i].get<std::vector<int32_t>>();
-        ASSERT_EQ(want.back(), kEos);
+        ASSERT_EQ(want.back(), kBartEos);
         want.pop_back();  // qkv's output ends before EOS
         EXPECT_EQ(got[i][0].tokens, want) << name << " source " << i << (cache ? "" : " (no cache)");
       }
@@ -118,13 +118,13 @@ TEST(HfBart, GreedyOutputEqualsGenerate) {
 TEST(HfBart, TextTranslationEqualsTokenizerGenerateDecode) {
   // The imported checkpoint carries BART's tokenizer.json: qkv translate on text gives what
   // transformers' tokenizer, generate and decode(skip_special_tokens=True) give.
-  const json r = refs()["hf_bart"];
-  ASSERT_TRUE(fs::exists(imported("hf_bart") + "/tokenizer.json"));
-  const api::Translator translator(imported("hf_bart"));
+  const json r = bart_refs()["hf_bart"];
+  ASSERT_TRUE(fs::exists(imported_checkpoint("hf_bart") + "/tokenizer.json"));
+  const api::Translator translator(imported_checkpoint("hf_bart"));
   api::TranslationOptions o;
   o.search.beam_size = 1;
   o.search.max_length_ratio = 0;
-  o.search.max_length_offset = refs()["new_tokens"].get<int64_t>();
+  o.search.max_length_offset = bart_refs()["new_tokens"].get<int64_t>();
   o.batch_size = 3;
   const std::vector<std::string> texts = r["texts"].get<std::vector<std::string>>();
   for (size_t i = 0; i < texts.size(); ++i)
@@ -136,7 +136,7 @@ TEST(HfBart, TextTranslationEqualsTokenizerGenerateDecode) {
     EXPECT_EQ(got[i][0].tokens, want) << texts[i];
     EXPECT_EQ(got[i][0].text, r["text_greedy"][i].get<std::string>()) << texts[i];
   }
-  EXPECT_FALSE(fs::exists(imported("hf_mbart") + "/tokenizer.json"));
+  EXPECT_FALSE(fs::exists(imported_checkpoint("hf_mbart") + "/tokenizer.json"));
 }
 
 // A BART directory as transformers before 4.34 (or save_pretrained(legacy_format=True)) left it:
@@ -161,12 +161,12 @@ TEST(HfBart, SlowTokenizerFilesWithoutTokenizerJsonAreRead) {
   const json made = json::parse(made_in), original = json::parse(original_in);
   for (const char* part : {"added_tokens", "normalizer", "pre_tokenizer", "post_processor", "decoder", "model"})
     EXPECT_EQ(made[part], original[part]) << part << " is not what BartTokenizerFast made";
-  const json r = refs()["hf_bart"];
+  const json r = bart_refs()["hf_bart"];
   const api::Translator translator(out);
   api::TranslationOptions o;
   o.search.beam_size = 1;
   o.search.max_length_ratio = 0;
-  o.search.max_length_offset = refs()["new_tokens"].get<int64_t>();
+  o.search.max_length_offset = bart_refs()["new_tokens"].get<int64_t>();
   const std::vector<std::string> texts = r["texts"].get<std::vector<std::string>>();
   const auto got = translator.translate(texts, o);
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -190,7 +190,7 @@ TEST(HfBart, CleanUpTokenizationSpacesIsFollowed) {
   // tokenizer_config.json's clean_up_tokenization_spaces true: the decoded text gets transformers'
   // clean_up_tokenization (" ," -> ","); false (the reference's) leaves it as decoded.
   const std::string dir = testing::fresh_temp_dir("qkv_bart", "clean_up");
-  fs::copy(imported("hf_bart"), dir, fs::copy_options::recursive);
+  fs::copy(imported_checkpoint("hf_bart"), dir, fs::copy_options::recursive);
   ASSERT_TRUE(fs::exists(dir + "/tokenizer_config.json"));
   std::ifstream in(dir + "/tokenizer_config.json");
   json config = json::parse(in);
@@ -198,7 +198,7 @@ TEST(HfBart, CleanUpTokenizationSpacesIsFollowed) {
   config["clean_up_tokenization_spaces"] = true;
   std::ofstream(dir + "/tokenizer_config.json") << config.dump(2);
   fs::remove(dir + "/manifest.json");  // it records the file's old size (a checkpoint without one loads)
-  const api::Translator plain(imported("hf_bart")), cleaned(dir);
+  const api::Translator plain(imported_checkpoint("hf_bart")), cleaned(dir);
   const std::vector<int32_t> ids = plain.encode_source("a , b . c ?", {}, "text");
   const std::vector<int32_t> inner(ids.begin() + 1, ids.end() - 1);  // without <s> and </s>
   EXPECT_EQ(plain.decode_target(inner), "a , b . c ?");
@@ -207,21 +207,21 @@ TEST(HfBart, CleanUpTokenizationSpacesIsFollowed) {
 
 TEST(HfBart, BeamSearchScoresAsTheTeacherForcedForward) {
   // BART's decoder start is its EOS: search must not ban it as it bans a distinct start id.
-  const json r = refs();
-  const api::Translator translator(imported("hf_bart"));
+  const json r = bart_refs();
+  const api::Translator translator(imported_checkpoint("hf_bart"));
   api::TranslationOptions o;
   o.search.beam_size = 4;
   o.search.length_penalty = 0;
   o.batch_size = 3;
   const std::vector<data::IdLine> src = id_lines(r["hf_bart"]["source_ids"]);
   const auto got = translator.translate_ids(src, o);
-  auto model = models::load_model(imported("hf_bart"));
+  auto model = models::load_model(imported_checkpoint("hf_bart"));
   model->eval();
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_FALSE(got[i].empty());
-    data::IdLine tgt{kEos};
+    data::IdLine tgt{kBartEos};
     tgt.insert(tgt.end(), got[i][0].tokens.begin(), got[i][0].tokens.end());
-    tgt.push_back(kEos);
+    tgt.push_back(kBartEos);
     const train::ScoreResult forced = train::score(*model, {src[i]}, {tgt}, 1);
     EXPECT_NEAR(got[i][0].log_prob, forced.line_log_prob[0], 1e-4 * std::max(1.0, std::fabs(forced.line_log_prob[0])))
         << "source " << i;
@@ -229,8 +229,8 @@ TEST(HfBart, BeamSearchScoresAsTheTeacherForcedForward) {
 }
 
 TEST(HfBart, BeamSearchStartsWithTheForcedLanguageCode) {
-  const json r = refs();
-  const api::Translator translator(imported("hf_mbart"));
+  const json r = bart_refs();
+  const api::Translator translator(imported_checkpoint("hf_mbart"));
   api::TranslationOptions o;
   o.search.beam_size = 4;
   o.search.n_best = 2;
@@ -270,7 +270,7 @@ TEST(HfBart, SpecialIdsAreWhatGenerateUses) {
 }
 
 // A copy of reference model `model` whose config.json has `from` replaced by `to`.
-std::string with_config(const std::string& model, const std::string& dir, const std::string& name,
+std::string bart_with_config(const std::string& model, const std::string& dir, const std::string& name,
                         const std::string& from, const std::string& to) {
   const std::string hf = testing::ref_path(model), out = dir + "/" + name;
   fs::create_directories(out);
@@ -292,31 +292,31 @@ TEST(HfBart, RefusesWhatQkvCannotExpress) {
     EXPECT_FALSE(fs::exists(dir + "/out"));
   };
   const std::string bart = "\"model_type\": \"bart\"", mbart = "\"model_type\": \"mbart\"";
-  expect_refused(with_config("hf_bart", dir, "depth", "\"decoder_layers\": 2", "\"decoder_layers\": 3"),
+  expect_refused(bart_with_config("hf_bart", dir, "depth", "\"decoder_layers\": 2", "\"decoder_layers\": 3"),
                  {"config.json", "\"decoder_layers\"", "not supported"});
-  expect_refused(with_config("hf_bart", dir, "act", "\"activation_function\": \"gelu\"", "\"activation_function\": \"tanh\""),
+  expect_refused(bart_with_config("hf_bart", dir, "act", "\"activation_function\": \"gelu\"", "\"activation_function\": \"tanh\""),
                  {"config.json", "\"activation_function\"", "tanh"});
-  expect_refused(with_config("hf_bart", dir, "prenorm", bart, "\"normalize_before\": true, " + bart),
+  expect_refused(bart_with_config("hf_bart", dir, "prenorm", bart, "\"normalize_before\": true, " + bart),
                  {"config.json", "\"normalize_before\"", "post-LN"});
-  expect_refused(with_config("hf_mbart", dir, "postnorm", mbart, "\"normalize_before\": false, " + mbart),
+  expect_refused(bart_with_config("hf_mbart", dir, "postnorm", mbart, "\"normalize_before\": false, " + mbart),
                  {"config.json", "\"normalize_before\"", "pre-LN"});
-  expect_refused(with_config("hf_bart", dir, "bias_logits", bart, "\"add_bias_logits\": true, " + bart),
+  expect_refused(bart_with_config("hf_bart", dir, "bias_logits", bart, "\"add_bias_logits\": true, " + bart),
                  {"config.json", "\"add_bias_logits\""});
-  expect_refused(with_config("hf_bart", dir, "static", bart, "\"static_position_embeddings\": true, " + bart),
+  expect_refused(bart_with_config("hf_bart", dir, "static", bart, "\"static_position_embeddings\": true, " + bart),
                  {"config.json", "\"static_position_embeddings\""});
-  expect_refused(with_config("hf_bart", dir, "no_embedding_norm", bart, "\"normalize_embedding\": false, " + bart),
+  expect_refused(bart_with_config("hf_bart", dir, "no_embedding_norm", bart, "\"normalize_embedding\": false, " + bart),
                  {"config.json", "\"normalize_embedding\""});
   // Weights that do not match the config: the tensor is named.
-  expect_refused(with_config("hf_bart", dir, "positions", "\"max_position_embeddings\": 64",
+  expect_refused(bart_with_config("hf_bart", dir, "positions", "\"max_position_embeddings\": 64",
                              "\"max_position_embeddings\": 80"),
                  {"model.safetensors", "embed_positions.weight"});
   // An mBART directory that claims to be BART: its final norms are left over, and named.
-  expect_refused(with_config("hf_mbart", dir, "claims_bart", mbart, bart), {"model.safetensors", ".layer_norm.", "BART's model"});
+  expect_refused(bart_with_config("hf_mbart", dir, "claims_bart", mbart, bart), {"model.safetensors", ".layer_norm.", "BART's model"});
 }
 
 TEST(HfBart, RefusesAForcedEosOtherThanTheEos) {
   const std::string dir = testing::fresh_temp_dir("qkv_bart", "eos");
-  const std::string d = with_config("hf_bart", dir, "forced_eos", "\"forced_eos_token_id\": 2", "\"forced_eos_token_id\": 5");
+  const std::string d = bart_with_config("hf_bart", dir, "forced_eos", "\"forced_eos_token_id\": 2", "\"forced_eos_token_id\": 5");
   fs::remove(d + "/generation_config.json");  // none was copied; config.json's value is the one read
   const std::string m = error_message_of([&] { interop::import_hf(d, dir + "/out"); });
   EXPECT_NE(m.find("\"forced_eos_token_id\""), std::string::npos) << m;
@@ -324,7 +324,7 @@ TEST(HfBart, RefusesAForcedEosOtherThanTheEos) {
 }
 
 TEST(HfBart, ExportGivesBackTransformersTensors) {
-  for (const char* name : kModels) {
+  for (const char* name : kBartModels) {
     const std::string out = testing::expect_export_gives_back_tensors(name);
     std::ifstream in(out + "/config.json");
     const json config = json::parse(in);
@@ -339,16 +339,16 @@ TEST(HfBart, ExportGivesBackTransformersTensors) {
     }
   }
   // BART's tokenizer comes along; the mBART model came without one.
-  const interop::HfConversion bart = interop::export_hf(imported("hf_bart"), testing::fresh_temp_dir("qkv_export", "tok"));
+  const interop::HfConversion bart = interop::export_hf(imported_checkpoint("hf_bart"), testing::fresh_temp_dir("qkv_export", "tok"));
   EXPECT_EQ(bart.hf_class, "BartForConditionalGeneration");
   EXPECT_EQ(bart.tokenizer_files, (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
-  const interop::HfConversion mbart = interop::export_hf(imported("hf_mbart"), testing::fresh_temp_dir("qkv_export", "mb"));
+  const interop::HfConversion mbart = interop::export_hf(imported_checkpoint("hf_mbart"), testing::fresh_temp_dir("qkv_export", "mb"));
   EXPECT_EQ(mbart.model_type, "mbart");
   EXPECT_TRUE(mbart.tokenizer_files.empty());
 }
 
 TEST(HfBart, ExportRefusesWhatBartCannotExpress) {
-  models::TransformerConfig c = models::load_config(imported("hf_bart") + "/config.json");
+  models::TransformerConfig c = models::load_config(imported_checkpoint("hf_bart") + "/config.json");
   EXPECT_NO_THROW((void)interop::hf_bart_config_json(c));
   const auto expect_refused = [&](models::TransformerConfig bad, const std::vector<std::string>& parts) {
     const std::string m = error_message_of([&] { (void)interop::hf_bart_config_json(bad); });

@@ -30,7 +30,7 @@ using nlohmann::json;
 
 using qkv::testing::max_rel_error;
 
-std::string fresh_dir(const std::string& name) {
+std::string fresh_import_dir(const std::string& name) {
   const std::string d = ::testing::TempDir() + "/qkv_hf_" + std::to_string(::getpid()) + "_" + name;
   fs::remove_all(d);
   return d;
@@ -45,10 +45,7 @@ void write_text(const std::string& path, const std::string& text) { std::ofstrea
 
 using qkv::test_support::error_message_of;
 
-void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
-  EXPECT_FALSE(message.empty()) << "no error thrown";
-  for (const std::string& p : parts) EXPECT_NE(message.find(p), std::string::npos) << "'" << p << "' not in: " << message;
-}
+using test_support::expect_contains;
 
 std::vector<float> logits_of(const models::CausalLM& model, const std::vector<int32_t>& prompt) {
   NoGradGuard no_grad;
@@ -59,7 +56,7 @@ std::vector<float> logits_of(const models::CausalLM& model, const std::vector<in
 // A copy of the reference HF directory (config, weights, no tokenizer) that a test then damages.
 std::string copy_hf_dir(const std::string& name) {
   const std::string src = testing::ref_path("hf_gpt2");
-  const std::string dst = fresh_dir(name);
+  const std::string dst = fresh_import_dir(name);
   fs::create_directories(dst);
   fs::copy_file(src + "/config.json", dst + "/config.json");
   fs::copy_file(src + "/model.safetensors", dst + "/model.safetensors");
@@ -97,7 +94,7 @@ Refs load_refs() {
 }
 
 std::unique_ptr<models::CausalLM> imported(const std::string& ref_name, const std::string& out_name) {
-  const std::string out = fresh_dir(out_name);
+  const std::string out = fresh_import_dir(out_name);
   interop::import_hf_gpt2(testing::ref_path(ref_name), out);
   auto model = models::load_causal_lm(out);
   model->eval();
@@ -208,7 +205,7 @@ TEST(HfImport, Float16WeightsAreWidened) {
 }
 
 TEST(HfImport, Bfloat16AndHalfSpecialValuesWidenExactly) {
-  const std::string dir = fresh_dir("half_values");
+  const std::string dir = fresh_import_dir("half_values");
   fs::create_directories(dir);
   io::StFile f;
   // F16: 1, -2, 65504 (max), 2^-24 (smallest subnormal), 2^-14 (smallest normal), +inf, -0.
@@ -302,7 +299,7 @@ TEST(HfImport, UnsupportedConfigsAreRefusedNamingFileAndField) {
   json j = original;
   j["model_type"] = "llama";
   write_text(config, j.dump());
-  const std::string out = fresh_dir("refused_out");
+  const std::string out = fresh_import_dir("refused_out");
   EXPECT_FALSE(error_message_of([&] { interop::import_hf_gpt2(dir, out); }).empty());
   EXPECT_FALSE(fs::exists(out));
 }
@@ -346,7 +343,7 @@ TEST(HfImport, BadTensorsAreRefusedNamingFileAndTensor) {
   edit_config(dir, [](json& j) { j["tie_word_embeddings"] = false; });
   expect_contains(error_message_of([&] { interop::load_hf_gpt2(dir); }), {"'lm_head.weight' is missing", "tie_word_embeddings"});
   // Missing files.
-  const std::string empty = fresh_dir("no_weights");
+  const std::string empty = fresh_import_dir("no_weights");
   fs::create_directories(empty);
   fs::copy_file(testing::ref_path("hf_gpt2") + "/config.json", empty + "/config.json");
   expect_contains(error_message_of([&] { interop::load_hf_gpt2(empty); }), {empty + "/model.safetensors", "missing"});
@@ -410,7 +407,7 @@ TEST(HfExport, UnexpressibleModelsAreRefusedNamingTheOption) {
 // Import then export gives back exactly the tensors transformers wrote (names, shapes, bytes).
 TEST(HfExport, ImportThenExportGivesBackTransformersTensors) {
   if (testing::ref_path("hf_gpt2").empty()) return;
-  const std::string ckpt = fresh_dir("rt_ckpt"), out = fresh_dir("rt_hf");
+  const std::string ckpt = fresh_import_dir("rt_ckpt"), out = fresh_import_dir("rt_hf");
   interop::import_hf_gpt2(testing::ref_path("hf_gpt2"), ckpt);
   EXPECT_TRUE(fs::exists(ckpt + "/tokenizer.json"));
   const interop::HfConversion info = interop::export_hf_gpt2(ckpt, out);
@@ -435,7 +432,7 @@ TEST(HfExport, ImportThenExportGivesBackTransformersTensors) {
 // An untied qkv model exports and imports back to the same parameters and logits.
 TEST(HfExport, UntiedErfModelRoundTrips) {
   const auto model = untied_model();
-  const std::string ckpt = fresh_dir("untied_ckpt"), out = fresh_dir("untied_hf");
+  const std::string ckpt = fresh_import_dir("untied_ckpt"), out = fresh_import_dir("untied_hf");
   models::save_model(ckpt, *model);
   interop::export_hf_gpt2(ckpt, out);
   EXPECT_NE(io::read_safetensors(out + "/model.safetensors").find("lm_head.weight"), nullptr);
@@ -465,7 +462,7 @@ TEST(HfExport, SinusoidalCheckpointIsRefusedBeforeAnythingIsWritten) {
   c.bos_id = 1;
   c.eos_id = 2;
   c.positions = "sinusoidal";
-  const std::string ckpt = fresh_dir("sin_ckpt"), out = fresh_dir("sin_hf");
+  const std::string ckpt = fresh_import_dir("sin_ckpt"), out = fresh_import_dir("sin_hf");
   models::save_model(ckpt, models::CausalLM(c, 1));
   expect_contains(error_message_of([&] { interop::export_hf_gpt2(ckpt, out); }), {"positions \"sinusoidal\""});
   EXPECT_FALSE(fs::exists(out));

@@ -32,16 +32,16 @@ using testing::decoder_lines;
 using testing::expect_log_probs_match;
 using testing::id_lines;
 
-json refs() { return testing::read_ref_json("hf_m2m100_refs.json"); }
+json m2m100_refs() { return testing::read_ref_json("hf_m2m100_refs.json"); }
 
-const std::string& imported(const std::string& name) { return testing::imported_checkpoint(name); }
+using testing::imported_checkpoint;
 
-const char* const kModels[] = {"hf_m2m100", "hf_nllb", "hf_mbart50"};
-constexpr int32_t kEos = 2;
+const char* const kM2m100Models[] = {"hf_m2m100", "hf_nllb", "hf_mbart50"};
+constexpr int32_t kM2m100Eos = 2;
 
 std::vector<int32_t> without_eos(const json& ids) {
   std::vector<int32_t> v = ids.get<std::vector<int32_t>>();
-  EXPECT_EQ(v.back(), kEos);
+  EXPECT_EQ(v.back(), kM2m100Eos);
   v.pop_back();  // qkv's output ends before EOS
   return v;
 }
@@ -86,9 +86,9 @@ TEST(HfM2M100, SinusoidalTableIsM2M100s) {
 }
 
 TEST(HfM2M100, LogProbabilitiesEqualTransformers) {
-  const json r = refs();
-  for (const char* name : kModels) {
-    auto model = models::load_model(imported(name));
+  const json r = m2m100_refs();
+  for (const char* name : kM2m100Models) {
+    auto model = models::load_model(imported_checkpoint(name));
     model->eval();
     const std::vector<data::IdLine> tgt = decoder_lines(r[name]["target_ids"], model->config().bos_id);
     // Batched with padding (pad id 1): positions and masks must leave each row's numbers alone.
@@ -110,10 +110,10 @@ api::TranslationOptions options(const json& r, int beam) {
 TEST(HfM2M100, TextTranslationEqualsTokenizerGenerateDecode) {
   // Text in, text out: the tokenizer's ids (source language code, text, </s>), generate's ids with
   // the target language forced, and decode(skip_special_tokens=True), greedy and beam 4.
-  const json all = refs();
-  for (const char* name : kModels) {
+  const json all = m2m100_refs();
+  for (const char* name : kM2m100Models) {
     const json& r = all[name];
-    const api::Translator translator(imported(name));
+    const api::Translator translator(imported_checkpoint(name));
     ASSERT_TRUE(translator.multilingual()) << name;
     const std::vector<std::string> texts = r["texts"].get<std::vector<std::string>>();
     for (const int beam : {1, 4}) {
@@ -135,8 +135,8 @@ TEST(HfM2M100, TextTranslationEqualsTokenizerGenerateDecode) {
 
 TEST(HfM2M100, TargetLanguageComesFromTheOptionsOrTheConfig) {
   // mBART-50's config forces its target language; M2M100's and NLLB's do not (generate is told).
-  const json r = refs();
-  const api::Translator mbart(imported("hf_mbart50"));
+  const json r = m2m100_refs();
+  const api::Translator mbart(imported_checkpoint("hf_mbart50"));
   EXPECT_EQ(mbart.config().forced_bos_id, r["hf_mbart50"]["tgt_lang_id"].get<int32_t>());
   api::TranslationOptions o = options(r, 1);
   const auto by_config = mbart.translate({r["hf_mbart50"]["texts"][0].get<std::string>()}, o);
@@ -145,7 +145,7 @@ TEST(HfM2M100, TargetLanguageComesFromTheOptionsOrTheConfig) {
   const auto french = mbart.translate({r["hf_mbart50"]["texts"][0].get<std::string>()}, o);
   EXPECT_EQ(french[0][0].tokens[0], r["hf_mbart50"]["lang_ids"]["fr_XX"].get<int32_t>());
   // The M2M100 tokenizer takes "fr" and "__fr__"; an unknown code is named with some known ones.
-  const api::Translator m2m(imported("hf_m2m100"));
+  const api::Translator m2m(imported_checkpoint("hf_m2m100"));
   EXPECT_EQ(m2m.language_id("fr", "--target-lang"), r["hf_m2m100"]["lang_ids"]["fr"].get<int32_t>());
   EXPECT_EQ(m2m.language_id("__fr__", "--target-lang"), r["hf_m2m100"]["lang_ids"]["fr"].get<int32_t>());
   const std::string m = error_message_of([&] { m2m.language_id("xx_Fake", "--target-lang"); });
@@ -156,9 +156,9 @@ TEST(HfM2M100, TargetLanguageComesFromTheOptionsOrTheConfig) {
 TEST(HfM2M100, AnMBartTokenizerModelTranslatesIntoItsDecoderStartLanguageOnly) {
   // mbart-large-cc25's layout (MBartTokenizer): sources X </s> en_XX, and the decoder starts from
   // the target language's code (decoder_start_token_id), so no other target language can be forced.
-  const json r = refs();
+  const json r = m2m100_refs();
   const std::string dir = testing::fresh_temp_dir("qkv_m2m100", "cc25");
-  fs::copy(imported("hf_mbart50"), dir, fs::copy_options::recursive);
+  fs::copy(imported_checkpoint("hf_mbart50"), dir, fs::copy_options::recursive);
   fs::remove(dir + "/manifest.json");  // it records the files' old sizes (a checkpoint without one loads)
   fs::copy_file(testing::ref_path("tok_mbart") + "/tokenizer_config.json", dir + "/tokenizer_config.json",
                 fs::copy_options::overwrite_existing);
@@ -174,18 +174,18 @@ TEST(HfM2M100, AnMBartTokenizerModelTranslatesIntoItsDecoderStartLanguageOnly) {
 
 TEST(HfM2M100, ScoringATargetTextStartsWithItsLanguage) {
   // encode_target lays a target out as transformers' labels after the decoder start.
-  const json r = refs()["hf_nllb"];
-  const api::Translator translator(imported("hf_nllb"));
+  const json r = m2m100_refs()["hf_nllb"];
+  const api::Translator translator(imported_checkpoint("hf_nllb"));
   const std::string german = "Das Haus ist wunderbar.";
   const data::IdLine got = translator.encode_target(german, "deu_Latn");
-  data::IdLine want{kEos};
+  data::IdLine want{kM2m100Eos};
   for (const auto& id : r["target_ids"][0]) want.push_back(id.get<int32_t>());
   EXPECT_EQ(got, want);
 }
 
 // A copy of reference model `model` whose config.json has `from` replaced by `to` (`from` empty:
 // the config unchanged), with the tokenizer files unless `tokenizer` is false.
-std::string with_config(const std::string& model, const std::string& dir, const std::string& name,
+std::string m2m100_with_config(const std::string& model, const std::string& dir, const std::string& name,
                         const std::string& from, const std::string& to, bool tokenizer = true) {
   const std::string hf = testing::ref_path(model), out = dir + "/" + name;
   fs::create_directories(out);
@@ -212,33 +212,33 @@ void expect_refused(const std::string& hf_dir, const std::string& out, const std
 TEST(HfM2M100, RefusesWhatQkvCannotExpress) {
   const std::string dir = testing::fresh_temp_dir("qkv_m2m100", "bad"), out = dir + "/out";
   const std::string type = "\"model_type\": \"m2m_100\"";
-  expect_refused(with_config("hf_m2m100", dir, "depth", "\"decoder_layers\": 2", "\"decoder_layers\": 3"), out,
+  expect_refused(m2m100_with_config("hf_m2m100", dir, "depth", "\"decoder_layers\": 2", "\"decoder_layers\": 3"), out,
                  {"config.json", "\"decoder_layers\"", "not supported"});
-  expect_refused(with_config("hf_m2m100", dir, "act", "\"activation_function\": \"relu\"",
+  expect_refused(m2m100_with_config("hf_m2m100", dir, "act", "\"activation_function\": \"relu\"",
                              "\"activation_function\": \"tanh\""),
                  out, {"config.json", "\"activation_function\"", "tanh"});
-  expect_refused(with_config("hf_m2m100", dir, "postnorm", type, "\"normalize_before\": false, " + type), out,
+  expect_refused(m2m100_with_config("hf_m2m100", dir, "postnorm", type, "\"normalize_before\": false, " + type), out,
                  {"config.json", "\"normalize_before\"", "pre-LN"});
-  expect_refused(with_config("hf_m2m100", dir, "moe", type, "\"num_experts\": 4, " + type), out,
+  expect_refused(m2m100_with_config("hf_m2m100", dir, "moe", type, "\"num_experts\": 4, " + type), out,
                  {"config.json", "\"num_experts\"", "NLLB-MoE"});
-  expect_refused(with_config("hf_m2m100", dir, "emb_norm", type, "\"layernorm_embedding\": true, " + type), out,
+  expect_refused(m2m100_with_config("hf_m2m100", dir, "emb_norm", type, "\"layernorm_embedding\": true, " + type), out,
                  {"config.json", "\"layernorm_embedding\""});
-  expect_refused(with_config("hf_m2m100", dir, "width", "\"d_model\": 64", "\"d_model\": 32"), out,
+  expect_refused(m2m100_with_config("hf_m2m100", dir, "width", "\"d_model\": 64", "\"d_model\": 32"), out,
                  {"model.safetensors", "shared.weight"});
 }
 
 TEST(HfM2M100, RefusesABrokenOrMissingTokenizerFileNamingIt) {
   const std::string dir = testing::fresh_temp_dir("qkv_m2m100", "tok"), out = dir + "/out";
   // M2M100's vocab.json missing beside its sentencepiece.bpe.model.
-  const std::string no_vocab = with_config("hf_m2m100", dir, "no_vocab", "", "");
+  const std::string no_vocab = m2m100_with_config("hf_m2m100", dir, "no_vocab", "", "");
   fs::remove(no_vocab + "/vocab.json");
   expect_refused(no_vocab, out, {no_vocab + "/vocab.json", "missing"});
   // tokenizer_config.json missing: its tokenizer_class and added_tokens_decoder are needed.
-  const std::string no_config = with_config("hf_nllb", dir, "no_config", "", "");
+  const std::string no_config = m2m100_with_config("hf_nllb", dir, "no_config", "", "");
   fs::remove(no_config + "/tokenizer_config.json");
   expect_refused(no_config, out, {no_config + "/tokenizer_config.json", "missing"});
   // A tokenizer class qkv does not read.
-  const std::string other = with_config("hf_nllb", dir, "other_class", "", "");
+  const std::string other = m2m100_with_config("hf_nllb", dir, "other_class", "", "");
   {
     std::ifstream in(other + "/tokenizer_config.json");
     json config = json::parse(in);
@@ -247,7 +247,7 @@ TEST(HfM2M100, RefusesABrokenOrMissingTokenizerFileNamingIt) {
   }
   expect_refused(other, out, {other + "/tokenizer_config.json", "\"tokenizer_class\"", "XLMRobertaTokenizer"});
   // No tokenizer at all: the import goes on, ids only, with a note.
-  const std::string bare = with_config("hf_m2m100", dir, "bare", "", "", false);
+  const std::string bare = m2m100_with_config("hf_m2m100", dir, "bare", "", "", false);
   const interop::HfConversion info = interop::import_hf(bare, out);
   EXPECT_FALSE(info.tokenizer);
   ASSERT_FALSE(info.notes.empty());
@@ -258,7 +258,7 @@ TEST(HfM2M100, RefusesABrokenOrMissingTokenizerFileNamingIt) {
 
 TEST(HfM2M100, ExportGivesBackTransformersTensorsAndTokenizer) {
   const std::vector<std::string> multilingual{"sentencepiece.bpe.model", "tokenizer_config.json"};
-  for (const char* name : kModels) {
+  for (const char* name : kM2m100Models) {
     const std::string out = testing::expect_export_gives_back_tensors(name);
     std::ifstream in(out + "/config.json");
     const json config = json::parse(in);
@@ -271,13 +271,13 @@ TEST(HfM2M100, ExportGivesBackTransformersTensorsAndTokenizer) {
           << name << ": " << f << " is not the original's";
     }
   }
-  const interop::HfConversion info = interop::export_hf(imported("hf_m2m100"), testing::fresh_temp_dir("qkv_export", "m"));
+  const interop::HfConversion info = interop::export_hf(imported_checkpoint("hf_m2m100"), testing::fresh_temp_dir("qkv_export", "m"));
   EXPECT_EQ(info.hf_class, "M2M100ForConditionalGeneration");
   EXPECT_EQ(info.tokenizer_files, (std::vector<std::string>{"sentencepiece.bpe.model", "vocab.json", "tokenizer_config.json"}));
 }
 
 TEST(HfM2M100, ExportRefusesWhatM2M100CannotExpress) {
-  const models::TransformerConfig c = models::load_config(imported("hf_m2m100") + "/config.json");
+  const models::TransformerConfig c = models::load_config(imported_checkpoint("hf_m2m100") + "/config.json");
   EXPECT_NO_THROW((void)interop::hf_m2m100_config_json(c));
   const auto expect_refused = [&](const std::function<void(models::TransformerConfig&)>& change,
                                   const std::vector<std::string>& parts) {

@@ -30,23 +30,20 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using qkv::test_support::error_message_of;
 
-json refs() { return testing::read_ref_json("hf_marian_refs.json"); }
+json marian_refs() { return testing::read_ref_json("hf_marian_refs.json"); }
 
-std::string fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qkv_marian", name); }
+std::string fresh_marian_dir(const std::string& name) { return testing::fresh_temp_dir("qkv_marian", name); }
 
 using testing::decoder_lines;
 using testing::expect_log_probs_match;
 using testing::id_lines;
 
-const std::string& imported(const std::string& name) { return testing::imported_checkpoint(name); }
+using testing::imported_checkpoint;
 
-void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
-  EXPECT_FALSE(message.empty()) << "no error thrown";
-  for (const std::string& p : parts) EXPECT_NE(message.find(p), std::string::npos) << "'" << p << "' not in: " << message;
-}
+using test_support::expect_contains;
 
 TEST(HfMarian, ConfigTakesMariansChoicesAndSpecialIds) {
-  const json r = refs();
+  const json r = marian_refs();
   std::vector<std::string> notes;
   const models::TransformerConfig c = interop::hf_marian_config(testing::ref_path("hf_marian"), &notes);
   const int32_t pad = r["pad_id"].get<int32_t>();
@@ -73,11 +70,11 @@ TEST(HfMarian, ConfigTakesMariansChoicesAndSpecialIds) {
 }
 
 TEST(HfMarian, LogProbabilitiesEqualTransformers) {
-  const json r = refs();
+  const json r = marian_refs();
   const std::vector<data::IdLine> src = id_lines(r["source_ids"]);
   for (const auto& [dir, key] : {std::pair<std::string, std::string>{"hf_marian", "log_probs"},
                                  {"hf_marian_untied", "untied_log_probs"}}) {
-    auto model = models::load_model(imported(dir));
+    auto model = models::load_model(imported_checkpoint(dir));
     model->eval();
     const std::vector<data::IdLine> tgt = decoder_lines(r["target_ids"], model->config().bos_id);
     // Batched with padding (pad = the last id, not 0): what the seed's masks would get wrong.
@@ -87,9 +84,9 @@ TEST(HfMarian, LogProbabilitiesEqualTransformers) {
 }
 
 TEST(HfMarian, GreedyOutputEqualsGenerate) {
-  const json r = refs();
+  const json r = marian_refs();
   ASSERT_GT(r["min_top2_margin"].get<double>(), 1e-3);
-  const api::Translator translator(imported("hf_marian"));
+  const api::Translator translator(imported_checkpoint("hf_marian"));
   api::TranslationOptions o;
   o.search.beam_size = 1;
   // generate(max_new_tokens=N) with forced_eos_token_id: at most N - 1 tokens, then EOS (forced at
@@ -114,7 +111,7 @@ TEST(HfMarian, GreedyOutputEqualsGenerate) {
 }
 
 TEST(HfMarian, TokenizerEqualsMarianTokenizer) {
-  const json r = refs();
+  const json r = marian_refs();
   const std::string dir = testing::ref_path("hf_marian");
   const auto source = text::MarianTokenizer::load(dir, false), target = text::MarianTokenizer::load(dir, true);
   const auto lines = r["roundtrip_lines"].get<std::vector<std::string>>();
@@ -137,7 +134,7 @@ TEST(HfMarian, TokenizerEqualsMarianTokenizer) {
 
 // A copy of the reference directory that a test then damages.
 std::string copy_of(const std::string& name) {
-  const std::string dst = fresh_dir(name);
+  const std::string dst = fresh_marian_dir(name);
   fs::copy(testing::ref_path("hf_marian"), dst, fs::copy_options::recursive);
   return dst;
 }
@@ -252,7 +249,7 @@ TEST(HfMarian, ExportGivesBackTransformersTensors) {
   const std::string out = testing::expect_export_gives_back_tensors("hf_marian");
   for (const char* f : {"config.json", "generation_config.json", "source.spm", "target.spm", "vocab.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
-  const interop::HfConversion info = interop::export_hf(imported("hf_marian"), fresh_dir("export"));
+  const interop::HfConversion info = interop::export_hf(imported_checkpoint("hf_marian"), fresh_marian_dir("export"));
   EXPECT_EQ(info.model_type, "marian");
   EXPECT_EQ(info.hf_class, "MarianMTModel");
   EXPECT_TRUE(info.tokenizer);
@@ -271,7 +268,7 @@ TEST(HfMarian, ExportRefusesWhatMarianCannotExpress) {
   seed.layer_norm_eps = 1e-6f;
   expect_contains(error_message_of([&] { (void)interop::hf_marian_config_json(seed); }), {"layer_norm_eps"});
   models::TransformerConfig bert = models::encoder_only_defaults();
-  const std::string dir = fresh_dir("bert_ckpt");
+  const std::string dir = fresh_marian_dir("bert_ckpt");
   models::save_model(dir, *models::make_model(bert, 1));
   expect_contains(error_message_of([&] { interop::export_hf(dir, dir + "_hf"); }), {"encoder-only", "GPT-2", "Marian"});
 }

@@ -30,20 +30,20 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using qkv::test_support::error_message_of;
 
-json refs() { return testing::read_ref_json("hf_t5_refs.json"); }
+json t5_refs() { return testing::read_ref_json("hf_t5_refs.json"); }
 
-std::string fresh_dir(const std::string& name) { return testing::fresh_temp_dir("qkv_t5", name); }
+std::string fresh_t5_dir(const std::string& name) { return testing::fresh_temp_dir("qkv_t5", name); }
 
 using testing::decoder_lines;
 using testing::expect_log_probs_match;
 using testing::id_lines;
 
-const std::string& imported(const std::string& name) { return testing::imported_checkpoint(name); }
+using testing::imported_checkpoint;
 
-const char* const kModels[] = {"hf_t5", "hf_t5_v11"};
+const char* const kT5Models[] = {"hf_t5", "hf_t5_v11"};
 
 TEST(HfT5, BucketsEqualTransformers) {
-  const json r = refs();  // kept alive: a range over refs()["buckets"] would read a destroyed temporary
+  const json r = t5_refs();  // kept alive: a range over t5_refs()["buckets"] would read a destroyed temporary
   for (const json& setting : r["buckets"]) {
     const bool bidirectional = setting["bidirectional"].get<bool>();
     const int64_t n = setting["num_buckets"].get<int64_t>(), max_distance = setting["max_distance"].get<int64_t>();
@@ -87,10 +87,10 @@ TEST(HfT5, ConfigTakesT5sChoices) {
 }
 
 TEST(HfT5, LogProbabilitiesEqualTransformers) {
-  const json r = refs();
+  const json r = t5_refs();
   const std::vector<data::IdLine> src = id_lines(r["source_ids"]);
-  for (const char* name : kModels) {
-    auto model = models::load_model(imported(name));
+  for (const char* name : kT5Models) {
+    auto model = models::load_model(imported_checkpoint(name));
     model->eval();
     const std::vector<data::IdLine> tgt = decoder_lines(r["target_ids"], model->config().bos_id);
     // Batched with padding: the relative bias and the masks must leave each row's numbers alone.
@@ -100,11 +100,11 @@ TEST(HfT5, LogProbabilitiesEqualTransformers) {
 }
 
 TEST(HfT5, GreedyOutputEqualsGenerate) {
-  const json r = refs();
+  const json r = t5_refs();
   const int64_t limit = r["new_tokens"].get<int64_t>();
-  for (const char* name : kModels) {
+  for (const char* name : kT5Models) {
     ASSERT_GT(r[name]["min_top2_margin"].get<double>(), 1e-3);
-    const api::Translator translator(imported(name));
+    const api::Translator translator(imported_checkpoint(name));
     api::TranslationOptions o;
     o.search.beam_size = 1;
     o.search.max_length_ratio = 0;
@@ -124,11 +124,11 @@ TEST(HfT5, GreedyOutputEqualsGenerate) {
 TEST(HfT5, TextTranslationEqualsTokenizerGenerateDecode) {
   // The imported checkpoint carries spiece.model: qkv translate on text gives what transformers'
   // tokenizer, generate and decode give.
-  const json r = refs();
+  const json r = t5_refs();
   const std::vector<std::string> texts = r["texts"].get<std::vector<std::string>>();
-  for (const char* name : kModels) {
-    EXPECT_TRUE(fs::exists(imported(name) + "/spiece.model")) << name;
-    const api::Translator translator(imported(name));
+  for (const char* name : kT5Models) {
+    EXPECT_TRUE(fs::exists(imported_checkpoint(name) + "/spiece.model")) << name;
+    const api::Translator translator(imported_checkpoint(name));
     api::TranslationOptions o;
     o.search.beam_size = 1;
     o.search.max_length_ratio = 0;
@@ -147,15 +147,15 @@ TEST(HfT5, TextTranslationEqualsTokenizerGenerateDecode) {
 TEST(HfT5, BeamSearchKeepsTheBiasOfEachPosition) {
   // Beam search reorders its cache rows by a map (attention_forward_mapped): the beams' decoding
   // must score as the teacher-forced forward does, which reads every position's bias in place.
-  const json r = refs();
-  const api::Translator translator(imported("hf_t5_v11"));
+  const json r = t5_refs();
+  const api::Translator translator(imported_checkpoint("hf_t5_v11"));
   api::TranslationOptions o;
   o.search.beam_size = 4;
   o.search.length_penalty = 0;
   o.batch_size = 3;
   const std::vector<data::IdLine> src = id_lines(r["source_ids"]);
   const auto got = translator.translate_ids(src, o);
-  auto model = models::load_model(imported("hf_t5_v11"));
+  auto model = models::load_model(imported_checkpoint("hf_t5_v11"));
   model->eval();
   for (size_t i = 0; i < got.size(); ++i) {
     data::IdLine tgt{0};
@@ -169,7 +169,7 @@ TEST(HfT5, BeamSearchKeepsTheBiasOfEachPosition) {
 
 TEST(HfT5, RefusesWhatQkvCannotExpress) {
   const std::string hf = testing::ref_path("hf_t5");
-  const std::string dir = fresh_dir("bad");
+  const std::string dir = fresh_t5_dir("bad");
   const auto with_config = [&](const std::string& name, const std::string& from, const std::string& to) {
     fs::create_directories(dir + "/" + name);
     fs::copy_file(hf + "/model.safetensors", dir + "/" + name + "/model.safetensors");

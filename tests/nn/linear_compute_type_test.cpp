@@ -13,7 +13,7 @@
 namespace qkv::nn {
 namespace {
 
-Tensor random_tensor(const Dims& shape, uint64_t seed) {
+Tensor uniform_tensor(const Dims& shape, uint64_t seed) {
   Tensor t = Tensor::empty(shape);
   uint64_t s = seed;
   for (int64_t i = 0; i < t.numel(); ++i) {
@@ -48,7 +48,7 @@ TEST(LinearComputeType, Float32PackEqualsLinearForwardForEveryRowCountAndWidth) 
     ASSERT_EQ(layer.inference_weight().weight.dtype(), DType::F32);
     for (int64_t rows : {int64_t{1}, int64_t{4}, int64_t{7}, int64_t{128}, int64_t{257}, int64_t{1000}}) {
       NoGradGuard no_grad;
-      const Var x(random_tensor(Dims{rows, 1, in}, static_cast<uint64_t>(rows * 31 + in)));
+      const Var x(uniform_tensor(Dims{rows, 1, in}, static_cast<uint64_t>(rows * 31 + in)));
       const auto [want, got] = plain_and_prepared(layer, x, ComputeType::Float32);
       // Both sum `in` products of numbers below 1 in float32, in different orders.
       EXPECT_LE(max_abs_diff(got, want), 1e-6f * static_cast<float>(in)) << in << "x" << out << ", " << rows << " rows";
@@ -59,7 +59,7 @@ TEST(LinearComputeType, Float32PackEqualsLinearForwardForEveryRowCountAndWidth) 
 TEST(LinearComputeType, RecordsGradientsThroughTheFloat32Weights) {
   Generator gen(3);
   Linear layer(8, 4, gen);
-  Var x(random_tensor(Dims{2, 8}, 1), /*requires_grad=*/true);
+  Var x(uniform_tensor(Dims{2, 8}, 1), /*requires_grad=*/true);
   const Tensor plain = layer.forward(x).value();
   layer.set_compute_type(ComputeType::Int8);
   const Var y = layer.forward(x);
@@ -74,7 +74,7 @@ TEST(LinearComputeType, TyingOrClearingDropsTheInferenceWeight) {
   a.tie_weight(b.weight);
   EXPECT_FALSE(a.inference_weight().defined()) << "a tied layer must not keep the old weight's pack";
   NoGradGuard no_grad;
-  const Var x(random_tensor(Dims{3, 8}, 2));
+  const Var x(uniform_tensor(Dims{3, 8}, 2));
   b.set_compute_type(ComputeType::Int8);
   b.clear_inference_weight();
   EXPECT_EQ(a.forward(x).value().to_vector(), b.forward(x).value().to_vector());
@@ -88,7 +88,7 @@ TEST(LinearComputeType, Int8FollowsTheFloatProductWithinQuantisationError) {
   EXPECT_EQ(layer.inference_weight().scale.numel(), 304) << "scales padded to whole panels of 16";
   NoGradGuard no_grad;
   for (int64_t rows : {int64_t{1}, int64_t{6}, int64_t{300}}) {  // int8 is used for any number of rows
-    const Var x(random_tensor(Dims{rows, 256}, static_cast<uint64_t>(rows)));
+    const Var x(uniform_tensor(Dims{rows, 256}, static_cast<uint64_t>(rows)));
     const auto [want, got] = plain_and_prepared(layer, x, ComputeType::Int8);
     // Rounding to 1/127 of each row's and each channel's range: per product at most
     // |a| s_w / 2 + |w| s_a / 2 + s_a s_w / 4 (kernels/int8_gemm.h); here |a| <= 1, |w| <= 1/16.
@@ -108,7 +108,7 @@ TEST(LinearComputeType, Bf16MultipliesWithTheBf16Weight) {
   layer.set_compute_type(ComputeType::BF16);
   ASSERT_EQ(layer.inference_weight().weight.dtype(), DType::BF16);
   NoGradGuard no_grad;
-  const Tensor x = random_tensor(Dims{5, 96}, 4);
+  const Tensor x = uniform_tensor(Dims{5, 96}, 4);
   const Tensor got = layer.forward(Var(x)).value();
   EXPECT_EQ(got.to_vector(), ops::linear_forward(x, layer.inference_weight(), layer.bias.value()).to_vector());
   // And it is not the float32 product: rounding the operands to 8 bits of mantissa shows.

@@ -23,6 +23,7 @@
 #include "model/ref_dir.h"
 #include "qkv/core/error.h"
 #include "qkv/text/byte_level_alphabet.h"
+#include "file_bytes.h"
 
 namespace qkv::text {
 namespace {
@@ -30,10 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test_support::file_bytes;
 
 struct RefCase {
   std::string name, text;
@@ -43,7 +41,7 @@ struct RefCase {
 std::vector<RefCase> load_cases() {
   const std::string path = qkv::testing::ref_path("bpe/cases.json");
   if (path.empty()) return {};
-  const json j = json::parse(read_bytes(path));
+  const json j = json::parse(file_bytes(path));
   std::vector<RefCase> cases;
   for (const json& c : j["cases"])
     cases.push_back({c["name"], c["text"], c["ids"].get<std::vector<int32_t>>(), c["ids_prefix"].get<std::vector<int32_t>>()});
@@ -70,7 +68,7 @@ void expect_ids(const ByteLevelBpe& bpe, const std::vector<RefCase>& cases, bool
 TEST(ByteLevelBpeRef, ReferenceIsComplete) {
   const std::string path = qkv::testing::ref_path("bpe/cases.json");
   ASSERT_FALSE(path.empty());
-  const json j = json::parse(read_bytes(path));
+  const json j = json::parse(file_bytes(path));
   EXPECT_EQ(j["cases"].size(), kRefCases);
   qkv::testing::expect_reference_corpus("bpe/train.txt", j.value("corpus", ""), j.value("corpus_lines", size_t{0}));
 }
@@ -88,8 +86,8 @@ TEST(ByteLevelBpeRef, EqualsTokenizersWithPrefixSpace) {
 
 TEST(ByteLevelBpeRef, OtherMergesFormReadsTheSame) {
   // One file has merges as [["a","b"]] lists, the other as "a b" strings.
-  const std::string a = read_bytes(qkv::testing::ref_path("bpe/tokenizer.json"));
-  const std::string b = read_bytes(qkv::testing::ref_path("bpe/tokenizer_other_merges.json"));
+  const std::string a = file_bytes(qkv::testing::ref_path("bpe/tokenizer.json"));
+  const std::string b = file_bytes(qkv::testing::ref_path("bpe/tokenizer_other_merges.json"));
   EXPECT_NE(json::parse(a)["model"]["merges"][0].is_string(), json::parse(b)["model"]["merges"][0].is_string());
   expect_ids(ByteLevelBpe::load(qkv::testing::ref_path("bpe/tokenizer_other_merges.json")), load_cases(), false);
 }
@@ -105,7 +103,7 @@ TEST(ByteLevelBpeRef, DecodeIsLossless) {
 TEST(ByteLevelBpeRef, VocabularyAndSpecialToken) {
   const std::string path = qkv::testing::ref_path("bpe/tokenizer.json");
   const auto bpe = ByteLevelBpe::load(path);
-  const json j = json::parse(read_bytes(path));
+  const json j = json::parse(file_bytes(path));
   EXPECT_EQ(bpe.vocab_size(), static_cast<int64_t>(j["model"]["vocab"].size()));
   const int32_t eot = bpe.token_to_id("<|endoftext|>");
   ASSERT_GE(eot, 0);
@@ -136,7 +134,7 @@ TEST(ByteLevelBpeRef, AnyBytesEncodeAndDecodeBack) {
 
 TEST(ByteLevelBpeRef, WholeTrainingTextEqualsTokenizersAndConcurrentEncodesAgree) {
   const auto bpe = ByteLevelBpe::load(qkv::testing::ref_path("bpe/tokenizer.json"));
-  const std::string text = read_bytes(qkv::testing::ref_path("bpe/train.txt"));
+  const std::string text = file_bytes(qkv::testing::ref_path("bpe/train.txt"));
   ASSERT_GT(text.size(), 100000u);
   std::vector<int32_t> want;
   std::ifstream want_in(qkv::testing::ref_path("bpe/train_ids.txt"));

@@ -20,16 +20,14 @@
 
 #include "qkv/core/error.h"
 #include "error_message.h"
+#include "file_bytes.h"
 
 namespace qkv::text {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test_support::file_bytes;
 
 void write_bytes(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -131,7 +129,7 @@ TEST_F(SentencePieceTest, SpecialIdsAndVocabLayout) {
   EXPECT_TRUE(contains(error_message_of([&] { sp.piece(-1); }), "out of range"));
 
   // The .vocab file lists every piece with its score, in id order.
-  const std::string vocab = read_bytes(path("tiny.vocab"));
+  const std::string vocab = file_bytes(path("tiny.vocab"));
   EXPECT_EQ(std::count(vocab.begin(), vocab.end(), '\n'), 400);
   EXPECT_EQ(vocab.rfind("<pad>\t0\n<unk>\t0\n<s>\t0\n</s>\t0\n<0x00>\t0\n", 0), 0u) << vocab.substr(0, 80);
 }
@@ -139,8 +137,8 @@ TEST_F(SentencePieceTest, SpecialIdsAndVocabLayout) {
 TEST_F(SentencePieceTest, TrainingIsDeterministic) {
   // Same inputs and options, different prefix: identical bytes (the model records no paths).
   train_sentencepiece({path("corpus.txt")}, path("again"), tiny_options());
-  EXPECT_EQ(read_bytes(path("again.model")), read_bytes(path("tiny.model")));
-  EXPECT_EQ(read_bytes(path("again.vocab")), read_bytes(path("tiny.vocab")));
+  EXPECT_EQ(file_bytes(path("again.model")), file_bytes(path("tiny.model")));
+  EXPECT_EQ(file_bytes(path("again.vocab")), file_bytes(path("tiny.vocab")));
 
   // Sampling: the seed picks the sample, reproducibly.
   SpmTrainOptions o = tiny_options();
@@ -150,9 +148,9 @@ TEST_F(SentencePieceTest, TrainingIsDeterministic) {
   train_sentencepiece({path("corpus.txt")}, path("s5b"), o);
   o.seed = 6;
   train_sentencepiece({path("corpus.txt")}, path("s6"), o);
-  EXPECT_EQ(read_bytes(path("s5a.model")), read_bytes(path("s5b.model")));
-  EXPECT_NE(read_bytes(path("s5a.model")), read_bytes(path("s6.model")));
-  EXPECT_NE(read_bytes(path("s5a.model")), read_bytes(path("tiny.model")));
+  EXPECT_EQ(file_bytes(path("s5a.model")), file_bytes(path("s5b.model")));
+  EXPECT_NE(file_bytes(path("s5a.model")), file_bytes(path("s6.model")));
+  EXPECT_NE(file_bytes(path("s5a.model")), file_bytes(path("tiny.model")));
 }
 
 TEST_F(SentencePieceTest, CrlfAndSeveralFilesGiveTheSameModel) {
@@ -162,7 +160,7 @@ TEST_F(SentencePieceTest, CrlfAndSeveralFilesGiveTheSameModel) {
   write_bytes(path("part_a.txt"), "\xEF\xBB\xBF" + join_lines(a, "\r\n") + "\r\n  \r\n");
   write_bytes(path("part_b.txt"), "\n" + join_lines(b));
   train_sentencepiece({path("part_a.txt"), path("part_b.txt")}, path("parts"), tiny_options());
-  EXPECT_EQ(read_bytes(path("parts.model")), read_bytes(path("tiny.model")));
+  EXPECT_EQ(file_bytes(path("parts.model")), file_bytes(path("tiny.model")));
 }
 
 TEST_F(SentencePieceTest, RoundTripsNormalizedText) {

@@ -29,9 +29,7 @@ json refs() {
   return json::parse(in);
 }
 
-void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
-  for (const std::string& p : parts) EXPECT_NE(message.find(p), std::string::npos) << "\"" << p << "\" not in: " << message;
-}
+using test_support::expect_contains;
 
 // A copy of the reference tokenizer that a test then edits.
 std::string copy_of_reference(const std::string& name) {

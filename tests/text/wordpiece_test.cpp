@@ -23,6 +23,7 @@
 #include "qkv/text/bert_pretokenizer.h"
 #include "qkv/text/bert_unicode.h"
 #include "qkv/text/tokenizer.h"
+#include "file_bytes.h"
 
 namespace qkv::text {
 namespace {
@@ -30,15 +31,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using test_support::file_bytes;
 
 const json& cases() {
   static const json j = [] {
     const std::string path = qkv::testing::ref_path("wordpiece/cases.json");
-    return path.empty() ? json::object() : json::parse(read_bytes(path));
+    return path.empty() ? json::object() : json::parse(file_bytes(path));
   }();
   return j;
 }
@@ -141,7 +139,7 @@ TEST(WordPieceRef, ThroughTheTokenizerInterface) {
 
 TEST(WordPieceRef, WholeTrainingTextEqualsTokenizersAndThreadsAgree) {
   const WordPiece wp = WordPiece::load(qkv::testing::ref_path("wordpiece/lower.json"));
-  const std::string text = read_bytes(qkv::testing::ref_path("wordpiece/train.txt"));
+  const std::string text = file_bytes(qkv::testing::ref_path("wordpiece/train.txt"));
   ASSERT_GT(text.size(), 100000u);
   std::vector<int32_t> want;
   std::ifstream want_in(qkv::testing::ref_path("wordpiece/train_ids.txt"));

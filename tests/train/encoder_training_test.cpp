@@ -17,6 +17,7 @@
 #include "qkv/train/encoder_trainer.h"
 #include "qkv/train/step.h"
 #include "qkv/train/trainer.h"
+#include "file_bytes.h"
 
 namespace qkv::train {
 namespace {
@@ -50,10 +51,7 @@ Masker tiny_masker(int64_t vocab = kVocab) {
   return Masker(m);
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using test_support::file_bytes;
 
 TEST(Masking, FifteenPercentChosenThenEightyTenTen) {
   const Masker masker = tiny_masker(1000);

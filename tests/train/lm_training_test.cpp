@@ -15,6 +15,7 @@
 #include "qkv/train/lm_data.h"
 #include "qkv/train/lm_trainer.h"
 #include "qkv/train/trainer.h"
+#include "file_bytes.h"
 
 namespace qkv::train {
 namespace {
@@ -33,10 +34,7 @@ models::TransformerConfig tiny_lm_config() {
   return c;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using test_support::file_bytes;
 
 TEST(LmData, LinesArePackedWithEosAndCutIntoOverlappingBlocks) {
   const std::vector<int32_t> stream = pack_lines({{5, 6}, {7}, {8, 9, 10}}, 3, 3);

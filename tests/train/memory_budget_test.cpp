@@ -16,6 +16,7 @@
 #include "qkv/train/memory_budget.h"
 #include "qkv/train/objective.h"
 #include "qkv/train/trainer.h"
+#include "file_bytes.h"
 
 namespace qkv::train {
 namespace {
@@ -153,10 +154,7 @@ std::string temp_dir(const std::string& name) {
   return d;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using test_support::file_bytes;
 
 // The budget under which the copy task's 6-row batches fit `rows` rows at a time.
 int64_t budget_for_rows(int64_t rows) {

@@ -14,6 +14,7 @@
 #include "qkv/models/checkpoint.h"
 #include "qkv/train/trainer.h"
 #include "error_message.h"
+#include "file_bytes.h"
 
 namespace qkv::train {
 namespace {
@@ -37,10 +38,7 @@ std::string temp_dir(const std::string& name) {
   return d;
 }
 
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using test_support::file_bytes;
 
 using qkv::test_support::error_message_of;
 

@@ -31,7 +31,7 @@ namespace qkv::cli {
 
 namespace {
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using nlohmann::json;
 
 struct SimilarCliOptions {
   EncoderTextOptions text;

@@ -19,7 +19,7 @@ void validate_token_constraints(const TokenConstraints& c) {
 }
 
 namespace {
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kForbidden = -std::numeric_limits<float>::infinity();
 
 // The row's tokens in one sequence (context, then generated).
 std::vector<int32_t> whole_row(const RowHistory& row) {
@@ -46,7 +46,7 @@ void ban_repeated_ngrams(float* scores, const std::vector<int32_t>& tokens, int6
   const auto suffix = tokens.end() - (n - 1);
   for (int64_t start = 0; start + n <= length; ++start) {
     const auto gram = tokens.begin() + start;
-    if (std::equal(gram, gram + (n - 1), suffix)) scores[gram[n - 1]] = kNegInf;
+    if (std::equal(gram, gram + (n - 1), suffix)) scores[gram[n - 1]] = kForbidden;
   }
 }
 }  // namespace
@@ -59,10 +59,10 @@ void apply_step_rules(float* scores, int64_t vocab, const RowHistory& row, const
     if (r.constraints.repetition_penalty != 1.0f) penalise_repeats(scores, tokens, r.constraints.repetition_penalty);
     if (r.constraints.no_repeat_ngram_size > 0) ban_repeated_ngrams(scores, tokens, r.constraints.no_repeat_ngram_size);
   }
-  for (int32_t id : r.never) scores[id] = kNegInf;
-  if (step < r.min_new_tokens && !at_limit && r.eos_id >= 0) scores[r.eos_id] = kNegInf;
+  for (int32_t id : r.never) scores[id] = kForbidden;
+  if (step < r.min_new_tokens && !at_limit && r.eos_id >= 0) scores[r.eos_id] = kForbidden;
   if (step == 0 && r.forced_first >= 0) {
-    std::fill(scores, scores + vocab, kNegInf);
+    std::fill(scores, scores + vocab, kForbidden);
     scores[r.forced_first] = 0.f;
   }
 }

@@ -12,7 +12,7 @@
 namespace qkv::interop {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using nlohmann::json;
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -9,7 +9,7 @@
 
 namespace qkv::interop {
 
-using json = nlohmann::json;
+using nlohmann::json;
 using models::TransformerConfig;
 
 namespace {

@@ -15,7 +15,7 @@
 namespace qkv::interop {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using nlohmann::json;
 using models::TransformerConfig;
 
 TransformerConfig hf_marian_config(const std::string& hf_dir, std::vector<std::string>* notes) {

@@ -12,7 +12,7 @@
 namespace qkv::interop {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using nlohmann::json;
 using models::TransformerConfig;
 
 namespace {

@@ -10,7 +10,7 @@
 namespace qkv::interop {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
+using nlohmann::json;
 
 namespace {
 json read_json(const std::string& path) {

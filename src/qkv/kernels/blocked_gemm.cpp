@@ -35,7 +35,7 @@ constexpr int64_t kBBlockBytes = int64_t{4} << 20;
 // Rows of A per block, which each panel of the B block streams past (L2-sized, as gemm_packed).
 constexpr int64_t kABlockBytes = 256 * 1024;
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
-constexpr int64_t kParallelMin = 1 << 16;
+constexpr int64_t kBlockedParallelMin = 1 << 16;
 
 
 // K's block length: depends on K and op(A) alone, so every element's sum has the same blocks for
@@ -283,7 +283,7 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
   if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
   const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
   const int64_t panels = ceil_div(N, kCols);
-  const blocking::ThreadSplit split = split_threads(p, panels, kRows, kParallelMin, omp_get_max_threads());
+  const blocking::ThreadSplit split = split_threads(p, panels, kRows, kBlockedParallelMin, omp_get_max_threads());
   const int64_t threads = split.threads;
   // Each worker's slice of the caller's scratch, in whole cache lines.
   const int64_t kc = k_block(K, trans_a);

@@ -31,12 +31,12 @@ namespace {
 // Elements per OpenMP chunk of dropout_forward / _backward, and the size below which one thread
 // does the whole loop (fork and join cost more).
 constexpr int64_t kChunk = 4096;
-constexpr int64_t kParallelMin = 1 << 12;
+constexpr int64_t kDropoutParallelMin = 1 << 12;
 }  // namespace
 
 void dropout_forward(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t offset) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kDropoutParallelMin)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t i = c * kChunk;
     dropout_row(y + i, x + i, std::min(kChunk, n - i), p, seed, offset + static_cast<uint64_t>(i));
@@ -46,7 +46,7 @@ void dropout_forward(float* y, const float* x, int64_t n, float p, uint64_t seed
 void dropout_backward(float* dx, const float* dy, int64_t n, float p, uint64_t seed, uint64_t offset,
                       bool accumulate) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kDropoutParallelMin)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t i = c * kChunk, len = std::min(kChunk, n - i);
     if (!accumulate) {

@@ -9,41 +9,41 @@ namespace qkv::kernels {
 
 namespace {
 // Below this many elements the OpenMP fork/join costs more than the loop.
-constexpr int64_t kParallelMin = 1 << 15;
+constexpr int64_t kElementwiseParallelMin = 1 << 15;
 }  // namespace
 
 void add(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kElementwiseParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void mul(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kElementwiseParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
 }
 
 void mul_backward(float* d, const float* dy, const float* other, int64_t n, bool accumulate) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kElementwiseParallelMin)
   for (int64_t i = 0; i < n; ++i) d[i] = accumulate ? d[i] + dy[i] * other[i] : dy[i] * other[i];
 }
 
 void add_inplace(float* acc, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kElementwiseParallelMin)
   for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
 
 void scale(float* out, const float* x, float s, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kElementwiseParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = s * x[i];
 }
 
 void axpy(float* acc, const float* x, float s, int64_t n) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kElementwiseParallelMin)
   for (int64_t i = 0; i < n; ++i) acc[i] += s * x[i];
 }
 
 void add_row_broadcast(float* out, const float* x, const float* row, int64_t rows, int64_t width) {
-#pragma omp parallel for schedule(static) if (rows * width > kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * width > kElementwiseParallelMin)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < width; ++c) out[r * width + c] = x[r * width + c] + row[c];
 }
@@ -54,7 +54,7 @@ void relu_forward(float* y, const float* x, int64_t n) {
 }
 
 void relu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
+#pragma omp parallel for schedule(static) if (n > kElementwiseParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float g = x[i] > 0.f ? dy[i] : 0.f;
     dx[i] = accumulate ? dx[i] + g : g;
@@ -93,7 +93,7 @@ namespace qkv::kernels {
 void column_sum_accumulate(float* out, const float* x, int64_t rows, int64_t cols) {
   constexpr int64_t kBlock = 64;  // each thread owns whole column blocks: no shared writes
   const int64_t blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols > kElementwiseParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t c0 = b * kBlock, c1 = c0 + kBlock < cols ? c0 + kBlock : cols;
     float acc[kBlock] = {};
@@ -104,7 +104,7 @@ void column_sum_accumulate(float* out, const float* x, int64_t rows, int64_t col
 }
 
 void broadcast_rows(float* out, const float* row, int64_t rows, int64_t cols) {
-#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
+#pragma omp parallel for schedule(static) if (rows * cols > kElementwiseParallelMin)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = row[c];
 }

@@ -81,7 +81,7 @@ constexpr int64_t kPanelPairBytes = kPanel * kPair;  // one input pair of a pane
 // weight vectors and 1 broadcast pair of A: 15 of AVX2's 16 registers (as the float kernel).
 constexpr int kRows = 6;
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
-constexpr int64_t kParallelMin = 1 << 17;
+constexpr int64_t kInt8ParallelMin = 1 << 17;
 
 float max_abs(const float* x, int64_t n) {
   const __m256 no_sign = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -366,7 +366,7 @@ void run_build(const int8_isa::Build& build, const float* A, int64_t M, int64_t 
   char* Aq = reinterpret_cast<char*>(scratch.values.data());
   float* a_scales = scratch.scales.data();
   const int64_t work = M * outputs * std::max<int64_t>(K, 1);
-  const bool parallel = work > kParallelMin;
+  const bool parallel = work > kInt8ParallelMin;
   const int64_t parts = parallel ? omp_get_max_threads() : 1;
   if (parts > 1 && M >= parts * kRowSplitMinTilesPerThread * build.rows_per_tile &&
       largest_weight <= kRowSplitMaxWeightBytes)
@@ -467,7 +467,7 @@ void quantize_weights_into(const float* W, int64_t out_features, int64_t in_feat
   const int64_t panels = (out_features + kPanel - 1) / kPanel;
   int32_t* column_sums =
       reinterpret_cast<int32_t*>(dst + QuantizedWeights::column_sums_offset(out_features, in_features));
-#pragma omp parallel for schedule(static) if (out_features * in_features > kParallelMin)
+#pragma omp parallel for schedule(static) if (out_features * in_features > kInt8ParallelMin)
   for (int64_t p = 0; p < panels; ++p) {
     std::vector<int8_t> row(static_cast<size_t>(padded));
     int8_t* panel = dst + p * padded * kPanel;

@@ -18,7 +18,7 @@ constexpr int64_t kPanel = PackedWeights::kPanel;
 constexpr int kRows = tile::kRows;
 static_assert(kPanel == tile::kCols);
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
-constexpr int64_t kParallelMin = 1 << 16;
+constexpr int64_t kPackedParallelMin = 1 << 16;
 
 // C[0..Rows) x [0..cols) of one panel: the full K sum is kept in registers and C is written once,
 // with the bias added.
@@ -148,7 +148,7 @@ PackedWeights pack_weights(const float* W, int64_t out_features, int64_t in_feat
 
 void pack_weights_into(const float* W, int64_t out_features, int64_t in_features, float* dst) {
   const int64_t K = in_features, panels = (out_features + kPanel - 1) / kPanel;
-#pragma omp parallel for schedule(static) if (out_features * in_features > kParallelMin)
+#pragma omp parallel for schedule(static) if (out_features * in_features > kPackedParallelMin)
   for (int64_t p = 0; p < panels; ++p) {
     float* panel = dst + p * K * kPanel;
     for (int64_t j = 0; j < kPanel; ++j) {
@@ -179,7 +179,7 @@ void gemm_packed_with_tile(wide_tile::PairAccumulate pair, const float* A, int64
   // (16 to 500) than row tiles (1 to 22). Blocks write disjoint rows, so no barrier between them.
   // Every element is one micro-kernel's full sum over K whatever the blocking: the bits of a row do
   // not depend on M.
-#pragma omp parallel if (work > kParallelMin)
+#pragma omp parallel if (work > kPackedParallelMin)
   for (int64_t i0 = 0; i0 < M; i0 += block) {
     const int64_t i1 = std::min(M, i0 + block);
     if (pair) {  // two panels at a time; an odd count's last one alone

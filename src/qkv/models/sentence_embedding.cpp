@@ -13,7 +13,7 @@
 
 namespace qkv::models {
 
-using json = nlohmann::json;
+using nlohmann::json;
 
 std::string sentence_embedding_to_json(const SentenceEmbeddingConfig& c) {
   const json j = {{"pooling", c.pooling}, {"normalize", c.normalize}, {"max_seq_length", c.max_seq_length}};

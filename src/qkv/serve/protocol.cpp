@@ -10,7 +10,7 @@
 
 namespace qkv::serve {
 
-using json = nlohmann::json;
+using nlohmann::json;
 
 // Every answer is written with invalid UTF-8 replaced by U+FFFD (json::error_handler_t::replace):
 // a parse error quotes the client's bytes, and text cut by max_tokens can end inside a character.

@@ -1,7 +1,6 @@
 #include "qkv/text/legacy_bpe_files.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -15,12 +14,7 @@ namespace qkv::text {
 
 namespace {
 
-using json = nlohmann::json;
-
-bool exists(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::exists(path, ec);
-}
+using nlohmann::json;
 
 // One special token as BartTokenizer holds it: its text and AddedToken options.
 struct SpecialToken {
@@ -60,7 +54,7 @@ SpecialToken read_special(const json& v, const std::string& key, const std::stri
 // tokenizer_config.json's, else tokenizer_config.json's, else BartTokenizer's defaults.
 std::map<std::string, SpecialToken> special_tokens(const std::string& dir, const json& config) {
   const std::string map_path = dir + "/special_tokens_map.json";
-  const json map = exists(map_path) ? read_json_object(map_path, "a special_tokens_map.json") : json::object();
+  const json map = file_exists(map_path) ? read_json_object(map_path, "a special_tokens_map.json") : json::object();
   std::map<std::string, SpecialToken> out;
   for (const auto& [key, fallback] : special_defaults()) {
     if (map.contains(key) && !map.at(key).is_null()) out[key] = read_special(map.at(key), key, map_path);
@@ -113,7 +107,7 @@ json added_tokens(const std::string& dir, const json& vocab, const std::map<std:
     by_id.emplace(id, added_token(id, t, true));
   }
   const std::string added_path = dir + "/added_tokens.json";
-  if (exists(added_path)) {
+  if (file_exists(added_path)) {
     const json added = read_json_object(added_path, "an added_tokens.json (token -> id)");
     for (const auto& [content, id] : added.items()) {
       QKV_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0,
@@ -133,12 +127,12 @@ json added_tokens(const std::string& dir, const json& vocab, const std::map<std:
 }  // namespace
 
 bool legacy_bpe_files_present(const std::string& dir) {
-  return exists(dir + "/" + kBpeVocabFile) && exists(dir + "/" + kBpeMergesFile);
+  return file_exists(dir + "/" + kBpeVocabFile) && file_exists(dir + "/" + kBpeMergesFile);
 }
 
 std::string roberta_tokenizer_json(const std::string& dir) {
   const std::string config_path = dir + "/tokenizer_config.json";
-  const json config = exists(config_path) ? read_json_object(config_path, "a tokenizer_config.json") : json::object();
+  const json config = file_exists(config_path) ? read_json_object(config_path, "a tokenizer_config.json") : json::object();
   const bool add_prefix_space = read_json_bool(config, "add_prefix_space", false, config_path);
   const bool trim_offsets = read_json_bool(config, "trim_offsets", true, config_path);
   const json vocab = read_json_object(dir + "/" + kBpeVocabFile, "a vocab.json (token -> id)");

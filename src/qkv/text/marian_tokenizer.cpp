@@ -1,6 +1,5 @@
 #include "qkv/text/marian_tokenizer.h"
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "qkv/core/error.h"
@@ -9,13 +8,8 @@
 
 namespace qkv::text {
 
-namespace {
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's word start
-}  // namespace
-
 bool MarianTokenizer::present(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::exists(dir + "/" + kMarianVocab, ec) && std::filesystem::exists(dir + "/" + kMarianSourceSpm, ec);
+  return file_exists(dir + "/" + kMarianVocab) && file_exists(dir + "/" + kMarianSourceSpm);
 }
 
 MarianTokenizer::MarianTokenizer(SentencePiece spm, std::string vocab_path)
@@ -24,16 +18,14 @@ MarianTokenizer::MarianTokenizer(SentencePiece spm, std::string vocab_path)
 std::unique_ptr<MarianTokenizer> MarianTokenizer::load(const std::string& dir, bool target) {
   bool separate = false, clean_up = false;
   const std::string config_path = dir + "/" + kTokenizerConfig;
-  std::error_code ec;
-  if (std::filesystem::exists(config_path, ec)) {
+  if (file_exists(config_path)) {
     const nlohmann::json config = read_json_object(config_path, "a tokenizer_config.json");
     separate = read_json_bool(config, "separate_vocabs", false, config_path);
     clean_up = read_json_bool(config, "clean_up_tokenization_spaces", false, config_path);
   }
   const std::string spm_path = dir + "/" + (target ? kMarianTargetSpm : kMarianSourceSpm);
   const std::string vocab_path = dir + "/" + (target && separate ? kMarianTargetVocab : kMarianVocab);
-  QKV_CHECK(std::filesystem::exists(spm_path, ec), spm_path << ": missing (a Marian tokenizer has source.spm, "
-                                                               "target.spm and vocab.json)");
+  QKV_CHECK(file_exists(spm_path), spm_path << ": missing (a Marian tokenizer has source.spm, target.spm and vocab.json)");
   std::unique_ptr<MarianTokenizer> t(new MarianTokenizer(SentencePiece(spm_path), vocab_path));
   t->clean_up_spaces_ = clean_up;
   const nlohmann::json vocab = read_json_object(vocab_path, "a vocabulary (a JSON object of piece -> id)");
@@ -119,7 +111,7 @@ std::string MarianTokenizer::decode(const std::vector<int32_t>& ids) const {
     pieces.push_back(piece);
   }
   std::string text = spm_.decode_pieces(pieces);
-  replace_all(text, kSpaceMark, " ");
+  replace_all(text, kSentencePieceSpace, " ");
   text = python_strip(text);
   return clean_up_spaces_ ? clean_up_tokenization(text) : text;
 }

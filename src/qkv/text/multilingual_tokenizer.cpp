@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -15,19 +14,13 @@ namespace qkv::text {
 namespace {
 using nlohmann::json;
 using Kind = MultilingualTokenizer::Kind;
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's word start
 // fairseq's dictionaries start with these four; the SentencePiece ids come after them (offset 1:
 // SentencePiece's own <unk> 0 is fairseq's 3, its <s> 1 and </s> 2 are never produced).
 constexpr std::pair<const char*, int32_t> kFairseqSpecials[] = {{"<s>", 0}, {"<pad>", 1}, {"</s>", 2}, {"<unk>", 3}};
 constexpr int32_t kFairseqOffset = 1;
 
-bool exists(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::exists(path, ec);
-}
-
 void require_file(const std::string& path, const std::string& what) {
-  QKV_CHECK(exists(path), path << ": missing (" << what << ")");
+  QKV_CHECK(file_exists(path), path << ": missing (" << what << ")");
 }
 
 Kind kind_of(const json& config, const std::string& path) {
@@ -65,15 +58,15 @@ bool is_named_special(const std::string& token) {
 }
 }  // namespace
 
-bool MultilingualTokenizer::present(const std::string& dir) { return exists(dir + "/" + kFairseqSpm); }
+bool MultilingualTokenizer::present(const std::string& dir) { return file_exists(dir + "/" + kFairseqSpm); }
 
 std::vector<std::string> MultilingualTokenizer::files(const std::string& dir) {
   std::vector<std::string> out;
   for (const char* name : {kFairseqSpm, kM2M100Vocab, kMultilingualTokenizerConfig})
-    if (exists(dir + "/" + name)) out.emplace_back(name);
+    if (file_exists(dir + "/" + name)) out.emplace_back(name);
   // A tokenizer saved before transformers 4.34 may list its language codes there only.
   const std::string config_path = dir + "/" + kMultilingualTokenizerConfig;
-  if (exists(config_path) && exists(dir + "/special_tokens_map.json") &&
+  if (file_exists(config_path) && file_exists(dir + "/special_tokens_map.json") &&
       !read_json_object(config_path, "a tokenizer_config.json").contains("added_tokens_decoder"))
     out.emplace_back("special_tokens_map.json");
   return out;
@@ -144,7 +137,7 @@ std::vector<std::string> listed_language_codes(const std::string& dir, const jso
   const std::string map_path = dir + "/special_tokens_map.json";
   json listed = config.value("additional_special_tokens", json());
   std::string where = config_path;
-  if ((!listed.is_array() || listed.empty()) && exists(map_path)) {
+  if ((!listed.is_array() || listed.empty()) && file_exists(map_path)) {
     listed = read_json_object(map_path, "a special_tokens_map.json").value("additional_special_tokens", json());
     where = map_path;
   }
@@ -311,7 +304,7 @@ std::string MultilingualTokenizer::join_pieces(const std::vector<std::string>& p
   if (kind_ == Kind::M2M100 || kind_ == Kind::MBart50) return python_strip(spm_->decode_pieces(pieces));
   std::string text;
   for (const std::string& p : pieces) text += p;
-  replace_all(text, kSpaceMark, " ");
+  replace_all(text, kSentencePieceSpace, " ");
   return python_strip(text);
 }
 

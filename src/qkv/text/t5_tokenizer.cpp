@@ -1,7 +1,6 @@
 #include "qkv/text/t5_tokenizer.h"
 
 #include <charconv>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -15,7 +14,6 @@ namespace qkv::text {
 
 namespace {
 using nlohmann::json;
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581, SentencePiece's word start
 constexpr int64_t kMaxExtraIds = 1 << 16;
 
 std::string extra_id_token(int64_t n) { return "<extra_id_" + std::to_string(n) + ">"; }
@@ -63,8 +61,7 @@ void check_special_names(const json& config, int32_t extra_ids, const std::strin
 
 T5Settings read_settings(const std::string& path) {
   T5Settings s;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return s;
+  if (!file_exists(path)) return s;
   const json config = read_json_object(path, "a tokenizer_config.json");
   s.extra_ids = read_extra_ids(config, path);
   s.clean_up = read_json_bool(config, "clean_up_tokenization_spaces", false, path);
@@ -116,16 +113,14 @@ std::vector<AddedTokenPattern> special_patterns(const std::map<int32_t, std::str
 }  // namespace
 
 bool T5Tokenizer::present(const std::string& dir) {
-  std::error_code ec;
-  return std::filesystem::exists(dir + "/" + kT5Spm, ec);
+  return file_exists(dir + "/" + kT5Spm);
 }
 
 T5Tokenizer::T5Tokenizer(SentencePiece spm) : spm_(std::move(spm)), spm_size_(spm_.vocab_size()) {}
 
 std::unique_ptr<T5Tokenizer> T5Tokenizer::load(const std::string& dir) {
   const std::string spm_path = dir + "/" + kT5Spm;
-  std::error_code ec;
-  if (!std::filesystem::exists(spm_path, ec))
+  if (!file_exists(spm_path))
     throw NotFoundError(spm_path + ": missing (a T5 tokenizer has spiece.model and, optionally, tokenizer_config.json)");
   std::unique_ptr<T5Tokenizer> t(new T5Tokenizer(SentencePiece(spm_path)));
   for (const auto& [piece, id] : {std::pair<const char*, int32_t*>{"</s>", &t->eos_}, {"<unk>", &t->unk_}, {"<pad>", &t->pad_}}) {
@@ -184,7 +179,7 @@ std::string T5Tokenizer::decode(const std::vector<int32_t>& ids) const {
     if (!is_special(id)) pieces.push_back(spm_.piece(id));
   }
   if (pieces.empty()) return "";
-  if (add_prefix_space_ && pieces[0].starts_with(kSpaceMark)) pieces[0].erase(0, kSpaceMark.size());
+  if (add_prefix_space_ && pieces[0].starts_with(kSentencePieceSpace)) pieces[0].erase(0, kSentencePieceSpace.size());
   std::string text = python_strip(spm_.decode_pieces(pieces));
   return clean_up_spaces_ ? clean_up_tokenization(text) : text;
 }

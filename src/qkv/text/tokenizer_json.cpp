@@ -1,10 +1,16 @@
 #include "qkv/text/tokenizer_json.h"
 
+#include <filesystem>
 #include <fstream>
 
 #include "qkv/core/error.h"
 
 namespace qkv::text {
+
+bool file_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
 
 nlohmann::json read_json_object(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);

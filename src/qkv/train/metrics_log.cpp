@@ -16,18 +16,18 @@
 namespace qkv::train {
 
 namespace {
-using json = nlohmann::ordered_json;  // fields in the order the header documents
+using nlohmann::ordered_json;  // fields in the order the header documents
 
 // NaN and infinity have no JSON spelling; a report never holds them (a non-finite loss stops the
 // run before it is reported), but a rate over zero seconds could.
-json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+ordered_json finite_or_null(double v) { return std::isfinite(v) ? ordered_json(v) : ordered_json(nullptr); }
 
 // The lines of `path` whose step is at most `last_step` (whole JSON objects only).
 std::string lines_up_to(const std::string& path, int64_t last_step) {
   std::ifstream in(path);
   std::string line, kept;
   while (std::getline(in, line)) {
-    const json j = json::parse(line, nullptr, false);
+    const ordered_json j = ordered_json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
     if (j["step"].get<int64_t>() <= last_step) kept += line + "\n";
   }
@@ -63,7 +63,7 @@ void MetricsLog::append(const std::string& line) {
 }
 
 void MetricsLog::step(const StepReport& r) {
-  const json j = {{"event", "step"},
+  const ordered_json j = {{"event", "step"},
                   {"step", r.step},
                   {"epoch", r.epoch},
                   {"time", finite_or_null(r.elapsed)},
@@ -76,7 +76,7 @@ void MetricsLog::step(const StepReport& r) {
 }
 
 void MetricsLog::validation(const ValidationReport& v) {
-  json j = {{"event", "validation"},
+  ordered_json j = {{"event", "validation"},
             {"step", v.step},
             {"time", finite_or_null(v.elapsed)},
             {"loss", finite_or_null(v.result.loss)},
