@@ -33,8 +33,6 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// Runs `sh -c "QKV_BIN args <redirect>"` and collects what it writes to stdout. With a time limit
-// qkv runs under timeout(1), which kills it and exits 124 when the limit passes.
 // `text` split at newlines, without them (a last line without one still counts).
 inline std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -43,6 +41,8 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
+// Runs `sh -c "QKV_BIN args <redirect>"` and collects what it writes to stdout. With a time limit
+// qkv runs under timeout(1), which kills it and exits 124 when the limit passes.
 inline CliRun run_shell(const std::string& args, const std::string& redirect, int time_limit_s = 0) {
   const std::string limit = time_limit_s > 0 ? "timeout -k 5 " + std::to_string(time_limit_s) + " " : "";
   const std::string cmd = limit + std::string(QKV_BIN) + " " + args + " " + redirect;
