@@ -16,6 +16,8 @@
 #include <vector>
 #include <thread>
 
+#include "file_bytes.h"
+
 namespace qkv::testing {
 
 // qkv's exit codes for bad input and for a usage error (docs/cli.md, "Exit codes").
@@ -28,10 +30,7 @@ struct CliRun {
   std::string err;  // stderr (run_qkv_split only)
 };
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+inline std::string read_file(const std::string& path) { return test_support::file_bytes(path); }
 
 // `text` split at newlines, without them (a last line without one still counts).
 inline std::vector<std::string> lines_of(const std::string& text) {
