@@ -27,6 +27,12 @@ for tile in 6x16 6x32; do
 done
 echo "levels this CPU allows: ${levels[*]}; float32 tiles: ${tiles[*]}"
 
+# The agreement tests read PyTorch's references (a CTest fixture): generate them in a fresh build.
+if [ ! -d "$BUILD/ref" ] || [ -z "$(ls -A "$BUILD/ref")" ]; then
+  echo "== PyTorch references (ctest -L ref; once a build)"
+  ctest --test-dir "$BUILD" -L ref -j2 --output-on-failure | tail -1
+fi
+
 summary=()
 filter='Bf16Gemm*:Int8Gemm*:PackedGemm*:BlockedGemm*:GeluKernel*:DropoutKernels*:OpReference*:Bf16Agreement*:LinearComputeType*:Forms/LinearOnEveryBackend*:SeedAgreement*:GptAgreement*'
 run_tests() {  # run_tests LABEL ENV...

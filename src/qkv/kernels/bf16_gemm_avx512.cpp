@@ -208,9 +208,7 @@ void run(const Product& p, const uint32_t* packed) {
   const int64_t b_words = packed ? 0 : std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;
   const int64_t a_words = ceil_div(rows_per_a_block(kc) * kc / 2, 16) * 16;
   uint32_t* scratch = caller_scratch<uint32_t>(threads * (b_words + a_words));
-#pragma omp parallel num_threads(static_cast<int>(threads)) if (split.parallel)
-  {
-    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+  const auto worker = [&](int t, int T) {  // worker t of T
     uint32_t* mine = scratch + t * (b_words + a_words);
     const WorkerScratch ws{mine, mine + b_words};
     if (split.by_panels) {
@@ -220,7 +218,13 @@ void run(const Product& p, const uint32_t* packed) {
       const auto [i0, i1] = share(M, kRows, t, T);
       multiply_part(p, packed, i0, i1, 0, panels, ws);
     }
-  }
+  };
+  // Below the threshold no OpenMP region at all (gemm_blocked's reason: even with `if` false, libgomp
+  // sets up a team of one, about a microsecond, which attention's small per-head products would pay
+  // a thousand times a step in bf16 precision).
+  if (!split.parallel) return worker(0, 1);
+#pragma omp parallel num_threads(static_cast<int>(threads))
+  worker(omp_get_thread_num(), omp_get_num_threads());
 }
 
 }  // namespace
