@@ -31,7 +31,7 @@ api::GenerationOptions generation_options(int64_t max_new_tokens, bool sample, d
 }
 
 // The search's keywords beyond sampling (transformers' names): beam search and the token rules.
-struct SearchExtras {
+struct GenerationExtras {
   int beam_size = 1;
   int num_hypotheses = 1;
   float length_penalty = 1.0f;
@@ -41,7 +41,7 @@ struct SearchExtras {
 };
 
 // The n-best's own errors name the Python keywords (the library's would name the CLI flags).
-void check_num_hypotheses(const SearchExtras& e, bool sample) {
+void check_num_hypotheses(const GenerationExtras& e, bool sample) {
   const std::string n = "num_hypotheses=" + std::to_string(e.num_hypotheses);
   if (e.num_hypotheses < 1) throw py::value_error(n + ": must be at least 1");
   if (e.num_hypotheses > 1 && sample)
@@ -50,7 +50,7 @@ void check_num_hypotheses(const SearchExtras& e, bool sample) {
     throw py::value_error(n + ": at most beam_size (" + std::to_string(e.beam_size) + ")");
 }
 
-api::GenerationOptions with_extras(api::GenerationOptions o, const SearchExtras& e) {
+api::GenerationOptions with_extras(api::GenerationOptions o, const GenerationExtras& e) {
   check_num_hypotheses(e, o.decode.sample);
   o.decode.beam_size = e.beam_size;
   o.decode.num_hypotheses = e.num_hypotheses;
@@ -267,7 +267,7 @@ void bind_generator(py::module_& m) {
             const auto& g = self.cast<const api::Generator&>();
             const auto o = with_extras(generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed,
                                                           truncate_prompt, batch_size),
-                                       SearchExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
+                                       GenerationExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
             const bool single = py::isinstance<py::str>(prompt);
             const std::vector<std::string> prompts =
                 single ? std::vector<std::string>{prompt.cast<std::string>()} : prompt.cast<std::vector<std::string>>();
@@ -309,7 +309,7 @@ void bind_generator(py::module_& m) {
              int64_t max_batch_size, int beam_size, int num_hypotheses, float length_penalty, int64_t min_new_tokens, float repetition_penalty, int64_t no_repeat_ngram_size) {
             const auto o = with_extras(generation_options(max_new_tokens, do_sample, temperature, top_k, top_p, seed,
                                                           truncate_prompt, max_batch_size),
-                                       SearchExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
+                                       GenerationExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
             const auto ids = checked_prompt_ids(g, prompts, o);
             std::vector<GenerationResult> results;
             if (beam_search(o)) {
@@ -365,7 +365,7 @@ void bind_generator(py::module_& m) {
             apply_quantize_argument(g.model(), quantize);
             const auto o = with_extras(generation_options(max_new_tokens, sample, temperature, top_k, top_p, seed,
                                                           truncate_prompt, batch_size),
-                                       SearchExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
+                                       GenerationExtras{beam_size, num_hypotheses, length_penalty, min_new_tokens, repetition_penalty, no_repeat_ngram_size});
             const auto ids = to_id_lines(prompts, "prompt");
             check_prompt_ids(g, ids, o);
             if (o.decode.num_hypotheses > 1) return py::cast(n_best(g, ids, o));

@@ -8,7 +8,7 @@ namespace qkv::python {
 
 namespace {
 // The search's keywords beyond the beam (transformers' names): sampling and the token rules.
-struct SearchExtras {
+struct TranslationExtras {
   bool do_sample = false;
   double temperature = 1.0;
   int64_t top_k = 0;
@@ -22,7 +22,7 @@ struct SearchExtras {
 // beam_size None: 4, or 1 with do_sample (which draws one translation a sentence).
 int beam_or_default(const std::optional<int>& beam, bool do_sample) { return beam ? *beam : do_sample ? 1 : 4; }
 
-void apply_extras(const SearchExtras& e, decoding::SearchOptions& o) {
+void apply_extras(const TranslationExtras& e, decoding::SearchOptions& o) {
   o.do_sample = e.do_sample;
   o.sampling.temperature = e.temperature;
   o.sampling.top_k = e.top_k;
@@ -210,7 +210,7 @@ void bind_translator(py::module_& m) {
              const py::object& quantize, const std::string& source_lang, const std::string& target_lang, bool do_sample, double temperature, int64_t top_k, double top_p, uint64_t seed, int64_t min_length, float repetition_penalty, int64_t no_repeat_ngram_size) {
             auto o = translation_options(beam_or_default(beam, do_sample), n_best, length_penalty, max_length_ratio,
                                          max_length_offset, batch_size, truncate, attention, source_lang, target_lang);
-            apply_extras(SearchExtras{do_sample, temperature, top_k, top_p, seed, min_length, repetition_penalty, no_repeat_ngram_size}, o.search);
+            apply_extras(TranslationExtras{do_sample, temperature, top_k, top_p, seed, min_length, repetition_penalty, no_repeat_ngram_size}, o.search);
             warn_untyped_results(n_best, attention);
             apply_quantize_argument(t.model(), quantize);
             std::vector<std::vector<api::Translation>> r;
@@ -242,7 +242,7 @@ void bind_translator(py::module_& m) {
              float max_length_ratio, int64_t max_length_offset, int64_t batch_size, const py::object& quantize, bool do_sample, double temperature, int64_t top_k, double top_p, uint64_t seed, int64_t min_length, float repetition_penalty, int64_t no_repeat_ngram_size) {
             auto o = translation_options(beam_or_default(beam, do_sample), n_best, length_penalty, max_length_ratio,
                                          max_length_offset, batch_size, true, false);
-            apply_extras(SearchExtras{do_sample, temperature, top_k, top_p, seed, min_length, repetition_penalty, no_repeat_ngram_size}, o.search);
+            apply_extras(TranslationExtras{do_sample, temperature, top_k, top_p, seed, min_length, repetition_penalty, no_repeat_ngram_size}, o.search);
             warn_untyped_results(n_best, false);
             apply_quantize_argument(t.model(), quantize);
             const auto ids = to_id_lines(sources, "source");

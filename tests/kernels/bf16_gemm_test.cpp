@@ -132,8 +132,10 @@ TEST(Bf16Gemm, ATransposedWithAShortLastKBlockStaysInItsScratch) {
 TEST(Bf16Gemm, BitsDoNotDependOnTheThreadCountNorOnOtherRows) {
   const int saved = num_threads();
   for (const Build& b : builds())
+    // Two threads split M > N by rows, M < N by panels (when both can be shared), and short sides the other way.
     for (const Case& c : {Case{false, true, 300, 200, 700, 1.f, 0.f, true}, Case{false, false, 300, 20, 1300, 1.f, 1.f, false},
-                          Case{true, false, 200, 72, 900, 1.f, 0.f, false}, Case{true, true, 9, 300, 600, 1.f, 0.f, false}}) {
+                          Case{true, false, 200, 72, 900, 1.f, 0.f, false}, Case{true, true, 9, 300, 600, 1.f, 0.f, false},
+                          Case{false, true, 100, 400, 300, 1.f, 0.f, false}, Case{true, false, 96, 300, 500, 1.f, 1.f, true}}) {
       std::vector<std::vector<float>> results;
       for (int threads : {1, 2}) {
         set_num_threads(threads);

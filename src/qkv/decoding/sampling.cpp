@@ -19,14 +19,14 @@ void validate_sampling_options(const SamplingOptions& o) {
 }
 
 namespace {
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
 
-// Top-p over the surviving logits z (kNegInf = filtered): sets the dropped ones to kNegInf.
+// Top-p over the surviving logits z (kMinusInfinity = filtered): sets the dropped ones to kMinusInfinity.
 void apply_top_p(std::vector<double>& z, double top_p) {
   std::vector<int32_t> kept;
-  double zmax = kNegInf;
+  double zmax = kMinusInfinity;
   for (size_t i = 0; i < z.size(); ++i)
-    if (z[i] != kNegInf) {
+    if (z[i] != kMinusInfinity) {
       kept.push_back(static_cast<int32_t>(i));
       zmax = std::max(zmax, z[i]);
     }
@@ -40,7 +40,7 @@ void apply_top_p(std::vector<double>& z, double top_p) {
   double cumulative = 0;
   for (size_t j = 0; j + 1 < kept.size(); ++j) {  // the last (most probable) token is always kept
     cumulative += p[j] / total;
-    if (cumulative <= threshold) z[kept[j]] = kNegInf;
+    if (cumulative <= threshold) z[kept[j]] = kMinusInfinity;
   }
 }
 }  // namespace
@@ -59,15 +59,15 @@ std::vector<double> sampling_distribution(const float* logits, int64_t vocab, co
     std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<double>());
     const double kth = sorted[static_cast<size_t>(o.top_k - 1)];
     for (double& v : z)
-      if (v < kth) v = kNegInf;
+      if (v < kth) v = kMinusInfinity;
   }
   if (o.top_p < 1) apply_top_p(z, o.top_p);
 
   const double zmax = *std::max_element(z.begin(), z.end());
-  QKV_CHECK(zmax != kNegInf, "sampling: every logit is -inf");
+  QKV_CHECK(zmax != kMinusInfinity, "sampling: every logit is -inf");
   std::vector<double> probs(z.size());
   double total = 0;
-  for (size_t i = 0; i < z.size(); ++i) total += probs[i] = z[i] == kNegInf ? 0.0 : std::exp(z[i] - zmax);
+  for (size_t i = 0; i < z.size(); ++i) total += probs[i] = z[i] == kMinusInfinity ? 0.0 : std::exp(z[i] - zmax);
   for (double& p : probs) p /= total;
   return probs;
 }

@@ -199,10 +199,25 @@ void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t
   }
 }
 
+// How two or more threads share the product. Each prepares whole the operand it does not split:
+// split by rows, every thread packs all of op(B) (N x K); by panels, every thread converts all of
+// op(A) to bf16 pairs (M x K), row-major or transposed alike (gemm_blocked, whose float32 reads a
+// row-major A in place, has no such cost). So the split goes across the longer of M and N where
+// both can be shared: a linear layer's forward (M tokens, N features) by rows, which on the Bible's
+// shapes converted each thread's copy of X. With op(B) packed once (inference) by panels as before:
+// each thread then streams only its part of the weights.
+blocking::ThreadSplit split_for(const Product& p, int64_t panels, bool b_packed_once) {
+  blocking::ThreadSplit split = split_threads(p, panels, kRows, kParallelMin, omp_get_max_threads());
+  if (b_packed_once || !split.parallel) return split;
+  const bool enough_panels = panels >= 2 * split.threads, enough_rows = ceil_div(p.M, kRows) >= 4 * split.threads;
+  split.by_panels = enough_panels && (!enough_rows || p.M < p.N);
+  return split;
+}
+
 // The product, with op(B) packed per call, or once (`packed`, for a row-major A).
 void run(const Product& p, const uint32_t* packed) {
   const int64_t M = p.M, panels = ceil_div(p.N, kCols);
-  const blocking::ThreadSplit split = split_threads(p, panels, kRows, kParallelMin, omp_get_max_threads());
+  const blocking::ThreadSplit split = split_for(p, panels, packed != nullptr);
   const int64_t threads = split.threads;
   const int64_t kc = k_block(p.K, p.trans_a);
   const int64_t b_words = packed ? 0 : std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;

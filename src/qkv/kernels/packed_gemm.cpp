@@ -14,9 +14,9 @@ namespace qkv::kernels {
 
 namespace {
 
-constexpr int64_t kPanel = PackedWeights::kPanel;
-constexpr int kRows = tile::kRows;
-static_assert(kPanel == tile::kCols);
+constexpr int64_t kPackedPanel = PackedWeights::kPanel;
+constexpr int kPackedRows = tile::kRows;
+static_assert(kPackedPanel == tile::kCols);
 // Below this many multiply-adds one thread does the product: forking costs a few microseconds.
 constexpr int64_t kPackedParallelMin = 1 << 16;
 
@@ -30,11 +30,11 @@ void micro_kernel(const float* A, int64_t lda, const float* panel, int64_t K, co
   tile::Acc acc = tile::splat(_mm256_loadu_ps(bias16), _mm256_loadu_ps(bias16 + 8));
   tile::accumulate<Rows>(a, 1, panel, K, acc);
   for (int r = 0; r < Rows; ++r) {
-    if (cols == kPanel) {
+    if (cols == kPackedPanel) {
       _mm256_storeu_ps(C + r * ldc, acc.lo[r]);
       _mm256_storeu_ps(C + r * ldc + 8, acc.hi[r]);
     } else {
-      alignas(32) float tmp[kPanel];
+      alignas(32) float tmp[kPackedPanel];
       _mm256_store_ps(tmp, acc.lo[r]);
       _mm256_store_ps(tmp + 8, acc.hi[r]);
       std::memcpy(C + r * ldc, tmp, static_cast<size_t>(cols) * sizeof(float));
@@ -50,16 +50,16 @@ void micro_kernel_one_row(const float* a, const float* panel, int64_t K, const f
                           int64_t cols) {
   __m256 c0 = _mm256_loadu_ps(bias16), c1 = _mm256_loadu_ps(bias16 + 8);
   for (int64_t k = 0; k < K; ++k) {
-    _mm_prefetch(reinterpret_cast<const char*>(panel + (k + 8) * kPanel), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(panel + (k + 8) * kPackedPanel), _MM_HINT_T0);
     const __m256 x = _mm256_broadcast_ss(a + k);
-    c0 = _mm256_fmadd_ps(x, _mm256_load_ps(panel + k * kPanel), c0);
-    c1 = _mm256_fmadd_ps(x, _mm256_load_ps(panel + k * kPanel + 8), c1);
+    c0 = _mm256_fmadd_ps(x, _mm256_load_ps(panel + k * kPackedPanel), c0);
+    c1 = _mm256_fmadd_ps(x, _mm256_load_ps(panel + k * kPackedPanel + 8), c1);
   }
-  if (cols == kPanel) {
+  if (cols == kPackedPanel) {
     _mm256_storeu_ps(C, c0);
     _mm256_storeu_ps(C + 8, c1);
   } else {
-    alignas(32) float tmp[kPanel];
+    alignas(32) float tmp[kPackedPanel];
     _mm256_store_ps(tmp, c0);
     _mm256_store_ps(tmp + 8, c1);
     std::memcpy(C, tmp, static_cast<size_t>(cols) * sizeof(float));
@@ -70,8 +70,8 @@ void micro_kernel_one_row(const float* a, const float* panel, int64_t K, const f
 // the rows' 6-row tiles stream past it from L2.
 void panel_product(const float* A, int64_t i0, int64_t i1, int64_t lda, const PackedWeights& W, int64_t p,
                    const float* bias, float* C, int64_t ldc) {
-  const int64_t col0 = p * kPanel, cols = std::min(kPanel, W.out_features() - col0);
-  alignas(32) float bias16[kPanel] = {};
+  const int64_t col0 = p * kPackedPanel, cols = std::min(kPackedPanel, W.out_features() - col0);
+  alignas(32) float bias16[kPackedPanel] = {};
   if (bias) std::memcpy(bias16, bias + col0, static_cast<size_t>(cols) * sizeof(float));
   const int64_t K = W.in_features();
   const float* panel = W.panel(p);
@@ -95,20 +95,20 @@ void panel_product(const float* A, int64_t i0, int64_t i1, int64_t lda, const Pa
 // bits panel_product gives it (from the bias, one FMA per k in k's order).
 void panel_pair_product(wide_tile::PairAccumulate pair, const float* A, int64_t i0, int64_t i1, int64_t lda,
                         const PackedWeights& W, int64_t p, const float* bias, float* C, int64_t ldc) {
-  const int64_t col0 = p * kPanel, cols = std::min(2 * kPanel, W.out_features() - col0);
-  alignas(64) float bias32[2 * kPanel] = {};
+  const int64_t col0 = p * kPackedPanel, cols = std::min(2 * kPackedPanel, W.out_features() - col0);
+  alignas(64) float bias32[2 * kPackedPanel] = {};
   if (bias) std::memcpy(bias32, bias + col0, static_cast<size_t>(cols) * sizeof(float));
-  alignas(64) float sums[kRows * 2 * kPanel];
+  alignas(64) float sums[kPackedRows * 2 * kPackedPanel];
   for (int64_t i = i0; i < i1;) {
     const int rows = tile::rows_of_next_tile(i1 - i);
-    const float* a[kRows];
+    const float* a[kPackedRows];
     for (int r = 0; r < rows; ++r) {
       a[r] = A + (i + r) * lda;
-      std::memcpy(sums + r * 2 * kPanel, bias32, sizeof bias32);
+      std::memcpy(sums + r * 2 * kPackedPanel, bias32, sizeof bias32);
     }
     pair(rows, a, 1, W.panel(p), W.panel(p + 1), W.in_features(), sums);
     for (int r = 0; r < rows; ++r)
-      std::memcpy(C + (i + r) * ldc + col0, sums + r * 2 * kPanel, static_cast<size_t>(cols) * sizeof(float));
+      std::memcpy(C + (i + r) * ldc + col0, sums + r * 2 * kPackedPanel, static_cast<size_t>(cols) * sizeof(float));
     i += rows;
   }
 }
@@ -117,11 +117,11 @@ void panel_pair_product(wide_tile::PairAccumulate pair, const float* A, int64_t 
 // core's L2 (512 KB here; half of it leaves room for the panels streaming through). Without blocks
 // a product of thousands of rows re-read all of A from L3 for every panel: 155 GFLOP/s against
 // 194 at M = 4096, K = 1536.
-constexpr int64_t kBlockBytes = 256 * 1024;
+constexpr int64_t kPackedBlockBytes = 256 * 1024;
 
 int64_t rows_per_block(int64_t K) {
-  const int64_t rows = kBlockBytes / (K * static_cast<int64_t>(sizeof(float)));
-  return std::max<int64_t>(kRows, rows / kRows * kRows);
+  const int64_t rows = kPackedBlockBytes / (K * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(kPackedRows, rows / kPackedRows * kPackedRows);
 }
 
 }  // namespace
@@ -147,17 +147,17 @@ PackedWeights pack_weights(const float* W, int64_t out_features, int64_t in_feat
 }
 
 void pack_weights_into(const float* W, int64_t out_features, int64_t in_features, float* dst) {
-  const int64_t K = in_features, panels = (out_features + kPanel - 1) / kPanel;
+  const int64_t K = in_features, panels = (out_features + kPackedPanel - 1) / kPackedPanel;
 #pragma omp parallel for schedule(static) if (out_features * in_features > kPackedParallelMin)
   for (int64_t p = 0; p < panels; ++p) {
-    float* panel = dst + p * K * kPanel;
-    for (int64_t j = 0; j < kPanel; ++j) {
-      const int64_t o = p * kPanel + j;
+    float* panel = dst + p * K * kPackedPanel;
+    for (int64_t j = 0; j < kPackedPanel; ++j) {
+      const int64_t o = p * kPackedPanel + j;
       if (o < out_features) {
         const float* row = W + o * in_features;
-        for (int64_t k = 0; k < K; ++k) panel[k * kPanel + j] = row[k];
+        for (int64_t k = 0; k < K; ++k) panel[k * kPackedPanel + j] = row[k];
       } else {
-        for (int64_t k = 0; k < K; ++k) panel[k * kPanel + j] = 0.f;
+        for (int64_t k = 0; k < K; ++k) panel[k * kPackedPanel + j] = 0.f;
       }
     }
   }
