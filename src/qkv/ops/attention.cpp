@@ -89,8 +89,9 @@ bool flash_takes(const Tensor& q, const kernels::AttentionDims& d) {
 }
 
 // Whether the flash kernels on q's GPU run on the tensor cores in bf16: in bf16 precision (ops/precision.h),
-// as autocast's SDPA does, where the GPU has them. The CPU's attention stays float32.
-bool flash_in_bf16(const Tensor& q) {
+// as autocast's SDPA does, where the GPU has them (the CPU's heads: kernels/attention_products.h).
+// Called only under `if constexpr (cuda::kBuilt)`: unused in a build without CUDA.
+[[maybe_unused]] bool flash_in_bf16(const Tensor& q) {
   if constexpr (cuda::kBuilt)
     return product_precision() == Precision::BF16 && on_cuda(q) && kernels::cuda::flash_bf16_supported();
   return false;
