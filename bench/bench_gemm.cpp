@@ -29,6 +29,7 @@
 #include "gemm_shapes.h"
 #include "qkv/core/threads.h"
 #include "qkv/core/cpu_features.h"
+#include "qkv/kernels/attention_products.h"
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
 #include "qkv/kernels/isa.h"
@@ -47,7 +48,8 @@ struct HeadBatch {
 };
 
 // One pass of `form` over every head of the batch, in a parallel loop (as attention_forward and
-// attention_backward run them), through qkv's gemm_blocked or OpenBLAS. x: the heads' rows (Q, K,
+// attention_backward run them), through qkv's head_product (kernels/attention_products.h: head_tile.h
+// on AVX-512 where B is read in place, else gemm_blocked; gemm_bf16 in bf16 precision) or OpenBLAS. x: the heads' rows (Q, K,
 // V or dO), p: a T x T matrix a head, c: the output (T x T a head, or heads' rows like x).
 enum class HeadKernel { QkvFloat32, OpenBlas, QkvBf16 };
 
@@ -64,11 +66,11 @@ void heads_pass(const HeadShape& s, const HeadForm& f, const HeadBatch& hb, Head
     const int lda = square_out ? s.stride : T;
     float* out = square_out ? c + bh * T * T : c + row * T * s.stride + h * dk;
     const int ldc = square_out ? T : s.stride;
-    if (kernel == HeadKernel::QkvFloat32)
-      qkv::kernels::gemm_blocked(f.ta, f.tb, M, N, K, 1.f, a, lda, head, s.stride, 0.f, out, ldc);
-    else if (kernel == HeadKernel::QkvBf16)
-      qkv::kernels::gemm_bf16(f.ta, f.tb, M, N, K, 1.f, a, lda, head, s.stride, 0.f, out, ldc);
-    else
+    if (kernel != HeadKernel::OpenBlas) {  // what attention runs (kernels/attention_products.h)
+      qkv::kernels::AttentionDims d{1, 1, T, T, dk};
+      d.bf16_products = kernel == HeadKernel::QkvBf16;
+      qkv::kernels::head_product(d, f.ta, f.tb, M, N, K, a, lda, head, s.stride, 0.f, out, ldc);
+    } else
       cblas_sgemm(CblasRowMajor, f.ta ? CblasTrans : CblasNoTrans, f.tb ? CblasTrans : CblasNoTrans, M, N, K, 1.f, a,
                   lda, head, s.stride, 0.f, out, ldc);
   }

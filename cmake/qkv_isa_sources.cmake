@@ -6,6 +6,7 @@ function(qkv_isa_source_flags root)
   set(k ${root}/src/qkv/kernels)
   set_property(SOURCE ${k}/gelu_avx512.cpp APPEND PROPERTY COMPILE_OPTIONS "-mavx512f")
   set_property(SOURCE ${k}/wide_tile_avx512.cpp APPEND PROPERTY COMPILE_OPTIONS "-mavx512f")
+  set_property(SOURCE ${k}/head_tile_avx512.cpp APPEND PROPERTY COMPILE_OPTIONS "-mavx512f")
   set_property(SOURCE ${k}/dropout_avx512.cpp APPEND PROPERTY COMPILE_OPTIONS "-mavx512f;-mavx512dq;-mavx512vl")
   # bf16 products on vdpbf16ps (kernels/bf16_gemm.h), int8 products on vpdpbusd (kernels/int8_gemm.h).
   set_property(SOURCE ${k}/bf16_gemm_avx512.cpp APPEND PROPERTY COMPILE_OPTIONS

@@ -17,6 +17,7 @@
 #include "qkv/train/objective.h"
 #include "qkv/train/trainer.h"
 #include "file_bytes.h"
+#include "tiny_translation.h"
 
 namespace qkv::train {
 namespace {
@@ -136,19 +137,7 @@ TEST(MemoryBudget, SizesParseAndNonsenseNamesTheFlag) {
   EXPECT_EQ(format_memory_size(kAutoMemory), "auto");
 }
 
-models::TransformerConfig small_config() {
-  models::TransformerConfig c;
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 16;
-  c.num_heads = 2;
-  c.num_layers = 1;
-  c.d_ff = 32;
-  c.max_seq_length = 16;
-  c.dropout = 0.1f;  // resume must restore the RNG
-  return c;
-}
-
-std::string temp_dir(const std::string& name) {
+std::string budget_dir(const std::string& name) {
   const std::string d = ::testing::TempDir() + "/qkv_budget_" + std::to_string(::getpid()) + "_" + name;
   fs::remove_all(d);
   return d;
@@ -158,13 +147,13 @@ using test_support::file_bytes;
 
 // The budget under which the copy task's 6-row batches fit `rows` rows at a time.
 int64_t budget_for_rows(int64_t rows) {
-  const models::Transformer model(small_config(), 5);
+  const models::Transformer model(tiny_translation_config(), 5);
   int64_t params = 0;
   for (const Var& p : model.parameters()) params += p.value().numel();
   SyntheticData data("copy", 6, 6, 20, 9);
   const StepShape s = teacher_forcing().step_shape(model, data.next());
   EXPECT_EQ(s.rows, 6);
-  return estimate_step_memory(small_config(), params, false, s, rows).total();
+  return estimate_step_memory(tiny_translation_config(), params, false, s, rows).total();
 }
 
 // The copy task to `steps` in `dir`, from scratch with `hyper` or resuming with the saved settings
@@ -172,7 +161,7 @@ int64_t budget_for_rows(int64_t rows) {
 void train_copy(const std::string& dir, int64_t steps, const Hyper* hyper, std::vector<std::string>* info) {
   const bool resume = hyper == nullptr;
   std::unique_ptr<models::Transformer> model =
-      resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(small_config(), 5);
+      resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(tiny_translation_config(), 5);
   SyntheticData data("copy", 6, 6, 20, 9);
   const std::optional<TrainState> saved =
       resume ? std::optional<TrainState>(read_train_state(dir + "/train_state.json")) : std::nullopt;
@@ -188,7 +177,7 @@ void train_copy(const std::string& dir, int64_t steps, const Hyper* hyper, std::
 }
 
 TEST(MemoryBudget, AutomaticMicroBatchesResumeBitForBit) {
-  const std::string full = temp_dir("full"), split = temp_dir("split"), manual = temp_dir("manual");
+  const std::string full = budget_dir("full"), split = budget_dir("split"), manual = budget_dir("manual");
   Hyper h;
   h.schedule = {"constant", 1e-3, 1, 16};
   h.max_memory = budget_for_rows(2);  // the 6-row batches run as 3 chunks of 2
@@ -212,7 +201,7 @@ TEST(MemoryBudget, AutomaticMicroBatchesResumeBitForBit) {
 }
 
 TEST(MemoryBudget, StatesWithoutABudgetNeverChunk) {
-  const std::string dir = temp_dir("old");
+  const std::string dir = budget_dir("old");
   fs::create_directories(dir);
   TrainState s;
   s.kind = "synthetic";

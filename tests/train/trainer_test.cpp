@@ -15,24 +15,13 @@
 #include "qkv/train/trainer.h"
 #include "error_message.h"
 #include "file_bytes.h"
+#include "tiny_translation.h"
 
 namespace qkv::train {
 namespace {
 namespace fs = std::filesystem;
 
-models::TransformerConfig small_config() {
-  models::TransformerConfig c;
-  c.src_vocab_size = c.tgt_vocab_size = 20;
-  c.d_model = 16;
-  c.num_heads = 2;
-  c.num_layers = 1;
-  c.d_ff = 32;
-  c.max_seq_length = 16;
-  c.dropout = 0.1f;  // dropout on: resume must restore the RNG
-  return c;
-}
-
-std::string temp_dir(const std::string& name) {
+std::string trainer_dir(const std::string& name) {
   const std::string d = ::testing::TempDir() + "/qkv_trainer_" + std::to_string(::getpid()) + "_" + name;
   fs::remove_all(d);
   return d;
@@ -46,7 +35,7 @@ using qkv::test_support::error_message_of;
 TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, double lr = 1e-3, int64_t save_every = 0,
                        const Schedule& schedule = {"constant", 0, 1, 16}) {
   std::unique_ptr<models::Transformer> model =
-      resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(small_config(), 5);
+      resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(tiny_translation_config(), 5);
   SyntheticData data("copy", 4, 6, 20, 9);
   TrainerOptions o;
   o.hyper.schedule = schedule;
@@ -60,7 +49,7 @@ TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, doubl
 }
 
 TEST(Trainer, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
-  const std::string full = temp_dir("full"), split = temp_dir("split");
+  const std::string full = trainer_dir("full"), split = trainer_dir("split");
   train_copy(full, 8, false);
   train_copy(split, 3, false);
   EXPECT_EQ(train_copy(split, 8, true).step, 8);
@@ -74,7 +63,7 @@ TEST(Trainer, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
 // A decaying schedule's end (total_steps) is saved with the run, so the resumed half follows the
 // same line down.
 TEST(Trainer, LinearScheduleResumesToTheSameBytes) {
-  const std::string full = temp_dir("linear_full"), split = temp_dir("linear_split");
+  const std::string full = trainer_dir("linear_full"), split = trainer_dir("linear_split");
   const Schedule linear{"linear", 0, 2, 16, 8};
   train_copy(full, 8, false, 1e-3, 0, linear);
   train_copy(split, 3, false, 1e-3, 0, linear);
@@ -90,8 +79,8 @@ TEST(Trainer, LinearScheduleResumesToTheSameBytes) {
 
 // A time budget that cuts a decaying schedule short says so, and how to fit it.
 TEST(Trainer, TimeBudgetBeforeTheScheduleEndsSaysTheRateHadNotReachedZero) {
-  const std::string dir = temp_dir("budget");
-  std::unique_ptr<models::Transformer> model = std::make_unique<models::Transformer>(small_config(), 5);
+  const std::string dir = trainer_dir("budget");
+  std::unique_ptr<models::Transformer> model = std::make_unique<models::Transformer>(tiny_translation_config(), 5);
   SyntheticData data("copy", 4, 6, 20, 9);
   TrainerOptions o;
   o.hyper.schedule = {"linear", 1e-3, 2, 16, 50};
@@ -109,8 +98,8 @@ TEST(Trainer, TimeBudgetBeforeTheScheduleEndsSaysTheRateHadNotReachedZero) {
 // Without a last step, a linear schedule takes the steps that fit the time budget, fixed at the end
 // of the warm-up, said once and saved with the run.
 TEST(Trainer, LinearScheduleWithoutStepsFitsItsEndToTheTimeBudget) {
-  const std::string dir = temp_dir("fit");
-  std::unique_ptr<models::Transformer> model = std::make_unique<models::Transformer>(small_config(), 5);
+  const std::string dir = trainer_dir("fit");
+  std::unique_ptr<models::Transformer> model = std::make_unique<models::Transformer>(tiny_translation_config(), 5);
   SyntheticData data("copy", 4, 6, 20, 9);
   TrainerOptions o;
   o.hyper.schedule = {"linear", 1e-3, 2, 16, 0};
@@ -134,7 +123,7 @@ TEST(Trainer, LinearScheduleWithoutStepsFitsItsEndToTheTimeBudget) {
 // train_state.json records the products' precision (--precision); a value qkv does not know is
 // refused naming the file and the field, never trained on as float32.
 TEST(Trainer, AnUnknownPrecisionInTrainStateIsRefused) {
-  const std::string dir = temp_dir("precision_field");
+  const std::string dir = trainer_dir("precision_field");
   train_copy(dir, 2, false);
   const std::string path = dir + "/train_state.json";
   std::ifstream in(path);
@@ -151,7 +140,7 @@ TEST(Trainer, AnUnknownPrecisionInTrainStateIsRefused) {
 }
 
 TEST(Trainer, MixedCheckpointSetIsRefused) {
-  const std::string a = temp_dir("mixed_a"), b = temp_dir("mixed_b");
+  const std::string a = trainer_dir("mixed_a"), b = trainer_dir("mixed_b");
   train_copy(a, 2, false);
   train_copy(b, 3, false);
   // Without a manifest (as written by qkv 0.1), the optimizer's step still gives the mix away.
@@ -170,7 +159,7 @@ TEST(Trainer, MixedCheckpointSetIsRefused) {
 }
 
 TEST(Trainer, DivergenceStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
-  const std::string dir = temp_dir("nan");
+  const std::string dir = trainer_dir("nan");
   train_copy(dir, 2, false);
   // An absurd learning rate overflows the weights within a few steps.
   const std::string msg = error_message_of([&] { train_copy(dir, 50, true, 1e38, 1); });
@@ -184,8 +173,8 @@ TEST(Trainer, DivergenceStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
 }
 
 TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheTensor) {
-  const std::string dir = temp_dir("inf");
-  models::Transformer model(small_config(), 1);
+  const std::string dir = trainer_dir("inf");
+  models::Transformer model(tiny_translation_config(), 1);
   model.fc.bias.value().f32()[3] = std::numeric_limits<float>::infinity();
   std::string msg = error_message_of([&] { models::save_model(dir, model); });
   EXPECT_NE(msg.find("'fc.bias' holds a non-finite value"), std::string::npos) << msg;
@@ -205,10 +194,10 @@ TEST(Checkpoint, NonFiniteWeightsAreRefusedNamingTheTensor) {
 }
 
 TEST(Checkpoint, TiedConfigOnUntiedWeightsIsRefused) {
-  const std::string dir = temp_dir("tie");
-  models::Transformer untied(small_config(), 1);
+  const std::string dir = trainer_dir("tie");
+  models::Transformer untied(tiny_translation_config(), 1);
   models::save_model(dir, untied);
-  models::TransformerConfig tied = small_config();
+  models::TransformerConfig tied = tiny_translation_config();
   tied.tie_output_embedding = true;
   models::save_config(dir + "/config.json", tied);
   const std::string msg = error_message_of([&] { models::load_seq2seq(dir); });
@@ -221,7 +210,7 @@ TEST(Checkpoint, TiedConfigOnUntiedWeightsIsRefused) {
 }
 
 TEST(CheckpointDir, LeftoversOfKilledSavesAreRemovedAndUserFoldersProtected) {
-  const std::string root = temp_dir("leftovers");
+  const std::string root = trainer_dir("leftovers");
   fs::create_directories(root);
   const pid_t dead = 999999;  // above the default pid_max: never a live process here
   fs::create_directories(root + "/.ckpt.staging-" + std::to_string(dead));
@@ -253,7 +242,7 @@ TEST(CheckpointDir, LeftoversOfKilledSavesAreRemovedAndUserFoldersProtected) {
 }
 
 TEST(TrainState, EarlierFormatsAreRead) {
-  const std::string dir = temp_dir("legacy");
+  const std::string dir = trainer_dir("legacy");
   fs::create_directories(dir);
   std::ofstream(dir + "/synthetic.json") << R"({"step": 7, "generator_seed": 1, "generator_offset": 99, "task": "copy",
       "batch": 4, "len": 6, "data_seed": 3, "lr": 0.002})";

@@ -14,6 +14,8 @@
 #include "qkv/kernels/attention.h"
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/head_tile.h"
+#include "qkv/kernels/product_clock.h"
 
 namespace qkv::kernels {
 
@@ -21,6 +23,13 @@ inline void head_product(const AttentionDims& d, bool trans_a, bool trans_b, int
                          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                          int64_t ldc) {
   if (d.bf16_products) return gemm_bf16(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+  // B read in place on AVX-512 (head_tile.h: gemm_blocked's bits); Q K^T and dO V^T (B transposed)
+  // keep gemm_blocked's packing.
+  static const head_tile::Product in_place = head_tile::avx512_or_null();
+  if (in_place && !trans_b && M > 0 && N <= head_tile::kMaxColumns && K > 0 && K <= head_tile::kMaxK) {
+    const product_clock::Scope clock;
+    return in_place(trans_a, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+  }
   gemm_blocked(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
 }
 
