@@ -49,8 +49,9 @@ struct HeadBatch {
 
 // One pass of `form` over every head of the batch, in a parallel loop (as attention_forward and
 // attention_backward run them), through qkv's head_product (kernels/attention_products.h: head_tile.h
-// on AVX-512 where B is read in place, else gemm_blocked; gemm_bf16 in bf16 precision) or OpenBLAS. x: the heads' rows (Q, K,
-// V or dO), p: a T x T matrix a head, c: the output (T x T a head, or heads' rows like x).
+// on AVX-512 where B is read in place, else gemm_blocked; gemm_bf16 in bf16 precision) or OpenBLAS.
+// x: the heads' rows (Q, K, V or dO), p: a T x T matrix a head, c: the output (T x T a head, or
+// heads' rows like x).
 enum class HeadKernel { QkvFloat32, OpenBlas, QkvBf16 };
 
 void heads_pass(const HeadShape& s, const HeadForm& f, const HeadBatch& hb, HeadKernel kernel, const float* x,

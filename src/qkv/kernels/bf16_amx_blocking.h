@@ -143,7 +143,7 @@ void run(const Product& p, const uint32_t* packed, int max_threads) {
   const int64_t a_words = rows_per_a_block(pairs) * pairs, acc_floats = kBlockRows * kCols;
   const int64_t per_thread = b_words + a_words + acc_floats;
   uint32_t* scratch = blocking::caller_scratch<uint32_t>(threads * per_thread);
-  const auto worker = [&](int t, int T) {  // worker t of T
+  blocking::run_workers(split, [&](int t, int T) {
     uint32_t* mine = scratch + t * per_thread;
     const WorkerScratch ws{mine, mine + b_words, reinterpret_cast<float*>(mine + b_words + a_words)};
     Machine m;
@@ -156,12 +156,7 @@ void run(const Product& p, const uint32_t* packed, int max_threads) {
       multiply_part(m, p, packed, i0, i1, 0, panels, ws);
     }
     m.tiles.release();
-  };
-  // Below the threshold no OpenMP region (libgomp sets up a team of one even with `if` false: about a
-  // microsecond, against the half microsecond of an attention head's product).
-  if (!split.parallel) return worker(0, 1);
-#pragma omp parallel num_threads(static_cast<int>(threads))
-  worker(omp_get_thread_num(), omp_get_num_threads());
+  });
 }
 
 // gemm_bf16's contract on Machine (bf16_gemm.h): nothing for an empty C, C = beta * C + bias for

@@ -199,31 +199,19 @@ void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t
   }
 }
 
-// How two or more threads share the product. Each prepares whole the operand it does not split:
-// split by rows, every thread packs all of op(B) (N x K); by panels, every thread converts all of
-// op(A) to bf16 pairs (M x K), row-major or transposed alike (gemm_blocked, whose float32 reads a
-// row-major A in place, has no such cost). So the split goes across the longer of M and N where
-// both can be shared: a linear layer's forward (M tokens, N features) by rows, which on the Bible's
-// shapes converted each thread's copy of X. With op(B) packed once (inference) by panels as before:
-// each thread then streams only its part of the weights.
-blocking::ThreadSplit split_for(const Product& p, int64_t panels, bool b_packed_once) {
-  blocking::ThreadSplit split = split_threads(p, panels, kRows, kParallelMin, omp_get_max_threads());
-  if (b_packed_once || !split.parallel) return split;
-  const bool enough_panels = panels >= 2 * split.threads, enough_rows = ceil_div(p.M, kRows) >= 4 * split.threads;
-  split.by_panels = enough_panels && (!enough_rows || p.M < p.N);
-  return split;
-}
-
 // The product, with op(B) packed per call, or once (`packed`, for a row-major A).
 void run(const Product& p, const uint32_t* packed) {
   const int64_t M = p.M, panels = ceil_div(p.N, kCols);
-  const blocking::ThreadSplit split = split_for(p, panels, packed != nullptr);
+  // Each thread converts the rows of A it reads; weights packed once (inference) keep the panel
+  // split, where each thread streams only its part of them.
+  const blocking::ThreadSplit split =
+      split_threads(p, panels, kRows, kParallelMin, omp_get_max_threads(), /*a_prepared_per_thread=*/!packed);
   const int64_t threads = split.threads;
   const int64_t kc = k_block(p.K, p.trans_a);
   const int64_t b_words = packed ? 0 : std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;
   const int64_t a_words = ceil_div(rows_per_a_block(kc) * kc / 2, 16) * 16;
   uint32_t* scratch = caller_scratch<uint32_t>(threads * (b_words + a_words));
-  const auto worker = [&](int t, int T) {  // worker t of T
+  blocking::run_workers(split, [&](int t, int T) {
     uint32_t* mine = scratch + t * (b_words + a_words);
     const WorkerScratch ws{mine, mine + b_words};
     if (split.by_panels) {
@@ -233,13 +221,7 @@ void run(const Product& p, const uint32_t* packed) {
       const auto [i0, i1] = share(M, kRows, t, T);
       multiply_part(p, packed, i0, i1, 0, panels, ws);
     }
-  };
-  // Below the threshold no OpenMP region at all (gemm_blocked's reason: even with `if` false, libgomp
-  // sets up a team of one, about a microsecond, which attention's small per-head products would pay
-  // a thousand times a step in bf16 precision).
-  if (!split.parallel) return worker(0, 1);
-#pragma omp parallel num_threads(static_cast<int>(threads))
-  worker(omp_get_thread_num(), omp_get_num_threads());
+  });
 }
 
 }  // namespace

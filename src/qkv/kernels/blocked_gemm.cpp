@@ -290,16 +290,7 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
   const int64_t b_floats = std::min(panels, panels_per_b_block(kc)) * kc * kCols;
   const int64_t a_floats = trans_a ? ceil_div(rows_per_a_block(kc) * kc, kCols) * kCols : 0;
   float* scratch = caller_scratch<float>(threads * (b_floats + a_floats));
-  // Below the threshold no OpenMP region at all: with its `if` false, libgomp still sets up a team
-  // of one (about a microsecond: docs/performance.md, GELU's int8 form), which attention's small
-  // per-head products would pay thousands of times a step.
-  if (!split.parallel) {
-    multiply_part(p, pair, 0, M, 0, panels, WorkerScratch{scratch, trans_a ? scratch + b_floats : nullptr});
-    return;
-  }
-#pragma omp parallel num_threads(static_cast<int>(threads))
-  {
-    const int T = omp_get_num_threads(), t = omp_get_thread_num();
+  blocking::run_workers(split, [&](int t, int T) {
     float* mine = scratch + t * (b_floats + a_floats);
     const WorkerScratch ws{mine, trans_a ? mine + b_floats : nullptr};
     if (split.by_panels) {
@@ -309,7 +300,7 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
       const auto [i0, i1] = share(M, kRows, t, T);
       multiply_part(p, pair, i0, i1, 0, panels, ws);
     }
-  }
+  });
 }
 
 }  // namespace qkv::kernels

@@ -5,6 +5,8 @@
 // internal linkage (an unnamed namespace): each unit keeps its own copy, and the linker can never
 // hand an AVX2-only caller the copy compiled with AVX-512.
 #pragma once
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -45,17 +47,33 @@ inline std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int
 // transposed A is packed by the thread that uses it, so threads take its rows (each packs only its
 // own), unless there are too few. Below parallel_min multiply-adds one thread does it all: forking
 // costs a few microseconds.
+// a_prepared_per_thread: each thread prepares all of op(A) it reads, transposed or not (gemm_bf16
+// converts it to bf16 pairs; gemm_blocked reads a row-major float32 A in place). Then a panel split
+// has every thread prepare all of A (M x K), a row split all of B (N x K): the split goes across the
+// longer of M and N where both can be shared (a linear layer's forward, M tokens by N features, by
+// rows: on the Bible's shapes each thread had converted all of X).
 struct ThreadSplit {
   bool parallel;
   int64_t threads;
   bool by_panels;
 };
 inline ThreadSplit split_threads(const Product& p, int64_t panels, int64_t tile_rows, int64_t parallel_min,
-                                 int64_t max_threads) {
+                                 int64_t max_threads, bool a_prepared_per_thread = false) {
   const bool parallel = p.M * p.N * p.K >= parallel_min;
   const int64_t threads = parallel ? max_threads : 1;
   const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(p.M, tile_rows) >= 4 * threads;
+  if (a_prepared_per_thread) return {parallel, threads, enough_panels && (!enough_rows || p.M < p.N)};
   return {parallel, threads, p.trans_a ? !enough_rows && enough_panels : enough_panels};
+}
+
+// Runs worker(t, T) for each of the split's T threads. Below the threshold no OpenMP region at all:
+// with its `if` false, libgomp still sets up a team of one (about a microsecond: docs/performance.md,
+// GELU's int8 form), which attention's small per-head products would pay thousands of times a step.
+template <class Worker>
+void run_workers(const ThreadSplit& split, const Worker& worker) {
+  if (!split.parallel) return worker(0, 1);
+#pragma omp parallel num_threads(static_cast<int>(split.threads))
+  worker(omp_get_thread_num(), omp_get_num_threads());
 }
 
 // A 64-byte aligned scratch of T that keeps its memory between calls: a fresh allocation of

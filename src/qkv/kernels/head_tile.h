@@ -22,4 +22,8 @@ constexpr int64_t kMaxColumns = 64, kMaxK = 512;
 // The AVX-512 build at Isa::Avx512 and above (kernels/isa.h), else null.
 Product avx512_or_null();
 
+// The AVX-512 build itself (head_tile_avx512.cpp): call it through avx512_or_null().
+void product_avx512_unchecked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 }  // namespace qkv::kernels::head_tile

@@ -13,9 +13,6 @@
 
 namespace qkv::kernels::head_tile {
 
-void product_avx512_unchecked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-
 namespace {
 
 constexpr int kRows = 6;
