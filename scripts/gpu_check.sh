@@ -7,6 +7,10 @@
 # (no GPT-2 small steps), QKV_BENCH_SEED=0 (no seed or Bible model steps), QKV_BENCH_PRECISIONS (the
 # training steps', default "float32 bf16"), QKV_PROFILE=0 (no Nsight Systems profile),
 # QKV_RACECHECK_FILTER (the tests racecheck and synccheck run).
+# A time budget, QKV_CHECK_SECONDS (default 540: the device tool allows 600 s a command): a stage
+# starts only if its own time limit still fits, else it is reported as skipped, so a short lease
+# always brings back the tests' results. The stages run in that order of need: tests, the CLI,
+# data parallelism, memcheck, benchmarks, racecheck and synccheck, the profile.
 set -uo pipefail
 bundle="${1:-.gpu}"
 out="${OUT:-/tmp/qkv-gpu}"
@@ -21,19 +25,47 @@ nccl_dir=$(wheel_lib nccl)
 export LD_LIBRARY_PATH="$PWD/$bundle/lib:/usr/local/cuda/lib64:${cublas_dir:-}:${nccl_dir:-}:${LD_LIBRARY_PATH:-}"
 if ldd "$bundle/qkv_cuda_tests" | grep "not found"; then echo "missing libraries"; exit 1; fi
 status=0
-echo "== the GPU tests (every op against the CPU, whole models)"
-timeout 240 "$bundle/qkv_cuda_tests" --gtest_output="json:$out/gpu_tests.json" 2>&1 | tee "$out/gpu_tests.log" | \
-  grep -E "^\[  (FAILED|PASSED) |^\[==========\]|Failure|error|Expected|Which is|actual|cpu .* gpu" | head -80
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+budget=${QKV_CHECK_SECONDS:-540}
+skipped=()
+fits() {  # fits STAGE SECONDS: whether a stage that may take SECONDS fits what is left of the budget
+  local left=$(( budget - SECONDS ))
+  [ "$left" -ge "$2" ] && return 0
+  echo "== $1: skipped ($left s of the $budget s budget left; it may take $2 s)"
+  skipped+=("$1")
+  return 1
+}
+# Each group of tests writes its whole log first and is read afterwards: a pipe into `head` would
+# end the tests by SIGPIPE once enough lines matched, and gtest's JSON with them.
+run_tests() {  # run_tests NAME FILTER SECONDS
+  local name=$1 filter=$2 limit=$3 rc
+  fits "tests $name ($filter)" "$limit" || { status=1; return; }
+  echo "== the GPU tests: $filter"
+  timeout "$limit" "$bundle/qkv_cuda_tests" --gtest_filter="$filter" --gtest_output="json:$out/tests-$name.json" \
+    > "$out/tests-$name.log" 2>&1
+  rc=$?
+  grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error|Expected|Which is|actual|cpu .* gpu" \
+    "$out/tests-$name.log" | head -60
+  [ "$rc" -ne 124 ] || echo "tests $name: stopped by the $limit s limit (the log ends where it stopped)"
+  [ "$rc" -eq 0 ] || status=1
+}
+# Every op against the CPU, then whole models; data parallelism apart, so that a hang in NCCL's
+# set-up costs its own minute only.
+run_tests ops 'OpsOnGpu.*' 180
+run_tests models 'ModelsOnGpu.*' 180
+run_tests data-parallel 'DataParallelOnGpu.*' 60
+if fits "the CLI on the GPU" 150; then
 echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint written from the GPU)"
-"$bundle/qkv" train --synthetic --preset tiny --task copy --steps 300 --device cuda --output-dir "$out/copy-ckpt" 2>&1 | tail -4
-"$bundle/qkv" info "$out/copy-ckpt" 2>&1 | head -3
+timeout 60 "$bundle/qkv" train --synthetic --preset tiny --task copy --steps 300 --device cuda --output-dir "$out/copy-ckpt" \
+  > "$out/copy-train.log" 2>&1 || status=1
+tail -4 "$out/copy-train.log"
+timeout 30 "$bundle/qkv" info "$out/copy-ckpt" > "$out/copy-info.log" 2>&1
+head -3 "$out/copy-info.log"
 # int8 on the GPU multiplies with the CPU's int8 arithmetic: the same translations, token for token.
 echo "== qkv translate --compute-type int8: the GPU's translations of the copy model against the CPU's"
 awk 'BEGIN { srand(7); for (i = 0; i < 40; ++i) { n = 3 + int(rand() * 8); s = "";
   for (j = 0; j < n; ++j) s = s (j ? " " : "") (4 + int(rand() * 6)); print s } }' > "$out/copy.ids"
 for device in cpu cuda; do
-  "$bundle/qkv" translate --checkpoint "$out/copy-ckpt" --ids --input "$out/copy.ids" --beam-size 4 \
+  timeout 30 "$bundle/qkv" translate --checkpoint "$out/copy-ckpt" --ids --input "$out/copy.ids" --beam-size 4 \
     --compute-type int8 --device $device > "$out/copy-int8-$device.out" 2> "$out/copy-int8-$device.log" || status=1
 done
 if cmp -s "$out/copy-int8-cpu.out" "$out/copy-int8-cuda.out" && [ -s "$out/copy-int8-cpu.out" ]; then
@@ -45,9 +77,12 @@ else
   status=1
 fi
 rm -rf "$out/copy-ckpt"
+fi
 # Data parallelism with the model on the GPU: two ranks sharing it (their gradients summed through
 # host memory) against one process whose micro-batches are a rank's share, as tests/mpi does on CPUs.
-if command -v mpirun >/dev/null; then
+if ! command -v mpirun >/dev/null; then
+  echo "== data parallelism on the GPU: no mpirun on this machine (tests/cuda checks the gradient buckets)"
+elif fits "data parallelism (mpirun)" 300; then
   echo "== mpirun -np 2 qkv train --device cuda:0 against one process with --micro-batch 4"
   dp=(train --synthetic --preset seed --task copy --vocab 40 --d-model 32 --heads 4 --layers 2 --d-ff 64 --batch-size 8
       --len 12 --dropout 0.1 --steps 10 --lr 1e-3 --clip-norm 1.0 --device cuda:0 --log-every 5)
@@ -85,22 +120,16 @@ PY
     [ "$dp2_status" -eq 0 ] && status=1
   fi
   rm -rf "$out/dp-nccl"
-else
-  echo "== data parallelism on the GPU: no mpirun on this machine (tests/cuda checks the gradient buckets)"
 fi
-if command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ]; then
-  # The op tests under memcheck; racecheck (shared-memory races) and synccheck over the attention
-  # kernels, whose tiles pass through shared memory. QKV_SANITIZE_FILTER narrows memcheck.
+sanitize=0
+command -v compute-sanitizer >/dev/null && [ "${QKV_SANITIZE:-1}" = 1 ] && sanitize=1
+# The op tests under memcheck (QKV_SANITIZE_FILTER narrows it).
+if [ "$sanitize" = 1 ] && fits "compute-sanitizer memcheck" 180; then
   echo "== compute-sanitizer memcheck over the op tests"
   timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$bundle/qkv_cuda_tests" \
     --gtest_filter="${QKV_SANITIZE_FILTER:-OpsOnGpu.*:-*Exhausted*}" > "$out/memcheck.log" 2>&1
   echo "memcheck exit $?: $(grep -E 'ERROR SUMMARY' "$out/memcheck.log")"
   grep -E "Invalid|out of bounds" "$out/memcheck.log" | head -10
-  for tool in ${QKV_SANITIZE_TOOLS:-racecheck synccheck}; do
-    timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$bundle/qkv_cuda_tests" \
-      --gtest_filter="${QKV_RACECHECK_FILTER:-OpsOnGpu.*Attention*}" > "$out/$tool.log" 2>&1
-    echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log")"
-  done
 fi
 # GPT-2 small (124M) training steps on the GPU at batch 16 x 1024, the issue's shape: qkv against
 # PyTorch eager with SDPA, steps alternating (bench_lm_train waits for each qkv step's queued work,
@@ -109,40 +138,24 @@ fi
 bench_gpt() {  # NAME FLAGS...
   local name="$1"
   shift
+  fits "$name" 150 || return 0
   echo "== $name"
   QKV_BENCH_DIR="$PWD/bench" timeout 150 "$bundle/bench_lm_train" --device cuda --attention sdpa --python python3 "$@" \
-    2>&1 | tee "$out/bench_$name.log" | grep -E "^(GPT|qkv|pytorch|ratio)" || echo "$name: did not finish within 150 s"
+    > "$out/bench_$name.log" 2>&1 || echo "$name: did not finish within 150 s"
+  grep -E "^(GPT|qkv|pytorch|ratio)" "$out/bench_$name.log"
 }
-if [ -x "$bundle/bench_gpu_ops" ] && [ "${QKV_BENCH:-1}" = 1 ]; then
+benches=0
+[ "${QKV_BENCH:-1}" = 1 ] && benches=1
+if [ -x "$bundle/bench_gpu_ops" ] && [ "$benches" = 1 ] && fits "bench_gpu_ops" 150; then
   echo "== a GPT-2 small step's ops one by one (bench_gpu_ops), and PyTorch's SDPA on the same attention"
-  timeout 150 "$bundle/bench_gpu_ops" --python python3 2>&1 | tee "$out/bench_gpu_ops.log" | grep -vE "^  (layernorm|gelu|residual|embedding)"
+  timeout 150 "$bundle/bench_gpu_ops" --python python3 > "$out/bench_gpu_ops.log" 2>&1
+  grep -vE "^  (layernorm|gelu|residual|embedding)" "$out/bench_gpu_ops.log"
 fi
-if [ -x "$bundle/bench_lm_train" ] && [ "${QKV_BENCH:-1}" = 1 ] && [ "${QKV_BENCH_GPT:-1}" = 1 ]; then
-  gpt2="--steps 3 --batch 16 --block 1024 --layers 12 --d-model 768 --heads 12 --d-ff 3072 --vocab 50257 --dropout 0.0"
+gpt2="--steps 3 --batch 16 --block 1024 --layers 12 --d-model 768 --heads 12 --d-ff 3072 --vocab 50257 --dropout 0.0"
+if [ -x "$bundle/bench_lm_train" ] && [ "$benches" = 1 ] && [ "${QKV_BENCH_GPT:-1}" = 1 ]; then
   for precision in ${QKV_BENCH_PRECISIONS:-float32 bf16}; do
     bench_gpt gpt2-124m-$precision $gpt2 --precision $precision
   done
-  # Where a qkv step's GPU time goes, by kernel (Nsight Systems, where the machine has it).
-  nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-  if [ -n "$nsys_bin" ] && [ "${QKV_PROFILE:-1}" = 1 ]; then
-    echo "== where a qkv GPT-2 small step's GPU time goes (nsys, float32 then bf16)"
-    for precision in float32 bf16; do
-      QKV_BENCH_DIR="$PWD/bench" timeout 120 "$nsys_bin" profile -o "$out/profile-$precision" --force-overwrite true \
-        "$bundle/bench_lm_train" --device cuda --no-torch $gpt2 --steps 2 --precision $precision > /dev/null 2>&1
-      timeout 60 "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv "$out/profile-$precision.nsys-rep" \
-        > "$out/kernels-$precision.csv" 2>/dev/null
-      python3 - "$out/kernels-$precision.csv" "$precision" <<'PY' || true
-import csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 8]
-head, body = rows[0], rows[1:]
-pct, total, name = head.index("Time (%)"), head.index("Total Time (ns)"), head.index("Name")
-print(f"{sys.argv[2]}: top kernels of 2 steps (+ warm-up)")
-for r in body[:12]:
-    print(f"  {float(r[pct]):5.1f}%  {int(float(r[total])) / 1e6:9.1f} ms  {r[name][:110]}")
-PY
-      rm -f "$out/profile-$precision.nsys-rep" "$out/profile-$precision.sqlite"
-    done
-  fi
 fi
 # Seed 000's encoder-decoder (its batch of 64 x 100 tokens) and the Bible model's (160 x 36) training
 # steps on the GPU (issue 38), qkv against the seed's PyTorch model (the seed's attention: matmul,
@@ -151,14 +164,50 @@ fi
 bench_seed() {  # NAME FLAGS...
   local name="$1"
   shift
+  fits "$name" 120 || return 0
   echo "== $name"
   QKV_BENCH_DIR="$PWD/bench" timeout 120 "$bundle/bench_train_step" --device cuda --python python3 "$@" \
-    2>&1 | tee "$out/bench_$name.log" | grep -E "^(seed|bible|qkv|pytorch|memory|ratio)" || echo "$name: did not finish within 120 s"
+    > "$out/bench_$name.log" 2>&1 || echo "$name: did not finish within 120 s"
+  grep -E "^(seed|bible|qkv|pytorch|memory|ratio)" "$out/bench_$name.log"
 }
-if [ -x "$bundle/bench_train_step" ] && [ "${QKV_BENCH:-1}" = 1 ] && [ "${QKV_BENCH_SEED:-1}" = 1 ]; then
+if [ -x "$bundle/bench_train_step" ] && [ "$benches" = 1 ] && [ "${QKV_BENCH_SEED:-1}" = 1 ]; then
   for precision in ${QKV_BENCH_PRECISIONS:-float32 bf16}; do
     bench_seed seed-$precision --steps 5 --precision $precision
     bench_seed bible-$precision --preset bible --steps 5 --precision $precision
   done
 fi
+# racecheck (shared-memory races) and synccheck over the attention kernels, whose tiles pass
+# through shared memory.
+if [ "$sanitize" = 1 ]; then
+  for tool in ${QKV_SANITIZE_TOOLS:-racecheck synccheck}; do
+    fits "compute-sanitizer $tool" 90 || continue
+    timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 "$bundle/qkv_cuda_tests" \
+      --gtest_filter="${QKV_RACECHECK_FILTER:-OpsOnGpu.*Attention*}" > "$out/$tool.log" 2>&1
+    echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log")"
+  done
+fi
+# Where a qkv GPT-2 small step's GPU time goes, by kernel (Nsight Systems, where the machine has it).
+nsys_bin=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+if [ -n "$nsys_bin" ] && [ -x "$bundle/bench_lm_train" ] && [ "$benches" = 1 ] && [ "${QKV_BENCH_GPT:-1}" = 1 ] &&
+   [ "${QKV_PROFILE:-1}" = 1 ]; then
+  for precision in float32 bf16; do
+    fits "the profile ($precision)" 180 || continue
+    echo "== where a qkv GPT-2 small step's GPU time goes (nsys, $precision)"
+    QKV_BENCH_DIR="$PWD/bench" timeout 120 "$nsys_bin" profile -o "$out/profile-$precision" --force-overwrite true \
+      "$bundle/bench_lm_train" --device cuda --no-torch $gpt2 --steps 2 --precision $precision > /dev/null 2>&1
+    timeout 60 "$nsys_bin" stats --report cuda_gpu_kern_sum --format csv "$out/profile-$precision.nsys-rep" \
+      > "$out/kernels-$precision.csv" 2>/dev/null
+    python3 - "$out/kernels-$precision.csv" "$precision" <<'PY' || true
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 8]
+head, body = rows[0], rows[1:]
+pct, total, name = head.index("Time (%)"), head.index("Total Time (ns)"), head.index("Name")
+print(f"{sys.argv[2]}: top kernels of 2 steps (+ warm-up)")
+for r in body[:12]:
+    print(f"  {float(r[pct]):5.1f}%  {int(float(r[total])) / 1e6:9.1f} ms  {r[name][:110]}")
+PY
+    rm -f "$out/profile-$precision.nsys-rep" "$out/profile-$precision.sqlite"
+  done
+fi
+echo "== done in $SECONDS s of the $budget s budget${skipped[*]:+; skipped: ${skipped[*]}}"
 exit $status

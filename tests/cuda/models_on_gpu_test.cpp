@@ -25,6 +25,7 @@
 #include "qkv/models/encoder_model.h"
 #include "qkv/models/sentence_embedding.h"
 #include "qkv/models/transformer.h"
+#include "qkv/nn/attention.h"
 #include "qkv/ops/precision.h"
 #include "qkv/train/adam.h"
 #include "qkv/train/objective.h"
@@ -298,6 +299,44 @@ TEST(ModelsOnGpu, ContinuousBatchingJoinsSequencesAsOnTheCpu) {
     ASSERT_EQ(a.size(), prompts.size()) << (draws ? "with draws" : "greedy");
     EXPECT_EQ(a, b) << (draws ? "with draws" : "greedy");
   }
+}
+
+// A join()ed state's rows move by KVCache::reorder_copying, and CausalLM::append then re-slices the
+// storage they had: on the GPU too, reorder_copying must leave k and v in it (a gather into new
+// storage left `reserved` stale). reorder_gathering (beam search) may move them. Both give the CPU's
+// rows.
+TEST(ModelsOnGpu, CacheRowsMoveAsOnTheCpuAndCopyingKeepsTheStorage) {
+  const int64_t N = 6, H = 2, capacity = 7, dk = 3, length = 5;
+  const std::vector<std::vector<int64_t>> orders = {
+      {1, 0, 2, 3, 4, 5}, {5, 0, 1, 2, 3, 4}, {0, 0, 1, 4, 4, 2}, {4, 4, 5}, {3, 2, 1, 0}, {0, 0, 1, 1, 2, 2, 5, 5}};
+  for (const auto& rows : orders)
+    for (const bool gathering : {false, true}) {
+      nn::KVCache cpu = nn::KVCache::with_capacity(N, H, capacity, dk);
+      for (int64_t i = 0; i < cpu.k.numel(); ++i) {
+        cpu.k.f32()[i] = static_cast<float>(i);
+        cpu.v.f32()[i] = static_cast<float>(-i);
+      }
+      cpu.length = length;
+      nn::KVCache on_gpu;
+      on_gpu.k = cpu.k.to(kGpu);
+      on_gpu.v = cpu.v.to(kGpu);
+      on_gpu.length = length;
+      const void* k_storage = on_gpu.k.raw_data();
+      const void* v_storage = on_gpu.v.raw_data();
+      cpu.reorder_copying(rows);
+      gathering ? on_gpu.reorder_gathering(rows) : on_gpu.reorder_copying(rows);
+      const std::string what = std::string(gathering ? "gathering" : "copying") + ", " + std::to_string(rows.size()) +
+                               " rows from " + std::to_string(rows[0]);
+      ASSERT_EQ(on_gpu.k.size(0), static_cast<int64_t>(rows.size())) << what;
+      EXPECT_EQ(on_gpu.k.narrow(2, 0, length).contiguous().to(Device::cpu()).to_vector(),
+                cpu.k.narrow(2, 0, length).contiguous().to_vector()) << what;
+      EXPECT_EQ(on_gpu.v.narrow(2, 0, length).contiguous().to(Device::cpu()).to_vector(),
+                cpu.v.narrow(2, 0, length).contiguous().to_vector()) << what;
+      if (!gathering && static_cast<int64_t>(rows.size()) <= N) {
+        EXPECT_EQ(on_gpu.k.raw_data(), k_storage) << what;
+        EXPECT_EQ(on_gpu.v.raw_data(), v_storage) << what;
+      }
+    }
 }
 
 TEST(ModelsOnGpu, ACheckpointWrittenFromTheGpuIsTheCpusFile) {

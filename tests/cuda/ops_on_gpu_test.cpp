@@ -728,16 +728,18 @@ TEST_F(OpsOnGpu, AdamOnManyTensorsIsOneCallATensor) {
   }
   std::vector<Tensor> gpu_grads;
   for (const Tensor& g : grads) gpu_grads.push_back(gpu(g));
-  for (int step = 0; step < 2; ++step) {
+  for (int step = 0; step < 3; ++step) {
+    AdamScalars shared = s;
+    shared.weight_decay = step == 2 ? 0.01f : 0.f;  // Adam's L2 term, shared by every tensor of the call
     std::vector<AdamTensors> all;
     for (size_t i = 0; i < sizes.size(); ++i) {
-      AdamScalars own = s;
+      AdamScalars own = shared;
       own.param_scale = i % 3 == 0 ? 0.999f : 1.f;
       adam_step(cpu_p[i], grads[i], cpu_m[i], cpu_v[i], own);
       adam_step(one_p[i], gpu_grads[i], one_m[i], one_v[i], own);
       all.push_back({&many_p[i], &gpu_grads[i], &many_m[i], &many_v[i], own.param_scale});
     }
-    adam_step_many(all, s);
+    adam_step_many(all, shared);
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     const std::string what = "tensor " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " elements";
@@ -752,15 +754,21 @@ TEST_F(OpsOnGpu, AdamOnManyTensorsIsOneCallATensor) {
 
 // A search step's candidates on the GPU: the same entries and ids as the CPU's reference, with
 // ties (scores rounded to a coarse grid), -inf runs (forbidden ids), a row with fewer finite entries
-// than asked, rows longer and shorter than a block's threads.
+// than asked, rows of -inf or NaN alone (nothing to take: -inf and id -1), NaN among finite scores,
+// rows longer and shorter than a block's threads.
 TEST_F(OpsOnGpu, TopOfRowsIsTheCpus) {
+  constexpr float kInf = std::numeric_limits<float>::infinity(), kNaN = std::numeric_limits<float>::quiet_NaN();
   for (const int64_t V : {int64_t{5}, int64_t{300}, int64_t{58101}})
     for (const int64_t k : {int64_t{1}, int64_t{8}, int64_t{11}, max_top_of_rows()}) {
-      Tensor x = random_tensor(Dims{6, V}, 60 + static_cast<uint32_t>(k), 4.f);
+      Tensor x = random_tensor(Dims{9, V}, 60 + static_cast<uint32_t>(k), 4.f);
       for (int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = std::round(x.f32()[i] * 8.f) / 8.f;  // many ties
-      for (int64_t c = 0; c < V; c += 3) x.f32()[c] = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < V; ++c)
-        if (c != V / 2) x.f32()[5 * V + c] = -std::numeric_limits<float>::infinity();  // one entry left
+      for (int64_t c = 0; c < V; c += 3) x.f32()[c] = -kInf;
+      for (int64_t c = 0; c < V; ++c) {
+        if (c != V / 2) x.f32()[5 * V + c] = -kInf;  // one entry left
+        x.f32()[6 * V + c] = -kInf;
+        x.f32()[7 * V + c] = kNaN;
+        if (c % 2 == 1) x.f32()[8 * V + c] = kNaN;
+      }
       const auto [values, ids] = top_of_rows(x, k);
       const auto [values_gpu, ids_gpu] = top_of_rows(gpu(x), k);
       const std::string what = "top " + std::to_string(k) + " of " + std::to_string(V);
@@ -802,6 +810,9 @@ TEST_F(OpsOnGpu, MasksPositionsAndRows) {
   for (int64_t i = 0; i < 700; ++i) many.push_back((i * 37 + 5) % 300);
   const Tensor rows_of_ids = random_ids(Dims{300, 5}, 50, 45);
   EXPECT_EQ(gather_rows(rows_of_ids, many).to_ids(), gather_rows(gpu(rows_of_ids), many).to_ids());
+  const Tensor rows_of_bf16 = random_tensor(Dims{300, 7}, 47).to(DType::BF16);  // 2-byte elements, odd rows
+  expect_equal(gather_rows(rows_of_bf16, many).to(DType::F32), gather_rows(gpu(rows_of_bf16), many).to(DType::F32),
+               "bf16 rows");
   const Tensor cache = random_tensor(Dims{300, 3, 10, 8}, 46);
   for (const int64_t length : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{10}}) {
     const Tensor a = gather_cache_rows(cache, many, length), b = gather_cache_rows(gpu(cache), many, length);

@@ -118,6 +118,25 @@ TEST(KVCacheReorder, AttentionThroughTheMapEqualsAttentionOverCopiedRows) {
   }
 }
 
+// CausalLM::append re-slices a join()ed state's reserved storage after keep_rows moved its rows:
+// reorder_copying must leave k and v in the storage they had unless the batch grows.
+TEST(KVCacheReorder, CopyingKeepsTheStorageUnlessTheBatchGrows) {
+  for (const std::vector<int64_t>& rows : std::vector<std::vector<int64_t>>{{3, 2, 1, 0}, {2, 2}, {1, 0, 3, 2}}) {
+    KVCache c = numbered_cache(4, 2, 5, 3, 4);
+    const void* k_storage = c.k.raw_data();
+    const void* v_storage = c.v.raw_data();
+    c.reorder_copying(rows);
+    EXPECT_EQ(c.k.raw_data(), k_storage);
+    EXPECT_EQ(c.v.raw_data(), v_storage);
+    c.reorder_gathering({0});  // on the CPU, the same copies in place
+    EXPECT_EQ(c.k.raw_data(), k_storage);
+  }
+  KVCache grown = numbered_cache(2, 2, 5, 3, 4);
+  const KVCache before = numbered_cache(2, 2, 5, 3, 4);
+  grown.reorder_copying({0, 0, 1, 1, 1});
+  expect_gathered(grown, before, {0, 0, 1, 1, 1}, "grown");
+}
+
 TEST(KVCacheReorder, ManyNewPositionsGatherTheMappedRowsFirst) {
   NoGradGuard no_grad;
   Generator gen(11);

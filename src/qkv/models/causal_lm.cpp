@@ -302,6 +302,12 @@ bool CausalLM::append(GenerationState& into, const GenerationState& more, int64_
     return false;
   for (int64_t pad : more.padding)
     if (more.length - pad > into.length) return false;
+  // Rows must still lie in the reserved storage: keep_rows copies in place, but a reorder that
+  // gathers into new storage would leave `reserved` stale.
+  for (size_t l = 0; l < layers.size(); ++l)
+    if (into.layers[l].k.raw_data() != into.reserved[l].k.raw_data() ||
+        into.layers[l].v.raw_data() != into.reserved[l].v.raw_data())
+      return false;
   const int64_t shift = into.length - more.length;
   for (size_t l = 0; l < layers.size(); ++l) {
     nn::KVCache& c = into.layers[l];

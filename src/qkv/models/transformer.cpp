@@ -278,7 +278,7 @@ void Transformer::reorder(DecoderState& st, const std::vector<int64_t>& rows) co
   }
   for (LayerCache& c : st.layers) {
     c.self.reorder(rows);
-    if (!cross_unchanged) c.cross.reorder_copying(cross_rows);
+    if (!cross_unchanged) c.cross.reorder_gathering(cross_rows);
   }
   if (!cross_unchanged && st.src_mask.key_keep.defined())
     st.src_mask.key_keep = ops::gather_rows(st.src_mask.key_keep, cross_rows);

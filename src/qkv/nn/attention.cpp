@@ -186,7 +186,7 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
   for (int64_t r : rows)
     QKV_CHECK(r >= 0 && r < n_old, "attention cache: sequence " << r << " outside [0, " << n_old << ")");
   if (k.device().is_cuda()) {  // copies on the device are cheap next to a map the host must build
-    reorder_copying(rows);
+    reorder_gathering(rows);
     return;
   }
   if (n > k.size(0)) {  // more sequences than rows: new storage (the map's rows stay valid)
@@ -212,15 +212,36 @@ void KVCache::reorder(const std::vector<int64_t>& rows) {
   if (2 * n <= k.size(0) && !kept_storage) gather_in_place();
 }
 
+namespace {
+bool gathers_on_gpu(const KVCache& c) { return c.k.device().is_cuda() && c.k.is_contiguous() && c.v.is_contiguous(); }
+
+// Rows [0, rows.size()) of `cache` become its old rows `rows` over the first `length` positions, in
+// its own storage: a gather into scratch (rows may read rows that are overwritten), then one copy.
+void gather_back_in_place(Tensor& cache, const std::vector<int64_t>& rows, int64_t length) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const Tensor gathered = ops::gather_cache_rows(cache, rows, length);
+  cache = cache.slice0(0, n);
+  cache.narrow(2, 0, length).copy_from(gathered.narrow(2, 0, length));
+}
+}  // namespace
+
 void KVCache::reorder_copying(const std::vector<int64_t>& rows) {
   QKV_CHECK(!key_rows.defined(), "attention cache: reorder_copying on a cache whose rows move by a map");
-  if (k.device().is_cuda() && k.is_contiguous() && v.is_contiguous()) {  // a launch a tensor, not a copy a row
-    k = ops::gather_cache_rows(k, rows, length);
-    v = ops::gather_cache_rows(v, rows, length);
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (gathers_on_gpu(*this) && n <= k.size(0)) {  // two launches a tensor, not a copy a row
+    gather_back_in_place(k, rows, length);
+    gather_back_in_place(v, rows, length);
     return;
   }
   reorder_rows(k, rows, length);
   reorder_rows(v, rows, length);
+}
+
+void KVCache::reorder_gathering(const std::vector<int64_t>& rows) {
+  QKV_CHECK(!key_rows.defined(), "attention cache: reorder_gathering on a cache whose rows move by a map");
+  if (!gathers_on_gpu(*this)) return reorder_copying(rows);
+  k = ops::gather_cache_rows(k, rows, length);  // a launch a tensor, into new storage
+  v = ops::gather_cache_rows(v, rows, length);
 }
 
 void KVCache::gather_in_place() {

@@ -34,12 +34,18 @@ struct KVCache {
   // Keeps / duplicates sequences: sequence i becomes old sequence rows[i] (beam search, dropping
   // finished sequences). Moves the map; copies only when the batch grows past the rows allocated,
   // or when the sequences fit in half the rows (gathered into storage of their own, so that the
-  // rows of ended sequences are given back). On a GPU the rows are copied (reorder_copying's way):
-  // no map, so attention reads every cache in place.
+  // rows of ended sequences are given back). On a GPU the rows are copied (reorder_gathering's
+  // way): no map, so attention reads every cache in place.
   void reorder(const std::vector<int64_t>& rows);
-  // The same for a static cache (cross-attention's, read in place by forward_static): copies each
-  // row that changes, once, in place.
+  // The same for a static cache (cross-attention's, read in place by forward_static) and for a
+  // join()ed generation state: copies each row that changes, once, in place, so k and v stay views
+  // of the storage they had (CausalLM::append re-slices that storage). A batch that grows past its
+  // rows gets new storage. On a GPU: one gather into scratch and one copy back.
   void reorder_copying(const std::vector<int64_t>& rows);
+  // As reorder_copying where the storage may change: on a GPU the rows are gathered into new
+  // storage, one launch a tensor (beam search's caches: no one keeps views of them); on the CPU,
+  // reorder_copying itself.
+  void reorder_gathering(const std::vector<int64_t>& rows);
   // Copies every sequence's keys and values into its own row (k and v in the order of the
   // sequences) and drops the map: for attention that needs them in place (more than a few queries).
   void gather_in_place();
