@@ -1,6 +1,8 @@
 #include "qkv/dist/nccl.h"
 
+#include <exception>
 #include <sstream>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -81,22 +83,49 @@ struct NcclGroup::Comm {
   int version = 0;
 };
 
+namespace {
+// Runs `setup` on this rank and tells every rank whether all succeeded, so that no rank waits in a
+// collective (the id's broadcast, NCCL's init) for one that threw: this rank's own error is thrown
+// again, and the other ranks' failure is named.
+template <class Setup>
+void on_every_rank_or_none(Communicator& comm, const char* what, Setup setup) {
+  std::exception_ptr failure;
+  try {
+    setup();
+  } catch (const Error&) {
+    failure = std::current_exception();
+  }
+  int64_t failed = failure ? 1 : 0;
+  comm.allreduce_max(&failed, 1);
+  if (failure) std::rethrow_exception(failure);
+  QKV_CHECK(failed == 0, "NCCL: another rank failed " << what << " (its error names why)");
+}
+}  // namespace
+
 NcclGroup::NcclGroup(Communicator& comm, Device device) : comm_(std::make_unique<Comm>()), device_(device) {
-  QKV_CHECK(device.is_cuda(), "NCCL sums gradients on GPUs, not on " << device.name());
-  cuda::check_available(device);
-  // Every rank learns whether NCCL loads everywhere, so that none waits for an id that never comes.
-  int64_t unloaded = nccl_library().error.empty() ? 0 : 1;
-  comm.allreduce_max(&unloaded, 1);
-  QKV_CHECK(unloaded == 0 || !nccl_library().error.empty(), "NCCL: another rank cannot load libnccl.so.2 (its error "
-                                                                "names why)");
-  const NcclLibrary& lib = loaded_nccl();
-  QKV_NCCL_CHECK(lib, "ncclGetVersion", lib.get_version(&comm_->version));
-  ncclUniqueId id{};
-  if (comm.rank() == 0) QKV_NCCL_CHECK(lib, "ncclGetUniqueId", lib.get_unique_id(&id));
-  comm.broadcast(&id, static_cast<int64_t>(sizeof id), 0);
+  on_every_rank_or_none(comm, "to set up its GPU or load libnccl.so.2", [&] {
+    QKV_CHECK(device.is_cuda(), "NCCL sums gradients on GPUs, not on " << device.name());
+    cuda::check_available(device);
+    const NcclLibrary& lib = loaded_nccl();
+    QKV_NCCL_CHECK(lib, "ncclGetVersion", lib.get_version(&comm_->version));
+  });
+  const NcclLibrary& lib = nccl_library();
+  // Rank 0 makes the id; a failure there is every rank's (the flag travels with the id).
+  struct {
+    ncclUniqueId id;
+    int32_t failed;
+  } offer{};
+  std::string why;
+  if (comm.rank() == 0) {
+    const ncclResult_t made = lib.get_unique_id(&offer.id);
+    offer.failed = made == ncclSuccess ? 0 : 1;
+    if (offer.failed) why = lib.error_string(made);
+  }
+  comm.broadcast(&offer, static_cast<int64_t>(sizeof offer), 0);
+  QKV_CHECK(!offer.failed, "NCCL: ncclGetUniqueId failed" << (comm.rank() == 0 ? ": " + why : " on rank 0"));
   cuda::activate(device);
   ranks_ = comm.size();
-  QKV_NCCL_CHECK(lib, "ncclCommInitRank", lib.comm_init_rank(&comm_->handle, ranks_, id, comm.rank()));
+  QKV_NCCL_CHECK(lib, "ncclCommInitRank", lib.comm_init_rank(&comm_->handle, ranks_, offer.id, comm.rank()));
 }
 
 NcclGroup::~NcclGroup() {
