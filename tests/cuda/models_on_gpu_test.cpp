@@ -28,6 +28,7 @@
 #include "qkv/nn/attention.h"
 #include "qkv/ops/precision.h"
 #include "qkv/train/adam.h"
+#include "qkv/train/encoder_eval.h"
 #include "qkv/train/objective.h"
 #include "qkv/train/step.h"
 
@@ -138,6 +139,33 @@ TEST(ModelsOnGpu, EveryFamilyTrainsAsOnTheCpu) {
     gpu->to(Device::cpu());
     EXPECT_EQ(gpu->device(), Device::cpu()) << f.name;
   }
+}
+
+// Masked-LM validation (the Trainer's dev loss and accuracy for `--objective mlm`) of a model on the
+// GPU gives the CPU's figures: its logits and losses come back to the host to be counted (they were
+// read there in place, from GPU memory, until 2026-11-30).
+TEST(ModelsOnGpu, MaskedLmValidationIsTheCpus) {
+  const Family bert = families()[2];
+  ASSERT_EQ(bert.name, "bert");
+  const auto cpu = models::make_model(bert.config, 7), gpu = models::make_model(bert.config, 7);
+  gpu->to(kGpu);
+  cpu->eval();
+  gpu->eval();
+  std::mt19937 gen(9);
+  std::vector<train::MaskedSequence> dev(11);
+  for (train::MaskedSequence& s : dev)
+    for (int i = 0; i < 14; ++i) {
+      const auto id = static_cast<int32_t>(7 + gen() % 33);
+      const bool chosen = gen() % 4 == 0;
+      s.ids.push_back(chosen ? bert.config.mask_id : id);
+      s.labels.push_back(chosen ? id : -1);
+    }
+  const train::MaskedLmScore a = train::masked_lm_score(*cpu, dev, 4), b = train::masked_lm_score(*gpu, dev, 4);
+  ASSERT_GT(a.positions, 0);
+  EXPECT_EQ(b.positions, a.positions);
+  EXPECT_NEAR(b.loss, a.loss, 1e-4 * a.loss);
+  // An argmax may flip on a near tie between the devices' roundings: one position at most.
+  EXPECT_NEAR(b.accuracy, a.accuracy, 1.0 / static_cast<double>(a.positions) + 1e-12);
 }
 
 // Mixed precision (--precision bf16) on the GPU: the products' operands rounded to bf16 as on the

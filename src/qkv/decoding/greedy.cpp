@@ -145,6 +145,8 @@ std::vector<FoundHypothesis> greedy_search_steps(DecoderSteps& decoder, const st
         token = chosen_from_logits(raw.f32() + row * V, V, view, g, keys[static_cast<size_t>(b)]);
       } else if (!view.at_limit && !s.top[i].token.empty()) {
         token = s.top[i].token[0];
+      } else if (!view.at_limit && top_on_device) {
+        token = 0;  // no finite logit: argmax_token's answer, as the host's logits give (continuous_generation too)
       }
       if (rows.take(row, t, token, g.log_probs ? log_prob_of(row, token) : 0.f)) going_on.push_back({b, row, {row}, {}, {token}});
     }

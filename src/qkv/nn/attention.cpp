@@ -239,9 +239,11 @@ void KVCache::reorder_copying(const std::vector<int64_t>& rows) {
 
 void KVCache::reorder_gathering(const std::vector<int64_t>& rows) {
   QKV_CHECK(!key_rows.defined(), "attention cache: reorder_gathering on a cache whose rows move by a map");
-  if (!gathers_on_gpu(*this)) return reorder_copying(rows);
-  k = ops::gather_cache_rows(k, rows, length);  // a launch a tensor, into new storage
-  v = ops::gather_cache_rows(v, rows, length);
+  if (!k.device().is_cuda()) return reorder_copying(rows);
+  // A launch a tensor, into new storage. A cross-attention cache is a view of its heads
+  // (split_heads): made whole first, one more launch, where row by row took two a row.
+  k = ops::gather_cache_rows(k.contiguous(), rows, length);
+  v = ops::gather_cache_rows(v.contiguous(), rows, length);
 }
 
 void KVCache::gather_in_place() {

@@ -42,9 +42,9 @@ struct KVCache {
   // of the storage they had (CausalLM::append re-slices that storage). A batch that grows past its
   // rows gets new storage. On a GPU: one gather into scratch and one copy back.
   void reorder_copying(const std::vector<int64_t>& rows);
-  // As reorder_copying where the storage may change: on a GPU the rows are gathered into new
-  // storage, one launch a tensor (beam search's caches: no one keeps views of them); on the CPU,
-  // reorder_copying itself.
+  // As reorder_copying where the storage may change: on a GPU the rows are gathered into new,
+  // whole storage, one launch a tensor (beam search's self- and cross-attention caches: no one
+  // keeps views of them); on the CPU, reorder_copying itself.
   void reorder_gathering(const std::vector<int64_t>& rows);
   // Copies every sequence's keys and values into its own row (k and v in the order of the
   // sequences) and drops the map: for attention that needs them in place (more than a few queries).

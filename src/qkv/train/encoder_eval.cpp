@@ -34,13 +34,15 @@ MaskedLmScore masked_lm_score(const models::Model& model, const std::vector<Mask
     if (!any) continue;
     const MaskedLogits m = masked_lm_logits(model, pad_rows(ids, filler), label_rows);
     const int64_t N = m.labels.numel();
-    {  // argmax before the loss: the cross-entropy may reuse the logits' buffer
-      const Tensor logits = m.logits.value().contiguous();
+    {  // argmax before the loss: the cross-entropy may reuse the logits' buffer. On the host: a
+       // model on a GPU gives its logits there.
+      const Tensor logits = m.logits.value().to(Device::cpu()).contiguous();
       const int64_t V = logits.size(1);
       for (int64_t n = 0; n < N; ++n) correct += argmax_row(logits.f32() + n * V, V) == m.labels.i32()[n];
     }
     Tensor row_loss;
-    fn::cross_entropy(m.logits, m.labels, -1, 0.f, &row_loss);
+    fn::cross_entropy(m.logits, m.labels.to(model.device()), -1, 0.f, &row_loss);
+    row_loss = row_loss.to(Device::cpu());
     for (int64_t n = 0; n < N; ++n) nll += row_loss.f32()[n];
     s.positions += N;
     if (after_batch) after_batch();
