@@ -54,29 +54,29 @@ run_tests ops 'OpsOnGpu.*' 180
 run_tests models 'ModelsOnGpu.*' 180
 run_tests data-parallel 'DataParallelOnGpu.*' 60
 if fits "the CLI on the GPU" 150; then
-echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint written from the GPU)"
-timeout 60 "$bundle/qkv" train --synthetic --preset tiny --task copy --steps 300 --device cuda --output-dir "$out/copy-ckpt" \
-  > "$out/copy-train.log" 2>&1 || status=1
-tail -4 "$out/copy-train.log"
-timeout 30 "$bundle/qkv" info "$out/copy-ckpt" > "$out/copy-info.log" 2>&1
-head -3 "$out/copy-info.log"
-# int8 on the GPU multiplies with the CPU's int8 arithmetic: the same translations, token for token.
-echo "== qkv translate --compute-type int8: the GPU's translations of the copy model against the CPU's"
-awk 'BEGIN { srand(7); for (i = 0; i < 40; ++i) { n = 3 + int(rand() * 8); s = "";
-  for (j = 0; j < n; ++j) s = s (j ? " " : "") (4 + int(rand() * 6)); print s } }' > "$out/copy.ids"
-for device in cpu cuda; do
-  timeout 30 "$bundle/qkv" translate --checkpoint "$out/copy-ckpt" --ids --input "$out/copy.ids" --beam-size 4 \
-    --compute-type int8 --device $device > "$out/copy-int8-$device.out" 2> "$out/copy-int8-$device.log" || status=1
-done
-if cmp -s "$out/copy-int8-cpu.out" "$out/copy-int8-cuda.out" && [ -s "$out/copy-int8-cpu.out" ]; then
-  echo "int8 translations: the GPU's equal the CPU's on $(wc -l < "$out/copy.ids") lines"
-else
-  echo "int8 translations differ between the CPU and the GPU (or are empty):"
-  diff "$out/copy-int8-cpu.out" "$out/copy-int8-cuda.out" | head -5
-  tail -2 "$out/copy-int8-cuda.log"
-  status=1
-fi
-rm -rf "$out/copy-ckpt"
+  echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint written from the GPU)"
+  timeout 60 "$bundle/qkv" train --synthetic --preset tiny --task copy --steps 300 --device cuda --output-dir "$out/copy-ckpt" \
+    > "$out/copy-train.log" 2>&1 || status=1
+  tail -4 "$out/copy-train.log"
+  timeout 30 "$bundle/qkv" info "$out/copy-ckpt" > "$out/copy-info.log" 2>&1
+  head -3 "$out/copy-info.log"
+  # int8 on the GPU multiplies with the CPU's int8 arithmetic: the same translations, token for token.
+  echo "== qkv translate --compute-type int8: the GPU's translations of the copy model against the CPU's"
+  awk 'BEGIN { srand(7); for (i = 0; i < 40; ++i) { n = 3 + int(rand() * 8); s = "";
+    for (j = 0; j < n; ++j) s = s (j ? " " : "") (4 + int(rand() * 6)); print s } }' > "$out/copy.ids"
+  for device in cpu cuda; do
+    timeout 30 "$bundle/qkv" translate --checkpoint "$out/copy-ckpt" --ids --input "$out/copy.ids" --beam-size 4 \
+      --compute-type int8 --device $device > "$out/copy-int8-$device.out" 2> "$out/copy-int8-$device.log" || status=1
+  done
+  if cmp -s "$out/copy-int8-cpu.out" "$out/copy-int8-cuda.out" && [ -s "$out/copy-int8-cpu.out" ]; then
+    echo "int8 translations: the GPU's equal the CPU's on $(wc -l < "$out/copy.ids") lines"
+  else
+    echo "int8 translations differ between the CPU and the GPU (or are empty):"
+    diff "$out/copy-int8-cpu.out" "$out/copy-int8-cuda.out" | head -5
+    tail -2 "$out/copy-int8-cuda.log"
+    status=1
+  fi
+  rm -rf "$out/copy-ckpt"
 fi
 # Data parallelism with the model on the GPU: two ranks sharing it (their gradients summed through
 # host memory) against one process whose micro-batches are a rank's share, as tests/mpi does on CPUs.
