@@ -74,12 +74,14 @@ void run(const Build& b, const Case& c, Operands& o) {
 
 double rounded(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
-void check_against_double(const Build& b, const Case& c) {
+// Every row, or every row_step-th and the last (large products).
+void check_against_double(const Build& b, const Case& c, int64_t row_step = 1) {
   Operands o = make_operands(c, static_cast<unsigned>(c.M * 131 + c.N * 17 + c.K * 3 + c.ta * 2 + c.tb));
   const std::vector<float> C0 = o.C;
   run(b, c, o);
   const double eps = std::numeric_limits<float>::epsilon();
-  for (int64_t i = 0; i < c.M; ++i) {
+  const auto next_row = [&](int64_t i) { return i + row_step < c.M || i == c.M - 1 ? i + row_step : c.M - 1; };
+  for (int64_t i = 0; i < c.M; i = next_row(i)) {
     for (int64_t j = 0; j < c.N; ++j) {
       double sum = 0, magnitude = 0;
       for (int64_t k = 0; k < c.K; ++k) {
@@ -153,6 +155,23 @@ TEST(Bf16Gemm, BitsDoNotDependOnTheThreadCountNorOnOtherRows) {
         for (int64_t j = 0; j < c.N; ++j)
           ASSERT_EQ(few.C[i * few.ldc + j], results[0][i * few.ldc + j]) << b.name << " row " << i << " col " << j;
     }
+  set_num_threads(saved);
+}
+
+// A row split packs each B block once for both threads (blocking::walk_shared_b_blocks): a product
+// of two B blocks (65 panels, 64 a block at K blocks of 1024) and two K blocks, split by rows
+// (M >= N), every 37th row against double precision, on 1 and 2 threads. Not the emulated AMX
+// build (scalar: too slow at this size).
+TEST(Bf16Gemm, ARowSplitSharesEachPackedBBlockAcrossItsThreads) {
+  const int saved = num_threads();
+  for (const Build& b : builds()) {
+    if (b.name == std::string("amx_emulated")) continue;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      check_against_double(b, {false, false, 2090, 2080, 1100, 0.5f, 1.f, true}, 37);
+      check_against_double(b, {true, true, 300, 40, 700, 1.f, 0.f, false});  // one B block: one panel each
+    }
+  }
   set_num_threads(saved);
 }
 

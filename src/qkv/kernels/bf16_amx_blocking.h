@@ -133,6 +133,23 @@ void multiply_part(Machine& m, const Product& p, const uint32_t* packed, int64_t
   }
 }
 
+// A row split with op(B) packed per call: each B block packed once, shared by the threads
+// (blocking::walk_shared_b_blocks).
+template <class Machine>
+void multiply_rows_sharing_b(Machine& m, const Product& p, int64_t i0, int64_t i1, uint32_t* shared_b,
+                             const WorkerScratch& ws, int t, int T, bool in_region) {
+  const int64_t kc = bf16_isa::k_block(p.K, p.trans_a), panels = ceil_div(p.N, kCols);
+  const auto pack = [&](int64_t pb, int64_t q0, int64_t q1, int64_t k0, int64_t kcur) {
+    const int64_t pairs = padded_pairs(kcur);
+    for (int64_t q = q0; q < q1; ++q) m.pack_b_panel(p, (pb + q) * kCols, k0, kcur, pairs, shared_b + q * pairs * kCols);
+  };
+  const auto multiply = [&](int64_t pb, int64_t np, int64_t k0, int64_t kcur) {
+    if (i0 < i1) multiply_range(m, p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, shared_b, ws.a_block, ws.acc);
+  };
+  blocking::walk_shared_b_blocks(panels, std::min(panels, panels_per_b_block(padded_pairs(kc))), p.K, kc,
+                                 /*even_k=*/true, t, T, in_region, pack, multiply);
+}
+
 // The product on `threads` workers, each with its own Machine (tiles are a thread's state).
 template <class Machine>
 void run(const Product& p, const uint32_t* packed, int max_threads) {
@@ -141,14 +158,21 @@ void run(const Product& p, const uint32_t* packed, int max_threads) {
   const int64_t threads = split.threads, pairs = padded_pairs(bf16_isa::k_block(p.K, p.trans_a));
   const int64_t b_words = packed ? 0 : std::min(panels, panels_per_b_block(pairs)) * pairs * kCols;
   const int64_t a_words = rows_per_a_block(pairs) * pairs, acc_floats = kBlockRows * kCols;
-  const int64_t per_thread = b_words + a_words + acc_floats;
-  uint32_t* scratch = blocking::caller_scratch<uint32_t>(threads * per_thread);
+  // A panel split packs each thread's own panels; a row split shares one packed B block.
+  const bool share_b = !packed && !split.by_panels;
+  const int64_t per_thread = (share_b ? 0 : b_words) + a_words + acc_floats;
+  const int64_t shared_words = share_b ? b_words : 0;
+  uint32_t* scratch = blocking::caller_scratch<uint32_t>(shared_words + threads * per_thread);
   blocking::run_workers(split, [&](int t, int T) {
-    uint32_t* mine = scratch + t * per_thread;
-    const WorkerScratch ws{mine, mine + b_words, reinterpret_cast<float*>(mine + b_words + a_words)};
+    uint32_t* mine = scratch + shared_words + t * per_thread;
+    const int64_t own_b = share_b ? 0 : b_words;
+    const WorkerScratch ws{mine, mine + own_b, reinterpret_cast<float*>(mine + own_b + a_words)};
     Machine m;
     m.tiles.configure();
-    if (split.by_panels) {
+    if (share_b) {
+      const auto [i0, i1] = blocking::share(p.M, kBlockRows, t, T);
+      multiply_rows_sharing_b(m, p, i0, i1, scratch, ws, t, T, split.parallel);
+    } else if (split.by_panels) {
       const auto [q0, q1] = blocking::share(panels, 1, t, T);
       multiply_part(m, p, packed, 0, p.M, q0, q1, ws);
     } else {

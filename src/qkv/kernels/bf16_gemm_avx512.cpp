@@ -199,6 +199,20 @@ void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t
   }
 }
 
+// A row split with op(B) packed per call: each B block packed once, shared by the threads.
+void multiply_rows_sharing_b(const Product& p, int64_t i0, int64_t i1, uint32_t* shared_b, uint32_t* a_block, int t,
+                             int T, bool in_region) {
+  const int64_t kc = k_block(p.K, p.trans_a), panels = ceil_div(p.N, kCols);
+  const auto pack = [&](int64_t pb, int64_t q0, int64_t q1, int64_t k0, int64_t kcur) {
+    for (int64_t q = q0; q < q1; ++q) pack_b_panel(p, (pb + q) * kCols, k0, kcur, shared_b + q * kcur / 2 * kCols);
+  };
+  const auto multiply = [&](int64_t pb, int64_t np, int64_t k0, int64_t kcur) {
+    if (i0 < i1) multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, shared_b, a_block);
+  };
+  blocking::walk_shared_b_blocks(panels, std::min(panels, panels_per_b_block(kc)), p.K, kc, /*even_k=*/true, t, T,
+                                 in_region, pack, multiply);
+}
+
 // The product, with op(B) packed per call, or once (`packed`, for a row-major A).
 void run(const Product& p, const uint32_t* packed) {
   const int64_t M = p.M, panels = ceil_div(p.N, kCols);
@@ -210,9 +224,17 @@ void run(const Product& p, const uint32_t* packed) {
   const int64_t kc = k_block(p.K, p.trans_a);
   const int64_t b_words = packed ? 0 : std::min(panels, panels_per_b_block(kc)) * kc / 2 * kCols;
   const int64_t a_words = ceil_div(rows_per_a_block(kc) * kc / 2, 16) * 16;
-  uint32_t* scratch = caller_scratch<uint32_t>(threads * (b_words + a_words));
+  // A panel split packs each thread's own panels; a row split shares one packed B block.
+  const bool share_b = !packed && !split.by_panels;
+  const int64_t per_thread = share_b ? a_words : b_words + a_words;
+  uint32_t* scratch = caller_scratch<uint32_t>((share_b ? b_words : 0) + threads * per_thread);
   blocking::run_workers(split, [&](int t, int T) {
-    uint32_t* mine = scratch + t * (b_words + a_words);
+    if (share_b) {
+      const auto [i0, i1] = share(M, kRows, t, T);
+      multiply_rows_sharing_b(p, i0, i1, scratch, scratch + b_words + t * per_thread, t, T, split.parallel);
+      return;
+    }
+    uint32_t* mine = scratch + t * per_thread;
     const WorkerScratch ws{mine, mine + b_words};
     if (split.by_panels) {
       const auto [q0, q1] = share(panels, 1, t, T);
