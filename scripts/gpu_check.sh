@@ -48,11 +48,12 @@ run_tests() {  # run_tests NAME FILTER SECONDS
   [ "$rc" -ne 124 ] || echo "tests $name: stopped by the $limit s limit (the log ends where it stopped)"
   [ "$rc" -eq 0 ] || status=1
 }
-# Every op against the CPU, then whole models; data parallelism apart, so that a hang in NCCL's
-# set-up costs its own minute only.
+# Every op against the CPU, then whole models, then data parallelism (apart, so that a hang in NCCL's
+# set-up costs its own minute only) and the Trainer resuming onto the GPU.
 run_tests ops 'OpsOnGpu.*' 180
 run_tests models 'ModelsOnGpu.*' 180
 run_tests data-parallel 'DataParallelOnGpu.*' 60
+run_tests trainer 'TrainerOnGpu.*' 45
 if fits "the CLI on the GPU" 150; then
   echo "== qkv train --device cuda (the CLI, a synthetic copy task, a checkpoint written from the GPU)"
   timeout 60 "$bundle/qkv" train --synthetic --preset tiny --task copy --steps 300 --device cuda --output-dir "$out/copy-ckpt" \

@@ -278,6 +278,66 @@ TEST(ModelsOnGpu, TranslationsGenerationsAndEmbeddingsAreTheCpus) {
   }
 }
 
+// Searches whose rules read a row's history (a repetition penalty, no-repeat n-grams), draws, and
+// beams wider than the GPU's candidates (ops::max_top_of_rows) bring whole rows of scores back to
+// the host instead of each row's best few: the CPU's tokens on both devices, every hypothesis of an
+// n-best list. (A draw compares a uniform number with the model's probabilities, which the two
+// devices compute a float32 rounding apart: the seeds here draw far from any boundary.)
+TEST(ModelsOnGpu, RulesThatReadHistoryDrawsAndWideBeamsAreTheCpus) {
+  ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
+  const std::vector<Family> fs = families();
+  {
+    const auto [cpu, gpu] = trained_pair<models::Transformer>(fs[0]);
+    const std::vector<data::IdLine> sources = rows_of(fs[0].batch.src, 9);
+    std::vector<std::pair<std::string, decoding::SearchOptions>> cases(5);
+    cases[0].first = "beam 4, repetition penalty 1.3";
+    cases[0].second.constraints.repetition_penalty = 1.3f;
+    cases[1].first = "greedy, no repeated 2-grams";
+    cases[1].second.beam_size = 1;
+    cases[1].second.constraints.no_repeat_ngram_size = 2;
+    cases[2].first = "beam 8, 3-best";
+    cases[2].second.beam_size = 8;
+    cases[2].second.n_best = 3;
+    cases[3].first = "a draw, top-k 5";
+    cases[3].second.beam_size = 1;
+    cases[3].second.do_sample = true;
+    cases[3].second.sampling.top_k = 5;
+    cases[3].second.seed = 7;
+    cases[4].first = "beam 4, minimum length 4";
+    cases[4].second.min_length = 4;
+    for (const auto& [label, so] : cases) {
+      const auto a = decoding::search_in_batches(*cpu, sources, so, 4);
+      const auto b = decoding::search_in_batches(*gpu, sources, so, 4);
+      ASSERT_EQ(a.size(), b.size()) << label;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].size(), b[i].size()) << label << ", sentence " << i;
+        for (size_t h = 0; h < a[i].size(); ++h)
+          EXPECT_EQ(a[i][h].tokens, b[i][h].tokens) << label << ", sentence " << i << ", hypothesis " << h;
+      }
+    }
+  }
+  const auto [cpu, gpu] = trained_pair<models::CausalLM>(fs[1]);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6}, {1, 9}, {1, 7, 8, 9, 10}};
+  std::vector<std::pair<std::string, decoding::GenerateOptions>> cases(4);
+  for (auto& [label, go] : cases) {
+    go.max_new_tokens = 8;
+    go.stop_at_eos = false;
+  }
+  cases[0].first = "repetition penalty 1.3";
+  cases[0].second.constraints.repetition_penalty = 1.3f;
+  cases[1].first = "no repeated 2-grams";
+  cases[1].second.constraints.no_repeat_ngram_size = 2;
+  cases[2].first = "a draw, top-p 0.9";
+  cases[2].second.sample = true;
+  cases[2].second.sampling.top_p = 0.9;
+  cases[2].second.seed = 3;
+  cases[3].first = "beam 8";
+  cases[3].second.beam_size = 8;
+  for (const auto& [label, go] : cases)
+    EXPECT_EQ(decoding::generate(*cpu, prompts, {11, 12, 13}, go), decoding::generate(*gpu, prompts, {11, 12, 13}, go))
+        << label;
+}
+
 // int8 inference (--compute-type int8) on the GPU: the products are the CPU's int8 bits
 // (OpsOnGpu.Int8WeightsGiveTheCpusBits), the rest of the model the GPU's float32 kernels, so
 // translations (greedy and beam) and generations are the CPU's int8 ones, and scores agree closely.

@@ -695,6 +695,75 @@ TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
   }
 }
 
+// A -inf fill (config "mask_fill": "-inf") over a row's first keys, 64 of them padded: a whole
+// first tile of keys masked in every flash kernel (32 keys a tile in float32, 64 in bf16). The
+// online softmax then subtracted a running maximum of -inf (e^(-inf - -inf) = NaN, which no later
+// tile repairs); the CPU's row maximum is a real score, so its output is finite. Batch row 1 keeps
+// every key; row 2 masks every key (NaN on both devices, 0 / 0).
+TEST_F(OpsOnGpu, FlashAttentionWithAMinusInfinityFillOverARowsFirstTileOfKeys) {
+  const int64_t B = 3, H = 2, Tq = 40, Tk = 80, dk = 64;
+  std::vector<int32_t> keep(static_cast<size_t>(B * Tk), 1);
+  for (int64_t j = 0; j < 64; ++j) keep[static_cast<size_t>(j)] = 0;
+  for (int64_t j = 0; j < Tk; ++j) keep[static_cast<size_t>(2 * Tk + j)] = 0;
+  AttentionMasks cpu_masks;
+  cpu_masks.key_keep = Tensor::from_ids(Dims{B, Tk}, keep);
+  cpu_masks.fill = -std::numeric_limits<float>::infinity();
+  const AttentionMasks gpu_masks = masks_on_gpu(cpu_masks);
+  const Tensor q = random_tensor(Dims{B, H, Tq, dk}, 901, 1.f), k = random_tensor(Dims{B, H, Tk, dk}, 902, 1.f);
+  const Tensor v = random_tensor(Dims{B, H, Tk, dk}, 903), dout = random_tensor(Dims{B, H, Tq, dk}, 904);
+  // Batch rows 0 and 1 (finite on the CPU), and row 2 (NaN wherever the CPU has NaN).
+  const auto check = [&](const Tensor& cpu, const Tensor& on_gpu, const std::string& what, double tol) {
+    expect_close(cpu.narrow(0, 0, 2).contiguous(), on_gpu.narrow(0, 0, 2).contiguous(), what, tol);
+    const std::vector<float> c = cpu.narrow(0, 2, 1).contiguous().to_vector();
+    const std::vector<float> g = on_gpu.narrow(0, 2, 1).contiguous().to_vector();
+    for (size_t i = 0; i < c.size(); ++i)
+      ASSERT_EQ(std::isnan(c[i]), std::isnan(g[i])) << what << ": the fully masked row at " << i;
+  };
+  const AttentionDropoutSpec none{};
+  Tensor probs_c;
+  const Tensor out_c = attention_forward(q, k, v, cpu_masks, none, &probs_c);
+  for (float x : out_c.narrow(0, 0, 2).contiguous().to_vector()) ASSERT_TRUE(std::isfinite(x)) << "the CPU's output";
+  AttentionSaved saved;
+  const Tensor out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, none, &saved, false);
+  check(out_c, out_g, "float32 flash forward, -inf fill", kTol);
+  check(out_c, attention_forward(gpu(q), gpu(k), gpu(v), gpu_masks, none, nullptr, true), "float32 inference", kTol);
+  // The gradients of the rows with a finite output (row 2's are NaN on the CPU).
+  const AttentionMasks cpu_two = [&] {
+    AttentionMasks m = cpu_masks;
+    m.key_keep = cpu_masks.key_keep.narrow(0, 0, 2).contiguous();
+    return m;
+  }();
+  const AttentionMasks gpu_two = masks_on_gpu(cpu_two);
+  const auto first_two = [](const Tensor& t) { return t.narrow(0, 0, 2).contiguous(); };
+  Tensor probs_two;
+  attention_forward(first_two(q), first_two(k), first_two(v), cpu_two, none, &probs_two);
+  AttentionSaved saved_two;
+  attention_forward_saving(gpu(first_two(q)), gpu(first_two(k)), gpu(first_two(v)), gpu_two, none, &saved_two, false);
+  for (int which = 0; which < 3; ++which)
+    expect_backward_close(which == 0 ? first_two(q).shape() : first_two(k).shape(), [&](Device d, Tensor* s) {
+      Tensor* slots[3] = {nullptr, nullptr, nullptr};
+      slots[which] = s;
+      if (d == kGpu)
+        attention_backward(gpu(first_two(dout)), gpu(first_two(q)), gpu(first_two(k)), gpu(first_two(v)), saved_two,
+                           gpu_two, none, slots[0], slots[1], slots[2]);
+      else
+        attention_backward(first_two(dout), first_two(q), first_two(k), first_two(v), probs_two, cpu_two, none,
+                           slots[0], slots[1], slots[2]);
+    }, std::string("float32 flash backward, -inf fill, d") + "qkv"[which]);
+  if (!kernels::cuda::flash_bf16_supported()) return;
+  const auto rounded = [](const Tensor& t) { return t.to(DType::BF16).to(DType::F32); };
+  const Tensor out_rounded = attention_forward(rounded(q), rounded(k), rounded(v), cpu_masks, none, nullptr, true);
+  for (const char* form : {"0", "1"}) {
+    ::setenv("QKV_FLASH_MMA", form, 1);
+    const ProductPrecisionScope bf16(Precision::BF16);
+    AttentionSaved saved_bf16;
+    const Tensor out_bf16 = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, none, &saved_bf16, false);
+    EXPECT_TRUE(saved_bf16.bf16);
+    check(out_rounded, out_bf16, std::string("bf16 flash forward (QKV_FLASH_MMA=") + form + "), -inf fill", 1e-2);
+  }
+  ::unsetenv("QKV_FLASH_MMA");
+}
+
 TEST_F(OpsOnGpu, MappedAttentionReadsTheRowsTheMapNames) {
   const int64_t B = 3, Bk = 4, H = 2, Tk = 6, dk = 8;
   const Tensor q = random_tensor(Dims{B, H, 1, dk}, 37), k = random_tensor(Dims{Bk, H, Tk, dk}, 38);
@@ -844,6 +913,7 @@ TEST_F(OpsOnGpu, MixedDevicesAndExhaustedMemoryAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("different devices"), std::string::npos) << e.what();
   }
+  const PoolStats before = BufferPool::stats(kGpu);
   try {
     (void)Tensor::empty(Dims{int64_t{1} << 40}, DType::F32, kGpu);  // 4 TiB
     FAIL() << "4 TiB cannot fit on a GPU";
@@ -851,6 +921,11 @@ TEST_F(OpsOnGpu, MixedDevicesAndExhaustedMemoryAreClearErrors) {
     EXPECT_NE(std::string(e.what()).find("out of memory on cuda:0: asked for"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("MiB free of"), std::string::npos) << e.what();
   }
+  // The failed request is not counted: neither live nor in the peak (which bounds the idle buffers).
+  const PoolStats after_failure = BufferPool::stats(kGpu);
+  EXPECT_EQ(after_failure.bytes_live, before.bytes_live);
+  EXPECT_EQ(after_failure.bytes_peak, before.bytes_peak);
+  EXPECT_EQ(after_failure.system_allocs, before.system_allocs);
   const Tensor after = gelu_forward(gpu(a));  // the device still works
   expect_close(gelu_forward(a), after, "gelu after an exhausted allocation");
 }

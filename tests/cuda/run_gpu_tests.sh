@@ -10,5 +10,5 @@ if command -v nvidia-smi >/dev/null 2>&1 && grep -q '^GPU ' <<< "$(nvidia-smi -L
   exec "$bin" "$@"
 fi
 echo "cuda: no GPU on this machine: the GPU tests are skipped by name" \
-  "(OpsOnGpu.*, ModelsOnGpu.*, DataParallelOnGpu.*); listed:"
+  "(OpsOnGpu.*, ModelsOnGpu.*, DataParallelOnGpu.*, TrainerOnGpu.*); listed:"
 "$bin" --gtest_list_tests | sed 's/^/  /'

@@ -220,14 +220,17 @@ Buffer* BufferPool::acquire(size_t bytes, Device device) {
     if (list.head) return pop_idle(s, list);
     if (Buffer* b = take_larger(s, cls)) return b;
     make_room(s, static_cast<int64_t>(cls));  // may erase `list`
-    s.stats.system_allocs++;
-    count_live(s, static_cast<int64_t>(cls));
   }
   void* data = allocate_or_trim(device, cls);
-  if (!data) {
+  {
+    // Counted live once it exists: a request that fails (a caught out-of-memory error, say a
+    // server's oversized request) must leave neither the live bytes nor the high-water mark that
+    // bounds the idle buffers raised by its size.
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.stats.system_allocs--;
-    s.stats.bytes_live -= static_cast<int64_t>(cls);
+    if (data) {
+      s.stats.system_allocs++;
+      count_live(s, static_cast<int64_t>(cls));
+    }
   }
   check_allocated(data, device, cls);
   Buffer* b = new Buffer();

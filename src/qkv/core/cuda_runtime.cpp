@@ -64,7 +64,11 @@ void check_available(Device device) {
 }
 
 void activate(Device device) {
-  if (!device.is_cuda() || current_index == device.index) return;
+  if (!device.is_cuda()) return;
+  // Asked of the runtime, not remembered: other code on this thread (PyTorch's
+  // torch.cuda.set_device in the same Python process) may have made another device current.
+  int current = -1;
+  if (current_index == device.index && cudaGetDevice(&current) == cudaSuccess && current == device.index) return;
   check_available(device);
   QKV_CUDA_CHECK(cudaSetDevice(device.index));
   current_index = device.index;
@@ -114,14 +118,18 @@ MemoryInfo memory_info(Device device) {
 
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return;
+  // Between two GPUs each has its own stream: the source's queued work (what writes src) is
+  // waited for first, and the copy itself before returning, since src may go back to its pool.
+  const bool two_gpus = dst_device.is_cuda() && src_device.is_cuda() && dst_device != src_device;
+  if (two_gpus) synchronize(src_device);
   const Device gpu = dst_device.is_cuda() ? dst_device : src_device;
   activate(gpu);
   cudaStream_t stream = current_stream();
   QKV_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
-  // Between two buffers of the device: queued like a kernel. With the host: host memory is pageable
-  // (the CPU pool's), which an asynchronous copy may still be reading after the call returns, so
-  // the copy waits, and the host may reuse or read its buffer at once.
-  if (dst_device.is_cuda() && src_device.is_cuda()) return;
+  // Between two buffers of one device: queued like a kernel. With the host: host memory is
+  // pageable (the CPU pool's), which an asynchronous copy may still be reading after the call
+  // returns, so the copy waits, and the host may reuse or read its buffer at once.
+  if (dst_device.is_cuda() && src_device.is_cuda() && !two_gpus) return;
   QKV_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

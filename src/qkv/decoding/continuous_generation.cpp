@@ -202,8 +202,12 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
       return n;
     };
     if (rows_.empty() || !model_.append(state_, joining, most_needed(joined))) {
+      // Room for later sequences to append into: the whole context on the host, where unwritten
+      // pages take no memory; none on a GPU, where cudaMalloc commits every byte (a later sequence
+      // that needs more columns makes the state anew).
+      const int64_t reserve_positions = model_.device().is_cuda() ? 0 : model_.config().max_seq_length;
       state_ = model_.join(std::move(state_), std::move(joining), std::max(most_needed(rows_), most_needed(joined)),
-                           max_sequences_, model_.config().max_seq_length);
+                           max_sequences_, reserve_positions);
       ++rebuilds_;
     } else {
       ++appends_;

@@ -104,6 +104,7 @@ KVCache KVCacheStorage::take(size_t layer, int64_t N, int64_t num_heads, int64_t
 
 KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, int64_t num_heads,
                              int64_t length_limit, int64_t storage_capacity, int64_t dk, Device device) {
+  if (device.is_cuda()) storage_capacity = length_limit;
   return storage ? storage->take(layer, N, num_heads, length_limit, storage_capacity, dk, device)
                  : KVCache::with_capacity(N, num_heads, length_limit, dk, device);
 }

@@ -75,6 +75,9 @@ class KVCacheStorage {
 // Self-attention cache `layer` for N sequences of `length_limit` positions: from `storage` (whose
 // capacity is `storage_capacity`) when the caller keeps one, else a cache of its own sized to the
 // limit. What Transformer::start_decoding and CausalLM::prefill both do. On `device` (the model's).
+// On a GPU the storage is sized to the limit too: cudaMalloc commits every byte, where the host's
+// unwritten pages take no memory (a GPT-2-XL-shaped model at batch 32 would take 20 GB of cache
+// for its whole context before a 20-token generation).
 KVCache self_attention_cache(KVCacheStorage* storage, size_t layer, int64_t N, int64_t num_heads,
                              int64_t length_limit, int64_t storage_capacity, int64_t dk, Device device);
 

@@ -203,6 +203,8 @@ Tensor attention_forward_mapped(const Tensor& q_in, const Tensor& k_in, const Te
   QKV_CHECK(key_rows.dtype() == DType::I32 && key_rows.shape() == (Dims{d.B, d.Tk}) && key_rows.strides()[1] == 1,
             "mapped attention: key rows " << key_rows.describe() << " must be i32 (B, Tk) = (" << d.B << ", " << d.Tk
                                           << ") with a contiguous last dim");
+  // The kernel reads the map where q lives: a host map with GPU heads would hand it a host pointer.
+  check_same_device("mapped attention", {&q_in, &k_in, &v_in, &key_rows});
   const int64_t stride = key_rows.strides()[0];
   const Tensor host_rows = key_rows.device().is_cuda() ? key_rows.to(Device::cpu()) : key_rows;  // checked here
   const int64_t host_stride = host_rows.strides()[0];

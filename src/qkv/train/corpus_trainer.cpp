@@ -12,6 +12,7 @@
 #include "qkv/decoding/search.h"
 #include "qkv/eval/bleu.h"
 #include "qkv/models/checkpoint.h"
+#include "qkv/ops/precision.h"
 #include "qkv/text/sentencepiece.h"
 #include "qkv/train/step.h"
 #include "qkv/train/vocabulary.h"
@@ -66,9 +67,13 @@ ValidationResult validate(models::Transformer& model, const DevSet& dev, const t
   // Sorted by length in batches of 32 (the first validation of the 2-hour Bible run took 66 s in
   // file order, where a batch runs as long as its longest sentence).
   const std::vector<data::IdLine> sources(dev.src.begin(), dev.src.begin() + static_cast<int64_t>(n));
-  // The search multiplies with weights packed for it (as `qkv translate` does), from the weights
-  // of this step; the packs go when it ends, before the next optimizer step.
+  // The search multiplies in float32 with weights packed for it (as `qkv translate` does), from the
+  // weights of this step; the packs go when it ends, before the next optimizer step. The run's
+  // product precision (bf16 under --precision bf16) is set aside too: a GPU's float32 weights are
+  // not packed and would multiply, and its attention run, in bf16, so that BLEU and the best
+  // checkpoint would depend on the device.
   const models::ScopedComputeType packed(model, nn::ComputeType::Float32);
+  const ops::ProductPrecisionScope float32(ops::Precision::Float32);
   const auto found = decoding::search_in_batches(model, sources, so, 32, [&](int64_t, int64_t) { after_batch(); });
   std::vector<std::string> hyps, refs(dev.refs.begin(), dev.refs.begin() + static_cast<int64_t>(n));
   for (const auto& hs : found) hyps.push_back(hs.empty() ? "" : spm.decode(hs[0].tokens));

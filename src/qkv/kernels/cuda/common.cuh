@@ -4,15 +4,27 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "qkv/core/buffer_pool.h"
 #include "qkv/core/cuda_check.h"
+#include "qkv/core/device.h"
 
 namespace qkv::kernels::cuda::detail {
 
 // Stream-ordered device scratch: release() frees it on the normal path (checked); the destructor
-// frees it unchecked only when an exception left it held.
+// frees it unchecked only when an exception left it held. Out of memory, the tensor pool's idle
+// buffers go back to the device and the allocation is tried once more (the pool's own misses free
+// this allocator's cache likewise: cuda::malloc); the memory planner does not count scratch, such
+// as a bf16 product's rounded operands.
 class Scratch {
  public:
-  Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) { QKV_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_)); }
+  Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    if (cudaMallocAsync(&p_, bytes, stream_) == cudaSuccess) return;
+    (void)cudaGetLastError();
+    int device = 0;
+    QKV_CUDA_CHECK(cudaGetDevice(&device));
+    BufferPool::trim(Device::cuda(device));
+    QKV_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
+  }
   ~Scratch() {
     if (p_) (void)cudaFreeAsync(p_, stream_);
   }

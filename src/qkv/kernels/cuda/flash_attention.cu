@@ -257,12 +257,13 @@ __global__ void __launch_bounds__(kThreads)
         }
         tile_max = across_row(tile_max, detail::Max{});
         const float m_new = fmaxf(m[r], tile_max);
-        const float rescale = expf(m[r] - m_new);  // 0 on the first tile (m = -inf)
+        const float m_sub = finite_or_zero(m_new);
+        const float rescale = expf(m[r] - m_sub);  // 0 on the first tile (m = -inf)
         float sum = 0.f;
 #pragma unroll
         for (int c = 0; c < 2; ++c) {
           const int jj = 2 * tx + c;
-          const float e = jj < count ? expf(s[r][c] - m_new) : 0.f;
+          const float e = jj < count ? expf(s[r][c] - m_sub) : 0.f;
           sum += e;
           p[r][c] = a.drop.p > 0.f && i < d.Tq && jj < count
                         ? (dropout_kept(a, bh, i, j0 + jj) ? e * a.keep_scale : 0.f)

@@ -231,12 +231,13 @@ __global__ void __launch_bounds__(kThreadsBf16)
       }
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       const float m_new = fmaxf(m, tile_max);
-      const float rescale = expf(m - m_new);  // 0 on the first tile (m = -inf)
+      const float m_sub = finite_or_zero(m_new);
+      const float rescale = expf(m - m_sub);  // 0 on the first tile (m = -inf)
       float sum = 0.f;
 #pragma unroll
       for (int t = 0; t < kCols / 2; ++t) {
         const int c = 2 * t + parity;
-        const float e = c < count ? expf(s[t] - m_new) : 0.f;
+        const float e = c < count ? expf(s[t] - m_sub) : 0.f;
         sum += e;
         const float p = a.drop.p > 0.f && i < d.Tq && c < count
                             ? (dropout_kept(a, bh, i, j0 + c) ? e * a.keep_scale : 0.f)
@@ -270,6 +271,8 @@ __global__ void __launch_bounds__(kThreadsBf16)
       stats[2 * (bh * d.Tq + i) + 1] = inv;
     }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without bf16 tensor cores: fail, never leave the outputs unwritten
 #endif
 }
 
@@ -331,6 +334,8 @@ __global__ void __launch_bounds__(kThreadsBf16)
     }
     store_accumulated<D>(dq, dqs, b, h, i0 + warp * kWarpRows, d.Tq, d.dk, acc, w.scores, accumulate);
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without bf16 tensor cores: fail, never leave the outputs unwritten
 #endif
 }
 
@@ -411,6 +416,8 @@ __global__ void __launch_bounds__(kThreadsBf16)
     store_accumulated<D>(dk, dks, b, h, j0 + warp * kWarpRows, d.Tk, d.dk, acc_k, w.scores, accumulate);
     store_accumulated<D>(dv, dvs, b, h, j0 + warp * kWarpRows, d.Tk, d.dk, acc_v, w.scores, accumulate);
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without bf16 tensor cores: fail, never leave the outputs unwritten
 #endif
 }
 

@@ -307,18 +307,19 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
             if (c < count) tile_max[e >> 1] = fmaxf(tile_max[e >> 1], s[n][e]);
           }
       }
-      float m_new[2], rescale[2], sum[2] = {0.f, 0.f};
+      float m_new[2], m_sub[2], rescale[2], sum[2] = {0.f, 0.f};
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         m_new[r] = fmaxf(m[r], quad_max(tile_max[r]));
-        rescale[r] = expf(m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
+        m_sub[r] = finite_or_zero(m_new[r]);
+        rescale[r] = expf(m[r] - m_sub[r]);  // 0 on the first tile (m = -inf)
       }
 #pragma unroll
       for (int n = 0; n < kCols / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = 8 * n + 2 * t + (e & 1);
-          const float ex = plain || c < count ? exp_of(s[n][e], m_new[e >> 1]) : 0.f;
+          const float ex = plain || c < count ? exp_of(s[n][e], m_sub[e >> 1]) : 0.f;
           sum[e >> 1] += ex;
           s[n][e] = ex;
         }
@@ -361,6 +362,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
           stats[2 * (bh * d.Tq + rows[r]) + 1] = inv[r];
         }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without bf16 tensor cores: fail, never leave the outputs unwritten
 #endif
 }
 
@@ -474,6 +477,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     }
     store_rows<D>(dq, dqs, b, h, i0 + warp * 16, d.Tq, d.dk, acc, 1.f, 1.f, accumulate);
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without bf16 tensor cores: fail, never leave the outputs unwritten
 #endif
 }
 
@@ -603,6 +608,8 @@ __global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1)
     store_rows<D>(dk, dks, b, h, j0 + warp * 16, d.Tk, d.dk, acc_k, 1.f, 1.f, accumulate);
     store_rows<D>(dv, dvs, b, h, j0 + warp * 16, d.Tk, d.dk, acc_v, 1.f, 1.f, accumulate);
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // compiled for a GPU without bf16 tensor cores: fail, never leave the outputs unwritten
 #endif
 }
 

@@ -34,6 +34,12 @@ struct FlashArgs {
 __host__ __device__ __forceinline__ int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
 __host__ __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
 
+// What the online softmax subtracts from a tile's scores: the running maximum, or 0 while it is still
+// -inf (every key so far masked with a -inf fill: a padded row's first tile of keys). Subtracting
+// -inf there would give e^(-inf - -inf) = NaN, which no later tile repairs; the CPU's row maximum
+// comes from the whole row, so only a row masked everywhere is NaN there, as it stays here (0 / 0).
+__device__ __forceinline__ float finite_or_zero(float m) { return m == -INFINITY ? 0.f : m; }
+
 __device__ __forceinline__ bool row_dropped(const FlashArgs& a, int64_t b, int64_t i) {
   return a.mask.query_keep && a.mask.query_keep[b * a.d.Tq + i] == 0;
 }
