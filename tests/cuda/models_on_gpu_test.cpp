@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "model/t5_layout_config.h"
 #include "qkv/core/cuda_runtime.h"
@@ -26,6 +27,7 @@
 #include "qkv/models/sentence_embedding.h"
 #include "qkv/models/transformer.h"
 #include "qkv/nn/attention.h"
+#include "qkv/nn/compute_type.h"
 #include "qkv/ops/precision.h"
 #include "qkv/train/adam.h"
 #include "qkv/train/encoder_eval.h"
@@ -336,6 +338,66 @@ TEST(ModelsOnGpu, RulesThatReadHistoryDrawsAndWideBeamsAreTheCpus) {
   for (const auto& [label, go] : cases)
     EXPECT_EQ(decoding::generate(*cpu, prompts, {11, 12, 13}, go), decoding::generate(*gpu, prompts, {11, 12, 13}, go))
         << label;
+}
+
+// Per-line log-probabilities (qkv score, validation losses) and n * log p within rel of the CPU's.
+void expect_scores_close(const train::ScoreResult& a, const train::ScoreResult& b, double rel,
+                         const std::string& what) {
+  ASSERT_EQ(a.line_log_prob.size(), b.line_log_prob.size()) << what;
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  for (size_t i = 0; i < a.line_log_prob.size(); ++i)
+    EXPECT_NEAR(a.line_log_prob[i], b.line_log_prob[i], rel * std::fabs(a.line_log_prob[i]) + 1e-5)
+        << what << ", line " << i;
+}
+
+// What `qkv score --device cuda`, `qkv translate --attention` and the bf16 compute types run on a
+// GPU: per-line log-probabilities of an encoder-decoder and a GPT within 1e-4 of the CPU's; the
+// attention weights a search returns (encoder, decoder and cross, every layer) within 1e-4; and, with
+// the products in bf16 (--compute-type bf16 and int8_bf16, cuBLAS's sums in another order than the
+// CPU's vdpbf16ps), the scores within 2e-2.
+TEST(ModelsOnGpu, ScoresAttentionWeightsAndBf16ComputeTypesAreTheCpus) {
+  ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
+  const std::vector<Family> fs = families();
+  {
+    const auto [cpu, gpu] = trained_pair<models::Transformer>(fs[0]);
+    const std::vector<data::IdLine> src = rows_of(fs[0].batch.src, fs[0].batch.src.size(1));
+    const std::vector<data::IdLine> tgt = rows_of(fs[0].batch.tgt, fs[0].batch.tgt.size(1));
+    expect_scores_close(train::score(*cpu, src, tgt, 4), train::score(*gpu, src, tgt, 4), 1e-4, "seq2seq score");
+    decoding::SearchOptions so;
+    so.beam_size = 1;
+    so.attention = true;
+    const std::vector<data::IdLine> sources = rows_of(fs[0].batch.src, 9);
+    const auto a = decoding::search_in_batches(*cpu, sources, so, 4), b = decoding::search_in_batches(*gpu, sources, so, 4);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i][0].tokens, b[i][0].tokens) << "sentence " << i;
+      const decoding::AttentionWeights &wa = a[i][0].attention, &wb = b[i][0].attention;
+      ASSERT_FALSE(wa.empty()) << "sentence " << i;
+      for (const auto& [la, lb, kind] : {std::tuple{&wa.encoder_self, &wb.encoder_self, "encoder"},
+                                          std::tuple{&wa.decoder_self, &wb.decoder_self, "decoder"},
+                                          std::tuple{&wa.cross, &wb.cross, "cross"}}) {
+        ASSERT_EQ(la->size(), lb->size()) << kind;
+        for (size_t l = 0; l < la->size(); ++l) {
+          ASSERT_EQ((*la)[l].shape(), (*lb)[l].shape()) << kind << " layer " << l;
+          const std::vector<float> x = (*la)[l].to_vector(), y = (*lb)[l].to_vector();
+          for (size_t j = 0; j < x.size(); ++j)
+            ASSERT_NEAR(x[j], y[j], 1e-4) << kind << " attention, layer " << l << ", sentence " << i;
+        }
+      }
+    }
+    for (nn::ComputeType type : {nn::ComputeType::BF16, nn::ComputeType::Int8BF16}) {
+      cpu->set_compute_type(type);
+      gpu->set_compute_type(type);
+      expect_scores_close(train::score(*cpu, src, tgt, 4), train::score(*gpu, src, tgt, 4), 2e-2,
+                          std::string("seq2seq score in ") + nn::compute_type_name(type));
+    }
+  }
+  const auto [cpu, gpu] = trained_pair<models::CausalLM>(fs[1]);
+  const std::vector<data::IdLine> lines = rows_of(fs[1].batch.tgt, fs[1].batch.tgt.size(1));
+  expect_scores_close(train::score(*cpu, {}, lines, 4), train::score(*gpu, {}, lines, 4), 1e-4, "GPT score");
+  cpu->set_compute_type(nn::ComputeType::BF16);
+  gpu->set_compute_type(nn::ComputeType::BF16);
+  expect_scores_close(train::score(*cpu, {}, lines, 4), train::score(*gpu, {}, lines, 4), 2e-2, "GPT score in bf16");
 }
 
 // int8 inference (--compute-type int8) on the GPU: the products are the CPU's int8 bits
