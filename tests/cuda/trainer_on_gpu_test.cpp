@@ -33,22 +33,6 @@ std::string run_dir(const std::string& name) {
   return d;
 }
 
-// Trains the copy task to `steps` into `dir` on `device`, from scratch or resuming what `dir` holds.
-TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, Device device) {
-  std::unique_ptr<models::Transformer> model =
-      resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(tiny_translation_config(), 5);
-  SyntheticData data("copy", 4, 6, 20, 9);
-  TrainerOptions o;
-  o.hyper.schedule = {"constant", 0, 1, 16};
-  o.hyper.schedule.lr = 1e-3;
-  o.last_dir = dir;
-  o.max_steps = steps;
-  o.device = device;
-  Trainer trainer(*model, data, o);
-  if (resume) trainer.resume(dir, read_train_state(dir + "/train_state.json"));
-  return trainer.run();
-}
-
 // The loss of the checkpoint in `dir`, loaded on the CPU, on a batch of the copy task the runs never
 // saw (another seed), in eval mode (no dropout).
 float held_out_loss(const std::string& dir) {
@@ -61,10 +45,10 @@ float held_out_loss(const std::string& dir) {
 TEST(TrainerOnGpu, AResumedRunEndsWhereAnUninterruptedOneDoesAndNearTheCpus) {
   ASSERT_GT(cuda::device_count(), 0) << "this suite needs a CUDA GPU";
   const std::string full = run_dir("full"), split = run_dir("split"), on_cpu = run_dir("cpu");
-  EXPECT_EQ(train_copy(full, 8, false, kGpu).step, 8);
-  EXPECT_EQ(train_copy(split, 3, false, kGpu).step, 3);
-  EXPECT_EQ(train_copy(split, 8, true, kGpu).step, 8);
-  EXPECT_EQ(train_copy(on_cpu, 8, false, Device::cpu()).step, 8);
+  EXPECT_EQ(train_copy_task(full, 8, false, 1e-3, 0, {"constant", 0, 1, 16}, kGpu).step, 8);
+  EXPECT_EQ(train_copy_task(split, 3, false, 1e-3, 0, {"constant", 0, 1, 16}, kGpu).step, 3);
+  EXPECT_EQ(train_copy_task(split, 8, true, 1e-3, 0, {"constant", 0, 1, 16}, kGpu).step, 8);
+  EXPECT_EQ(train_copy_task(on_cpu, 8, false).step, 8);
   const float untrained = [] {
     models::Transformer fresh(tiny_translation_config(), 5);
     fresh.eval();

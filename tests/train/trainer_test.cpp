@@ -31,28 +31,11 @@ using test_support::file_bytes;
 
 using qkv::test_support::error_message_of;
 
-// Trains the copy task to `steps` into `dir`, from scratch or resuming what `dir` holds.
-TrainResult train_copy(const std::string& dir, int64_t steps, bool resume, double lr = 1e-3, int64_t save_every = 0,
-                       const Schedule& schedule = {"constant", 0, 1, 16}) {
-  std::unique_ptr<models::Transformer> model =
-      resume ? models::load_seq2seq(dir) : std::make_unique<models::Transformer>(tiny_translation_config(), 5);
-  SyntheticData data("copy", 4, 6, 20, 9);
-  TrainerOptions o;
-  o.hyper.schedule = schedule;
-  o.hyper.schedule.lr = lr;
-  o.last_dir = dir;
-  o.max_steps = steps;
-  o.save_every = save_every;
-  Trainer trainer(*model, data, o);
-  if (resume) trainer.resume(dir, read_train_state(dir + "/train_state.json"));
-  return trainer.run();
-}
-
 TEST(Trainer, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
   const std::string full = trainer_dir("full"), split = trainer_dir("split");
-  train_copy(full, 8, false);
-  train_copy(split, 3, false);
-  EXPECT_EQ(train_copy(split, 8, true).step, 8);
+  train_copy_task(full, 8, false);
+  train_copy_task(split, 3, false);
+  EXPECT_EQ(train_copy_task(split, 8, true).step, 8);
   EXPECT_EQ(file_bytes(full + "/model.safetensors"), file_bytes(split + "/model.safetensors"));
   EXPECT_EQ(file_bytes(full + "/optimizer.safetensors"), file_bytes(split + "/optimizer.safetensors"));
   EXPECT_EQ(io::verify_manifest(split).step, 8);
@@ -65,12 +48,12 @@ TEST(Trainer, ResumedRunIsByteIdenticalToAnUninterruptedOne) {
 TEST(Trainer, LinearScheduleResumesToTheSameBytes) {
   const std::string full = trainer_dir("linear_full"), split = trainer_dir("linear_split");
   const Schedule linear{"linear", 0, 2, 16, 8};
-  train_copy(full, 8, false, 1e-3, 0, linear);
-  train_copy(split, 3, false, 1e-3, 0, linear);
+  train_copy_task(full, 8, false, 1e-3, 0, linear);
+  train_copy_task(split, 3, false, 1e-3, 0, linear);
   const TrainState saved = read_train_state(split + "/train_state.json");
   EXPECT_EQ(saved.hyper.schedule.kind, "linear");
   EXPECT_EQ(saved.hyper.schedule.total_steps, 8);
-  EXPECT_EQ(train_copy(split, 8, true, 1e-3, 0, saved.hyper.schedule).step, 8);
+  EXPECT_EQ(train_copy_task(split, 8, true, 1e-3, 0, saved.hyper.schedule).step, 8);
   EXPECT_EQ(file_bytes(full + "/model.safetensors"), file_bytes(split + "/model.safetensors"));
   EXPECT_EQ(file_bytes(full + "/optimizer.safetensors"), file_bytes(split + "/optimizer.safetensors"));
   fs::remove_all(full);
@@ -124,7 +107,7 @@ TEST(Trainer, LinearScheduleWithoutStepsFitsItsEndToTheTimeBudget) {
 // refused naming the file and the field, never trained on as float32.
 TEST(Trainer, AnUnknownPrecisionInTrainStateIsRefused) {
   const std::string dir = trainer_dir("precision_field");
-  train_copy(dir, 2, false);
+  train_copy_task(dir, 2, false);
   const std::string path = dir + "/train_state.json";
   std::ifstream in(path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -141,17 +124,17 @@ TEST(Trainer, AnUnknownPrecisionInTrainStateIsRefused) {
 
 TEST(Trainer, MixedCheckpointSetIsRefused) {
   const std::string a = trainer_dir("mixed_a"), b = trainer_dir("mixed_b");
-  train_copy(a, 2, false);
-  train_copy(b, 3, false);
+  train_copy_task(a, 2, false);
+  train_copy_task(b, 3, false);
   // Without a manifest (as written by qkv 0.1), the optimizer's step still gives the mix away.
   fs::remove(a + "/manifest.json");
   fs::copy_file(b + "/optimizer.safetensors", a + "/optimizer.safetensors", fs::copy_options::overwrite_existing);
-  std::string msg = error_message_of([&] { train_copy(a, 5, true); });
+  std::string msg = error_message_of([&] { train_copy_task(a, 5, true); });
   EXPECT_NE(msg.find("optimizer.safetensors is of step 3 but train_state.json of step 2"), std::string::npos) << msg;
   // With a manifest: any file from another save is named.
-  train_copy(a, 2, false);
+  train_copy_task(a, 2, false);
   fs::copy_file(b + "/model.safetensors", a + "/model.safetensors", fs::copy_options::overwrite_existing);
-  msg = error_message_of([&] { train_copy(a, 5, true); });
+  msg = error_message_of([&] { train_copy_task(a, 5, true); });
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("mixed or damaged checkpoint"), std::string::npos) << msg;
   fs::remove_all(a);
@@ -160,9 +143,9 @@ TEST(Trainer, MixedCheckpointSetIsRefused) {
 
 TEST(Trainer, DivergenceStopsNamingTheStepAndKeepsTheLastGoodCheckpoint) {
   const std::string dir = trainer_dir("nan");
-  train_copy(dir, 2, false);
+  train_copy_task(dir, 2, false);
   // An absurd learning rate overflows the weights within a few steps.
-  const std::string msg = error_message_of([&] { train_copy(dir, 50, true, 1e38, 1); });
+  const std::string msg = error_message_of([&] { train_copy_task(dir, 50, true, 1e38, 1); });
   EXPECT_NE(msg.find("step "), std::string::npos) << msg;
   EXPECT_NE(msg.find("training stopped without saving"), std::string::npos) << msg;
   // Whatever was saved before the divergence loads (finite) and is a consistent set.
