@@ -15,9 +15,13 @@ cudaStream_t current_stream();
 }  // namespace qkv::cuda
 
 // QKV_CUDA_CHECK(cudaMemcpyAsync(...)): throws "cudaMemcpyAsync(...) failed: out of memory (file:line)".
+// A failed call also leaves its error as the thread's last one, which the next kernel launch's check
+// would report as its own (a caught out-of-memory error failing the next request): it is cleared
+// before throwing. (A sticky error, an asynchronous fault, stays whatever is done.)
 #define QKV_CUDA_CHECK(call)                                                                              \
   do {                                                                                                    \
     const cudaError_t qkv_cuda_status_ = (call);                                                          \
+    if (qkv_cuda_status_ != cudaSuccess) (void)cudaGetLastError();                                        \
     QKV_CHECK(qkv_cuda_status_ == cudaSuccess, "CUDA: " << #call << " failed: "                            \
                                                           << cudaGetErrorString(qkv_cuda_status_) << " ("   \
                                                           << __FILE__ << ":" << __LINE__ << ")");          \

@@ -104,9 +104,16 @@ void* malloc(Device device, size_t bytes) {
   return nullptr;
 }
 
+// Never throws: it runs in destructors (a tensor's storage, unpooled), where an exception would end
+// the process, and cudaFree reports an earlier asynchronous fault that the next checked call reports
+// anyway. Waits for the device: the pool frees only when trimming.
 void free(Device device, void* p) {
-  activate(device);
-  QKV_CUDA_CHECK(cudaFree(p));  // waits for the device: the pool frees only when trimming
+  try {
+    activate(device);
+  } catch (const Error&) {
+    return;  // a device that cannot be made current cannot have its memory freed either
+  }
+  if (cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
 }
 
 MemoryInfo memory_info(Device device) {

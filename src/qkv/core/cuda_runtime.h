@@ -28,7 +28,8 @@ void activate(Device device);
 // "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB".
 std::string describe(Device device);
 
-// cudaMalloc / cudaFree on `device`. malloc returns null when the device is out of memory.
+// cudaMalloc / cudaFree on `device`. malloc returns null when the device is out of memory; free
+// never throws (destructors call it).
 void* malloc(Device device, size_t bytes);
 void free(Device device, void* p);
 struct MemoryInfo {

@@ -203,11 +203,14 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
     };
     if (rows_.empty() || !model_.append(state_, joining, most_needed(joined))) {
       // Room for later sequences to append into: the whole context on the host, where unwritten
-      // pages take no memory; none on a GPU, where cudaMalloc commits every byte (a later sequence
-      // that needs more columns makes the state anew).
-      const int64_t reserve_positions = model_.device().is_cuda() ? 0 : model_.config().max_seq_length;
-      state_ = model_.join(std::move(state_), std::move(joining), std::max(most_needed(rows_), most_needed(joined)),
-                           max_sequences_, reserve_positions);
+      // pages take no memory; on a GPU, where cudaMalloc commits every byte, as many columns again
+      // as these sequences need (a later one that needs more makes the state anew, holding the old
+      // and the new caches for a moment).
+      const int64_t needed = std::max(most_needed(rows_), most_needed(joined));
+      const int64_t reserve_positions = model_.device().is_cuda()
+                                            ? std::min(model_.config().max_seq_length, needed)
+                                            : model_.config().max_seq_length;
+      state_ = model_.join(std::move(state_), std::move(joining), needed, max_sequences_, reserve_positions);
       ++rebuilds_;
     } else {
       ++appends_;
