@@ -39,8 +39,8 @@ nn::ComputeType compute_type_of_quantize(const std::string& quantize);
 // DeprecationWarning pointing at compute_type= at load.
 void apply_quantize_argument(models::Model& model, const py::object& quantize);
 
-// Registers the exception translation: qkv::NotFoundError -> FileNotFoundError, qkv::Error ->
-// ValueError; anything else keeps pybind11's mapping (std::bad_alloc -> MemoryError,
+// Registers the exception translation: qkv::NotFoundError -> FileNotFoundError,
+// qkv::OutOfMemoryError -> MemoryError, qkv::Error -> ValueError; anything else keeps pybind11's mapping (std::bad_alloc -> MemoryError,
 // std::exception -> RuntimeError).
 void register_errors(py::module_& m);
 

@@ -88,6 +88,8 @@ void register_errors(py::module_&) {
       if (p) std::rethrow_exception(p);
     } catch (const NotFoundError& e) {
       PyErr_SetString(PyExc_FileNotFoundError, e.what());
+    } catch (const OutOfMemoryError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     } catch (const Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }

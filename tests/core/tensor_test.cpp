@@ -39,6 +39,22 @@ TEST(Tensor, ReshapeErrorNamesBothShapes) {
   EXPECT_THROW(t.transpose(0, 1).reshape(Dims{6}), Error);  // non-contiguous
 }
 
+// More memory than the address space holds: an OutOfMemoryError naming the size (the server answers
+// it with 503, Python with MemoryError), and the pool's counts as they were.
+TEST(BufferPool, AnAllocationTooLargeIsAnOutOfMemoryErrorThatCountsNothing) {
+  const PoolStats before = BufferPool::stats();
+  try {
+    (void)Tensor::empty(Dims{int64_t{1} << 50});  // 4 PiB of floats
+    FAIL() << "4 PiB cannot be allocated";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory allocating"), std::string::npos) << e.what();
+  }
+  const PoolStats after = BufferPool::stats();
+  EXPECT_EQ(after.bytes_live, before.bytes_live);
+  EXPECT_EQ(after.bytes_peak, before.bytes_peak);
+  EXPECT_EQ(after.system_allocs, before.system_allocs);
+}
+
 TEST(BufferPool, FreedBuffersAreReused) {
   { Tensor warm = Tensor::empty(Dims{1000, 17}); }
   const int64_t before = BufferPool::stats().system_allocs;

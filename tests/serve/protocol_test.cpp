@@ -208,6 +208,12 @@ TEST(ServeProtocol, ExceptionsBecomeStatusesAndStreamsCutBetweenCharacters) {
   EXPECT_EQ(http_error_of(HttpError(413, "invalid_request_error", "long")).status, 413);
   EXPECT_EQ(http_error_of(Error("bad id")).status, 400);
   EXPECT_EQ(http_error_of(std::runtime_error("disk")).status, 500);
+  // Out of memory is not the request's fault: 503, a code saying why, and when to try again.
+  const HttpError oom = http_error_of(OutOfMemoryError("out of memory on cuda:0: asked for 512 MiB"));
+  EXPECT_EQ(oom.status, 503);
+  EXPECT_EQ(oom.code, "out_of_memory");
+  EXPECT_EQ(oom.retry_after, 1);
+  EXPECT_EQ(std::string(oom.what()), "out of memory on cuda:0: asked for 512 MiB");
   EXPECT_EQ(sendable_prefix("abcdef", 2), 4u);
   EXPECT_EQ(sendable_prefix("ab", 5), 0u);
   EXPECT_EQ(sendable_prefix("abc", 0), 3u);

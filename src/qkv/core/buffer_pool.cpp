@@ -7,8 +7,9 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
-#include <vector>
+#include <sstream>
 #include <unordered_map>
+#include <vector>
 
 #include "qkv/core/cuda_runtime.h"
 #include "qkv/core/error.h"
@@ -199,13 +200,16 @@ void* allocate_or_trim(Device device, size_t bytes) {
 void check_allocated(const void* data, Device device, size_t bytes) {
   if (data) return;
   constexpr double kMiB = 1 << 20;
+  std::ostringstream message;
   if (device.is_cuda()) {
     const cuda::MemoryInfo m = cuda::memory_info(device);
-    QKV_CHECK(false, "out of memory on " << device.name() << ": asked for " << bytes / kMiB << " MiB with "
-                                         << m.free / kMiB << " MiB free of " << m.total / kMiB
-                                         << " MiB (a smaller batch, or --max-batch-tokens, needs less)");
+    message << "out of memory on " << device.name() << ": asked for " << bytes / kMiB << " MiB with "
+            << m.free / kMiB << " MiB free of " << m.total / kMiB
+            << " MiB (a smaller batch, or --max-batch-tokens, needs less)";
+  } else {
+    message << "out of memory allocating " << bytes / kMiB << " MiB for a tensor on " << device.name();
   }
-  QKV_CHECK(false, "out of memory allocating " << bytes / kMiB << " MiB for a tensor on " << device.name());
+  throw OutOfMemoryError(message.str());
 }
 
 }  // namespace

@@ -20,6 +20,14 @@ class NotFoundError : public Error {
   explicit NotFoundError(const std::string& what) : Error(what) {}
 };
 
+// Memory ran out (the host's, or a GPU's): the same work may succeed later or smaller, so front ends
+// map it apart from bad input (the server: 503 with Retry-After; Python: MemoryError). The message
+// names the size asked and, on a GPU, what was free.
+class OutOfMemoryError : public Error {
+ public:
+  explicit OutOfMemoryError(const std::string& what) : Error(what) {}
+};
+
 }  // namespace qkv
 
 // QKV_CHECK(cond, "op: " << a << " vs " << b): throws qkv::Error with the streamed message.

@@ -397,14 +397,30 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
   }
   // Counted before any job is answered: a client that has its answer finds its batch in /metrics.
   metrics_.batch(name_, static_cast<int64_t>(batch.size()), inputs);
-  try {
-    switch (batch[0]->kind) {
+  // Each job is answered only once the batch's work is done, so a batch that failed can run again.
+  const auto work = [&](const std::vector<std::shared_ptr<Job>>& jobs) -> int64_t {
+    switch (jobs[0]->kind) {
       case JobKind::Embed:
-      case JobKind::Classify: run_encoder(batch); break;
-      case JobKind::Translate: tokens_out = run_translation(batch); break;
+      case JobKind::Classify: run_encoder(jobs); break;
+      case JobKind::Translate: return run_translation(jobs);
       case JobKind::Complete:
       case JobKind::Stream: break;  // generation_loop's, never batched here
-      case JobKind::Score: run_score(batch); break;
+      case JobKind::Score: run_score(jobs); break;
+    }
+    return 0;
+  };
+  try {
+    tokens_out = work(batch);
+  } catch (const OutOfMemoryError& e) {
+    // Requests merged into one batch may each fit alone: they run one at a time and fail alone
+    // (503, out_of_memory), rather than all failing for the largest one.
+    if (batch.size() == 1) fail(batch, http_error_of(e));
+    for (size_t i = 0; batch.size() > 1 && i < batch.size(); ++i) {
+      try {
+        tokens_out += work({batch[i]});
+      } catch (const std::exception& alone) {
+        fail({batch[i]}, http_error_of(alone));
+      }
     }
   } catch (const std::exception& e) {
     fail(batch, http_error_of(e));

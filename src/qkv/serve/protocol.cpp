@@ -24,6 +24,11 @@ std::string TokenRules::key() const {
 
 HttpError http_error_of(const std::exception& e) {
   if (const auto* h = dynamic_cast<const HttpError*>(&e)) return *h;
+  if (dynamic_cast<const OutOfMemoryError*>(&e)) {  // not the request's fault: it may fit later
+    HttpError busy(503, "server_error", e.what(), "", "out_of_memory");
+    busy.retry_after = 1;
+    return busy;
+  }
   if (dynamic_cast<const Error*>(&e)) return HttpError(400, "invalid_request_error", e.what());
   return HttpError(500, "server_error", e.what());
 }

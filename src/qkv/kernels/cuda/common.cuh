@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "qkv/core/buffer_pool.h"
 #include "qkv/core/cuda_check.h"
@@ -23,7 +24,13 @@ class Scratch {
     int device = 0;
     QKV_CUDA_CHECK(cudaGetDevice(&device));
     BufferPool::trim(Device::cuda(device));
-    QKV_CUDA_CHECK(cudaMallocAsync(&p_, bytes, stream_));
+    const cudaError_t again = cudaMallocAsync(&p_, bytes, stream_);
+    if (again == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      throw OutOfMemoryError("out of memory on cuda:" + std::to_string(device) + ": a kernel's scratch of " +
+                             std::to_string(bytes >> 20) + " MiB (a smaller batch needs less)");
+    }
+    QKV_CUDA_CHECK(again);
   }
   ~Scratch() {
     if (p_) (void)cudaFreeAsync(p_, stream_);
