@@ -414,12 +414,15 @@ void ModelSlot::run(const std::vector<std::shared_ptr<Job>>& batch) {
   } catch (const OutOfMemoryError& e) {
     // Requests merged into one batch may each fit alone: they run one at a time and fail alone
     // (503, out_of_memory), rather than all failing for the largest one.
-    if (batch.size() == 1) fail(batch, http_error_of(e));
-    for (size_t i = 0; batch.size() > 1 && i < batch.size(); ++i) {
-      try {
-        tokens_out += work({batch[i]});
-      } catch (const std::exception& alone) {
-        fail({batch[i]}, http_error_of(alone));
+    if (batch.size() == 1) {
+      fail(batch, http_error_of(e));
+    } else {
+      for (const auto& job : batch) {
+        try {
+          tokens_out += work({job});
+        } catch (const std::exception& alone) {
+          fail({job}, http_error_of(alone));
+        }
       }
     }
   } catch (const std::exception& e) {
