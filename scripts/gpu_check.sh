@@ -9,7 +9,7 @@
 # QKV_RACECHECK_FILTER (the tests racecheck and synccheck run).
 # A time budget, QKV_CHECK_SECONDS (default 540: the device tool allows 600 s a command): a stage
 # starts only if its own time limit still fits, else it is reported as skipped, so a short lease
-# always brings back the tests' results. The stages run in that order of need: tests, the CLI,
+# always brings back the tests' results. The stages run in that order of need: tests, the CLI, the server,
 # data parallelism, memcheck, benchmarks, racecheck and synccheck, the profile.
 set -uo pipefail
 bundle="${1:-.gpu}"
@@ -78,6 +78,14 @@ if fits "the CLI on the GPU" 150; then
     status=1
   fi
   rm -rf "$out/copy-ckpt"
+fi
+# qkv serve --device cuda under 16 concurrent clients (continuous batching and batched beam search on
+# the GPU) against qkv generate / translate --device cuda, the CPU's answers reported beside them.
+if fits "qkv serve --device cuda" 120; then
+  echo "== qkv serve --device cuda: 16 clients' completions and translations against the CLI's"
+  timeout 120 python3 scripts/gpu_serve_check.py "$bundle/qkv" "$out/serve" > "$out/serve-check.log" 2>&1 || status=1
+  tail -8 "$out/serve-check.log"
+  rm -rf "$out/serve/lm" "$out/serve/mt"
 fi
 # Data parallelism with the model on the GPU: two ranks sharing it (their gradients summed through
 # host memory) against one process whose micro-batches are a rank's share, as tests/mpi does on CPUs.

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""`qkv serve --device cuda` against the CLI on the same GPU (scripts/gpu_check.sh runs it).
+
+Trains a small language model and a small translation model on the GPU (sentences made here), then
+sends a flood of concurrent requests to one server on the GPU: greedy completions (continuous batching:
+sequences join a running batch on the GPU, their key/value rows copied in place) and translations
+(batched across requests, beam 4). Every answer must equal what `qkv generate` / `qkv translate
+--device cuda` give for that input alone or in one batch; the CPU's answers are reported beside them.
+Usage: gpu_serve_check.py QKV_BINARY OUT_DIR [DEVICE] (default cuda; cpu tries the script on a machine
+without a GPU). Exit 0 when the server's answers are the CLI's on the same device."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+WORDS = ["the", "light", "was", "good", "and", "God", "divided", "waters", "from", "earth",
+         "heaven", "day", "night", "said", "let", "there", "be", "made", "called", "morning"]
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) + f" number {rng.randint(0, 999)} ."
+            for _ in range(n)]
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def qkv(binary: str, *args: str) -> list[str]:
+    r = subprocess.run([binary, *args, "--quiet"], capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise SystemExit(f"qkv {' '.join(args)} exited {r.returncode}:\n{r.stderr[-2000:]}")
+    return r.stdout.split("\n")
+
+
+class Server:
+    def __init__(self, binary: str, out: Path, *args: str):
+        port_file = out / "serve.port"
+        port_file.unlink(missing_ok=True)
+        self.log = open(out / "serve.log", "w")
+        self.proc = subprocess.Popen([binary, "serve", *args, "--port", "0", "--port-file", str(port_file)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"qkv serve did not start (exit {self.proc.poll()}; see serve.log)")
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
+        while self.get("/health")[0] != 200:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("qkv serve did not get ready (see serve.log)")
+            time.sleep(0.05)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=60) as r:
+                return r.status, r.read().decode()
+        except (urllib.error.HTTPError, urllib.error.URLError) as e:
+            return getattr(e, "code", 0), str(e)
+
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        code = self.proc.wait(timeout=60)
+        self.log.close()
+        return code
+
+
+def compare(name: str, served: list[str], gpu: list[str], cpu: list[str]) -> bool:
+    same_gpu = sum(a == b for a, b in zip(served, gpu))
+    same_cpu = sum(a == b for a, b in zip(served, cpu))
+    print(f"{name}: {len(served)} answers; equal to the GPU CLI's: {same_gpu}; to the CPU's: {same_cpu}")
+    for i, (a, b) in enumerate(zip(served, gpu)):
+        if a != b:
+            print(f"  line {i}: served {a!r}, qkv on the GPU {b!r}")
+            break
+    return same_gpu == len(served) == len(gpu)
+
+
+def main() -> int:
+    binary, out = sys.argv[1], Path(sys.argv[2])
+    device = sys.argv[3] if len(sys.argv) > 3 else "cuda"
+    out.mkdir(parents=True, exist_ok=True)
+    small = ["--d-model", "32", "--heads", "2", "--layers", "2", "--d-ff", "64", "--spm-vocab", "300",
+             "--log-every", "100", "--valid-every", "0", "--lr", "3e-3", "--warmup", "5", "--device", device]
+    text = write_lines(out / "text.txt", sentences(400, 1))
+    qkv(binary, "train", "--arch", "decoder-only", "--text", str(text), "--output-dir", str(out / "lm"),
+        "--block-size", "32", "--batch-size", "8", "--steps", "80", *small)
+    src = sentences(300, 2)
+    write_lines(out / "train.src", src)
+    write_lines(out / "train.tgt", [" ".join(reversed(s.split())) for s in src])
+    qkv(binary, "train", "--src", str(out / "train.src"), "--tgt", str(out / "train.tgt"), "--output-dir",
+        str(out / "mt"), "--max-seq-length", "96", "--max-batch-tokens", "400", "--steps", "80", *small)
+    lm, mt = str(out / "lm" / "last"), str(out / "mt" / "last")
+
+    prompts = [" ".join(s.split()[:1 + i % 4]) for i, s in enumerate(sentences(48, 3))]
+    inputs = sentences(48, 4)
+    write_lines(out / "prompts.txt", prompts)
+    write_lines(out / "inputs.txt", inputs)
+    completions = {d: qkv(binary, "generate", "--checkpoint", lm, "--input", str(out / "prompts.txt"),
+                          "--max-new-tokens", "20", "--device", d)[:len(prompts)] for d in (device, "cpu")}
+    translations = {d: qkv(binary, "translate", "--checkpoint", mt, "--input", str(out / "inputs.txt"),
+                           "--beam-size", "4", "--device", d)[:len(inputs)] for d in (device, "cpu")}
+
+    server = Server(binary, out, "--model", f"lm={lm}", "--model", f"mt={mt}", "--device", device,
+                    "--max-concurrent-sequences", "8")
+
+    def complete(p: str) -> str:
+        status, r = server.post("/v1/completions", {"model": "lm", "prompt": p, "max_tokens": 20, "temperature": 0})
+        return r["choices"][0]["text"] if status == 200 else f"<HTTP {status}: {r}>"
+
+    def translate(s: str) -> str:
+        status, r = server.post("/v1/translations", {"model": "mt", "input": s, "beam_size": 4, "truncate": True})
+        return r["data"][0]["translation"] if status == 200 else f"<HTTP {status}: {r}>"
+
+    # 16 clients at once: completions join the running batch (8 sequences at most) as others finish.
+    with ThreadPoolExecutor(16) as pool:
+        served_completions = list(pool.map(complete, prompts))
+        served_translations = list(pool.map(translate, inputs))
+    ok = compare("completions (greedy, 16 clients, continuous batching on the GPU)", served_completions,
+                 completions[device], completions["cpu"])
+    ok &= compare("translations (beam 4, 16 clients, batched on the GPU)", served_translations,
+                  translations[device], translations["cpu"])
+    status, metrics = server.get("/metrics")
+    ok &= status == 200
+    code = server.stop()
+    print(f"qkv serve --device {device}: /metrics {status}; exit {code} after SIGTERM")
+    return 0 if ok and code == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
