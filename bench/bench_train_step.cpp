@@ -180,8 +180,11 @@ int main(int argc, char** argv) try {
   int64_t parameters = 0;
   for (const Var& p : model.parameters()) parameters += p.value().numel();
   const train::StepShape shape{a.batch, a.len, a.len - 1, a.batch * (a.len - 1), config.tgt_vocab_size};
-  const train::MicroBatchPlan plan =
-      train::plan_micro_batches(config, parameters, a.recompute_ffn, shape, a.max_memory);
+  // On a GPU, --max-memory auto is a share of its memory, as `qkv train --device cuda` plans it.
+  const int64_t max_memory =
+      device.is_cuda() ? train::max_memory_on_gpu(a.max_memory, static_cast<int64_t>(cuda::memory_info(device).total))
+                       : a.max_memory;
+  const train::MicroBatchPlan plan = train::plan_micro_batches(config, parameters, a.recompute_ffn, shape, max_memory);
   const int64_t rows = a.micro_batch > 0 ? a.micro_batch : plan.rows;
   const train::MemoryEstimate estimate =
       train::estimate_step_memory(config, parameters, a.recompute_ffn, shape, rows > 0 ? rows : a.batch);

@@ -71,6 +71,17 @@ def main():
     }
     device_type = "cuda" if a.device.startswith("cuda") else "cpu"
     transformer = st.Transformer(**config).to(a.device)
+    if device_type == "cuda":
+        # Seed 000 makes its no-peek mask with torch.ones and no device, on the CPU, which PyTorch
+        # refuses to combine with a mask on the GPU: the seed's code runs with the GPU as the default
+        # device of its factories (the same values, made where the batch is).
+        seed_generate_mask = transformer.generate_mask
+
+        def generate_mask_on_the_gpu(src, tgt):
+            with torch.device(tgt.device):
+                return seed_generate_mask(src, tgt)
+
+        transformer.generate_mask = generate_mask_on_the_gpu
     tgt_vocab_size = a.vocab
     src_data = torch.randint(1, a.vocab, (a.batch, a.len)).to(a.device)
     tgt_data = torch.randint(1, a.vocab, (a.batch, a.len)).to(a.device)

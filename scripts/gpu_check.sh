@@ -4,7 +4,7 @@
 # writes logs and gtest's JSON under $OUT (default /tmp/qkv-gpu). docs/gpu.md keeps the results.
 # Narrower runs: QKV_SANITIZE=0 (no compute-sanitizer), QKV_SANITIZE_FILTER (memcheck's tests),
 # QKV_SANITIZE_TOOLS (default "racecheck synccheck"), QKV_BENCH=0 (no benchmarks), QKV_BENCH_GPT=0
-# (no GPT-2 small steps), QKV_BENCH_SEED=0 (no seed or Bible model steps), QKV_BENCH_PRECISIONS (the
+# (no GPT-2 small steps), QKV_BENCH_OPS=0 (no op-by-op timings), QKV_BENCH_SEED=0 (no seed or Bible model steps), QKV_BENCH_PRECISIONS (the
 # training steps', default "float32 bf16"), QKV_PROFILE=0 (no Nsight Systems profile),
 # QKV_RACECHECK_FILTER (the tests racecheck and synccheck run).
 # A time budget, QKV_CHECK_SECONDS (default 540: the device tool allows 600 s a command): a stage
@@ -113,7 +113,11 @@ one, two = load(sys.argv[1]), load(sys.argv[2])
 scale = max(float(abs(t).max()) for t in one.values())
 diff = max(float(abs(one[k] - two[k]).max()) for k in one)
 print(f"weights after 10 steps, 2 ranks vs 1 process: max |difference| {diff:.3g} (largest weight {scale:.3g})")
-sys.exit(0 if diff <= 1e-5 * scale else 1)
+# Not bits: the embedding's backward on a GPU sums repeated ids with atomicAdd (their order varies
+# from run to run), and Adam turns a last-bit difference in a near-zero gradient into up to lr a
+# step. 1e-4 of the largest weight (H200, 2026-11-30: 9.5e-5 of 3.96); a gradient lost or summed
+# twice moves most weights by about lr (1e-3) a step.
+sys.exit(0 if diff <= 1e-4 * scale else 1)
 PY
     status=1
   fi
@@ -144,18 +148,22 @@ fi
 # PyTorch eager with SDPA, steps alternating (bench_lm_train waits for each qkv step's queued work,
 # as PyTorch's loss.item() after optimizer.step()): float32 against float32, then qkv's bf16
 # precision against PyTorch's torch.autocast bf16.
+bench_failed() {  # NAME EXIT_STATUS LIMIT: why a benchmark printed no result
+  if [ "$2" -eq 124 ]; then echo "$1: did not finish within $3 s"; else
+    echo "$1: exited $2:"; grep -vE "^\s" "$out/bench_$1.log" | tail -3; fi
+}
 bench_gpt() {  # NAME FLAGS...
   local name="$1"
   shift
   fits "$name" 150 || return 0
   echo "== $name"
   QKV_BENCH_DIR="$PWD/bench" timeout 150 "$bundle/bench_lm_train" --device cuda --attention sdpa --python python3 "$@" \
-    > "$out/bench_$name.log" 2>&1 || echo "$name: did not finish within 150 s"
+    > "$out/bench_$name.log" 2>&1 || bench_failed "$name" $? 150
   grep -E "^(GPT|qkv|pytorch|ratio)" "$out/bench_$name.log"
 }
 benches=0
 [ "${QKV_BENCH:-1}" = 1 ] && benches=1
-if [ -x "$bundle/bench_gpu_ops" ] && [ "$benches" = 1 ] && fits "bench_gpu_ops" 150; then
+if [ -x "$bundle/bench_gpu_ops" ] && [ "$benches" = 1 ] && [ "${QKV_BENCH_OPS:-1}" = 1 ] && fits "bench_gpu_ops" 150; then
   echo "== a GPT-2 small step's ops one by one (bench_gpu_ops), and PyTorch's SDPA on the same attention"
   timeout 150 "$bundle/bench_gpu_ops" --python python3 > "$out/bench_gpu_ops.log" 2>&1
   grep -vE "^  (layernorm|gelu|residual|embedding)" "$out/bench_gpu_ops.log"
@@ -176,7 +184,7 @@ bench_seed() {  # NAME FLAGS...
   fits "$name" 120 || return 0
   echo "== $name"
   QKV_BENCH_DIR="$PWD/bench" timeout 120 "$bundle/bench_train_step" --device cuda --python python3 "$@" \
-    > "$out/bench_$name.log" 2>&1 || echo "$name: did not finish within 120 s"
+    > "$out/bench_$name.log" 2>&1 || bench_failed "$name" $? 120
   grep -E "^(seed|bible|qkv|pytorch|memory|ratio)" "$out/bench_$name.log"
 }
 if [ -x "$bundle/bench_train_step" ] && [ "$benches" = 1 ] && [ "${QKV_BENCH_SEED:-1}" = 1 ]; then

@@ -86,10 +86,10 @@ class Server:
 def compare(name: str, served: list[str], gpu: list[str], cpu: list[str]) -> bool:
     same_gpu = sum(a == b for a, b in zip(served, gpu))
     same_cpu = sum(a == b for a, b in zip(served, cpu))
-    print(f"{name}: {len(served)} answers; equal to the GPU CLI's: {same_gpu}; to the CPU's: {same_cpu}")
+    print(f"{name}: {len(served)} answers; equal to the CLI's on that device: {same_gpu}; to the CPU's: {same_cpu}")
     for i, (a, b) in enumerate(zip(served, gpu)):
         if a != b:
-            print(f"  line {i}: served {a!r}, qkv on the GPU {b!r}")
+            print(f"  line {i}: served {a!r}, the CLI {b!r}")
             break
     return same_gpu == len(served) == len(gpu)
 
@@ -134,9 +134,9 @@ def main() -> int:
     with ThreadPoolExecutor(16) as pool:
         served_completions = list(pool.map(complete, prompts))
         served_translations = list(pool.map(translate, inputs))
-    ok = compare("completions (greedy, 16 clients, continuous batching on the GPU)", served_completions,
+    ok = compare(f"completions (greedy, 16 clients, continuous batching on {device})", served_completions,
                  completions[device], completions["cpu"])
-    ok &= compare("translations (beam 4, 16 clients, batched on the GPU)", served_translations,
+    ok &= compare(f"translations (beam 4, 16 clients, batched on {device})", served_translations,
                   translations[device], translations["cpu"])
     status, metrics = server.get("/metrics")
     ok &= status == 200

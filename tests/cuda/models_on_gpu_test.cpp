@@ -231,9 +231,9 @@ std::vector<data::IdLine> rows_of(const Tensor& ids, int64_t keep) {
 }
 
 // A trained encoder-decoder's translations of its batch's sources, greedy and beam 4, on both
-// devices: the same tokens, scores within 1e-4 (relative).
+// devices: the same tokens, scores within `rel` (relative).
 void expect_translations_agree(const models::Transformer& cpu, const models::Transformer& gpu, const Family& f,
-                               const std::string& label) {
+                               const std::string& label, double rel = 1e-4) {
   const std::vector<data::IdLine> sources = rows_of(f.batch.src, 9);
   for (int beam : {1, 4}) {
     decoding::SearchOptions so;
@@ -242,7 +242,7 @@ void expect_translations_agree(const models::Transformer& cpu, const models::Tra
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(a[i][0].tokens, b[i][0].tokens) << label << ", beam " << beam << ", sentence " << i;
-      EXPECT_NEAR(a[i][0].score, b[i][0].score, 1e-4 * std::fabs(a[i][0].score) + 1e-5) << label << ", beam " << beam;
+      EXPECT_NEAR(a[i][0].score, b[i][0].score, rel * std::fabs(a[i][0].score) + 1e-5) << label << ", beam " << beam;
     }
   }
 }
@@ -335,6 +335,7 @@ TEST(ModelsOnGpu, RulesThatReadHistoryDrawsAndWideBeamsAreTheCpus) {
   cases[2].second.seed = 3;
   cases[3].first = "beam 8";
   cases[3].second.beam_size = 8;
+  cases[3].second.stop_at_eos = true;  // beam search ends hypotheses at EOS (it refuses --ignore-eos)
   for (const auto& [label, go] : cases)
     EXPECT_EQ(decoding::generate(*cpu, prompts, {11, 12, 13}, go), decoding::generate(*gpu, prompts, {11, 12, 13}, go))
         << label;
@@ -410,7 +411,11 @@ TEST(ModelsOnGpu, Int8InferenceIsTheCpus) {
     const auto [cpu, gpu] = trained_pair<models::Transformer>(f);
     cpu->set_compute_type(nn::ComputeType::Int8);
     gpu->set_compute_type(nn::ComputeType::Int8);
-    expect_translations_agree(*cpu, *gpu, f, f.name + " int8");
+    // Each int8 product gives the CPU's bits for the same input (OpsOnGpu.Int8WeightsGiveTheCpusBits),
+    // but the float32 ops between them sum in another order: an activation a few ulps apart can round
+    // to the next of its row's 255 levels, a step of 1/127 of the row's largest. Measured on an H200:
+    // scores up to 1e-3 apart (relative), the tokens equal.
+    expect_translations_agree(*cpu, *gpu, f, f.name + " int8", 5e-3);
   }
   const auto [cpu, gpu] = trained_pair<models::CausalLM>(fs[1]);
   cpu->set_compute_type(nn::ComputeType::Int8);

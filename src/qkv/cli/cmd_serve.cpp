@@ -223,6 +223,15 @@ serve::ServeOptions engine_options(const ServeCliOptions& o) {
 }
 
 int run_serve(const ServeCliOptions& o) {
+  // SIGINT and SIGTERM go to one thread (sigwait below), not to whichever thread runs: blocked first,
+  // before any thread starts, so that every thread inherits the mask. That includes the threads the
+  // CUDA runtime starts when --device cuda is resolved: a SIGTERM delivered to one of those ended the
+  // process at once instead of draining it.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   set_num_threads(o.threads);
   ServerState st;
   st.created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -237,14 +246,6 @@ int run_serve(const ServeCliOptions& o) {
     check_checkpoint_argument(specs.back().second);
   }
   const serve::ServeOptions so = engine_options(o);
-
-  // SIGINT and SIGTERM go to one thread (sigwait), not to whichever thread runs: blocked here,
-  // before any thread starts, so that every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   httplib::Server svr;
   const int http_threads = o.http_threads;
