@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "qkv/core/buffer_pool.h"
 #include "qkv/core/cuda_runtime.h"
@@ -549,10 +550,12 @@ TEST_F(OpsOnGpu, FlashMultiHeadAttentionOnSplitHeads) {
 // differ from both by the rounding (checked to be well above that, so the test would see a GPU that
 // ignored the precision).
 TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
-  // 40 outputs: rows of C 16-byte aligned; 43: written to aligned scratch and copied (gemm.cu's
-  // AlignedOutput), the bias and the gradient held before the product copied in.
-  for (const int64_t out : {int64_t{40}, int64_t{43}}) {
-    const std::string shape = " (" + std::to_string(out) + " outputs)";
+  // 40 outputs: rows of C 16-byte aligned; 43: not, written in place (the default) or, with
+  // QKV_CUDA_ALIGN_C=1, to aligned scratch and copied (gemm.cu's AlignedOutput), the bias and the
+  // gradient held before the product copied in.
+  for (const auto& [out, align_c] : {std::pair<int64_t, const char*>{40, "0"}, {43, "0"}, {43, "1"}}) {
+    ::setenv("QKV_CUDA_ALIGN_C", align_c, 1);
+    const std::string shape = " (" + std::to_string(out) + " outputs, QKV_CUDA_ALIGN_C=" + align_c + ")";
     const Tensor x = random_tensor(Dims{3, 17, 96}, 400), w = random_tensor(Dims{out, 96}, 401);
     const Tensor b = random_tensor(Dims{out}, 402), dy = random_tensor(Dims{3, 17, out}, 403);
     const Tensor y_bf16 = linear_forward(x, w, b, Precision::BF16);
@@ -568,6 +571,7 @@ TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
                         Precision::BF16);
       }, std::string("bf16 linear backward d") + "xw"[which] + shape);
   }
+  ::unsetenv("QKV_CUDA_ALIGN_C");
   const Tensor a = random_tensor(Dims{2, 3, 9, 24}, 404), c = random_tensor(Dims{2, 3, 11, 24}, 405);
   const Tensor dc = random_tensor(Dims{2, 3, 9, 11}, 406);
   expect_close(matmul_forward(a, c, true, Precision::BF16), matmul_forward(gpu(a), gpu(c), true, Precision::BF16),

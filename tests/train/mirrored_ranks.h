@@ -95,7 +95,9 @@ inline void expect_buckets_carry_every_gradient(const models::TransformerConfig&
     int64_t parameters = 0;
     for (const Var& p : ranked.parameters()) parameters += p.value().numel();
     EXPECT_EQ(mirror.summed_floats, on_device ? 0 : parameters) << "floats summed through the host";
-    if (twin) EXPECT_EQ(twin->summed_floats - twin_summed_before, parameters) << "floats summed on the device";
+    if (twin) {
+      EXPECT_EQ(twin->summed_floats - twin_summed_before, parameters) << "floats summed on the device";
+    }
     EXPECT_GT(reducer.stats().buckets, 4);
     EXPECT_GT(reducer.stats().started_in_backward, 0);
     const auto a = alone.parameters(), b = ranked.parameters();
