@@ -277,7 +277,7 @@ void other_rows(const Args& a, std::vector<Row>* rows) {
   }
   {
     // Adam over every parameter: in a few launches as the optimizer does (ops::adam_step_many), and
-    // one launch a tensor (its first form; not counted in the step).
+    // not counted in the step, the same with the kernel's first form and one launch a tensor.
     const int64_t V = a.vocab, L = a.layers;
     std::vector<Dims> shapes = {{V, D}, {a.block, D}};
     for (int64_t l = 0; l < L; ++l)
@@ -297,6 +297,10 @@ void other_rows(const Args& a, std::vector<Row>* rows) {
     char line[160];
     std::snprintf(line, sizeof line, "AdamW, %zu tensors, multi-tensor", shapes.size());
     rows->push_back({line, gpu_seconds(a.reps, [&] { ops::adam_step_many(all, s); }), 1});
+    ::setenv("QKV_CUDA_ADAM_SCALAR", "1", 1);  // the kernel's first form: an element a thread
+    std::snprintf(line, sizeof line, "AdamW, %zu tensors, multi-tensor, an element a thread", shapes.size());
+    rows->push_back({line, gpu_seconds(a.reps, [&] { ops::adam_step_many(all, s); }), 0});
+    ::unsetenv("QKV_CUDA_ADAM_SCALAR");
     std::snprintf(line, sizeof line, "AdamW, %zu tensors, a launch each", shapes.size());
     rows->push_back({line, gpu_seconds(a.reps, [&] {
                        for (size_t i = 0; i < p.size(); ++i) ops::adam_step(p[i], g[i], m[i], v[i], s);
