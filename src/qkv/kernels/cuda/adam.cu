@@ -44,7 +44,8 @@ struct AdamLaunch {
   int32_t chunk_of_tensor[kChunks];  // which chunk of its tensor block b updates
   uint8_t tensor[kChunks];           // its tensor's place in `tensors`
 };
-static_assert(sizeof(AdamLaunch) + sizeof(kernels::AdamScalars) <= 4096, "kernel arguments are at most 4 KB");
+static_assert(sizeof(AdamLaunch) + sizeof(kernels::AdamScalars) + sizeof(bool) <= 4096,
+              "kernel arguments are at most 4 KB");
 
 // Adam reads 16 bytes an element and writes 12: it runs at the memory's speed only with enough bytes
 // in flight. Four elements a thread through 16-byte loads and stores (where the four arrays are
