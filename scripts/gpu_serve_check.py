@@ -11,7 +11,6 @@ without a GPU). Exit 0 when the server's answers are the CLI's on the same devic
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
 import time
@@ -20,19 +19,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-WORDS = ["the", "light", "was", "good", "and", "God", "divided", "waters", "from", "earth",
-         "heaven", "day", "night", "said", "let", "there", "be", "made", "called", "morning"]
-
-
-def sentences(n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) + f" number {rng.randint(0, 999)} ."
-            for _ in range(n)]
-
-
-def write_lines(path: Path, lines: list[str]) -> Path:
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests"))
+from toy_text import sentences, write_lines  # noqa: E402 (the tests' made-up sentences)
 
 
 def qkv(binary: str, *args: str) -> list[str]:

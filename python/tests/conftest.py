@@ -3,19 +3,13 @@ family trained by it in a few seconds on text made here."""
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 from pathlib import Path
 
 import pytest
+from toy_text import SPANISH, sentences, write_lines  # noqa: F401 (the tests import them from here)
 
 REPO = Path(__file__).resolve().parents[2]
-WORDS = ["the", "light", "was", "good", "and", "God", "divided", "waters", "from", "earth",
-         "heaven", "day", "night", "said", "let", "there", "be", "made", "called", "morning"]
-SPANISH = {"the": "la", "light": "luz", "was": "era", "good": "buena", "and": "y", "God": "Dios",
-           "divided": "separó", "waters": "aguas", "from": "de", "earth": "tierra", "heaven": "cielo",
-           "day": "día", "night": "noche", "said": "dijo", "let": "sea", "there": "allí", "be": "ser",
-           "made": "hizo", "called": "llamó", "morning": "mañana"}
 
 
 def qkv_bin() -> str:
@@ -27,17 +21,6 @@ def run_qkv(*args: str, input: str | None = None, check: bool = True) -> subproc
     if check and r.returncode != 0:
         raise AssertionError(f"qkv {' '.join(args)} exited {r.returncode}:\n{r.stderr}")
     return r
-
-
-def sentences(n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) + f" number {rng.randint(0, 999)} ."
-            for _ in range(n)]
-
-
-def write_lines(path: Path, lines: list[str]) -> Path:
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return path
 
 
 TINY_MODEL = ["--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32", "--threads", "1"]
