@@ -15,6 +15,10 @@ set -uo pipefail
 bundle="${1:-.gpu}"
 out="${OUT:-/tmp/qkv-gpu}"
 mkdir -p "$out"
+# What it prints also goes to $out/summary.txt; at the end every other log goes into one archive,
+# $out/logs.tar.gz (the device tool brings back a few files, not dozens; QKV_PACK_LOGS=0 leaves
+# them loose).
+exec > >(tee "$out/summary.txt") 2>&1
 if [ -f "$bundle/bundle.tar.xz" ]; then tar -C "$bundle" -xJf "$bundle/bundle.tar.xz"; fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 # The CUDA libraries: the toolkit's, or the pip wheels' next to PyTorch (NCCL, which qkv loads at
@@ -91,6 +95,8 @@ fi
 # host memory) against one process whose micro-batches are a rank's share, as tests/mpi does on CPUs.
 if ! command -v mpirun >/dev/null; then
   echo "== data parallelism on the GPU: no mpirun on this machine (tests/cuda checks the gradient buckets)"
+elif ! ldd "$bundle/qkv" | grep -q libmpi; then
+  echo "== data parallelism on the GPU: this qkv was built without MPI (-DQKV_MPI=OFF); build with it to check two ranks"
 elif fits "data parallelism (mpirun)" 300; then
   echo "== mpirun -np 2 qkv train --device cuda:0 against one process with --micro-batch 4"
   dp=(train --synthetic --preset seed --task copy --vocab 40 --d-model 32 --heads 4 --layers 2 --d-ff 64 --batch-size 8
@@ -227,4 +233,9 @@ PY
   done
 fi
 echo "== done in $SECONDS s of the $budget s budget${skipped[*]:+; skipped: ${skipped[*]}}"
+if [ "${QKV_PACK_LOGS:-1}" = 1 ]; then
+  (cd "$out" && find . -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name logs.tar.gz ! -name .packed -printf '%P\n' > .packed &&
+   tar -czf logs.tar.gz --exclude='*.safetensors' -T .packed && xargs rm -rf < .packed && rm -f .packed)
+  echo "logs: $out/logs.tar.gz (tar -xzf it), this summary: $out/summary.txt"
+fi
 exit $status
