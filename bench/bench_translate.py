@@ -3,11 +3,13 @@
 (issue 11, item 3), with peak memory, BLEU and the agreement of the outputs, all from one run.
 
     bench/bench_translate.py --checkpoint runs/bible-mt/best --input /tmp/bible/test.es --ref /tmp/bible/test.en
-        [--beam 4] [--batch-size 32] [--threads 2] [--runs 3] [--work DIR] [--no-ct2]
+        [--beam 4] [--batch-size 32] [--threads 2] [--runs 3] [--work DIR] [--no-ct2] [--bf16] [--device cuda]
 
 Needs build/qkv and the peers' venv (bench/setup_peers.sh: build/bench-venv with ctranslate2);
 --no-ct2 runs qkv alone (float32 and int8), without the venv (CTest's bench.translate does so on a
-tiny model).
+tiny model). --bf16 adds qkv's bf16 compute type (`--compute-type bf16`); --device cuda translates on
+the GPU, qkv's and CTranslate2's alike (scripts/gpu_check.sh runs it with --no-ct2: CTranslate2's
+CUDA build is not on the GPU machine).
 The checkpoint is converted once with bench/ct2_convert.py (cached in WORK/ct2-float32; int8 is
 CTranslate2's compute_type="int8", quantized when the model loads). Every translation runs in its
 own process, so each peak RSS (os.wait4 of that child) is that peer's alone; peers alternate within
@@ -97,6 +99,8 @@ def main():
     ap.add_argument("--qkv", default=os.path.join(tp.ROOT, "build", "qkv"))
     ap.add_argument("--work", help="directory for the files (default: a temporary one)")
     ap.add_argument("--no-ct2", action="store_true", help="qkv alone (float32 and int8): no CTranslate2, no venv")
+    ap.add_argument("--bf16", action="store_true", help="also qkv's bf16 compute type")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N for qkv and CTranslate2 on a GPU")
     a = ap.parse_args()
     if a.runs < 1 or a.beam < 1 or a.batch_size < 1 or a.threads < 1:
         ap.error("need --runs, --beam, --batch-size, --threads >= 1")
@@ -116,35 +120,38 @@ def main():
     with open(first, "w") as f:
         f.write(next(line for line in tp.read_lines(src) if line.strip()) + "\n")
 
-    ceilings = [tp.sgemm_ceiling(a.qkv, a.threads)]
+    on_cpu = a.device == "cpu"
+    ceilings = [tp.sgemm_ceiling(a.qkv, a.threads) if on_cpu else None]
     ct2_peers = [] if a.no_ct2 else ["ct2 float32", "ct2 int8"]
-    peers = ["qkv", "qkv int8"] + ct2_peers
+    qkv_types = {"qkv": "float32", "qkv int8": "int8", **({"qkv bf16": "bf16"} if a.bf16 else {})}
+    peers = list(qkv_types) + ct2_peers
     out = {p: os.path.join(work, p.replace(" ", "-") + ".ids") for p in peers}
     secs, rss, own, over = {p: [] for p in peers}, {p: [] for p in peers}, [], {}
-    def qkv_cmd(ids, quantize):
+    def qkv_cmd(ids, compute_type):
         return tp.qkv_translate_cmd(a.qkv, a.checkpoint, ids, a.beam, a.batch_size, a.threads,
-                                    a.length_penalty) + ["--quantize", quantize]
+                                    a.length_penalty) + ["--compute-type", compute_type, "--device", a.device]
 
     for r in range(a.runs):
-        for p, quantize in (("qkv", "none"), ("qkv int8", "int8")):
-            full = tp.run_child(qkv_cmd(src, quantize), out[p])
-            one = tp.run_child(qkv_cmd(first, quantize), os.path.join(work, "first.out.ids"))
+        for p, compute_type in qkv_types.items():
+            full = tp.run_child(qkv_cmd(src, compute_type), out[p])
+            one = tp.run_child(qkv_cmd(first, compute_type), os.path.join(work, "first.out.ids"))
             secs[p].append(full.wall - one.wall)
             rss[p].append(full.maxrss_mb)
             if p == "qkv":
                 own.append(tp.qkv_summary_seconds(full.stderr))
         for p in ct2_peers:
             run = tp.run_child(tp.ct2_translate_cmd(python, a.checkpoint, model, src, out[p], a.beam, a.batch_size,
-                                                    a.threads, p.split()[1], a.length_penalty))
+                                                    a.threads, p.split()[1], a.length_penalty) + ["--device", a.device])
             report = json.loads(run.stdout)
             secs[p].append(report["seconds"])
             over[p] = report["over_limit"]
             rss[p].append(run.maxrss_mb)
         print(f"round {r + 1}/{a.runs}: " + ", ".join(f"{p} {secs[p][-1]:.2f} s" for p in peers), file=sys.stderr)
-    ceilings.append(tp.sgemm_ceiling(a.qkv, a.threads))
+    ceilings.append(tp.sgemm_ceiling(a.qkv, a.threads) if on_cpu else None)
 
+    where = f"{a.threads} threads" if on_cpu else f"device {a.device}"
     print(f"checkpoint {a.checkpoint}, input {a.input} ({len(tp.read_lines(src))} lines), beam {a.beam}, "
-          f"batches of {a.batch_size}, {a.threads} threads, median of {a.runs} runs")
+          f"batches of {a.batch_size}, {where}, median of {a.runs} runs")
     known = [c for c in ceilings if c is not None]
     if known:
         print(f"SGEMM ceiling (OpenBLAS, {a.threads} threads, bench_int8_gemm --sgemm-ceiling) before and after the "
@@ -163,9 +170,11 @@ def main():
             decode_ids(python, a.checkpoint, out[p], hyp)
         else:  # qkv only (--no-ct2): its own text output of the same translation, untimed
             cmd = tp.qkv_translate_cmd(a.qkv, a.checkpoint, a.input, a.beam, a.batch_size, a.threads, a.length_penalty)
-            tp.run_child([x for x in cmd if x != "--ids"] + ["--quantize", "int8" if p == "qkv int8" else "none"], hyp)
+            tp.run_child([x for x in cmd if x != "--ids"] + ["--compute-type", qkv_types[p], "--device", a.device], hyp)
         print(f"{p:<12} {tokens:>7} {s:>8.2f} {tps[p]:>9.1f} {max(rss[p]):>6.0f} MB  {bleu(a.qkv, a.ref, hyp)}")
     print(f"qkv int8 / qkv float32: {tps['qkv int8'] / tps['qkv']:.2f}x the tokens/s")
+    if a.bf16:
+        print(f"qkv bf16 / qkv float32: {tps['qkv bf16'] / tps['qkv']:.2f}x the tokens/s")
     if a.no_ct2:
         print(f"qkv's own clock (after loading): median {statistics.median(own):.2f} s")
         print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; files in {work}")

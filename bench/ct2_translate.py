@@ -59,6 +59,7 @@ def main():
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--compute-type", default="float32")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N")
     ap.add_argument("--length-penalty", type=float, default=1.0)
     ap.add_argument("--max-length-ratio", type=float, default=2.0)
     ap.add_argument("--max-length-offset", type=int, default=10)
@@ -77,7 +78,8 @@ def main():
     pieces = [[src_sp.id_to_piece(i) for i in s] for s in sources]
     never = [[tgt_sp.id_to_piece(config.get(k, d))] for k, d in (("pad_id", 0), ("bos_id", 2)) if config.get(k, d) >= 0]
 
-    translator = ctranslate2.Translator(a.model, device="cpu", compute_type=a.compute_type,
+    device, _, index = a.device.partition(":")
+    translator = ctranslate2.Translator(a.model, device=device, device_index=int(index or 0), compute_type=a.compute_type,
                                         inter_threads=1, intra_threads=a.threads)
     limits = [output_limit(len(s), a.max_length_ratio, a.max_length_offset, max_seq_length) for s in sources]
     results = [[] for _ in sources]
