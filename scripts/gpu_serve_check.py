@@ -40,11 +40,13 @@ class Server:
         deadline = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().strip()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
                 raise SystemExit(f"qkv serve did not start (exit {self.proc.poll()}; see serve.log)")
             time.sleep(0.05)
         self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
         while self.get("/health")[0] != 200:
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
                 raise SystemExit("qkv serve did not get ready (see serve.log)")
             time.sleep(0.05)
 
@@ -56,6 +58,7 @@ class Server:
             return getattr(e, "code", 0), str(e)
 
     def post(self, path: str, body: dict) -> tuple[int, dict]:
+        """The status and the JSON answer; status 0 where no answer came (the error in "error")."""
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
         try:
@@ -63,12 +66,25 @@ class Server:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"{}")
+        except (OSError, ValueError) as e:  # refused, reset, timed out, not JSON
+            return 0, {"error": str(e)}
 
     def stop(self) -> int:
+        """SIGTERM, then the exit status (a drain of at most 60 s, else SIGKILL and an error)."""
         self.proc.terminate()
-        code = self.proc.wait(timeout=60)
-        self.log.close()
+        try:
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise SystemExit("qkv serve did not exit within 60 s of SIGTERM")
+        finally:
+            self.log.close()
         return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def compare(name: str, served: list[str], gpu: list[str], cpu: list[str]) -> bool:
@@ -110,23 +126,34 @@ def main() -> int:
     server = Server(binary, out, "--model", f"lm={lm}", "--model", f"mt={mt}", "--device", device,
                     "--max-concurrent-sequences", "8")
 
+    def answer(path: str, body: dict, read) -> str:
+        status, r = server.post(path, body)
+        try:
+            return read(r) if status == 200 else f"<HTTP {status}: {r}>"
+        except (KeyError, IndexError, TypeError):
+            return f"<HTTP 200, an unexpected body: {r}>"
+
     def complete(p: str) -> str:
-        status, r = server.post("/v1/completions", {"model": "lm", "prompt": p, "max_tokens": 20, "temperature": 0})
-        return r["choices"][0]["text"] if status == 200 else f"<HTTP {status}: {r}>"
+        return answer("/v1/completions", {"model": "lm", "prompt": p, "max_tokens": 20, "temperature": 0},
+                      lambda r: r["choices"][0]["text"])
 
     def translate(s: str) -> str:
-        status, r = server.post("/v1/translations", {"model": "mt", "input": s, "beam_size": 4, "truncate": True})
-        return r["data"][0]["translation"] if status == 200 else f"<HTTP {status}: {r}>"
+        return answer("/v1/translations", {"model": "mt", "input": s, "beam_size": 4, "truncate": True},
+                      lambda r: r["data"][0]["translation"])
 
     # 16 clients at once: completions join the running batch (8 sequences at most) as others finish.
-    with ThreadPoolExecutor(16) as pool:
-        served_completions = list(pool.map(complete, prompts))
-        served_translations = list(pool.map(translate, inputs))
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            served_completions = list(pool.map(complete, prompts))
+            served_translations = list(pool.map(translate, inputs))
+        status, _ = server.get("/metrics")
+    except BaseException:
+        server.kill()
+        raise
     ok = compare(f"completions (greedy, 16 clients, continuous batching on {device})", served_completions,
                  completions[device], completions["cpu"])
     ok &= compare(f"translations (beam 4, 16 clients, batched on {device})", served_translations,
                   translations[device], translations["cpu"])
-    status, metrics = server.get("/metrics")
     ok &= status == 200
     code = server.stop()
     print(f"qkv serve --device {device}: /metrics {status}; exit {code} after SIGTERM")

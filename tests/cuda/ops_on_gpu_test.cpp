@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <random>
@@ -103,6 +104,19 @@ void expect_backward_close(const Dims& shape, Backward backward, const std::stri
   backward(kGpu, &gpu_acc);
   expect_close(cpu_acc, gpu_acc, what + " (accumulated)", tol);
 }
+
+// An environment variable set for a scope and unset at its end, however the scope ends (a kernel
+// reads its form from one at each call: QKV_FLASH_MMA, QKV_CUDA_ALIGN_C, ...).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
 
 class OpsOnGpu : public ::testing::Test {
  protected:
@@ -424,10 +438,12 @@ TEST_F(OpsOnGpu, FlashAttentionKeepsNoSoftmaxAndAgreesWithTheCpu) {
     const Tensor out_g = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &saved, false);
     EXPECT_FALSE(saved.probs.defined()) << what << ": no softmax kept";
     {  // the forward's other form, the next tile prefetched (QKV_FLASH_PREFETCH=1)
-      ::setenv("QKV_FLASH_PREFETCH", "1", 1);
       AttentionSaved prefetched;
-      const Tensor out_prefetched = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &prefetched, false);
-      ::unsetenv("QKV_FLASH_PREFETCH");
+      Tensor out_prefetched;
+      {
+        const ScopedEnv prefetch("QKV_FLASH_PREFETCH", "1");
+        out_prefetched = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, drop, &prefetched, false);
+      }
       // The same arithmetic in the same order: the same bits.
       expect_equal(out_g, out_prefetched, what + " with prefetch");
       expect_equal(saved.stats, prefetched.stats, what + " statistics with prefetch");
@@ -554,7 +570,7 @@ TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
   // QKV_CUDA_ALIGN_C=1, to aligned scratch and copied (gemm.cu's AlignedOutput), the bias and the
   // gradient held before the product copied in.
   for (const auto& [out, align_c] : {std::pair<int64_t, const char*>{40, "0"}, {43, "0"}, {43, "1"}}) {
-    ::setenv("QKV_CUDA_ALIGN_C", align_c, 1);
+    const ScopedEnv align("QKV_CUDA_ALIGN_C", align_c);
     const std::string shape = " (" + std::to_string(out) + " outputs, QKV_CUDA_ALIGN_C=" + align_c + ")";
     const Tensor x = random_tensor(Dims{3, 17, 96}, 400), w = random_tensor(Dims{out, 96}, 401);
     const Tensor b = random_tensor(Dims{out}, 402), dy = random_tensor(Dims{3, 17, out}, 403);
@@ -571,7 +587,6 @@ TEST_F(OpsOnGpu, Bf16PrecisionProducts) {
                         Precision::BF16);
       }, std::string("bf16 linear backward d") + "xw"[which] + shape);
   }
-  ::unsetenv("QKV_CUDA_ALIGN_C");
   const Tensor a = random_tensor(Dims{2, 3, 9, 24}, 404), c = random_tensor(Dims{2, 3, 11, 24}, 405);
   const Tensor dc = random_tensor(Dims{2, 3, 9, 11}, 406);
   expect_close(matmul_forward(a, c, true, Precision::BF16), matmul_forward(gpu(a), gpu(c), true, Precision::BF16),
@@ -649,7 +664,7 @@ TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
     EXPECT_FALSE(saved_f32.bf16) << shape_name;
     Tensor outs[3], grads[3][4];  // per form: the output, and dq, dk, dv, dbias written into fresh slots
     for (int f = 0; f < 3; ++f) {
-      ::setenv("QKV_FLASH_MMA", forms[f], 1);
+      const ScopedEnv form("QKV_FLASH_MMA", forms[f]);
       const std::string what = shape_name + " (" + form_names[f] + ")";
       AttentionSaved saved;
       Tensor out_g;
@@ -682,7 +697,6 @@ TEST_F(OpsOnGpu, Bf16FlashAttentionOnTheTensorCores) {
                      what + " inference", kBf16Tol);
       }
     }
-    ::unsetenv("QKV_FLASH_MMA");
     // The mma.sync form against the WMMA one: the same roundings, sums in another order.
     for (int f = 1; f < 3; ++f) {
       const std::string what = shape_name + " (" + form_names[f] + " against wmma)";
@@ -758,14 +772,13 @@ TEST_F(OpsOnGpu, FlashAttentionWithAMinusInfinityFillOverARowsFirstTileOfKeys) {
   const auto rounded = [](const Tensor& t) { return t.to(DType::BF16).to(DType::F32); };
   const Tensor out_rounded = attention_forward(rounded(q), rounded(k), rounded(v), cpu_masks, none, nullptr, true);
   for (const char* form : {"0", "1"}) {
-    ::setenv("QKV_FLASH_MMA", form, 1);
+    const ScopedEnv kernel_form("QKV_FLASH_MMA", form);
     const ProductPrecisionScope bf16(Precision::BF16);
     AttentionSaved saved_bf16;
     const Tensor out_bf16 = attention_forward_saving(gpu(q), gpu(k), gpu(v), gpu_masks, none, &saved_bf16, false);
     EXPECT_TRUE(saved_bf16.bf16);
     check(out_rounded, out_bf16, std::string("bf16 flash forward (QKV_FLASH_MMA=") + form + "), -inf fill", 1e-2);
   }
-  ::unsetenv("QKV_FLASH_MMA");
 }
 
 TEST_F(OpsOnGpu, MappedAttentionReadsTheRowsTheMapNames) {
@@ -811,9 +824,8 @@ TEST_F(OpsOnGpu, AdamOnManyTensorsIsOneCallATensor) {
       adam_step(cpu_p[i], grads[i], cpu_m[i], cpu_v[i], own);
       // A launch a tensor in the kernel's first form (an element a thread), against every tensor in a
       // few launches in the default form (four elements a thread through 16-byte loads): the same bits.
-      ::setenv("QKV_CUDA_ADAM_SCALAR", "1", 1);
+      const ScopedEnv first_form("QKV_CUDA_ADAM_SCALAR", "1");
       adam_step(one_p[i], gpu_grads[i], one_m[i], one_v[i], own);
-      ::unsetenv("QKV_CUDA_ADAM_SCALAR");
       all.push_back({&many_p[i], &gpu_grads[i], &many_m[i], &many_v[i], own.param_scale});
     }
     adam_step_many(all, shared);
@@ -828,6 +840,22 @@ TEST_F(OpsOnGpu, AdamOnManyTensorsIsOneCallATensor) {
       expect_close(cpu_m[i], many_m[i], "adam first moment, " + what);
     }
   }
+  // A parameter 4 bytes into its buffer (a view, not 16-byte aligned): its blocks take the element-a-
+  // thread loop of the default form, with the aligned copy's bits.
+  const int64_t n = 1001;
+  const Tensor start = random_tensor(Dims{n}, 77), grad = gpu(random_tensor(Dims{n}, 78, 0.01f));
+  Tensor buffer = gpu(random_tensor(Dims{n + 1}, 79));
+  Tensor offset = buffer.slice0(1, n + 1), aligned = gpu(start);
+  offset.copy_from(gpu(start));
+  Tensor m1 = Tensor::zeros(Dims{n}, DType::F32, kGpu), v1 = Tensor::zeros(Dims{n}, DType::F32, kGpu);
+  Tensor m2 = Tensor::zeros(Dims{n}, DType::F32, kGpu), v2 = Tensor::zeros(Dims{n}, DType::F32, kGpu);
+  ASSERT_NE(reinterpret_cast<uintptr_t>(offset.f32()) % 16, 0u) << "the view is meant to be unaligned";
+  for (int step = 0; step < 2; ++step) {
+    adam_step_many({{&offset, &grad, &m1, &v1}}, s);
+    adam_step_many({{&aligned, &grad, &m2, &v2}}, s);
+  }
+  EXPECT_EQ(offset.to_vector(), aligned.to_vector()) << "an unaligned parameter";
+  EXPECT_EQ(v1.to_vector(), v2.to_vector()) << "an unaligned parameter";
 }
 
 // A search step's candidates on the GPU: the same entries and ids as the CPU's reference, with
