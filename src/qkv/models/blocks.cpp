@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "qkv/ops/ops.h"
+
 namespace qkv::models {
 
 namespace {
@@ -35,15 +37,12 @@ void add_block_linears(nn::MultiHeadAttention& self_attn, nn::PositionWiseFeedFo
 std::unique_ptr<nn::MultiHeadAttention> make_attention(const TransformerConfig& c, Generator& gen) {
   auto attention = std::make_unique<nn::MultiHeadAttention>(c.d_model, c.num_heads, gen, c.attention_dropout,
                                                             c.linear_bias, c.attention_width());
-  if (!c.scale_attention_scores) {
+  if (!c.scale_attention_scores && !nn::random_init_skipped()) {
     // Unscaled scores (T5): the 1/sqrt(d_head) the scores lack goes into the query projection's first
     // values, as T5 initializes it (std (d_model d_head)^-1/2 there). With nn.Linear's draw alone the
     // first scores were sqrt(d_head) times a scaled model's, and a model trained from scratch learned
-    // far more slowly (docs/runs.md, T5 section). Loaded weights replace these.
-    Tensor& w = attention->W_q.weight.value();
-    const float scale = 1.f / std::sqrt(static_cast<float>(c.head_size()));
-    float* p = w.f32();
-    for (int64_t i = 0; i < w.numel(); ++i) p[i] *= scale;
+    // far more slowly (docs/runs.md, T5 section). Skipped where a checkpoint's weights come next.
+    ops::scale_inplace(attention->W_q.weight.value(), 1.f / std::sqrt(static_cast<float>(c.head_size())));
   }
   return attention;
 }
