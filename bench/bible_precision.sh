@@ -6,7 +6,9 @@
 # side by side, the seconds per step, and a BLEU table. Equal steps, not equal time: the question is
 # whether bf16 products change what is learned; the speed is the step time beside it.
 #
-# Usage: [STEPS=900] [VALID_EVERY=300] [WARMUP=STEPS/3] [VOCAB=4000] [QKV_THREADS=N] bench/bible_precision.sh [OUT]   (default runs/bible-precision)
+# Usage: [STEPS=900] [VALID_EVERY=300] [WARMUP=STEPS/3] [VOCAB=4000] [QKV_THREADS=N] [QKV=build/qkv] bench/bible_precision.sh [OUT]
+#        (default OUT runs/bible-precision; QKV names a copy of the binary, so that rebuilding during a
+#        run that spans sessions cannot change the binary between its resumed parts)
 # Needs: build/qkv, and the packages bench/translate_bible.sh installs (diatheke, the SWORD texts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ WARMUP=${WARMUP:-$(( STEPS >= 2400 ? 800 : STEPS / 3 ))}
 VOCAB=${VOCAB:-4000}
 THREADS=${QKV_THREADS:-$(nproc)}
 DATA=data/bible
-QKV=build/qkv
+QKV=${QKV:-build/qkv}
 [ -x "$QKV" ] || { echo "build qkv first (see README.md)"; exit 1; }
 for pkg in diatheke sword-text-sparv sword-text-kjv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || { echo "installing $pkg"; apt-get install -y -qq "$pkg" >/dev/null; }

@@ -384,6 +384,54 @@ def test_completions_under_overload_are_answered_or_refused(lm_checkpoint, tmp_p
         assert s.stop() == 0
 
 
+def memory_held(server) -> int:
+    text = server.request("GET", "/metrics")[2]
+    return int(float(next(l for l in text.splitlines() if l.startswith('qkv_memory_bytes{device="cpu"}')).split()[-1]))
+
+
+def test_completions_under_a_memory_limit_are_preempted_or_refused_never_wrong(lm_checkpoint, tmp_path):
+    """--max-memory a little above what the loaded model holds: concurrent completions that do not fit
+    together are preempted and resumed with fewer rows (the same text as alone), or, when one does not
+    fit even alone, refused with 503 out_of_memory; the server goes on."""
+    requests = [dict(r, stream=False) for r in completion_requests()]
+    roomy = Server(tmp_path, "--model", f"lm={lm_checkpoint}")
+    try:
+        held = memory_held(roomy)
+        expected = [complete(roomy, body) for body in requests]
+    finally:
+        assert roomy.stop() == 0
+    preemptions, refused, answered = 0, 0, 0
+    for margin in (16 << 10, 48 << 10, 160 << 10):
+        s = Server(tmp_path, "--model", f"lm={lm_checkpoint}", "--max-memory", str(held + margin))
+        try:
+            with ThreadPoolExecutor(len(requests)) as pool:
+                answers = list(pool.map(lambda b: s.post("/v1/completions", b), requests))
+            for i, (status, r) in enumerate(answers):
+                if status == 200:
+                    answered += 1
+                    assert [(c["text"], c["finish_reason"]) for c in r["choices"]] == expected[i], (margin, requests[i])
+                else:
+                    refused += 1
+                    assert status == 503 and r["error"]["code"] == "out_of_memory", (status, r)
+                    assert "--max-memory" in r["error"]["message"]
+            preemptions += metric(s, "qkv_preemptions_total", "lm") if "qkv_preemptions_total{" in \
+                s.request("GET", "/metrics")[2] else 0
+            assert s.request("GET", "/health")[0] == 200
+            limit = s.request("GET", "/metrics")[2]
+            assert f'qkv_memory_limit_bytes{{device="cpu"}} {held + margin}' in limit
+        finally:
+            assert s.stop() == 0
+    assert answered > 0 and preemptions > 0, (answered, refused, preemptions)
+
+
+def test_a_memory_limit_below_the_model_is_an_error_naming_it(lm_checkpoint, tmp_path):
+    r = run_qkv("serve", "--model", f"lm={lm_checkpoint}", "--port", "0", "--max-memory", "1000", check=False)
+    assert r.returncode == 1 and "qkv: error:" in r.stderr and "--max-memory" in r.stderr, r.stderr
+    for bad in ("auto", "12Q", "-3"):
+        r = run_qkv("serve", "--model", f"lm={lm_checkpoint}", "--max-memory", bad, check=False)
+        assert r.returncode == 2 and "--max-memory" in r.stderr, (bad, r.stderr)
+
+
 def test_api_key_and_overload(translation_checkpoint, data_dir, tmp_path):
     s = Server(tmp_path, "--model", f"mt={translation_checkpoint}", "--api-key", "sesame", "--max-queue", "2",
                "--max-batch-tokens", "1")

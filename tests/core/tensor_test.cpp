@@ -55,6 +55,46 @@ TEST(BufferPool, AnAllocationTooLargeIsAnOutOfMemoryErrorThatCountsNothing) {
   EXPECT_EQ(after.system_allocs, before.system_allocs);
 }
 
+// Under a memory limit (qkv serve --max-memory) a miss that would pass it gives back the idle
+// buffers first, then throws an OutOfMemoryError naming the limit, counting nothing; buffers within
+// it, pooled or unpooled, come as before, and lifting the limit lifts the refusal.
+TEST(BufferPool, AMemoryLimitRefusesWhatWouldPassItAfterGivingBackIdleBuffers) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  struct LimitLifted {  // whatever the test does, the tests after it run without a limit
+    ~LimitLifted() { BufferPool::set_memory_limit(0); }
+  } lifted;
+  BufferPool::trim();
+  const PoolStats start = BufferPool::stats();
+  const int64_t held = start.bytes_live + start.bytes_cached + start.bytes_unpooled;
+  BufferPool::set_memory_limit(held + 8 * kMiB);
+  EXPECT_EQ(BufferPool::memory_limit(), held + 8 * kMiB);
+  {
+    Tensor idle = Tensor::empty(Dims{7 * kMiB / 4});  // 7 MiB, idle once it goes
+  }
+  EXPECT_GE(BufferPool::stats().bytes_cached, 7 * kMiB);
+  // 3 MiB: fits only once the idle 7 MiB go back (too large to be taken for it: over twice its size).
+  Tensor a = Tensor::empty(Dims{3 * kMiB / 4});
+  EXPECT_EQ(BufferPool::stats().bytes_cached, 0);
+  const PoolStats before = BufferPool::stats();
+  try {
+    (void)Tensor::empty(Dims{6 * kMiB / 4});  // 6 MiB more: past the limit
+    FAIL() << "6 MiB more than the 8 MiB limit allows was allocated";
+  } catch (const OutOfMemoryError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("asked for 6 MiB with 5 MiB left of the 8 MiB memory limit (--max-memory)"), std::string::npos)
+        << what;
+  }
+  const PoolStats after = BufferPool::stats();
+  EXPECT_EQ(after.bytes_live, before.bytes_live);
+  EXPECT_EQ(after.system_allocs, before.system_allocs);
+  Buffer* fits = BufferPool::acquire_unpooled(4 * kMiB);  // 3 + 4 MiB: within it
+  EXPECT_THROW(BufferPool::acquire_unpooled(2 * kMiB), OutOfMemoryError);
+  BufferPool::release(fits);
+  BufferPool::set_memory_limit(0);
+  EXPECT_NO_THROW((void)Tensor::empty(Dims{6 * kMiB / 4}));
+  EXPECT_THROW(BufferPool::set_memory_limit(-1), Error);
+}
+
 TEST(BufferPool, FreedBuffersAreReused) {
   { Tensor warm = Tensor::empty(Dims{1000, 17}); }
   const int64_t before = BufferPool::stats().system_allocs;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "decoding/small_causal_lm.h"
+#include "qkv/core/buffer_pool.h"
 #include "qkv/core/error.h"
 #include "qkv/decoding/continuous_generation.h"
 
@@ -261,6 +262,84 @@ TEST(ContinuousGeneration, PrefillTokensPerStepAreBounded) {
   EXPECT_EQ(gen.waiting(), 1u);
   gen.step();
   EXPECT_EQ(gen.running(), 2u);
+}
+
+// Out of memory (here a memory limit on the CPU's pool, as `qkv serve --max-memory` sets one):
+// under a range of limits, from one that leaves room for the whole batch down to one that fits no
+// sequence, every sequence either gets exactly the tokens generate gives it alone (preempted and
+// prefilled again as often as it takes) or, when it does not fit with nothing else running, ends
+// with an OutOfMemory event after a prefix of them. Some limit preempts and still completes every
+// sequence; some fails one.
+TEST(ContinuousGeneration, OutOfMemoryPreemptsTheBatchAndFailsOnlyASequenceThatCannotRunAlone) {
+  const auto model = small_model();
+  std::map<int, std::vector<std::pair<Tokens, SequenceOptions>>> arrivals;
+  for (int s = 0; s < 8; ++s)
+    arrivals[s < 6 ? 0 : 3].push_back({kPrompts[static_cast<size_t>(s) % kPrompts.size()], options_of(10 + s % 4, s % 2 == 1, s)});
+  std::vector<std::pair<Tokens, SequenceOptions>> all;
+  for (const auto& [step, list] : arrivals) all.insert(all.end(), list.begin(), list.end());
+  std::vector<Tokens> expected;
+  for (const auto& [prompt, o] : all) expected.push_back(alone(*model, prompt, o));
+
+  struct Result {
+    int64_t preemptions = 0;
+    size_t failed = 0, completed = 0;
+  };
+  struct LimitLifted {  // whatever happens, the tests after this one run without a limit
+    ~LimitLifted() { BufferPool::set_memory_limit(0); }
+  } lifted;
+  const auto run_under = [&](int64_t extra_bytes) {
+    BufferPool::trim();
+    const PoolStats base = BufferPool::stats();
+    BufferPool::set_memory_limit(base.bytes_live + base.bytes_unpooled + extra_bytes);
+    ContinuousGeneration gen(*model, 8, 4096);
+    std::map<uint64_t, size_t> order;
+    std::map<uint64_t, Tokens> got;
+    std::map<uint64_t, SequenceEnd> ends;
+    for (int step = 0; step < 2000 && (step <= 3 || !gen.empty()); ++step) {
+      if (auto it = arrivals.find(step); it != arrivals.end())
+        for (const auto& [prompt, o] : it->second) {
+          const size_t index = order.size();
+          order[gen.add(prompt, o)] = index;
+        }
+      for (const auto& e : gen.step()) {
+        EXPECT_EQ(ends.count(e.id), 0u) << "sequence " << e.id << " had an event after its end";
+        if (e.token >= 0) got[e.id].push_back(e.token);
+        if (e.end == SequenceEnd::OutOfMemory) {
+          EXPECT_NE(e.error.find("--max-memory"), std::string::npos) << e.error;
+        }
+        if (e.end != SequenceEnd::None) ends[e.id] = e.end;
+      }
+    }
+    BufferPool::set_memory_limit(0);
+    EXPECT_TRUE(gen.empty());
+    Result r;
+    r.preemptions = gen.preemptions();
+    EXPECT_EQ(ends.size(), all.size()) << "limit +" << extra_bytes;
+    for (const auto& [id, end] : ends) {
+      const Tokens& want = expected[order.at(id)];
+      const Tokens& have = got[id];
+      if (end == SequenceEnd::OutOfMemory) {
+        ++r.failed;
+        EXPECT_LE(have.size(), want.size());
+        EXPECT_EQ(have, Tokens(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(std::min(have.size(), want.size()))))
+            << "sequence " << id << " under limit +" << extra_bytes;
+      } else {
+        ++r.completed;
+        EXPECT_EQ(have, want) << "sequence " << id << " under limit +" << extra_bytes;
+      }
+    }
+    return r;
+  };
+  bool preempted_and_completed = false, failed_some = false;
+  for (int64_t extra = int64_t{1} << 20; extra >= 1024; extra = extra * 2 / 3) {
+    const Result r = run_under(extra);
+    preempted_and_completed = preempted_and_completed || (r.preemptions > 0 && r.failed == 0);
+    failed_some = failed_some || r.failed > 0;
+    if (r.completed == 0) break;
+  }
+  EXPECT_TRUE(preempted_and_completed) << "no limit preempted the batch and still completed every sequence";
+  EXPECT_TRUE(failed_some) << "no limit was too small for a sequence alone";
+  EXPECT_NO_THROW(run_under(int64_t{64} << 20));  // and a roomy limit changes nothing
 }
 
 TEST(ContinuousGeneration, RefusesBadPromptsAndOptions) {

@@ -28,6 +28,8 @@
 #include "qkv/cli/quiet.h"
 #include "qkv/cli/compute_type_option.h"
 #include "qkv/cli/validators.h"
+#include "qkv/core/buffer_pool.h"
+#include "qkv/core/byte_size.h"
 #include "qkv/core/error.h"
 #include "qkv/core/threads.h"
 #include "qkv/serve/engine.h"
@@ -57,6 +59,7 @@ struct ServeCliOptions {
   int http_threads = 32;
   double drain_timeout = 30;
   int threads = 0;
+  std::string max_memory = "0";  // the device pool's limit (BufferPool::set_memory_limit)
   bool quiet = false;  // no log lines (listening, loaded, ready, stopped); errors still
   ComputeTypeOption compute;
 };
@@ -246,6 +249,8 @@ int run_serve(const ServeCliOptions& o) {
     check_checkpoint_argument(specs.back().second);
   }
   const serve::ServeOptions so = engine_options(o);
+  // Weights, caches and each step's buffers together; a request that would pass it gets 503.
+  BufferPool::set_memory_limit(parse_byte_size(o.max_memory), so.device);
 
   httplib::Server svr;
   const int http_threads = o.http_threads;
@@ -310,6 +315,18 @@ int run_serve(const ServeCliOptions& o) {
                          out.emplace_back(n, static_cast<double>(st.models.at(n)->running_sequences()));
                      return out;
                    });
+  st.metrics.gauge("qkv_memory_bytes", "Bytes the tensor pool holds on the device (live, idle and caches; weights included).",
+                   [device = so.device] {
+                     const PoolStats p = BufferPool::stats(device);
+                     return std::vector<std::pair<std::string, double>>{
+                         {device.name(), static_cast<double>(p.bytes_live + p.bytes_cached + p.bytes_unpooled)}};
+                   }, "device");
+  if (BufferPool::memory_limit(so.device) > 0)
+    st.metrics.gauge("qkv_memory_limit_bytes", "--max-memory: the most the tensor pool may hold on the device.",
+                     [device = so.device] {
+                       return std::vector<std::pair<std::string, double>>{
+                           {device.name(), static_cast<double>(BufferPool::memory_limit(device))}};
+                     }, "device");
   st.ready = true;
   if (!o.quiet) std::fprintf(stderr, "qkv serve: ready: %zu model%s\n", st.order.size(), st.order.size() == 1 ? "" : "s");
   listener.join();  // returns once a signal stopped the server and its HTTP threads finished
@@ -357,6 +374,11 @@ Runner add_serve_command(CLI::App& app) {
   app.add_option("--drain-timeout", o->drain_timeout,
                  "Seconds SIGINT/SIGTERM waits for queued and running requests before exiting (default 30)")
       ->check(FiniteRange(0, 86400));
+  app.add_option("--max-memory", o->max_memory,
+                 "Memory the server's tensors may take on its device, weights included (e.g. 2G, 1500M; default 0: "
+                 "no limit but the device's). A request that would pass it gets 503 out_of_memory with Retry-After; "
+                 "completions running together make room first (the batch is preempted and resumed with fewer rows)")
+      ->check(MemorySize(/*for_training=*/false));
   app.add_option("--threads", o->threads, "Compute threads (default: $QKV_THREADS or all cores)")
       ->check(FiniteRange(0, kMaxThreads));
   add_quiet_flag(app, o->quiet,

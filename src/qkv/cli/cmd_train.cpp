@@ -142,21 +142,6 @@ int run_train(const TrainOptions& o) {
   return r.interrupted ? 130 : 0;
 }
 
-// --max-memory's sizes, refused at parse time (a usage error naming the flag) as train::parse_memory_size does.
-CLI::Validator MemorySize() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        try {
-          train::parse_memory_size(s);
-        } catch (const Error& e) {
-          const std::string m = e.what(), prefix = "--max-memory: ";
-          return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
-        }
-        return {};
-      },
-      "SIZE");
-}
-
 void add_model_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--config", o.config_path, "Model config JSON (overrides the preset's model)");
   app.add_option("--vocab", o.vocab, "Vocabulary size (source and target; synthetic)")->check(FiniteRange(2, 1 << 24));

@@ -9,6 +9,10 @@
 #include <sstream>
 #include <string>
 
+#include "qkv/core/byte_size.h"
+#include "qkv/core/error.h"
+#include "qkv/train/memory_budget.h"
+
 namespace qkv::cli {
 
 // Shortest text that reads back as `v`: 1048576, not 1.04858e+06.
@@ -55,6 +59,28 @@ inline CLI::Validator Probability() { return FiniteRange(0, 1, "in [0, 1]"); }
 // Probabilities a dropout layer accepts: [0, 1).
 inline CLI::Validator DropoutProbability() {
   return FiniteRange(0, std::nextafter(1.0, 0.0), "in [0, 1)");
+}
+
+// --max-memory's sizes, refused at parse time (a usage error naming the flag): as
+// train::parse_memory_size reads them (auto, 0, or at least 1M) where `for_training`, else any size
+// parse_byte_size reads (0: no limit).
+inline CLI::Validator MemorySize(bool for_training = true) {
+  return CLI::Validator(
+      [for_training](std::string& s) -> std::string {
+        try {
+          if (for_training) {
+            train::parse_memory_size(s);
+          } else {
+            parse_byte_size(s);
+          }
+        } catch (const Error& e) {
+          const std::string m = e.what(), prefix = "--max-memory: ";
+          if (!for_training) return "'" + s + "' " + m + " (expected 0 for no limit, or a size such as 2G, 1500M or 512MiB)";
+          return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+        }
+        return {};
+      },
+      "SIZE");
 }
 
 }  // namespace qkv::cli

@@ -40,6 +40,8 @@ struct PoolState {
   uint64_t clock = 0;           // ticks once per acquire and release
   int64_t live_high_water = 0;  // most bytes ever live at once (since the last trim)
   std::vector<int64_t> limits;  // of the ScopedCacheLimit objects alive
+  int64_t memory_limit = 0;     // BufferPool::set_memory_limit's; 0: none
+  int64_t pending = 0;          // bytes being taken from the system, not yet counted (under a limit)
 };
 
 // Idle bytes the default rule allows even when they take the pool past its high-water mark:
@@ -197,6 +199,30 @@ void* allocate_or_trim(Device device, size_t bytes) {
   return data;
 }
 
+// The bytes the pool holds from the system, and those it is taking (caller holds the lock).
+int64_t held(const PoolState& s) {
+  return s.stats.bytes_live + s.stats.bytes_cached + s.stats.bytes_unpooled + s.pending;
+}
+
+// Under a memory limit, reserves `bytes` for a miss about to go to the system, once every idle
+// buffer has gone back if need be; or throws the OutOfMemoryError naming the limit (caller holds
+// the lock). Whether it reserved: the caller then takes the bytes off `pending` once the system has
+// answered, with the memory or without.
+bool reserve_under_limit(PoolState& s, Device device, int64_t bytes) {
+  if (s.memory_limit <= 0) return false;
+  if (held(s) + bytes > s.memory_limit) release_cached(s);
+  if (held(s) + bytes > s.memory_limit) {
+    constexpr double kMiB = 1 << 20;
+    std::ostringstream message;
+    message << "out of memory on " << device.name() << ": asked for " << bytes / kMiB << " MiB with "
+            << std::max<int64_t>(0, s.memory_limit - held(s)) / kMiB << " MiB left of the " << s.memory_limit / kMiB
+            << " MiB memory limit (--max-memory)";
+    throw OutOfMemoryError(message.str());
+  }
+  s.pending += bytes;
+  return true;
+}
+
 void check_allocated(const void* data, Device device, size_t bytes) {
   if (data) return;
   constexpr double kMiB = 1 << 20;
@@ -217,6 +243,7 @@ void check_allocated(const void* data, Device device, size_t bytes) {
 Buffer* BufferPool::acquire(size_t bytes, Device device) {
   const size_t cls = size_class(bytes);
   PoolState& s = state(device);
+  bool reserved = false;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     FreeList& list = s.free_lists[cls];
@@ -224,6 +251,7 @@ Buffer* BufferPool::acquire(size_t bytes, Device device) {
     if (list.head) return pop_idle(s, list);
     if (Buffer* b = take_larger(s, cls)) return b;
     make_room(s, static_cast<int64_t>(cls));  // may erase `list`
+    reserved = reserve_under_limit(s, device, static_cast<int64_t>(cls));
   }
   void* data = allocate_or_trim(device, cls);
   {
@@ -231,6 +259,7 @@ Buffer* BufferPool::acquire(size_t bytes, Device device) {
     // server's oversized request) must leave neither the live bytes nor the high-water mark that
     // bounds the idle buffers raised by its size.
     std::lock_guard<std::mutex> lock(s.mutex);
+    if (reserved) s.pending -= static_cast<int64_t>(cls);
     if (data) {
       s.stats.system_allocs++;
       count_live(s, static_cast<int64_t>(cls));
@@ -246,14 +275,22 @@ Buffer* BufferPool::acquire(size_t bytes, Device device) {
 
 Buffer* BufferPool::acquire_unpooled(size_t bytes, Device device) {
   const size_t cls = size_class(bytes);
-  void* data = allocate_or_trim(device, cls);
-  check_allocated(data, device, cls);
+  PoolState& s = state(device);
+  bool reserved = false;
   {
-    PoolState& s = state(device);
     std::lock_guard<std::mutex> lock(s.mutex);
-    s.stats.system_allocs++;
-    s.stats.bytes_unpooled += static_cast<int64_t>(cls);
+    reserved = reserve_under_limit(s, device, static_cast<int64_t>(cls));
   }
+  void* data = allocate_or_trim(device, cls);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (reserved) s.pending -= static_cast<int64_t>(cls);
+    if (data) {
+      s.stats.system_allocs++;
+      s.stats.bytes_unpooled += static_cast<int64_t>(cls);
+    }
+  }
+  check_allocated(data, device, cls);
   Buffer* b = new Buffer();
   b->bytes = cls;
   b->data = data;
@@ -300,6 +337,19 @@ void BufferPool::reset_peak(Device device) {
   PoolState& s = state(device);
   std::lock_guard<std::mutex> lock(s.mutex);
   s.stats.bytes_peak = s.stats.bytes_live;
+}
+
+void BufferPool::set_memory_limit(int64_t bytes, Device device) {
+  QKV_CHECK(bytes >= 0, "a memory limit must be >= 0 bytes (0: none), got " << bytes);
+  PoolState& s = state(device);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.memory_limit = bytes;
+}
+
+int64_t BufferPool::memory_limit(Device device) {
+  PoolState& s = state(device);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.memory_limit;
 }
 
 void BufferPool::trim(Device device) {

@@ -53,6 +53,14 @@ class BufferPool {
   // Returns every cached buffer to the system (e.g. between phases with different shapes), and
   // restarts the high-water mark the default rule bounds the pool by from the bytes live now.
   static void trim(Device device = Device::cpu());
+  // The most bytes the device's pool may hold from the system at once (live, idle and unpooled
+  // buffers; a model's weights included); 0, the default, for no limit but the device's own. A miss
+  // that would pass it first gives back every idle buffer, then throws an OutOfMemoryError naming
+  // the size asked, what is left and the limit: what `qkv serve --max-memory` sets, so that one
+  // server leaves the rest of a machine (or a shared GPU) to others, and answers 503 rather than
+  // being killed. Buffers held already are not taken back when the limit is set below them.
+  static void set_memory_limit(int64_t bytes, Device device = Device::cpu());
+  static int64_t memory_limit(Device device = Device::cpu());
 };
 
 // What the decoding loops (beam and greedy search, generation) keep idle: about one step's

@@ -1,6 +1,7 @@
 #include "qkv/decoding/continuous_generation.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "qkv/autograd/graph.h"
 #include "qkv/core/buffer_pool.h"
@@ -19,12 +20,20 @@ struct ContinuousGeneration::Sequence {
   StepRules rules;
   bool cancelled = false;
   int64_t budget() const { return prompt.new_tokens; }
+  // What a prefill reads: the prompt, and after a preemption the tokens made since (the newest
+  // included: the logits of the position after it choose the next).
+  std::vector<int32_t> context() const {
+    std::vector<int32_t> tokens = prompt.tokens;
+    tokens.insert(tokens.end(), generated.begin(), generated.end());
+    return tokens;
+  }
 };
 
 ContinuousGeneration::ContinuousGeneration(const models::CausalLM& model, int64_t max_sequences,
                                            int64_t max_prefill_tokens)
     : model_(model), max_sequences_(std::max<int64_t>(1, max_sequences)),
-      max_prefill_tokens_(std::max<int64_t>(1, max_prefill_tokens)) {}
+      max_prefill_tokens_(std::max<int64_t>(1, max_prefill_tokens)),
+      row_limit_(static_cast<size_t>(max_sequences_)) {}
 
 ContinuousGeneration::~ContinuousGeneration() = default;
 
@@ -69,8 +78,8 @@ void ContinuousGeneration::clear() {
   logits_ = Tensor();
 }
 
-// The waiting sequences that join at this step, first come first: while the batch has room and the
-// prompts read stay within max_prefill_tokens. Cancelled ones leave; ones without a token to make
+// The waiting sequences that join at this step, first come first: while the batch has room (under
+// the row limit) and the prompts read stay within max_prefill_tokens. Cancelled ones leave; ones without a token to make
 // end here (their event goes to `events`).
 std::vector<std::unique_ptr<ContinuousGeneration::Sequence>> ContinuousGeneration::admit(
     std::vector<SequenceEvent>& events) {
@@ -78,13 +87,13 @@ std::vector<std::unique_ptr<ContinuousGeneration::Sequence>> ContinuousGeneratio
   int64_t tokens = 0;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Sequence& s = **it;
-    const int64_t length = static_cast<int64_t>(s.prompt.tokens.size());
+    const int64_t length = static_cast<int64_t>(s.prompt.tokens.size() + s.generated.size());
     if (s.cancelled || s.budget() == 0) {
-      if (!s.cancelled) events.push_back({s.id, -1, SequenceEnd::Length});
+      if (!s.cancelled) events.push_back({s.id, -1, SequenceEnd::Length, {}});
       it = waiting_.erase(it);
       continue;
     }
-    if (static_cast<int64_t>(rows_.size() + joined.size()) >= max_sequences_) break;
+    if (rows_.size() + joined.size() >= row_limit_) break;
     if (!joined.empty() && tokens + length > max_prefill_tokens_) break;
     tokens += length;
     joined.push_back(std::move(*it));
@@ -136,7 +145,7 @@ void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::
                        : argmax_token(z, V);
     }
     if (o.stop_at_eos && token == eos) {
-      events.push_back({s.id, -1, SequenceEnd::Eos});
+      events.push_back({s.id, -1, SequenceEnd::Eos, {}});
       keep.push_back(false);
       continue;
     }
@@ -144,7 +153,7 @@ void ContinuousGeneration::choose_tokens(const Tensor& logits, std::vector<std::
     s.last_token = token;
     s.generated.push_back(token);
     const bool more = s.produced < s.budget();
-    events.push_back({s.id, token, more ? SequenceEnd::None : SequenceEnd::Length});
+    events.push_back({s.id, token, more ? SequenceEnd::None : SequenceEnd::Length, {}});
     keep.push_back(more);
   }
 }
@@ -188,7 +197,7 @@ void keep_only(const models::CausalLM& model, models::GenerationState& state, Se
 // further with the tokens they were fed. Joining rows go into the running state's reserved rows
 // when they fit there (nothing else moves); else the state is made again, compacted, with room for
 // max_sequences rows and a context's more positions.
-void ContinuousGeneration::advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>> joined,
+void ContinuousGeneration::advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>>& joined,
                                    const std::vector<bool>& keep) {
   const size_t running = rows_.size();
   keep_only(model_, state_, rows_, kept_rows(keep, 0, running));
@@ -203,14 +212,16 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
     };
     if (rows_.empty() || !model_.append(state_, joining, most_needed(joined))) {
       // Room for later sequences to append into: the whole context on the host, where unwritten
-      // pages take no memory; on a GPU, where cudaMalloc commits every byte, as many columns again
-      // as these sequences need (a later one that needs more makes the state anew, holding the old
-      // and the new caches for a moment).
+      // pages take no memory; on a GPU, where cudaMalloc commits every byte, or under a memory
+      // limit, which counts them, as many columns again as these sequences need (a later one that
+      // needs more makes the state anew, holding the old and the new caches for a moment). Rows for
+      // as many sequences as may run together now.
       const int64_t needed = std::max(most_needed(rows_), most_needed(joined));
-      const int64_t reserve_positions = model_.device().is_cuda()
-                                            ? std::min(model_.config().max_seq_length, needed)
-                                            : model_.config().max_seq_length;
-      state_ = model_.join(std::move(state_), std::move(joining), needed, max_sequences_, reserve_positions);
+      const bool committed = model_.device().is_cuda() || BufferPool::memory_limit(model_.device()) > 0;
+      const int64_t reserve_positions =
+          committed ? std::min(model_.config().max_seq_length, needed) : model_.config().max_seq_length;
+      state_ = model_.join(std::move(state_), std::move(joining), needed, static_cast<int64_t>(row_limit_),
+                           reserve_positions);
       ++rebuilds_;
     } else {
       ++appends_;
@@ -228,6 +239,48 @@ void ContinuousGeneration::advance(models::GenerationState joining, std::vector<
   logits_ = model_.step(Tensor::from_ids(Dims{n}, fed), state_).value();
 }
 
+Tensor ContinuousGeneration::prefill(const std::vector<std::unique_ptr<Sequence>>& joined,
+                                     models::GenerationState& joining) const {
+  std::vector<std::vector<int32_t>> contexts;
+  for (const auto& s : joined) contexts.push_back(s->context());
+  // Sized for the prompts alone: join() makes the columns the new tokens need.
+  return model_.prefill(contexts, 0, joining).value();
+}
+
+void ContinuousGeneration::wait_again(std::vector<std::unique_ptr<Sequence>> failed, size_t batch_rows,
+                                      const OutOfMemoryError& e, std::vector<SequenceEvent>& events) {
+  if (batch_rows <= 1) {  // alone in the batch: no other row's memory can make room for it
+    for (const auto& s : failed) events.push_back({s->id, -1, SequenceEnd::OutOfMemory, e.what()});
+    return;
+  }
+  row_limit_ = std::max<size_t>(1, batch_rows / 2);
+  waiting_.insert(waiting_.begin(), std::make_move_iterator(failed.begin()), std::make_move_iterator(failed.end()));
+}
+
+// The batch's state may be half made (a join or a step failed part-way): it is dropped, and the
+// sequences that were going on (`going_on`, in row order) wait again, owned wherever advance left
+// them (rows_ or joined).
+void ContinuousGeneration::preempt(std::vector<std::unique_ptr<Sequence>>& joined, const std::vector<Sequence*>& going_on,
+                                   const OutOfMemoryError& e, std::vector<SequenceEvent>& events) {
+  ++preemptions_;
+  std::vector<std::unique_ptr<Sequence>> owned;
+  for (auto* list : {&rows_, &joined})
+    for (auto& s : *list)
+      if (s) owned.push_back(std::move(s));
+  rows_.clear();
+  joined.clear();
+  state_ = models::GenerationState{};
+  logits_ = Tensor();
+  std::vector<std::unique_ptr<Sequence>> failed;
+  for (Sequence* p : going_on)
+    for (auto& s : owned)
+      if (s.get() == p) {
+        failed.push_back(std::move(s));
+        break;
+      }
+  wait_again(std::move(failed), going_on.size(), e, events);
+}
+
 std::vector<SequenceEvent> ContinuousGeneration::step() {
   std::vector<SequenceEvent> events;
   NoGradGuard no_grad;
@@ -237,19 +290,34 @@ std::vector<SequenceEvent> ContinuousGeneration::step() {
     models::GenerationState joining;
     Tensor joined_logits;
     if (!joined.empty()) {
-      std::vector<std::vector<int32_t>> prompts;
-      for (const auto& s : joined) prompts.push_back(s->prompt.tokens);
-      // Sized for the prompts alone: join() makes the columns the new tokens need.
-      joined_logits = model_.prefill(prompts, 0, joining).value();
+      try {
+        joined_logits = prefill(joined, joining);
+      } catch (const OutOfMemoryError& e) {  // the running rows are untouched: they go on
+        joining = models::GenerationState{};
+        const size_t batch_rows = rows_.size() + joined.size();
+        wait_again(std::move(joined), batch_rows, e, events);
+        joined.clear();
+      }
     }
     std::vector<bool> keep;
     choose_tokens(logits_, rows_, keep, events);
     choose_tokens(joined_logits, joined, keep, events);
-    advance(std::move(joining), std::move(joined), keep);
+    std::vector<Sequence*> going_on;
+    for (size_t i = 0; i < rows_.size() + joined.size(); ++i)
+      if (keep[i]) going_on.push_back(i < rows_.size() ? rows_[i].get() : joined[i - rows_.size()].get());
+    try {
+      advance(std::move(joining), joined, keep);
+    } catch (const OutOfMemoryError& e) {
+      preempt(joined, going_on, e, events);
+    }
   } catch (...) {
     clear();
     throw;
   }
+  // A sequence that ended gave its memory back: one more row may run together.
+  for (const auto& e : events)
+    if (e.end == SequenceEnd::Eos || e.end == SequenceEnd::Length)
+      row_limit_ = std::min(row_limit_ + 1, static_cast<size_t>(max_sequences_));
   return events;
 }
 

@@ -19,15 +19,28 @@
 // same EOS rule, the same token rules. What else runs beside it changes only the left padding it is read with (as
 // generate's own batches do), never its random stream.
 //
+// Out of memory (a GPU's, or a --max-memory limit's) fails no sequence that can still run. Prompts
+// that fail to prefill wait again; a failure after the tokens were chosen preempts the batch: its
+// key/value state is dropped and every running sequence waits again, to be prefilled anew from its
+// prompt and the tokens it has made (its tokens chosen as before, its draws keyed as before). Then
+// at most half the rows that failed run together, one more each time a sequence ends, back to
+// max_sequences. Only a sequence that fails with nothing else in the batch ends, with an
+// OutOfMemory event carrying the error's message; the others go on.
+//
 // Not thread-safe: one caller (the server's worker for one model) drives it. Runs under
 // NoGradGuard; the model should be in eval mode.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "qkv/decoding/generate.h"
 #include "qkv/models/causal_lm.h"
+
+namespace qkv {
+class OutOfMemoryError;
+}
 
 namespace qkv::decoding {
 
@@ -44,14 +57,16 @@ struct SequenceOptions {
   TokenConstraints constraints;
 };
 
-enum class SequenceEnd { None, Eos, Length };
+enum class SequenceEnd { None, Eos, Length, OutOfMemory };
 
 // What one step did to one sequence: a new token, an end, or both (the token that used up its
-// budget). A sequence that ends at EOS has no token (-1) in its last event.
+// budget). A sequence that ends at EOS has no token (-1) in its last event; one that ran out of
+// memory alone (see above) has none either, and the error's message.
 struct SequenceEvent {
   uint64_t id = 0;
   int32_t token = -1;
   SequenceEnd end = SequenceEnd::None;
+  std::string error;  // with SequenceEnd::OutOfMemory
 };
 
 class ContinuousGeneration {
@@ -71,7 +86,8 @@ class ContinuousGeneration {
   // ended ids are ignored.
   void cancel(uint64_t id);
   // One step as described above; the events of every sequence that got a token or ended. Without
-  // sequences: nothing. An exception (out of memory) leaves no sequence: the caller fails them all.
+  // sequences: nothing. Out of memory is handled as described above; any other exception leaves no
+  // sequence: the caller fails them all.
   std::vector<SequenceEvent> step();
 
   bool empty() const { return running() == 0 && waiting() == 0; }
@@ -83,20 +99,32 @@ class ContinuousGeneration {
   // the state again (the running rows copied, compacted).
   int64_t appends() const { return appends_; }
   int64_t rebuilds() const { return rebuilds_; }
+  // Times the running batch was preempted (out of memory after its tokens were chosen), and the
+  // rows allowed to run together now (max_sequences, less after an out-of-memory error).
+  int64_t preemptions() const { return preemptions_; }
+  size_t row_limit() const { return row_limit_; }
 
  private:
   struct Sequence;
   std::vector<std::unique_ptr<Sequence>> admit(std::vector<SequenceEvent>& events);
   void choose_tokens(const Tensor& logits, std::vector<std::unique_ptr<Sequence>>& rows, std::vector<bool>& keep,
                      std::vector<SequenceEvent>& events) const;
-  void advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>> joined,
+  Tensor prefill(const std::vector<std::unique_ptr<Sequence>>& joined, models::GenerationState& joining) const;
+  void advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>>& joined,
                const std::vector<bool>& keep);
+  // Out of memory: the sequences `failed` (in their order) wait again at the front of the queue and
+  // fewer rows run together; or, alone in the batch, the one ends with an OutOfMemory event.
+  void wait_again(std::vector<std::unique_ptr<Sequence>> failed, size_t batch_rows, const OutOfMemoryError& e,
+                  std::vector<SequenceEvent>& events);
+  void preempt(std::vector<std::unique_ptr<Sequence>>& joined, const std::vector<Sequence*>& going_on,
+               const OutOfMemoryError& e, std::vector<SequenceEvent>& events);
   void clear();
 
   const models::CausalLM& model_;
   int64_t max_sequences_, max_prefill_tokens_;
   uint64_t next_id_ = 1;
-  int64_t appends_ = 0, rebuilds_ = 0;
+  int64_t appends_ = 0, rebuilds_ = 0, preemptions_ = 0;
+  size_t row_limit_;  // rows that may run together now: max_sequences_, less after out of memory
   std::vector<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> rows_;  // row i of state_
   models::GenerationState state_;

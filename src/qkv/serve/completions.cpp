@@ -2,11 +2,14 @@
 // (decoding::ContinuousGeneration), scores between its steps. Each completion request becomes one
 // row per prompt and choice; the rows of new requests join the running batch at its next step and
 // leave it at EOS, at their token budget, at a stop string, or when their client goes away (a
-// stream hung up, a request past its timeout), each freeing its place at once.
+// stream hung up, a request past its timeout), each freeing its place at once. Out of memory (a
+// GPU's, --max-memory's) preempts the batch and resumes it with fewer rows; only a request whose row
+// does not fit alone fails (503 out_of_memory), the others go on.
 #include <algorithm>
 #include <set>
 
 #include "qkv/api/generator.h"
+#include "qkv/core/error.h"
 #include "qkv/decoding/continuous_generation.h"
 #include "qkv/serve/engine.h"
 #include "qkv/serve/job.h"
@@ -49,12 +52,14 @@ void ModelSlot::generation_loop() {
     drop_cancelled(gen, rows);
     if (gen.empty()) continue;
     std::vector<decoding::SequenceEvent> events;
+    const int64_t preempted = gen.preemptions();
     try {
-      events = gen.step();
+      events = gen.step();  // out of memory is handled inside: preemption, or one request's failure
     } catch (const std::exception& e) {
       fail_rows(rows, http_error_of(e));  // the generation left no sequence
       continue;
     }
+    if (gen.preemptions() > preempted) metrics_.preemptions(name_, gen.preemptions() - preempted);
     std::set<const Job*> jobs;
     for (const auto& e : events)
       if (auto it = rows.find(e.id); it != rows.end()) jobs.insert(it->second.job.get());
@@ -191,6 +196,10 @@ void ModelSlot::on_event(decoding::ContinuousGeneration& gen, Rows& rows, const 
   const auto it = rows.find(e.id);
   if (it == rows.end()) return;
   Row& row = it->second;
+  if (e.end == decoding::SequenceEnd::OutOfMemory) {  // alone it did not fit: its request fails (503)
+    fail_job(gen, rows, row.job, http_error_of(OutOfMemoryError(e.error)));
+    return;
+  }
   if (e.token >= 0) {
     row.tokens.push_back(e.token);
     if (row.stream) {
@@ -256,6 +265,19 @@ void ModelSlot::drop_cancelled(decoding::ContinuousGeneration& gen, Rows& rows) 
     if (j.kind == JobKind::Stream) push_chunk(j, "data: [DONE]\n\n", true);
     it = rows.erase(it);
   }
+}
+
+// One request's rows leave the batch, the others go on; the request gets `e`.
+void ModelSlot::fail_job(decoding::ContinuousGeneration& gen, Rows& rows, std::shared_ptr<Job> job, const HttpError& e) {
+  for (auto it = rows.begin(); it != rows.end();) {
+    if (it->second.job != job) {
+      ++it;
+      continue;
+    }
+    gen.cancel(it->first);
+    it = rows.erase(it);
+  }
+  fail({job}, e);
 }
 
 void ModelSlot::fail_rows(Rows& rows, const HttpError& e) {

@@ -134,6 +134,7 @@ class ModelSlot {
   void send_ready_text(Row& row, bool final);
   void finish_row(Row& row);
   void drop_cancelled(decoding::ContinuousGeneration& gen, Rows& rows);
+  void fail_job(decoding::ContinuousGeneration& gen, Rows& rows, std::shared_ptr<Job> job, const HttpError& e);
   void fail_rows(Rows& rows, const HttpError& e);
   // Tokens one input may have: --max-input-tokens, at most the model's context.
   int64_t input_limit() const;

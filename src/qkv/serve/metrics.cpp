@@ -76,10 +76,15 @@ void Metrics::tokens(const std::string& model, int64_t in, int64_t out) {
   tokens_out_[model] += out;
 }
 
-void Metrics::gauge(const std::string& name, const std::string& help,
-                    std::function<std::vector<std::pair<std::string, double>>()> read) {
+void Metrics::preemptions(const std::string& model, int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
-  gauges_.push_back({name, help, std::move(read)});
+  preemptions_[model] += n;
+}
+
+void Metrics::gauge(const std::string& name, const std::string& help,
+                    std::function<std::vector<std::pair<std::string, double>>()> read, const std::string& label) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  gauges_.push_back({name, help, label, std::move(read)});
 }
 
 std::string Metrics::render() const {
@@ -104,9 +109,12 @@ std::string Metrics::render() const {
   counter("qkv_batch_inputs_total", "Inputs (sentences; completion rows) in those batches.", batch_inputs_);
   counter("qkv_input_tokens_total", "Tokens read: prompts and sentences.", tokens_in_);
   counter("qkv_output_tokens_total", "Tokens written: completions and translations.", tokens_out_);
+  counter("qkv_preemptions_total",
+          "Times a decoder-only model's running completions were preempted for want of memory (then prefilled again).",
+          preemptions_);
   for (const Gauge& g : gauges_) {
     os << "# HELP " << g.name << " " << g.help << "\n# TYPE " << g.name << " gauge\n";
-    for (const auto& [model, v] : g.read()) os << g.name << "{model=\"" << escape(model) << "\"} " << v << "\n";
+    for (const auto& [value, v] : g.read()) os << g.name << "{" << g.label << "=\"" << escape(value) << "\"} " << v << "\n";
   }
   return os.str();
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "qkv/core/byte_size.h"
 #include "qkv/core/error.h"
 
 namespace qkv::train {
@@ -138,28 +139,14 @@ int64_t parse_memory_size(const std::string& text) {
                  " (expected auto, 0 for no limit, or a size such as 2G, 1500M or 512MiB)");
   };
   if (text == "auto") return kAutoMemory;
-  size_t end = 0;
-  double value = 0;
+  int64_t bytes = 0;
   try {
-    value = std::stod(text, &end);
-  } catch (const std::exception&) {
-    throw bad("is not a size");
+    bytes = parse_byte_size(text);
+  } catch (const Error& e) {
+    throw bad(e.what());
   }
-  std::string unit = text.substr(end);
-  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  if (unit.size() > 1 && unit.back() == 'B') unit.pop_back();                       // GB, MB
-  if (unit.size() == 2 && unit.back() == 'I') unit.pop_back();                      // Gi (GiB)
-  const std::string units = "KMGT";
-  double scale = 1;
-  if (unit == "B" || unit.empty()) scale = 1;
-  else if (unit.size() == 1 && units.find(unit[0]) != std::string::npos)
-    scale = std::pow(1024.0, static_cast<double>(units.find(unit[0]) + 1));
-  else throw bad("has an unknown unit");
-  if (!std::isfinite(value) || value < 0) throw bad("is not a non-negative size");
-  const double bytes = value * scale;
-  if (bytes >= 9.2e18) throw bad("is too large");
   if (bytes > 0 && bytes < 1 << 20) throw bad("is below 1M, too little to train anything");
-  return static_cast<int64_t>(bytes);
+  return bytes;
 }
 
 std::string format_memory_size(int64_t max_memory) {
