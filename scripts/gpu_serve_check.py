@@ -6,6 +6,9 @@ sends a flood of concurrent requests to one server on the GPU: greedy completion
 sequences join a running batch on the GPU, their key/value rows copied in place) and translations
 (batched across requests, beam 4). Every answer must equal what `qkv generate` / `qkv translate
 --device cuda` give for that input alone or in one batch; the CPU's answers are reported beside them.
+Then the same completions under `--max-memory` a little above what the loaded model holds on the
+device: each answer must still be the CLI's (the running batch preempted and prefilled again) or a 503
+out_of_memory, and the server must stay healthy.
 Usage: gpu_serve_check.py QKV_BINARY OUT_DIR [DEVICE] (default cuda; cpu tries the script on a machine
 without a GPU). Exit 0 when the server's answers are the CLI's on the same device."""
 from __future__ import annotations
@@ -98,6 +101,45 @@ def compare(name: str, served: list[str], gpu: list[str], cpu: list[str]) -> boo
     return same_gpu == len(served) == len(gpu)
 
 
+def metric_value(text: str, line_start: str) -> float:
+    return next((float(l.split()[-1]) for l in text.splitlines() if l.startswith(line_start)), 0.0)
+
+
+def memory_limit_check(binary: str, out: Path, lm: str, prompts: list[str], expected: list[str], device: str) -> bool:
+    """Completions under --max-memory: the CLI's text, or 503 out_of_memory; preemptions counted."""
+    roomy = Server(binary, out, "--model", f"lm={lm}", "--device", device)
+    label = device if device == "cpu" or ":" in device else device + ":0"  # Device::name()
+    held = int(metric_value(roomy.get("/metrics")[1], f'qkv_memory_bytes{{device="{label}"}}'))
+    roomy.stop()
+    ok, preemptions = held > 0, 0.0
+    for margin in (64 << 10, 256 << 10, 1 << 20):
+        server = Server(binary, out, "--model", f"lm={lm}", "--device", device, "--max-concurrent-sequences", "16",
+                        "--max-memory", str(held + margin))
+        try:
+            def complete(p: str) -> tuple[int, dict]:
+                return server.post("/v1/completions", {"model": "lm", "prompt": p, "max_tokens": 20, "temperature": 0})
+
+            with ThreadPoolExecutor(32) as pool:
+                answers = list(pool.map(complete, prompts))
+            metrics = server.get("/metrics")[1]
+            health = server.get("/health")[0]
+        except BaseException:
+            server.kill()
+            raise
+        code = server.stop()
+        equal = sum(st == 200 and r["choices"][0]["text"] == e for (st, r), e in zip(answers, expected))
+        refused = sum(st == 503 and r.get("error", {}).get("code") == "out_of_memory" for st, r in answers)
+        preempted = metric_value(metrics, 'qkv_preemptions_total{model="lm"}')
+        preemptions += preempted
+        print(f"  --max-memory {held} + {margin >> 10} KiB: {equal} answers equal to the CLI's, {refused} refused "
+              f"(503 out_of_memory), {len(answers) - equal - refused} other; {preempted:.0f} preemptions; /health {health}; "
+              f"exit {code}")
+        ok &= equal + refused == len(answers) and health == 200 and code == 0
+    print(f"completions under --max-memory on {device}: {'ok' if ok else 'FAILED'} "
+          f"({preemptions:.0f} preemptions in all; held {held} bytes before any request)")
+    return ok
+
+
 def main() -> int:
     binary, out = sys.argv[1], Path(sys.argv[2])
     device = sys.argv[3] if len(sys.argv) > 3 else "cuda"
@@ -157,6 +199,7 @@ def main() -> int:
     ok &= status == 200
     code = server.stop()
     print(f"qkv serve --device {device}: /metrics {status}; exit {code} after SIGTERM")
+    ok &= memory_limit_check(binary, out, lm, prompts, completions[device], device)
     return 0 if ok and code == 0 else 1
 
 

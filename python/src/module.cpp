@@ -90,6 +90,8 @@ void register_errors(py::module_&) {
       PyErr_SetString(PyExc_FileNotFoundError, e.what());
     } catch (const OutOfMemoryError& e) {
       PyErr_SetString(PyExc_MemoryError, e.what());
+    } catch (const DeviceError& e) {  // a GPU call failed: not bad input (PyTorch raises RuntimeError too)
+      PyErr_SetString(PyExc_RuntimeError, e.what());
     } catch (const Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }

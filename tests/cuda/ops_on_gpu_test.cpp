@@ -942,6 +942,40 @@ TEST_F(OpsOnGpu, ADeviceIndexPastTheLastIsRefused) {
   }
 }
 
+// A fault the GPU keeps (a kernel writing where no allocation is) fails every later call of the
+// process: cuda::device_fault names it (the server's /health then answers 503), later calls throw
+// DeviceError (500, not a 400 of bad input, nor the 503 of an allocation that found no room). In a
+// child process (a death test), since the fault would fail every test after it here.
+TEST_F(OpsOnGpu, AFaultTheGpuKeepsIsNamedAndLaterCallsThrowDeviceErrors) {
+  EXPECT_EQ(cuda::device_fault(kGpu), "");
+  EXPECT_EQ(cuda::device_fault(Device::cpu()), "");
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child runs this test afresh: CUDA starts anew
+  EXPECT_EXIT(
+      {
+        const Tensor from = Tensor::zeros(Dims{1 << 16}, DType::F32, kGpu);
+        cuda::copy_strided(reinterpret_cast<void*>(uintptr_t{64}), Dims{1}, from.data(), Dims{1}, Dims{1 << 16}, 4);
+        try {
+          cuda::synchronize(kGpu);
+        } catch (const DeviceError&) {  // where the fault shows first
+        }
+        const std::string fault = cuda::device_fault(kGpu);
+        std::string later = "none";
+        try {
+          (void)Tensor::zeros(Dims{1 << 20}, DType::F32, kGpu);
+          cuda::synchronize(kGpu);
+        } catch (const OutOfMemoryError&) {
+          later = "OutOfMemoryError";
+        } catch (const DeviceError&) {
+          later = "DeviceError";
+        } catch (const std::exception&) {
+          later = "another error";
+        }
+        std::fprintf(stderr, "fault [%s]; a later call threw %s\n", fault.c_str(), later.c_str());
+        std::_Exit(!fault.empty() && later == "DeviceError" ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "fault \\[cuda:0: .+\\]; a later call threw DeviceError");
+}
+
 TEST_F(OpsOnGpu, MixedDevicesAndExhaustedMemoryAreClearErrors) {
   const Tensor a = random_tensor(Dims{4, 4}, 45);
   try {

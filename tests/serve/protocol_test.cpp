@@ -214,6 +214,10 @@ TEST(ServeProtocol, ExceptionsBecomeStatusesAndStreamsCutBetweenCharacters) {
   EXPECT_EQ(oom.code, "out_of_memory");
   EXPECT_EQ(oom.retry_after, 1);
   EXPECT_EQ(std::string(oom.what()), "out of memory on cuda:0: asked for 512 MiB");
+  // Nor is a failed GPU call: 500 with a code saying so, not the 400 of bad input.
+  const HttpError device = http_error_of(DeviceError("CUDA: kernel top_of_rows failed to launch: an illegal memory access"));
+  EXPECT_EQ(device.status, 500);
+  EXPECT_EQ(device.code, "device_error");
   EXPECT_EQ(sendable_prefix("abcdef", 2), 4u);
   EXPECT_EQ(sendable_prefix("ab", 5), 0u);
   EXPECT_EQ(sendable_prefix("abc", 0), 3u);

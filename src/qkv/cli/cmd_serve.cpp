@@ -30,6 +30,7 @@
 #include "qkv/cli/validators.h"
 #include "qkv/core/buffer_pool.h"
 #include "qkv/core/byte_size.h"
+#include "qkv/core/cuda_runtime.h"
 #include "qkv/core/error.h"
 #include "qkv/core/threads.h"
 #include "qkv/serve/engine.h"
@@ -69,6 +70,7 @@ struct ServerState {
   std::map<std::string, std::unique_ptr<serve::ModelSlot>> models;
   std::vector<std::string> order;  // as given
   std::atomic<bool> ready{false};
+  Device device = Device::cpu();  // where the models run (/health asks it for a fault)
   std::string api_key;
   serve::Metrics metrics;
   serve::RequestLimits limits;
@@ -133,8 +135,16 @@ httplib::Server::Handler route(ServerState& st, std::string name, F answer, bool
 
 void add_routes(httplib::Server& svr, ServerState& st) {
   svr.Get("/health", [&st](const httplib::Request&, httplib::Response& res) {
-    res.status = st.ready ? 200 : 503;
-    res.set_content(st.ready ? R"({"status":"ok"})" : R"({"status":"loading"})", "application/json");
+    // A GPU that keeps a fault fails every request from then on: unhealthy, so that a supervisor
+    // restarts the server rather than sending it more work.
+    const std::string fault = st.ready ? cuda::device_fault(st.device) : std::string();
+    res.status = st.ready && fault.empty() ? 200 : 503;
+    const nlohmann::json body = !st.ready     ? nlohmann::json{{"status", "loading"}}
+                                : fault.empty() ? nlohmann::json{{"status", "ok"}}
+                                                : nlohmann::json{{"status", "error"},
+                                                                 {"error", fault + " (the GPU fails every call of this "
+                                                                               "process from now on: restart the server)"}};
+    res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
   });
   svr.Get("/metrics", route(st, "/metrics", [&st](const httplib::Request&, httplib::Response& res) {
             res.set_content(st.metrics.render(), "text/plain; version=0.0.4");
@@ -249,6 +259,7 @@ int run_serve(const ServeCliOptions& o) {
     check_checkpoint_argument(specs.back().second);
   }
   const serve::ServeOptions so = engine_options(o);
+  st.device = so.device;
   // Weights, caches and each step's buffers together; a request that would pass it gets 503.
   BufferPool::set_memory_limit(parse_byte_size(o.max_memory), so.device);
 

@@ -89,19 +89,49 @@ std::string describe(Device device) {
   return text.str();
 }
 
+std::string device_fault(Device device) {
+  if (!device.is_cuda() || device.index < 0 || device.index >= device_count()) return {};
+  // A sticky error is returned by every later call; the stream's query is cheap and waits for
+  // nothing (busy is healthy). This thread's current device is asked back: activate() asks the runtime.
+  int previous = -1;
+  cudaError_t status = cudaGetDevice(&previous);
+  if (status == cudaSuccess) status = cudaSetDevice(device.index);
+  if (status == cudaSuccess) {
+    try {
+      status = cudaStreamQuery(stream_of(device.index));
+    } catch (const std::exception& e) {  // the stream could not be made: that call's failure
+      (void)cudaGetLastError();
+      return device.name() + ": " + e.what();
+    }
+  }
+  if (previous >= 0 && previous != device.index) (void)cudaSetDevice(previous);
+  (void)cudaGetLastError();  // not this thread's next call's error
+  if (status == cudaSuccess || status == cudaErrorNotReady) return {};
+  return device.name() + ": " + cudaGetErrorString(status);
+}
+
 void* malloc(Device device, size_t bytes) {
   activate(device);
   void* p = nullptr;
-  if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
-  cudaGetLastError();
+  // Out of memory is null; any other failure (a fault the GPU keeps) is no lack of room, and an
+  // OutOfMemoryError would have the caller make room and try again for nothing.
+  const auto failed = [&](cudaError_t status) {
+    (void)cudaGetLastError();
+    if (status != cudaErrorMemoryAllocation)
+      throw_failure(status, "CUDA: cudaMalloc of " + std::to_string(bytes) + " bytes on " + device.name() + " failed: ");
+  };
+  const cudaError_t first = cudaMalloc(&p, bytes);
+  if (first == cudaSuccess) return p;
+  failed(first);
   // The kernels' scratch kept in the default pool (see stream_of) goes back first, then once more.
   cudaMemPool_t pool = nullptr;
-  if (cudaStreamSynchronize(current_stream()) == cudaSuccess &&
-      cudaDeviceGetDefaultMemPool(&pool, device.index) == cudaSuccess && cudaMemPoolTrimTo(pool, 0) == cudaSuccess &&
-      cudaMalloc(&p, bytes) == cudaSuccess)
-    return p;
-  cudaGetLastError();  // still out of memory: the caller (the tensor pool) trims its own and retries
-  return nullptr;
+  QKV_CUDA_CHECK(cudaStreamSynchronize(current_stream()));
+  QKV_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device.index));
+  QKV_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  const cudaError_t second = cudaMalloc(&p, bytes);
+  if (second == cudaSuccess) return p;
+  failed(second);
+  return nullptr;  // still out of memory: the caller (the tensor pool) trims its own and retries
 }
 
 // Never throws: it runs in destructors (a tensor's storage, unpooled), where an exception would end
@@ -172,6 +202,7 @@ void* malloc(Device device, size_t) {
   return nullptr;
 }
 void free(Device, void*) {}
+std::string device_fault(Device) { return {}; }
 MemoryInfo memory_info(Device device) {
   check_available(device);
   return {};

@@ -27,8 +27,14 @@ void check_available(Device device);
 void activate(Device device);
 // "NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB".
 std::string describe(Device device);
+// Empty while `device` can run work; else why not: a fault the GPU keeps (an illegal address, a
+// kernel that crashed, an ECC error) after which every call of this process fails ("cuda:0: an
+// illegal memory access was encountered"). The CPU, and a GPU this process never used or cannot
+// see, have none. Never throws; any thread may ask (the server's /health does).
+std::string device_fault(Device device);
 
-// cudaMalloc / cudaFree on `device`. malloc returns null when the device is out of memory; free
+// cudaMalloc / cudaFree on `device`. malloc returns null when the device is out of memory (and throws a
+// DeviceError for any other failure: a fault the GPU keeps); free
 // never throws (destructors call it).
 void* malloc(Device device, size_t bytes);
 void free(Device device, void* p);

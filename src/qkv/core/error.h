@@ -28,6 +28,15 @@ class OutOfMemoryError : public Error {
   explicit OutOfMemoryError(const std::string& what) : Error(what) {}
 };
 
+// A device failed (a CUDA call or kernel): not the input's fault, so front ends map it apart from
+// bad input (the server: 500, code device_error). A fault the GPU keeps (an illegal address, an
+// ECC error) fails every later call of the process: cuda::device_fault says so, the server's
+// /health answers 503.
+class DeviceError : public Error {
+ public:
+  explicit DeviceError(const std::string& what) : Error(what) {}
+};
+
 }  // namespace qkv
 
 // QKV_CHECK(cond, "op: " << a << " vs " << b): throws qkv::Error with the streamed message.

@@ -29,6 +29,7 @@ HttpError http_error_of(const std::exception& e) {
     busy.retry_after = 1;
     return busy;
   }
+  if (dynamic_cast<const DeviceError*>(&e)) return HttpError(500, "server_error", e.what(), "", "device_error");
   if (dynamic_cast<const Error*>(&e)) return HttpError(400, "invalid_request_error", e.what());
   return HttpError(500, "server_error", e.what());
 }

@@ -30,8 +30,8 @@ class HttpError : public std::runtime_error {
 };
 
 // What an exception means to a client: an HttpError as it is, a qkv::OutOfMemoryError 503 (code
-// out_of_memory, Retry-After 1), another qkv::Error (bad input the library refused) 400, anything
-// else 500.
+// out_of_memory, Retry-After 1), a qkv::DeviceError (a GPU call failed) 500 (code device_error),
+// another qkv::Error (bad input the library refused) 400, anything else 500.
 HttpError http_error_of(const std::exception& e);
 // 400 naming the field.
 HttpError bad_field(const std::string& field, const std::string& message);

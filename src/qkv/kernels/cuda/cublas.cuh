@@ -1,5 +1,6 @@
 // What the files that call cuBLAS share: its status in words, a check that makes a failed call a
-// qkv::Error naming it, and one handle per device bound to the device's stream.
+// qkv::DeviceError naming it (an OutOfMemoryError when cuBLAS could not allocate), and one handle
+// per device bound to the device's stream.
 #pragma once
 #include <cublas_v2.h>
 
@@ -23,8 +24,12 @@ inline int i32(int64_t v) { return static_cast<int>(v); }
 #define QKV_CUBLAS_CHECK(call)                                                                               \
   do {                                                                                                       \
     const cublasStatus_t qkv_cublas_status_ = (call);                                                        \
-    QKV_CHECK(qkv_cublas_status_ == CUBLAS_STATUS_SUCCESS,                                                   \
-              "cuBLAS: " << #call << " failed: " << ::qkv::kernels::cuda::detail::cublas_status_name(        \
-                                                        qkv_cublas_status_)                                  \
-                         << " (status " << static_cast<int>(qkv_cublas_status_) << ")");                     \
+    if (qkv_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+      std::ostringstream qkv_cublas_os_;                                                                     \
+      qkv_cublas_os_ << "cuBLAS: " << #call << " failed: "                                                   \
+                     << ::qkv::kernels::cuda::detail::cublas_status_name(qkv_cublas_status_) << " (status "   \
+                     << static_cast<int>(qkv_cublas_status_) << ")";                                         \
+      if (qkv_cublas_status_ == CUBLAS_STATUS_ALLOC_FAILED) throw ::qkv::OutOfMemoryError(qkv_cublas_os_.str()); \
+      throw ::qkv::DeviceError(qkv_cublas_os_.str());                                                        \
+    }                                                                                                        \
   } while (0)
