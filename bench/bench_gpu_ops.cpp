@@ -6,6 +6,7 @@
 // Usage: bench_gpu_ops [--batch B] [--block T] [--layers L] [--d-model D] [--heads H] [--vocab V]
 //                      [--reps R] [--python PATH]
 // Needs a -DQKV_CUDA=ON build and a GPU (scripts/gpu_check.sh runs it; docs/gpu.md keeps the output).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 
 #include "bench_common.h"
 #include "qkv/core/cuda_runtime.h"
+#include "qkv/kernels/cuda/kernels.h"
 #include "qkv/ops/ops.h"
 #include "qkv/ops/precision.h"
 
@@ -160,6 +162,36 @@ void inference_weight_rows(const Args& a) {
       }
       std::printf("\n");
     }
+}
+
+// The output layer's product alone, as cuBLAS gets it (kernels::cuda::gemm_bf16_nt: bf16 operands
+// made once, float32 logits): at the vocabulary's own width (rows of C not 16-byte aligned at
+// 50257), padded to 8 and to 64 columns (llm.c pads GPT-2's to 50304), and the feed-forward's
+// width for comparison; whole, and in chunks of 2048 rows. On an H200 (2026-11-30) the output layer
+// ran at 72-92 TFLOP/s against 250-400 for the other products, with and without aligned rows: these
+// rows say which of width, alignment or the size of one call costs it.
+void output_layer_sweep(const Args& a) {
+  if constexpr (cuda::kBuilt) {  // the kernel exists only in a CUDA build
+    const int64_t M = a.batch * a.block, K = a.d_model, chunk = 2048;
+    const Tensor x = random_on_gpu(Dims{M, K}, 7).to(DType::BF16);
+    const auto round_up = [](int64_t n, int64_t to) { return (n + to - 1) / to * to; };
+    for (const int64_t N : {a.vocab, round_up(a.vocab, 8), round_up(a.vocab, 64), 4 * K}) {
+      const Tensor w = random_on_gpu(Dims{N, K}, 8, 0.05f).to(DType::BF16);
+      Tensor c = Tensor::empty(Dims{M, N}, DType::F32, kGpu);
+      const qkv::bfloat16 *X = x.data<qkv::bfloat16>(), *W = w.data<qkv::bfloat16>();
+      float* C = c.data<float>();
+      const double whole = gpu_seconds(a.reps, [&] { kernels::cuda::gemm_bf16_nt(M, N, K, X, W, nullptr, C); });
+      const double chunked = gpu_seconds(a.reps, [&] {
+        for (int64_t r = 0; r < M; r += chunk)
+          kernels::cuda::gemm_bf16_nt(std::min(chunk, M - r), N, K, X + r * K, W, nullptr, C + r * N);
+      });
+      const double flops = 2.0 * M * N * K;
+      std::printf("output-layer product %lld x %lld x %lld (bf16, f32 out): whole %.3f ms (%.0f TFLOP/s), "
+                  "%lld-row chunks %.3f ms (%.0f TFLOP/s)\n",
+                  static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K), whole * 1e3,
+                  flops / whole * 1e-12, static_cast<long long>(chunk), chunked * 1e3, flops / chunked * 1e-12);
+    }
+  }
 }
 
 // Attention's forward and backward in `precision`: float32 flash kernels, or in bf16 precision their
@@ -328,6 +360,15 @@ void torch_attention(const Args& a) {
                           "      t=time.perf_counter(); g(); r.append(time.perf_counter()-t)\n"
                           "    ts[name]=sorted(r)[2]\n"
                           "  print('pytorch SDPA %s: fwd %.3f ms, bwd %.3f ms (torch %s)' % (str(dt)[6:], ts['fwd']*1e3, (ts['fwd+bwd']-ts['fwd'])*1e3, torch.__version__))\n"
+                          "M,K,V=B*T,H*dk," + std::to_string(a.vocab) + "\n"
+                          "x=torch.randn(M,K,device='cuda',dtype=torch.bfloat16); w=torch.randn(V,K,device='cuda',dtype=torch.bfloat16)*0.05\n"
+                          "for name,g in (('bf16 out',lambda: F.linear(x,w)),('f32 out',lambda: torch.mm(x,w.t(),out_dtype=torch.float32))):\n"
+                          "  try:\n"
+                          "    g(); torch.cuda.synchronize(); r=[]\n"
+                          "    for _ in range(5):\n"
+                          "      t=time.perf_counter(); g(); torch.cuda.synchronize(); r.append(time.perf_counter()-t)\n"
+                          "    t=sorted(r)[2]; print('pytorch output-layer product %d x %d x %d (%s): %.3f ms (%.0f TFLOP/s)' % (M,V,K,name,t*1e3,2*M*V*K/t*1e-12))\n"
+                          "  except Exception as e: print('pytorch output-layer product (%s): %s' % (name, str(e)[:160]))\n"
                           "\"";
   std::fflush(stdout);
   if (std::system(cmd.c_str()) != 0) std::printf("pytorch SDPA: the peer did not run\n");
@@ -355,6 +396,7 @@ int main(int argc, char** argv) {
     print_rows(rows, ops::precision_name(p));
   }
   inference_weight_rows(a);
+  output_layer_sweep(a);
   torch_attention(a);
   return 0;
 }

@@ -33,6 +33,9 @@ import threading
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "tests"))
+from serve_process import ServeProcess  # noqa: E402 (the tests' server process)
+
 WORDS = ("the light was good and God divided the waters from the earth heaven day night said let there be made "
          "called morning evening firmament seas grass herb seed fruit tree kind stars signs seasons years").split()
 SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
@@ -85,38 +88,20 @@ def train_model(qkv: str, route: str, work: str, threads: int, shape: str = "tin
     return os.path.join(out, "last")
 
 
-class Server:
-    """A server on a free port that writes the port to a file: `qkv serve`, or (ct2) bench/ct2_server.py."""
+class Server(ServeProcess):
+    """A server on a free port that writes the port to a file: `qkv serve`, or (ct2) bench/ct2_server.py;
+    its output dropped."""
 
     def __init__(self, command: list[str], what: str):
-        self.what = what
-        self.port_file = tempfile.mktemp(prefix="qkv-bench-port-")
-        self.proc = subprocess.Popen([*command, "--port-file", self.port_file], stderr=subprocess.DEVNULL)
-        deadline = time.time() + 120
-        while not (os.path.exists(self.port_file) and open(self.port_file).read().strip()):
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise SystemExit(f"{what} did not start")
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{int(open(self.port_file).read())}"
-        while True:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(0.05)
+        try:
+            super().__init__(command, log=subprocess.DEVNULL, timeout=120, what=what)
+        except RuntimeError as e:
+            raise SystemExit(str(e))
 
     @staticmethod
     def qkv(qkv: str, checkpoint: str, threads: int, extra: list[str]) -> "Server":
         return Server([qkv, "serve", "--model", f"m={checkpoint}", "--port", "0", "--threads", str(threads),
                        "--max-queue", "4096", *extra], "qkv serve")
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-        if os.path.exists(self.port_file):
-            os.unlink(self.port_file)
 
 
 def post(url: str, body: dict) -> dict:

@@ -13,16 +13,13 @@ Usage: gpu_serve_check.py QKV_BINARY OUT_DIR [DEVICE] (default cuda; cpu tries t
 without a GPU). Exit 0 when the server's answers are the CLI's on the same device."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python" / "tests"))
+from serve_process import ServeProcess  # noqa: E402 (the tests' server process)
 from toy_text import sentences, write_lines  # noqa: E402 (the tests' made-up sentences)
 
 
@@ -33,61 +30,23 @@ def qkv(binary: str, *args: str) -> list[str]:
     return r.stdout.split("\n")
 
 
-class Server:
+class Server(ServeProcess):
+    """`qkv serve` writing to OUT/serve.log (started anew by each server); a failure ends the check."""
+
     def __init__(self, binary: str, out: Path, *args: str):
-        port_file = out / "serve.port"
-        port_file.unlink(missing_ok=True)
         self.log = open(out / "serve.log", "w")
-        self.proc = subprocess.Popen([binary, "serve", *args, "--port", "0", "--port-file", str(port_file)],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise SystemExit(f"qkv serve did not start (exit {self.proc.poll()}; see serve.log)")
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
-        while self.get("/health")[0] != 200:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise SystemExit("qkv serve did not get ready (see serve.log)")
-            time.sleep(0.05)
-
-    def get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=60) as r:
-                return r.status, r.read().decode()
-        except (urllib.error.HTTPError, urllib.error.URLError) as e:
-            return getattr(e, "code", 0), str(e)
-
-    def post(self, path: str, body: dict) -> tuple[int, dict]:
-        """The status and the JSON answer; status 0 where no answer came (the error in "error")."""
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
-        except (OSError, ValueError) as e:  # refused, reset, timed out, not JSON
-            return 0, {"error": str(e)}
+            super().__init__([binary, "serve", *args, "--port", "0"], log=self.log)
+        except RuntimeError as e:
+            raise SystemExit(f"{e} (see serve.log)")
 
     def stop(self) -> int:
-        """SIGTERM, then the exit status (a drain of at most 60 s, else SIGKILL and an error)."""
-        self.proc.terminate()
         try:
-            code = self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise SystemExit("qkv serve did not exit within 60 s of SIGTERM")
+            return super().stop()
+        except RuntimeError as e:
+            raise SystemExit(str(e))
         finally:
             self.log.close()
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def compare(name: str, served: list[str], gpu: list[str], cpu: list[str]) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import threading
 import time
 import urllib.error
@@ -17,42 +16,14 @@ import pytest
 
 import qkv
 from conftest import TINY_MODEL, qkv_bin, run_qkv, sentences, write_lines
+from serve_process import ServeProcess
 
 
-class Server:
-    """A `qkv serve` process on a free port of 127.0.0.1."""
+class Server(ServeProcess):
+    """A `qkv serve` process on a free port of 127.0.0.1, one compute thread (its stderr in proc.stderr)."""
 
     def __init__(self, tmp_path, *args: str):
-        port_file = tmp_path / f"port-{time.monotonic_ns()}"
-        self.proc = subprocess.Popen([qkv_bin(), "serve", *args, "--port", "0", "--port-file", str(port_file),
-                                      "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if self.proc.poll() is not None:
-                raise AssertionError(f"qkv serve exited {self.proc.returncode}:\n{self.proc.stderr.read()}")
-            assert time.monotonic() < deadline, "qkv serve did not start"
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
-        while self.request("GET", "/health")[0] != 200:
-            assert time.monotonic() < deadline and self.proc.poll() is None, "qkv serve did not get ready"
-            time.sleep(0.05)
-
-    def request(self, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
-        req = urllib.request.Request(self.url + path, data=body, method=method, headers=headers or {})
-        try:
-            with urllib.request.urlopen(req, timeout=60) as r:
-                return r.status, dict(r.headers), r.read().decode("utf-8")
-        except urllib.error.HTTPError as e:
-            return e.code, dict(e.headers), e.read().decode("utf-8")
-
-    def post(self, path: str, obj, headers: dict | None = None):
-        status, _, text = self.request("POST", path, json.dumps(obj).encode("utf-8"),
-                                       {"Content-Type": "application/json", **(headers or {})})
-        return status, json.loads(text)
-
-    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> int:
-        self.proc.send_signal(sig)
-        return self.proc.wait(timeout=timeout)
+        super().__init__([qkv_bin(), "serve", *args, "--port", "0", "--threads", "1"])
 
 
 @pytest.fixture(scope="module")

@@ -953,7 +953,7 @@ TEST_F(OpsOnGpu, AFaultTheGpuKeepsIsNamedAndLaterCallsThrowDeviceErrors) {
   EXPECT_EXIT(
       {
         const Tensor from = Tensor::zeros(Dims{1 << 16}, DType::F32, kGpu);
-        cuda::copy_strided(reinterpret_cast<void*>(uintptr_t{64}), Dims{1}, from.data(), Dims{1}, Dims{1 << 16}, 4);
+        cuda::copy_strided(reinterpret_cast<void*>(uintptr_t{64}), Dims{1}, from.data<float>(), Dims{1}, Dims{1 << 16}, 4);
         try {
           cuda::synchronize(kGpu);
         } catch (const DeviceError&) {  // where the fault shows first

@@ -2,7 +2,7 @@
 // same meaning, on device pointers. Each host function launches on the stream of the current CUDA
 // device (core/cuda_runtime.h: cuda::current_stream(); ops make the tensor's device current) and
 // returns without waiting, except where it returns a value computed on the device (it then waits
-// for that value). A failed launch throws qkv::Error naming the kernel (QKV_CUDA_CHECK).
+// for that value). A failed launch throws qkv::DeviceError naming the kernel (QKV_CUDA_CHECK).
 //
 // This header has no CUDA types, so the ops (plain C++) can include it. Its functions exist only in
 // a build with -DQKV_CUDA=ON; ops call them inside `if constexpr (cuda::kBuilt)` (ops/dispatch.h).
