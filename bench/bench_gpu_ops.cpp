@@ -126,9 +126,11 @@ void linear_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows
     if (precision == ops::Precision::BF16 && s.out % 4 != 0) {
       // Rows of C not 16-byte aligned: kernels/cuda/gemm.cu writes them in place; timed beside the
       // product written to aligned scratch and copied (QKV_CUDA_ALIGN_C=1), on the same GPU.
-      ::setenv("QKV_CUDA_ALIGN_C", "1", 1);
-      const double fwd_scratch = gpu_seconds(a.reps, [&] { (void)ops::linear_forward(x, w, b); });
-      ::unsetenv("QKV_CUDA_ALIGN_C");
+      double fwd_scratch = 0;
+      {
+        const bench::ScopedEnv scratch("QKV_CUDA_ALIGN_C", "1");
+        fwd_scratch = gpu_seconds(a.reps, [&] { (void)ops::linear_forward(x, w, b); });
+      }
       std::printf("%s fwd%s, %lld columns: %.3f ms written in place (the default), %.3f ms through aligned scratch\n",
                   s.name, tag.c_str(), static_cast<long long>(s.out), fwd * 1e3, fwd_scratch * 1e3);
     }
@@ -216,11 +218,13 @@ void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* r
   if (precision == ops::Precision::Float32) {
     // The forward with the next tile prefetched (kernels/cuda/flash_attention.cu), timed beside it on
     // the same GPU; not a row of the step (the rows add up to it).
-    ::setenv("QKV_FLASH_PREFETCH", "1", 1);
-    const double fwd_prefetch = gpu_seconds(a.reps, [&] {
-      (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
-    });
-    ::unsetenv("QKV_FLASH_PREFETCH");
+    double fwd_prefetch = 0;
+    {
+      const bench::ScopedEnv prefetch("QKV_FLASH_PREFETCH", "1");
+      fwd_prefetch = gpu_seconds(a.reps, [&] {
+        (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
+      });
+    }
     std::printf("attention forward, one layer: %.3f ms loading tiles as needed (the default), %.3f ms with the next "
                 "tile prefetched\n", fwd * 1e3, fwd_prefetch * 1e3);
   }
@@ -228,15 +232,17 @@ void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* r
     // The WMMA kernels (kernels/cuda/flash_attention_bf16.cu), which QKV_FLASH_MMA=0 chooses, timed
     // beside the default register-level form (flash_attention_mma.cu) on the same GPU; their rows count
     // for nothing in the step (x0).
-    ::setenv("QKV_FLASH_MMA", "0", 1);
-    const double fwd_wmma = gpu_seconds(a.reps, [&] {
-      (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
-    });
-    const double bwd_wmma = gpu_seconds(a.reps, [&] {
-      Tensor dq, dkk, dv;
-      ops::multi_head_attention_backward(dy, q, k, v, H, saved, masks, {}, &dq, &dkk, &dv);
-    });
-    ::unsetenv("QKV_FLASH_MMA");
+    double fwd_wmma = 0, bwd_wmma = 0;
+    {
+      const bench::ScopedEnv wmma("QKV_FLASH_MMA", "0");
+      fwd_wmma = gpu_seconds(a.reps, [&] {
+        (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
+      });
+      bwd_wmma = gpu_seconds(a.reps, [&] {
+        Tensor dq, dkk, dv;
+        ops::multi_head_attention_backward(dy, q, k, v, H, saved, masks, {}, &dq, &dkk, &dv);
+      });
+    }
     std::printf("attention, one layer, bf16: forward %.3f ms (mma.sync, the default) %.3f ms (wmma), backward %.3f ms "
                 "(mma.sync) %.3f ms (wmma)\n", fwd * 1e3, fwd_wmma * 1e3, bwd * 1e3, bwd_wmma * 1e3);
     char wmma_line[160];
@@ -329,10 +335,11 @@ void other_rows(const Args& a, std::vector<Row>* rows) {
     char line[160];
     std::snprintf(line, sizeof line, "AdamW, %zu tensors, multi-tensor", shapes.size());
     rows->push_back({line, gpu_seconds(a.reps, [&] { ops::adam_step_many(all, s); }), 1});
-    ::setenv("QKV_CUDA_ADAM_SCALAR", "1", 1);  // the kernel's first form: an element a thread
-    std::snprintf(line, sizeof line, "AdamW, %zu tensors, multi-tensor, an element a thread", shapes.size());
-    rows->push_back({line, gpu_seconds(a.reps, [&] { ops::adam_step_many(all, s); }), 0});
-    ::unsetenv("QKV_CUDA_ADAM_SCALAR");
+    {
+      const bench::ScopedEnv scalar("QKV_CUDA_ADAM_SCALAR", "1");  // the kernel's first form: an element a thread
+      std::snprintf(line, sizeof line, "AdamW, %zu tensors, multi-tensor, an element a thread", shapes.size());
+      rows->push_back({line, gpu_seconds(a.reps, [&] { ops::adam_step_many(all, s); }), 0});
+    }
     std::snprintf(line, sizeof line, "AdamW, %zu tensors, a launch each", shapes.size());
     rows->push_back({line, gpu_seconds(a.reps, [&] {
                        for (size_t i = 0; i < p.size(); ++i) ops::adam_step(p[i], g[i], m[i], v[i], s);
