@@ -92,9 +92,9 @@ fi
 # qkv serve --device cuda under 16 concurrent clients (continuous batching and batched beam search on
 # the GPU) against qkv generate / translate --device cuda, the CPU's answers reported beside them.
 if fits "qkv serve --device cuda" 120; then
-  echo "== qkv serve --device cuda: 16 clients' completions and translations against the CLI's"
+  echo "== qkv serve --device cuda: 16 clients' completions and translations against the CLI's; completions under --max-memory"
   timeout 120 python3 scripts/gpu_serve_check.py "$bundle/qkv" "$out/serve" > "$out/serve-check.log" 2>&1 || status=1
-  tail -8 "$out/serve-check.log"
+  tail -12 "$out/serve-check.log"
   rm -rf "$out/serve/lm" "$out/serve/mt"
 fi
 # Data parallelism with the model on the GPU: two ranks sharing it (their gradients summed through
