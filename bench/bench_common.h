@@ -28,19 +28,6 @@
 
 namespace qkv::bench {
 
-// An environment variable set for a scope (a kernel's other form, chosen by its variable, timed
-// beside the default), unset at its end whatever happens in between.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
-
 // The median of the measurements; a benchmark that measured nothing fails here (exit status 1 from
 // the benchmarks' handlers, an abort elsewhere) rather than printing a number read past the end.
 inline double median(std::vector<double> v) {

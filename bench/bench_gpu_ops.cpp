@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_common.h"
+#include "scoped_env.h"
 #include "qkv/core/cuda_runtime.h"
 #include "qkv/kernels/cuda/kernels.h"
 #include "qkv/ops/ops.h"
@@ -128,7 +129,7 @@ void linear_rows(const Args& a, ops::Precision precision, std::vector<Row>* rows
       // product written to aligned scratch and copied (QKV_CUDA_ALIGN_C=1), on the same GPU.
       double fwd_scratch = 0;
       {
-        const bench::ScopedEnv scratch("QKV_CUDA_ALIGN_C", "1");
+        const testing::ScopedEnv scratch("QKV_CUDA_ALIGN_C", "1");
         fwd_scratch = gpu_seconds(a.reps, [&] { (void)ops::linear_forward(x, w, b); });
       }
       std::printf("%s fwd%s, %lld columns: %.3f ms written in place (the default), %.3f ms through aligned scratch\n",
@@ -220,7 +221,7 @@ void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* r
     // the same GPU; not a row of the step (the rows add up to it).
     double fwd_prefetch = 0;
     {
-      const bench::ScopedEnv prefetch("QKV_FLASH_PREFETCH", "1");
+      const testing::ScopedEnv prefetch("QKV_FLASH_PREFETCH", "1");
       fwd_prefetch = gpu_seconds(a.reps, [&] {
         (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
       });
@@ -234,7 +235,7 @@ void attention_rows(const Args& a, ops::Precision precision, std::vector<Row>* r
     // for nothing in the step (x0).
     double fwd_wmma = 0, bwd_wmma = 0;
     {
-      const bench::ScopedEnv wmma("QKV_FLASH_MMA", "0");
+      const testing::ScopedEnv wmma("QKV_FLASH_MMA", "0");
       fwd_wmma = gpu_seconds(a.reps, [&] {
         (void)ops::multi_head_attention_forward_saving(q, k, v, H, masks, {}, &saved, false);
       });
@@ -336,7 +337,7 @@ void other_rows(const Args& a, std::vector<Row>* rows) {
     std::snprintf(line, sizeof line, "AdamW, %zu tensors, multi-tensor", shapes.size());
     rows->push_back({line, gpu_seconds(a.reps, [&] { ops::adam_step_many(all, s); }), 1});
     {
-      const bench::ScopedEnv scalar("QKV_CUDA_ADAM_SCALAR", "1");  // the kernel's first form: an element a thread
+      const testing::ScopedEnv scalar("QKV_CUDA_ADAM_SCALAR", "1");  // the kernel's first form: an element a thread
       std::snprintf(line, sizeof line, "AdamW, %zu tensors, multi-tensor, an element a thread", shapes.size());
       rows->push_back({line, gpu_seconds(a.reps, [&] { ops::adam_step_many(all, s); }), 0});
     }

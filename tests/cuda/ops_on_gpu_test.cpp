@@ -23,6 +23,7 @@
 #include "qkv/kernels/cuda/flash_attention.h"
 #include "qkv/ops/ops.h"
 #include "qkv/ops/precision.h"
+#include "scoped_env.h"
 
 namespace qkv::ops {
 namespace {
@@ -105,18 +106,7 @@ void expect_backward_close(const Dims& shape, Backward backward, const std::stri
   expect_close(cpu_acc, gpu_acc, what + " (accumulated)", tol);
 }
 
-// An environment variable set for a scope and unset at its end, however the scope ends (a kernel
-// reads its form from one at each call: QKV_FLASH_MMA, QKV_CUDA_ALIGN_C, ...).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-};
+using qkv::testing::ScopedEnv;
 
 class OpsOnGpu : public ::testing::Test {
  protected:
