@@ -96,18 +96,18 @@ std::string device_fault(Device device) {
   int previous = -1;
   cudaError_t status = cudaGetDevice(&previous);
   if (status == cudaSuccess) status = cudaSetDevice(device.index);
+  std::string fault;
   if (status == cudaSuccess) {
     try {
       status = cudaStreamQuery(stream_of(device.index));
     } catch (const std::exception& e) {  // the stream could not be made: that call's failure
-      (void)cudaGetLastError();
-      return device.name() + ": " + e.what();
+      fault = e.what();
     }
   }
   if (previous >= 0 && previous != device.index) (void)cudaSetDevice(previous);
   (void)cudaGetLastError();  // not this thread's next call's error
-  if (status == cudaSuccess || status == cudaErrorNotReady) return {};
-  return device.name() + ": " + cudaGetErrorString(status);
+  if (fault.empty() && status != cudaSuccess && status != cudaErrorNotReady) fault = cudaGetErrorString(status);
+  return fault.empty() ? fault : device.name() + ": " + fault;
 }
 
 void* malloc(Device device, size_t bytes) {

@@ -22,6 +22,7 @@ struct ContinuousGeneration::Sequence {
   int64_t budget() const { return prompt.new_tokens; }
   // What a prefill reads: the prompt, and after a preemption the tokens made since (the newest
   // included: the logits of the position after it choose the next).
+  size_t context_length() const { return prompt.tokens.size() + generated.size(); }
   std::vector<int32_t> context() const {
     std::vector<int32_t> tokens = prompt.tokens;
     tokens.insert(tokens.end(), generated.begin(), generated.end());
@@ -79,15 +80,15 @@ void ContinuousGeneration::clear() {
 }
 
 // The waiting sequences that join at this step, first come first: while the batch has room (under
-// the row limit) and the prompts read stay within max_prefill_tokens. Cancelled ones leave; ones without a token to make
-// end here (their event goes to `events`).
+// the row limit) and the prompts read stay within max_prefill_tokens. Cancelled ones leave; ones
+// without a token to make end here (their event goes to `events`).
 std::vector<std::unique_ptr<ContinuousGeneration::Sequence>> ContinuousGeneration::admit(
     std::vector<SequenceEvent>& events) {
   std::vector<std::unique_ptr<Sequence>> joined;
   int64_t tokens = 0;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Sequence& s = **it;
-    const int64_t length = static_cast<int64_t>(s.prompt.tokens.size() + s.generated.size());
+    const int64_t length = static_cast<int64_t>(s.context_length());
     if (s.cancelled || s.budget() == 0) {
       if (!s.cancelled) events.push_back({s.id, -1, SequenceEnd::Length, {}});
       it = waiting_.erase(it);
@@ -196,7 +197,7 @@ void keep_only(const models::CausalLM& model, models::GenerationState& state, Se
 // The rows that go on, the joining ones after the running ones, in one state; then one position
 // further with the tokens they were fed. Joining rows go into the running state's reserved rows
 // when they fit there (nothing else moves); else the state is made again, compacted, with room for
-// max_sequences rows and a context's more positions.
+// the rows that may run together now and a context's more positions.
 void ContinuousGeneration::advance(models::GenerationState joining, std::vector<std::unique_ptr<Sequence>>& joined,
                                    const std::vector<bool>& keep) {
   const size_t running = rows_.size();

@@ -10,9 +10,9 @@
 // padded as far as it needs). Joining rows are copied into its reserved rows (CausalLM::append:
 // nothing else moves) when their prompts are no longer than its columns and their budgets fit its
 // capacity; otherwise the state is made again (CausalLM::join), compacted to the longest row, with
-// room for max_sequences rows and a context's more positions. Rows that leave are replaced by the
-// last ones (one row copied each). So a join costs the joining rows' keys, and the state's width
-// stays within three contexts however long it runs.
+// room for max_sequences rows (fewer after out of memory, below) and a context's more positions.
+// Rows that leave are replaced by the last ones (one row copied each). So a join costs the joining
+// rows' keys, and the state's width stays within three contexts however long it runs.
 //
 // A sequence's tokens are those decoding::generate gives its prompt with the same options: the same
 // prompt fitting (fit_prompt), greedy or the draw keyed by (seed, key, index of the new token), the
@@ -99,10 +99,8 @@ class ContinuousGeneration {
   // the state again (the running rows copied, compacted).
   int64_t appends() const { return appends_; }
   int64_t rebuilds() const { return rebuilds_; }
-  // Times the running batch was preempted (out of memory after its tokens were chosen), and the
-  // rows allowed to run together now (max_sequences, less after an out-of-memory error).
+  // Times the running batch was preempted (out of memory after its tokens were chosen).
   int64_t preemptions() const { return preemptions_; }
-  size_t row_limit() const { return row_limit_; }
 
  private:
   struct Sequence;

@@ -1,7 +1,6 @@
 #include "qkv/train/memory_budget.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 
