@@ -4,7 +4,9 @@
 // step. Optionally PyTorch's SDPA on the same attention shape (--python PATH), float32 and bf16.
 //
 // Usage: bench_gpu_ops [--batch B] [--block T] [--layers L] [--d-model D] [--heads H] [--vocab V]
-//                      [--reps R] [--python PATH]
+//                      [--reps R] [--python PATH] [--only attention]
+// --only attention: attention's forward and backward alone, each form (for ncu, which replays the
+// kernels it profiles: scripts/gpu_check.sh's ncu stage).
 // Needs a -DQKV_CUDA=ON build and a GPU (scripts/gpu_check.sh runs it; docs/gpu.md keeps the output).
 #include <algorithm>
 #include <chrono>
@@ -31,6 +33,7 @@ struct Args {
   int64_t batch = 16, block = 1024, layers = 12, d_model = 768, heads = 12, vocab = 50257;
   int reps = 5;
   std::string python;
+  std::string only;  // "attention": attention's rows alone (what scripts/gpu_check.sh's ncu stage profiles)
 };
 
 Args parse(int argc, char** argv) {
@@ -51,7 +54,13 @@ Args parse(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--vocab")) a.vocab = std::atoll(next());
     else if (!std::strcmp(argv[i], "--reps")) a.reps = std::atoi(next());
     else if (!std::strcmp(argv[i], "--python")) a.python = next();
-    else {
+    else if (!std::strcmp(argv[i], "--only")) {
+      a.only = next();
+      if (a.only != "attention") {
+        std::fprintf(stderr, "bench_gpu_ops: --only: expected attention, got '%s'\n", a.only.c_str());
+        std::exit(2);
+      }
+    } else {
       std::fprintf(stderr, "bench_gpu_ops: unknown argument %s\n", argv[i]);
       std::exit(2);
     }
@@ -394,6 +403,14 @@ int main(int argc, char** argv) {
               cuda::describe(kGpu).c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.block),
               static_cast<long long>(a.layers), static_cast<long long>(a.d_model), static_cast<long long>(a.heads),
               static_cast<long long>(a.vocab));
+  if (a.only == "attention") {  // few launches, for a profiler that replays each kernel it profiles
+    for (ops::Precision p : {ops::Precision::Float32, ops::Precision::BF16}) {
+      std::vector<Row> rows;
+      attention_rows(a, p, &rows);
+      print_rows(rows, ops::precision_name(p));
+    }
+    return 0;
+  }
   std::vector<Row> common;
   other_rows(a, &common);
   for (ops::Precision p : {ops::Precision::Float32, ops::Precision::BF16}) {

@@ -7,11 +7,13 @@
 # (no GPT-2 small steps), QKV_BENCH_OPS=0 (no op-by-op timings), QKV_BIBLE=0 (no Bible recipe, which
 # runs where data/bible came along), QKV_BENCH_SEED=0 (no seed or Bible model steps), QKV_BENCH_PRECISIONS (the
 # training steps', default "float32 bf16"), QKV_PROFILE=0 (no Nsight Systems profile),
-# QKV_RACECHECK_FILTER (the tests racecheck and synccheck run).
+# QKV_RACECHECK_FILTER (the tests racecheck and synccheck run), QKV_NCU=0 (no Nsight Compute counters
+# over attention's kernels).
 # A time budget, QKV_CHECK_SECONDS (default 540: the device tool allows 600 s a command): a stage
 # starts only if its own time limit still fits, else it is reported as skipped, so a short lease
 # always brings back the tests' results. The stages run in that order of need: tests, the CLI, the server,
-# data parallelism, memcheck, the Bible recipe, benchmarks, racecheck and synccheck, the profile.
+# data parallelism, memcheck, the Bible recipe, benchmarks, ncu over attention, racecheck and synccheck,
+# the profile.
 set -uo pipefail
 bundle="${1:-.gpu}"
 out="${OUT:-/tmp/qkv-gpu}"
@@ -227,6 +229,33 @@ if [ -x "$bundle/bench_train_step" ] && [ "$benches" = 1 ] && [ "${QKV_BENCH_SEE
     bench_seed seed-$precision --steps 5 --precision $precision
     bench_seed bible-$precision --preset bible --steps 5 --precision $precision
   done
+fi
+# Why attention's kernels run below PyTorch's SDPA (bf16: forward 0.57 against 0.14 ms a GPT-2 small
+# layer, 2026-11-28; float32 2.6x): Nsight Compute's counters over the flash kernels of one call each
+# (bench_gpu_ops --only attention --reps 1: the float32 and mma.sync forms, not the WMMA one), where
+# ncu can read them (Firecracker; not gVisor: KINDS.md). The stall reasons say what bounds them: the
+# tensor pipes, shared memory, barriers, latency.
+if [ -x "$bundle/bench_gpu_ops" ] && [ "$benches" = 1 ] && [ "${QKV_NCU:-1}" = 1 ] && command -v ncu > /dev/null &&
+   fits "ncu over attention" 150; then
+  echo "== attention's kernels under Nsight Compute (ncu)"
+  stalls=""
+  for reason in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait not_selected \
+                lg_throttle dispatch_stall no_instruction branch_resolving; do
+    stalls+="${stalls:+,}smsp__average_warps_issue_stalled_${reason}_per_issue_active.ratio"
+  done
+  timeout 150 ncu --clock-control none --kernel-name 'regex:flash_(forward|backward)_(dq_|dkv_)?(mma_)?kernel' \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section InstructionStats --metrics "$stalls,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" \
+    "$bundle/bench_gpu_ops" --only attention --reps 1 > "$out/ncu-attention.txt" 2>&1
+  rc=$?
+  [ "$rc" -eq 0 ] || echo "ncu exited $rc: $(grep -E '==ERROR==|==WARNING==' "$out/ncu-attention.txt" | head -3)"
+  # A kernel's header line ("  void ...flash_forward_mma_kernel<64>(...) (3072, 1, 1)x(128, 1, 1), ..."),
+  # then its figures.
+  grep -E "^  [^ ].*_kernel.*\)x\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc Active|hmma|stalled_.*_per_issue_active" \
+    "$out/ncu-attention.txt" | sed -E -e 's/smsp__average_warps_issue_stalled_([a-z_]+)_per_issue_active.ratio/stalled \1/' \
+    -e 's/^  .*(flash_[a-z_]+kernel(<[0-9]+>)?)\(.*\) \(([0-9, ]+)\)x\(([0-9, ]+)\).*/  \1 grid (\3) block (\4)/' |
+    cut -c1-120 | head -200
 fi
 # racecheck (shared-memory races) and synccheck over the attention kernels, whose tiles pass
 # through shared memory.
