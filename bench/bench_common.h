@@ -231,20 +231,36 @@ class PeerProcess {
 // qkv's step and the peer's, alternately, `steps` times each (both warmed up before); the peer may
 // be null (qkv alone). Seconds of each step, and the share of each of qkv's steps spent in the CPU's
 // matrix products (kernels/product_clock.h).
+// With products_by_shape, also each distinct product's totals over the steps (the clock's by-shape
+// mode, whose lock costs a little of the step: a diagnostic, not for the ratios).
 struct PairedTimes {
   std::vector<double> qkv, peer, qkv_product_share;
+  std::vector<kernels::product_clock::ShapeTotal> products;
 };
 
+inline void add_products(const std::vector<kernels::product_clock::ShapeTotal>& step,
+                         std::vector<kernels::product_clock::ShapeTotal>* sum) {
+  for (const auto& s : step) {
+    auto it = std::find_if(sum->begin(), sum->end(), [&](const kernels::product_clock::ShapeTotal& t) {
+      return kernels::product_clock::same_shape(t.shape, s.shape);
+    });
+    if (it == sum->end()) it = sum->insert(sum->end(), kernels::product_clock::ShapeTotal{s.shape, 0, 0.0});
+    it->calls += s.calls;
+    it->seconds += s.seconds;
+  }
+}
+
 template <class F>
-PairedTimes interleaved_steps(int steps, F&& qkv_step, PeerProcess* peer) {
+PairedTimes interleaved_steps(int steps, F&& qkv_step, PeerProcess* peer, bool products_by_shape = false) {
   PairedTimes t;
-  kernels::product_clock::set_enabled(true);
+  kernels::product_clock::set_enabled(true, products_by_shape);
   for (int i = 0; i < steps; ++i) {
     kernels::product_clock::reset();
     const auto a = std::chrono::steady_clock::now();
     qkv_step();
     t.qkv.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
     t.qkv_product_share.push_back(kernels::product_clock::seconds() / t.qkv.back());
+    if (products_by_shape) add_products(kernels::product_clock::by_shape(), &t.products);
     if (!peer) continue;
     settle();
     t.peer.push_back(peer->step().at("seconds").get<double>());
@@ -272,6 +288,37 @@ inline void print_product_share(const PairedTimes& t, Device device) {
   std::printf("qkv     matrix products %.0f%% of the step (median of %zu; the GEMM kernels' time, attention's "
               "included; the rest: softmax, norms, activations, loss, optimizer, copies)\n",
               100 * median(t.qkv_product_share), t.qkv_product_share.size());
+}
+
+// The products of a step by shape, the most time first (`top` of them, then the rest in one line):
+// calls and milliseconds a step, the rate, the share of the products' time. bench_gemm times the
+// same shapes alone: a product slower here than there loses time to the step around it.
+inline void print_products_by_shape(const PairedTimes& t, int top = 40) {
+  if (t.products.empty() || t.qkv.empty()) return;
+  auto totals = t.products;
+  std::sort(totals.begin(), totals.end(), [](const auto& x, const auto& y) { return x.seconds > y.seconds; });
+  double all = 0, all_flops = 0;
+  for (const auto& s : totals) all += s.seconds, all_flops += s.flops();
+  const double steps = static_cast<double>(t.qkv.size());
+  std::printf("qkv     products by shape, a step (mean of %zu; %.0f ms, %.0f GFLOP/s over all of them):\n",
+              t.qkv.size(), all / steps * 1e3, all_flops / all * 1e-9);
+  std::printf("          type  op(A) op(B)      M x      N x      K   calls      ms   GFLOP/s  share\n");
+  double rest = 0, rest_flops = 0;
+  int64_t rest_calls = 0;
+  for (size_t i = 0; i < totals.size(); ++i) {
+    const auto& s = totals[i];
+    if (static_cast<int>(i) >= top) {
+      rest += s.seconds, rest_flops += s.flops(), rest_calls += s.calls;
+      continue;
+    }
+    std::printf("          %-5s %-5s %-5s %8lld x %6lld x %6lld %7.0f %7.1f %9.1f %5.1f%%\n", s.shape.type,
+                s.shape.trans_a ? "A^T" : "A", s.shape.trans_b ? "B^T" : "B", static_cast<long long>(s.shape.M),
+                static_cast<long long>(s.shape.N), static_cast<long long>(s.shape.K), s.calls / steps,
+                s.seconds / steps * 1e3, s.flops() / s.seconds * 1e-9, 100 * s.seconds / all);
+  }
+  if (rest > 0)
+    std::printf("          %zu other shapes %35.0f %7.1f %9.1f %5.1f%%\n", totals.size() - top, rest_calls / steps,
+                rest / steps * 1e3, rest_flops / rest * 1e-9, 100 * rest / all);
 }
 
 }  // namespace qkv::bench

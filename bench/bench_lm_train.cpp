@@ -4,7 +4,7 @@
 //
 // Usage: bench_lm_train [--steps N] [--threads T] [--batch B] [--block T] [--layers L] [--d-model D]
 //                       [--heads H] [--d-ff F] [--vocab V] [--dropout P] [--recompute-ffn]
-//                       [--micro-batch ROWS] [--attention seed|sdpa] [--python PATH] [--no-torch]
+//                       [--micro-batch ROWS] [--attention seed|sdpa] [--python PATH] [--no-torch] [--products]
 //                       [--device cpu|cuda] [--precision float32|bf16]
 // Defaults: batch 8 x block 256, 6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 8000, dropout
 // 0.1, GPT-2's choices otherwise (pre-LN, learned positions, GELU tanh, tied output), AdamW (lr 3e-4,
@@ -41,6 +41,7 @@ struct Args {
   int64_t batch = 8, block = 256, layers = 6, d_model = 512, heads = 8, d_ff = 2048, vocab = 8000;
   float dropout = 0.1f;
   bool torch = true, recompute_ffn = false;
+  bool products = false;  // --products: the step's products by shape (kernels/product_clock.h)
   int64_t micro_batch = 0;
   std::string attention = "seed";
   std::string device = "cpu";  // cuda: qkv and PyTorch both train on the GPU
@@ -80,6 +81,7 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--attention")) a.attention = str();
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--no-torch")) a.torch = false;
+    else if (!std::strcmp(argv[i], "--products")) a.products = true;
     else if (!std::strcmp(argv[i], "--device")) a.device = str();
     else if (!std::strcmp(argv[i], "--precision")) a.precision = str();
     else { std::fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
@@ -138,7 +140,7 @@ int main(int argc, char** argv) try {
         std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " + std::to_string(a.vocab) +
         " --dropout " + std::to_string(a.dropout) + " --attention " + a.attention +
         bench::peer_device_flags(device, bf16));
-  const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
+  const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get(), a.products);
   const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats(device);
@@ -157,6 +159,7 @@ int main(int argc, char** argv) try {
               t, a.steps, tokens / t, qkv_rss, pool.bytes_peak / 1e9, loss);
   bench::print_qkv_rate(gflops, device, pool.bytes_peak, bf16);
   bench::print_product_share(times, device);
+  bench::print_products_by_shape(times);
   std::fflush(stdout);
   if (!torch) return 0;
   const nlohmann::json j = torch->finish();

@@ -4,7 +4,7 @@
 //
 // Usage: bench_train_step [--preset seed|bible] [--steps N] [--threads T] [--layers L] [--batch B] [--len T]
 //                         [--d-model D] [--heads H] [--d-ff F] [--vocab V] [--recompute-ffn]
-//                         [--micro-batch ROWS] [--max-memory SIZE] [--python PATH] [--no-torch]
+//                         [--micro-batch ROWS] [--max-memory SIZE] [--python PATH] [--no-torch] [--products]
 //                         [--precision float32|bf16] [--device cpu|cuda]
 // --precision bf16: qkv's products in bf16 (ops/precision.h), PyTorch's step under
 // torch.autocast("cpu" or "cuda", dtype=torch.bfloat16).
@@ -54,6 +54,7 @@ struct Args {
   int64_t layers = 6, batch = 64, len = 100;
   int64_t d_model = 512, heads = 8, d_ff = 2048, vocab = 5000;  // the seed's
   bool torch = true;
+  bool products = false;  // --products: the step's products by shape (kernels/product_clock.h)
   bool recompute_ffn = false;
   std::string precision = "float32";
   std::string device = "cpu";  // cuda: qkv and PyTorch both train on the GPU
@@ -104,6 +105,7 @@ bool parse_args(int argc, char** argv, Args& a) {
     else if (!std::strcmp(argv[i], "--batch")) a.batch = next();
     else if (!std::strcmp(argv[i], "--len")) a.len = next();
     else if (!std::strcmp(argv[i], "--no-torch")) a.torch = false;
+    else if (!std::strcmp(argv[i], "--products")) a.products = true;
     else if (!std::strcmp(argv[i], "--recompute-ffn")) a.recompute_ffn = true;
     else if (!std::strcmp(argv[i], "--micro-batch")) a.micro_batch = next();
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
@@ -198,7 +200,7 @@ int main(int argc, char** argv) try {
   step();  // warm-up: fills the buffer pool
   std::unique_ptr<bench::PeerProcess> torch;
   if (a.torch) torch = std::make_unique<bench::PeerProcess>(torch_command(a, device, bf16));
-  const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get());
+  const bench::PairedTimes times = bench::interleaved_steps(a.steps, step, torch.get(), a.products);
   const double t = bench::median(times.qkv);
   const double qkv_rss = peak_rss_gb();
   const PoolStats pool = BufferPool::stats(device);
@@ -219,6 +221,7 @@ int main(int argc, char** argv) try {
               estimate.activation_bytes / 1e9, train::kProcessOverheadBytes / 1e9);
   bench::print_qkv_rate(flops / t * 1e-9, device, pool.bytes_peak, bf16, 6400, 2048, 512);
   bench::print_product_share(times, device);
+  bench::print_products_by_shape(times);
   std::fflush(stdout);
   if (torch) print_torch(a, device, pool.bytes_peak, times, torch->finish(), qkv_rss);
   return 0;

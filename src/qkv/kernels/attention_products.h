@@ -27,7 +27,7 @@ inline void head_product(const AttentionDims& d, bool trans_a, bool trans_b, int
   // keep gemm_blocked's packing.
   static const head_tile::Product in_place = head_tile::avx512_or_null();
   if (in_place && !trans_b && M > 0 && N <= head_tile::kMaxColumns && K > 0 && K <= head_tile::kMaxK) {
-    const product_clock::Scope clock;
+    const product_clock::Scope clock("f32", M, N, K, trans_a, trans_b);
     return in_place(trans_a, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
   }
   gemm_blocked(trans_a, trans_b, M, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);

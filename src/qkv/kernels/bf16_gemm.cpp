@@ -136,7 +136,7 @@ void gemm_bf16_packed(const float* A, int64_t M, int64_t lda, const uint32_t* pa
                       int64_t in_features, const float* bias_or_null, float* C, int64_t ldc) {
   QKV_CHECK(packed_bf16_available(), "gemm_bf16_packed: needs AVX512_BF16 (kernels/isa.h: " << isa_description()
                                                                                               << ")");
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("bf16", M, out_features, in_features, false, true);
   if (bf16_isa::amx_or_null())
     return bf16_isa::gemm_packed_amx_unchecked(A, M, lda, packed, out_features, in_features, bias_or_null, C, ldc);
   bf16_isa::gemm_packed_avx512_bf16_unchecked(A, M, lda, packed, out_features, in_features, bias_or_null, C, ldc);
@@ -144,7 +144,7 @@ void gemm_bf16_packed(const float* A, int64_t M, int64_t lda, const uint32_t* pa
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("bf16", M, N, K, trans_a, trans_b);
   bf16_isa::chosen()(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 

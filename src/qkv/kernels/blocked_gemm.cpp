@@ -279,7 +279,7 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
                             int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
                             float beta, float* C, int64_t ldc, const float* bias) {
   if (M <= 0 || N <= 0) return;
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("f32", M, N, K, trans_a, trans_b);
   if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
   const Product p{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias};
   const int64_t panels = ceil_div(N, kCols);

@@ -15,7 +15,7 @@ constexpr int64_t kBlockedMin = int64_t{1} << 20;  // multiply-adds
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("f32", M, N, K, trans_a, trans_b);
   // BLAS leaves C untouched for K == 0 only when beta == 1; gemm_blocked scales C by beta, uniformly.
   if (K == 0) return gemm_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   if (M == 1) {
@@ -47,7 +47,7 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
 
 void sgemm_plus_bias(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                      int64_t lda, const float* B, int64_t ldb, const float* bias, float* C, int64_t ldc) {
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("f32", M, N, K, trans_a, trans_b);
   if (!bias) return sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.f, C, ldc);
   if (M * N * K >= kBlockedMin)
     return gemm_blocked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, 0.f, C, ldc, bias);

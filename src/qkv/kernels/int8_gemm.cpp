@@ -511,19 +511,22 @@ GemmMany chosen_many() {
 
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("int8", M, W.out_features(), W.in_features(), false, true);
   int8_isa::chosen()(A, M, lda, W, bias_or_null, C, ldc);
 }
 
 void gemm_int8_mapped(const float* A, int64_t M, int64_t lda, RowMap map, const QuantizedWeights& W,
                       const float* bias_or_null, float* C, int64_t ldc) {
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("int8", M, W.out_features(), W.in_features(), false, true);
   const Int8Product product{&W, bias_or_null, C, ldc};
   int8_isa::chosen_many()(A, M, lda, map, &product, 1);
 }
 
 void gemm_int8_many(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
-  const product_clock::Scope clock;
+  // One shape for the products together: their output features summed (the weights share K).
+  int64_t out_features = 0;
+  for (int64_t i = 0; i < count; ++i) out_features += products[i].W->out_features();
+  const product_clock::Scope clock("int8", M, out_features, count > 0 ? products[0].W->in_features() : 0, false, true);
   int8_isa::chosen_many()(A, M, lda, nullptr, products, count);
 }
 

@@ -171,7 +171,7 @@ void gemm_packed(const float* A, int64_t M, int64_t lda, const PackedWeights& W,
 void gemm_packed_with_tile(wide_tile::PairAccumulate pair, const float* A, int64_t M, int64_t lda,
                            const PackedWeights& W, const float* bias_or_null, float* C, int64_t ldc) {
   if (M <= 0 || W.out_features() <= 0) return;
-  const product_clock::Scope clock;
+  const product_clock::Scope clock("f32", M, W.out_features(), W.in_features(), false, true);
   const int64_t work = M * W.out_features() * W.in_features();
   const int64_t block = rows_per_block(W.in_features()), panels = W.panels();
   // Threads split the panels (output columns) of each row block: a thread reads only its own part
