@@ -35,6 +35,39 @@ inline __m512i interleave_rows(__m512 row_k, __m512 row_k1) {
 
 inline __mmask16 first_n(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
 
+// r[i][j] becomes r[j][i], for 32-bit elements: pairs of rows interleaved (32, then 64 bits within
+// each 128-bit lane), then the lanes of four rows transposed as a 4 x 4 matrix of lanes.
+// GCC 12's unpack and shuffle intrinsics pass an undefined register on purpose and warn about it.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#ifndef __clang__  // clang has no such group
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+inline void transpose_16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {  // t[2p] lane L: (2p, 4L), (2p+1, 4L), (2p, 4L+1), (2p+1, 4L+1)
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int q = 0; q < 16; q += 4) {  // r[q + c] lane L: column 4L + c, rows q .. q + 3
+    r[q] = _mm512_unpacklo_epi64(t[q], t[q + 2]);
+    r[q + 1] = _mm512_unpackhi_epi64(t[q], t[q + 2]);
+    r[q + 2] = _mm512_unpacklo_epi64(t[q + 1], t[q + 3]);
+    r[q + 3] = _mm512_unpackhi_epi64(t[q + 1], t[q + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // column 4L + c gathers lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
+    const __m512i v0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44), v1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    t[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+#pragma GCC diagnostic pop
+
 // One row of kc floats (kc even, `valid` of them read, the rest zero) as kc / 2 words.
 inline void convert_row(const float* src, int64_t valid, int64_t kc, uint32_t* dst) {
   int64_t k = 0;
@@ -70,13 +103,28 @@ inline void pack_b_panel(const Product& p, int64_t col0, int64_t k0, int64_t kc,
     }
     return;
   }
-  // B stored (N, K): column j of op(B) is row col0 + j of B, whose pairs are adjacent already.
-  alignas(64) uint32_t words[kMaxKBlock / 2];
+  // B stored (N, K): column j of op(B) is row col0 + j of B, whose pairs are adjacent already; 16
+  // rows' words at a time, transposed in registers (a word a store took 3x as long on attention's
+  // Q K^T heads, where this packing is a large part of a product).
   const int64_t valid = std::min(kc, p.K - k0);
-  for (int64_t j = 0; j < kCols; ++j) {
-    if (j < cols) convert_row(p.B + (col0 + j) * p.ldb + k0, valid, kc, words);
-    for (int64_t kp = 0; kp < kpairs; ++kp) dst[kp * kCols + j] = j < cols ? words[kp] : 0u;
-  }
+  for (int64_t jb = 0; jb < kCols; jb += 16)
+    for (int64_t kp0 = 0; kp0 < kpairs; kp0 += 16) {
+      __m512i words[16];
+      const int64_t k_left = valid - 2 * kp0;  // floats of each row from k0 + 2 kp0 on
+      const __mmask16 lo = first_n(std::max<int64_t>(0, k_left)), hi = first_n(std::max<int64_t>(0, k_left - 16));
+      for (int r = 0; r < 16; ++r) {
+        if (jb + r >= cols) {
+          words[r] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* row = p.B + (col0 + jb + r) * p.ldb + k0 + 2 * kp0;
+        words[r] = reinterpret_cast<__m512i>(
+            _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, row + 16), _mm512_maskz_loadu_ps(lo, row)));
+      }
+      transpose_16x16(words);  // words[i]: word kp0 + i of the 16 columns
+      const int64_t n = std::min<int64_t>(16, kpairs - kp0);
+      for (int64_t i = 0; i < n; ++i) _mm512_store_si512(dst + (kp0 + i) * kCols + jb, words[i]);
+    }
 }
 
 }  // namespace
