@@ -343,7 +343,7 @@ int main(int argc, char** argv) try {
   }
   for (const Peer& p : peers)
     std::printf("ratio    qkv / %s: %.2fx; %s\n", p.name.c_str(), median(p.seconds) / median(total),
-                bench::pair_ratios({total, p.seconds, {}}).c_str());
+                bench::pair_ratios({total, p.seconds, {}, {}}).c_str());
   if (!peers.empty()) {
     const Peer& best = *std::min_element(peers.begin(), peers.end(),
                                          [](const Peer& x, const Peer& y) { return median(x.seconds) < median(y.seconds); });

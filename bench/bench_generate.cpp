@@ -333,7 +333,7 @@ int main(int argc, char** argv) try {
     if (a.int8) std::printf("; qkv int8 %.2fx", int8_tps.at(B) / hf_tps.at(B));
     if (a.bf16) std::printf("; qkv bf16 %.2fx", bf16_tps.at(B) / hf_tps.at(B));
     std::printf(" (against transformers' %s)", a.bf16 ? "bf16 autocast" : "float32");
-    std::printf("; %s\n", bench::pair_ratios({qkv_totals.at(B), hf_totals.at(B), {}}).c_str());
+    std::printf("; %s\n", bench::pair_ratios({qkv_totals.at(B), hf_totals.at(B), {}, {}}).c_str());
   }
   return 0;
 } catch (const std::exception& e) {
