@@ -4,9 +4,10 @@
 // list keyed by their (rounded) byte size and handed out again. After the first step a steady-state
 // step asks the system for no memory at all; `stats().system_allocs` counts the misses so a test
 // can prove it. When shapes vary (batches of different lengths), a miss first returns idle buffers
-// to the system, the sizes used longest ago first, until live + idle fit under the most bytes ever
-// live at once (or idle is at most 64 MiB): memory stays under the peak working set, and the sizes
-// the last steps used stay cached.
+// to the system, the sizes used longest ago first, until live + idle fit under what each size's own
+// peak asked (at most an eighth over the most bytes ever live at once, never under it), or idle is
+// at most 64 MiB: memory stays near the peak working set, and the sizes the last steps used stay
+// cached.
 // Buffers are 64-byte aligned (one cache line, a full AVX-512 vector).
 //
 // One pool per device: each has its own free lists, statistics and system allocator (the host's
