@@ -72,8 +72,10 @@ for precision in float32 bf16; do
   for type in float32 int8 bf16; do
     for set in dev test; do
       hyp="$OUT/$precision/$set.$type.en"
-      [ -s "$hyp" ] || "$QKV" translate --checkpoint "$OUT/$precision/last" --input "$DATA/$set.es" --beam-size 5 \
-        --length-penalty 1.0 --threads "$THREADS" --compute-type "$type" --quiet > "$hyp"
+      # Written whole, then renamed: a translation stopped part-way (a session ending) leaves no file
+      # that a later run would take as done.
+      [ -s "$hyp" ] || { "$QKV" translate --checkpoint "$OUT/$precision/last" --input "$DATA/$set.es" --beam-size 5 \
+        --length-penalty 1.0 --threads "$THREADS" --compute-type "$type" --quiet > "$hyp.part" && mv "$hyp.part" "$hyp"; }
     done
   done
 done
