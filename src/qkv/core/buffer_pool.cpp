@@ -184,17 +184,20 @@ Buffer* pop_idle(PoolState& s, FreeList& list) {
 }
 
 // A miss of a mapped size (1 MiB and more) under the default rule takes the smallest idle buffer of
-// a class at most twice as large (caller holds the lock). A training step's shapes follow its
+// a class at most half again as large (caller holds the lock). A training step's shapes follow its
 // batch (6000 tokens as 150 x 40 or 120 x 50), so its sizes move a little from step to step: each
 // used to miss, the pool unmapped last step's buffers to stay under its peak, and the new ones
-// were faulted in again. Bible training, 30 steps: 6.1M page faults before, 4.2M with a margin of
-// 1/4, 3.4M with 1/2, 2.7M with 2x (about 50,000 a step after the first ones), 75 -> 67 s, the
-// same peak RSS (1.15 GB) and the same weights. The bound on idle memory counts a buffer's whole
-// class, so it holds as before. Not under a ScopedCacheLimit: decoding keeps little idle, and a
-// buffer taken larger there raised generation's peak RSS (1.70 -> 2.00 GB with a 1/8 margin).
+// were faulted in again. Bible training, 30 steps: 6.1M page faults with no margin, 4.2M with 1/4,
+// 3.4M with 1/2, 2.7M with 2x (2026-11-24). Since idle_bound keeps each class's own peak, a
+// larger class is idle more often, and a buffer taken at twice its size raises the live peak and
+// what its class keeps: at 2x a GPT bf16 step's pool peaked at 0.81 GB, at 1.5x 0.74 GB, with no page
+// fault a step either way; Bible training, 30 steps of varying shapes: 958,244 faults at 2x,
+// 607,029 at 1.5x, the same peak RSS (1.14 GB) (2026-12-01). The bound on idle memory counts a
+// buffer's whole class, so it holds as before. Not under a ScopedCacheLimit: decoding keeps little
+// idle, and a buffer taken larger there raised generation's peak RSS (1.70 -> 2.00 GB with a 1/8 margin).
 Buffer* take_larger(PoolState& s, size_t cls) {
   if (!s.limits.empty() || cls < kMapThreshold) return nullptr;
-  const size_t most = 2 * cls;
+  const size_t most = cls + cls / 2;
   FreeList* best = nullptr;
   size_t best_cls = 0;
   for (auto& [c, list] : s.free_lists)
