@@ -139,20 +139,6 @@ void count_live(PoolState& s, size_t cls) {
   }
 }
 
-// A miss is about to take `bytes` from the system (caller holds the lock). With fixed shapes (a
-// steady training step) this is never reached after the first step. With varying shapes (batches
-// of different lengths) every new size misses, and the cache would grow without bound, so idle
-// buffers are given back first:
-// - By default, until live + idle + the new buffer fit in the most the process has ever had live
-//   (its high-water mark), or idle is at most 64 MiB. The pool then never holds more than its
-//   peak working set, and keeps the classes used last. Before, it freed every idle buffer once
-//   they outweighed the live ones: a Bible training step of new shapes began by unmapping ~1 GB
-//   and faulting it back in (page faults and munmap, ~4.5% of the step in perf).
-// - Under a ScopedCacheLimit, until idle + the new buffer fit in the limit, the classes used longest
-//   ago first: a search's batch that shrinks keeps its current step's buffers and gives back the
-//   sizes of the rows that ended. (It used to free every idle buffer and trim glibc's heap at each
-//   such miss: on John, 40% of translation's page faults came from re-faulting what that gave back.
-//   The heap is now trimmed once, when the limit ends; see ~ScopedCacheLimit.)
 // The default rule's bound on live + idle bytes: the high-water mark of live bytes, or, up to an
 // eighth more, what each class's own peak asks. A step's peak is one moment; its sizes peak at
 // different moments (the forward's activations, the backward's gradients), so a pool held to the
@@ -163,6 +149,20 @@ int64_t idle_bound(const PoolState& s) {
   return std::max(s.live_high_water, std::min(s.needed, s.live_high_water + s.live_high_water / 8));
 }
 
+// A miss is about to take `bytes` from the system (caller holds the lock). With fixed shapes (a
+// steady training step) this is never reached after the first step. With varying shapes (batches
+// of different lengths) every new size misses, and the cache would grow without bound, so idle
+// buffers are given back first:
+// - By default, until live + idle + the new buffer fit in idle_bound (the high-water mark of live
+//   bytes, or what each class's own peak asks), or idle is at most 64 MiB. The pool then holds at
+//   most an eighth over its peak working set, and keeps the classes used last. Before, it freed every idle buffer once
+//   they outweighed the live ones: a Bible training step of new shapes began by unmapping ~1 GB
+//   and faulting it back in (page faults and munmap, ~4.5% of the step in perf).
+// - Under a ScopedCacheLimit, until idle + the new buffer fit in the limit, the classes used longest
+//   ago first: a search's batch that shrinks keeps its current step's buffers and gives back the
+//   sizes of the rows that ended. (It used to free every idle buffer and trim glibc's heap at each
+//   such miss: on John, 40% of translation's page faults came from re-faulting what that gave back.
+//   The heap is now trimmed once, when the limit ends; see ~ScopedCacheLimit.)
 void make_room(PoolState& s, int64_t bytes) {
   if (!s.limits.empty()) {
     const int64_t limit = *std::min_element(s.limits.begin(), s.limits.end());
