@@ -238,18 +238,6 @@ struct PairedTimes {
   std::vector<kernels::product_clock::ShapeTotal> products;
 };
 
-inline void add_products(const std::vector<kernels::product_clock::ShapeTotal>& step,
-                         std::vector<kernels::product_clock::ShapeTotal>* sum) {
-  for (const auto& s : step) {
-    auto it = std::find_if(sum->begin(), sum->end(), [&](const kernels::product_clock::ShapeTotal& t) {
-      return kernels::product_clock::same_shape(t.shape, s.shape);
-    });
-    if (it == sum->end()) it = sum->insert(sum->end(), kernels::product_clock::ShapeTotal{s.shape, 0, 0.0});
-    it->calls += s.calls;
-    it->seconds += s.seconds;
-  }
-}
-
 template <class F>
 PairedTimes interleaved_steps(int steps, F&& qkv_step, PeerProcess* peer, bool products_by_shape = false) {
   PairedTimes t;
@@ -260,7 +248,9 @@ PairedTimes interleaved_steps(int steps, F&& qkv_step, PeerProcess* peer, bool p
     qkv_step();
     t.qkv.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
     t.qkv_product_share.push_back(kernels::product_clock::seconds() / t.qkv.back());
-    if (products_by_shape) add_products(kernels::product_clock::by_shape(), &t.products);
+    if (products_by_shape)
+      for (const auto& s : kernels::product_clock::by_shape())
+        kernels::product_clock::add_to(t.products, s.shape, s.calls, s.seconds);
     if (!peer) continue;
     settle();
     t.peer.push_back(peer->step().at("seconds").get<double>());

@@ -10,9 +10,17 @@
 
 namespace qkv::kernels::product_clock {
 
-bool same_shape(const Shape& x, const Shape& y) {
-  return std::tie(x.M, x.N, x.K, x.trans_a, x.trans_b) == std::tie(y.M, y.N, y.K, y.trans_a, y.trans_b) &&
-         std::strcmp(x.type, y.type) == 0;
+void add_to(std::vector<ShapeTotal>& totals, const Shape& shape, int64_t calls, double seconds) {
+  const auto same = [&](const ShapeTotal& t) {
+    const Shape& x = t.shape;
+    return std::tie(x.M, x.N, x.K, x.trans_a, x.trans_b) ==
+               std::tie(shape.M, shape.N, shape.K, shape.trans_a, shape.trans_b) &&
+           std::strcmp(x.type, shape.type) == 0;
+  };
+  auto it = std::find_if(totals.begin(), totals.end(), same);  // tens of shapes a step: a linear search
+  if (it == totals.end()) it = totals.insert(totals.end(), ShapeTotal{shape, 0, 0.0});
+  it->calls += calls;
+  it->seconds += seconds;
 }
 
 namespace detail {
@@ -23,7 +31,7 @@ namespace {
 std::atomic<int64_t> counted_ns{0};
 std::atomic<bool> by_shape_enabled{false};
 std::mutex shapes_lock;
-std::vector<ShapeTotal> shapes;  // few distinct shapes a step (tens): a linear search
+std::vector<ShapeTotal> shapes;
 }  // namespace
 
 int64_t now_ns() {
@@ -36,10 +44,7 @@ void add_since(int64_t start_ns, const Shape& shape) {
   counted_ns.fetch_add(elapsed, std::memory_order_relaxed);
   if (!by_shape_enabled.load(std::memory_order_relaxed)) return;
   const std::lock_guard<std::mutex> hold(shapes_lock);
-  auto it = std::find_if(shapes.begin(), shapes.end(), [&](const ShapeTotal& t) { return same_shape(t.shape, shape); });
-  if (it == shapes.end()) it = shapes.insert(shapes.end(), ShapeTotal{shape, 0, 0.0});
-  ++it->calls;
-  it->seconds += static_cast<double>(elapsed) * 1e-9;
+  add_to(shapes, shape, 1, static_cast<double>(elapsed) * 1e-9);
 }
 }  // namespace detail
 

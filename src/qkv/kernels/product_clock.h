@@ -24,7 +24,6 @@ struct Shape {
   int64_t M = 0, N = 0, K = 0;
   bool trans_a = false, trans_b = false;
 };
-bool same_shape(const Shape& x, const Shape& y);
 
 namespace detail {
 extern std::atomic<bool> enabled;
@@ -33,7 +32,7 @@ void add_since(int64_t start_ns, const Shape& shape);  // ends an outermost scop
 extern thread_local int depth;
 }  // namespace detail
 
-// by_shape: keep each shape's totals too (a map behind a lock: for benchmarks, which print them).
+// by_shape: keep each shape's totals too (behind a lock: for benchmarks, which print them).
 void set_enabled(bool on, bool by_shape = false);
 void reset();
 // Seconds counted since reset().
@@ -47,6 +46,9 @@ struct ShapeTotal {
 };
 // Each shape's totals since reset(), the most time first (empty unless enabled by shape).
 std::vector<ShapeTotal> by_shape();
+// Adds calls and seconds to `shape`'s entry of `totals` (a new entry if it has none): how the clock
+// keeps its totals, and how a benchmark sums them over its steps.
+void add_to(std::vector<ShapeTotal>& totals, const Shape& shape, int64_t calls, double seconds);
 
 // Counts the products' time from construction to destruction, when the clock is enabled.
 class Scope {
