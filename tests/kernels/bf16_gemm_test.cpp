@@ -158,10 +158,29 @@ TEST(Bf16Gemm, BitsDoNotDependOnTheThreadCountNorOnOtherRows) {
   set_num_threads(saved);
 }
 
+// Attention calls products from inside its own loop over heads: there a product runs on its
+// caller's thread, without a region (and so without barriers) of its own, and gives the bits it gives
+// outside. Two threads at once, each its own row-split product with a shared-B walk of several phases.
+TEST(Bf16Gemm, InsideAParallelRegionEachCallerRunsItsOwnProductToTheSameBits) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  for (const Build& b : builds()) {
+    if (b.name == std::string("amx_emulated")) continue;  // scalar: slow
+    const Case c{true, false, 256, 256, 2100, 1.f, 0.f, false};
+    Operands outside = make_operands(c, 5);
+    run(b, c, outside);
+    std::vector<Operands> inside{make_operands(c, 5), make_operands(c, 5)};
+#pragma omp parallel for num_threads(2)
+    for (int t = 0; t < 2; ++t) run(b, c, inside[static_cast<size_t>(t)]);
+    for (const Operands& o : inside) EXPECT_EQ(o.C, outside.C) << b.name;
+  }
+  set_num_threads(saved);
+}
+
 // A row split packs each B block once for both threads (blocking::walk_shared_b_blocks): a product
 // of two B blocks (65 panels, 64 a block at K blocks of 1024) and two K blocks, split by rows
-// (M >= N), every 37th row against double precision, on 1 and 2 threads. Not the emulated AMX
-// build (scalar: too slow at this size).
+// (M >= N), every 37th row against double precision, on 1 and 2 threads; and a narrow op(B) whose
+// K blocks share one packing phase. Not the emulated AMX build (scalar: too slow at this size).
 TEST(Bf16Gemm, ARowSplitSharesEachPackedBBlockAcrossItsThreads) {
   const int saved = num_threads();
   for (const Build& b : builds()) {
@@ -170,6 +189,8 @@ TEST(Bf16Gemm, ARowSplitSharesEachPackedBBlockAcrossItsThreads) {
       set_num_threads(threads);
       check_against_double(b, {false, false, 2090, 2080, 1100, 0.5f, 1.f, true}, 37);
       check_against_double(b, {true, true, 300, 40, 700, 1.f, 0.f, false});  // one B block: one panel each
+      // A narrow op(B) (2 panels) over six K blocks: all packed in one phase, each in its own slot.
+      check_against_double(b, {true, false, 300, 40, 2600, 1.f, 0.5f, true}, 7);
     }
   }
   set_num_threads(saved);

@@ -139,15 +139,18 @@ template <class Machine>
 void multiply_rows_sharing_b(Machine& m, const Product& p, int64_t i0, int64_t i1, uint32_t* shared_b,
                              const WorkerScratch& ws, int t, int T, bool in_region) {
   const int64_t kc = bf16_isa::k_block(p.K, p.trans_a), panels = ceil_div(p.N, kCols);
-  const auto pack = [&](int64_t pb, int64_t q0, int64_t q1, int64_t k0, int64_t kcur) {
-    const int64_t pairs = padded_pairs(kcur);
-    for (int64_t q = q0; q < q1; ++q) m.pack_b_panel(p, (pb + q) * kCols, k0, kcur, pairs, shared_b + q * pairs * kCols);
+  const int64_t panels_per_block = std::min(panels, panels_per_b_block(padded_pairs(kc)));
+  const auto block_of = [&](int64_t np, int64_t slot) { return shared_b + slot * np * padded_pairs(kc) * kCols; };
+  const auto pack = [&](int64_t pb, int64_t q0, int64_t q1, int64_t k0, int64_t kcur, int64_t slot) {
+    const int64_t pairs = padded_pairs(kcur), np = std::min(panels_per_block, panels - pb);
+    for (int64_t q = q0; q < q1; ++q)
+      m.pack_b_panel(p, (pb + q) * kCols, k0, kcur, pairs, block_of(np, slot) + q * pairs * kCols);
   };
-  const auto multiply = [&](int64_t pb, int64_t np, int64_t k0, int64_t kcur) {
-    if (i0 < i1) multiply_range(m, p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, shared_b, ws.a_block, ws.acc);
+  const auto multiply = [&](int64_t pb, int64_t np, int64_t k0, int64_t kcur, int64_t slot) {
+    if (i0 < i1)
+      multiply_range(m, p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, block_of(np, slot), ws.a_block, ws.acc);
   };
-  blocking::walk_shared_b_blocks(panels, std::min(panels, panels_per_b_block(padded_pairs(kc))), p.K, kc,
-                                 /*even_k=*/true, t, T, in_region, pack, multiply);
+  blocking::walk_shared_b_blocks(panels, panels_per_block, p.K, kc, /*even_k=*/true, t, T, in_region, pack, multiply);
 }
 
 // The product on `threads` workers, each with its own Machine (tiles are a thread's state).
@@ -161,7 +164,10 @@ void run(const Product& p, const uint32_t* packed, int max_threads) {
   // A panel split packs each thread's own panels; a row split shares one packed B block.
   const bool share_b = !packed && !split.by_panels;
   const int64_t per_thread = (share_b ? 0 : b_words) + a_words + acc_floats;
-  const int64_t shared_words = share_b ? b_words : 0;
+  const int64_t shared_words =
+      share_b ? blocking::shared_b_panels(panels, panels_per_b_block(pairs), p.K, bf16_isa::k_block(p.K, p.trans_a)) *
+                    pairs * kCols
+              : 0;
   uint32_t* scratch = blocking::caller_scratch<uint32_t>(shared_words + threads * per_thread);
   blocking::run_workers(split, [&](int t, int T) {
     uint32_t* mine = scratch + shared_words + t * per_thread;

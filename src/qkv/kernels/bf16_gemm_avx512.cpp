@@ -41,7 +41,8 @@ using blocking::share;
 using blocking::split_threads;
 using pack_avx512::convert_row;
 using pack_avx512::first_n;
-using pack_avx512::pack_b_panel;
+using pack_avx512::interleave_rows;
+using pack_avx512::pack_b_panels;
 
 constexpr int kRows = 8;        // 8 rows x 2 vectors = 16 accumulators of AVX-512's 32 registers
 constexpr int64_t kCols = pack_avx512::kCols;  // columns per panel: two vectors of 16 float32 lanes
@@ -61,19 +62,25 @@ int64_t panels_per_b_block(int64_t kc) { return std::max<int64_t>(1, kBBlockByte
 
 // op(A) = A^T (A stored (K, M)): rows [ib, ie) over k in [k0, k0 + kc), in tiles of kRows rows,
 // tile t at dst + t * kc / 2 * kRows, dst[kp * kRows + r]; rows past ie and k past K zero.
+// Rows k and k + 1 of A are read along their length, 16 values (two tiles) at a time, and
+// interleaved into words as op(B)'s panels are: reading 8 values of each row a tile at a time
+// touched every cache line twice, a whole K block apart, and where A's rows lie a power of two
+// apart (M = 8000 floats: 32 KB) the lines of a K block share a few cache sets and left them
+// between the two touches.
 void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k0, int64_t kc, uint32_t* dst) {
-  const int64_t kpairs = kc / 2;
-  for (int64_t i = ib; i < ie; i += kRows) {
-    const __mmask8 rows = static_cast<__mmask8>(first_n(ie - i));
-    uint32_t* tile = dst + (i - ib) / kRows * kpairs * kRows;
-    for (int64_t kp = 0; kp < kpairs; ++kp) {
-      const int64_t k = k0 + 2 * kp;
-      const __m256 x0 = _mm256_maskz_loadu_ps(rows, p.A + k * p.lda + i);
-      const __m256 x1 = k + 1 < p.K ? _mm256_maskz_loadu_ps(rows, p.A + (k + 1) * p.lda + i) : _mm256_setzero_ps();
-      const __m128i h0 = reinterpret_cast<__m128i>(_mm256_cvtneps_pbh(x0));
-      const __m128i h1 = reinterpret_cast<__m128i>(_mm256_cvtneps_pbh(x1));
-      _mm_store_si128(reinterpret_cast<__m128i*>(tile + kp * kRows), _mm_unpacklo_epi16(h0, h1));
-      _mm_store_si128(reinterpret_cast<__m128i*>(tile + kp * kRows + 4), _mm_unpackhi_epi16(h0, h1));
+  const int64_t kpairs = kc / 2, tile_words = kpairs * kRows;
+  for (int64_t kp = 0; kp < kpairs; ++kp) {
+    const int64_t k = k0 + 2 * kp;
+    const float* row_k = p.A + k * p.lda;
+    const float* row_k1 = k + 1 < p.K ? row_k + p.lda : nullptr;
+    uint32_t* tile = dst + kp * kRows;
+    for (int64_t i = ib; i < ie; i += 2 * kRows, tile += 2 * tile_words) {
+      const __mmask16 rows = first_n(ie - i);
+      const __m512 x0 = _mm512_maskz_loadu_ps(rows, row_k + i);
+      const __m512 x1 = row_k1 ? _mm512_maskz_loadu_ps(rows, row_k1 + i) : _mm512_setzero_ps();
+      const __m512i words = interleave_rows(x0, x1);  // word r: rows i + r's pair
+      _mm512_mask_storeu_epi32(tile, 0x00ff, words);  // (GCC 12 warns on its own 256-bit extracts)
+      if (ie - i > kRows) _mm512_mask_storeu_epi32(tile + tile_words - 8, 0xff00, words);  // words 8-15
     }
   }
 }
@@ -193,7 +200,7 @@ void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t
       const int64_t kcur = std::min(kc, p.K - k0 + ((p.K - k0) & 1));  // the last block, even
       const uint32_t* b_block = packed ? packed + panels * kCols * (k0 / 2) + pb * (kcur / 2) * kCols : ws.b_block;
       if (!packed)
-        for (int64_t q = 0; q < np; ++q) pack_b_panel(p, (pb + q) * kCols, k0, kcur, ws.b_block + q * kcur / 2 * kCols);
+        pack_b_panels(p, pb, np, k0, kcur, kcur / 2 * kCols, ws.b_block);
       multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, b_block, ws.a_block);
     }
   }
@@ -203,14 +210,16 @@ void multiply_part(const Product& p, const uint32_t* packed, int64_t i0, int64_t
 void multiply_rows_sharing_b(const Product& p, int64_t i0, int64_t i1, uint32_t* shared_b, uint32_t* a_block, int t,
                              int T, bool in_region) {
   const int64_t kc = k_block(p.K, p.trans_a), panels = ceil_div(p.N, kCols);
-  const auto pack = [&](int64_t pb, int64_t q0, int64_t q1, int64_t k0, int64_t kcur) {
-    for (int64_t q = q0; q < q1; ++q) pack_b_panel(p, (pb + q) * kCols, k0, kcur, shared_b + q * kcur / 2 * kCols);
+  const int64_t panels_per_block = std::min(panels, panels_per_b_block(kc));
+  const auto block_of = [&](int64_t np, int64_t slot) { return shared_b + slot * np * (kc / 2) * kCols; };
+  const auto pack = [&](int64_t pb, int64_t q0, int64_t q1, int64_t k0, int64_t kcur, int64_t slot) {
+    const int64_t np = std::min(panels_per_block, panels - pb);
+    pack_b_panels(p, pb + q0, q1 - q0, k0, kcur, kcur / 2 * kCols, block_of(np, slot) + q0 * kcur / 2 * kCols);
   };
-  const auto multiply = [&](int64_t pb, int64_t np, int64_t k0, int64_t kcur) {
-    if (i0 < i1) multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, shared_b, a_block);
+  const auto multiply = [&](int64_t pb, int64_t np, int64_t k0, int64_t kcur, int64_t slot) {
+    if (i0 < i1) multiply_range(p, BlockRange{i0, i1, np, pb * kCols, k0, kcur}, block_of(np, slot), a_block);
   };
-  blocking::walk_shared_b_blocks(panels, std::min(panels, panels_per_b_block(kc)), p.K, kc, /*even_k=*/true, t, T,
-                                 in_region, pack, multiply);
+  blocking::walk_shared_b_blocks(panels, panels_per_block, p.K, kc, /*even_k=*/true, t, T, in_region, pack, multiply);
 }
 
 // The product, with op(B) packed per call, or once (`packed`, for a row-major A).
@@ -227,11 +236,13 @@ void run(const Product& p, const uint32_t* packed) {
   // A panel split packs each thread's own panels; a row split shares one packed B block.
   const bool share_b = !packed && !split.by_panels;
   const int64_t per_thread = share_b ? a_words : b_words + a_words;
-  uint32_t* scratch = caller_scratch<uint32_t>((share_b ? b_words : 0) + threads * per_thread);
+  const int64_t shared_words =
+      share_b ? blocking::shared_b_panels(panels, panels_per_b_block(kc), p.K, kc) * kc / 2 * kCols : 0;
+  uint32_t* scratch = caller_scratch<uint32_t>(shared_words + threads * per_thread);
   blocking::run_workers(split, [&](int t, int T) {
     if (share_b) {
       const auto [i0, i1] = share(M, kRows, t, T);
-      multiply_rows_sharing_b(p, i0, i1, scratch, scratch + b_words + t * per_thread, t, T, split.parallel);
+      multiply_rows_sharing_b(p, i0, i1, scratch, scratch + shared_words + t * per_thread, t, T, split.parallel);
       return;
     }
     uint32_t* mine = scratch + t * per_thread;

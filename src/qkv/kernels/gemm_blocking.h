@@ -46,8 +46,8 @@ inline std::pair<int64_t, int64_t> share(int64_t count, int64_t unit, int t, int
 // are a few for each; else rows of C, each thread then packing all the panels for itself (gemm_blocked)
 // or the threads packing each B block together (gemm_bf16: walk_shared_b_blocks). A
 // transposed A is packed by the thread that uses it, so threads take its rows (each packs only its
-// own), unless there are too few. Below parallel_min multiply-adds one thread does it all: forking
-// costs a few microseconds.
+// own), unless there are too few. Below parallel_min multiply-adds, or inside a parallel region
+// already, one thread does it all: forking costs a few microseconds.
 // a_prepared_per_thread: each thread prepares all of op(A) it reads, transposed or not (gemm_bf16
 // converts it to bf16 pairs; gemm_blocked reads a row-major float32 A in place). Then a panel split
 // has every thread prepare all of A (M x K), a row split all of B (N x K): the split goes across the
@@ -60,7 +60,9 @@ struct ThreadSplit {
 };
 inline ThreadSplit split_threads(const Product& p, int64_t panels, int64_t tile_rows, int64_t parallel_min,
                                  int64_t max_threads, bool a_prepared_per_thread = false) {
-  const bool parallel = p.M * p.N * p.K >= parallel_min;
+  // Inside another region (attention's loop over heads) a region of its own gets one thread anyway,
+  // and libgomp's set-up of that team cost a 36 x 64 x 36 bf16 head a quarter of its time.
+  const bool parallel = p.M * p.N * p.K >= parallel_min && !omp_in_parallel();
   const int64_t threads = parallel ? max_threads : 1;
   const bool enough_panels = panels >= 2 * threads, enough_rows = ceil_div(p.M, tile_rows) >= 4 * threads;
   if (a_prepared_per_thread) return {parallel, threads, enough_panels && (!enough_rows || p.M < p.N)};
@@ -79,31 +81,47 @@ void run_workers(const ThreadSplit& split, const Worker& worker) {
 
 // A row split's walk over op(B) packed per call, each B block packed once for all the threads: for
 // each block (panels [pb, pb + np) over k in [k0, k0 + kcur)) the threads pack their share of its
-// panels into one shared buffer (pack(pb, q0, q1, k0, kcur): the block's panels [q0, q1)), wait for
-// each other, multiply each its own rows by the whole block (multiply(pb, np, k0, kcur)), and wait
-// again before the buffer is packed anew. Each thread packing all of B for itself read and converted
-// B once per thread (pack_b_panel had 6.6% of a Bible bf16 step on a Zen 4). gemm_bf16 walks so;
-// gemm_blocked does not: its float32 packing is a plain copy, cheaper than the barriers (a
-// 256 x 256 x 6000 dY^T X, twelve K blocks, ran 8% slower shared on a Zen 4). The bits do not change:
-// a block's contents are the same whoever packs them. `in_region`: the walk runs inside the
+// panels into one shared buffer (pack(pb, q0, q1, k0, kcur, slot): the block's panels [q0, q1)), wait
+// for each other, multiply each its own rows by the whole block (multiply(pb, np, k0, kcur, slot)),
+// and wait again before the buffer is packed anew. Each thread packing all of B for itself read and
+// converted B once per thread (pack_b_panel had 6.6% of a Bible bf16 step on a Zen 4). gemm_bf16
+// walks so; gemm_blocked does not: its float32 packing is a plain copy, cheaper than the barriers.
+// The buffer holds panels_per_block panels of a whole K block; where a block has fewer panels (op(B)
+// narrower than the buffer), consecutive K blocks share one packing phase, block s of the phase in
+// `slot` s (the caller's offset: s times np panels of a whole K block), so that a weight's gradient
+// (256 x 256 x 6000: twelve K blocks, 24 barriers) meets at two barriers, not one pair per K block:
+// a passive barrier costs tens of microseconds where one thread waits (libgomp's futex). The last
+// phase skips its closing barrier (the region's end is one). The bits do not change: a block's
+// contents are the same whoever packs them and whenever. `in_region`: the walk runs inside the
 // product's own OpenMP region (outside it, an orphaned barrier would bind to a caller's region);
 // every thread of the region must walk, those without rows too. `even_k`: a last K block of odd
 // length is rounded up to even (bf16 pairs).
+// The shared buffer of that walk, in panels of a whole K block: a block of panels, or as many
+// narrower blocks as there are K blocks to share a phase.
+inline int64_t shared_b_panels(int64_t panels, int64_t panels_per_block, int64_t K, int64_t kc) {
+  return std::min(panels_per_block, ceil_div(K, kc) * std::min(panels, panels_per_block));
+}
 template <class Pack, class Multiply>
 void walk_shared_b_blocks(int64_t panels, int64_t panels_per_block, int64_t K, int64_t kc, bool even_k, int t, int T,
                           bool in_region, const Pack& pack, const Multiply& multiply) {
+  const auto block_length = [&](int64_t k0) {
+    const int64_t left = K - k0;
+    return std::min(kc, even_k ? left + (left & 1) : left);
+  };
   for (int64_t pb = 0; pb < panels; pb += panels_per_block) {
     const int64_t np = std::min(panels_per_block, panels - pb);
-    for (int64_t k0 = 0; k0 < K; k0 += kc) {
-      const int64_t left = K - k0;
-      const int64_t kcur = std::min(kc, even_k ? left + (left & 1) : left);
-      const auto [q0, q1] = share(np, 1, t, T);
-      if (q0 < q1) pack(pb, q0, q1, k0, kcur);
+    const int64_t slots = std::max<int64_t>(1, panels_per_block / np), phase_k = slots * kc;
+    const auto [q0, q1] = share(np, 1, t, T);
+    for (int64_t phase0 = 0; phase0 < K; phase0 += phase_k) {
+      const int64_t phase1 = std::min(K, phase0 + phase_k);
+      if (q0 < q1)
+        for (int64_t k0 = phase0, slot = 0; k0 < phase1; k0 += kc, ++slot) pack(pb, q0, q1, k0, block_length(k0), slot);
       if (in_region) {
 #pragma omp barrier
       }
-      multiply(pb, np, k0, kcur);
-      if (in_region) {
+      for (int64_t k0 = phase0, slot = 0; k0 < phase1; k0 += kc, ++slot) multiply(pb, np, k0, block_length(k0), slot);
+      const bool last = phase1 >= K && pb + np >= panels;
+      if (in_region && !last) {
 #pragma omp barrier
       }
     }
