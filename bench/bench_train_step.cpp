@@ -5,7 +5,7 @@
 // Usage: bench_train_step [--preset seed|bible] [--steps N] [--threads T] [--layers L] [--batch B] [--len T]
 //                         [--d-model D] [--heads H] [--d-ff F] [--vocab V] [--recompute-ffn]
 //                         [--micro-batch ROWS] [--max-memory SIZE] [--python PATH] [--no-torch] [--products]
-//                         [--precision float32|bf16] [--device cpu|cuda]
+//                         [--precision float32|bf16] [--device cpu|cuda] [--attention seed|sdpa]
 // --precision bf16: qkv's products in bf16 (ops/precision.h), PyTorch's step under
 // torch.autocast("cpu" or "cuda", dtype=torch.bfloat16).
 // --device cuda: both train on the GPU (scripts/gpu_check.sh runs it there; docs/gpu.md): qkv's model
@@ -13,7 +13,8 @@
 // step), PyTorch's model and batch there. Each qkv step waits for the device at its end, as
 // PyTorch's loss.item() after optimizer.step() (and its torch.cuda.synchronize()); both GPU peaks
 // are printed. PyTorch keeps the seed's attention (matmul, masked_fill, softmax, matmul) on both
-// devices.
+// devices, or with --attention sdpa runs F.scaled_dot_product_attention on the same masks (its fused
+// attention: PyTorch's fastest CPU mode under autocast).
 // --preset bible: bench/translate_bible.sh's model (d_model 256, 4 heads, 4 + 4 layers, d_ff 1024,
 // vocabulary 4000) on a batch of 160 x 36 tokens (5760, like its --max-tokens 6000 batches of
 // verses); flags after it override its values.
@@ -58,6 +59,7 @@ struct Args {
   bool recompute_ffn = false;
   std::string precision = "float32";
   std::string device = "cpu";  // cuda: qkv and PyTorch both train on the GPU
+  std::string attention = "seed";  // PyTorch's: the seed's four operations, or sdpa
   int64_t micro_batch = 0;
   int64_t max_memory = train::kAutoMemory;  // qkv train's default
   std::string python = std::filesystem::exists(QKV_SOURCE_DIR "/build/bench-venv/bin/python")
@@ -111,6 +113,13 @@ bool parse_args(int argc, char** argv, Args& a) {
     else if (!std::strcmp(argv[i], "--python")) a.python = str();
     else if (!std::strcmp(argv[i], "--precision")) a.precision = str();
     else if (!std::strcmp(argv[i], "--device")) a.device = str();
+    else if (!std::strcmp(argv[i], "--attention")) {
+      a.attention = str();
+      if (a.attention != "seed" && a.attention != "sdpa") {
+        std::fprintf(stderr, "--attention: expected seed or sdpa, got '%s'\n", a.attention.c_str());
+        return false;
+      }
+    }
     else if (!std::strcmp(argv[i], "--max-memory")) {
       try {
         a.max_memory = train::parse_memory_size(str());
@@ -133,7 +142,7 @@ std::string torch_command(const Args& a, Device device, bool bf16) {
          std::to_string(a.batch) + " --len " + std::to_string(a.len) + " --d-model " + std::to_string(a.d_model) +
          " --heads " + std::to_string(a.heads) + " --d-ff " + std::to_string(a.d_ff) + " --vocab " +
          std::to_string(a.vocab) + " --max-len " + std::to_string(std::max<int64_t>(100, a.len)) +
-         bench::peer_device_flags(device, bf16);
+         " --attention " + a.attention + bench::peer_device_flags(device, bf16);
 }
 
 // Prints PyTorch's line and the ratios.

@@ -3,7 +3,8 @@
 
 Usage: /usr/bin/python3 bench/seed_step_torch.py --steps N --threads T
            [--batch 64 --len 100 --layers 6 --d-model 512 --heads 8 --d-ff 2048
-            --vocab 5000 --max-len 100 --dropout 0.1 --seed 0 --device cpu|cuda --autocast none|bf16]
+            --vocab 5000 --max-len 100 --dropout 0.1 --seed 0 --device cpu|cuda --autocast none|bf16
+            --attention seed|sdpa]
 
 Defaults are the seed's training example: Transformer(5000, 5000, 512, 8, 6, 2048, 100,
 0.1), src/tgt = torch.randint(1, 5000, (64, 100)), CrossEntropyLoss(ignore_index=0),
@@ -11,8 +12,10 @@ Adam(lr=1e-4, betas=(0.9, 0.98), eps=1e-9), train mode. One warm-up step, then N
 steps, each exactly the seed's loop body:
     zero_grad; output = model(src, tgt[:, :-1]); loss = criterion(...); backward; step;
     loss.item()
-The model is the seed's, attention included (matmul, masked_fill, softmax, matmul; no SDPA), on
-either device. --device cuda: the model and the batch on the GPU (made on the CPU from the same
+The model is the seed's, attention included (matmul, masked_fill, softmax, matmul), on either
+device; --attention sdpa replaces those four with torch.nn.functional.scaled_dot_product_attention
+on the same mask (True where the seed keeps a score): PyTorch's fused attention, its fastest CPU
+mode under autocast (the seed's attention has no dropout, so neither has this). --device cuda: the model and the batch on the GPU (made on the CPU from the same
 seed, then moved), each step ending with torch.cuda.synchronize(). --autocast bf16: the forward and
 the loss under torch.autocast(<the device's type>, dtype=torch.bfloat16).
 Prints one JSON line:
@@ -33,6 +36,7 @@ from step_protocol import timed_steps  # bench/
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 import torch.optim as optim
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python"))
@@ -56,6 +60,8 @@ def main():
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="cpu or cuda (the GPU run of scripts/gpu_check.sh)")
+    p.add_argument("--attention", choices=("seed", "sdpa"), default="seed",
+                   help="sdpa: F.scaled_dot_product_attention in place of the seed's four operations")
     p.add_argument("--autocast", choices=("none", "bf16"), default="none",
                    help="bf16: the forward and loss under torch.autocast(device type, dtype=torch.bfloat16)")
     a = p.parse_args()
@@ -82,6 +88,11 @@ def main():
                 return seed_generate_mask(src, tgt)
 
         transformer.generate_mask = generate_mask_on_the_gpu
+    if a.attention == "sdpa":
+        def fused(self, Q, K, V, mask=None):
+            return F.scaled_dot_product_attention(Q, K, V, attn_mask=None if mask is None else mask != 0)
+
+        st.MultiHeadAttention.scaled_dot_product_attention = fused
     tgt_vocab_size = a.vocab
     src_data = torch.randint(1, a.vocab, (a.batch, a.len)).to(a.device)
     tgt_data = torch.randint(1, a.vocab, (a.batch, a.len)).to(a.device)
@@ -113,11 +124,12 @@ def main():
         "tokens_per_second": tokens / median,
         "peak_rss_bytes": peak_rss_bytes(),
         "torch_version": torch.__version__,
-        "attention": "the seed's: matmul, masked_fill, softmax, matmul",
+        "attention": ("F.scaled_dot_product_attention" if a.attention == "sdpa"
+                      else "the seed's: matmul, masked_fill, softmax, matmul"),
         "gpu_peak_bytes": torch.cuda.max_memory_allocated() if device_type == "cuda" else 0,
         "threads": a.threads,
         "losses": losses,
-        "config": dict(config, batch=a.batch, len=a.len, seed=a.seed, autocast=a.autocast,
+        "config": dict(config, batch=a.batch, len=a.len, seed=a.seed, autocast=a.autocast, attention=a.attention,
                        device=a.device),
     }))
     return 0
