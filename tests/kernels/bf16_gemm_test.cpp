@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "qkv/core/dtype.h"
@@ -155,6 +156,39 @@ TEST(Bf16Gemm, BitsDoNotDependOnTheThreadCountNorOnOtherRows) {
         for (int64_t j = 0; j < c.N; ++j)
           ASSERT_EQ(few.C[i * few.ldc + j], results[0][i * few.ldc + j]) << b.name << " row " << i << " col " << j;
     }
+  set_num_threads(saved);
+}
+
+// gemm_bf16_b_bits: B given as bf16 bits (a bf16 copy kept for a backward) gives each build's bits of
+// the same product with B's float32 values, which are exactly those bf16 values: tails of rows,
+// panels and K (odd K pads a pair), K blocks sharing a packing phase (2100), beta, the row and panel
+// splits of two threads, a padded row stride.
+TEST(Bf16Gemm, BAsBf16BitsGivesTheBitsOfBAsItsFloatValues) {
+  const int saved = num_threads();
+  for (const Build& b : builds()) {
+    const bf16_isa::GemmBBits with_bits = bf16_isa::b_bits_form_of(b.gemm);
+    ASSERT_NE(with_bits, nullptr) << b.name;
+    const bool slow = b.name == std::string("amx_emulated");
+    for (int threads : {1, 2})
+      for (bool ta : {false, true})
+        for (const auto& [M, N, K] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+                 {1, 1, 1}, {9, 17, 7}, {13, 70, 513}, {300, 33, 2100}, {40, 300, 200}}) {
+          if (slow && M * N * K > 2'000'000) continue;
+          set_num_threads(threads);
+          const Case c{ta, false, M, N, K, 0.75f, ta ? 0.5f : 0.f, false};
+          Operands o = make_operands(c, static_cast<unsigned>(M + N + K));
+          std::vector<uint16_t> bits(o.B.size());
+          for (size_t i = 0; i < o.B.size(); ++i) {
+            bits[i] = f32_to_bf16(o.B[i]).bits;
+            o.B[i] = bf16_to_f32(bfloat16{bits[i]});
+          }
+          std::vector<float> C_bits = o.C;
+          with_bits(ta, M, N, K, c.alpha, o.A.data(), o.lda, bits.data(), o.ldb, c.beta, C_bits.data(), o.ldc);
+          run(b, c, o);
+          EXPECT_EQ(C_bits, o.C) << b.name << ": ta " << ta << " M " << M << " N " << N << " K " << K << ", "
+                                 << threads << " threads";
+        }
+  }
   set_num_threads(saved);
 }
 

@@ -200,6 +200,16 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
                omp_get_max_threads());
 }
 
+// gemm_bf16_b_bits's contract on Machine: op(B) = B given as bf16 bits.
+template <class Machine>
+void gemm_b_bits(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                 const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return blocking::scale_by_beta(M, N, beta, nullptr, C, ldc);
+  run<Machine>(Product{trans_a, false, M, N, K, alpha, A, lda, nullptr, ldb, beta, C, ldc, nullptr, B}, nullptr,
+               omp_get_max_threads());
+}
+
 // gemm_bf16_packed's contract on Machine, the weights packed once in the AMX layout.
 template <class Machine>
 void gemm_packed(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,

@@ -56,11 +56,29 @@ void gemm_widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                bias);
 }
 
+// B's bf16 bits widened to the float32 values they are (exactly), then gemm_widened's product.
+void gemm_widened_b_bits(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                         const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  thread_local std::vector<float> b_wide;
+  b_wide.resize(static_cast<size_t>(std::max<int64_t>(K, 0) * N));
+  for (int64_t k = 0; k < K; ++k) widen_bf16(B + k * ldb, N, b_wide.data() + k * N);
+  gemm_widened(trans_a, false, M, N, K, alpha, A, lda, b_wide.data(), N, beta, C, ldc, nullptr);
+}
+
 }  // namespace
 
 namespace bf16_isa {
 
 Gemm widened() { return gemm_widened; }
+
+GemmBBits b_bits_form_of(Gemm gemm) {
+  if (gemm == gemm_widened) return gemm_widened_b_bits;
+  if (gemm == gemm_avx512_bf16_unchecked) return gemm_avx512_bf16_b_bits_unchecked;
+  if (gemm == gemm_amx_unchecked) return gemm_amx_b_bits_unchecked;
+  if (gemm == gemm_amx_emulated) return gemm_amx_emulated_b_bits;
+  return nullptr;
+}
 
 Gemm avx512_bf16_or_null() { return isa_enabled(Isa::Avx512Bf16) ? gemm_avx512_bf16_unchecked : nullptr; }
 
@@ -146,6 +164,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, floa
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias) {
   const product_clock::Scope clock("bf16", M, N, K, trans_a, trans_b);
   bf16_isa::chosen()(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void gemm_bf16_b_bits(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const product_clock::Scope clock("bf16", M, N, K, trans_a, false);
+  static const bf16_isa::GemmBBits gemm = bf16_isa::b_bits_form_of(bf16_isa::chosen());
+  gemm(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 const char* gemm_bf16_description() {

@@ -26,6 +26,14 @@ namespace qkv::kernels {
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias = nullptr);
 
+// gemm_bf16 with B given as bf16, its bits (row-major (K, N), row stride ldb; op(B) = B), and no
+// bias: a bf16 copy kept for a backward (ops::saved_for_backward) multiplied as it is, where widening
+// it first wrote a float32 copy twice its size and the packing read that back (dW = dY^T X of every
+// linear layer in `--precision bf16`). Each build gives the bits it gives gemm_bf16 on B's float32
+// values (which are exactly those bf16 values).
+void gemm_bf16_b_bits(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 // Which build gemm_bf16 runs: "amx (AMX-BF16 tiles)", "avx512_bf16 (vdpbf16ps)" or "widened to float32
 // (AVX2 FMA)".
 const char* gemm_bf16_description();
@@ -52,6 +60,11 @@ namespace bf16_isa {
 
 using Gemm = void (*)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                       int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc, const float* bias);
+// gemm_bf16_b_bits's form of a build.
+using GemmBBits = void (*)(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                           const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// Each build's GemmBBits: the one of the same build as `gemm` (one of the Gemm pointers below).
+GemmBBits b_bits_form_of(Gemm gemm);
 
 Gemm widened();
 // Null below Isa::Avx512Bf16 (the CPU lacks it, or QKV_ISA chose a lower level).
@@ -99,6 +112,12 @@ void gemm_amx_emulated(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
 void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
                                 int64_t ldc, const float* bias);
+void gemm_avx512_bf16_b_bits_unchecked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_amx_b_bits_unchecked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
+void gemm_amx_emulated_b_bits(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                              const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
 }  // namespace bf16_isa
 

@@ -80,6 +80,11 @@ void gemm_amx_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   bf16_amx::gemm<AmxMachine>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
+void gemm_amx_b_bits_unchecked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                               const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  bf16_amx::gemm_b_bits<AmxMachine>(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 void gemm_packed_amx_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,
                                int64_t in_features, const float* bias, float* C, int64_t ldc) {
   bf16_amx::gemm_packed<AmxMachine>(A, M, lda, packed, out_features, in_features, bias, C, ldc);

@@ -24,6 +24,7 @@ struct EmulatedMachine {
     return p.trans_a ? p.A[k * p.lda + i] : p.A[i * p.lda + k];
   }
   static float b_at(const Product& p, int64_t k, int64_t j) {
+    if (p.B_bits) return bf16_to_f32(bfloat16{p.B_bits[k * p.ldb + j]});
     return p.trans_b ? p.B[j * p.ldb + k] : p.B[k * p.ldb + j];
   }
 
@@ -66,6 +67,11 @@ void gemm_amx_emulated(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t
                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                        const float* bias) {
   bf16_amx::gemm<EmulatedMachine>(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias);
+}
+
+void gemm_amx_emulated_b_bits(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                              const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  bf16_amx::gemm_b_bits<EmulatedMachine>(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void gemm_packed_amx_emulated(const float* A, int64_t M, int64_t lda, const uint32_t* packed, int64_t out_features,

@@ -267,6 +267,13 @@ void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N
   run(Product{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}, nullptr);
 }
 
+void gemm_avx512_bf16_b_bits_unchecked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                                       int64_t lda, const uint16_t* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) return scale_by_beta(M, N, beta, nullptr, C, ldc);
+  run(Product{trans_a, false, M, N, K, alpha, A, lda, nullptr, ldb, beta, C, ldc, nullptr, B}, nullptr);
+}
+
 void gemm_packed_avx512_bf16_unchecked(const float* A, int64_t M, int64_t lda, const uint32_t* packed,
                                        int64_t out_features, int64_t in_features, const float* bias, float* C,
                                        int64_t ldc) {

@@ -96,16 +96,37 @@ inline void pair_words(const float* row_k, const float* row_k1, int64_t cols, ui
   _mm512_store_si512(dst + 16, interleave_rows(a1, b1));
 }
 
+// The same words from rows of bf16 bits (Product::B_bits): each column's two halves put side by
+// side, nothing rounded.
+inline void pair_words(const uint16_t* row_k, const uint16_t* row_k1, int64_t cols, uint32_t* dst) {
+  const __mmask32 m = cols >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << cols) - 1u);
+  const __m512i even = _mm512_maskz_loadu_epi16(m, row_k);
+  const __m512i odd = row_k1 ? _mm512_maskz_loadu_epi16(m, row_k1) : _mm512_setzero_si512();
+  // 16-bit element 2j of the words of columns [0, 16) is even[j], 2j + 1 is odd[j] (index 32 + j).
+  const __m512i low = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                       5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i high = _mm512_add_epi16(low, _mm512_set1_epi16(16));
+  _mm512_store_si512(dst, _mm512_permutex2var_epi16(even, low, odd));
+  _mm512_store_si512(dst + 16, _mm512_permutex2var_epi16(even, high, odd));
+}
+
+// Rows k and k + 1 of a row-major op(B) = B, float32 or bf16 bits, at columns [col0, col0 + 32).
+inline void pair_words_at(const Product& p, int64_t k, int64_t col0, int64_t cols, uint32_t* dst) {
+  const bool odd = k + 1 < p.K;
+  if (p.B_bits) {
+    const uint16_t* row = p.B_bits + k * p.ldb + col0;
+    return pair_words(row, odd ? row + p.ldb : nullptr, cols, dst);
+  }
+  const float* row = p.B + k * p.ldb + col0;
+  pair_words(row, odd ? row + p.ldb : nullptr, cols, dst);
+}
+
 // Panel of op(B)'s columns [col0, col0 + 32) over k in [k0, k0 + kc): dst[kp * 32 + j]; columns past
 // N and k past K are zero.
 inline void pack_b_panel(const Product& p, int64_t col0, int64_t k0, int64_t kc, uint32_t* dst) {
   const int64_t cols = std::min(kCols, p.N - col0), kpairs = kc / 2;
   if (!p.trans_b) {  // B stored (K, N): rows k and k + 1 give a vector of words per 16 columns
-    for (int64_t kp = 0; kp < kpairs; ++kp) {
-      const int64_t k = k0 + 2 * kp;
-      const float* r0 = p.B + k * p.ldb + col0;
-      pair_words(r0, k + 1 < p.K ? r0 + p.ldb : nullptr, cols, dst + kp * kCols);
-    }
+    for (int64_t kp = 0; kp < kpairs; ++kp) pair_words_at(p, k0 + 2 * kp, col0, cols, dst + kp * kCols);
     return;
   }
   // B stored (N, K): column j of op(B) is row col0 + j of B, whose pairs are adjacent already; 16
@@ -143,16 +164,11 @@ inline void pack_b_panels(const Product& p, int64_t first, int64_t count, int64_
     for (int64_t q = 0; q < count; ++q) pack_b_panel(p, (first + q) * kCols, k0, kc, dst + q * panel_words);
     return;
   }
-  for (int64_t kp = 0; kp < kc / 2; ++kp) {
-    const int64_t k = k0 + 2 * kp;
-    const float* row_k = p.B + k * p.ldb;
-    const float* row_k1 = k + 1 < p.K ? row_k + p.ldb : nullptr;
+  for (int64_t kp = 0; kp < kc / 2; ++kp)
     for (int64_t q = 0; q < count; ++q) {
       const int64_t col0 = (first + q) * kCols;
-      pair_words(row_k + col0, row_k1 ? row_k1 + col0 : nullptr, std::min(kCols, p.N - col0),
-                 dst + q * panel_words + kp * kCols);
+      pair_words_at(p, k0 + 2 * kp, col0, std::min(kCols, p.N - col0), dst + q * panel_words + kp * kCols);
     }
-  }
 }
 
 }  // namespace

@@ -30,6 +30,8 @@ struct Product {
   float* C;
   int64_t ldc;
   const float* bias;  // N floats added to every row, or null
+  // gemm_bf16's B given as bf16 bits instead (B null): row-major (K, N), never transposed.
+  const uint16_t* B_bits = nullptr;
 };
 
 namespace {

@@ -225,8 +225,10 @@ std::vector<Tensor> linear_forward_many(const Tensor& x_in, const std::vector<co
 void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, Tensor* dx, Tensor* dw, Tensor* db,
                      Precision precision) {
   check_same_device("linear backward", {&dy_in, &x_in, &w});
-  // A bf16 x (saved_for_backward) widens exactly; only dw reads it.
-  const Tensor x = x_in.dtype() == DType::BF16 && dw ? x_in.to(DType::F32) : x_in.contiguous();
+  // A bf16 x (saved_for_backward) is read as it is by a bf16 product on the CPU, else widened
+  // (exactly); only dw reads it.
+  const bool x_bits = x_in.dtype() == DType::BF16 && precision == Precision::BF16 && !on_cuda(x_in);
+  const Tensor x = x_in.dtype() == DType::BF16 && dw && !x_bits ? x_in.to(DType::F32) : x_in.contiguous();
   const Tensor dy = dy_in.contiguous(), wc = w.contiguous();
   const int64_t K = w.size(1), N = w.size(0), M = x.numel() / K;
   QKV_CHECK(dy.numel() == M * N, "linear backward: grad " << dy.shape() << " vs input " << x.shape());
@@ -239,6 +241,9 @@ void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, T
   if (dw) {  // dw (N, K) = dy^T (N, M) @ x (M, K)
     const bool acc = prepare_slot(dw, w.shape(), device);
     if (on_cuda(x)) gpu_product(precision, true, false, N, K, M, dy.f32(), N, 0, x.f32(), K, 0, acc ? 1.f : 0.f, dw->f32(), K, 0);
+    else if (x_bits)
+      kernels::gemm_bf16_b_bits(true, N, K, M, 1.f, dy.f32(), N, reinterpret_cast<const uint16_t*>(x.data<bfloat16>()),
+                                K, acc ? 1.f : 0.f, dw->f32(), K);
     else cpu_product(precision, true, false, N, K, M, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K);
   }
   if (db) {  // db (N) = sum over the M rows of dy
