@@ -1,7 +1,9 @@
 #include "qkv/kernels/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "qkv/core/dtype.h"
 #include "qkv/kernels/map_lanes.h"
 #include "qkv/kernels/vec_math.h"
 
@@ -107,6 +109,29 @@ void broadcast_rows(float* out, const float* row, int64_t rows, int64_t cols) {
 #pragma omp parallel for schedule(static) if (rows * cols > kElementwiseParallelMin)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = row[c];
+}
+
+}  // namespace qkv::kernels
+
+namespace qkv::kernels {
+
+void activation_backward_bf16_input(ActivationBackward backward, float* dx, const float* dy, const uint16_t* x,
+                                    int64_t n, bool accumulate) {
+  // A multiple of 8 (every chunk but the last holds whole lane blocks) and below kMapParallelMin, so
+  // that `backward` runs on its thread without a region of its own.
+  constexpr int64_t kChunk = 8192;
+  static_assert(kChunk % 8 == 0 && kChunk <= kMapParallelMin);
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel if (n > kMapParallelMin)
+  {
+    float wide[kChunk];
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t at = c * kChunk, len = std::min(kChunk, n - at);
+      widen_bf16(x + at, len, wide);
+      backward(dx + at, dy + at, wide, len, accumulate);
+    }
+  }
 }
 
 }  // namespace qkv::kernels

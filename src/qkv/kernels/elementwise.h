@@ -46,6 +46,15 @@ void gelu_tanh_forward(float* y, const float* x, int64_t n);
 //   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
 void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 
+// An activation's backward (relu_backward, silu_backward, gelu_backward, gelu_tanh_backward) whose
+// input x was kept as bf16 bits (ops::saved_for_backward): chunks of x widened into a buffer on each
+// thread, each chunk's backward run on that thread, the chunks split among the threads in one parallel
+// region. The bits of `backward` on x's float32 values (its lanes depend on nothing but the value).
+// Widening chunk by chunk in the caller opened a region per 65,536 values, 384 a GPT step.
+using ActivationBackward = void (*)(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+void activation_backward_bf16_input(ActivationBackward backward, float* dx, const float* dy, const uint16_t* x,
+                                    int64_t n, bool accumulate);
+
 // Inverted dropout: y = x * keep / (1 - p), keep drawn from (seed, offset + i).
 void dropout_forward(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t offset);
 // The mask is regenerated from (seed, offset): dx = dy * keep / (1 - p).

@@ -12,21 +12,16 @@ namespace qkv::ops {
 
 namespace {
 // An activation's backward that reads its input x: a float32 x through `kernel` on x's device, or a
-// bf16 x (saved_for_backward in bf16 precision; CPU only) widened a chunk at a time into a small
-// buffer, so that no float32 copy of the whole input comes back.
+// bf16 x (saved_for_backward in bf16 precision; CPU only) through `cpu_kernel`, widened a chunk at a
+// time on each thread (kernels::activation_backward_bf16_input), so that no float32 copy of the
+// whole input comes back.
 template <class Kernel>
-void activation_backward(const Tensor& dy, const Tensor& x, Tensor* dx, bool acc, Kernel kernel) {
+void activation_backward(const Tensor& dy, const Tensor& x, Tensor* dx, bool acc, Kernel kernel,
+                         kernels::ActivationBackward cpu_kernel) {
   if (x.dtype() != DType::BF16) return kernel(dx->f32(), dy.f32(), x.f32(), x.numel(), acc);
   QKV_CHECK(!on_cuda(x), "activation backward: a bf16 input is kept on the CPU only");
-  constexpr int64_t kChunk = int64_t{1} << 16;
-  const int64_t n = x.numel();
-  const uint16_t* bits = reinterpret_cast<const uint16_t*>(x.data<bfloat16>());
-  std::vector<float> wide(static_cast<size_t>(std::min(n, kChunk)));
-  for (int64_t at = 0; at < n; at += kChunk) {
-    const int64_t len = std::min(kChunk, n - at);
-    widen_bf16(bits + at, len, wide.data());
-    kernel(dx->f32() + at, dy.f32() + at, wide.data(), len, acc);
-  }
+  kernels::activation_backward_bf16_input(cpu_kernel, dx->f32(), dy.f32(),
+                                          reinterpret_cast<const uint16_t*>(x.data<bfloat16>()), x.numel(), acc);
 }
 }  // namespace
 
@@ -156,7 +151,7 @@ void gelu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   const bool acc = prepare_slot(dx, x.shape(), x.device());
   activation_backward(dy, x, dx, acc, [&](float* d, const float* g, const float* in, int64_t n, bool a) {
     QKV_KERNEL(x, gelu_backward(d, g, in, n, a));
-  });
+  }, kernels::gelu_backward);
 }
 
 Tensor silu_forward(const Tensor& x_in) {
@@ -173,7 +168,7 @@ void silu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   const bool acc = prepare_slot(dx, x.shape(), x.device());
   activation_backward(dy, x, dx, acc, [&](float* d, const float* g, const float* in, int64_t n, bool a) {
     QKV_KERNEL(x, silu_backward(d, g, in, n, a));
-  });
+  }, kernels::silu_backward);
 }
 
 Tensor gelu_tanh_forward(const Tensor& x_in) {
@@ -191,7 +186,7 @@ void gelu_tanh_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   const bool acc = prepare_slot(dx, x.shape(), x.device());
   activation_backward(dy, x, dx, acc, [&](float* d, const float* g, const float* in, int64_t n, bool a) {
     QKV_KERNEL(x, gelu_tanh_backward(d, g, in, n, a));
-  });
+  }, kernels::gelu_tanh_backward);
 }
 
 Tensor dropout_forward(const Tensor& x_in, float p, uint64_t seed, uint64_t offset) {
