@@ -192,6 +192,39 @@ TEST(Bf16Gemm, BAsBf16BitsGivesTheBitsOfBAsItsFloatValues) {
   set_num_threads(saved);
 }
 
+// gemm_bf16_weight_and_bias_grad: dW and db (dY's column sums, added to what db holds) with the bits
+// of the product and of column_sum_accumulate made apart, whichever build runs it: a row split with
+// a shared B and K blocks in one phase, a panel split (where only the first panels' thread may sum),
+// tails, X as floats and as bf16 bits, beta, a padded dY, on 1 and 2 threads.
+TEST(Bf16Gemm, WeightAndBiasGradientsGiveTheBitsOfTheProductAndTheColumnSums) {
+  const int saved = num_threads();
+  for (int threads : {1, 2})
+    for (bool bits : {false, true})
+      for (const auto& [M, N, K, padded] : std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
+               {1, 1, 1, false}, {9, 33, 7, true}, {300, 40, 2100, false}, {40, 300, 513, false}, {256, 256, 1200, true}}) {
+        set_num_threads(threads);
+        const Case c{true, false, M, N, K, 1.f, bits ? 0.f : 1.f, false};
+        Operands o = make_operands(c, static_cast<unsigned>(M * 7 + N + K));
+        const int64_t ld_dy = padded ? o.lda : M;
+        std::vector<uint16_t> x_bits(o.B.size());
+        for (size_t i = 0; i < o.B.size(); ++i) x_bits[i] = f32_to_bf16(o.B[i]).bits;
+        std::vector<float> db(static_cast<size_t>(M)), db_apart;
+        for (int64_t i = 0; i < M; ++i) db[static_cast<size_t>(i)] = 0.25f * static_cast<float>(i % 5) - 0.5f;
+        db_apart = db;
+        std::vector<float> dw = o.C, dw_apart = o.C;
+        const float* X = bits ? nullptr : o.B.data();
+        const uint16_t* Xb = bits ? x_bits.data() : nullptr;
+        gemm_bf16_weight_and_bias_grad(M, N, K, o.A.data(), ld_dy, X, Xb, o.ldb, c.beta, dw.data(), o.ldc, db.data());
+        bf16_isa::weight_and_bias_grad_in_two_calls(bf16_isa::chosen(), M, N, K, o.A.data(), ld_dy, X, Xb, o.ldb,
+                                                   c.beta, dw_apart.data(), o.ldc, db_apart.data());
+        const std::string what = "M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) +
+                                 (bits ? ", X as bits, " : ", X as floats, ") + std::to_string(threads) + " threads";
+        EXPECT_EQ(dw, dw_apart) << what;
+        EXPECT_EQ(db, db_apart) << what;
+      }
+  set_num_threads(saved);
+}
+
 // Attention calls products from inside its own loop over heads: there a product runs on its
 // caller's thread, without a region (and so without barriers) of its own, and gives the bits it gives
 // outside. Two threads at once, each its own row-split product with a shared-B walk of several phases.

@@ -9,6 +9,7 @@
 #include "qkv/core/error.h"
 #include "qkv/core/dtype.h"
 #include "qkv/kernels/blocked_gemm.h"
+#include "qkv/kernels/elementwise.h"
 #include "qkv/kernels/isa.h"
 #include "qkv/kernels/product_clock.h"
 
@@ -171,6 +172,35 @@ void gemm_bf16_b_bits(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha
   const product_clock::Scope clock("bf16", M, N, K, trans_a, false);
   static const bf16_isa::GemmBBits gemm = bf16_isa::b_bits_form_of(bf16_isa::chosen());
   gemm(trans_a, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+namespace bf16_isa {
+
+void weight_and_bias_grad_in_two_calls(Gemm gemm, int64_t M, int64_t N, int64_t K, const float* dY, int64_t ld_dy,
+                                       const float* X, const uint16_t* X_bits, int64_t ldx, float beta, float* dW,
+                                       int64_t ldw, float* db) {
+  if (X_bits) b_bits_form_of(gemm)(true, M, N, K, 1.f, dY, ld_dy, X_bits, ldx, beta, dW, ldw);
+  else gemm(true, false, M, N, K, 1.f, dY, ld_dy, X, ldx, beta, dW, ldw, nullptr);
+  if (ld_dy == M) return column_sum_accumulate(db, dY, K, M);
+  for (int64_t i = 0; i < M; ++i) {  // column_sum_accumulate's order: each column from row 0 on
+    float sum = 0.f;
+    for (int64_t k = 0; k < K; ++k) sum += dY[k * ld_dy + i];
+    db[i] += sum;
+  }
+}
+
+}  // namespace bf16_isa
+
+void gemm_bf16_weight_and_bias_grad(int64_t M, int64_t N, int64_t K, const float* dY, int64_t ld_dy, const float* X,
+                                    const uint16_t* X_bits, int64_t ldx, float beta, float* dW, int64_t ldw,
+                                    float* db) {
+  QKV_CHECK((X == nullptr) != (X_bits == nullptr), "gemm_bf16_weight_and_bias_grad: give X or X_bits, not both");
+  const product_clock::Scope clock("bf16", M, N, K, true, false);
+  if (bf16_isa::chosen() == bf16_isa::avx512_bf16_or_null())
+    return bf16_isa::gemm_avx512_bf16_weight_and_bias_grad_unchecked(M, N, K, dY, ld_dy, X, X_bits, ldx, beta, dW,
+                                                                     ldw, db);
+  bf16_isa::weight_and_bias_grad_in_two_calls(bf16_isa::chosen(), M, N, K, dY, ld_dy, X, X_bits, ldx, beta, dW, ldw,
+                                              db);
 }
 
 const char* gemm_bf16_description() {

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "qkv/kernels/bf16_gemm.h"
 #include "qkv/kernels/bf16_pack_avx512.h"
@@ -67,7 +68,10 @@ int64_t panels_per_b_block(int64_t kc) { return std::max<int64_t>(1, kBBlockByte
 // touched every cache line twice, a whole K block apart, and where A's rows lie a power of two
 // apart (M = 8000 floats: 32 KB) the lines of a K block share a few cache sets and left them
 // between the two touches.
-void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k0, int64_t kc, uint32_t* dst) {
+// `sums` (rows [ib, ie) of Product::a_row_sums, or null): each row's values added in order of k, as
+// column_sum_accumulate adds them (the same bits), while they are in registers.
+void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k0, int64_t kc, uint32_t* dst,
+                             float* sums) {
   const int64_t kpairs = kc / 2, tile_words = kpairs * kRows;
   for (int64_t kp = 0; kp < kpairs; ++kp) {
     const int64_t k = k0 + 2 * kp;
@@ -78,6 +82,11 @@ void pack_a_block_transposed(const Product& p, int64_t ib, int64_t ie, int64_t k
       const __mmask16 rows = first_n(ie - i);
       const __m512 x0 = _mm512_maskz_loadu_ps(rows, row_k + i);
       const __m512 x1 = row_k1 ? _mm512_maskz_loadu_ps(rows, row_k1 + i) : _mm512_setzero_ps();
+      if (sums && k < p.K) {
+        __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(rows, sums + (i - ib)), x0);
+        if (row_k1) sum = _mm512_add_ps(sum, x1);
+        _mm512_mask_storeu_ps(sums + (i - ib), rows, sum);
+      }
       const __m512i words = interleave_rows(x0, x1);  // word r: rows i + r's pair
       _mm512_mask_storeu_epi32(tile, 0x00ff, words);  // (GCC 12 warns on its own 256-bit extracts)
       if (ie - i > kRows) _mm512_mask_storeu_epi32(tile + tile_words - 8, 0xff00, words);  // words 8-15
@@ -160,7 +169,9 @@ void multiply_range(const Product& p, const BlockRange& br, const uint32_t* b_bl
   for (int64_t ib = br.i0; ib < br.i1; ib += rows_per_block) {
     const int64_t ie = std::min(br.i1, ib + rows_per_block);
     if (p.trans_a) {
-      pack_a_block_transposed(p, ib, ie, br.k0, br.kc, a_block);
+      // The rows' sums once: in the first block of panels (whose thread packs these rows).
+      float* sums = p.a_row_sums && br.col_base == 0 ? p.a_row_sums + ib : nullptr;
+      pack_a_block_transposed(p, ib, ie, br.k0, br.kc, a_block, sums);
     } else {
       const int64_t valid = std::min(br.kc, p.K - br.k0);
       for (int64_t i = ib; i < ie; ++i) convert_row(p.A + i * p.lda + br.k0, valid, br.kc, a_block + (i - ib) * kpairs);
@@ -265,6 +276,22 @@ void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return scale_by_beta(M, N, beta, bias, C, ldc);
   run(Product{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, bias}, nullptr);
+}
+
+void gemm_avx512_bf16_weight_and_bias_grad_unchecked(int64_t M, int64_t N, int64_t K, const float* dY, int64_t ld_dy,
+                                                     const float* X, const uint16_t* X_bits, int64_t ldx, float beta,
+                                                     float* dW, int64_t ldw, float* db) {
+  if (M <= 0) return;
+  if (N <= 0 || K <= 0) {
+    if (N > 0) scale_by_beta(M, N, beta, nullptr, dW, ldw);
+    return;  // no rows of dY: db gains nothing
+  }
+  thread_local std::vector<float> row_sums;  // zero, then each row's sum, then added to db
+  row_sums.assign(static_cast<size_t>(M), 0.f);
+  run(Product{true, false, M, N, K, 1.f, dY, ld_dy, X_bits ? nullptr : X, ldx, beta, dW, ldw, nullptr, X_bits,
+              row_sums.data()},
+      nullptr);
+  for (int64_t i = 0; i < M; ++i) db[i] += row_sums[static_cast<size_t>(i)];
 }
 
 void gemm_avx512_bf16_b_bits_unchecked(bool trans_a, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -32,6 +32,9 @@ struct Product {
   const float* bias;  // N floats added to every row, or null
   // gemm_bf16's B given as bf16 bits instead (B null): row-major (K, N), never transposed.
   const uint16_t* B_bits = nullptr;
+  // With trans_a, M floats (zero at the start) to which the avx512_bf16 build adds each row of op(A)
+  // in order of k as it packs it (gemm_bf16_weight_and_bias_grad: the bias gradient), or null.
+  float* a_row_sums = nullptr;
 };
 
 namespace {

@@ -238,15 +238,24 @@ void linear_backward(const Tensor& dy_in, const Tensor& x_in, const Tensor& w, T
     if (on_cuda(x)) gpu_product(precision, false, false, M, K, N, dy.f32(), N, 0, wc.f32(), K, 0, acc ? 1.f : 0.f, dx->f32(), K, 0);
     else cpu_product(precision, false, false, M, K, N, dy.f32(), N, wc.f32(), K, acc ? 1.f : 0.f, dx->f32(), K);
   }
+  const uint16_t* x_words = x_bits ? reinterpret_cast<const uint16_t*>(x.data<bfloat16>()) : nullptr;
+  // bf16 on the CPU: db summed as the dw product packs dy (kernels::gemm_bf16_weight_and_bias_grad).
+  const bool fused_db = dw && db && precision == Precision::BF16 && !on_cuda(x);
   if (dw) {  // dw (N, K) = dy^T (N, M) @ x (M, K)
-    const bool acc = prepare_slot(dw, w.shape(), device);
-    if (on_cuda(x)) gpu_product(precision, true, false, N, K, M, dy.f32(), N, 0, x.f32(), K, 0, acc ? 1.f : 0.f, dw->f32(), K, 0);
-    else if (x_bits)
-      kernels::gemm_bf16_b_bits(true, N, K, M, 1.f, dy.f32(), N, reinterpret_cast<const uint16_t*>(x.data<bfloat16>()),
-                                K, acc ? 1.f : 0.f, dw->f32(), K);
-    else cpu_product(precision, true, false, N, K, M, dy.f32(), N, x.f32(), K, acc ? 1.f : 0.f, dw->f32(), K);
+    const float beta = prepare_slot(dw, w.shape(), device) ? 1.f : 0.f;
+    if (fused_db) {
+      prepare_zeroed_slot(db, Dims{N}, device);
+      kernels::gemm_bf16_weight_and_bias_grad(N, K, M, dy.f32(), N, x_bits ? nullptr : x.f32(), x_words, K, beta,
+                                              dw->f32(), K, db->f32());
+    } else if (on_cuda(x)) {
+      gpu_product(precision, true, false, N, K, M, dy.f32(), N, 0, x.f32(), K, 0, beta, dw->f32(), K, 0);
+    } else if (x_bits) {
+      kernels::gemm_bf16_b_bits(true, N, K, M, 1.f, dy.f32(), N, x_words, K, beta, dw->f32(), K);
+    } else {
+      cpu_product(precision, true, false, N, K, M, dy.f32(), N, x.f32(), K, beta, dw->f32(), K);
+    }
   }
-  if (db) {  // db (N) = sum over the M rows of dy
+  if (db && !fused_db) {  // db (N) = sum over the M rows of dy
     prepare_zeroed_slot(db, Dims{N}, device);
     QKV_KERNEL(x, column_sum_accumulate(db->f32(), dy.f32(), M, N));
   }
