@@ -281,11 +281,8 @@ void gemm_avx512_bf16_unchecked(bool trans_a, bool trans_b, int64_t M, int64_t N
 void gemm_avx512_bf16_weight_and_bias_grad_unchecked(int64_t M, int64_t N, int64_t K, const float* dY, int64_t ld_dy,
                                                      const float* X, const uint16_t* X_bits, int64_t ldx, float beta,
                                                      float* dW, int64_t ldw, float* db) {
-  if (M <= 0) return;
-  if (N <= 0 || K <= 0) {
-    if (N > 0) scale_by_beta(M, N, beta, nullptr, dW, ldw);
-    return;  // no rows of dY: db gains nothing
-  }
+  if (M <= 0 || N <= 0 || K <= 0) return weight_and_bias_grad_in_two_calls(gemm_avx512_bf16_unchecked, M, N, K, dY,
+                                                                            ld_dy, X, X_bits, ldx, beta, dW, ldw, db);
   thread_local std::vector<float> row_sums;  // zero, then each row's sum, then added to db
   row_sums.assign(static_cast<size_t>(M), 0.f);
   run(Product{true, false, M, N, K, 1.f, dY, ld_dy, X_bits ? nullptr : X, ldx, beta, dW, ldw, nullptr, X_bits,

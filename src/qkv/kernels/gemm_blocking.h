@@ -84,6 +84,12 @@ void run_workers(const ThreadSplit& split, const Worker& worker) {
   worker(omp_get_thread_num(), omp_get_num_threads());
 }
 
+// The shared buffer of walk_shared_b_blocks (below), in panels of a whole K block: a block of panels, or as many
+// narrower blocks as there are K blocks to share a phase.
+inline int64_t shared_b_panels(int64_t panels, int64_t panels_per_block, int64_t K, int64_t kc) {
+  return std::min(panels_per_block, ceil_div(K, kc) * std::min(panels, panels_per_block));
+}
+
 // A row split's walk over op(B) packed per call, each B block packed once for all the threads: for
 // each block (panels [pb, pb + np) over k in [k0, k0 + kcur)) the threads pack their share of its
 // panels into one shared buffer (pack(pb, q0, q1, k0, kcur, slot): the block's panels [q0, q1)), wait
@@ -101,11 +107,6 @@ void run_workers(const ThreadSplit& split, const Worker& worker) {
 // product's own OpenMP region (outside it, an orphaned barrier would bind to a caller's region);
 // every thread of the region must walk, those without rows too. `even_k`: a last K block of odd
 // length is rounded up to even (bf16 pairs).
-// The shared buffer of that walk, in panels of a whole K block: a block of panels, or as many
-// narrower blocks as there are K blocks to share a phase.
-inline int64_t shared_b_panels(int64_t panels, int64_t panels_per_block, int64_t K, int64_t kc) {
-  return std::min(panels_per_block, ceil_div(K, kc) * std::min(panels, panels_per_block));
-}
 template <class Pack, class Multiply>
 void walk_shared_b_blocks(int64_t panels, int64_t panels_per_block, int64_t K, int64_t kc, bool even_k, int t, int T,
                           bool in_region, const Pack& pack, const Multiply& multiply) {
