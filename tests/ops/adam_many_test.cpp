@@ -12,7 +12,7 @@
 namespace qkv::ops {
 namespace {
 
-Tensor random_tensor(const Dims& shape, uint32_t seed, float scale) {
+Tensor uniform_tensor(const Dims& shape, uint32_t seed, float scale) {
   std::mt19937 gen(seed);
   std::normal_distribution<float> normal(0.f, scale);
   Tensor t = Tensor::empty(shape);
@@ -29,8 +29,8 @@ TEST(AdamStepMany, EachParameterGetsTheBitsOfItsOwnStep) {
   const AdamScalars s{0.9f, 0.1f, 0.999f, 0.001f, 1e-3f, 0.0316f, 1e-8f, 0.01f};
   std::vector<Tensor> p_one, p_many, m_one, m_many, v_one, v_many, grads;
   for (size_t i = 0; i < shapes.size(); ++i) {
-    const Tensor p = random_tensor(shapes[i], 10 + static_cast<uint32_t>(i), 1.f);
-    grads.push_back(random_tensor(shapes[i], 20 + static_cast<uint32_t>(i), 1e-2f));
+    const Tensor p = uniform_tensor(shapes[i], 10 + static_cast<uint32_t>(i), 1.f);
+    grads.push_back(uniform_tensor(shapes[i], 20 + static_cast<uint32_t>(i), 1e-2f));
     p_one.push_back(p.clone());
     p_many.push_back(p.clone());
     for (auto* moments : {&m_one, &m_many, &v_one, &v_many}) moments->push_back(Tensor::zeros(shapes[i]));
@@ -51,7 +51,7 @@ TEST(AdamStepMany, EachParameterGetsTheBitsOfItsOwnStep) {
     EXPECT_TRUE(same_bits(m_one[i], m_many[i])) << "first moment " << i;
     EXPECT_TRUE(same_bits(v_one[i], v_many[i])) << "second moment " << i;
   }
-  EXPECT_FALSE(same_bits(p_one[0], random_tensor(shapes[0], 10, 1.f))) << "the step changed nothing";
+  EXPECT_FALSE(same_bits(p_one[0], uniform_tensor(shapes[0], 10, 1.f))) << "the step changed nothing";
 }
 
 TEST(AdamStepMany, RefusesAMomentOfAnotherShapeNamingIt) {
