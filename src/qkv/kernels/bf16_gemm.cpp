@@ -196,8 +196,7 @@ void gemm_bf16_weight_and_bias_grad(int64_t M, int64_t N, int64_t K, const float
                                     float* db) {
   QKV_CHECK((X == nullptr) != (X_bits == nullptr), "gemm_bf16_weight_and_bias_grad: give X or X_bits, not both");
   const product_clock::Scope clock("bf16", M, N, K, true, false);
-  const bool degenerate = M <= 0 || N <= 0 || K <= 0;  // the two calls' sums of nothing, as they are
-  if (!degenerate && bf16_isa::chosen() == bf16_isa::avx512_bf16_or_null())
+  if (bf16_isa::chosen() == bf16_isa::avx512_bf16_or_null())
     return bf16_isa::gemm_avx512_bf16_weight_and_bias_grad_unchecked(M, N, K, dY, ld_dy, X, X_bits, ldx, beta, dW,
                                                                      ldw, db);
   bf16_isa::weight_and_bias_grad_in_two_calls(bf16_isa::chosen(), M, N, K, dY, ld_dy, X, X_bits, ldx, beta, dW, ldw,
