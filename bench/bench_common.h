@@ -99,7 +99,7 @@ inline std::string bench_dir() {
 // "CPU: <model>; kernels: <ISA>; float32 tile: <tile>[; bf16 products: <kernel>]", the training
 // benchmarks' first line.
 inline void print_cpu_line(bool bf16) {
-  std::printf("CPU: %s; kernels: %s; float32 tile: %s%s\n", cpu_features().model.c_str(),
+  std::printf("CPU: %s; kernels: %s; float32 tile: %s%s\n", cpu_features().description().c_str(),
               kernels::isa_description().c_str(), kernels::wide_tile::description().c_str(),
               bf16 ? ("; bf16 products: " + ops::bf16_product_kernel()).c_str() : "");
 }

@@ -139,7 +139,7 @@ int main(int argc, char** argv) try {
     }
   }
   qkv::set_num_threads(threads);
-  std::printf("CPU: %s; kernels: %s; float32 tile: %s; bf16 GEMM: %s\n", qkv::cpu_features().model.c_str(),
+  std::printf("CPU: %s; kernels: %s; float32 tile: %s; bf16 GEMM: %s\n", qkv::cpu_features().description().c_str(),
               qkv::kernels::isa_description().c_str(), qkv::kernels::wide_tile::description().c_str(),
               qkv::kernels::gemm_bf16_description());
   if (heads) {

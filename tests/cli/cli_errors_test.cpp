@@ -9,7 +9,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli_util.h"
+#include "qkv/core/cpu_features.h"
+#include "qkv/core/cuda_runtime.h"
+#include "qkv/kernels/isa.h"
+#include "qkv/ops/precision.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -277,6 +283,39 @@ TEST(CliIsa, QkvIsaIsCheckedAndVersionShowsTheKernels) {
   EXPECT_NE(low.out.find("kernels:  avx2 (QKV_ISA=avx2"), std::string::npos) << low.out;
 }
 
+// `qkv info --system` describes the machine (the CPU, the kernels chosen, threads, CUDA) in text
+// and JSON, takes no checkpoint, and refuses one given beside it; a QKV_ISA above what the CPU
+// allows is an error there too, listing only the levels the CPU can run.
+TEST(CliIsa, InfoSystemDescribesTheMachine) {
+  const CliRun text = run_qkv_split("info --system");
+  EXPECT_EQ(text.code, 0) << text.err;
+  for (const char* line : {"cpu ", "kernels ", "float32 linears", "int8 linears", "bf16 linears", "threads ", "cuda"})
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << " in\n" << text.out;
+  const CliRun as_json = run_qkv_split("info --system --json");
+  ASSERT_EQ(as_json.code, 0) << as_json.err;
+  const nlohmann::json j = nlohmann::json::parse(as_json.out);
+  EXPECT_EQ(j["cpu"]["model"].get<std::string>(), qkv::cpu_features().model);
+  EXPECT_EQ(j["cpu"]["microarchitecture"].get<std::string>(), qkv::cpu_features().microarchitecture);
+  EXPECT_EQ(j["cpu"]["family"].get<int>(), qkv::cpu_features().family);
+  EXPECT_EQ(j["cpu"]["model_number"].get<int>(), qkv::cpu_features().model_number);
+  EXPECT_EQ(j["kernels"]["level"].get<std::string>(), qkv::ops::cpu_kernel_level());
+  EXPECT_GE(j["threads"].get<int>(), 1);
+  EXPECT_EQ(j["cuda"]["built"].get<bool>(), qkv::cuda::kBuilt);
+  const CliRun both = run_qkv_split("info --system some_checkpoint");
+  EXPECT_EQ(both.code, 2) << both.err;
+  EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
+  const CliRun neither = run_qkv_split("info");
+  EXPECT_EQ(neither.code, 2) << neither.err;
+  EXPECT_NE(neither.err.find("or --system"), std::string::npos) << neither.err;
+  if (qkv::kernels::best_isa() == qkv::kernels::Isa::Amx) return;  // no level above this CPU's to ask for
+  setenv("QKV_ISA", "amx", 1);
+  const CliRun high = run_qkv_split("info --system");
+  unsetenv("QKV_ISA");
+  EXPECT_EQ(high.code, 1) << high.out;
+  EXPECT_NE(high.err.find("qkv: error: QKV_ISA=amx: this CPU"), std::string::npos) << high.err;
+  EXPECT_EQ(high.err.find("amx)"), std::string::npos) << "lists only the levels this CPU runs: " << high.err;
+}
+
 // QKV_FLOAT32_TILE (kernels/wide_tile.h) names the float32 GEMM's tile; no tile, or 6x32 on a CPU
 // without AVX-512, is an error before any work; --version says which tile runs.
 TEST(CliIsa, QkvFloat32TileIsCheckedAndVersionShowsTheTile) {
@@ -312,6 +351,25 @@ TEST(CliIsa, Bf16ComputeTypeWithoutItsKernelSaysSoOnce) {
   EXPECT_EQ(slow.err.find(note), slow.err.rfind(note)) << "once: " << slow.err;
   const CliRun fast = run_qkv_split(generate);
   EXPECT_EQ(fast.code, 0) << fast.err;
+}
+
+// --precision bf16 where its products are widened to float32 (no AVX512_BF16, here forced with
+// QKV_ISA=avx2) trains and says once that float32 is faster; where vdpbf16ps runs it says nothing.
+TEST(CliIsa, Bf16PrecisionWithoutItsKernelSaysFloat32IsFaster) {
+  const std::string train = "train --synthetic --preset tiny --steps 1 --precision bf16 --output-dir " +
+                            ::testing::TempDir() + "/isa_bf16_train_";
+  setenv("QKV_ISA", "avx2", 1);
+  const CliRun widened = run_qkv_split(train + "widened");
+  unsetenv("QKV_ISA");
+  EXPECT_EQ(widened.code, 0) << widened.err;
+  const std::string note = "note: this CPU lacks AVX512_BF16";
+  EXPECT_NE(widened.err.find(note), std::string::npos) << widened.err;
+  EXPECT_EQ(widened.err.find(note), widened.err.rfind(note)) << "once: " << widened.err;
+  EXPECT_NE(widened.err.find("slower than --precision float32"), std::string::npos) << widened.err;
+  if (qkv::kernels::best_isa() < qkv::kernels::Isa::Avx512Bf16) return;  // no vdpbf16ps here to run
+  const CliRun native = run_qkv_split(train + "native");
+  EXPECT_EQ(native.code, 0) << native.err;
+  EXPECT_EQ(native.err.find(note), std::string::npos) << native.err;
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 // qkv info CHECKPOINT [--json]
+// qkv info --system [--json]
 //
 // What a checkpoint directory holds: architecture, sizes and options, parameter count, the
 // training step and settings it was saved at, and its files. Loading is the full strict load
 // (shapes, finite weights, manifest), so `qkv info` doubles as a check of a checkpoint.
+// With --system, what this machine gives qkv instead: the CPU, the kernels chosen for it (QKV_ISA),
+// the threads, and the GPUs a CUDA build sees.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -11,9 +15,12 @@
 
 #include "qkv/cli/commands.h"
 #include "qkv/core/cpu_features.h"
+#include "qkv/core/cuda_runtime.h"
+#include "qkv/core/threads.h"
 #include "qkv/core/duration.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/ops/ops.h"
+#include "qkv/ops/precision.h"
 #include "qkv/train/train_state.h"
 
 namespace qkv::cli {
@@ -47,7 +54,7 @@ json describe_compute_types(models::Model& model) {
     model.clear_compute_type();
   }
   return {{"default", nn::compute_type_name(nn::ComputeType::Float32)},
-          {"cpu", cpu_features().model},
+          {"cpu", cpu_features().description()},
           {"cpu_features", cpu_features().summary()},
           {"types", types}};
 }
@@ -179,14 +186,85 @@ void print_text(const json& j) {
                 human_bytes(t["inference_bytes"].get<uintmax_t>()).c_str());
   }
 }
+
+// `qkv info --system`: the machine as qkv sees it. A QKV_ISA this CPU cannot run is an error here as
+// in every command (check_cpu_kernel_level throws it).
+json describe_system() {
+  ops::check_cpu_kernel_level();
+  const char* isa_env = std::getenv("QKV_ISA");
+  json gpus = json::array();
+  for (int i = 0; i < cuda::device_count(); ++i) gpus.push_back(cuda::describe(Device::cuda(i)));
+  return {{"version", QKV_VERSION},
+          {"cpu",
+           {{"model", cpu_features().model},
+            {"microarchitecture", cpu_features().microarchitecture},
+            {"family", cpu_features().family},
+            {"model_number", cpu_features().model_number},
+            {"stepping", cpu_features().stepping},
+            {"features", cpu_features().summary()}}},
+          {"kernels",
+           {{"level", ops::cpu_kernel_level()},
+            {"QKV_ISA", isa_env ? isa_env : ""},
+            {"float32_linears", ops::linear_kernel_description(DType::F32)},
+            {"int8_linears", ops::linear_kernel_description(DType::I8)},
+            {"bf16_linears", ops::linear_kernel_description(DType::BF16)},
+            {"bf16_training_products", ops::bf16_product_kernel()}}},
+          {"threads", num_threads()},
+          {"cuda", {{"built", cuda::kBuilt}, {"devices", gpus}}}};
+}
+
+void print_system_text(const json& j) {
+  const json& k = j["kernels"];
+  std::printf("qkv           %s\n", j["version"].get<std::string>().c_str());
+  const json& cpu = j["cpu"];
+  const std::string core = cpu["microarchitecture"].get<std::string>();
+  std::printf("cpu           %s (%s%sfamily %d, model %d, stepping %d)\n", cpu["model"].get<std::string>().c_str(),
+              core.c_str(), core.empty() ? "" : ": ", cpu["family"].get<int>(), cpu["model_number"].get<int>(),
+              cpu["stepping"].get<int>());
+  std::printf("  features    %s\n", cpu["features"].get<std::string>().c_str());
+  std::printf("kernels       %s\n", k["level"].get<std::string>().c_str());
+  std::printf("  float32 linears     %s\n", k["float32_linears"].get<std::string>().c_str());
+  std::printf("  int8 linears        %s\n", k["int8_linears"].get<std::string>().c_str());
+  std::printf("  bf16 linears        %s\n", k["bf16_linears"].get<std::string>().c_str());
+  std::printf("  bf16 training       %s (--precision bf16)\n", k["bf16_training_products"].get<std::string>().c_str());
+  std::printf("threads       %d (--threads, OMP_NUM_THREADS)\n", j["threads"].get<int>());
+  const json& c = j["cuda"];
+  if (!c["built"].get<bool>()) {
+    std::printf("cuda          not built (-DQKV_CUDA=ON)\n");
+  } else if (c["devices"].empty()) {
+    std::printf("cuda          built; no GPU visible\n");
+  } else {
+    for (size_t i = 0; i < c["devices"].size(); ++i)
+      std::printf("cuda:%-9zu %s\n", i, c["devices"][i].get<std::string>().c_str());
+  }
+}
 }  // namespace
 
 Runner add_info_command(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto as_json = std::make_shared<bool>(false);
-  app.add_option("checkpoint,--checkpoint", *dir, "Checkpoint directory (--checkpoint DIR or positional)")->required();
+  auto system = std::make_shared<bool>(false);
+  auto* checkpoint =
+      app.add_option("checkpoint,--checkpoint", *dir, "Checkpoint directory (--checkpoint DIR or positional)");
+  auto* system_flag = app.add_flag("--system", *system,
+                                   "Describe this machine instead of a checkpoint: the CPU, the kernels chosen for it "
+                                   "(QKV_ISA), the threads and the GPUs of a CUDA build");
+  checkpoint->excludes(system_flag);
   app.add_flag("--json", *as_json, "Print one JSON object instead of text");
-  return [dir, as_json]() {
+  app.callback([checkpoint, system_flag] {
+    if (checkpoint->count() == 0 && system_flag->count() == 0)
+      throw CLI::ValidationError("a checkpoint directory is required (--checkpoint DIR or positional), or --system");
+  });
+  return [dir, as_json, system]() {
+    if (*system) {
+      const json j = describe_system();
+      if (*as_json) {
+        std::cout << j.dump(2) << "\n";
+      } else {
+        print_system_text(j);
+      }
+      return 0;
+    }
     const json j = describe(*dir);
     if (*as_json) {
       std::cout << j.dump(2) << "\n";

@@ -71,8 +71,8 @@ std::string version_text() {
   } catch (const std::exception& e) {
     isa = std::string("error: ") + e.what();
   }
-  return std::string("qkv ") + QKV_VERSION + "\nCPU:      " + qkv::cpu_features().model + " (" +
-         qkv::cpu_features().summary() + ")\nkernels:  " + isa + "\n  float32 linears: " +
+  return std::string("qkv ") + QKV_VERSION + "\nCPU:      " + qkv::cpu_features().description() +
+         "\nfeatures: " + qkv::cpu_features().summary() + "\nkernels:  " + isa + "\n  float32 linears: " +
          linear_kernel_description(qkv::DType::F32) + "\n  int8 linears:    " +
          linear_kernel_description(qkv::DType::I8) + "\n  bf16 linears:    " +
          linear_kernel_description(qkv::DType::BF16) + "\n  bf16 training products (--precision bf16): " +

@@ -54,6 +54,14 @@ struct Choice {
   std::string description;
 };
 
+// "avx2, avx512": the levels this CPU can run, lowest first.
+std::string names_up_to(Isa best) {
+  std::string names;
+  for (const Isa level : kLevels)
+    if (level <= best) names += (names.empty() ? "" : ", ") + std::string(isa_name(level));
+  return names;
+}
+
 Choice choose() {
   const Isa best = best_isa();
   const char* env = std::getenv("QKV_ISA");
@@ -64,9 +72,9 @@ Choice choose() {
   const std::string_view wanted(env);
   for (const Isa level : kLevels) {
     if (wanted != isa_name(level)) continue;
-    QKV_CHECK(level <= best, "QKV_ISA=" << wanted << ": this CPU (" << cpu_features().model << ") allows at most "
-                                        << isa_name(best) << "; unset QKV_ISA or name a lower level ("
-                                        << isa_names() << ")");
+    QKV_CHECK(level <= best, "QKV_ISA=" << wanted << ": this CPU (" << cpu_features().description() << ") allows at most "
+                                        << isa_name(best) << "; unset QKV_ISA or name one of "
+                                        << names_up_to(best));
     return {level, std::string(isa_name(level)) + " (QKV_ISA=" + env + "; this CPU allows " + isa_name(best) + ")"};
   }
   QKV_CHECK(false, "QKV_ISA=" << wanted << ": no such instruction set; expected one of " << isa_names());

@@ -9,6 +9,7 @@
 #include "qkv/core/threads.h"
 #include "qkv/models/checkpoint.h"
 #include "qkv/models/transformer.h"
+#include "qkv/ops/ops.h"
 #include "qkv/ops/precision.h"
 #include "qkv/train/corpus_trainer.h"
 #include "qkv/train/encoder_trainer.h"
@@ -121,10 +122,16 @@ Hyper resolve_hyper(const TrainRequest& o, Hyper h, const std::optional<TrainSta
       info(events, "--precision " + given + " overrides the checkpoint's " + h.precision);
     h.precision = given;
   }
-  if (h.precision == "bf16")
+  if (h.precision == "bf16") {
     info(events, "precision: bf16 products with float32 sums, float32 weights and moments (" +
                      (o.device.is_cuda() ? std::string("cuBLAS on the GPU's tensor cores") : ops::bf16_product_kernel()) +
                      ")");
+    // Without vdpbf16ps each product rounds its operands and multiplies them widened: the same
+    // numbers, about 1.25x float32's step time (docs/compute.md), so say once that float32 is faster.
+    if (!o.device.is_cuda() && ops::linear_kernel_is_reference(DType::BF16))
+      info(events, "note: this CPU lacks AVX512_BF16 (or QKV_ISA chose a lower level: qkv info --system): bf16's "
+                   "roundings are kept, but its products run widened to float32, slower than --precision float32");
+  }
   return h;
 }
 
