@@ -206,7 +206,13 @@ def print_product_bound(a, source_tokens, tokens, tps, ceilings):
           f"{bound:.1f} tokens/s" + "".join(f", {bound / tps[p]:.2f}x {p}" for p in tps if not p.startswith("qkv")))
 
 
-def cpu_model():
+def cpu_model(qkv):
+    """The CPU as `qkv --version` names it: brand and core (family and model), e.g. "AMD EPYC (Zen 3:
+    family 25, model 1)"; lscpu's model name where qkv cannot say."""
+    out = subprocess.run([qkv, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"^CPU:\s*(.+)$", out, re.M)
+    if m:
+        return m.group(1).strip()
     out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     m = re.search(r"Model name:\s*(.+)", out)
     return m.group(1).strip() if m else "unknown CPU"
@@ -286,7 +292,7 @@ def main():
     shape = "a small Marian (d_model 64, 2 + 2 layers" if a.tiny else "a Marian of OPUS-MT's shape (d_model 512, 6 + 6 layers"
     print(f"{shape}, vocabulary {VOCAB}, random weights), "
           f"{a.sentences} sentences, beam {a.beam}, batches of {a.batch_size}, at most {a.limit} tokens, "
-          f"{a.threads} threads, {cpu_model()}, median of {a.runs} runs")
+          f"{a.threads} threads, {cpu_model(a.qkv)}, median of {a.runs} runs")
     tps, tokens = {}, {}
     for p in peers:
         tokens[p], s = tp.count_tokens(out[p]), statistics.median(secs[p])

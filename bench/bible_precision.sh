@@ -26,7 +26,7 @@ for pkg in diatheke sword-text-sparv sword-text-kjv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || { echo "installing $pkg"; apt-get install -y -qq "$pkg" >/dev/null; }
 done
 [ -f "$DATA/test.en" ] || python3 scripts/prepare_bible_corpus.py --out "$DATA"
-echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1); $("$QKV" --version | sed -n 2,3p | tr "\n" " ")"
+echo "machine: $("$QKV" --version | sed -n 2,4p | tr "\n" " ")"
 
 # The two runs train side by side, each on half the threads: they see the same machine (their step
 # times compare), and a partial run still has validations at the same steps in both.

@@ -83,6 +83,6 @@ if [ -x "$BUILD/bench/bench_train_step" ] && [ -x "$BUILD/bench-venv/bin/python"
 else
   echo "(no training steps: build bench_train_step and run bench/setup_peers.sh for PyTorch)"
 fi
-echo "== summary ($(lscpu | sed -n 's/^Model name: *//p' | head -1))"
+echo "== summary ($("$BUILD/qkv" --version | sed -n 's/^CPU: *//p'))"
 printf '%s\n' "${summary[@]}"
 [[ "${summary[*]}" != *FAILED* ]]

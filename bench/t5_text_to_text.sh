@@ -84,4 +84,4 @@ for name in $MODELS; do
   $PY bench/t5_tasks.py evaluate --qkv "$QKV" --tasks "$OUT/tasks" --checkpoint "$OUT/$name/last" \
     --metrics "$OUT/$name/metrics.jsonl" --threads "$THREADS" "${task_flags[@]}"
 done
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $THREADS threads"
+echo "CPU: $("$QKV" --version | sed -n 's/^CPU: *//p'), $THREADS threads"
