@@ -10,7 +10,8 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev libgtest-dev libbenchmark-dev libcpp-httplib-dev pkg-config \
   libsentencepiece-dev zlib1g-dev libicu-dev clang libclang-rt-14-dev libomp-14-dev \
   libopenmpi-dev openmpi-bin pybind11-dev python3-dev python3-venv \
-  python3-torch python3-numpy python3-pip python3-matplotlib python3-pytest python3-sentencepiece python3-protobuf >/dev/null
+  python3-torch python3-numpy python3-pip python3-matplotlib python3-pytest python3-sentencepiece python3-protobuf \
+  qemu-user >/dev/null  # qemu-user: a test runs qkv on an emulated CPU without AVX2 (tests/cli/check_cpu_gate.sh)
 # The Bible texts (SWORD modules read by diatheke): the corpus of scripts/prepare_bible_corpus.py,
 # and the King James text the byte-level BPE reference tokenizer is trained on.
 $SUDO apt-get install -y -qq --no-install-recommends diatheke sword-text-kjv sword-text-sparv >/dev/null

@@ -1,5 +1,6 @@
 // The CPU's description: the core named from CPUID's family and model, which tell a Zen 3 from a
 // Zen 4 whose AVX-512 a hypervisor hides (their instruction flags and "AMD EPYC" brand are alike).
+#include "qkv/core/cpu_baseline.h"
 #include "qkv/core/cpu_features.h"
 
 #include <gtest/gtest.h>
@@ -39,6 +40,32 @@ TEST(CpuFeatures, DescriptionHasTheBrandAndTheCore) {
   EXPECT_GT(here.family, 0);
   EXPECT_EQ(here.microarchitecture, qkv::microarchitecture_name(here.intel, here.amd, here.family, here.model_number));
   EXPECT_EQ(here.description().rfind(here.model, 0), 0u);
+}
+
+// The baseline gate (cli/cpu_gate.cpp) names each instruction set of x86-64-v3 a CPU lacks.
+TEST(CpuBaseline, NamesWhatACpuLacks) {
+  qkv::CpuidWords all;
+  all.leaf1_ecx = (1u << 12) | (1u << 22) | (1u << 27) | (1u << 28) | (1u << 29);  // FMA MOVBE OSXSAVE AVX F16C
+  all.leaf7_ebx = (1u << 3) | (1u << 5) | (1u << 8);                              // BMI1 AVX2 BMI2
+  all.ext1_ecx = 1u << 5;                                                          // LZCNT
+  all.xcr0 = 0x7;                                                                  // x87, XMM, YMM saved
+  char out[160];
+  EXPECT_STREQ(qkv::missing_baseline_features(all, out, sizeof out), "");
+  qkv::CpuidWords no_avx2 = all;
+  no_avx2.leaf7_ebx &= ~(1u << 5);
+  EXPECT_STREQ(qkv::missing_baseline_features(no_avx2, out, sizeof out), "AVX2");
+  qkv::CpuidWords sandy_bridge = all;  // AVX without AVX2, FMA, BMI, F16C, LZCNT, MOVBE
+  sandy_bridge.leaf1_ecx = (1u << 27) | (1u << 28);
+  sandy_bridge.leaf7_ebx = 0, sandy_bridge.ext1_ecx = 0;
+  EXPECT_STREQ(qkv::missing_baseline_features(sandy_bridge, out, sizeof out),
+               "AVX2, FMA, F16C, BMI1, BMI2, LZCNT, MOVBE");
+  qkv::CpuidWords os_off = all;  // the CPU has AVX, the OS does not save its registers
+  os_off.xcr0 = 0x3;
+  EXPECT_STREQ(qkv::missing_baseline_features(os_off, out, sizeof out), "AVX (the OS does not enable it)");
+  char small[8];  // names that do not fit are left out, never overrun
+  EXPECT_STREQ(qkv::missing_baseline_features(sandy_bridge, small, sizeof small), "AVX2");
+  // This machine runs qkv's tests, so it has them all.
+  EXPECT_STREQ(qkv::missing_baseline_features(qkv::read_cpuid_words(), out, sizeof out), "");
 }
 
 }  // namespace
