@@ -15,7 +15,8 @@
 namespace qkv {
 namespace {
 
-models::TransformerConfig tiny_config() {
+// As model_options_test's tiny config, with dropout (the steps under test draw masks).
+models::TransformerConfig tiny_config_with_dropout() {
   models::TransformerConfig c;
   c.src_vocab_size = c.tgt_vocab_size = 24;
   c.d_model = 32;
@@ -29,7 +30,7 @@ models::TransformerConfig tiny_config() {
 
 TEST(Training, SteadyStateStepAllocatesNothingFromTheSystem) {
   for (bool recompute : {false, true}) {
-    models::Transformer model(tiny_config(), 1);
+    models::Transformer model(tiny_config_with_dropout(), 1);
     model.train();
     model.set_recompute_ffn(recompute);
     train::Adam opt(model.named_parameters());
@@ -45,7 +46,7 @@ TEST(Training, RecomputedFeedForwardGivesIdenticalGradients) {
   const data::SyntheticBatch b = data::synthetic_batch("copy", 4, 10, 24, 3, 0);
   std::vector<std::vector<float>> grads[2];
   for (int recompute = 0; recompute < 2; ++recompute) {
-    auto c = tiny_config();
+    auto c = tiny_config_with_dropout();
     c.dropout = 0.f;
     models::Transformer model(c, 5);
     model.set_recompute_ffn(recompute);
@@ -60,7 +61,7 @@ TEST(Training, RecomputedFeedForwardGivesIdenticalGradients) {
 TEST(Training, MicroBatchesGiveTheWholeBatchGradient) {
   // Rows of different lengths, so the chunks hold different numbers of labels (the weighting matters).
   const data::SyntheticBatch b = data::synthetic_batch("copy", 6, 10, 24, 11, 0);
-  auto c = tiny_config();
+  auto c = tiny_config_with_dropout();
   c.dropout = 0.f;
   std::vector<std::vector<float>> grads[2];
   std::vector<std::string> names;
@@ -91,7 +92,7 @@ TEST(Training, MicroBatchesGiveTheWholeBatchGradient) {
 }
 
 TEST(Training, CopyTaskLearns) {
-  auto c = tiny_config();
+  auto c = tiny_config_with_dropout();
   c.dropout = 0.f;
   c.d_model = 64;
   c.d_ff = 128;
@@ -115,7 +116,7 @@ class CheckpointTest : public ::testing::Test {
     dir_ = ::testing::TempDir() + "/qkv_ckpt_" + std::to_string(::getpid()) + "_" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
-    model_ = std::make_unique<models::Transformer>(tiny_config(), 7);
+    model_ = std::make_unique<models::Transformer>(tiny_config_with_dropout(), 7);
     models::save_model(dir_, *model_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -172,7 +173,7 @@ TEST_F(CheckpointTest, LoadingSkipsTheDrawsButNotTheGeneratorState) {
 }
 
 TEST_F(CheckpointTest, MismatchedConfigNamesTheTensor) {
-  auto c = tiny_config();
+  auto c = tiny_config_with_dropout();
   c.d_ff = 48;  // every fc1/fc2 weight now has the wrong shape
   models::save_config(dir_ + "/config.json", c);
   const std::string msg = error_of_load();
@@ -181,7 +182,7 @@ TEST_F(CheckpointTest, MismatchedConfigNamesTheTensor) {
 }
 
 TEST_F(CheckpointTest, MissingAndExtraTensorsAreNamed) {
-  auto c = tiny_config();
+  auto c = tiny_config_with_dropout();
   c.num_layers = 3;  // expects encoder_layers.2.*, which the file lacks
   models::save_config(dir_ + "/config.json", c);
   EXPECT_NE(error_of_load().find("missing tensor 'encoder_layers.2."), std::string::npos) << error_of_load();
@@ -212,7 +213,7 @@ TEST_F(CheckpointTest, MissingDirectoryAndBadConfigAreClear) {
 
 TEST(Adam, SaveAndLoadResumesExactly) {
   const data::SyntheticBatch b = data::synthetic_batch("copy", 4, 10, 24, 1, 0);
-  auto c = tiny_config();
+  auto c = tiny_config_with_dropout();
   // Reference: 4 uninterrupted steps.
   models::Transformer a(c, 3);
   train::Adam opt_a(a.named_parameters());
@@ -247,7 +248,7 @@ TEST(Adam, SaveAndLoadResumesExactly) {
 TEST(Checkpoint, AverageIsTheElementwiseMean) {
   const std::string root = ::testing::TempDir() + "/qkv_average_" + std::to_string(::getpid());
   std::filesystem::remove_all(root);
-  for (uint64_t seed : {1, 2, 3}) models::save_model(root + "/m" + std::to_string(seed), models::Transformer(tiny_config(), seed));
+  for (uint64_t seed : {1, 2, 3}) models::save_model(root + "/m" + std::to_string(seed), models::Transformer(tiny_config_with_dropout(), seed));
   const auto avg = models::average_checkpoints({root + "/m1", root + "/m2", root + "/m3"});
   const auto a = models::load_seq2seq(root + "/m1"), b = models::load_seq2seq(root + "/m2"), c = models::load_seq2seq(root + "/m3");
   const auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters(), pm = avg->named_parameters();
@@ -262,7 +263,7 @@ TEST(Checkpoint, AverageIsTheElementwiseMean) {
   const auto ps = same->named_parameters();
   for (size_t i = 0; i < ps.size(); ++i) EXPECT_EQ(ps[i].second.value().to_vector(), pb[i].second.value().to_vector());
 
-  models::TransformerConfig wider = tiny_config();
+  models::TransformerConfig wider = tiny_config_with_dropout();
   wider.d_ff = 128;
   models::save_model(root + "/wide", models::Transformer(wider, 1));
   try {
