@@ -41,14 +41,49 @@ _PYTHON_NAMES = {"plot": "qkv.plot", "Trainer": "qkv.training", "TrainingArgumen
 _CORE_NAMES = frozenset(__all__) - set(_PYTHON_NAMES) - {"__version__"}
 
 
+# What -march=x86-64-v3 (qkv's build) may use, as /proc/cpuinfo names them, and as qkv's CLI names
+# them (src/qkv/core/cpu_baseline.cpp): lzcnt is "abm" there.
+_BASELINE_FLAGS = (("avx", "AVX"), ("avx2", "AVX2"), ("fma", "FMA"), ("f16c", "F16C"), ("bmi1", "BMI1"),
+                   ("bmi2", "BMI2"), ("abm", "LZCNT"), ("movbe", "MOVBE"))
+
+
+def _cpu_flags() -> set[str] | None:
+    """The flags of /proc/cpuinfo's first processor, or None where there is no such file."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        return None
+    return None
+
+
+def _missing_baseline(flags: set[str] | None) -> list[str]:
+    """The instruction sets of qkv's x86-64-v3 baseline that `flags` lack (none where unknown)."""
+    if flags is None:
+        return []
+    return [name for flag, name in _BASELINE_FLAGS if flag not in flags]
+
+
+def _load_core() -> Any:
+    """qkv._core, after checking that this CPU can run it: loading it on a CPU without AVX2 would
+    stop Python at an illegal instruction, with no message (the CLI checks the same: docs/faq.md)."""
+    missing = _missing_baseline(_cpu_flags())
+    if missing:
+        raise ImportError(f"qkv needs a CPU with the x86-64-v3 instruction sets (AVX2 and FMA: Intel Haswell, "
+                          f"AMD Zen and later); this one lacks {', '.join(missing)}. In a virtual machine, give "
+                          f"it the host's CPU model (QEMU: -cpu host)")
+    return importlib.import_module("qkv._core")
+
+
 def __getattr__(name: str) -> Any:
     if name == "plot":
         return importlib.import_module("qkv.plot")
     if name in _PYTHON_NAMES:
         return getattr(importlib.import_module(_PYTHON_NAMES[name]), name)
     if name in _CORE_NAMES or name == "__version__":
-        core = importlib.import_module("qkv._core")
-        return getattr(core, name)
+        return getattr(_load_core(), name)
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
 
 

@@ -179,8 +179,9 @@ class Trainer:
     arguments' fields). ``fit()`` trains; see its help."""
 
     def __init__(self, args: Optional[TrainingArguments] = None, /, **keywords: Any) -> None:
-        from qkv import _core
+        from qkv import _load_core
 
+        _core = _load_core()
         if args is not None and not isinstance(args, TrainingArguments):
             raise TypeError(f"Trainer(args): expected a TrainingArguments, got {type(args).__name__}")
         current = _current_keywords(keywords)
