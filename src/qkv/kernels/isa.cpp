@@ -1,6 +1,5 @@
 #include "qkv/kernels/isa.h"
 
-#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -8,6 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "qkv/core/cpu_baseline.h"
 #include "qkv/core/cpu_features.h"
 #include "qkv/core/error.h"
 
@@ -16,16 +16,6 @@ namespace qkv::kernels {
 namespace {
 
 constexpr Isa kLevels[] = {Isa::Avx2, Isa::Avx512, Isa::Avx512Vnni, Isa::Avx512Bf16, Isa::Amx};
-
-// XCR0: which register states the OS saves on a context switch. AVX-512 needs the opmask and both
-// halves of the zmm registers (bits 5-7), AMX the tile configuration and data (bits 17, 18).
-uint64_t xcr0() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1u)) return 0;  // no OSXSAVE
-  uint32_t lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (uint64_t{hi} << 32) | lo;
-}
 
 // Linux gives a process the AMX tile data state only when asked (arch_prctl ARCH_REQ_XCOMP_PERM,
 // kernel 5.16 and later); without it the first tile instruction kills the process.
@@ -40,7 +30,9 @@ bool amx_permitted() {
 
 Isa detect_best() {
   const CpuFeatures& f = cpu_features();
-  const uint64_t os = xcr0();
+  // XCR0: which register states the OS saves on a context switch. AVX-512 needs the opmask and both
+  // halves of the zmm registers (bits 5-7), AMX the tile configuration and data (bits 17, 18).
+  const uint64_t os = read_cpuid_words().xcr0;
   const bool avx512 = f.avx512f && f.avx512bw && f.avx512dq && f.avx512vl && (os & 0xe0) == 0xe0;
   if (!avx512) return Isa::Avx2;
   if (!f.avx512_vnni) return Isa::Avx512;
