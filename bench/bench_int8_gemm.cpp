@@ -65,9 +65,11 @@ void bench_shape(int64_t M, int64_t in, int64_t out, int reps) {
     return seconds_per_call(reps, [&] { gemm(A.data(), M, in, qw, bias.data(), C.data(), out); });
   };
   const Timing t_avx2 = int8_timing(kernels::int8_isa::avx2());
-  const kernels::int8_isa::Gemm vnni = kernels::int8_isa::vnni_or_null();
+  const kernels::int8_isa::Gemm vnni = kernels::int8_isa::vnni_or_null(), amx = kernels::int8_isa::amx_or_null();
   const Timing t_vnni = vnni ? int8_timing(vnni) : Timing{0, 0};
-  const Timing t_int8 = vnni && kernels::int8_isa::chosen() == vnni ? t_vnni : t_avx2;
+  const Timing t_amx = amx ? int8_timing(amx) : Timing{0, 0};
+  const kernels::int8_isa::Gemm chosen = kernels::int8_isa::chosen();
+  const Timing t_int8 = chosen == amx ? t_amx : chosen == vnni ? t_vnni : t_avx2;
   const Timing t_packed =
       seconds_per_call(reps, [&] { kernels::gemm_packed(A.data(), M, in, pw, bias.data(), C.data(), out); });
   const Timing t_sgemm = seconds_per_call(reps, [&] {
@@ -76,11 +78,11 @@ void bench_shape(int64_t M, int64_t in, int64_t out, int reps) {
   });
   const double gop = 2.0 * M * in * out * 1e-9;
   const auto rate = [&](double seconds) { return seconds > 0 ? gop / seconds : 0.0; };
-  std::printf("%3d %4lld %5lld %5lld | %6.1f %6.1f %6.1f %6.1f | %5.2f %5.2f %5.2f | %6.1f %6.1f | %8.1f\n",
+  std::printf("%3d %4lld %5lld %5lld | %6.1f %6.1f %6.1f %6.1f %6.1f | %5.2f %5.2f %5.2f | %6.1f %6.1f | %8.1f\n",
               num_threads(), static_cast<long long>(M), static_cast<long long>(in), static_cast<long long>(out),
-              rate(t_avx2.median), rate(t_vnni.median), rate(t_packed.median), rate(t_sgemm.median),
-              vnni ? t_avx2.median / t_vnni.median : 0.0, t_packed.median / t_int8.median,
-              t_sgemm.median / t_int8.median, rate(t_avx2.best), rate(t_vnni.best), t_int8.median * 1e6);
+              rate(t_avx2.median), rate(t_vnni.median), rate(t_amx.median), rate(t_packed.median),
+              rate(t_sgemm.median), vnni ? t_avx2.median / t_vnni.median : 0.0, t_packed.median / t_int8.median,
+              t_sgemm.median / t_int8.median, rate(t_avx2.best), rate(t_int8.best), t_int8.median * 1e6);
 }
 
 }  // namespace
@@ -117,12 +119,13 @@ int main(int argc, char** argv) try {
               chosen == kernels::int8_isa::avx2()           ? "AVX2"
               : chosen == kernels::int8_isa::vnni_or_null() ? "AVX-512 VNNI"
                                                             : "AMX");
-  std::printf("int8 vs float GEMM, G op/s = 2 M in out / time, median of %d samples%s\n", reps,
-              vnni ? "" : " (no VNNI column: this CPU or QKV_ISA does not enable avx512_vnni)");
-  std::printf("%s%s\n%s%s\n", "                     |        median G op/s        |    speedup of    |",
-              "  best G op/s  | int8 us", "thr    M    in   out |   avx2   vnni packed  sgemm | vnni  int8  int8 |",
-              "   avx2   vnni | (median)");
-  std::printf("%s%s\n", "                     |                             | /avx2 /pck /sgem |", "               |");
+  std::printf("int8 vs float GEMM, G op/s = 2 M in out / time, median of %d samples; int8 = the build gemm_int8 "
+              "runs%s\n",
+              reps, vnni ? "" : " (no VNNI column: this CPU or QKV_ISA does not enable avx512_vnni)");
+  std::printf("%s%s\n%s%s\n", "                     |            median G op/s           |    speedup of    |",
+              "  best G op/s  | int8 us", "thr    M    in   out |   avx2   vnni    amx packed  sgemm | vnni  int8  int8 |",
+              "   avx2   int8 | (median)");
+  std::printf("%s%s\n", "                     |                                    | /avx2 /pck /sgem |", "               |");
   const std::vector<std::vector<int64_t>> shapes =
       large ? std::vector<std::vector<int64_t>>{{384, 384}, {384, 1536}, {1536, 384}, {512, 2048}, {2048, 512}}
             : std::vector<std::vector<int64_t>>{{256, 256}, {256, 768}, {256, 1024}, {1024, 256}, {256, 8000}};

@@ -464,7 +464,7 @@ TEST(Int8GemmVnni, OneAndTwoThreadsGiveIdenticalResults) {
   check_thread_counts_agree(vnni);
 }
 
-// gemm_int8 runs the build kernels/isa.h enables: AMX where it is (QKV_ISA=amx, for now), else VNNI,
+// gemm_int8 runs the build kernels/isa.h enables: AMX where it is, else VNNI,
 // else AVX2 (QKV_ISA=avx2 forces it).
 TEST(Int8GemmVnni, GemmInt8RunsTheEnabledBuild) {
   EXPECT_EQ(int8_isa::chosen(), isa_enabled(Isa::Amx)           ? int8_isa::amx_or_null()

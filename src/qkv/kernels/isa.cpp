@@ -57,8 +57,6 @@ std::string names_up_to(Isa best) {
 Choice choose() {
   const Isa best = best_isa();
   const char* env = std::getenv("QKV_ISA");
-  if ((!env || !*env) && best == Isa::Amx)  // isa.h: the tile kernels wait for a run on such a CPU
-    return {Isa::Avx512Bf16, "avx512_bf16 (this CPU allows amx: its tile kernels run with QKV_ISA=amx)"};
   if (!env || !*env)
     return {best, std::string(isa_name(best)) + " (the best this CPU allows)"};
   const std::string_view wanted(env);
