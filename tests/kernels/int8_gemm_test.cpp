@@ -474,6 +474,15 @@ TEST(Int8GemmVnni, GemmInt8RunsTheEnabledBuild) {
   EXPECT_EQ(int8_isa::amx_or_null() != nullptr, isa_enabled(Isa::Amx));
 }
 
+// gemm_int8 hands a product of few rows to the VNNI build where AMX is chosen (int8_gemm_isa.h):
+// either side of that line, the AVX2 build's bits.
+TEST(Int8GemmVnni, GemmInt8GivesTheAvx2BitsEitherSideOfTheAmxRowLine) {
+  for (int64_t M : {int64_t{1}, int8_isa::kAmxMinRows - 1, int8_isa::kAmxMinRows, int8_isa::kAmxMinRows + 33}) {
+    check_builds_agree(gemm_int8, M, 70, 200, true, 3, 1);
+    if (HasFatalFailure()) return;
+  }
+}
+
 // The AMX build (int8 activations, TDPBSSD, the weights repacked into tiles per call, K padded to
 // 64 and rows to 32 from zeroed copies) against the AVX2 build, BIT FOR BIT like the VNNI build: on
 // its model of the tiles on every CPU, and on the tiles where the CPU has AMX (QKV_ISA=amx or not).

@@ -502,9 +502,9 @@ Gemm chosen() {
   return gemm;
 }
 
-GemmMany chosen_many() {
+GemmMany chosen_many(int64_t M) {
   if (chosen() == avx2()) return gemm_many_avx2;
-  return chosen() == vnni_or_null() ? gemm_many_vnni : gemm_many_amx;
+  return chosen() == vnni_or_null() || M < kAmxMinRows ? gemm_many_vnni : gemm_many_amx;
 }
 
 }  // namespace int8_isa
@@ -512,14 +512,15 @@ GemmMany chosen_many() {
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
   const product_clock::Scope clock("int8", M, W.out_features(), W.in_features(), false, true);
-  int8_isa::chosen()(A, M, lda, W, bias_or_null, C, ldc);
+  const Int8Product product{&W, bias_or_null, C, ldc};
+  int8_isa::chosen_many(M)(A, M, lda, nullptr, &product, 1);
 }
 
 void gemm_int8_mapped(const float* A, int64_t M, int64_t lda, RowMap map, const QuantizedWeights& W,
                       const float* bias_or_null, float* C, int64_t ldc) {
   const product_clock::Scope clock("int8", M, W.out_features(), W.in_features(), false, true);
   const Int8Product product{&W, bias_or_null, C, ldc};
-  int8_isa::chosen_many()(A, M, lda, map, &product, 1);
+  int8_isa::chosen_many(M)(A, M, lda, map, &product, 1);
 }
 
 void gemm_int8_many(const float* A, int64_t M, int64_t lda, const Int8Product* products, int64_t count) {
@@ -527,7 +528,7 @@ void gemm_int8_many(const float* A, int64_t M, int64_t lda, const Int8Product* p
   int64_t out_features = 0;
   for (int64_t i = 0; i < count; ++i) out_features += products[i].W->out_features();
   const product_clock::Scope clock("int8", M, out_features, count > 0 ? products[0].W->in_features() : 0, false, true);
-  int8_isa::chosen_many()(A, M, lda, nullptr, products, count);
+  int8_isa::chosen_many(M)(A, M, lda, nullptr, products, count);
 }
 
 }  // namespace qkv::kernels

@@ -27,10 +27,14 @@ Gemm amx_or_null();
 Gemm amx_where_the_cpu_has_it();
 // The AMX build on the model of the tiles (amx_tile_model.h): for tests, on every CPU; slow.
 Gemm amx_model();
-// The build gemm_int8 uses.
+// The build gemm_int8 uses for products of many rows.
 Gemm chosen();
-// The same build's gemm_int8_many.
-GemmMany chosen_many();
+// The gemm_int8_many that runs a product of M rows: chosen()'s, except that where that is the AMX
+// build, products of fewer than kAmxMinRows rows run the VNNI build (a decoding step's few rows:
+// TDPBSSD's 16-row tiles were half full or less, and the AMX build 0.4-0.6x the VNNI one at 4 rows
+// on an Intel Xeon with AMX, bench_int8_gemm, 2026-12-02). Every build gives the same bits.
+constexpr int64_t kAmxMinRows = 32;
+GemmMany chosen_many(int64_t M);
 
 // What a build plugs into the driver both share (int8_gemm.cpp: quantize the rows, then split the
 // panels among the threads).
