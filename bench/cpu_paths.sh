@@ -8,8 +8,8 @@
 # level, where the peers' venv is there. Ends with a summary of the test results.
 #
 # Usage: bench/cpu_paths.sh [BUILD]   (default build; needs its qkv, tests/qkv_tests and bench/)
-# On an Intel Xeon with AMX this is the first thing to run: the AMX kernels (QKV_ISA=amx) and the
-# 6 x 32 tile have been tested only on a model of their hardware (2026-11-29).
+# The first thing to run on a machine of a class not seen before. (The AMX kernels and the 6 x 32
+# tile first ran on an Intel Xeon with AMX on 2026-12-02; docs/performance.md.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
