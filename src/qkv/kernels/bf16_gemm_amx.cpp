@@ -21,33 +21,58 @@ using pack_avx512::first_n;
 struct AmxMachine {
   amx::HardwareTiles<amx::Op::Bf16> tiles;
 
-  // Rows [i0, i1) of op(A) as rows of `pairs` words (bf16_amx_blocking.h), the rest of the last
-  // 32-row block zero.
+  // Rows [i0, i1) of op(A) as words in tiles (bf16_amx::a_word_index), the rest of the last 32-row
+  // group zero.
   void pack_a_rows(const Product& p, int64_t i0, int64_t i1, int64_t k0, int64_t kc, int64_t pairs, uint32_t* dst) {
-    const int64_t rows = bf16_amx::ceil_div(i1 - i0, kBlockRows) * kBlockRows;
-    if (!p.trans_a) {
-      const int64_t valid = std::min(kc, p.K - k0);
-      for (int64_t i = i0; i < i1; ++i)
-        pack_avx512::convert_row(p.A + i * p.lda + k0, valid, 2 * pairs, dst + (i - i0) * pairs);
-      std::memset(dst + (i1 - i0) * pairs, 0, static_cast<size_t>((rows - (i1 - i0)) * pairs) * 4);
-      return;
-    }
-    // A stored (K, M): rows k and k + 1 give the words of 16 rows of op(A) at pair kp, scattered
-    // to those rows.
-    std::memset(dst, 0, static_cast<size_t>(rows * pairs) * 4);
-    const __m512i rows_0_to_15 = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i row_offsets = _mm512_mullo_epi32(rows_0_to_15, _mm512_set1_epi32(static_cast<int>(pairs)));
-    for (int64_t i = i0; i < i1; i += 16) {
-      const __mmask16 live = first_n(i1 - i);
-      for (int64_t kp = 0; kp < kc / 2 && k0 + 2 * kp < p.K; ++kp) {
-        const int64_t k = k0 + 2 * kp;
-        const __m512 even = _mm512_maskz_loadu_ps(live, p.A + k * p.lda + i);
-        const __m512 odd = k + 1 < p.K ? _mm512_maskz_loadu_ps(live, p.A + (k + 1) * p.lda + i) : _mm512_setzero_ps();
-        _mm512_mask_i32scatter_epi32(dst + (i - i0) * pairs + kp, live, row_offsets,
-                                     pack_avx512::interleave_rows(even, odd), 4);
-      }
-    }
+    const int64_t rows = i1 - i0, last_group = rows / kBlockRows * kBlockRows;
+    if (last_group < rows)  // a partial group: its missing rows stay zero
+      std::memset(dst + last_group * pairs, 0, static_cast<size_t>(kBlockRows * pairs) * 4);
+    const int64_t valid = std::min(kc, p.K - k0);
+    if (!p.trans_a) return convert_rows(p.A + i0 * p.lda + k0, p.lda, rows, valid, pairs, dst);
+    for (int64_t r = 0; r < rows; r += bf16_amx::kTileRows)
+      for (int64_t kp = 0; kp < pairs; kp += bf16_amx::kTilePairs)
+        transpose_tile(p.A + k0 * p.lda + i0 + r, p.lda, std::min<int64_t>(16, rows - r), valid - 2 * kp, kp,
+                       dst + bf16_amx::a_word_index(r, kp, pairs));
   }
+
+  // Each row's `valid` values (the rest of its 2 x pairs zero) as 16-word pieces, each to its tile,
+  // a tile at a time (its 1 KB written in order: a row at a time wrote 64 bytes 2 KB apart).
+  static void convert_rows(const float* A, int64_t lda, int64_t rows, int64_t valid, int64_t pairs, uint32_t* dst) {
+    for (int64_t r0 = 0; r0 < rows; r0 += bf16_amx::kTileRows)
+      for (int64_t kp = 0; kp < pairs; kp += bf16_amx::kTilePairs)
+        for (int64_t r = r0; r < std::min(rows, r0 + bf16_amx::kTileRows); ++r) {
+        const float* src = A + r * lda;
+        const int64_t k = 2 * kp;
+        __m512 lo, hi;
+        if (k + 32 <= valid) {
+          lo = _mm512_loadu_ps(src + k), hi = _mm512_loadu_ps(src + k + 16);
+        } else {
+          lo = _mm512_maskz_loadu_ps(live_lanes(valid - k), src + k);
+          hi = _mm512_maskz_loadu_ps(live_lanes(valid - k - 16), src + k + 16);
+        }
+        _mm512_store_si512(dst + bf16_amx::a_word_index(r, kp, pairs),
+                           reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      }
+  }
+
+  // A stored (K, M): the tile of `live` rows (columns of A from `a`) and the 16 pairs from pair kp of
+  // the block, `left` values of the block remaining from there (zero past them): 32 rows of A
+  // interleaved into 16 vectors of words (pair j, one lane a row), transposed to a row's 16 words.
+  static void transpose_tile(const float* a, int64_t lda, int64_t live, int64_t left, int64_t kp, uint32_t* tile) {
+    const __mmask16 rows = first_n(live);
+    __m512i w[16];
+    for (int j = 0; j < 16; ++j) {
+      const int64_t k = 2 * (kp + j);
+      const float* even = a + k * lda;
+      const __m512 e = 2 * j < left ? _mm512_maskz_loadu_ps(rows, even) : _mm512_setzero_ps();
+      const __m512 o = 2 * j + 1 < left ? _mm512_maskz_loadu_ps(rows, even + lda) : _mm512_setzero_ps();
+      w[j] = pack_avx512::interleave_rows(e, o);
+    }
+    pack_avx512::transpose_16x16(w);
+    for (int r = 0; r < 16; ++r) _mm512_store_si512(tile + r * 16, w[r]);
+  }
+
+  static __mmask16 live_lanes(int64_t n) { return n <= 0 ? __mmask16(0) : first_n(n); }
 
   void pack_b_panel(const Product& p, int64_t col0, int64_t k0, int64_t kc, int64_t pairs, uint32_t* dst) {
     pack_avx512::pack_b_panel(p, col0, k0, kc, dst);

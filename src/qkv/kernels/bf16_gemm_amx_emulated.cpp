@@ -35,7 +35,7 @@ struct EmulatedMachine {
       for (int64_t kp = 0; kp < kc / 2; ++kp) {
         const int64_t k = k0 + 2 * kp;
         const float even = k < p.K ? a_at(p, i, k) : 0.f, odd = k + 1 < p.K ? a_at(p, i, k + 1) : 0.f;
-        dst[(i - i0) * pairs + kp] = word_of(even, odd);
+        dst[bf16_amx::a_word_index(i - i0, kp, pairs)] = word_of(even, odd);
       }
   }
 
