@@ -29,8 +29,9 @@ struct AmxMachine {
       std::memset(dst + last_group * pairs, 0, static_cast<size_t>(kBlockRows * pairs) * 4);
     const int64_t valid = std::min(kc, p.K - k0);
     if (!p.trans_a) return convert_rows(p.A + i0 * p.lda + k0, p.lda, rows, valid, pairs, dst);
-    for (int64_t r = 0; r < rows; r += bf16_amx::kTileRows)
-      for (int64_t kp = 0; kp < pairs; kp += bf16_amx::kTilePairs)
+    // Along A's rows (k) in the inner loop's reads: each k row of the block read left to right.
+    for (int64_t kp = 0; kp < pairs; kp += bf16_amx::kTilePairs)
+      for (int64_t r = 0; r < rows; r += bf16_amx::kTileRows)
         transpose_tile(p.A + k0 * p.lda + i0 + r, p.lda, std::min<int64_t>(16, rows - r), valid - 2 * kp, kp,
                        dst + bf16_amx::a_word_index(r, kp, pairs));
   }
