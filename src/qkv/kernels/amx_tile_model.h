@@ -46,6 +46,12 @@ struct ModelTiles {
   void configure() { std::memset(reg, 0, sizeof reg); }
   void release() {}
   void begin() { std::memset(reg, 0, 4 * sizeof reg[0]); }
+  // C's four tiles loaded from a 32 x 32 block of 4-byte sums (end's layout): the sums go on from there.
+  void begin_from(const void* acc, int64_t stride_bytes) {
+    for (int c = 0; c < 4; ++c)
+      load(c, static_cast<const char*>(acc) + (c / 2) * kTileRows * stride_bytes + (c % 2) * kTileRowBytes,
+           stride_bytes);
+  }
 
   void load(int t, const void* src, int64_t stride_bytes) {
     for (int64_t r = 0; r < kTileRows; ++r)

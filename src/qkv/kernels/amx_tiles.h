@@ -44,6 +44,13 @@ struct HardwareTiles {
     _tile_zero(2);
     _tile_zero(3);
   }
+  void begin_from(const void* acc, int64_t stride_bytes) {
+    const char* c = static_cast<const char*>(acc);
+    _tile_loadd(0, c, stride_bytes);
+    _tile_loadd(1, c + kTileRowBytes, stride_bytes);
+    _tile_loadd(2, c + kTileRows * stride_bytes, stride_bytes);
+    _tile_loadd(3, c + kTileRows * stride_bytes + kTileRowBytes, stride_bytes);
+  }
   // The tile numbers are literals: the intrinsics are macros that paste them into the instruction.
   void step(const void* a0, const void* a1, int64_t a_stride, const void* b0, const void* b1, int64_t b_stride) {
     _tile_loadd(4, a0, a_stride);

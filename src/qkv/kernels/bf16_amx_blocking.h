@@ -62,16 +62,20 @@ inline int64_t panels_per_b_block(int64_t pairs) { return std::max<int64_t>(1, k
 // acc (32 x 32 floats, row-major) = 32 rows of A (`a`: their tiles, a_word_index; `pairs` a
 // multiple of 16) x the panel's 32 columns, on Tiles (amx_tile_model.h: the model, amx_tiles.h: the
 // hardware).
+// `from`: null, or 32 x 32 sums (row stride acc_stride floats) the block's sums go on from. The sums
+// land in acc (row stride acc_stride floats).
 template <class Tiles>
-void multiply_block(Tiles& tiles, const uint32_t* a, int64_t pairs, const uint32_t* panel, float* acc) {
-  tiles.begin();
+void multiply_block(Tiles& tiles, const uint32_t* a, int64_t pairs, const uint32_t* panel, const float* from,
+                    float* acc, int64_t acc_stride) {
+  if (from) tiles.begin_from(from, acc_stride * 4);
+  else tiles.begin();
   constexpr int64_t a_stride = kTilePairs * 4, b_stride = kCols * 4, tile_words = kTileRows * kTilePairs;
   for (int64_t kp = 0; kp < pairs; kp += kTilePairs) {
     const uint32_t* b = panel + kp * kCols;
     const uint32_t* a_tiles = a + kp * kBlockRows;  // the chunk's two tiles
     tiles.step(a_tiles, a_tiles + tile_words, a_stride, b, b + kTilePairs, b_stride);
   }
-  tiles.end(acc, kCols * 4);
+  tiles.end(acc, acc_stride * 4);
 }
 
 struct BlockRange {
@@ -101,9 +105,16 @@ void multiply_range(Machine& m, const Product& p, const BlockRange& br, const ui
       const uint32_t* panel = b_block + q * pairs * kCols;
       const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
       for (int64_t i = ib; i < ie; i += kBlockRows) {
-        multiply_block(m.tiles, a_block + (i - ib) * pairs, pairs, panel, acc);
-        m.store_block(acc, static_cast<int>(std::min(kBlockRows, ie - i)), cols, p.alpha, beta,
-                      first_k_block && p.bias ? p.bias + col0 : nullptr, p.C + i * p.ldc + col0, p.ldc);
+        const int rows = static_cast<int>(std::min(kBlockRows, ie - i));
+        const float* bias = first_k_block && p.bias ? p.bias + col0 : nullptr;
+        float* c = p.C + i * p.ldc + col0;
+        if (rows == kBlockRows && cols == kCols && p.alpha == 1.f && !bias && (beta == 0.f || beta == 1.f)) {
+          // C's sums in the tiles themselves: no epilogue, and a later K block's sums go on from C.
+          multiply_block(m.tiles, a_block + (i - ib) * pairs, pairs, panel, beta == 0.f ? nullptr : c, c, p.ldc);
+          continue;
+        }
+        multiply_block(m.tiles, a_block + (i - ib) * pairs, pairs, panel, nullptr, acc, kCols);
+        m.store_block(acc, rows, cols, p.alpha, beta, bias, c, p.ldc);
       }
     }
   }
