@@ -42,18 +42,18 @@ struct AmxMachine {
     for (int64_t r0 = 0; r0 < rows; r0 += bf16_amx::kTileRows)
       for (int64_t kp = 0; kp < pairs; kp += bf16_amx::kTilePairs)
         for (int64_t r = r0; r < std::min(rows, r0 + bf16_amx::kTileRows); ++r) {
-        const float* src = A + r * lda;
-        const int64_t k = 2 * kp;
-        __m512 lo, hi;
-        if (k + 32 <= valid) {
-          lo = _mm512_loadu_ps(src + k), hi = _mm512_loadu_ps(src + k + 16);
-        } else {
-          lo = _mm512_maskz_loadu_ps(live_lanes(valid - k), src + k);
-          hi = _mm512_maskz_loadu_ps(live_lanes(valid - k - 16), src + k + 16);
+          const float* src = A + r * lda;
+          const int64_t k = 2 * kp;
+          __m512 lo, hi;
+          if (k + 32 <= valid) {
+            lo = _mm512_loadu_ps(src + k), hi = _mm512_loadu_ps(src + k + 16);
+          } else {
+            lo = _mm512_maskz_loadu_ps(live_lanes(valid - k), src + k);
+            hi = _mm512_maskz_loadu_ps(live_lanes(valid - k - 16), src + k + 16);
+          }
+          _mm512_store_si512(dst + bf16_amx::a_word_index(r, kp, pairs),
+                             reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
         }
-        _mm512_store_si512(dst + bf16_amx::a_word_index(r, kp, pairs),
-                           reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-      }
   }
 
   // A stored (K, M): the tile of `live` rows (columns of A from `a`) and the 16 pairs from pair kp of
