@@ -90,7 +90,7 @@ std::string linear_kernel_description(DType dtype) {
     case DType::F32: return "qkv's packed float32 GEMM (" + kernels::wide_tile::description() + " tile)";
     case DType::I8:
       if (kernels::int8_isa::amx_or_null())
-        return "qkv's int8 GEMM (AMX-INT8 tiles; activations quantized per row)";
+        return "qkv's int8 GEMM (AMX-INT8 tiles, VNNI below 32 rows; activations quantized per row)";
       return kernels::int8_isa::vnni_or_null() ? "qkv's int8 GEMM (AVX-512 VNNI vpdpbusd; activations quantized per row)"
                                                : "qkv's int8 GEMM (AVX2; activations quantized per row)";
     case DType::BF16:
