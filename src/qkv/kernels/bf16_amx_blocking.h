@@ -59,11 +59,9 @@ inline int64_t rows_per_a_block(int64_t pairs) {
 }
 inline int64_t panels_per_b_block(int64_t pairs) { return std::max<int64_t>(1, kBBlockBytes / (pairs * kCols * 4)); }
 
-// acc (32 x 32 floats, row-major) = 32 rows of A (`a`: their tiles, a_word_index; `pairs` a
-// multiple of 16) x the panel's 32 columns, on Tiles (amx_tile_model.h: the model, amx_tiles.h: the
-// hardware).
-// `from`: null, or 32 x 32 sums (row stride acc_stride floats) the block's sums go on from. The sums
-// land in acc (row stride acc_stride floats).
+// acc (32 x 32 floats, row stride acc_stride) = from (the same shape; null: zeros) + 32 rows of A
+// (`a`: their tiles, a_word_index; `pairs` a multiple of 16) x the panel's 32 columns, on Tiles
+// (amx_tile_model.h: the model, amx_tiles.h: the hardware).
 template <class Tiles>
 void multiply_block(Tiles& tiles, const uint32_t* a, int64_t pairs, const uint32_t* panel, const float* from,
                     float* acc, int64_t acc_stride) {

@@ -3,6 +3,7 @@
 // Packing and the epilogue are the avx512_bf16 build's vector code (bf16_pack_avx512.h).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "qkv/kernels/amx_tiles.h"
@@ -39,21 +40,12 @@ struct AmxMachine {
   // Each row's `valid` values (the rest of its 2 x pairs zero) as 16-word pieces, each to its tile,
   // a tile at a time (its 1 KB written in order: a row at a time wrote 64 bytes 2 KB apart).
   static void convert_rows(const float* A, int64_t lda, int64_t rows, int64_t valid, int64_t pairs, uint32_t* dst) {
+    constexpr int64_t kChunk = 2 * bf16_amx::kTilePairs;  // values of a tile row
     for (int64_t r0 = 0; r0 < rows; r0 += bf16_amx::kTileRows)
       for (int64_t kp = 0; kp < pairs; kp += bf16_amx::kTilePairs)
-        for (int64_t r = r0; r < std::min(rows, r0 + bf16_amx::kTileRows); ++r) {
-          const float* src = A + r * lda;
-          const int64_t k = 2 * kp;
-          __m512 lo, hi;
-          if (k + 32 <= valid) {
-            lo = _mm512_loadu_ps(src + k), hi = _mm512_loadu_ps(src + k + 16);
-          } else {
-            lo = _mm512_maskz_loadu_ps(live_lanes(valid - k), src + k);
-            hi = _mm512_maskz_loadu_ps(live_lanes(valid - k - 16), src + k + 16);
-          }
-          _mm512_store_si512(dst + bf16_amx::a_word_index(r, kp, pairs),
-                             reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-        }
+        for (int64_t r = r0; r < std::min(rows, r0 + bf16_amx::kTileRows); ++r)
+          pack_avx512::convert_row(A + r * lda + 2 * kp, std::clamp<int64_t>(valid - 2 * kp, 0, kChunk), kChunk,
+                                   dst + bf16_amx::a_word_index(r, kp, pairs));
   }
 
   // A stored (K, M): the tile of `live` rows (columns of A from `a`) and the 16 pairs from pair kp of
@@ -72,8 +64,6 @@ struct AmxMachine {
     pack_avx512::transpose_16x16(w);
     for (int r = 0; r < 16; ++r) _mm512_store_si512(tile + r * 16, w[r]);
   }
-
-  static __mmask16 live_lanes(int64_t n) { return n <= 0 ? __mmask16(0) : first_n(n); }
 
   void pack_b_panel(const Product& p, int64_t col0, int64_t k0, int64_t kc, int64_t pairs, uint32_t* dst) {
     pack_avx512::pack_b_panel(p, col0, k0, kc, dst);

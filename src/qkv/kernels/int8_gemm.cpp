@@ -511,9 +511,8 @@ GemmMany chosen_many(int64_t M) {
 
 void gemm_int8(const float* A, int64_t M, int64_t lda, const QuantizedWeights& W, const float* bias_or_null, float* C,
                int64_t ldc) {
-  const product_clock::Scope clock("int8", M, W.out_features(), W.in_features(), false, true);
   const Int8Product product{&W, bias_or_null, C, ldc};
-  int8_isa::chosen_many(M)(A, M, lda, nullptr, &product, 1);
+  gemm_int8_many(A, M, lda, &product, 1);
 }
 
 void gemm_int8_mapped(const float* A, int64_t M, int64_t lda, RowMap map, const QuantizedWeights& W,
