@@ -55,7 +55,6 @@ struct WorkerScratch {
   float* a_block;
 };
 
-
 // dst[i * dst_stride + r] = src[r * src_stride + i] for r, i < 8.
 inline void transpose_8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
   __m256 r[8];
@@ -203,10 +202,34 @@ std::pair<tile::Acc, tile::Acc> split_pair(const float* acc) {
   return halves;
 }
 
+// The height of the tile at row i of [ib, ie): a transposed A keeps its packing's grid of 6 rows
+// (a short tile at the block's end only); A's rows read in place take shorter last tiles rather
+// than a padded 6-row one (a row's sums do not depend on its tile's height: micro_tile.h).
+int tile_height(const Product& p, int64_t left) {
+  return p.trans_a ? static_cast<int>(std::min<int64_t>(kRows, left)) : tile::rows_of_next_tile(left);
+}
+
+// The tile's row pointers at k = br.k0: into the packed A block (k_stride 6), or A's rows in place
+// (k_stride 1; rows past `rows` repeat the first).
+void tile_rows(const Product& p, const BlockRange& br, int64_t ib, int64_t i, int rows, const float* a_packed,
+               const float* a[kRows]) {
+  for (int r = 0; r < kRows; ++r)
+    a[r] = p.trans_a ? a_packed + (i - ib) * br.kc + r : p.A + (i + (r < rows ? r : 0)) * p.lda + br.k0;
+}
+
+// Stores a 6 x 32 tile's sums (row r at sums + 32 r) into C's columns [col0, col0 + 32).
+void store_pair(const Product& p, const float* sums, int rows, int64_t col0, float beta, const float* bias, float* c) {
+  const auto [first, second] = split_pair(sums);
+  store_tile(first, rows, std::min(kCols, p.N - col0), p.alpha, beta, bias, c, p.ldc);
+  store_tile(second, rows, std::min(kCols, p.N - col0 - kCols), p.alpha, beta, bias ? bias + kCols : nullptr,
+             c + kCols, p.ldc);
+}
+
 void multiply_range(const Product& p, wide_tile::PairAccumulate pair, const BlockRange& br, const float* b_block,
                     float* a_packed) {
   const bool first_k_block = br.k0 == 0;
   const float beta = first_k_block ? p.beta : 1.f;
+  const int64_t k_stride = p.trans_a ? kRows : 1;
   // Sized by K's full block, as the scratch for a packed A^T block is: the last, shorter K block
   // would allow more rows, and they overran that scratch into the other thread's packed B (wrong
   // sums for K = 3200, the seed's micro-batches) and past its end.
@@ -218,32 +241,21 @@ void multiply_range(const Product& p, wide_tile::PairAccumulate pair, const Bloc
       const float* panel = b_block + q * br.kc * kCols;
       const int64_t col0 = br.col_base + q * kCols, cols = std::min(kCols, p.N - col0);
       const bool two = pair && q + 1 < br.np;
-      int rows = 0;
-      for (int64_t i = ib; i < ie; i += rows) {
-        // A row's sums do not depend on its tile's height (micro_tile.h), so the last rows take
-        // shorter tiles rather than a padded 6-row one. A transposed A keeps its packing's grid of
-        // 6 rows (a short tile at the block's end only).
-        rows = p.trans_a ? static_cast<int>(std::min<int64_t>(kRows, ie - i)) : tile::rows_of_next_tile(ie - i);
+      const float* bias = first_k_block && p.bias ? p.bias + col0 : nullptr;
+      for (int64_t i = ib, rows = 0; i < ie; i += rows) {
+        rows = tile_height(p, ie - i);
         const float* a[kRows];
-        if (p.trans_a) {
-          for (int r = 0; r < kRows; ++r) a[r] = a_packed + (i - ib) * br.kc + r;
-        } else {  // rows of A in place
-          for (int r = 0; r < kRows; ++r) a[r] = p.A + (i + (r < rows ? r : 0)) * p.lda + br.k0;
-        }
-        const float* bias = first_k_block && p.bias ? p.bias + col0 : nullptr;
+        tile_rows(p, br, ib, i, static_cast<int>(rows), a_packed, a);
         float* c = p.C + i * p.ldc + col0;
         if (two) {  // panels q and q + 1 at once, each element the same FMAs as below
-          alignas(32) float sums[kRows * 2 * kCols] = {};
-          pair(rows, a, p.trans_a ? kRows : 1, panel, panel + br.kc * kCols, br.kc, sums);
-          const auto [first, second] = split_pair(sums);
-          store_tile(first, rows, cols, p.alpha, beta, bias, c, p.ldc);
-          store_tile(second, rows, std::min(kCols, p.N - col0 - kCols), p.alpha, beta, bias ? bias + kCols : nullptr,
-                     c + kCols, p.ldc);
+          alignas(64) float sums[kRows * 2 * kCols] = {};  // 64: zmm loads and stores split no cache line
+          pair(static_cast<int>(rows), a, k_stride, panel, panel + br.kc * kCols, br.kc, sums);
+          store_pair(p, sums, static_cast<int>(rows), col0, beta, bias, c);
           continue;
         }
         tile::Acc acc = tile::splat(_mm256_setzero_ps(), _mm256_setzero_ps());
-        tile::accumulate_rows(rows, a, p.trans_a ? kRows : 1, panel, br.kc, acc, cols <= 8);
-        store_tile(acc, rows, cols, p.alpha, beta, bias, c, p.ldc);
+        tile::accumulate_rows(static_cast<int>(rows), a, k_stride, panel, br.kc, acc, cols <= 8);
+        store_tile(acc, static_cast<int>(rows), cols, p.alpha, beta, bias, c, p.ldc);
       }
     }
   }
@@ -289,9 +301,10 @@ void gemm_blocked_with_tile(wide_tile::PairAccumulate pair, bool trans_a, bool t
   const int64_t kc = k_block(K, trans_a);
   const int64_t b_floats = std::min(panels, panels_per_b_block(kc)) * kc * kCols;
   const int64_t a_floats = trans_a ? ceil_div(rows_per_a_block(kc) * kc, kCols) * kCols : 0;
-  float* scratch = caller_scratch<float>(threads * (b_floats + a_floats));
+  const int64_t worker_floats = b_floats + a_floats;
+  float* scratch = caller_scratch<float>(threads * worker_floats);
   blocking::run_workers(split, [&](int t, int T) {
-    float* mine = scratch + t * (b_floats + a_floats);
+    float* mine = scratch + t * worker_floats;
     const WorkerScratch ws{mine, trans_a ? mine + b_floats : nullptr};
     if (split.by_panels) {
       const auto [q0, q1] = share(panels, 1, t, T);
