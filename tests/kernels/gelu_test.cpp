@@ -90,6 +90,7 @@ double max_ulp(const char* name, const std::vector<float>& xs, const std::vector
 }
 
 constexpr double kForwardBound = 4.0, kExactBackwardBound = 4.0, kTanhBackwardBound = 6.0;
+constexpr double kFloatStepsBound = 3e-5;  // relative; bf16's step is 3.9e-3 (FloatStepsForBf16...)
 
 TEST(GeluKernel, ExactForwardMatchesDoublePrecision) {
   const std::vector<float> xs = sweep(16.f);
@@ -128,6 +129,48 @@ TEST(GeluKernel, TanhForwardMatchesDoublePrecision) {
 TEST(GeluKernel, TanhBackwardMatchesDoublePrecision) {
   const std::vector<float> xs = sweep(16.f);
   EXPECT_LE(max_ulp("gelu_tanh'", xs, run_backward(gelu_tanh_backward, xs), gelu_tanh_grad_ref, true), kTanhBackwardBound);
+}
+
+// The float-step forms for bf16 precision (kernels/gelu_lanes.h) against the kernels good to a few
+// ulps, over the dense sweep and the points where u's rounding weighs most (large |u| for x < 0):
+// relative to max(|exact|, floor); the same infinities and NaN. The forward's floor is 1e-30 (its
+// values' own size); the derivative's is 0.25, the size of its two terms where they cancel at its
+// root (x = -0.7525: 0.5 (1 + t) = -0.5 x (1 - t^2) du = 0.23). bf16's rounding step is 2^-8
+// relative: the bound is a hundred times below it.
+double worst_relative_gap(const char* name, const std::vector<float>& xs, const std::vector<float>& exact,
+                          const std::vector<float>& fast, double floor) {
+  double worst = 0;
+  float at = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (std::isnan(exact[i]) || std::isinf(exact[i])) {
+      EXPECT_TRUE(std::isnan(exact[i]) ? std::isnan(fast[i]) : fast[i] == exact[i]) << name << " at x = " << xs[i];
+      continue;
+    }
+    const double gap = std::abs(double(fast[i]) - exact[i]) / std::max(floor, std::abs(double(exact[i])));
+    if (gap > worst) worst = gap, at = xs[i];
+  }
+  std::printf("%s: max relative gap %.3g at x = %.9g (%zu inputs)\n", name, worst, at, xs.size());
+  return worst;
+}
+
+TEST(GeluKernel, FloatStepsForBf16AreWithinTheirBound) {
+  std::vector<float> xs = sweep(24.f);
+  for (float v : {-8.3f, -9.f, -12.5f, -15.f, -19.99f, -0.75f, 0.75f, -3.f, 3.f}) xs.push_back(v);
+  const double forward = worst_relative_gap("gelu_tanh for bf16", xs, run_forward(gelu_tanh_forward, xs),
+                                            run_forward(gelu_tanh_forward_for_bf16, xs), 1e-30);
+  const double backward = worst_relative_gap("gelu_tanh' for bf16", xs, run_backward(gelu_tanh_backward, xs),
+                                             run_backward(gelu_tanh_backward_for_bf16, xs), 0.25);
+  // Away from the root, the derivative relative to its own size too (its tail for x < 0 is tiny).
+  std::vector<float> tails;
+  for (float v : xs)
+    if (!(std::abs(v) < 2.f)) tails.push_back(v);
+  const double backward_tails =
+      worst_relative_gap("gelu_tanh' for bf16, |x| >= 2", tails, run_backward(gelu_tanh_backward, tails),
+                         run_backward(gelu_tanh_backward_for_bf16, tails), 1e-30);
+  EXPECT_LE(forward, kFloatStepsBound);
+  EXPECT_LE(backward, kFloatStepsBound);
+  EXPECT_LE(backward_tails, kFloatStepsBound);
+  EXPECT_GT(forward, 0.0);  // a different computation: zero would mean the accurate kernel ran
 }
 
 TEST(GeluKernel, SpecialValues) {
@@ -229,10 +272,12 @@ TEST(GeluKernel, Avx512BuildGivesTheSameBits) {
   const int64_t n = static_cast<int64_t>(x.size());
   const std::pair<Forward, Forward> forwards[] = {{narrow.forward, wide->forward},
                                                   {narrow.forward_to_quantize, wide->forward_to_quantize},
-                                                  {narrow.tanh_forward, wide->tanh_forward}};
+                                                  {narrow.tanh_forward, wide->tanh_forward},
+                                                  {narrow.tanh_forward_for_bf16, wide->tanh_forward_for_bf16}};
   for (const auto& [a, b] : forwards) EXPECT_TRUE(same_bits(run_forward(a, x).data(), run_forward(b, x).data(), x.size()));
   const std::pair<Backward, Backward> backwards[] = {{narrow.backward, wide->backward},
-                                                     {narrow.tanh_backward, wide->tanh_backward}};
+                                                     {narrow.tanh_backward, wide->tanh_backward},
+                                                     {narrow.tanh_backward_for_bf16, wide->tanh_backward_for_bf16}};
   for (const auto& [a, b] : backwards)
     for (bool acc : {false, true}) {
       std::vector<float> da = dx0, db = dx0;

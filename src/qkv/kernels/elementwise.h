@@ -45,6 +45,10 @@ void gelu_tanh_forward(float* y, const float* x, int64_t n);
 // Product rule, with tanh' = 1 - tanh^2 and du/dx = k (1 + 3 a x^2):
 //   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2).
 void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+// The same two in float steps alone, for bf16 precision, whose products round the result to bf16
+// anyway (kernels/gelu_lanes.h says where they differ and by how much).
+void gelu_tanh_forward_for_bf16(float* y, const float* x, int64_t n);
+void gelu_tanh_backward_for_bf16(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 
 // An activation's backward (relu_backward, silu_backward, gelu_backward, gelu_tanh_backward) whose
 // input x was kept as bf16 bits (ops::saved_for_backward): chunks of x widened into a buffer on each
