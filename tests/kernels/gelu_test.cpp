@@ -167,9 +167,17 @@ TEST(GeluKernel, FloatStepsForBf16AreWithinTheirBound) {
   const double backward_tails =
       worst_relative_gap("gelu_tanh' for bf16, |x| >= 2", tails, run_backward(gelu_tanh_backward, tails),
                          run_backward(gelu_tanh_backward_for_bf16, tails), 1e-30);
+  // The exact GELU's derivative likewise (its forward's float form: FormToQuantizeIsWithinItsBoundOfGelu).
+  const double erf_backward = worst_relative_gap("gelu' for bf16", xs, run_backward(gelu_backward, xs),
+                                                 run_backward(gelu_backward_for_bf16, xs), 0.25);
+  const double erf_backward_tails =
+      worst_relative_gap("gelu' for bf16, |x| >= 2", tails, run_backward(gelu_backward, tails),
+                         run_backward(gelu_backward_for_bf16, tails), 1e-30);
   EXPECT_LE(forward, kFloatStepsBound);
   EXPECT_LE(backward, kFloatStepsBound);
   EXPECT_LE(backward_tails, kFloatStepsBound);
+  EXPECT_LE(erf_backward, kFloatStepsBound);
+  EXPECT_LE(erf_backward_tails, kFloatStepsBound);
   EXPECT_GT(forward, 0.0);  // a different computation: zero would mean the accurate kernel ran
 }
 
@@ -277,6 +285,7 @@ TEST(GeluKernel, Avx512BuildGivesTheSameBits) {
   for (const auto& [a, b] : forwards) EXPECT_TRUE(same_bits(run_forward(a, x).data(), run_forward(b, x).data(), x.size()));
   const std::pair<Backward, Backward> backwards[] = {{narrow.backward, wide->backward},
                                                      {narrow.tanh_backward, wide->tanh_backward},
+                                                     {narrow.backward_for_bf16, wide->backward_for_bf16},
                                                      {narrow.tanh_backward_for_bf16, wide->tanh_backward_for_bf16}};
   for (const auto& [a, b] : backwards)
     for (bool acc : {false, true}) {

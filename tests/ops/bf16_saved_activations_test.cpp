@@ -13,6 +13,7 @@
 
 #include "ops/gradcheck.h"
 #include "qkv/autograd/functions.h"
+#include "qkv/kernels/elementwise.h"
 #include "qkv/autograd/graph.h"
 #include "qkv/ops/ops.h"
 #include "qkv/ops/precision.h"
@@ -71,7 +72,8 @@ TEST(Bf16SavedActivations, OnlyBf16PrecisionKeepsALinearInputInBf16) {
 }
 
 // The activations' backward from a bf16 input (widened a chunk of 65,536 at a time) = the float32
-// backward at the rounded input, across chunk boundaries; accumulating adds to what dx held.
+// kernel that bf16 precision runs (GELU's: its float-step forms, kernels/gelu_lanes.h) at the rounded
+// input, across chunk boundaries; accumulating adds to what dx held.
 TEST(Bf16SavedActivations, ActivationBackwardsReadABf16InputAsItsRoundedValues) {
   std::mt19937_64 rng(9);
   const int64_t n = 65536 * 2 + 77;
@@ -80,19 +82,53 @@ TEST(Bf16SavedActivations, ActivationBackwardsReadABf16InputAsItsRoundedValues) 
   ASSERT_EQ(kept.dtype(), DType::BF16);
   const Tensor rounded = kept.to(DType::F32);
   using Backward = void (*)(const Tensor&, const Tensor&, Tensor*);
-  for (const auto& [name, backward] : {std::pair<const char*, Backward>{"gelu", ops::gelu_backward},
-                                       {"gelu_tanh", ops::gelu_tanh_backward}, {"silu", ops::silu_backward}}) {
-    Tensor from_bf16, from_rounded;
-    backward(dy, kept, &from_bf16);
-    backward(dy, rounded, &from_rounded);
-    EXPECT_TRUE(same_bits(from_bf16, from_rounded, std::string(name) + " written"));
-    Tensor add_bf16 = start.clone(), add_rounded = start.clone();
-    backward(dy, kept, &add_bf16);
-    backward(dy, rounded, &add_rounded);
-    EXPECT_TRUE(same_bits(add_bf16, add_rounded, std::string(name) + " accumulated"));
+  struct Activation {
+    const char* name;
+    Backward backward;
+    kernels::ActivationBackward kernel_for_bf16_input;
+  };
+  for (const Activation& a : {Activation{"gelu", ops::gelu_backward, kernels::gelu_backward_for_bf16},
+                              Activation{"gelu_tanh", ops::gelu_tanh_backward, kernels::gelu_tanh_backward_for_bf16},
+                              Activation{"silu", ops::silu_backward, kernels::silu_backward}}) {
+    const std::string name = a.name;
+    for (bool accumulate : {false, true}) {
+      Tensor from_bf16 = accumulate ? start.clone() : Tensor();
+      a.backward(dy, kept, &from_bf16);
+      Tensor expected = start.clone();
+      a.kernel_for_bf16_input(expected.f32(), dy.f32(), rounded.f32(), n, accumulate);
+      EXPECT_TRUE(same_bits(from_bf16, expected, name + (accumulate ? " accumulated" : " written")));
+    }
     Tensor exact;
-    backward(dy, x, &exact);
-    EXPECT_FALSE(same_bits(from_bf16, exact, std::string(name) + " against the unrounded input"));
+    a.backward(dy, x, &exact);
+    Tensor from_bf16;
+    a.backward(dy, kept, &from_bf16);
+    EXPECT_FALSE(same_bits(from_bf16, exact, name + " against the unrounded input"));
+  }
+}
+
+// In bf16 precision (on the CPU) GELU and GELU-tanh run their float-step forms; in float32 the
+// kernels good to a few ulps.
+TEST(Bf16SavedActivations, Bf16PrecisionRunsGelusFloatStepForms) {
+  std::mt19937_64 rng(13);
+  const int64_t n = 4099;
+  const Tensor x = randn({n}, rng, 3.f);
+  using Forward = Tensor (*)(const Tensor&);
+  using Kernel = void (*)(float*, const float*, int64_t);
+  struct Form {
+    const char* name;
+    Forward op;
+    Kernel exact, for_bf16;
+  };
+  for (const Form& f : {Form{"gelu", ops::gelu_forward, kernels::gelu_forward, kernels::gelu_forward_to_quantize},
+                        Form{"gelu_tanh", ops::gelu_tanh_forward, kernels::gelu_tanh_forward,
+                             kernels::gelu_tanh_forward_for_bf16}}) {
+    Tensor exact = x.clone(), for_bf16 = x.clone();
+    f.exact(exact.f32(), x.f32(), n);
+    f.for_bf16(for_bf16.f32(), x.f32(), n);
+    EXPECT_FALSE(same_bits(exact, for_bf16, std::string(f.name) + ": the two forms"));
+    EXPECT_TRUE(same_bits(f.op(x), exact, std::string(f.name) + " in float32 precision"));
+    const ops::ProductPrecisionScope bf16(ops::Precision::BF16);
+    EXPECT_TRUE(same_bits(f.op(x), for_bf16, std::string(f.name) + " in bf16 precision"));
   }
 }
 

@@ -38,6 +38,9 @@ void gelu_forward(float* y, const float* x, int64_t n);
 void gelu_forward_to_quantize(float* y, const float* x, int64_t n);
 // dy/dx = Phi(x) + x * phi(x), phi the standard normal density.
 void gelu_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+// gelu_backward in float steps alone, for a bf16-kept input (bf16 precision; gelu_forward_to_quantize
+// is the forward's float form, which bf16 precision uses too): kernels/gelu_lanes.h.
+void gelu_backward_for_bf16(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 
 // GELU's tanh approximation (GPT-2; torch's F.gelu(x, approximate='tanh')):
 //   y = 0.5 x (1 + t),  t = tanh(u),  u = k (x + a x^3),  k = sqrt(2 / pi),  a = 0.044715.

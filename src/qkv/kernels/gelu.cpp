@@ -23,9 +23,9 @@ const Kernels& chosen() {
   static const Kernels kernels = [] {
     const Kernels* wide = avx512_or_null();
     if (!wide) return avx2();
-    return Kernels{wide->forward,      wide->forward_to_quantize, wide->backward,
-                   wide->tanh_forward, avx2().tanh_backward,      wide->tanh_forward_for_bf16,
-                   wide->tanh_backward_for_bf16};
+    return Kernels{wide->forward,           wide->forward_to_quantize,   wide->backward,
+                   wide->tanh_forward,      avx2().tanh_backward,        wide->backward_for_bf16,
+                   wide->tanh_forward_for_bf16, wide->tanh_backward_for_bf16};
   }();
   return kernels;
 }
@@ -44,6 +44,10 @@ void gelu_tanh_forward(float* y, const float* x, int64_t n) { gelu_isa::chosen()
 
 void gelu_tanh_backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
   gelu_isa::chosen().tanh_backward(dx, dy, x, n, accumulate);
+}
+
+void gelu_backward_for_bf16(float* dx, const float* dy, const float* x, int64_t n, bool accumulate) {
+  gelu_isa::chosen().backward_for_bf16(dx, dy, x, n, accumulate);
 }
 
 void gelu_tanh_forward_for_bf16(float* y, const float* x, int64_t n) {

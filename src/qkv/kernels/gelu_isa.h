@@ -12,6 +12,7 @@ struct Kernels {
   void (*backward)(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
   void (*tanh_forward)(float* y, const float* x, int64_t n);
   void (*tanh_backward)(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
+  void (*backward_for_bf16)(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
   void (*tanh_forward_for_bf16)(float* y, const float* x, int64_t n);
   void (*tanh_backward_for_bf16)(float* dx, const float* dy, const float* x, int64_t n, bool accumulate);
 };

@@ -103,6 +103,24 @@ constexpr double kInvSqrt2Pid = 0.39894228040143267794;
   return select(small, series, tail);
 }
 
+// gelu_grad_lane in float steps alone (erfcx's rational in float, exp(-a^2 / 2) from the rounded
+// square), for a bf16-kept input (bf16 precision's backward; gelu_to_quantize_lane is the forward's
+// float form). T = exp(-a^2 / 2) (erfcx(a / sqrt 2) / 2 - a / sqrt(2 pi)) cancels where gelu' has
+// its root (x = -0.75): small there in absolute terms, not relative ones. Against gelu_grad_lane
+// (GeluKernel.FloatStepsForBf16AreWithinTheirBound): 1.7e-7 of the terms' size (0.25) near the
+// root, 3.9e-6 relative for |x| >= 2; the same infinities and NaN.
+[[gnu::always_inline]] inline __m256 gelu_grad_float_lane(__m256 x) {
+  const __m256 a = min_keep_nan(15.f, abs(x));
+  const __m256 gauss = exp_parts(_mm256_mul_ps(_mm256_mul_ps(a, a), splat(-0.5f))).value();
+  const __m256 small = _mm256_cmp_ps(a, splat(kCdfSeriesMax), _CMP_LT_OQ);
+  const __m256 half_erfcx = _mm256_mul_ps(splat(0.5f), erfcx_mid(_mm256_mul_ps(a, splat(float(kInvSqrt2d)))));
+  const __m256 tail_factor = _mm256_fnmadd_ps(a, splat(float(kInvSqrt2Pid)), half_erfcx);
+  const __m256 T = _mm256_mul_ps(gauss, select(small, _mm256_mul_ps(x, splat(kInvSqrt2Pi)), tail_factor));
+  const __m256 series = _mm256_add_ps(_mm256_add_ps(splat(0.5f), cdf_odd_part(x)), T);
+  const __m256 tail = select(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ), T, _mm256_sub_ps(splat(1.f), T));
+  return select(small, series, tail);
+}
+
 // sqrt(2 / pi) and GELU-tanh's cubic coefficient, in double: u is computed in double (below).
 constexpr double kSqrt2OverPi = 0.79788456080286536;
 constexpr double kGeluCubic = 0.044715;
@@ -206,6 +224,9 @@ gelu_isa::Kernels this_builds_kernels() {
           [](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_tanh_lane(v); }); },
           [](float* dx, const float* dy, const float* x, int64_t n, bool acc) {
             map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_tanh_grad_lane(v); });
+          },
+          [](float* dx, const float* dy, const float* x, int64_t n, bool acc) {
+            map8_grad(dx, dy, x, n, acc, [](__m256 v) { return gelu_grad_float_lane(v); });
           },
           [](float* y, const float* x, int64_t n) { map8(y, x, n, [](__m256 v) { return gelu_tanh_float_lane(v); }); },
           [](float* dx, const float* dy, const float* x, int64_t n, bool acc) {

@@ -137,10 +137,20 @@ void tanh_backward(const Tensor& dy_in, const Tensor& y_in, Tensor* dx) {
   }
 }
 
+// In bf16 precision on the CPU, GELU and GELU-tanh and their derivatives take float steps alone:
+// the result is rounded to bf16 for the next product, and the backward's input is kept in bf16
+// already (kernels/gelu_lanes.h says by how much they differ from the kernels good to a few ulps).
+namespace {
+bool gelu_in_float_steps(const Tensor& x) { return product_precision() == Precision::BF16 && !on_cuda(x); }
+}  // namespace
+
 Tensor gelu_forward(const Tensor& x_in) {
   const Tensor x = x_in.contiguous();
   Tensor y = empty_like_device(x.shape(), x);
-  QKV_KERNEL(x, gelu_forward(y.f32(), x.f32(), x.numel()));
+  if (gelu_in_float_steps(x))
+    kernels::gelu_forward_to_quantize(y.f32(), x.f32(), x.numel());
+  else
+    QKV_KERNEL(x, gelu_forward(y.f32(), x.f32(), x.numel()));
   return y;
 }
 
@@ -151,7 +161,7 @@ void gelu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   const bool acc = prepare_slot(dx, x.shape(), x.device());
   activation_backward(dy, x, dx, acc, [&](float* d, const float* g, const float* in, int64_t n, bool a) {
     QKV_KERNEL(x, gelu_backward(d, g, in, n, a));
-  }, kernels::gelu_backward);
+  }, kernels::gelu_backward_for_bf16);
 }
 
 Tensor silu_forward(const Tensor& x_in) {
@@ -171,13 +181,10 @@ void silu_backward(const Tensor& dy_in, const Tensor& x_in, Tensor* dx) {
   }, kernels::silu_backward);
 }
 
-// In bf16 precision on the CPU, GELU-tanh and its derivative take float steps alone (the result is
-// rounded to bf16 for the next product; the backward's input is kept in bf16 already): about N times
-// faster than the kernels good to a few ulps (kernels/gelu_lanes.h).
 Tensor gelu_tanh_forward(const Tensor& x_in) {
   const Tensor x = x_in.contiguous();
   Tensor y = empty_like_device(x.shape(), x);
-  if (product_precision() == Precision::BF16 && !on_cuda(x))
+  if (gelu_in_float_steps(x))
     kernels::gelu_tanh_forward_for_bf16(y.f32(), x.f32(), x.numel());
   else
     QKV_KERNEL(x, gelu_tanh_forward(y.f32(), x.f32(), x.numel()));
