@@ -11,7 +11,9 @@
 // the fused attention's softmax, which its backward then reads rounded. Attention multiplies as
 // autocast's SDPA does in bf16 precision: Q, K, V, dO, the probabilities and dS rounded to bf16,
 // sums and softmax float32; on the CPU through gemm_bf16 (kernels/attention_products.h), on a GPU on
-// the tensor cores (kernels/cuda/flash_attention_bf16.cu).
+// the tensor cores (kernels/cuda/flash_attention_bf16.cu). On the CPU, GELU and GELU-tanh and their
+// derivatives take float steps alone in bf16 precision (ops/elementwise.cpp: their results go
+// through bf16, their backward's input is kept in bf16).
 #pragma once
 #include <string>
 
